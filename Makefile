@@ -1,0 +1,43 @@
+# stowplan — one entry point for set-up, demo and every gate.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test check fmt lint types bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check "uv==0.13.9"
+	$(BIN)/uv pip install --python $(BIN)/python -q -c constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## Plan a real model on a shipped heterogeneous fleet and print the plan.
+demo: $(STAMP)
+	$(BIN)/stowplan plan llama3.1:70b --nodes examples/fleets/mixed-consumer.yaml
+
+## The whole test suite (Ray tests included).
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+fmt: $(STAMP)
+	$(BIN)/ruff format src tests benchmarks
+	$(BIN)/ruff check --fix src tests benchmarks
+
+lint: $(STAMP)
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks
+
+types: $(STAMP)
+	$(BIN)/mypy
+
+## Every gate: format, lint, types, tests.
+check: lint types test
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/plan_speed.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,5 @@
+import sys
+
+from stowplan.cli import main
+
+sys.exit(main())

@@ -1,0 +1,118 @@
+"""``stowplan plan``, ``stowplan models``, ``stowplan stage-env``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from stowplan.cli.app import app
+from stowplan.cli.common import load_fleet, out_console
+from stowplan.errors import InputError
+from stowplan.model import Constraints
+from stowplan.models import known_names, lookup, resolve_model
+from stowplan.plan import plan_from_json, plan_to_json
+from stowplan.planner import plan as make_plan
+from stowplan.report.terminal import render_plan
+from stowplan.units import format_bytes
+from stowplan.worker import stage_env
+
+
+def _read_plan(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError("PLAN", str(path), f"cannot be read ({exc.strerror})") from None
+
+
+@app.command("plan")
+def plan_command(
+    model: Annotated[str, typer.Argument(help="Known model name or Hugging Face id.")],
+    nodes: Annotated[
+        Path | None, typer.Option("--nodes", help="Fleet file (YAML or JSON) of node objects.")
+    ] = None,
+    offers: Annotated[
+        Path | None, typer.Option("--offers", help="vast.ai `search offers --raw` JSON.")
+    ] = None,
+    min_stages: Annotated[int | None, typer.Option(help="Fewest pipeline stages.")] = None,
+    max_stages: Annotated[int | None, typer.Option(help="Most pipeline stages.")] = None,
+    headroom: Annotated[
+        float | None, typer.Option(help="VRAM fraction kept free per node, in [0, 1).")
+    ] = None,
+    strategy: Annotated[
+        str | None, typer.Option(help="balance-by-vram, latency, throughput or exact.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan JSON.")] = False,
+) -> None:
+    """Plan MODEL on the given nodes and print the plan."""
+    layout = resolve_model(model)
+    fleet = load_fleet(nodes, offers)
+    constraints = Constraints(
+        min_stages=min_stages,
+        max_stages=max_stages,
+        vram_headroom_frac=headroom,
+        strategy=strategy,  # type: ignore[arg-type]  # validated by Constraints
+    )
+    result = make_plan(layout, fleet, constraints)
+    if as_json:
+        out_console.file.write(plan_to_json(result))
+        return
+    render_plan(result, fleet, out_console)
+
+
+@app.command("models")
+def models_command(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List the known models."""
+    rows = []
+    for name in known_names():
+        m = lookup(name)
+        assert m is not None
+        rows.append(
+            {
+                "name": name,
+                "blocks": m.num_blocks,
+                "hidden_dim": m.hidden_dim,
+                "params": m.total_params,
+                "weight_bytes": m.weight_bytes,
+                "dtype": m.dtype,
+            }
+        )
+    if as_json:
+        out_console.file.write(json.dumps(rows, indent=2) + "\n")
+        return
+    from rich.table import Table
+
+    table = Table("name", "blocks", "hidden", "params", "weights", "dtype")
+    for r in rows:
+        params = r["params"]
+        table.add_row(
+            str(r["name"]),
+            str(r["blocks"]),
+            str(r["hidden_dim"]),
+            f"{params / 1e9:.2f}B" if isinstance(params, int) else "-",
+            format_bytes(int(str(r["weight_bytes"]))),
+            str(r["dtype"]),
+        )
+    out_console.print(table)
+
+
+@app.command("stage-env")
+def stage_env_command(
+    plan_file: Annotated[Path, typer.Argument(help="A plan JSON file (stowplan plan --json).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Print the environment each stage's worker receives."""
+    p = plan_from_json(_read_plan(plan_file))
+    envs = stage_env(p)
+    if as_json:
+        out_console.file.write(json.dumps(envs, indent=2, sort_keys=True) + "\n")
+        return
+    for a, env in zip(p.assignments, envs, strict=True):
+        out_console.print(f"# stage {a.stage} on {a.node_id}")
+        for key in sorted(env):
+            value = env[key] if key != "PLAN_JSON" else f"<{len(env[key])} bytes of plan JSON>"
+            out_console.print(f"{key}={value}")

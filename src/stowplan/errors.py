@@ -1,0 +1,87 @@
+"""The stowplan error tree.
+
+::
+
+    StowplanError
+    ├── InputError            bad user input: names the field, the value and what is accepted
+    ├── DependencyError       an optional extra is not installed
+    └── PlanError             no placement satisfies the model, the nodes and the constraints
+        ├── InsufficientVram  the model needs more bytes than the nodes offer
+        ├── NoNodeFitsHead    no node can hold the largest indivisible component
+        └── Infeasible        the constraints cannot be met (reason says which)
+
+``InputError`` also subclasses :class:`ValueError` so callers that catch
+``ValueError`` keep working.  The CLI turns every ``StowplanError`` into one
+line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DependencyError",
+    "Infeasible",
+    "InputError",
+    "InsufficientVram",
+    "NoNodeFitsHead",
+    "PlanError",
+    "StowplanError",
+]
+
+
+class StowplanError(Exception):
+    """Root of every error stowplan raises on purpose."""
+
+
+class InputError(StowplanError, ValueError):
+    """A value given by the user is not acceptable.
+
+    ``field`` names the offending field, ``value`` echoes it, the message says
+    what would be accepted.
+    """
+
+    def __init__(self, field: str, value: object, rule: str) -> None:
+        self.field = field
+        self.value = value
+        self.rule = rule
+        super().__init__(f"{field}={value!r}: {rule}")
+
+
+class DependencyError(StowplanError, ImportError):
+    """An optional dependency is missing; the message names the extra to install."""
+
+    def __init__(self, module: str, extra: str) -> None:
+        self.module = module
+        self.extra = extra
+        super().__init__(
+            f"this needs the optional package {module!r}; install it with "
+            f"`pip install 'stowplan[{extra}]'`"
+        )
+
+
+class PlanError(StowplanError):
+    """No plan satisfies the model, the nodes and the constraints."""
+
+
+class InsufficientVram(PlanError):
+    """The model needs ``needed`` bytes; the usable VRAM of all candidates is ``available``."""
+
+    def __init__(self, needed: int, available: int) -> None:
+        self.needed = needed
+        self.available = available
+        super().__init__(f"model does not fit: needs {needed} bytes, total available {available}")
+
+
+class NoNodeFitsHead(PlanError):
+    """No node can hold the largest indivisible component (embed or head) of ``needed`` bytes."""
+
+    def __init__(self, needed: int) -> None:
+        self.needed = needed
+        super().__init__(f"no node can hold the largest indivisible component ({needed} bytes)")
+
+
+class Infeasible(PlanError):
+    """The constraints are unsatisfiable; ``reason`` says why, with the numbers."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"constraints unsatisfiable: {reason}")

@@ -1,0 +1,380 @@
+"""Inputs of the planners: the model's layout, the candidate nodes, the constraints.
+
+All three are frozen values validated at construction. Units are in the field
+names; bytes are integers. The first fields of each type are exactly those of
+the topology-planner specification (seed 000 §5.1); later fields are optional
+and defaulted so the seed's constructors keep working.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from stowplan.errors import InputError
+
+__all__ = [
+    "Constraints",
+    "ExpertId",
+    "ExpertLayout",
+    "ModelLayout",
+    "NodeDescriptor",
+    "Objective",
+    "Strategy",
+    "check_unique_ids",
+]
+
+DEFAULT_HEADROOM_FRAC = 0.2
+"""Seed §5.1: reserve 20 % of every node's VRAM unless told otherwise."""
+
+
+class Strategy(StrEnum):
+    """How the planner chooses stages, nodes and splits."""
+
+    BALANCE_BY_VRAM = "balance-by-vram"
+    """Seed 000 §6 (V1): fewest stages, blocks split by VRAM, speed ignored."""
+    LATENCY = "latency"
+    """Minimum single-stream time per token."""
+    THROUGHPUT = "throughput"
+    """Maximum pipelined tokens/s."""
+    EXACT = "exact"
+    """The proven optimum of the workload's objective (slower; used to certify)."""
+
+
+class Objective(StrEnum):
+    """What the node selection optimises."""
+
+    SPEED = "speed"
+    """Best plan on all offered nodes."""
+    COST = "cost"
+    """Cheapest node set whose optimal plan meets ``target_tokens_per_s``."""
+
+
+def _check_int(name: str, value: object, *, minimum: int = 0) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(name, value, f"must be an integer >= {minimum}")
+    if value < minimum:
+        raise InputError(name, value, f"must be an integer >= {minimum}")
+
+
+def _check_float(name: str, value: object, *, positive: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(name, value, "must be a finite number")
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        rule = "> 0" if positive else ">= 0"
+        raise InputError(name, value, f"must be a finite number {rule}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class ExpertId:
+    """One routed expert of one MoE block."""
+
+    block: int
+    expert: int
+
+    def __post_init__(self) -> None:
+        _check_int("ExpertId.block", self.block)
+        _check_int("ExpertId.expert", self.expert)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpertLayout:
+    """The mixture-of-experts part of a model (seed 000 §11)."""
+
+    num_experts: int
+    """Routed experts per MoE block."""
+    experts_per_token: int
+    """Routed experts a token reads per MoE block (top-k)."""
+    expert_params_bytes: int
+    """Bytes of one routed expert."""
+    moe_blocks: tuple[int, ...]
+    """Indices of the blocks that are MoE blocks."""
+    num_shared_experts: int = 0
+    shared_expert_params_bytes: int = 0
+    """Bytes of all shared experts of one MoE block together."""
+
+    def __post_init__(self) -> None:
+        _check_int("experts.num_experts", self.num_experts, minimum=1)
+        _check_int("experts.experts_per_token", self.experts_per_token, minimum=1)
+        if self.experts_per_token > self.num_experts:
+            raise InputError(
+                "experts.experts_per_token",
+                self.experts_per_token,
+                f"must be <= num_experts ({self.num_experts})",
+            )
+        _check_int("experts.expert_params_bytes", self.expert_params_bytes)
+        _check_int("experts.num_shared_experts", self.num_shared_experts)
+        _check_int("experts.shared_expert_params_bytes", self.shared_expert_params_bytes)
+        object.__setattr__(self, "moe_blocks", tuple(self.moe_blocks))
+        if list(self.moe_blocks) != sorted(set(self.moe_blocks)):
+            raise InputError(
+                "experts.moe_blocks", self.moe_blocks, "must be strictly increasing block indices"
+            )
+        for b in self.moe_blocks:
+            _check_int("experts.moe_blocks[]", b)
+
+    @property
+    def routed_bytes_per_block(self) -> int:
+        """Bytes of all routed experts of one MoE block."""
+        return self.num_experts * self.expert_params_bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelLayout:
+    """Static description of the model to serve (seed 000 §5.1, extended).
+
+    ``block_params_bytes`` is the average weight bytes of one block.  When
+    blocks differ (dense and MoE layers), ``block_bytes`` gives every block's
+    bytes and ``block_params_bytes`` must be their rounded average.
+    """
+
+    name: str
+    num_blocks: int
+    hidden_dim: int
+    bytes_per_activation_elem: int
+    block_params_bytes: int
+    head_params_bytes: int
+    """Final norm + lm_head."""
+    embed_params_bytes: int
+    """Token embedding table."""
+    block_bytes: tuple[int, ...] | None = None
+    """Bytes of each block, when blocks differ. Includes its routed experts."""
+    block_read_bytes: tuple[int, ...] | None = None
+    """Bytes one token reads in each block (MoE: attention, router, shared and top-k experts)."""
+    kv_bytes_per_token: tuple[int, ...] | None = None
+    """KV-cache bytes one token adds in each block; None when unknown."""
+    kv_window_tokens: tuple[int | None, ...] | None = None
+    """Per block, the sliding-window size bounding its KV cache (None: full attention)."""
+    experts: ExpertLayout | None = None
+    tied_embeddings: bool = False
+    """The head reuses the embedding table (both ends still hold a copy)."""
+    total_params: int | None = None
+    active_params: int | None = None
+    dtype: str | None = None
+    """Weight storage convention, e.g. ``bf16`` or ``q4_k_m``."""
+    num_attention_heads: int | None = None
+    num_kv_heads: int | None = None
+    family: str | None = None
+    """Architecture family, e.g. ``llama`` (module names for exports)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise InputError("name", self.name, "must be a non-empty string")
+        _check_int("num_blocks", self.num_blocks, minimum=1)
+        _check_int("hidden_dim", self.hidden_dim, minimum=1)
+        _check_int("bytes_per_activation_elem", self.bytes_per_activation_elem, minimum=1)
+        _check_int("block_params_bytes", self.block_params_bytes)
+        _check_int("head_params_bytes", self.head_params_bytes)
+        _check_int("embed_params_bytes", self.embed_params_bytes)
+        for name in ("block_bytes", "block_read_bytes", "kv_bytes_per_token"):
+            values = getattr(self, name)
+            if values is None:
+                continue
+            values = tuple(values)
+            object.__setattr__(self, name, values)
+            if len(values) != self.num_blocks:
+                raise InputError(
+                    name,
+                    f"<{len(values)} values>",
+                    f"must have num_blocks={self.num_blocks} values",
+                )
+            for v in values:
+                _check_int(f"{name}[]", v)
+        if self.kv_window_tokens is not None:
+            windows = tuple(self.kv_window_tokens)
+            object.__setattr__(self, "kv_window_tokens", windows)
+            if len(windows) != self.num_blocks:
+                raise InputError(
+                    "kv_window_tokens",
+                    f"<{len(windows)} values>",
+                    f"must have num_blocks={self.num_blocks} values",
+                )
+        if self.block_bytes is not None:
+            mean = round(sum(self.block_bytes) / self.num_blocks)
+            if abs(mean - self.block_params_bytes) > 1:
+                raise InputError(
+                    "block_params_bytes",
+                    self.block_params_bytes,
+                    f"must be the average of block_bytes ({mean})",
+                )
+        if self.experts is not None:
+            bad = [b for b in self.experts.moe_blocks if b >= self.num_blocks]
+            if bad:
+                raise InputError(
+                    "experts.moe_blocks", bad[0], f"must be < num_blocks={self.num_blocks}"
+                )
+        for name in ("total_params", "active_params", "num_attention_heads", "num_kv_heads"):
+            v = getattr(self, name)
+            if v is not None:
+                _check_int(name, v)
+
+    # -- derived sizes ------------------------------------------------------------------
+    def block_sizes(self) -> tuple[int, ...]:
+        """Weight bytes of every block."""
+        if self.block_bytes is not None:
+            return self.block_bytes
+        return (self.block_params_bytes,) * self.num_blocks
+
+    def block_read_sizes(self) -> tuple[int, ...]:
+        """Bytes one decoded token reads in every block."""
+        if self.block_read_bytes is not None:
+            return self.block_read_bytes
+        return self.block_sizes()
+
+    @property
+    def weight_bytes(self) -> int:
+        """Seed §6 step 1: every block plus embed plus head."""
+        return sum(self.block_sizes()) + self.embed_params_bytes + self.head_params_bytes
+
+    def kv_bytes(self, block: int, context_tokens: int, batch: int = 1) -> int:
+        """KV bytes of ``block`` for ``batch`` sequences of ``context_tokens`` (0: unknown)."""
+        if self.kv_bytes_per_token is None:
+            return 0
+        tokens = context_tokens
+        if self.kv_window_tokens is not None and self.kv_window_tokens[block] is not None:
+            window = self.kv_window_tokens[block]
+            assert window is not None
+            tokens = min(tokens, window)
+        return self.kv_bytes_per_token[block] * tokens * batch
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeDescriptor:
+    """One placement target (seed 000 §5.1, extended).
+
+    ``flops_estimate`` is dense bf16 TFLOPs; ``link_mbps`` is the best-effort
+    outbound link in Mbit/s.  The optional fields, when absent, are filled from
+    the GPU spec table by ``gpu_name`` (see :mod:`stowplan.gpus`).
+    """
+
+    id: str
+    gpu_name: str
+    vram_bytes: int
+    flops_estimate: float
+    link_mbps: float
+    mem_bandwidth_gbps: float | None = None
+    """Memory bandwidth in GB/s (decimal); None → spec table."""
+    link_latency_ms: float = 0.0
+    """One-way latency of the outbound link."""
+    price_per_hour: float | None = None
+    """$ per hour for this node, when rented."""
+    num_gpus: int = 1
+    """GPUs behind this node; ``vram_bytes`` and ``flops_estimate`` are their totals."""
+    labels: tuple[tuple[str, str], ...] = field(default=())
+    """Free-form provenance (``source=vastai``, ``measured=bandwidth`` …)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise InputError("id", self.id, "must be a non-empty string")
+        if not isinstance(self.gpu_name, str):
+            raise InputError(f"{self.id}.gpu_name", self.gpu_name, "must be a string")
+        _check_int(f"{self.id}.vram_bytes", self.vram_bytes)
+        _check_float(f"{self.id}.flops_estimate", self.flops_estimate)
+        _check_float(f"{self.id}.link_mbps", self.link_mbps)
+        if self.mem_bandwidth_gbps is not None:
+            _check_float(f"{self.id}.mem_bandwidth_gbps", self.mem_bandwidth_gbps, positive=True)
+        _check_float(f"{self.id}.link_latency_ms", self.link_latency_ms)
+        if self.price_per_hour is not None:
+            _check_float(f"{self.id}.price_per_hour", self.price_per_hour)
+        _check_int(f"{self.id}.num_gpus", self.num_gpus, minimum=1)
+        object.__setattr__(self, "labels", tuple(tuple(kv) for kv in self.labels))
+
+
+def check_unique_ids(nodes: Sequence[NodeDescriptor]) -> None:
+    """Raise :class:`InputError` naming the first duplicated node id."""
+    seen: set[str] = set()
+    for node in nodes:
+        if not isinstance(node, NodeDescriptor):
+            raise InputError("nodes[]", node, "must be a NodeDescriptor")
+        if node.id in seen:
+            raise InputError("nodes[].id", node.id, "node ids must be unique")
+        seen.add(node.id)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Constraints:
+    """What the caller asks of a plan (seed 000 §5.1, extended). ``None`` means the default."""
+
+    min_stages: int | None = None
+    """Minimum number of stages (default 1)."""
+    max_stages: int | None = None
+    """Maximum number of stages (default: the number of nodes)."""
+    vram_headroom_frac: float | None = None
+    """VRAM fraction reserved per node for framework overhead and safety (default 0.2)."""
+    strategy: Strategy | None = None
+    """Planner strategy; default ``latency`` at batch 1, ``throughput`` above."""
+    batch: int = 1
+    """Concurrent sequences in flight."""
+    context_tokens: int | None = None
+    """Tokens of context per sequence to budget KV cache for (None: no KV reserve)."""
+    objective: Objective = Objective.SPEED
+    target_tokens_per_s: float | None = None
+    """With ``objective=cost``: the throughput the cheapest node set must reach."""
+
+    def __post_init__(self) -> None:
+        if self.min_stages is not None:
+            _check_int("min_stages", self.min_stages, minimum=1)
+        if self.max_stages is not None:
+            _check_int("max_stages", self.max_stages, minimum=1)
+        if (
+            self.min_stages is not None
+            and self.max_stages is not None
+            and self.min_stages > self.max_stages
+        ):
+            raise InputError(
+                "min_stages",
+                self.min_stages,
+                f"must be <= max_stages ({self.max_stages})",
+            )
+        h = self.vram_headroom_frac
+        if h is not None and (
+            isinstance(h, bool)
+            or not isinstance(h, int | float)
+            or not math.isfinite(h)
+            or not 0 <= h < 1
+        ):
+            raise InputError("vram_headroom_frac", h, "must be a number in [0, 1)")
+        if self.strategy is not None:
+            try:
+                object.__setattr__(self, "strategy", Strategy(self.strategy))
+            except ValueError:
+                raise InputError(
+                    "strategy",
+                    self.strategy,
+                    f"must be one of {', '.join(s.value for s in Strategy)}",
+                ) from None
+        try:
+            object.__setattr__(self, "objective", Objective(self.objective))
+        except ValueError:
+            raise InputError(
+                "objective",
+                self.objective,
+                f"must be one of {', '.join(o.value for o in Objective)}",
+            ) from None
+        _check_int("batch", self.batch, minimum=1)
+        if self.context_tokens is not None:
+            _check_int("context_tokens", self.context_tokens)
+        if self.target_tokens_per_s is not None:
+            _check_float("target_tokens_per_s", self.target_tokens_per_s, positive=True)
+        if self.objective is Objective.COST and self.target_tokens_per_s is None:
+            raise InputError(
+                "target_tokens_per_s", None, "is required with objective='cost' (e.g. 20)"
+            )
+
+    @property
+    def headroom(self) -> float:
+        """The effective headroom fraction."""
+        return DEFAULT_HEADROOM_FRAC if self.vram_headroom_frac is None else self.vram_headroom_frac
+
+    def resolved_strategy(self) -> Strategy:
+        """The strategy that will run: the given one, or the workload's default."""
+        if self.strategy is not None:
+            return self.strategy
+        return Strategy.LATENCY if self.batch == 1 else Strategy.THROUGHPUT
+
+
+def usable_bytes(node: NodeDescriptor, headroom: float) -> int:
+    """Seed §6 step 2: ``vram_bytes * (1 - headroom)``, rounded down."""
+    return math.floor(node.vram_bytes * (1.0 - headroom))

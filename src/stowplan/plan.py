@@ -1,0 +1,286 @@
+"""The planner's output: a frozen, serialisable ``Plan`` (seed 000 §5.2, extended).
+
+A plan is data: :func:`plan_to_json` gives byte-identical JSON for equal
+plans, :func:`plan_from_json` validates and rejects unknown schema versions
+and malformed input with an :class:`~stowplan.errors.InputError`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from stowplan.errors import InputError
+from stowplan.model import ExpertId
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Certificate",
+    "Plan",
+    "PlanRationale",
+    "Prediction",
+    "StageAssignment",
+    "Topology",
+    "TopologyKind",
+    "plan_from_dict",
+    "plan_from_json",
+    "plan_to_dict",
+    "plan_to_json",
+]
+
+SCHEMA_VERSION = 1
+_FORBID: dict[str, Any] = {"extra": "forbid"}
+
+
+class TopologyKind(StrEnum):
+    PIPELINE_CHAIN = "PipelineChain"
+    """Stage i sends activations to i+1; stage N-1 sends the next token back to stage 0."""
+    PIPELINE_WITH_EXPERTS = "PipelineWithExperts"
+    """A pipeline whose MoE experts are spread over the stages' nodes (seed §11)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Topology:
+    """Shape of the plan: ``Topology.PipelineChain(4)``."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = _FORBID
+
+    kind: TopologyKind
+    num_stages: int
+    experts_per_layer: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", TopologyKind(self.kind))
+        if isinstance(self.num_stages, bool) or not isinstance(self.num_stages, int):
+            raise InputError("topology.num_stages", self.num_stages, "must be an integer >= 1")
+        if self.num_stages < 1:
+            raise InputError("topology.num_stages", self.num_stages, "must be an integer >= 1")
+        if (self.kind is TopologyKind.PIPELINE_WITH_EXPERTS) != (
+            self.experts_per_layer is not None
+        ):
+            raise InputError(
+                "topology.experts_per_layer",
+                self.experts_per_layer,
+                "is set exactly when kind is PipelineWithExperts",
+            )
+
+    @classmethod
+    def PipelineChain(cls, num_stages: int) -> Topology:
+        return cls(kind=TopologyKind.PIPELINE_CHAIN, num_stages=num_stages)
+
+    @classmethod
+    def PipelineWithExperts(cls, num_stages: int, experts_per_layer: int) -> Topology:
+        return cls(
+            kind=TopologyKind.PIPELINE_WITH_EXPERTS,
+            num_stages=num_stages,
+            experts_per_layer=experts_per_layer,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageAssignment:
+    """One stage: a contiguous half-open block range on one node."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = _FORBID
+
+    stage: int
+    node_id: str
+    block_range: tuple[int, int]
+    owns_embed: bool
+    owns_head: bool
+    estimated_vram_bytes: int
+    """Weights + KV reserve this stage holds on its node."""
+    owned_experts: tuple[ExpertId, ...] = ()
+    kv_reserve_bytes: int = 0
+    usable_vram_bytes: int | None = None
+    """The node's VRAM after headroom: the budget ``estimated_vram_bytes`` must respect."""
+
+    def __post_init__(self) -> None:
+        lo, hi = self.block_range
+        object.__setattr__(self, "block_range", (lo, hi))
+        object.__setattr__(self, "owned_experts", tuple(self.owned_experts))
+        if not 0 <= lo <= hi:
+            raise InputError(
+                f"assignments[{self.stage}].block_range", (lo, hi), "must satisfy 0 <= lo <= hi"
+            )
+        if self.estimated_vram_bytes < 0:
+            raise InputError(
+                f"assignments[{self.stage}].estimated_vram_bytes",
+                self.estimated_vram_bytes,
+                "must be >= 0",
+            )
+
+    @property
+    def num_blocks(self) -> int:
+        return self.block_range[1] - self.block_range[0]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prediction:
+    """What the cost model predicts for a plan (see :mod:`stowplan.cost`)."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = _FORBID
+
+    batch: int
+    tokens_per_s: float
+    """Pipelined decode throughput: batch / slowest stage time."""
+    time_per_token_s: float
+    """Single-stream time per token: every stage in turn plus every hop's latency."""
+    stage_time_s: tuple[float, ...]
+    """Per stage: compute (or memory) time plus its outbound transfer time."""
+    bottleneck_stage: int
+    kv_capacity_tokens: int | None = None
+    """Tokens of KV cache the tightest stage can hold (None: the layout has no KV figure)."""
+    cost_per_hour: float | None = None
+    usd_per_million_tokens: float | None = None
+    assumed: tuple[str, ...] = ()
+    """Inputs taken from the spec table rather than given or measured."""
+    calibration: str | None = None
+    """Name of the calibration profile applied, if any."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Certificate:
+    """How close the plan is to the optimum of its objective."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = _FORBID
+
+    objective: str
+    """``latency`` (seconds per token, lower is better) or ``throughput`` (tokens/s)."""
+    value: float
+    """The plan's value of the objective."""
+    bound: float
+    """The optimum (``exact``) or a valid bound on it."""
+    exact: bool
+    gap: float
+    """Relative distance to the bound: 0.0 means provably optimal."""
+    method: str
+    """How the bound was obtained."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanRationale:
+    """Why the planner chose this plan."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = _FORBID
+
+    strategy: str
+    notes: tuple[str, ...] = ()
+    prediction: Prediction | None = None
+    certificate: Certificate | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "notes", tuple(self.notes))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """Seed 000 §5.2: topology, one assignment per stage in stage order, rationale."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = _FORBID
+
+    topology: Topology
+    assignments: tuple[StageAssignment, ...]
+    rationale: PlanRationale
+    model_name: str | None = None
+    num_blocks: int | None = None
+    context_tokens: int | None = None
+    schema_version: int = field(default=SCHEMA_VERSION)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "assignments", tuple(self.assignments))
+        if self.schema_version != SCHEMA_VERSION:
+            raise InputError(
+                "schema_version", self.schema_version, f"only version {SCHEMA_VERSION} is supported"
+            )
+        n = self.topology.num_stages
+        if len(self.assignments) != n:
+            raise InputError(
+                "assignments", f"<{len(self.assignments)} stages>", f"must have num_stages={n}"
+            )
+        cursor = 0
+        for i, a in enumerate(self.assignments):
+            if a.stage != i:
+                raise InputError(f"assignments[{i}].stage", a.stage, f"must be {i}")
+            if a.block_range[0] != cursor:
+                raise InputError(
+                    f"assignments[{i}].block_range",
+                    a.block_range,
+                    f"must start at {cursor} (ranges are contiguous and in order)",
+                )
+            cursor = a.block_range[1]
+            if a.owns_embed != (i == 0):
+                raise InputError(
+                    f"assignments[{i}].owns_embed", a.owns_embed, "only stage 0 owns the embed"
+                )
+            if a.owns_head != (i == n - 1):
+                raise InputError(
+                    f"assignments[{i}].owns_head", a.owns_head, "only the last stage owns the head"
+                )
+        if self.num_blocks is not None and cursor != self.num_blocks:
+            raise InputError(
+                "assignments", f"blocks [0, {cursor})", f"must cover num_blocks={self.num_blocks}"
+            )
+        if len({a.node_id for a in self.assignments}) != n:
+            raise InputError("assignments[].node_id", "duplicate", "each stage needs its own node")
+
+    @property
+    def num_stages(self) -> int:
+        return self.topology.num_stages
+
+    def stage(self, index: int) -> StageAssignment:
+        if not 0 <= index < self.num_stages:
+            raise InputError("STAGE", index, f"must be in [0, {self.num_stages})")
+        return self.assignments[index]
+
+    def block_counts(self) -> tuple[int, ...]:
+        return tuple(a.num_blocks for a in self.assignments)
+
+
+def _adapter() -> Any:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(Plan)
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    """The plan as plain JSON-compatible data."""
+    data: dict[str, Any] = _adapter().dump_python(plan, mode="json")
+    return data
+
+
+def plan_to_json(plan: Plan, *, indent: int | None = 2) -> str:
+    """Canonical JSON: sorted keys, fixed separators. Equal plans give equal bytes."""
+    return json.dumps(plan_to_dict(plan), sort_keys=True, indent=indent, allow_nan=False) + (
+        "\n" if indent is not None else ""
+    )
+
+
+def plan_from_dict(data: object) -> Plan:
+    """Validate ``data`` into a :class:`Plan`; raise :class:`InputError` on any problem."""
+    from pydantic import ValidationError
+
+    if not isinstance(data, dict):
+        raise InputError("plan", type(data).__name__, "must be a JSON object")
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise InputError("schema_version", version, f"only version {SCHEMA_VERSION} is supported")
+    try:
+        plan: Plan = _adapter().validate_python(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "plan"
+        message = str(err.get("ctx", {}).get("error", err["msg"]))
+        raise InputError(where, err.get("input"), message) from None
+    return plan
+
+
+def plan_from_json(text: str | bytes) -> Plan:
+    """Parse and validate plan JSON."""
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError("plan", f"<{len(text)} bytes>", f"is not valid JSON ({exc})") from None
+    return plan_from_dict(data)

@@ -1,0 +1,131 @@
+"""Pieces every strategy shares: input checks, per-block memory, stage assembly."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+
+from stowplan.errors import Infeasible, InputError, InsufficientVram, NoNodeFitsHead
+from stowplan.model import (
+    Constraints,
+    ModelLayout,
+    NodeDescriptor,
+    check_unique_ids,
+    usable_bytes,
+)
+from stowplan.plan import StageAssignment
+
+__all__ = ["Problem", "build_assignments", "prepare"]
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A validated planning problem with the numbers every strategy needs."""
+
+    model: ModelLayout
+    nodes: tuple[NodeDescriptor, ...]
+    constraints: Constraints
+    usable: dict[str, int]
+    """Usable VRAM per node id (after headroom)."""
+    block_mem: tuple[int, ...]
+    """Bytes each block occupies: weights plus its KV reserve."""
+    block_kv: tuple[int, ...]
+    prefix: tuple[int, ...]
+    """prefix[i] = sum(block_mem[:i])."""
+    min_stages: int
+    max_stages: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.prefix[-1] + self.model.embed_params_bytes + self.model.head_params_bytes
+
+    def range_bytes(self, lo: int, hi: int) -> int:
+        return self.prefix[hi] - self.prefix[lo]
+
+    def stage_capacity(self, node_id: str, first: bool, last: bool) -> int:
+        """Bytes left for blocks on ``node_id`` after its anchors."""
+        cap = self.usable[node_id]
+        if first:
+            cap -= self.model.embed_params_bytes
+        if last:
+            cap -= self.model.head_params_bytes
+        return cap
+
+
+def prepare(
+    model: ModelLayout, nodes: Sequence[NodeDescriptor], constraints: Constraints
+) -> Problem:
+    """Validate inputs and compute the shared numbers; raise ``PlanError`` when hopeless."""
+    if not isinstance(model, ModelLayout):
+        raise InputError("model", type(model).__name__, "must be a ModelLayout")
+    if not isinstance(constraints, Constraints):
+        raise InputError("constraints", type(constraints).__name__, "must be a Constraints")
+    nodes = tuple(nodes)
+    if not nodes:
+        raise Infeasible("no candidate nodes were given")
+    check_unique_ids(nodes)
+    min_n = constraints.min_stages or 1
+    max_n = constraints.max_stages if constraints.max_stages is not None else len(nodes)
+    if min_n > len(nodes):
+        raise Infeasible(f"min_stages={min_n} but only {len(nodes)} nodes are available")
+    if min_n > model.num_blocks:
+        raise Infeasible(
+            f"min_stages={min_n} but the model has only {model.num_blocks} blocks "
+            "(every stage holds at least one)"
+        )
+    max_n = min(max_n, len(nodes), model.num_blocks)
+    headroom = constraints.headroom
+    usable = {n.id: usable_bytes(n, headroom) for n in nodes}
+    ctx = constraints.context_tokens or 0
+    kv = tuple(model.kv_bytes(b, ctx, constraints.batch) for b in range(model.num_blocks))
+    mem = tuple(s + k for s, k in zip(model.block_sizes(), kv, strict=True))
+    prefix = (0, *accumulate(mem))
+    problem = Problem(
+        model=model,
+        nodes=nodes,
+        constraints=constraints,
+        usable=usable,
+        block_mem=mem,
+        block_kv=kv,
+        prefix=prefix,
+        min_stages=min_n,
+        max_stages=max_n,
+    )
+    anchor = max(model.embed_params_bytes, model.head_params_bytes)
+    if max(usable.values()) < anchor:
+        raise NoNodeFitsHead(anchor)
+    biggest = sorted(usable.values(), reverse=True)[:max_n]
+    if sum(biggest) < problem.total_bytes:
+        raise InsufficientVram(problem.total_bytes, sum(biggest))
+    return problem
+
+
+def build_assignments(
+    problem: Problem, order: Sequence[str], bounds: Sequence[int]
+) -> tuple[StageAssignment, ...]:
+    """Stage assignments for nodes ``order`` with block boundaries ``bounds`` (len N+1)."""
+    n = len(order)
+    model = problem.model
+    out = []
+    for s, node_id in enumerate(order):
+        lo, hi = bounds[s], bounds[s + 1]
+        kv = sum(problem.block_kv[lo:hi])
+        est = problem.range_bytes(lo, hi)
+        if s == 0:
+            est += model.embed_params_bytes
+        if s == n - 1:
+            est += model.head_params_bytes
+        out.append(
+            StageAssignment(
+                stage=s,
+                node_id=node_id,
+                block_range=(lo, hi),
+                owns_embed=s == 0,
+                owns_head=s == n - 1,
+                estimated_vram_bytes=est,
+                kv_reserve_bytes=kv,
+                usable_vram_bytes=problem.usable[node_id],
+            )
+        )
+    return tuple(out)

@@ -1,0 +1,1 @@
+"""Rendering of plans for people: terminal tables (rich) and HTML."""

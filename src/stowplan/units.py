@@ -1,0 +1,102 @@
+"""Parsing of human-written quantities: ``"24GiB"``, ``"20tok/s"``, ``"1Gbit"``.
+
+Bytes are integers. Decimal prefixes (k, M, G, T) are powers of 1000, binary
+prefixes (Ki, Mi, Gi, Ti) powers of 1024. ``"24GB"`` is 24e9 bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from stowplan.errors import InputError
+
+__all__ = ["format_bytes", "parse_bytes", "parse_link_mbps", "parse_tokens_per_s"]
+
+_PREFIX = {
+    "": 1,
+    "k": 10**3,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
+_NUMBER = r"(?P<num>[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*"
+_BYTES_RE = re.compile(_NUMBER + r"(?P<prefix>[kKMGT]i?)?(?P<unit>B|b|bytes?)?$")
+_BITS_RE = re.compile(_NUMBER + r"(?P<prefix>[kKMGT])?(?P<unit>bit|bps|bit/s|b/s)$")
+_TOKS_RE = re.compile(_NUMBER + r"(?:tok/s|tokens/s|t/s)?$")
+
+
+def _finite_non_negative(field: str, value: float, raw: object) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise InputError(field, raw, "must be a finite number >= 0")
+    return value
+
+
+def parse_bytes(value: object, *, field: str = "bytes") -> int:
+    """Return ``value`` as an integer byte count.
+
+    Accepts a non-negative integer, or a string such as ``"24GiB"``, ``"24 GB"``,
+    ``"512MiB"``, ``"1e9"``.
+    """
+    if isinstance(value, bool):
+        raise InputError(field, value, "must be a byte count such as 25769803776 or '24GiB'")
+    if isinstance(value, int):
+        if value < 0:
+            raise InputError(field, value, "must be >= 0")
+        return value
+    if isinstance(value, float):
+        _finite_non_negative(field, value, value)
+        return int(value)
+    if isinstance(value, str):
+        m = _BYTES_RE.match(value.strip())
+        if m is not None and m.group("unit") != "b":
+            number = float(m.group("num"))
+            _finite_non_negative(field, number, value)
+            return round(number * _PREFIX[m.group("prefix") or ""])
+    raise InputError(
+        field, value, "must be a byte count such as 25769803776, '24GiB', '24GB' or '512MiB'"
+    )
+
+
+def parse_link_mbps(value: object, *, field: str = "link_mbps") -> float:
+    """Link speed in Mbit/s from a number (already Mbit/s) or ``"1Gbit"``, ``"100Mbps"``."""
+    if isinstance(value, bool):
+        raise InputError(field, value, "must be Mbit/s as a number or a string like '1Gbit'")
+    if isinstance(value, int | float):
+        return _finite_non_negative(field, float(value), value)
+    if isinstance(value, str):
+        m = _BITS_RE.match(value.strip())
+        if m is not None:
+            number = _finite_non_negative(field, float(m.group("num")), value)
+            return number * _PREFIX[m.group("prefix") or ""] / 1e6
+        try:
+            return _finite_non_negative(field, float(value), value)
+        except ValueError:
+            pass
+    raise InputError(field, value, "must be Mbit/s as a number or a string like '1Gbit', '100Mbps'")
+
+
+def parse_tokens_per_s(value: object, *, field: str = "target") -> float:
+    """Return tokens per second from a number or ``"20tok/s"``."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        rate = _finite_non_negative(field, float(value), value)
+    elif isinstance(value, str) and (m := _TOKS_RE.match(value.strip())) is not None:
+        rate = _finite_non_negative(field, float(m.group("num")), value)
+    else:
+        raise InputError(field, value, "must be a rate such as 20 or '20tok/s'")
+    if rate <= 0:
+        raise InputError(field, value, "must be > 0 tokens/s")
+    return rate
+
+
+def format_bytes(n: float) -> str:
+    """Human-readable binary size: ``format_bytes(25769803776) == '24.0 GiB'``."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
