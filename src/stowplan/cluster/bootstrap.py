@@ -147,6 +147,8 @@ def init_ray(
 
     if address:
         if ray.is_initialized():
+            if _gcs_address(ray) == address:
+                return result(InitMode.ATTACHED, None)
             ray.shutdown()
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
         log.info("attached to Ray cluster at %s", address)

@@ -136,6 +136,8 @@ def _check_world(spec: ParallelismSpec, fleet: FleetSpec) -> None:
 
 def _check_expert(spec: ParallelismSpec, layout: ModelLayout | None) -> None:
     tp, ep, world = spec.tensor, spec.expert, spec.world_size
+    if ep == 1:
+        return  # experts are not split
     num_experts = None if layout is None or layout.experts is None else layout.experts.num_experts
     if layout is not None and num_experts is None and ep > 1:
         raise InputError("ep", ep, f"{layout.name} has no routed experts; use 1")
@@ -174,8 +176,8 @@ def validate_parallelism(
 
     Rules, in order: the fleet has GPUs; tp divides the attention and KV heads;
     the replica (tp × pp) and the world (tp × pp × dp) fit the fleet, per-node
-    replicas a whole number per node; ep is a multiple of tp, divides the
-    expert count and does not exceed the world; a replica spanning nodes is
+    replicas a whole number per node; ep (when > 1) is a multiple of tp,
+    divides the expert count and does not exceed the world; a replica spanning nodes is
     not asked to be ``STRICT_PACK``.
 
     Returns what the placement needs; raises :class:`InputError` naming the
