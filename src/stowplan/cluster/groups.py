@@ -70,16 +70,29 @@ def _totals(bundles: Sequence[Bundle]) -> dict[str, float]:
     return need
 
 
-def check_available(bundles: Sequence[Bundle], what: str) -> None:
+def check_available(bundles: Sequence[Bundle], what: str, settle_s: float = 2.0) -> None:
     """Raise :class:`InsufficientResources` when the cluster's available resources cannot
     cover the sum of ``bundles``, naming every short resource (and whether any node
-    registered it at all)."""
+    registered it at all).
+
+    Ray's view of available resources lags a removal by up to about a second, so a
+    shortfall is re-checked for ``settle_s`` seconds before it is reported.
+    """
     ray = require_ray()
-    available = ray.available_resources()
-    registered = ray.cluster_resources()
+    need = _totals(bundles)
+    deadline = time.monotonic() + settle_s
+    while True:
+        available = ray.available_resources()
+        registered = ray.cluster_resources()
+        short = any(n > float(available.get(k, 0.0)) + _EPS for k, n in need.items())
+        if not short or time.monotonic() >= deadline:
+            break
+        if any(k not in registered for k in need):
+            break  # nothing will settle into a resource no node has
+        time.sleep(0.1)
     missing: dict[str, tuple[float, float]] = {}
     parts: list[str] = []
-    for key, needed in sorted(_totals(bundles).items()):
+    for key, needed in sorted(need.items()):
         have = float(available.get(key, 0.0))
         if needed > have + _EPS:
             missing[key] = (needed, have)
