@@ -16,7 +16,7 @@ from typing import Any
 from stowplan.model import ModelLayout
 from stowplan.models.grouping import ModelReport
 
-__all__ = ["KnownModel", "known_names", "known_report", "lookup"]
+__all__ = ["KnownModel", "known_model", "known_names", "known_report", "lookup"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -204,7 +204,7 @@ def known_names() -> list[str]:
     return sorted(_BY_NAME)
 
 
-def _row(name: str) -> KnownModel | None:
+def known_model(name: str) -> KnownModel | None:
     key = name.strip().lower()
     return _BY_NAME.get(_ALIASES.get(key, key))
 
@@ -214,7 +214,7 @@ def known_report(name: str) -> ModelReport | None:
     """The full report of a known model (None when unknown)."""
     from stowplan.models.hf import hf_report
 
-    row = _row(name)
+    row = known_model(name)
     if row is None:
         return None
     report = hf_report(row.config, name=row.name, dtype=row.dtype)
