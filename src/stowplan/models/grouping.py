@@ -68,6 +68,8 @@ class TensorEntry:
     nbytes: int
     params: int
     dtype: str
+    count: int = 1
+    """Identical copies (one per routed expert); bytes and params are per copy."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -188,8 +190,12 @@ def assemble(
     others: list[str] = []
     has_head_table = False
     # Step 1: sum bytes and parameters per part.
-    for e in entries:
-        where = classify(e.name, n)
+    for one in entries:
+        where = classify(one.name, n)
+        e = TensorEntry(
+            name=one.name, nbytes=one.nbytes * one.count, params=one.params * one.count,
+            dtype=one.dtype,
+        )  # fmt: skip
         if where.part is Part.EMBED:
             embed_b, embed_p = embed_b + e.nbytes, embed_p + e.params
         elif where.part is Part.HEAD:

@@ -113,6 +113,8 @@ class _T:
     shape: tuple[int, ...]
     role: str
     """``linear``, ``expert``, ``router``, ``small`` (norms, biases), ``table``, ``buffer``."""
+    count: int = 1
+    """Identical copies: the routed experts ``experts.*`` of one block."""
 
 
 def _head_dim(cfg: Config) -> int:
@@ -194,11 +196,10 @@ def _moe(cfg: Config, mt: str, p: str) -> Iterator[_T]:
     if mt == "mixtral":
         e, inter = _int(cfg, "num_local_experts"), _int(cfg, "intermediate_size")
         yield _T(f"{p}.block_sparse_moe.gate.weight", (e, h), "router")
-        for j in range(e):
-            q = f"{p}.block_sparse_moe.experts.{j}"
-            yield _T(f"{q}.w1.weight", (inter, h), "expert")
-            yield _T(f"{q}.w2.weight", (h, inter), "expert")
-            yield _T(f"{q}.w3.weight", (inter, h), "expert")
+        q = f"{p}.block_sparse_moe.experts.*"
+        yield _T(f"{q}.w1.weight", (inter, h), "expert", e)
+        yield _T(f"{q}.w2.weight", (h, inter), "expert", e)
+        yield _T(f"{q}.w3.weight", (inter, h), "expert", e)
         return
     if mt == "gpt_oss":
         e, inter = (
@@ -222,9 +223,8 @@ def _moe(cfg: Config, mt: str, p: str) -> Iterator[_T]:
     yield _T(f"{p}.mlp.gate.weight", (e, h), "router")
     if mt in ("deepseek_v3", "kimi_k2") and cfg.get("topk_method", "noaux_tc") == "noaux_tc":
         yield _T(f"{p}.mlp.gate.e_score_correction_bias", (e,), "buffer")
-    for j in range(e):
-        for t in _mlp(f"{p}.mlp.experts.{j}", h, inter):
-            yield _T(t.name, t.shape, "expert")
+    for t in _mlp(f"{p}.mlp.experts.*", h, inter):
+        yield _T(t.name, t.shape, "expert", e)
     if shared:
         yield from _mlp(f"{p}.mlp.shared_experts", h, inter * shared)
     if mt == "qwen2_moe":
@@ -379,7 +379,7 @@ def _numel(shape: tuple[int, ...]) -> int:
 def _price(t: _T, s: _Scheme) -> Iterator[TensorEntry]:
     n = _numel(t.shape)
     if t.role == "buffer":
-        yield TensorEntry(name=t.name, nbytes=4 * n, params=0, dtype="fp32")
+        yield TensorEntry(name=t.name, nbytes=4 * n, params=0, dtype="fp32", count=t.count)
         return
     dtype = {"linear": s.linear, "expert": s.expert, "table": s.table}.get(t.role, s.small)
     if t.role == "router":
@@ -388,14 +388,22 @@ def _price(t: _T, s: _Scheme) -> Iterator[TensorEntry]:
         dtype = s.dense
     if dtype == "mxfp4":
         # stored as <name>_blocks (4-bit pairs) and <name>_scales (one byte per 32)
-        yield TensorEntry(name=f"{t.name}_blocks", nbytes=n // 2, params=n, dtype="mxfp4")
-        yield TensorEntry(name=f"{t.name}_scales", nbytes=-(-n // 32), params=0, dtype="u8")
+        yield TensorEntry(
+            name=f"{t.name}_blocks", nbytes=n // 2, params=n, dtype="mxfp4", count=t.count
+        )
+        yield TensorEntry(
+            name=f"{t.name}_scales", nbytes=-(-n // 32), params=0, dtype="u8", count=t.count
+        )
         return
-    yield TensorEntry(name=t.name, nbytes=tensor_bytes(n, dtype), params=n, dtype=dtype)
+    yield TensorEntry(
+        name=t.name, nbytes=tensor_bytes(n, dtype), params=n, dtype=dtype, count=t.count
+    )
     if dtype == "fp8" and s.block_scale is not None and len(t.shape) == 2:
         r, c = t.shape
         blocks = -(-r // s.block_scale[0]) * -(-c // s.block_scale[1])
-        yield TensorEntry(name=f"{t.name}_scale_inv", nbytes=4 * blocks, params=0, dtype="fp32")
+        yield TensorEntry(
+            name=f"{t.name}_scale_inv", nbytes=4 * blocks, params=0, dtype="fp32", count=t.count
+        )
 
 
 # -- the layout ---------------------------------------------------------------------------
