@@ -94,6 +94,6 @@ def test_unknown_name_lists_the_choices() -> None:
     with pytest.raises(InputError) as err:
         resolve_model("llama9:1t")
     assert str(err.value) == (
-        "MODEL='llama9:1t': is not a known model, a config.json, a checkpoint folder or a "
-        f".gguf file; known: {', '.join(known_names())}"
+        f"MODEL='llama9:1t': is not a known model; known: {', '.join(known_names())}; "
+        "or give a config.json, a checkpoint folder or a .gguf file"
     )

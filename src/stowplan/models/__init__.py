@@ -58,8 +58,8 @@ def inspect_model(spec: str, *, dtype: str | None = None) -> ModelReport:
     raise InputError(
         "MODEL",
         spec,
-        "is not a known model, a config.json, a checkpoint folder or a .gguf file; "
-        f"known: {', '.join(known_names())}",
+        f"is not a known model; known: {', '.join(known_names())}; "
+        "or give a config.json, a checkpoint folder or a .gguf file",
     )
 
 
