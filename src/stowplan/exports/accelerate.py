@@ -156,8 +156,8 @@ def export_accelerate(
     for a, d in zip(plan.assignments, devices, strict=True):
         budget = a.usable_vram_bytes if a.usable_vram_bytes is not None else a.estimated_vram_bytes
         max_memory[str(d)] = max_memory.get(str(d), 0) + budget
-    model_arg, notes = model_argument(plan, model)
-    notes = list(notes)
+    model_arg, model_notes = model_argument(plan, model)
+    notes = list(model_notes)
     gpu_nodes = [a.node_id for a, d in zip(plan.assignments, devices, strict=True) if d != "cpu"]
     if gpu_nodes:
         notes.append(
