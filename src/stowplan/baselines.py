@@ -17,15 +17,16 @@ as stowplan's own strategies (:func:`compare`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from stowplan.cost import CostModel
 from stowplan.errors import PlanError
+from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.planner.common import Problem
 from stowplan.planner.throughput import Pipeline, greedy_split
 
-__all__ = ["BASELINES", "BaselineResult", "compare", "run_baseline"]
+__all__ = ["BASELINES", "BaselineResult", "compare", "compare_plans", "run_baseline"]
 
 
 def _fits(cm: CostModel, p: Pipeline) -> bool:
@@ -118,7 +119,10 @@ def compare(problem: Problem, cm: CostModel) -> tuple[BaselineResult, ...]:
         if p is None:
             out.append(
                 BaselineResult(
-                    name=name, pipeline=None, tokens_per_s=None, time_per_token_s=None,
+                    name=name,
+                    pipeline=None,
+                    tokens_per_s=None,
+                    time_per_token_s=None,
                     num_stages=None,
                 )
             )
@@ -134,3 +138,17 @@ def compare(problem: Problem, cm: CostModel) -> tuple[BaselineResult, ...]:
             )
         )
     return tuple(out)
+
+
+def compare_plans(
+    model: ModelLayout, nodes: Sequence[NodeDescriptor], constraints: Constraints
+) -> tuple[BaselineResult, ...]:
+    """:func:`compare` on all ``nodes`` (the cost objective's node selection is not applied)."""
+    from dataclasses import replace
+
+    from stowplan.model import Objective
+    from stowplan.planner.common import prepare
+
+    c = replace(constraints, objective=Objective.SPEED, target_tokens_per_s=None)
+    problem = prepare(model, nodes, c)
+    return compare(problem, CostModel(model, nodes, c))

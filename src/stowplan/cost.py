@@ -185,7 +185,10 @@ class CostModel:
         ctx = constraints.context_tokens or 0
         kv = [model.kv_bytes(i, ctx, b) for i in range(model.num_blocks)]
         self.has_kv_figure = model.kv_bytes_per_token is not None
-        self.mem_prefix = (0, *accumulate(s + k for s, k in zip(model.block_sizes(), kv)))
+        self.mem_prefix = (
+            0,
+            *accumulate(s + k for s, k in zip(model.block_sizes(), kv, strict=True)),
+        )
         self.read_prefix = (0, *accumulate(model.block_read_sizes()))
         self.kv_prefix = (0, *accumulate(kv))
         per_token = model.kv_bytes_per_token or (0,) * model.num_blocks

@@ -29,7 +29,21 @@ def _balance_by_vram(problem: Problem) -> Plan:
 
 def _heuristic(problem: Problem, cm: CostModel, objective: str) -> Pipeline | None:
     found = (latency_pipeline if objective == "latency" else throughput_pipeline)(problem, cm)
+    if not cm.uniform and len(cm.nodes) <= _SMALL_NONUNIFORM:
+        # Unlike blocks make the node order matter: small clusters are solved exactly.
+        from stowplan.errors import DependencyError
+        from stowplan.planner.exact import solve_exact
+
+        try:
+            exact = solve_exact(problem, cm, objective).pipeline
+        except DependencyError:
+            exact = None
+        found = pick_best(problem, cm, objective, exact) if exact is not None else found
     return pick_best(problem, cm, objective, found)
+
+
+_SMALL_NONUNIFORM = 6
+"""Clusters of blocks that differ are solved by the exact DP up to this many nodes."""
 
 
 def _latency(problem: Problem) -> Plan:

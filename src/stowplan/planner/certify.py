@@ -103,7 +103,9 @@ def _notes(
         usable = cm.usable[d]
         out.append(
             f"stage {s} on {cm.nodes[d].id}: {pred.stage_time_s[s] * 1e3:.2f} ms/step, "
-            f"VRAM {used / usable:.1%} of usable" if usable else f"stage {s}: no usable VRAM"
+            f"VRAM {used / usable:.1%} of usable"
+            if usable
+            else f"stage {s}: no usable VRAM"
         )
     out.append(
         f"predicted: {pred.tokens_per_s:.2f} tokens/s pipelined at batch {pred.batch}, "
@@ -144,9 +146,7 @@ def finish(
     order, bounds = p
     objective = objective_of(problem.constraints, strategy)
     if isinstance(optimum, Optimum):
-        cert = certificate(
-            problem, cm, objective, p, optimum.value, optimum.exact, optimum.method
-        )
+        cert = certificate(problem, cm, objective, p, optimum.value, optimum.exact, optimum.method)
     else:
         cert = certificate(problem, cm, objective, p)
     pred = cm.prediction(order, bounds)

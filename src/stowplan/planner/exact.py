@@ -172,15 +172,28 @@ def _milp(problem: Problem, cm: CostModel, objective: str, time_limit_s: float) 
     mem = min(cm.mem_prefix[i + 1] - cm.mem_prefix[i] for i in range(nb))
     # variables: k_d, u_d, f_d, l_d, t_d for d in nodes, then T (throughput only)
     nv = 5 * n + 1
-    k, u, f, lv, t = (lambda d, o=o: o * n + d for o in range(5))  # type: ignore[misc]
+
+    def k(d: int) -> int:
+        return d
+
+    def u(d: int) -> int:
+        return n + d
+
+    def f(d: int) -> int:
+        return 2 * n + d
+
+    def lv(d: int) -> int:
+        return 3 * n + d
+
+    def t(d: int) -> int:
+        return 4 * n + d
+
     big_t = 5 * n
     rows: list[tuple[dict[int, float], float, float]] = []
     rows.append(({k(d): 1.0 for d in range(n)}, nb, nb))
     rows.append(({f(d): 1.0 for d in range(n)}, 1, 1))
     rows.append(({lv(d): 1.0 for d in range(n)}, 1, 1))
-    rows.append(
-        ({u(d): 1.0 for d in range(n)}, max(2, problem.min_stages), problem.max_stages)
-    )
+    rows.append(({u(d): 1.0 for d in range(n)}, max(2, problem.min_stages), problem.max_stages))
     gb = 1e-9
     for d in range(n):
         rows.append(({k(d): 1.0, u(d): -float(nb)}, -np.inf, 0))
@@ -299,7 +312,11 @@ def fluid_bound(problem: Problem, cm: CostModel, objective: str) -> float:
     single = math.inf
     if problem.min_stages <= 1:
         single = min(
-            (cm.stage_time(d, 0, nb, True, True) for d in range(n) if cm.fits(d, 0, nb, True, True)),
+            (
+                cm.stage_time(d, 0, nb, True, True)
+                for d in range(n)
+                if cm.fits(d, 0, nb, True, True)
+            ),
             default=math.inf,
         )
     if problem.max_stages < 2 or n < 2:
@@ -319,8 +336,10 @@ def fluid_bound(problem: Problem, cm: CostModel, objective: str) -> float:
 
     def capacity(tm: float) -> float:
         mid = sorted(
-            (min(max(tm - cm.xfer_s[d], 0.0) / rate[d] if rate[d] else nb, room[d], nb)
-             for d in range(n)),
+            (
+                min(max(tm - cm.xfer_s[d], 0.0) / rate[d] if rate[d] else nb, room[d], nb)
+                for d in range(n)
+            ),
             reverse=True,
         )
         gain = max(

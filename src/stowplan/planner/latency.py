@@ -178,7 +178,7 @@ def _improve(
     """Drop and swap moves while one lowers the surrogate time (best improvement)."""
     assert callable(score)
     for _ in range(_MAX_ROUNDS):
-        cost, members = best
+        _, members = best
         inside = {x.index for x in members}
         outside = [x for x in pool if x.index not in inside]
         trial: list[list[_Node]] = []

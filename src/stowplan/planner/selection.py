@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from dataclasses import replace
 
 from stowplan.cost import CostModel
 from stowplan.errors import Infeasible, InputError, PlanError
+from stowplan.model import Constraints, Objective
 from stowplan.plan import Plan, PlanRationale
 from stowplan.planner.common import Problem, prepare
 
@@ -60,9 +62,7 @@ def plan_cheapest(problem: Problem, runner: Callable[[Problem], Plan]) -> Plan:
         last = members[-1]
         if last + 1 < len(nodes):
             heapq.heappush(heap, (cost + price[last + 1], (*members, last + 1)))
-            heapq.heappush(
-                heap, (cost - price[last] + price[last + 1], (*members[:-1], last + 1))
-            )
+            heapq.heappush(heap, (cost - price[last] + price[last + 1], (*members[:-1], last + 1)))
         if len(members) > problem.max_stages or sum(usable[i] for i in members) < need:
             continue
         try:
@@ -94,23 +94,21 @@ def plan_cheapest(problem: Problem, runner: Callable[[Problem], Plan]) -> Plan:
     raise Infeasible(why)
 
 
-def _speed(c: object) -> object:
-    from dataclasses import replace
-
-    from stowplan.model import Constraints, Objective
-
-    assert isinstance(c, Constraints)
+def _speed(c: Constraints) -> Constraints:
     return replace(c, objective=Objective.SPEED, target_tokens_per_s=None)
 
 
 def _with_note(plan: Plan, note: str) -> Plan:
-    from dataclasses import replace
-
     r = plan.rationale
-    return replace(plan, rationale=PlanRationale(
-        strategy=r.strategy, notes=(note, *r.notes), prediction=r.prediction,
-        certificate=r.certificate,
-    ))
+    return replace(
+        plan,
+        rationale=PlanRationale(
+            strategy=r.strategy,
+            notes=(note, *r.notes),
+            prediction=r.prediction,
+            certificate=r.certificate,
+        ),
+    )
 
 
 _ = CostModel  # the cost model defines the rates compared here

@@ -157,7 +157,7 @@ def _capacity_test(
         for lst in top_last:
             if f == lst:
                 continue
-            inner = [d for d in ranked[: max_stages] if d not in (f, lst)][: max_stages - 2]
+            inner = [d for d in ranked[:max_stages] if d not in (f, lst)][: max_stages - 2]
             total = first[f] + last[lst] + sum(mid[d] for d in inner)
             if total >= nb and (best is None or total > best[0]):
                 best = (total, [f, *inner, lst])
@@ -181,9 +181,7 @@ def throughput_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
     candidates: list[Pipeline] = []
     # One stage: the fastest single node that holds everything.
     if min_n <= 1:
-        singles = [
-            d for d in nodes if cm.fits(d, 0, cm.num_blocks, True, True)
-        ]
+        singles = [d for d in nodes if cm.fits(d, 0, cm.num_blocks, True, True)]
         if singles:
             d = min(singles, key=lambda d: (cm.stage_time(d, 0, cm.num_blocks, True, True), d))
             candidates.append(([d], [0, cm.num_blocks]))
