@@ -5,7 +5,8 @@ Three formats are understood, all as printed by real drivers:
 * ``nvidia-smi -q -x`` — XML (schemas v11 to v13);
 * ``nvidia-smi -q`` (same as ``-a``) — indented ``Key : value`` text;
 * ``nvidia-smi --query-gpu=name,uuid,memory.total,... --format=csv`` with or
-  without ``nounits`` (``memory.total [MiB]`` / ``81559 MiB``).
+  without ``nounits`` (``memory.total [MiB]`` / ``81559 MiB``);
+* the default ``nvidia-smi`` summary table (names, memory; no UUID or PCIe).
 
 :func:`parse_nvidia_smi` detects the format. Every parser returns one
 :class:`GpuRecord` per physical GPU (MIG instances are not GPUs); values the
@@ -30,6 +31,7 @@ __all__ = [
     "parse_query_csv",
     "parse_query_text",
     "parse_query_xml",
+    "parse_summary_table",
     "pcie_gbps",
 ]
 
@@ -81,7 +83,7 @@ class SmiReport:
     """A parsed report: the driver and every GPU in it."""
 
     format: str
-    """``xml``, ``text`` or ``csv``."""
+    """``xml``, ``text``, ``csv``, ``table`` or ``nvml``."""
     driver_version: str | None
     gpus: tuple[GpuRecord, ...]
 
@@ -260,11 +262,55 @@ def parse_query_csv(text: str) -> SmiReport:
     return SmiReport(format="csv", driver_version=driver, gpus=tuple(gpus))
 
 
+# -- the default summary table (nvidia-smi with no arguments) ---------------------------
+
+_ROW = re.compile(r"^\|\s+(?P<idx>\d+)\s+(?P<name>.+?)\s+(?:On|Off|WDDM|TCC)\s+\|\s+(?P<bus>\S+)")
+_MEM = re.compile(r"(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB")
+_DRIVER = re.compile(r"(?:Driver|KMD) Version:\s*(?P<v>\S+)")
+
+
+def parse_summary_table(text: str) -> SmiReport:
+    """Parse the default ``nvidia-smi`` table: index, name (as wide as the column), memory.
+
+    The table prints no UUID and no PCIe link; those fields are None.
+    """
+    m = _DRIVER.search(text)
+    if "NVIDIA-SMI" not in text or m is None:
+        raise InputError("nvidia-smi", text[:40], "is not the nvidia-smi summary table")
+    gpus: list[GpuRecord] = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if "Processes:" in line or "MIG devices" in line:
+            break
+        row = _ROW.match(line)
+        if row is None or i + 1 >= len(lines):
+            continue
+        mem = _MEM.search(lines[i + 1])
+        total = int(mem["total"]) if mem else None
+        gpus.append(
+            GpuRecord(
+                index=int(row["idx"]),
+                name=row["name"].strip(),
+                uuid=None,
+                bus_id=row["bus"],
+                memory_total_mib=total,
+                memory_free_mib=None if mem is None or total is None else total - int(mem["used"]),
+                pcie_gen_max=None,
+                pcie_gen_current=None,
+                pcie_width_max=None,
+                pcie_width_current=None,
+            )
+        )
+    return SmiReport(format="table", driver_version=m["v"], gpus=tuple(gpus))
+
+
 def parse_nvidia_smi(text: str) -> SmiReport:
-    """Parse any of the three formats, detected from the text."""
+    """Parse any of the four formats, detected from the text."""
     head = text.lstrip()[:200]
     if head.startswith("<?xml") or head.startswith("<nvidia_smi_log"):
         return parse_query_xml(text)
     if "Attached GPUs" in text:
         return parse_query_text(text)
+    if "NVIDIA-SMI" in text[:600] and _DRIVER.search(text[:600]):
+        return parse_summary_table(text)
     return parse_query_csv(text)

@@ -1,6 +1,7 @@
 """Best-effort parser of ``rocm-smi`` output (AMD GPUs).
 
-``rocm-smi`` prints one ``GPU[i]  : Key: value`` line per fact. This reads
+``rocm-smi`` prints one ``GPU[i]  : Key: value`` line per fact (``-a`` and
+the ``--show*`` options) or, with no option, a concise table. This reads
 the product name (``Card series``) and, when the report includes
 ``--showmeminfo vram``, ``VRAM Total Memory (B)`` and ``VRAM Total Used
 Memory (B)``. The concise table and PCIe link facts are not interpreted: an
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 __all__ = ["RocmGpu", "parse_rocm_smi"]
 
+_CONCISE = re.compile(r"^(?P<idx>\d+)\s+\[0x[0-9a-fA-F]+\s*:\s*0x[0-9a-fA-F]+\]")
 _LINE = re.compile(r"^GPU\[(?P<idx>\d+)\]\s*:\s*(?P<key>[^:]+?)\s*:\s*(?P<value>.*)$")
 
 
@@ -32,10 +34,15 @@ class RocmGpu:
 def parse_rocm_smi(text: str) -> tuple[RocmGpu, ...]:
     """Every GPU named in ``rocm-smi`` output, in index order (empty when none)."""
     facts: dict[int, dict[str, str]] = {}
-    for raw in text.splitlines():
+    lines = text.splitlines()
+    for i, raw in enumerate(lines):
         m = _LINE.match(raw.strip())
         if m:
             facts.setdefault(int(m["idx"]), {})[m["key"].strip()] = m["value"].strip()
+        row = _CONCISE.match(raw)
+        if row and i + 1 < len(lines) and lines[i + 1].strip():
+            # the concise table prints the name (20 characters) on the next line
+            facts.setdefault(int(row["idx"]), {}).setdefault("Card series", lines[i + 1].strip())
 
     def number(value: str | None) -> int | None:
         return int(value) if value is not None and value.isdigit() else None
