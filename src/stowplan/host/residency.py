@@ -10,9 +10,11 @@ Decision D31:
 2. Otherwise the overflow (model bytes beyond that budget) goes to the argmin
    of measured compute + measured transfer over the candidates:
 
-   * ``HeterogeneousOverflow`` on every in-pool secondary circuit (upload ∞:
-     the CPU, an iGPU) whose pool is not the primary's and can hold the
-     overflow: ``overflow / compute_bytes_per_s + 0``;
+   * ``HeterogeneousOverflow`` on every secondary circuit whose own pool is
+     not the primary's and can hold the overflow — the CPU or an iGPU reading
+     system RAM (upload ∞), or a second dGPU holding it in its VRAM. It reads
+     the overflow in place, so it pays no per-token transfer:
+     ``overflow / compute_bytes_per_s + 0``;
    * ``Streaming`` to the primary over its bus, when the primary is not in
      pool and system RAM can hold the overflow:
      ``overflow / compute_bytes_per_s(primary) + overflow / (upload_gbps · 1e9)``.
@@ -267,7 +269,7 @@ def plan_employment(
     candidates: list[OverflowEstimate] = []
     for e in ranked[1:]:
         pool = topology.pool(topology.circuit(e.circuit).pool)
-        if e.in_pool and pool.id != top_pool.id and pool.capacity_bytes >= overflow:
+        if pool.id != top_pool.id and pool.capacity_bytes >= overflow:
             candidates.append(
                 OverflowEstimate(
                     protocol=ResidencyProtocol.HETEROGENEOUS_OVERFLOW,
