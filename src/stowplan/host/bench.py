@@ -1,7 +1,7 @@
 """H1 measurement: GEMV throughput and upload bandwidth of every circuit.
 
 Each circuit runs f32 matrix-vector products (``gemv_n`` × ``gemv_n``) over a
-ring of matrices whose total size exceeds the last-level cache, so the figure
+ring of matrices of at least twice the last-level cache, so the figure
 is the memory-bound rate at which weights stream through the circuit — what
 decode does. After a warm-up pass, every repeat times one pass over the ring;
 ``ms_per_gemv`` is the median per GEMV and ``ms_spread`` the (max - min) /
@@ -21,11 +21,19 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from stowplan.errors import DependencyError
 from stowplan.host.topology import CapabilityMatrix, CircuitCapability, CircuitKind, HostTopology
 
-__all__ = ["BenchSettings", "Progress", "measure", "measure_cpu", "settings_for"]
+__all__ = [
+    "BenchSettings",
+    "Progress",
+    "last_level_cache_bytes",
+    "measure",
+    "measure_cpu",
+    "settings_for",
+]
 
 Progress = Callable[[str, int, int], None]
 """``progress(label, done, total)``, called after every timed pass."""
@@ -37,7 +45,8 @@ class BenchSettings:
 
     gemv_n: int = 4096
     ring_bytes: int = 1 << 30
-    """Total bytes of the matrices one pass reads (above the last-level cache)."""
+    """Total bytes of the matrices one pass reads on a CPU (raised to twice the last-level
+    cache when that is larger)."""
     warmup: int = 1
     repeats: int = 15
     upload_bytes: int = 256 << 20
@@ -49,6 +58,20 @@ def settings_for(quick: bool) -> BenchSettings:
     if quick:
         return BenchSettings(ring_bytes=256 << 20, repeats=5, upload_bytes=64 << 20, quick=True)
     return BenchSettings()
+
+
+def last_level_cache_bytes() -> int:
+    """Size of the largest CPU cache (Linux sysfs); 32 MiB when it cannot be read."""
+    best = 0
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            size = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        units = {"K": 2**10, "M": 2**20, "G": 2**30}
+        if size and size[-1] in units and size[:-1].isdigit():
+            best = max(best, int(size[:-1]) * units[size[-1]])
+    return best or 32 << 20
 
 
 def _summary(per_gemv_ms: list[float]) -> tuple[float, float]:
@@ -65,7 +88,8 @@ def measure_cpu(
     except ImportError:
         raise DependencyError("numpy", "probe") from None
     n = settings.gemv_n
-    count = max(1, math.ceil(settings.ring_bytes / (4 * n * n)))
+    ring = max(settings.ring_bytes, 2 * last_level_cache_bytes())
+    count = max(1, math.ceil(ring / (4 * n * n)))
     mats = [np.full((n, n), 1.0 / n, dtype=np.float32) for _ in range(count)]
     x = np.ones(n, dtype=np.float32)
     times: list[float] = []
