@@ -13,6 +13,7 @@ import click
 import typer
 
 from stowplan.cli import plan_cmd  # noqa: F401  (registers its commands)
+from stowplan.cli import calibrate_cmd  # noqa: F401  (registers its commands)
 from stowplan.cli.app import app
 from stowplan.errors import StowplanError
 
