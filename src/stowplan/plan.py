@@ -273,7 +273,8 @@ def plan_from_dict(data: object) -> Plan:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "plan"
         message = str(err.get("ctx", {}).get("error", err["msg"]))
-        raise InputError(where, err.get("input"), message) from None
+        value = None if err["type"] == "missing" else err.get("input")
+        raise InputError(where, value, message) from None
     return plan
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import sys
 
-import click
 import typer
+from typer.exceptions import TyperException
 
 from stowplan.cli import plan_cmd  # noqa: F401  (registers its commands)
 from stowplan.cli import calibrate_cmd  # noqa: F401  (registers its commands)
@@ -28,13 +28,14 @@ def main(argv: list[str] | None = None) -> int:
     except StowplanError as exc:
         print(f"stowplan: error: {exc}", file=sys.stderr)
         return 2
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return int(exc.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         print("stowplan: aborted", file=sys.stderr)
         return 130
-    except click.ClickException as exc:
-        print(f"stowplan: error: {exc.format_message()}", file=sys.stderr)
+    except TyperException as exc:  # usage errors: bad option values, missing arguments
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        print(f"stowplan: error: {message}", file=sys.stderr)
         return 2
     except Exception as exc:
         if os.environ.get("STOWPLAN_DEBUG"):
