@@ -29,7 +29,7 @@ from statistics import median
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from stowplan.calibration import (  # noqa: E402
+from stowplan.calibration import (
     Calibration,
     Engine,
     Measurement,
@@ -37,7 +37,7 @@ from stowplan.calibration import (  # noqa: E402
     fit_device,
     shipped_calibration,
 )
-from stowplan.calibration.profile import DeviceCalibration  # noqa: E402
+from stowplan.calibration.profile import DeviceCalibration
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "src" / "stowplan" / "calibration" / "data"
@@ -59,16 +59,25 @@ def _measurement(r: dict[str, object]) -> Measurement:
     )
 
 
-def _fit(runs: list[dict[str, object]], prior: DeviceCalibration, device: str, source: str
-         ) -> DeviceCalibration:
+def _fit(
+    runs: list[dict[str, object]], prior: DeviceCalibration, device: str, source: str
+) -> DeviceCalibration:
     """Fit one device entry; runs on different devices are normalised to their own bandwidth."""
     # Each run's bytes are rescaled to a common 1000 GB/s so one fit spans devices.
     ms = []
     for r in runs:
         m = _measurement(r)
         scale = 1000.0 / float(r["bandwidth_gbps"])  # type: ignore[arg-type]
-        ms.append(Measurement(tokens_per_s=m.tokens_per_s, read_bytes=round(m.read_bytes * scale),
-                              num_blocks=m.num_blocks, dtype=m.dtype, hops=m.hops, label=m.label))
+        ms.append(
+            Measurement(
+                tokens_per_s=m.tokens_per_s,
+                read_bytes=round(m.read_bytes * scale),
+                num_blocks=m.num_blocks,
+                dtype=m.dtype,
+                hops=m.hops,
+                label=m.label,
+            )
+        )
     return fit_device(ms, bandwidth_gbps=1000.0, prior=prior, device=device, source=source).device
 
 
@@ -106,12 +115,21 @@ def build_llamacpp_profile(runs: list[dict[str, object]]) -> Calibration:
     for fam, rs in sorted(by_family.items()):
         match = tuple(w for w in fam.split("-") if w not in {"apple", "tesla"})
         entries.append(
-            DeviceCalibration(**{
-                **{k: getattr(_fit(rs, star, fam, _sources(rs)), k) for k in (
-                    "bandwidth_fraction", "block_overhead_s", "hop_overhead_s",
-                    "compute_efficiency")},
-                "device": fam, "match": match,
-            })
+            DeviceCalibration(
+                **{
+                    **{
+                        k: getattr(_fit(rs, star, fam, _sources(rs)), k)
+                        for k in (
+                            "bandwidth_fraction",
+                            "block_overhead_s",
+                            "hop_overhead_s",
+                            "compute_efficiency",
+                        )
+                    },
+                    "device": fam,
+                    "match": match,
+                }
+            )
         )
     return Calibration(
         name="llamacpp-default",
@@ -152,6 +170,7 @@ def published_table(runs: list[dict[str, object]]) -> list[str]:
 
 
 def cpu_section(quick: bool) -> list[str]:
+    from stowplan.calibration import stage_time_s
     from stowplan.calibration.numpy_decode import (
         block_bytes,
         make_blocks,
@@ -160,64 +179,101 @@ def cpu_section(quick: bool) -> list[str]:
         time_decode,
     )
 
-    bw = measure_read_bandwidth_gbps()
-    width_fit, width_test = (384, 512) if not quick else (128, 192)
-    num_blocks = 8
+    hidden = 256
+    # The bandwidth probe reads an array the size of the model's weights (f32 + f64 copies).
+    bw = measure_read_bandwidth_gbps(8 * block_bytes(hidden, 12), repeats=30)
     prior = shipped_calibration(Engine.GENERIC).devices[0]
-
-    def best_single(blocks: list[object], n: int) -> float:
-        return min(time_decode(blocks[:n], tokens=4) for _ in range(3))  # type: ignore[arg-type]
-
-    def best_pipe(blocks: list[object], bounds: tuple[int, ...]) -> float:
-        return min(run_pipeline(blocks, bounds, tokens=12, microbatches=1).wall_s / 12  # type: ignore[arg-type]
-                   for _ in range(3))
-
-    # Step 1: fit from single-stage runs of one width and a two-stage run.
-    fit_blocks = make_blocks(num_blocks, width_fit)
-    ms = [
-        Measurement(tokens_per_s=1 / best_single(fit_blocks, n), read_bytes=n * block_bytes(width_fit),
-                    num_blocks=n, dtype="f32")
-        for n in (2, 4, 8)
-    ]
-    ms.append(Measurement(tokens_per_s=1 / best_pipe(fit_blocks, (0, 4, 8)),
-                          read_bytes=8 * block_bytes(width_fit), num_blocks=8, dtype="f32", hops=2))
-    cpu = fit_device(ms, bandwidth_gbps=bw, prior=prior, device="cpu", source="numpy decode").device
-    # Step 2: held-out runs: another width, 1/2/4/8 stages.
-    test_blocks = make_blocks(num_blocks, width_test, seed=1)
-    plans = [(0, 8), (0, 6, 8), (0, 2, 4, 6, 8), (0, 1, 2, 3, 4, 5, 6, 7, 8)]
+    # Two emulated devices: float32 blocks (fast) and float64 blocks (twice the bytes).
+    devices = {
+        "f32": (make_blocks(8, hidden), 4),
+        "f64": (make_blocks(8, hidden, seed=1, dtype="float64"), 8),
+    }
+    # Step 1: fit each device from its own single-stage runs (2, 4, 8 blocks). Every
+    # configuration is measured in round-robin rounds and keeps its fastest step: the CPU
+    # is shared, interference only ever adds time, and rounds spread it over all configs.
+    rounds = 3 if quick else 9
+    singles = {(name, n): float("inf") for name in devices for n in (2, 4, 8)}
+    plans = (7, 6, 4, 2, 1)
+    piped = dict.fromkeys(plans, float("inf"))
+    f32_blocks, f64_blocks = devices["f32"][0], devices["f64"][0]
+    for _ in range(rounds):
+        for name, n in singles:
+            blocks = devices[name][0]
+            singles[name, n] = min(singles[name, n], time_decode(blocks[:n], tokens=4, repeats=1))
+        for k in plans:
+            run = run_pipeline(f32_blocks[:k] + f64_blocks[k:], (0, k, 8), tokens=6, microbatches=1)
+            piped[k] = min(piped[k], run.time_per_token_s)
+    fitted = {}
+    for name, (_, itemsize) in devices.items():
+        runs = [
+            Measurement(
+                tokens_per_s=1 / singles[name, n],
+                read_bytes=n * block_bytes(hidden, itemsize),
+                num_blocks=n,
+            )
+            for n in (2, 4, 8)
+        ]
+        fitted[name] = fit_device(runs, bandwidth_gbps=bw, prior=prior, device=name).device
     lines = [
-        f"CPU read bandwidth (numpy sum, best of 5): {bw:.1f} GB/s; fitted: fraction "
-        f"{cpu.fraction('f32').value:.2f}, block {cpu.block_overhead_s.value * 1e6:.0f} us, "
-        f"hop {cpu.hop_overhead_s.value * 1e6:.0f} us",
+        f"CPU read bandwidth (numpy sum over the weights' size, best of 30): {bw:.1f} GB/s; "
+        f"hidden {hidden}; "
+        + "; ".join(
+            f"{n}: fraction {d.fraction(None).value:.2f}, block "
+            f"{d.block_overhead_s.value * 1e6:.0f} us"
+            for n, d in fitted.items()
+        )
+        + f"; hop {prior.hop_overhead_s.value * 1e6:.0f} us (table)",
         "",
-        "| plan (block bounds) | stages | measured tok/s | first-order | error | calibrated | error |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| plan: blocks on f32 / f64 device | measured tok/s | first-order | error "
+        "| calibrated | error |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
-    measured_order, predicted_order = [], []
+    # Step 2: held-out two-stage pipelines over both devices.
+    measured, predicted = {}, {}
     errors_first, errors_cal = [], []
-    for bounds in plans:
-        stages = len(bounds) - 1
-        t = best_single(test_blocks, 8) if stages == 1 else best_pipe(test_blocks, bounds)
-        hops = 0 if stages == 1 else stages  # every stage hands on, the last back to the first
-        from stowplan.calibration import stage_time_s
+    for k in plans:
+        meas = 1 / piped[k]
 
-        kw = dict(read_bytes=8 * block_bytes(width_test), params=0, num_blocks=8,
-                  bandwidth_gbps=bw, tflops=0.0, dtype="f32", hops=hops)
-        first = 1 / stage_time_s(**kw, device=None)  # type: ignore[arg-type]
-        cal = 1 / stage_time_s(**kw, device=cpu)  # type: ignore[arg-type]
-        meas = 1 / t
+        def t(dev: DeviceCalibration | None, k: int = k) -> float:
+            return stage_time_s(
+                read_bytes=k * block_bytes(hidden, 4),
+                params=0,
+                num_blocks=k,
+                bandwidth_gbps=bw,
+                tflops=0.0,
+                hops=1,
+                device=dev and fitted["f32"],
+            ) + stage_time_s(
+                read_bytes=(8 - k) * block_bytes(hidden, 8),
+                params=0,
+                num_blocks=8 - k,
+                bandwidth_gbps=bw,
+                tflops=0.0,
+                hops=1,
+                device=dev and fitted["f64"],
+            )
+
+        first, cal = 1 / t(None), 1 / t(prior)
+        measured[k], predicted[k] = meas, cal
         errors_first.append(abs(first - meas) / meas)
         errors_cal.append(abs(cal - meas) / meas)
-        measured_order.append((meas, bounds))
-        predicted_order.append((cal, bounds))
-        lines.append(f"| {bounds} | {stages} | {meas:.1f} | {first:.1f} | {(first - meas) / meas:+.0%} "
-                     f"| {cal:.1f} | {(cal - meas) / meas:+.0%} |")
-    lines.append(f"| **median abs error** | | | | {median(errors_first):.0%} | | "
-                 f"{median(errors_cal):.0%} |")
-    m_rank = [b for _, b in sorted(measured_order, reverse=True)]
-    p_rank = [b for _, b in sorted(predicted_order, reverse=True)]
-    lines += ["", f"Ranking check (fastest first): measured {m_rank}; predicted {p_rank}; "
-              f"{'match' if m_rank == p_rank else 'MISMATCH'}"]
+        lines.append(
+            f"| {k} / {8 - k} | {meas:.1f} | {first:.1f} | {(first - meas) / meas:+.0%} "
+            f"| {cal:.1f} | {(cal - meas) / meas:+.0%} |"
+        )
+    lines.append(
+        f"| **median abs error** | | | {median(errors_first):.0%} | | {median(errors_cal):.0%} |"
+    )
+    m_rank = sorted(measured, key=lambda k: -measured[k])
+    p_rank = sorted(predicted, key=lambda k: -predicted[k])
+    pairs = [(a, b) for i, a in enumerate(plans) for b in plans[i + 1 :]]
+    agree = sum((measured[a] > measured[b]) == (predicted[a] > predicted[b]) for a, b in pairs)
+    lines += [
+        "",
+        f"Ranking check (fastest first, by blocks on the f32 device): measured {m_rank}, "
+        f"predicted {p_rank}: {'match' if m_rank == p_rank else 'differs'}; "
+        f"{agree}/{len(pairs)} plan pairs in the measured order",
+    ]
     return lines
 
 

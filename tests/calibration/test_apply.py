@@ -16,8 +16,14 @@ DEVICE = DeviceCalibration(
 
 
 def test_without_a_profile_it_is_the_first_order_model() -> None:
-    est = calibrate_stage(read_bytes=10**9, params=5 * 10**8, num_blocks=32,
-                          bandwidth_gbps=1000.0, tflops=100.0, hops=1)
+    est = calibrate_stage(
+        read_bytes=10**9,
+        params=5 * 10**8,
+        num_blocks=32,
+        bandwidth_gbps=1000.0,
+        tflops=100.0,
+        hops=1,
+    )
     assert est.memory_s == pytest.approx(1e-3)
     assert est.compute_s == pytest.approx(1e-5)
     assert est.time_s == pytest.approx(1e-3)
@@ -25,17 +31,39 @@ def test_without_a_profile_it_is_the_first_order_model() -> None:
 
 
 def test_each_calibration_term_applies() -> None:
-    t = stage_time_s(read_bytes=10**9, params=0, num_blocks=10, bandwidth_gbps=1000.0,
-                     tflops=0.0, dtype="Q4_K_M", hops=2, device=DEVICE)
+    t = stage_time_s(
+        read_bytes=10**9,
+        params=0,
+        num_blocks=10,
+        bandwidth_gbps=1000.0,
+        tflops=0.0,
+        dtype="Q4_K_M",
+        hops=2,
+        device=DEVICE,
+    )
     assert t == pytest.approx(1e-3 / 0.5 + 10 * 1e-4 + 2 * 2e-3)
-    t16 = stage_time_s(read_bytes=10**9, params=0, num_blocks=0, bandwidth_gbps=1000.0,
-                       tflops=0.0, dtype="bf16", device=DEVICE)
+    t16 = stage_time_s(
+        read_bytes=10**9,
+        params=0,
+        num_blocks=0,
+        bandwidth_gbps=1000.0,
+        tflops=0.0,
+        dtype="bf16",
+        device=DEVICE,
+    )
     assert t16 == pytest.approx(1e-3 / 0.8)
 
 
 def test_compute_bound_stage_uses_compute_efficiency() -> None:
-    est = calibrate_stage(read_bytes=10**6, params=10**9, num_blocks=0, bandwidth_gbps=1000.0,
-                          tflops=100.0, batch=64, device=DEVICE)
+    est = calibrate_stage(
+        read_bytes=10**6,
+        params=10**9,
+        num_blocks=0,
+        bandwidth_gbps=1000.0,
+        tflops=100.0,
+        batch=64,
+        device=DEVICE,
+    )
     assert est.bound == "compute"
     assert est.compute_s == pytest.approx(2 * 10**9 * 64 / (100e12 * 0.5))
 

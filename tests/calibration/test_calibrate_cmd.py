@@ -24,8 +24,15 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_fit_from_json_writes_the_profile_and_plans_reuse_it(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    rc = main(["calibrate", "--from-llama-bench", str(LB / "readme_rtx4080.json"),
-               "--bandwidth-gbps", "716.8"])
+    rc = main(
+        [
+            "calibrate",
+            "--from-llama-bench",
+            str(LB / "readme_rtx4080.json"),
+            "--bandwidth-gbps",
+            "716.8",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     assert "key rtx-4080" in out
@@ -44,8 +51,16 @@ def test_second_device_is_merged_not_overwritten(
 ) -> None:
     for args in (
         ["--from-llama-bench", str(LB / "readme_rtx4080.csv"), "--bandwidth-gbps", "716.8"],
-        ["--from-llama-bench", str(LB / "pr4766_rtx4090_cuda.md"), "--device", "RTX 4090",
-         "--bandwidth-gbps", "1008", "--blocks", "32"],
+        [
+            "--from-llama-bench",
+            str(LB / "pr4766_rtx4090_cuda.md"),
+            "--device",
+            "RTX 4090",
+            "--bandwidth-gbps",
+            "1008",
+            "--blocks",
+            "32",
+        ],
     ):
         assert main(["calibrate", *args]) == 0
     capsys.readouterr()
@@ -56,12 +71,24 @@ def test_second_device_is_merged_not_overwritten(
     assert rtx.fraction("F16").value > rtx.fraction("Q8_0").value
 
 
-def test_json_output_and_explicit_out(home: Path, tmp_path: Path,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_output_and_explicit_out(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     target = tmp_path / "mine.json"
-    rc = main(["calibrate", "--from-llama-bench", str(LB / "pr2917_m2ultra_metal.md"),
-               "--device", "Apple M2 Ultra", "--bandwidth-gbps", "800", "--out", str(target),
-               "--json"])
+    rc = main(
+        [
+            "calibrate",
+            "--from-llama-bench",
+            str(LB / "pr2917_m2ultra_metal.md"),
+            "--device",
+            "Apple M2 Ultra",
+            "--bandwidth-gbps",
+            "800",
+            "--out",
+            str(target),
+            "--json",
+        ]
+    )
     assert rc == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["devices"][0]["device"] == "m2-ultra"
@@ -73,18 +100,25 @@ def test_json_output_and_explicit_out(home: Path, tmp_path: Path,
     ("args", "message"),
     [
         ([], "stowplan: error: --from-llama-bench=None: give llama-bench output to fit from\n"),
-        (["--from-llama-bench", str(LB / "pr4766_rtx4090_cuda.md")],
-         "stowplan: error: --device=None: the llama-bench output does not name the GPU; "
-         "pass e.g. --device 'RTX 4090'\n"),
-        (["--from-llama-bench", str(LB / "readme_rtx4080.json"), "--engine", "ollama"],
-         "stowplan: error: --engine='ollama': must be one of generic, llamacpp, vllm, trtllm\n"),
-        (["--from-llama-bench", "/nonexistent/x.md"],
-         "stowplan: error: --from-llama-bench='/nonexistent/x.md': cannot be read "
-         "(No such file or directory)\n"),
+        (
+            ["--from-llama-bench", str(LB / "pr4766_rtx4090_cuda.md")],
+            "stowplan: error: --device=None: the llama-bench output does not name the GPU; "
+            "pass e.g. --device 'RTX 4090'\n",
+        ),
+        (
+            ["--from-llama-bench", str(LB / "readme_rtx4080.json"), "--engine", "ollama"],
+            "stowplan: error: --engine='ollama': must be one of generic, llamacpp, vllm, trtllm\n",
+        ),
+        (
+            ["--from-llama-bench", "/nonexistent/x.md"],
+            "stowplan: error: --from-llama-bench='/nonexistent/x.md': cannot be read "
+            "(No such file or directory)\n",
+        ),
     ],
 )
-def test_usage_errors_are_one_line(home: Path, capsys: pytest.CaptureFixture[str],
-                                   args: list[str], message: str) -> None:
+def test_usage_errors_are_one_line(
+    home: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
     assert main(["calibrate", *args]) == 2
     assert capsys.readouterr().err == message
 

@@ -103,7 +103,10 @@ def test_depth_tests_parse() -> None:
             "out.txt='<13 chars>': contains no llama-bench results "
             "(expected its markdown table, CSV, JSON or JSONL)",
         ),
-        ("[1, 2", "out.txt='<5 chars>': is not valid JSON (Expecting ',' delimiter: line 1 column 6 (char 5))"),
+        (
+            "[1, 2",
+            "out.txt='<5 chars>': is not valid JSON (Expecting ',' delimiter: line 1 column 6 (char 5))",
+        ),
         ('{"a": 1}\n', "out.txt:1=None: is not a llama-bench result ('avg_ts')"),
     ],
 )

@@ -77,8 +77,17 @@ def test_llamacpp_profile_has_family_entries_that_match_real_names() -> None:
 
 @pytest.mark.parametrize(
     ("dtype", "cls"),
-    [("bf16", "f16"), ("F16", "f16"), ("Q4_K - Medium", "q4"), ("mostly Q4_0", "q4"),
-     ("Q8_0", "q8"), ("fp8", "fp8"), ("awq", "q4"), (None, "default"), ("weird", "default")],
+    [
+        ("bf16", "f16"),
+        ("F16", "f16"),
+        ("Q4_K - Medium", "q4"),
+        ("mostly Q4_0", "q4"),
+        ("Q8_0", "q8"),
+        ("fp8", "fp8"),
+        ("awq", "q4"),
+        (None, "default"),
+        ("weird", "default"),
+    ],
 )
 def test_dtype_classes(dtype: str | None, cls: str) -> None:
     assert dtype_class(dtype) == cls
@@ -101,33 +110,53 @@ def _doc(**over: object) -> dict[str, object]:
         (_doc(schema_version=2), "schema_version=2: only version 1 is supported"),
         (_doc(engine="ollama"), "engine='ollama': must be one of generic, llamacpp, vllm, trtllm"),
         (_doc(devices=[]), "devices=[]: must be a non-empty list of device objects"),
-        (_doc(extra=1), "calibration.extra=1: unknown key; allowed: "
-         "['description', 'devices', 'engine', 'name', 'schema_version']"),
+        (
+            _doc(extra=1),
+            "calibration.extra=1: unknown key; allowed: "
+            "['description', 'devices', 'engine', 'name', 'schema_version']",
+        ),
         (
             _doc(devices=[{"device": "*", "bandwidth_fraction": {}}]),
             "devices['*'].bandwidth_fraction=[]: must have a 'default' entry",
         ),
         (
-            _doc(devices=[{"device": "*", "bandwidth_fraction": {"default": {"value": 2.0}}}]),
-            "devices['*'].bandwidth_fraction.default=2.0: must be a finite number in [0, 1.5]",
+            _doc(devices=[{"device": "*", "bandwidth_fraction": {"default": {"value": 5.0}}}]),
+            "devices['*'].bandwidth_fraction.default=5.0: must be a finite number in [0, 4.0]",
         ),
         (
             _doc(devices=[{"device": "*", "bandwidth_fraction": {"default": {"value": "fast"}}}]),
             "devices[0].bandwidth_fraction.default.value='fast': must be a finite number",
         ),
         (
-            _doc(devices=[{"device": "*", "bandwidth_fraction": {"default": {"value": 0.8}},
-                           "block_overhead_s": {"value": -1}}]),
+            _doc(
+                devices=[
+                    {
+                        "device": "*",
+                        "bandwidth_fraction": {"default": {"value": 0.8}},
+                        "block_overhead_s": {"value": -1},
+                    }
+                ]
+            ),
             "devices[0].block_overhead_s.value=-1: must be a finite number >= 0",
         ),
         (
-            _doc(devices=[{"device": "*", "bandwidth_fraction": {"default": {"value": 0.8,
-                                                                             "provenance": "guess"}}}]),
+            _doc(
+                devices=[
+                    {
+                        "device": "*",
+                        "bandwidth_fraction": {"default": {"value": 0.8, "provenance": "guess"}},
+                    }
+                ]
+            ),
             "provenance='guess': must be one of table, fitted, measured",
         ),
         (
-            _doc(devices=[{"device": "a", "bandwidth_fraction": {"default": {"value": 0.8}}},
-                          {"device": "a", "bandwidth_fraction": {"default": {"value": 0.7}}}]),
+            _doc(
+                devices=[
+                    {"device": "a", "bandwidth_fraction": {"default": {"value": 0.8}}},
+                    {"device": "a", "bandwidth_fraction": {"default": {"value": 0.7}}},
+                ]
+            ),
             "devices[].device='a': device keys must be unique",
         ),
         (_doc(devices=[{"bandwidth_fraction": {}}]), "devices[0].device=None: is required"),

@@ -10,7 +10,7 @@ with ``u = 1 / bandwidth_fraction``.  The fit minimises the squared relative
 error of the time per token plus a small pull towards the prior profile (so a
 dtype seen once, or a single model size, still gives a sane split between the
 fraction and the fixed cost), keeps the fixed costs >= 0 and every fraction
-in (0, 1.5].  Pure Python: the systems have a handful of unknowns.
+in (0, MAX_BANDWIDTH_FRACTION].  Pure Python: the systems have a handful of unknowns.
 """
 
 from __future__ import annotations
@@ -20,12 +20,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
 
-from stowplan.calibration.profile import DeviceCalibration, Figure, Provenance, dtype_class
+from stowplan.calibration.profile import (
+    MAX_BANDWIDTH_FRACTION,
+    DeviceCalibration,
+    Figure,
+    Provenance,
+    dtype_class,
+)
 from stowplan.errors import InputError
 
 __all__ = ["FitResult", "Measurement", "fit_device"]
 
-_MAX_FRACTION = 1.5
+_MAX_FRACTION = MAX_BANDWIDTH_FRACTION
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,14 +48,21 @@ class Measurement:
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.tokens_per_s) and self.tokens_per_s > 0):
-            raise InputError(f"{self.label or 'measurement'}.tokens_per_s", self.tokens_per_s,
-                             "must be a finite number > 0")
+            raise InputError(
+                f"{self.label or 'measurement'}.tokens_per_s",
+                self.tokens_per_s,
+                "must be a finite number > 0",
+            )
         if self.read_bytes <= 0:
-            raise InputError(f"{self.label or 'measurement'}.read_bytes", self.read_bytes,
-                             "must be > 0")
+            raise InputError(
+                f"{self.label or 'measurement'}.read_bytes", self.read_bytes, "must be > 0"
+            )
         if self.num_blocks < 0 or self.hops < 0:
-            raise InputError(f"{self.label or 'measurement'}.num_blocks",
-                             (self.num_blocks, self.hops), "num_blocks and hops must be >= 0")
+            raise InputError(
+                f"{self.label or 'measurement'}.num_blocks",
+                (self.num_blocks, self.hops),
+                "num_blocks and hops must be >= 0",
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -26,8 +26,16 @@ __all__ = [
     "parse_llama_bench",
 ]
 
-_UNITS = {"b": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
-          "kb": 1000, "mb": 1000**2, "gb": 1000**3}
+_UNITS = {
+    "b": 1,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+}
 _COUNT = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
 
 
@@ -176,7 +184,9 @@ def _from_record(obj: dict[str, Any], where: str) -> LlamaBenchResult:
             gpu_info=str(obj["gpu_info"]) if obj.get("gpu_info") else None,
         )
     except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(where, obj.get("model_type"), f"is not a llama-bench result ({exc})") from None
+        raise InputError(
+            where, obj.get("model_type"), f"is not a llama-bench result ({exc})"
+        ) from None
 
 
 def parse_llama_bench(text: str, *, origin: str = "llama-bench output") -> list[LlamaBenchResult]:
@@ -193,15 +203,18 @@ def parse_llama_bench(text: str, *, origin: str = "llama-bench output") -> list[
             raise InputError(origin, f"<{len(text)} chars>", f"is not valid JSON ({exc})") from None
         if not isinstance(data, list):
             raise InputError(origin, type(data).__name__, "must be a JSON array of results")
-        results = [_from_record(o, f"{origin}[{i}]") for i, o in enumerate(data)
-                   if isinstance(o, dict)]
+        results = [
+            _from_record(o, f"{origin}[{i}]") for i, o in enumerate(data) if isinstance(o, dict)
+        ]
     elif stripped.startswith("{"):
         for i, line in enumerate(stripped.splitlines()):
             if line.strip():
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise InputError(f"{origin}:{i + 1}", line[:40], f"is not JSON ({exc})") from None
+                    raise InputError(
+                        f"{origin}:{i + 1}", line[:40], f"is not JSON ({exc})"
+                    ) from None
                 results.append(_from_record(obj, f"{origin}:{i + 1}"))
     else:
         lines = text.splitlines()
@@ -232,9 +245,27 @@ def parse_llama_bench(text: str, *, origin: str = "llama-bench output") -> list[
 
 # Dense decoder shapes (parameters in billions → blocks) of common open models.
 _SHAPES: tuple[tuple[float, int], ...] = (
-    (0.5, 24), (1.1, 22), (1.24, 16), (1.5, 28), (3.2, 28), (3.8, 32), (6.74, 32),
-    (7.24, 32), (7.6, 28), (8.0, 32), (9.2, 42), (13.0, 40), (14.8, 48), (27.0, 46),
-    (32.8, 64), (34.0, 48), (46.7, 32), (70.6, 80), (72.7, 80), (123.0, 88), (405.0, 126),
+    (0.5, 24),
+    (1.1, 22),
+    (1.24, 16),
+    (1.5, 28),
+    (3.2, 28),
+    (3.8, 32),
+    (6.74, 32),
+    (7.24, 32),
+    (7.6, 28),
+    (8.0, 32),
+    (9.2, 42),
+    (13.0, 40),
+    (14.8, 48),
+    (27.0, 46),
+    (32.8, 64),
+    (34.0, 48),
+    (46.7, 32),
+    (70.6, 80),
+    (72.7, 80),
+    (123.0, 88),
+    (405.0, 126),
 )
 
 

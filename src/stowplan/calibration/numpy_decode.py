@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import median
 from typing import Any
 
 from stowplan.errors import DependencyError, InputError
@@ -49,8 +48,10 @@ def block_bytes(hidden: int, itemsize: int = 4) -> int:
     return _MATRICES_PER_H2 * hidden * hidden * itemsize
 
 
-def make_blocks(num_blocks: int, hidden: int, *, seed: int = 0) -> list[tuple[Any, ...]]:
-    """``num_blocks`` blocks of float32 matrices, scaled to keep activations bounded."""
+def make_blocks(
+    num_blocks: int, hidden: int, *, seed: int = 0, dtype: str = "float32"
+) -> list[tuple[Any, ...]]:
+    """``num_blocks`` blocks of ``dtype`` matrices, scaled to keep activations bounded."""
     if num_blocks < 1 or hidden < 8:
         raise InputError("blocks", (num_blocks, hidden), "need num_blocks >= 1 and hidden >= 8")
     np = _np()
@@ -58,7 +59,8 @@ def make_blocks(num_blocks: int, hidden: int, *, seed: int = 0) -> list[tuple[An
     shapes = ((hidden, 3 * hidden), (hidden, hidden), (hidden, 4 * hidden), (4 * hidden, hidden))
     return [
         tuple(
-            (rng.standard_normal(s, dtype=np.float32) / np.float32(np.sqrt(s[0]))) for s in shapes
+            (rng.standard_normal(s, dtype=np.float32) / np.float32(np.sqrt(s[0]))).astype(dtype)
+            for s in shapes
         )
         for _ in range(num_blocks)
     ]
@@ -67,6 +69,8 @@ def make_blocks(num_blocks: int, hidden: int, *, seed: int = 0) -> list[tuple[An
 def _step(blocks: Sequence[tuple[Any, ...]], x: Any) -> Any:
     np = _np()
     h = x.shape[1]
+    if blocks:
+        x = x.astype(blocks[0][0].dtype, copy=False)  # a stage computes in its weights' dtype
     for w_in, w_out, w_up, w_down in blocks:
         qkv = x @ w_in
         x = x + qkv[:, :h] @ w_out
@@ -78,18 +82,22 @@ def _step(blocks: Sequence[tuple[Any, ...]], x: Any) -> Any:
 def time_decode(
     blocks: Sequence[tuple[Any, ...]], *, tokens: int = 8, batch: int = 1, repeats: int = 3
 ) -> float:
-    """Median seconds per decode step through all ``blocks`` on one thread."""
+    """Seconds per decode step through all ``blocks`` on one thread.
+
+    Every step is timed on its own and the fastest of ``tokens * repeats``
+    steps is returned: on a shared machine interference only ever adds time,
+    so the least-disturbed step is the device's speed.
+    """
     np = _np()
     h = blocks[0][0].shape[0]
     x = np.ones((batch, h), dtype=np.float32)
-    _step(blocks, x)  # warm-up
+    x = _step(blocks, x)  # warm-up
     samples = []
-    for _ in range(repeats):
+    for _ in range(tokens * repeats):
         t0 = time.perf_counter()
-        for _ in range(tokens):
-            x = _step(blocks, x)
-        samples.append((time.perf_counter() - t0) / tokens)
-    return float(median(samples))
+        x = _step(blocks, x)
+        samples.append(time.perf_counter() - t0)
+    return float(min(samples))
 
 
 def measure_read_bandwidth_gbps(size_bytes: int = 256 * 1024**2, repeats: int = 5) -> float:
@@ -101,7 +109,7 @@ def measure_read_bandwidth_gbps(size_bytes: int = 256 * 1024**2, repeats: int = 
         t0 = time.perf_counter()
         a.sum()
         best = min(best, time.perf_counter() - t0)
-    return a.nbytes / best / 1e9
+    return float(a.nbytes / best / 1e9)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,10 +121,18 @@ class PipelineRun:
     microbatches: int
     tokens: int
     wall_s: float
+    token_latencies_s: tuple[float, ...] = ()
+    """Per step: time from entering stage 0 to leaving the last stage."""
 
     @property
     def tokens_per_s(self) -> float:
+        """Pipelined throughput over the whole run."""
         return self.tokens / self.wall_s
+
+    @property
+    def time_per_token_s(self) -> float:
+        """The fastest single-step latency (interference only ever adds time)."""
+        return min(self.token_latencies_s)
 
 
 def run_pipeline(
@@ -161,17 +177,29 @@ def run_pipeline(
     for _ in range(m):
         queues[stages].get(timeout=timeout_s)
     issued = 0
+    started: dict[int, float] = {}
+    latencies: list[float] = []
     t0 = time.perf_counter()
     for i in range(min(m, tokens)):
+        started[i] = time.perf_counter()
         queues[0].put((i, xs[i]))
         issued += 1
     for _ in range(tokens):
         seq, x = queues[stages].get(timeout=timeout_s)  # type: ignore[misc]
+        now = time.perf_counter()
+        latencies.append(now - started[seq])
         if issued < tokens:
+            started[seq] = time.perf_counter()
             queues[0].put((seq, x))
             issued += 1
     wall = time.perf_counter() - t0
     queues[0].put(None)
     for t in threads:
         t.join(timeout=timeout_s)
-    return PipelineRun(bounds=bounds, microbatches=m, tokens=tokens, wall_s=wall)
+    return PipelineRun(
+        bounds=bounds,
+        microbatches=m,
+        tokens=tokens,
+        wall_s=wall,
+        token_latencies_s=tuple(latencies),
+    )

@@ -46,6 +46,7 @@ from stowplan.errors import InputError
 
 __all__ = [
     "CALIBRATION_SCHEMA_VERSION",
+    "MAX_BANDWIDTH_FRACTION",
     "Calibration",
     "DeviceCalibration",
     "Engine",
@@ -60,6 +61,11 @@ __all__ = [
 ]
 
 CALIBRATION_SCHEMA_VERSION = 1
+
+MAX_BANDWIDTH_FRACTION = 4.0
+"""Upper bound of a bandwidth fraction.  Above 1 means the working set is served from a
+cache faster than the peak (DRAM) bandwidth the fraction is relative to: CPUs with large
+last-level caches, small models."""
 
 
 class Engine(StrEnum):
@@ -110,7 +116,10 @@ def dtype_class(dtype: str | None) -> str:
 
 
 def normalise_gpu_name(name: str) -> str:
-    """Lower-case words of a device name without vendor noise: ``NVIDIA GeForce RTX 4090`` → ``rtx 4090``."""
+    """Lower-case words of a device name without vendor noise.
+
+    ``NVIDIA GeForce RTX 4090`` → ``rtx 4090``.
+    """
     words = re.sub(r"[^a-z0-9.]+", " ", name.lower()).split()
     noise = {"nvidia", "geforce", "tesla", "amd", "radeon", "apple", "corporation"}
     return " ".join(w for w in words if w not in noise)
@@ -179,7 +188,9 @@ class DeviceCalibration:
                 f"{where}.bandwidth_fraction", sorted(fractions), "must have a 'default' entry"
             )
         for key, fig in fractions.items():
-            v = _number(f"{where}.bandwidth_fraction.{key}", fig.value, upper=1.5)
+            v = _number(
+                f"{where}.bandwidth_fraction.{key}", fig.value, upper=MAX_BANDWIDTH_FRACTION
+            )
             if v == 0:
                 raise InputError(f"{where}.bandwidth_fraction.{key}", fig.value, "must be > 0")
         object.__setattr__(self, "bandwidth_fraction", dict(sorted(fractions.items())))
@@ -367,9 +378,7 @@ def calibration_to_dict(cal: Calibration) -> dict[str, Any]:
             {
                 "device": d.device,
                 "match": list(d.match),
-                "bandwidth_fraction": {
-                    k: _figure_dict(v) for k, v in d.bandwidth_fraction.items()
-                },
+                "bandwidth_fraction": {k: _figure_dict(v) for k, v in d.bandwidth_fraction.items()},
                 "block_overhead_s": _figure_dict(d.block_overhead_s),
                 "hop_overhead_s": _figure_dict(d.hop_overhead_s),
                 "compute_efficiency": _figure_dict(d.compute_efficiency),

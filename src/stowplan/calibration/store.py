@@ -43,8 +43,10 @@ def _engine(engine: str | Engine) -> Engine:
 def shipped_calibration(engine: str | Engine) -> Calibration:
     """The default profile shipped for ``engine``."""
     e = _engine(engine)
-    text = resources.files("stowplan.calibration").joinpath(f"data/{e.value}.json").read_text(
-        encoding="utf-8"
+    text = (
+        resources.files("stowplan.calibration")
+        .joinpath(f"data/{e.value}.json")
+        .read_text(encoding="utf-8")
     )
     return calibration_from_json(text, origin=f"data/{e.value}.json")
 
@@ -78,7 +80,10 @@ def write_calibration(cal: Calibration, path: str | Path) -> None:
 def resolve_calibration(
     engine: str | Engine = Engine.GENERIC, path: str | Path | None = None
 ) -> Calibration:
-    """The profile a plan uses: ``path`` if given, else the user's fitted devices over the shipped ones."""
+    """The profile a plan uses.
+
+    ``path`` if given, else the user's fitted devices in front of the shipped ones.
+    """
     if path is not None:
         return load_calibration_file(path)
     cal = shipped_calibration(engine)

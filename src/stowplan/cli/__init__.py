@@ -13,7 +13,6 @@ import typer
 from typer.exceptions import TyperException
 
 from stowplan.cli import plan_cmd  # noqa: F401  (registers its commands)
-from stowplan.cli import calibrate_cmd  # noqa: F401  (registers its commands)
 from stowplan.cli.app import app
 from stowplan.errors import StowplanError
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from pathlib import Path
@@ -31,7 +32,7 @@ from stowplan.errors import InputError
 def _spec_bandwidth_gbps(gpu_name: str) -> float | None:
     """Peak memory bandwidth from the GPU spec table, when this build has one."""
     try:
-        from stowplan import gpus
+        gpus = importlib.import_module("stowplan.gpus")
     except ImportError:
         return None
     for fn_name in ("lookup_gpu", "lookup", "spec_for"):
@@ -79,7 +80,9 @@ def _from_probe() -> None:
 def calibrate_command(
     from_llama_bench: Annotated[
         Path | None,
-        typer.Option("--from-llama-bench", help="llama-bench output: markdown, CSV, JSON or JSONL."),
+        typer.Option(
+            "--from-llama-bench", help="llama-bench output: markdown, CSV, JSON or JSONL."
+        ),
     ] = None,
     from_probe: Annotated[
         bool, typer.Option("--from-probe", help="Use the host probe's measured matrix.")
@@ -126,7 +129,9 @@ def calibrate_command(
     name = device or next((r.gpu_info for r in decode if r.gpu_info), None)
     if not name:
         raise InputError(
-            "--device", None, "the llama-bench output does not name the GPU; pass e.g. --device 'RTX 4090'"
+            "--device",
+            None,
+            "the llama-bench output does not name the GPU; pass e.g. --device 'RTX 4090'",
         )
     bw = bandwidth_gbps if bandwidth_gbps is not None else _spec_bandwidth_gbps(name)
     if bw is None:
