@@ -6,17 +6,28 @@ on stderr and exit code 2; no traceback reaches the user.
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 import sys
 
 import typer
 from typer.exceptions import TyperException
 
-from stowplan.cli import plan_cmd  # noqa: F401  (registers its commands)
 from stowplan.cli.app import app
 from stowplan.errors import StowplanError
 
 __all__ = ["app", "main"]
+
+
+def _register_commands() -> None:
+    """Import every ``stowplan.cli.*_cmd`` module; each registers its commands on ``app``."""
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.endswith("_cmd"):
+            importlib.import_module(f"{__name__}.{info.name}")
+
+
+_register_commands()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,7 @@ from stowplan.model import Constraints
 from stowplan.models import known_names, lookup, resolve_model
 from stowplan.plan import plan_from_json, plan_to_json
 from stowplan.planner import plan as make_plan
+from stowplan.report.html import write_html_report
 from stowplan.report.terminal import render_plan
 from stowplan.units import format_bytes
 from stowplan.worker import stage_env
@@ -45,6 +46,9 @@ def plan_command(
         str | None, typer.Option(help="balance-by-vram, latency, throughput or exact.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan JSON.")] = False,
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Also write a self-contained HTML report.")
+    ] = None,
 ) -> None:
     """Plan MODEL on the given nodes and print the plan."""
     layout = resolve_model(model)
@@ -56,6 +60,8 @@ def plan_command(
         strategy=strategy,  # type: ignore[arg-type]  # validated by Constraints
     )
     result = make_plan(layout, fleet, constraints)
+    if html is not None:
+        write_html_report(html, result, fleet, layout=layout)
     if as_json:
         out_console.file.write(plan_to_json(result))
         return

@@ -6,12 +6,14 @@ from collections.abc import Sequence
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from stowplan.model import NodeDescriptor
 from stowplan.plan import Plan
+from stowplan.report.segments import MemoryPart, node_memory
 from stowplan.units import format_bytes
 
-__all__ = ["render_plan"]
+__all__ = ["render_node_bars", "render_plan"]
 
 
 def render_plan(plan: Plan, nodes: Sequence[NodeDescriptor], console: Console) -> None:
@@ -37,5 +39,61 @@ def render_plan(plan: Plan, nodes: Sequence[NodeDescriptor], console: Console) -
             util,
         )
     console.print(table)
+    render_node_bars(plan, nodes, console)
     for note in plan.rationale.notes:
         console.print(f"  • {note}", highlight=False)
+
+
+BAR_WIDTH = 48
+"""Characters of the widest node's bar; other bars are drawn to the same scale."""
+
+_STYLE = {
+    MemoryPart.EMBED: ("█", "magenta"),
+    MemoryPart.BLOCKS: ("█", "blue"),
+    MemoryPart.EXPERTS: ("█", "green"),
+    MemoryPart.HEAD: ("█", "yellow"),
+    MemoryPart.KV: ("█", "cyan"),
+    MemoryPart.FREE: ("░", "bright_black"),
+    MemoryPart.HEADROOM: ("·", "bright_black"),
+}
+
+
+def _bar(segments: Sequence[tuple[MemoryPart, int]], scale: float) -> Text:
+    """Segments as coloured characters; every non-empty used part gets at least one."""
+    text = Text()
+    carried = 0.0
+    for part, n_bytes in segments:
+        exact = n_bytes / scale + carried
+        width = round(exact)
+        if width == 0 and part not in (MemoryPart.FREE, MemoryPart.HEADROOM):
+            width = 1
+        carried = exact - width
+        char, style = _STYLE[part]
+        text.append(char * width, style=style)
+    return text
+
+
+def render_node_bars(plan: Plan, nodes: Sequence[NodeDescriptor], console: Console) -> None:
+    """One bar per node: what its memory holds, drawn to one scale, with a legend."""
+    rows = node_memory(plan, nodes)
+    width = max(len(r.node_id) for r in rows)
+    bar_width = max(12, min(BAR_WIDTH, console.width - width - 34))
+    scale = max(r.capacity_bytes for r in rows) / bar_width
+    console.print()
+    for r in rows:
+        line = Text(f"  {r.node_id:<{width}} ")
+        bar = _bar([(s.part, s.bytes) for s in r.segments], scale)
+        bar.pad_right(bar_width - len(bar))
+        line.append_text(bar)
+        lo, hi = r.block_range
+        experts = f" +{r.num_experts}e" if r.num_experts else ""
+        line.append(
+            f" {format_bytes(r.used_bytes)}/{format_bytes(r.capacity_bytes)} [{lo},{hi}){experts}"
+        )
+        console.print(line)
+    legend = Text("  ")
+    for part in MemoryPart:
+        char, style = _STYLE[part]
+        legend.append(char, style=style)
+        legend.append(f" {part.value}  ")
+    console.print(legend)
