@@ -71,3 +71,21 @@ def test_compute_bound_stage_uses_compute_efficiency() -> None:
 def test_bad_inputs_are_named() -> None:
     with pytest.raises(ValueError, match=r"bandwidth_gbps=0.0: must be > 0"):
         stage_time_s(read_bytes=1, params=0, num_blocks=1, bandwidth_gbps=0.0, tflops=0.0)
+
+
+def test_node_factors_pick_the_matching_entry_and_describe_their_provenance() -> None:
+    from stowplan.calibration import describe_calibration, node_calibration, shipped_calibration
+
+    cal = shipped_calibration("llamacpp")
+    rtx = node_calibration(cal, "NVIDIA GeForce RTX 3090", "q4_0")
+    entry = cal.for_device("RTX 3090")
+    assert entry is not None
+    assert rtx.device == "rtx-3090"
+    assert rtx.bandwidth_fraction == entry.fraction("Q4_0").value
+    assert rtx.block_overhead_s == entry.block_overhead_s.value
+    assert node_calibration(None, "RTX 3090", "bf16") == type(rtx)()
+    text = describe_calibration(cal, ["RTX 3090", "RTX 3090", "H100"], "q4_0")
+    assert text == (
+        "llamacpp-default [rtx-3090: bandwidth fitted, block fitted, hop fitted, compute table; "
+        "*: bandwidth fitted, block fitted, hop fitted, compute table]"
+    )

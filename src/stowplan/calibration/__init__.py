@@ -9,7 +9,14 @@
 
 from __future__ import annotations
 
-from stowplan.calibration.apply import StageEstimate, calibrate_stage, stage_time_s
+from stowplan.calibration.apply import (
+    NodeCalibration,
+    StageEstimate,
+    calibrate_stage,
+    describe_calibration,
+    node_calibration,
+    stage_time_s,
+)
 from stowplan.calibration.fit import FitResult, Measurement, fit_device
 from stowplan.calibration.llama_bench import (
     LlamaBenchResult,
@@ -47,6 +54,7 @@ __all__ = [
     "FitResult",
     "LlamaBenchResult",
     "Measurement",
+    "NodeCalibration",
     "Provenance",
     "StageEstimate",
     "calibrate_stage",
@@ -54,10 +62,12 @@ __all__ = [
     "calibration_from_json",
     "calibration_to_dict",
     "calibration_to_json",
+    "describe_calibration",
     "dtype_class",
     "estimate_num_blocks",
     "fit_device",
     "load_calibration_file",
+    "node_calibration",
     "normalise_gpu_name",
     "parse_llama_bench",
     "resolve_calibration",

@@ -18,10 +18,75 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stowplan.calibration.profile import DeviceCalibration
+from collections.abc import Sequence
+
+from stowplan.calibration.profile import Calibration, DeviceCalibration
 from stowplan.errors import InputError
 
-__all__ = ["StageEstimate", "calibrate_stage", "stage_time_s"]
+__all__ = [
+    "NodeCalibration",
+    "StageEstimate",
+    "calibrate_stage",
+    "describe_calibration",
+    "node_calibration",
+    "stage_time_s",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeCalibration:
+    """The four factors a cost model applies to one node (identity: first-order)."""
+
+    bandwidth_fraction: float = 1.0
+    compute_efficiency: float = 1.0
+    block_overhead_s: float = 0.0
+    hop_overhead_s: float = 0.0
+    device: str | None = None
+    """The profile entry used (None: no calibration)."""
+
+
+def node_calibration(
+    calibration: Calibration | None, gpu_name: str, dtype: str | None
+) -> NodeCalibration:
+    """The factors for a node with ``gpu_name`` holding ``dtype`` weights.
+
+    For cost models that precompute per-node rates: divide the bandwidth by
+    ``bandwidth_fraction``-scaled peak, the FLOP/s by ``compute_efficiency``,
+    add ``block_overhead_s`` per block and ``hop_overhead_s`` per outbound hop.
+    """
+    entry = calibration.for_device(gpu_name) if calibration is not None else None
+    if entry is None:
+        return NodeCalibration()
+    return NodeCalibration(
+        bandwidth_fraction=entry.fraction(dtype).value,
+        compute_efficiency=entry.compute_efficiency.value,
+        block_overhead_s=entry.block_overhead_s.value,
+        hop_overhead_s=entry.hop_overhead_s.value,
+        device=entry.device,
+    )
+
+
+def describe_calibration(
+    calibration: Calibration, gpu_names: Sequence[str], dtype: str | None
+) -> str:
+    """Name the profile and where each figure used came from, for a plan's rationale.
+
+    ``llamacpp-default [rtx-4090: bandwidth fitted, block fitted, hop table, compute table]``
+    """
+    parts = []
+    seen: set[str] = set()
+    for name in gpu_names:
+        entry = calibration.for_device(name)
+        if entry is None or entry.device in seen:
+            continue
+        seen.add(entry.device)
+        parts.append(
+            f"{entry.device}: bandwidth {entry.fraction(dtype).provenance.value}, "
+            f"block {entry.block_overhead_s.provenance.value}, "
+            f"hop {entry.hop_overhead_s.provenance.value}, "
+            f"compute {entry.compute_efficiency.provenance.value}"
+        )
+    return f"{calibration.name} [{'; '.join(parts) or 'no matching device'}]"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

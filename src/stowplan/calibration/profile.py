@@ -51,6 +51,7 @@ __all__ = [
     "DeviceCalibration",
     "Engine",
     "Figure",
+    "FractionTable",
     "Provenance",
     "calibration_from_dict",
     "calibration_from_json",
@@ -125,6 +126,23 @@ def normalise_gpu_name(name: str) -> str:
     return " ".join(w for w in words if w not in noise)
 
 
+class FractionTable(dict[str, "Figure"]):
+    """A read-only, hashable ``dtype class → Figure`` mapping (profiles are frozen values)."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted(self.items(), key=lambda kv: kv[0])))
+
+    def _readonly(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("a calibration's bandwidth fractions are read-only")
+
+    __setitem__ = _readonly
+    __delitem__ = _readonly
+    update = _readonly
+    pop = _readonly  # type: ignore[assignment]
+    clear = _readonly
+    setdefault = _readonly  # type: ignore[assignment]
+
+
 def _number(where: str, value: object, *, upper: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(where, value, "must be a finite number")
@@ -193,7 +211,7 @@ class DeviceCalibration:
             )
             if v == 0:
                 raise InputError(f"{where}.bandwidth_fraction.{key}", fig.value, "must be > 0")
-        object.__setattr__(self, "bandwidth_fraction", dict(sorted(fractions.items())))
+        object.__setattr__(self, "bandwidth_fraction", FractionTable(sorted(fractions.items())))
         _number(f"{where}.block_overhead_s", self.block_overhead_s.value, upper=1.0)
         _number(f"{where}.hop_overhead_s", self.hop_overhead_s.value, upper=10.0)
         eff = _number(f"{where}.compute_efficiency", self.compute_efficiency.value, upper=1.0)
