@@ -16,9 +16,8 @@ one line; :func:`calibrate_stage` returns the terms for reports.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from stowplan.calibration.profile import Calibration, DeviceCalibration
 from stowplan.errors import InputError
