@@ -77,3 +77,19 @@ def test_non_json_is_rejected() -> None:
         plan_from_json("{not js}")
     with pytest.raises(InputError, match=r"^plan='list': must be a JSON object$"):
         plan_from_json("[]")
+
+
+def test_unbounded_rates_survive_the_round_trip() -> None:
+    from stowplan import ModelLayout
+
+    empty = ModelLayout(
+        name="empty", num_blocks=1, hidden_dim=1, bytes_per_activation_elem=2,
+        block_params_bytes=0, head_params_bytes=0, embed_params_bytes=0,
+    )  # fmt: skip
+    node = NodeDescriptor(id="a", gpu_name="RTX 3090", vram_bytes=0, flops_estimate=0, link_mbps=0)
+    p = plan(empty, [node], Constraints())
+    assert p.rationale.prediction is not None
+    assert p.rationale.prediction.tokens_per_s == float("inf")
+    text = plan_to_json(p)
+    assert '"tokens_per_s": "inf"' in text
+    assert plan_from_json(text) == p

@@ -52,7 +52,7 @@ def test_plan_html_option_writes_the_report(tmp_path, capsys):
     page = out.read_text()
     assert stages == 2
     assert page.count('class="node-bar"') == stages
-    assert "Time per stage" not in page  # no prediction in a V1 plan: no chart
+    assert page.count('class="time-bar') == stages  # every plan carries its prediction
 
 
 def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
