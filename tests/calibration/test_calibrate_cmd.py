@@ -99,7 +99,11 @@ def test_json_output_and_explicit_out(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ([], "stowplan: error: --from-llama-bench=None: give llama-bench output to fit from\n"),
+        (
+            [],
+            "stowplan: error: --from-llama-bench=None: give llama-bench output "
+            "(or --from-probe) to fit from\n",
+        ),
         (
             ["--from-llama-bench", str(LB / "pr4766_rtx4090_cuda.md")],
             "stowplan: error: --device=None: the llama-bench output does not name the GPU; "
@@ -123,14 +127,37 @@ def test_usage_errors_are_one_line(
     assert capsys.readouterr().err == message
 
 
-def test_from_probe_says_what_to_use_when_the_probe_has_no_decode_figures(
-    home: Path, capsys: pytest.CaptureFixture[str]
+def test_from_probe_without_a_passport_says_to_probe_first(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    pytest.importorskip("stowplan.host", reason="stowplan.host (the host probe) is absent")
+    monkeypatch.setenv("STOWPLAN_CACHE_DIR", str(tmp_path / "empty-cache"))
     assert main(["calibrate", "--from-probe"]) == 2
-    if importlib.util.find_spec("stowplan.host") is None:
-        reason = "needs the host probe (stowplan.host), which this build does not include"
-    else:
-        reason = "the host probe in this build reports no decode measurements yet"
     assert capsys.readouterr().err == (
-        f"stowplan: error: --from-probe=True: {reason}; use --from-llama-bench FILE\n"
+        "stowplan: error: --passport=None: no readable hardware passport; "
+        "run `stowplan probe` first\n"
     )
+
+
+def test_from_probe_records_each_measured_circuit(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("stowplan.host", reason="stowplan.host (the host probe) is absent")
+    from stowplan.host.passport import Passport, save_passport
+    from tests.host.helpers import cap, fixture_topology, matrix
+
+    topo = fixture_topology("thamada_nvsim/RTX4090_smi_-a.txt")
+    m = matrix(cap("gpu0", 900.0, upload_gbps=25.0), cap("cpu", 20.0))
+    path = save_passport(Passport.create(topo, m), tmp_path / "4090.json")
+    assert main(["calibrate", "--from-probe", "--passport", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "rtx-4090: bandwidth fraction (f32) 0.893 measured" in out
+    cal = resolve_calibration("llamacpp")
+    gpu = cal.for_device("NVIDIA GeForce RTX 4090")
+    assert gpu is not None and gpu.device == "rtx-4090"
+    figure = gpu.fraction("f32")
+    assert figure.provenance.value == "measured"
+    assert figure.value == pytest.approx(900.0 / 1008, abs=1e-4)
+    assert "/ spec 1008 GB/s" in figure.source
+    # The shipped family figures for other dtypes stay, with their provenance.
+    assert gpu.fraction("q4_0").provenance.value == "fitted"

@@ -25,6 +25,7 @@ from stowplan.calibration.llama_bench import (
 )
 from stowplan.calibration.profile import (
     CALIBRATION_SCHEMA_VERSION,
+    MAX_BANDWIDTH_FRACTION,
     Calibration,
     DeviceCalibration,
     Engine,
@@ -47,6 +48,7 @@ from stowplan.calibration.store import (
 
 __all__ = [
     "CALIBRATION_SCHEMA_VERSION",
+    "MAX_BANDWIDTH_FRACTION",
     "Calibration",
     "DeviceCalibration",
     "Engine",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 from pathlib import Path
@@ -11,10 +10,15 @@ from typing import Annotated
 import typer
 
 from stowplan.calibration import (
+    MAX_BANDWIDTH_FRACTION,
     Calibration,
+    DeviceCalibration,
     Engine,
+    Figure,
     FitResult,
     Measurement,
+    Provenance,
+    calibration_to_dict,
     estimate_num_blocks,
     fit_device,
     load_calibration_file,
@@ -27,24 +31,13 @@ from stowplan.calibration import (
 from stowplan.cli.app import app
 from stowplan.cli.common import out_console
 from stowplan.errors import InputError
+from stowplan.gpus import lookup_gpu
 
 
 def _spec_bandwidth_gbps(gpu_name: str) -> float | None:
-    """Peak memory bandwidth from the GPU spec table, when this build has one."""
-    try:
-        gpus = importlib.import_module("stowplan.gpus")
-    except ImportError:
-        return None
-    for fn_name in ("lookup_gpu", "lookup", "spec_for"):
-        fn = getattr(gpus, fn_name, None)
-        if callable(fn):
-            try:
-                spec = fn(gpu_name)
-            except Exception:
-                return None
-            value = getattr(spec, "mem_bandwidth_gbps", None)
-            return float(value) if isinstance(value, int | float) else None
-    return None
+    """Peak memory bandwidth (GB/s) from the GPU spec table; None when the GPU is not in it."""
+    spec = lookup_gpu(gpu_name)
+    return spec.mem_bandwidth_gbps if spec is not None else None
 
 
 def _device_key(name: str) -> str:
@@ -58,9 +51,15 @@ def _read(path: Path, flag: str) -> str:
         raise InputError(flag, str(path), f"cannot be read ({exc.strerror})") from None
 
 
-def _from_probe() -> None:
+def _probe_entries(passport_path: Path | None, prior_cal: Calibration) -> list[DeviceCalibration]:
+    """One device entry per circuit the host probe measured (its GEMV streaming rate).
+
+    A circuit whose name is in the GPU spec table gets ``measured rate / spec peak`` as
+    its bandwidth fraction, the baseline of nodes described by name; any other circuit
+    (a CPU) gets 1.0: its nodes take the measured rate itself as their bandwidth.
+    """
     try:
-        import stowplan.host  # noqa: F401
+        from stowplan.host.passport import load_passport
     except ImportError:
         raise InputError(
             "--from-probe",
@@ -68,12 +67,56 @@ def _from_probe() -> None:
             "needs the host probe (stowplan.host), which this build does not include; "
             "use --from-llama-bench FILE",
         ) from None
-    raise InputError(
-        "--from-probe",
-        True,
-        "the host probe in this build reports no decode measurements yet; "
-        "use --from-llama-bench FILE",
+    passport = load_passport(passport_path)
+    if passport is None:
+        raise InputError(
+            "--passport",
+            str(passport_path) if passport_path else None,
+            "no readable hardware passport; run `stowplan probe` first",
+        )
+    entries = []
+    for cap in passport.matrix.entries:
+        circuit = passport.topology.circuit(cap.circuit)
+        measured_gbps = cap.compute_bytes_per_s / 1e9
+        spec_gbps = _spec_bandwidth_gbps(circuit.name)
+        where = (
+            f"stowplan probe: {cap.backend} f32 GEMV {cap.gemv_n}x{cap.gemv_n}, "
+            f"{cap.ms_per_gemv:.3f} ms median of {cap.repeats}, {measured_gbps:.1f} GB/s, "
+            f"passport {passport.fingerprint[:12]}"
+        )
+        if spec_gbps:
+            value, source = measured_gbps / spec_gbps, f"{where} / spec {spec_gbps:g} GB/s"
+        else:
+            value, source = 1.0, f"{where}; no spec peak: the measured rate is the bandwidth"
+        prior = prior_cal.for_device(circuit.name) or prior_cal.devices[-1]
+        fractions = dict(prior.bandwidth_fraction)
+        fractions["f32"] = Figure(
+            value=round(min(value, MAX_BANDWIDTH_FRACTION), 4),
+            provenance=Provenance.MEASURED,
+            source=source,
+        )
+        entries.append(
+            DeviceCalibration(
+                device=_device_key(circuit.name),
+                match=tuple(normalise_gpu_name(circuit.name).split()),
+                bandwidth_fraction=fractions,
+                block_overhead_s=prior.block_overhead_s,
+                hop_overhead_s=prior.hop_overhead_s,
+                compute_efficiency=prior.compute_efficiency,
+            )
+        )
+    return entries
+
+
+def _save(entries: list[DeviceCalibration], eng: Engine, target: Path) -> Calibration:
+    existing = load_calibration_file(target) if target.is_file() else None
+    profile = existing or Calibration(
+        name=f"{eng.value}-fitted", engine=eng, devices=tuple(entries[:1])
     )
+    for entry in reversed(entries):
+        profile = profile.with_device(entry)
+    write_calibration(profile, target)
+    return profile
 
 
 @app.command("calibrate")
@@ -87,6 +130,9 @@ def calibrate_command(
     from_probe: Annotated[
         bool, typer.Option("--from-probe", help="Use the host probe's measured matrix.")
     ] = False,
+    passport: Annotated[
+        Path | None, typer.Option(help="Hardware passport for --from-probe (default: cached).")
+    ] = None,
     device: Annotated[
         str | None, typer.Option(help="GPU name, e.g. 'RTX 4090' (default: from the file).")
     ] = None,
@@ -104,16 +150,28 @@ def calibrate_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the fitted profile JSON.")] = False,
 ) -> None:
     """Fit this device's calibration from measured decode runs and save the profile."""
-    if from_probe:
-        _from_probe()
-    if from_llama_bench is None:
-        raise InputError("--from-llama-bench", None, "give llama-bench output to fit from")
     try:
         eng = Engine(engine)
     except ValueError:
         raise InputError(
             "--engine", engine, f"must be one of {', '.join(e.value for e in Engine)}"
         ) from None
+    target = out if out is not None else user_calibration_path(eng)
+    if from_probe:
+        entries = _probe_entries(passport, resolve_calibration(eng))
+        profile = _save(entries, eng, target)
+        if as_json:
+            out_console.file.write(json.dumps(calibration_to_dict(profile), indent=2) + "\n")
+            return
+        for e in entries:
+            f = e.bandwidth_fraction["f32"]
+            out_console.print(f"{e.device}: bandwidth fraction (f32) {f.value:.3f} measured")
+        out_console.print(f"wrote {target}; `stowplan plan --engine {eng.value}` uses it")
+        return
+    if from_llama_bench is None:
+        raise InputError(
+            "--from-llama-bench", None, "give llama-bench output (or --from-probe) to fit from"
+        )
     results = parse_llama_bench(
         _read(from_llama_bench, "--from-llama-bench"), origin=str(from_llama_bench)
     )
@@ -154,7 +212,6 @@ def calibrate_command(
                 label=f"{r.model_type} {r.test}",
             )
         )
-    target = out if out is not None else user_calibration_path(eng)
     base = resolve_calibration(eng)
     key = _device_key(name)
     prior = base.for_device(name) or base.devices[-1]
@@ -166,16 +223,8 @@ def calibrate_command(
         match=tuple(normalise_gpu_name(name).split()),
         source=f"fitted to {len(measurements)} llama-bench runs in {from_llama_bench.name}",
     )
-    existing = load_calibration_file(target) if target.is_file() else None
-    profile = (
-        existing.with_device(fit.device)
-        if existing is not None
-        else Calibration(name=f"{eng.value}-fitted", engine=eng, devices=(fit.device,))
-    )
-    write_calibration(profile, target)
+    profile = _save([fit.device], eng, target)
     if as_json:
-        from stowplan.calibration import calibration_to_dict
-
         out_console.file.write(json.dumps(calibration_to_dict(profile), indent=2) + "\n")
         return
     _render(fit, measurements, name, bw, target, eng)
