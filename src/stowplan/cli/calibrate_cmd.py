@@ -202,7 +202,11 @@ def calibrate_command(
             raise InputError(
                 "--from-llama-bench", r.model_type, "result has no model size; cannot fit"
             )
-        n = blocks if blocks is not None else estimate_num_blocks(r.n_params or r.size_bytes)
+        if blocks is None and r.n_params <= 0:
+            raise InputError(
+                "--blocks", None, f"{r.model_type!r} has no parameter count; pass the block count"
+            )
+        n = blocks if blocks is not None else estimate_num_blocks(r.n_params)
         measurements.append(
             Measurement(
                 tokens_per_s=r.tokens_per_s,
