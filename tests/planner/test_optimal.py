@@ -151,3 +151,23 @@ def two_gpus():
         ),
     ]
     return model, nodes
+
+
+@settings(max_examples=60)
+@given(instances(max_nodes=5, max_blocks=8))
+def test_a_throughput_plan_proven_optimal_equals_the_exact_optimum(inst):
+    from stowplan.planner.throughput import throughput_search
+
+    model, nodes = inst
+    c = Constraints(batch=8, strategy=Strategy.THROUGHPUT)
+    try:
+        problem = prepare(model, nodes, c)
+    except PlanError:
+        return
+    cm = CostModel(model, nodes, c)
+    found, proven = throughput_search(problem, cm)
+    if not proven:
+        return
+    opt = solve_exact(problem, cm, "throughput")
+    assert found is not None
+    assert cm.evaluate(*found).bottleneck_s == pytest.approx(opt.value, rel=1e-9)

@@ -333,24 +333,26 @@ def fluid_bound(problem: Problem, cm: CostModel, objective: str) -> float:
         hops = sorted(cm.latency_s)[:2]
         return min(single, total + sum(hops) + min(cm.xfer_s))
     top = max(problem.max_stages, 2)
+    # Per node: fractional blocks within tm as an interior stage (after its transfer) and
+    # as the last stage (no transfer): min(max(tm - x, 0) / rate, room, nb).
+    lim = [min(room[d], float(nb)) for d in range(n)]
+    inv = [1.0 / rate[d] if rate[d] else math.inf for d in range(n)]
+    xs = cm.xfer_s
 
     def capacity(tm: float) -> float:
-        mid = sorted(
-            (
-                min(max(tm - cm.xfer_s[d], 0.0) / rate[d] if rate[d] else nb, room[d], nb)
-                for d in range(n)
-            ),
-            reverse=True,
-        )
-        gain = max(
-            min(tm / rate[d] if rate[d] else nb, room[d], nb)
-            - min(max(tm - cm.xfer_s[d], 0.0) / rate[d] if rate[d] else nb, room[d], nb)
-            for d in range(n)
-        )
-        return sum(math.floor(x + 1e-9) for x in mid[:top]) + math.floor(gain + 1e-9) + 1
+        mid = [
+            min(max(tm - x, 0.0) * v, c) if v != math.inf else c
+            for x, v, c in zip(xs, inv, lim, strict=True)
+        ]
+        end = [min(tm * v, c) if v != math.inf else c for v, c in zip(inv, lim, strict=True)]
+        mid_sorted = sorted(mid, reverse=True)[:top]
+        gain = max(e - m for e, m in zip(end, mid, strict=True))
+        return sum(math.floor(x + 1e-9) for x in mid_sorted) + math.floor(gain + 1e-9) + 1
 
     lo, hi = 0.0, max(nb * r for r in rate) + max(cm.xfer_s) + 1.0
     for _ in range(60):
+        if hi - lo <= 1e-9 * hi:
+            break
         m = (lo + hi) / 2
         if capacity(m) >= nb:
             hi = m
