@@ -380,6 +380,15 @@ def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None,
                 split = min_bottleneck_split(cm, order, min_n) or split
             if split is not None:
                 candidates.append(split)
+            if not cm.uniform:
+                # Blocks differ: where a node sits matters.  Try the chosen nodes in the
+                # orders of their VRAM, and every node (skipping allowed) likewise.
+                for pool in (order, nodes):
+                    by_room = sorted(pool, key=lambda d: (cm.usable[d], d))
+                    for o in (by_room, by_room[::-1]):
+                        split = min_bottleneck_split(cm, o, min_n)
+                        if split is not None:
+                            candidates.append(split)
     candidates = [c for c in candidates if min_n <= len(c[0]) <= max_n]
     if not candidates:
         return None, False
