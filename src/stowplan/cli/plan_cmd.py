@@ -39,6 +39,12 @@ def plan_command(
     offers: Annotated[
         Path | None, typer.Option("--offers", help="vast.ai `search offers --raw` JSON.")
     ] = None,
+    dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--dtype", help="Plan the model stored in this dtype: bf16, fp8, int4, q4_k_m …"
+        ),
+    ] = None,
     min_stages: Annotated[int | None, typer.Option(help="Fewest pipeline stages.")] = None,
     max_stages: Annotated[int | None, typer.Option(help="Most pipeline stages.")] = None,
     headroom: Annotated[
@@ -71,7 +77,7 @@ def plan_command(
     ] = None,
 ) -> None:
     """Plan MODEL on the given nodes and print the plan."""
-    layout = resolve_model(model)
+    layout = resolve_model(model, dtype=dtype)
     fleet = load_fleet(nodes, offers)
     constraints = Constraints(
         min_stages=min_stages,
