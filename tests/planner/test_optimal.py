@@ -188,3 +188,22 @@ def test_the_certificate_never_claims_more_than_the_exact_optimum(inst):
             assert cert.bound <= opt.value * (1 + 1e-9)
         else:
             assert cert.bound >= batch / opt.value * (1 - 1e-9)
+
+
+@settings(max_examples=80)
+@given(instances(max_nodes=7, max_blocks=8))
+def test_the_fractional_bound_never_beats_the_exact_optimum(inst):
+    from stowplan.planner.exact import fluid_bound
+
+    model, nodes = inst
+    for batch, objective in ((1, "latency"), (8, "throughput")):
+        c = Constraints(batch=batch)
+        try:
+            problem = prepare(model, nodes, c)
+        except PlanError:
+            return
+        cm = CostModel(model, nodes, c)
+        opt = solve_exact(problem, cm, objective)
+        if opt.pipeline is None:
+            continue
+        assert fluid_bound(problem, cm, objective) <= opt.value * (1 + 1e-9)

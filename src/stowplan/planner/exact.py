@@ -17,6 +17,7 @@ numpy and scipy are imported lazily (extra ``exact``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -315,6 +316,16 @@ def solve_exact(
     return _milp(problem, cm, objective, time_limit_s)
 
 
+def _min_stages_by_room(room: Sequence[float], nb: int) -> int:
+    """The fewest nodes whose fractional block room holds ``nb`` blocks (len+1 if none do)."""
+    held = 0.0
+    for k, r in enumerate(sorted(room, reverse=True), start=1):
+        held += r
+        if held >= nb - 1e-9:
+            return k
+    return len(room) + 1
+
+
 def fluid_bound(problem: Problem, cm: CostModel, objective: str) -> float:
     """A valid lower bound (seconds) on the objective, from a fractional relaxation.
 
@@ -351,8 +362,12 @@ def fluid_bound(problem: Problem, cm: CostModel, objective: str) -> float:
             left -= take
             if left <= 0:
                 break
-        hops = sorted(cm.latency_s)[:2]
-        return min(single, total + sum(hops) + min(cm.xfer_s))
+        # Every stage of a multi-stage pipeline pays its node's hop latency and all but the
+        # last their transfer; the pipeline needs at least ``k`` stages to hold the blocks.
+        k = max(2, problem.min_stages, _min_stages_by_room(room, nb))
+        hops = sum(sorted(cm.latency_s)[:k]) + sum(sorted(cm.xfer_s)[: k - 1])
+        head = min(cm.head * min(cm.inv_bw[d], cm.flop_s_per_byte[d]) for d in range(n))
+        return min(single, total + hops + head)
     top = max(problem.max_stages, 2)
     # Per node: fractional blocks within tm as an interior stage (after its transfer) and
     # as the last stage (no transfer): min(max(tm - x, 0) / rate, room, nb).
