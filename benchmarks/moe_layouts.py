@@ -69,7 +69,12 @@ def _deepseek_like(
 
 def deepseek_v3(bytes_per_param: float = 1.0) -> ModelLayout:
     return _deepseek_like(
-        "deepseek-v3", experts=256, heads=128, dense=3, vocab=129280, bytes_per_param=bytes_per_param
+        "deepseek-v3",
+        experts=256,
+        heads=128,
+        dense=3,
+        vocab=129280,
+        bytes_per_param=bytes_per_param,
     )
 
 
