@@ -10,6 +10,7 @@ import typer
 
 from stowplan.cli.app import app
 from stowplan.cli.common import load_fleet, out_console
+from stowplan.cli.moe import plan_moe
 from stowplan.errors import InputError
 from stowplan.model import Constraints
 from stowplan.models import known_names, lookup, resolve_model
@@ -45,6 +46,20 @@ def plan_command(
         str | None, typer.Option(help="balance-by-vram, latency, throughput or exact.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan JSON.")] = False,
+    expert_load: Annotated[
+        Path | None,
+        typer.Option(
+            "--expert-load",
+            help="MoE expert load per block: JSON, or .npy [layers, experts] as EPLB uses.",
+        ),
+    ] = None,
+    coactivation: Annotated[
+        Path | None,
+        typer.Option(
+            "--coactivation",
+            help="MoE co-selection counts: JSON pairs, or .npy [layers, experts, experts].",
+        ),
+    ] = None,
 ) -> None:
     """Plan MODEL on the given nodes and print the plan."""
     layout = resolve_model(model)
@@ -55,6 +70,8 @@ def plan_command(
         vram_headroom_frac=headroom,
         strategy=strategy,  # type: ignore[arg-type]  # validated by Constraints
     )
+    if layout.experts is not None or expert_load is not None or coactivation is not None:
+        return plan_moe(layout, fleet, constraints, expert_load, coactivation, as_json)
     result = make_plan(layout, fleet, constraints)
     if as_json:
         out_console.file.write(plan_to_json(result))

@@ -627,7 +627,8 @@ def plan_with_experts(
     ex = model.experts
     if ex is None:
         if load is not None or coactivation is not None:
-            raise InputError("--expert-load", model.name, "is only for mixture-of-experts models")
+            option = "--expert-load" if load is not None else "--coactivation"
+            raise InputError(option, model.name, "is only for mixture-of-experts models")
         return plan_blocks(model, nodes, constraints)
     backbone = backbone_layout(model)
     nodes = tuple(nodes)
