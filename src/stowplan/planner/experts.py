@@ -27,7 +27,8 @@ Load and locality
 Decode is memory-bound, so a node's expert *speed* is its memory bandwidth
 (dense TFLOPs when a bandwidth is unknown).  Per MoE block, spare slots first
 get replicas by EPLB's rule (each extra copy goes to the expert with the
-heaviest load per copy, at most ``redundant_per_block``; a replicated
+heaviest load per copy, at most ``redundant_per_block``, and only while that
+copy carries more than half a node's mean load; a replicated
 expert's tokens are split evenly over its copies).  All copies are then
 packed heaviest first onto the node whose finish time ``load / speed`` after
 the addition is least (capacity-weighted LPT; copies of one expert on
@@ -214,13 +215,17 @@ def _groups(
     return list(out.values())
 
 
-def _replica_counts(w: Sequence[float], redundant: int) -> list[int]:
-    """EPLB's rule: give each extra copy to the expert with the heaviest load per copy."""
+def _replica_counts(w: Sequence[float], redundant: int, num_nodes: int) -> list[int]:
+    """EPLB's rule: give each extra copy to the expert with the heaviest load per copy.
+
+    Stops early once no copy carries more than half of a node's mean load.
+    """
     counts = [1] * len(w)
     heap = [(-x, e) for e, x in enumerate(w) if x > 0]
     heapq.heapify(heap)
+    light = sum(w) / num_nodes / 2
     for _ in range(redundant):
-        if not heap:
+        if not heap or -heap[0][0] <= light:
             break
         _, e = heapq.heappop(heap)
         counts[e] += 1
@@ -278,7 +283,7 @@ def _place_block(
 ) -> Holders:
     """Pack one MoE block: every expert once within ``limits``, plus ``redundant`` copies."""
     holders: Holders = [[] for _ in w]
-    counts = _replica_counts(w, min(redundant, max(0, sum(limits) - len(w))))
+    counts = _replica_counts(w, min(redundant, max(0, sum(limits) - len(w))), len(speeds))
     queue: list[tuple[list[int], float]] = []
     for g in groups:
         if len(g) > 1 and all(counts[e] == 1 for e in g):
