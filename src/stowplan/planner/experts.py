@@ -46,8 +46,9 @@ nodes other than the stage's node that hold the experts a token selects (each
 costs one send of the hidden state and one return), estimated per node as
 ``sum(p_e) - sum(p_ef)`` clipped to ``[max(p_e), 1]`` (second-order
 inclusion-exclusion; exact when no more than two selected experts share a
-node), with ``p_ef`` from the co-activation counts or, without them,
-independent routing.
+node), with ``p_ef`` from the co-activation counts (pairs a file does not
+list are taken at chance level) or, without them, independent routing
+(``p_ef = p_e * p_f * (k - 1) / k``).
 """
 
 from __future__ import annotations
@@ -393,16 +394,14 @@ def _node_reach(
             q_sq[j] += q * q
             q_max[j] = max(q_max[j], q)
             share[(e, j)] = s
-    pair_sum = [0.0] * n
-    if pairs is None:
-        chance = (k - 1) / k
-        pair_sum = [(q_sum[j] ** 2 - q_sq[j]) / 2 * chance for j in range(n)]
-    else:
-        for e, f, c in pairs:
-            for j in holders[e]:
-                s_f = share.get((f, j))
-                if s_f is not None:
-                    pair_sum[j] += c * share[(e, j)] * s_f
+    chance = (k - 1) / k
+    pair_sum = [(q_sum[j] ** 2 - q_sq[j]) / 2 * chance for j in range(n)]
+    for e, f, c in pairs or ():
+        excess = c - p[e] * p[f] * chance  # a listed pair's departure from chance
+        for j in holders[e]:
+            s_f = share.get((f, j))
+            if s_f is not None:
+                pair_sum[j] += excess * share[(e, j)] * s_f
     return [min(1.0, max(q_max[j], q_sum[j] - pair_sum[j])) for j in range(n)]
 
 
