@@ -38,8 +38,9 @@ node while that lowers it.  The **imbalance** of a block is
 
 With co-activation counts, experts selected together at least twice as often
 as chance are grouped (up to ``experts_per_token`` per group) and a group is
-placed as one item; the grouped layout is kept for a block when its slowest
-node is within 5 % of the load-only layout's.
+placed (and moved) as one item; the grouped layout is kept for a block when
+its slowest node is within ``locality_tolerance`` (default 5 %) of the
+load-only layout's.
 
 **Cross-node transfers per token** of a block: the expected number of distinct
 nodes other than the stage's node that hold the experts a token selects (each
@@ -310,8 +311,7 @@ def _place_block(
             holders[e].append(best)
         bins.add(best, len(group), weight)
     used, loads = bins.used, bins.loads
-    grouped = {e for g in groups if len(g) > 1 for e in g}
-    _refine(holders, w, speeds, limits, used, loads, grouped)
+    _refine(holders, w, speeds, limits, used, loads, groups)
     return holders
 
 
@@ -322,47 +322,56 @@ def _refine(
     limits: Sequence[int],
     used: list[int],
     loads: list[float],
-    fixed: set[int],
+    groups: list[list[int]],
 ) -> None:
-    """Move or swap single-copy experts off the slowest node while that lowers it."""
+    """Move or swap single-copy items (groups or experts) off the slowest node while it gains."""
     n = len(speeds)
-    movable = [e for e, hs in enumerate(holders) if len(hs) == 1 and e not in fixed]
+    items: list[list[int]] = []
+    for g in groups:
+        single = [e for e in g if len(holders[e]) == 1]
+        if len(single) == len(g) and len({holders[e][0] for e in g}) == 1:
+            items.append(g)
+        else:  # replicated members, or a group split for lack of room: its singles move alone
+            items.extend([e] for e in single)
+    item_w = [sum(w[e] for e in g) for g in items]
+    where = [holders[g[0]][0] for g in items]
     for _ in range(_REFINE_STEPS):
         b = max(range(n), key=lambda j: (loads[j] / speeds[j], -j))
         cur = loads[b] / speeds[b]
-        on_b = [e for e in movable if holders[e][0] == b]
-        others: list[list[int]] = [[] for _ in range(n)]
-        for e in movable:
-            if holders[e][0] != b:
-                others[holders[e][0]].append(e)
-        best: tuple[float, int, int, int] | None = None  # (new max, e, j, f or -1)
         targets = sorted((j for j in range(n) if j != b), key=lambda j: (loads[j] / speeds[j], j))
-        for e in on_b:
-            for j in targets[:_REFINE_TARGETS]:
-                if used[j] < limits[j]:
-                    t = max((loads[b] - w[e]) / speeds[b], (loads[j] + w[e]) / speeds[j])
+        targets = targets[:_REFINE_TARGETS]
+        on: dict[int, list[int]] = {j: [] for j in (b, *targets)}
+        for i, j in enumerate(where):
+            if j in on:
+                on[j].append(i)
+        best: tuple[float, int, int, int] | None = None  # (new max, item, node, other item or -1)
+        for a in on[b]:
+            size_a = len(items[a])
+            for j in targets:
+                if limits[j] - used[j] >= size_a:
+                    t = max((loads[b] - item_w[a]) / speeds[b], (loads[j] + item_w[a]) / speeds[j])
                     if t < cur - _EPS and (best is None or t < best[0] - _EPS):
-                        best = (t, e, j, -1)
-                for f in others[j]:
-                    if w[f] >= w[e]:
+                        best = (t, a, j, -1)
+                for c in on[j]:
+                    d = item_w[a] - item_w[c]
+                    grow = len(items[c]) - size_a
+                    if d <= 0 or limits[b] - used[b] < grow or limits[j] - used[j] < -grow:
                         continue
-                    d = w[e] - w[f]
                     t = max((loads[b] - d) / speeds[b], (loads[j] + d) / speeds[j])
                     if t < cur - _EPS and (best is None or t < best[0] - _EPS):
-                        best = (t, e, j, f)
+                        best = (t, a, j, c)
         if best is None:
             return
-        _, e, j, f = best
-        holders[e] = [j]
-        loads[b] -= w[e]
-        loads[j] += w[e]
-        if f >= 0:
-            holders[f] = [b]
-            loads[b] += w[f]
-            loads[j] -= w[f]
-        else:
-            used[b] -= 1
-            used[j] += 1
+        _, a, j, c = best
+        moves = [(a, b, j)] + ([(c, j, b)] if c >= 0 else [])
+        for item, src, dst in moves:
+            for e in items[item]:
+                holders[e] = [dst]
+            where[item] = dst
+            loads[src] -= item_w[item]
+            loads[dst] += item_w[item]
+            used[src] -= len(items[item])
+            used[dst] += len(items[item])
 
 
 # -- metrics ------------------------------------------------------------------------------
@@ -464,6 +473,7 @@ def _assign(
     slots: Sequence[int],
     routing: _Routing,
     redundant: int,
+    tolerance: float,
 ) -> _Layout:
     ex = model.experts
     assert ex is not None
@@ -495,7 +505,7 @@ def _assign(
                 grouped = _place_block(w, speeds, limits, groups, budget)
                 worst_g = _worst(_loads(grouped, w, speeds, len(speeds)), speeds)
                 worst_s = _worst(_loads(holders, w, speeds, len(speeds)), speeds)
-                if worst_g <= worst_s * (1 + LOCALITY_TOLERANCE) + _EPS:
+                if worst_g <= worst_s * (1 + tolerance) + _EPS:
                     holders = grouped
         for hs in holders:
             for j in hs:
@@ -518,6 +528,7 @@ def place_experts(
     coactivation: CoActivation | None = None,
     *,
     redundant_per_block: int | None = None,
+    locality_tolerance: float = LOCALITY_TOLERANCE,
 ) -> Plan:
     """Place every routed expert of ``model`` on the stage nodes of ``plan``.
 
@@ -526,7 +537,9 @@ def place_experts(
     with (headroom).  Returns the plan with ``Topology.PipelineWithExperts``,
     every stage's ``owned_experts`` and ``estimated_vram_bytes`` including
     them, and notes on balance and traffic.  ``redundant_per_block`` caps the
-    replicas added per MoE block (default ``num_experts // 8``; 0: none).
+    replicas added per MoE block (default ``num_experts // 8``; 0: none);
+    ``locality_tolerance`` is how much slower (fraction) a block's slowest node
+    may get to keep co-activated experts together (default 0.05).
     Deterministic.  A dense ``model`` returns ``plan`` unchanged.
 
     Raises:
@@ -551,7 +564,9 @@ def place_experts(
         raise InsufficientVram(backbone + needed * ex.expert_params_bytes, usable)
     speeds, source = expert_speeds(ordered)
     routing = _routing(model, load, coactivation)
-    layout = _assign(plan, model, speeds, slots, routing, redundant_per_block)
+    if not 0 <= locality_tolerance < math.inf:
+        raise InputError("locality_tolerance", locality_tolerance, "must be a number >= 0")
+    layout = _assign(plan, model, speeds, slots, routing, redundant_per_block, locality_tolerance)
     owned: list[list[ExpertId]] = [[] for _ in ordered]
     for block, holders in zip(ex.moe_blocks, layout.holders, strict=True):
         for e, hs in enumerate(holders):
@@ -613,6 +628,7 @@ def plan_with_experts(
     coactivation: CoActivation | None = None,
     *,
     redundant_per_block: int | None = None,
+    locality_tolerance: float = LOCALITY_TOLERANCE,
 ) -> Plan:
     """Plan a model end to end: blocks (by the block planner), then experts.
 
@@ -666,6 +682,7 @@ def plan_with_experts(
                 load,
                 coactivation,
                 redundant_per_block=redundant_per_block,
+                locality_tolerance=locality_tolerance,
             )
         except InsufficientVram as exc:
             last_error = exc
