@@ -293,6 +293,10 @@ def predict(
     model: ModelLayout, nodes: Sequence[NodeDescriptor], constraints: Constraints, plan: Plan
 ) -> Prediction:
     """What the cost model predicts for ``plan`` of ``model`` on ``nodes``."""
+    if plan.topology.experts_per_layer is not None and model.experts is not None:
+        from stowplan.planner.experts import expert_prediction  # the expert term lives there
+
+        return expert_prediction(model, nodes, constraints, plan)
     cm = CostModel(model, nodes, constraints)
     order, bounds = cm.plan_order_bounds(plan)
     return cm.prediction(order, bounds)

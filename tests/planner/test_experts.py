@@ -306,3 +306,22 @@ def test_expert_stage_time_is_reads_plus_all_to_all() -> None:
 def test_statistics_of_the_wrong_shape_are_refused() -> None:
     with pytest.raises(ValueError, match=r"expert_load=.*must have one row per MoE block \(5\)"):
         plan_with_experts(toy_moe(), HETERO, V1, ExpertLoad(rows=((1.0,) * 16,)))
+
+
+def test_the_cost_model_adds_the_expert_term_to_expert_plans() -> None:
+    from stowplan.cost import predict
+
+    model = toy_moe()
+    wan = [node(i, 4, 1000, link=100, lat=20) for i in range(4)]
+    cons = Constraints(strategy="balance-by-vram", min_stages=4)
+    p = plan_with_experts(model, wan, cons)
+    pred = p.rationale.prediction
+    assert pred is not None and p.rationale.certificate is None
+    assert predict(model, wan, cons, p) == pred
+    backbone = predict(backbone_layout(model), wan, cons, plan(backbone_layout(model), wan, cons))
+    extra = expert_stage_times(p, model, wan)
+    assert pred.time_per_token_s == pytest.approx(
+        backbone.time_per_token_s + sum(e.total_s for e in extra)
+    )
+    # Over 20 ms links the all-to-all dominates the expert term.
+    assert sum(e.transfer_s for e in extra) > 10 * sum(e.compute_s for e in extra)

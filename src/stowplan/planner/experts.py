@@ -25,7 +25,7 @@ Dense models (``experts is None``) get exactly the block planner's plan.
 Load and locality
 -----------------
 Decode is memory-bound, so a node's expert *speed* is its memory bandwidth
-(dense TFLOPs when a bandwidth is unknown).  Per MoE block, spare slots first
+(the cost model's figure: given, else the GPU spec table).  Per MoE block, spare slots first
 get replicas by EPLB's rule (each extra copy goes to the expert with the
 heaviest load per copy, at most ``redundant_per_block``, and only while that
 copy carries more than half a node's mean load; a replicated
@@ -62,13 +62,14 @@ from dataclasses import dataclass, replace
 from stowplan.errors import InputError, InsufficientVram
 from stowplan.expert_stats import CoActivation, ExpertLoad
 from stowplan.model import Constraints, ExpertId, ModelLayout, NodeDescriptor, usable_bytes
-from stowplan.plan import Plan, Topology
+from stowplan.plan import Plan, Prediction, Topology
 
 __all__ = [
     "ExpertSummary",
     "ExpertTime",
     "NodeExperts",
     "backbone_layout",
+    "expert_prediction",
     "expert_speeds",
     "expert_stage_times",
     "expert_summary",
@@ -120,17 +121,30 @@ def backbone_layout(model: ModelLayout) -> ModelLayout:
 
 
 def expert_speeds(nodes: Sequence[NodeDescriptor]) -> tuple[tuple[float, ...], str]:
-    """Relative expert speed of every node and what it is based on.
+    """Relative expert speed of every node (memory bandwidth / the fastest's) and its source.
 
-    Memory bandwidth when every node has one, else dense TFLOPs when every
-    node has a positive figure, else uniform.
+    The cost model's bandwidth: the descriptor's, else the GPU spec table, else
+    its default (see :func:`stowplan.cost.node_rates`).
     """
-    bws = [n.mem_bandwidth_gbps for n in nodes]
-    if all(b is not None and b > 0 for b in bws):
-        return tuple(float(b) for b in bws if b is not None), "memory bandwidth"
-    if all(n.flops_estimate > 0 for n in nodes):
-        return tuple(float(n.flops_estimate) for n in nodes), "dense TFLOPs (bandwidth unknown)"
-    return (1.0,) * len(nodes), "uniform (no bandwidth or TFLOPs given)"
+    from stowplan.cost import node_rates
+
+    speeds = []
+    assumed = 0
+    for n in nodes:
+        rates, notes = node_rates(n, 0.0)
+        speeds.append(rates.bandwidth_bytes_per_s)
+        assumed += any("mem_bandwidth_gbps" in x for x in notes)
+    source = "memory bandwidth"
+    if assumed:
+        source += f" ({assumed} of {len(speeds)} nodes from the spec table or default)"
+    top = max(speeds)
+    return tuple(x / top for x in speeds), source
+
+
+def _bandwidths_gbps(nodes: Sequence[NodeDescriptor]) -> list[float]:
+    from stowplan.cost import node_rates
+
+    return [node_rates(n, 0.0)[0].bandwidth_bytes_per_s / 1e9 for n in nodes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -560,8 +574,8 @@ def place_experts(
     needed = len(ex.moe_blocks) * ex.num_experts
     if sum(slots) < needed:
         backbone = sum(a.estimated_vram_bytes for a in plan.assignments)
-        usable = sum(usable_bytes(n, constraints.headroom) for n in ordered)
-        raise InsufficientVram(backbone + needed * ex.expert_params_bytes, usable)
+        room = backbone + sum(slots) * ex.expert_params_bytes  # whole experts only
+        raise InsufficientVram(backbone + needed * ex.expert_params_bytes, room)
     speeds, source = expert_speeds(ordered)
     routing = _routing(model, load, coactivation)
     if not 0 <= locality_tolerance < math.inf:
@@ -588,10 +602,20 @@ def place_experts(
     )
     summary = expert_summary(result, model, nodes, load, coactivation)
     notes = [*plan.rationale.notes, *_notes(summary, layout, source, load, coactivation)]
+    prediction = expert_prediction(model, nodes, constraints, result, load, coactivation)
+    notes.append(
+        f"predicted with experts: {prediction.time_per_token_s * 1e3:.1f} ms per token "
+        f"(single stream), {prediction.tokens_per_s:.2f} tokens/s pipelined at batch "
+        f"{prediction.batch}; the certificate above is for the blocks without experts"
+    )
     return replace(
         result,
         rationale=replace(
-            plan.rationale, strategy=f"{plan.rationale.strategy}+experts", notes=tuple(notes)
+            plan.rationale,
+            strategy=f"{plan.rationale.strategy}+experts",
+            notes=tuple(notes),
+            prediction=prediction,
+            certificate=None,
         ),
     )
 
@@ -848,8 +872,9 @@ def expert_stage_times(
 
     These seconds replace the routed-expert reads the block would cost on
     ``h``: add them to the stage time of the backbone (:func:`backbone_layout`).
-    ``bandwidth_gbps`` overrides per node id; otherwise ``mem_bandwidth_gbps``
-    is required.
+    ``bandwidth_gbps`` overrides per node id; otherwise the cost model's
+    bandwidth is used.  An unknown link (``link_mbps`` 0) costs no transfer
+    time, as in :mod:`stowplan.cost`.
     """
     ex = model.experts
     if ex is None:
@@ -857,15 +882,14 @@ def expert_stage_times(
             ExpertTime(stage=a.stage, compute_s=0.0, transfer_s=0.0) for a in plan.assignments
         )
     ordered = _nodes_in_order(plan, nodes)
-    bws = []
-    for node in ordered:
-        bw = (bandwidth_gbps or {}).get(node.id, node.mem_bandwidth_gbps)
-        if bw is None or bw <= 0:
-            raise InputError(
-                f"{node.id}.mem_bandwidth_gbps", bw, "is needed to time its experts (GB/s > 0)"
-            )
-        bws.append(float(bw))
     speeds, _ = expert_speeds(ordered)
+    bws = [
+        (bandwidth_gbps or {}).get(x.id, bw)
+        for x, bw in zip(ordered, _bandwidths_gbps(ordered), strict=True)
+    ]
+    for x, bw in zip(ordered, bws, strict=True):
+        if not bw > 0:
+            raise InputError(f"{x.id}.mem_bandwidth_gbps", bw, "must be > 0 to time its experts")
     routing = _routing(model, load, coactivation)
     all_holders = _holders_of(plan, model)
     home_stage = _stage_of_block(plan)
@@ -887,11 +911,11 @@ def expert_stage_times(
         if not remote:
             continue
         sent_bits = sum(batch * reach[j] * act * 8 for j in remote)
-        send = sent_bits / (ordered[h].link_mbps * 1e6) if ordered[h].link_mbps else math.inf
+        send = sent_bits / (ordered[h].link_mbps * 1e6) if ordered[h].link_mbps else 0.0
         back = max(
             batch * reach[j] * act * 8 / (ordered[j].link_mbps * 1e6)
             if ordered[j].link_mbps
-            else math.inf
+            else 0.0
             for j in remote
         )
         p_any = 1.0 - math.prod((1.0 - reach[j]) ** batch for j in remote)
@@ -902,4 +926,63 @@ def expert_stage_times(
     return tuple(
         ExpertTime(stage=a.stage, compute_s=compute[a.stage], transfer_s=transfer[a.stage])
         for a in plan.assignments
+    )
+
+
+def expert_prediction(
+    model: ModelLayout,
+    nodes: Sequence[NodeDescriptor],
+    constraints: Constraints,
+    plan: Plan,
+    load: ExpertLoad | None = None,
+    coactivation: CoActivation | None = None,
+) -> Prediction:
+    """The cost model's prediction for an expert-parallel ``plan``.
+
+    Every stage's time is the cost model's time for its backbone blocks
+    (:func:`backbone_layout`) plus its :func:`expert_stage_times`; the KV
+    capacity counts the experts each stage holds.
+    """
+    from stowplan.cost import CostModel
+
+    cm = CostModel(backbone_layout(model), nodes, constraints)
+    order, bounds = cm.plan_order_bounds(plan)
+    base = cm.prediction(order, bounds)
+    bw = {x.id: cm.rates[cm.index[x.id]].bandwidth_bytes_per_s / 1e9 for x in cm.nodes}
+    extra = expert_stage_times(
+        plan,
+        model,
+        nodes,
+        batch=constraints.batch,
+        load=load,
+        coactivation=coactivation,
+        bandwidth_gbps=bw,
+    )
+    stage = tuple(t + e.total_s for t, e in zip(base.stage_time_s, extra, strict=True))
+    per_token = base.time_per_token_s + sum(e.total_s for e in extra)
+    tokens_per_s = constraints.batch / max(stage) if max(stage) > 0 else math.inf
+    served = (
+        (1.0 / per_token if per_token > 0 else math.inf)
+        if constraints.batch == 1
+        else (tokens_per_s)
+    )
+    per_m = None
+    if base.cost_per_hour is not None and 0 < served < math.inf:
+        per_m = base.cost_per_hour / (served * 3600) * 1e6
+    kv = None
+    if model.kv_bytes_per_token is not None:
+        for a, d in zip(plan.assignments, order, strict=True):
+            per = sum(model.kv_bytes_per_token[a.block_range[0] : a.block_range[1]])
+            if per:
+                weights = a.estimated_vram_bytes - a.kv_reserve_bytes
+                cap = max(cm.usable[d] - weights, 0) // per
+                kv = cap if kv is None else min(kv, cap)
+    return replace(
+        base,
+        tokens_per_s=tokens_per_s,
+        time_per_token_s=per_token,
+        stage_time_s=stage,
+        bottleneck_stage=max(range(len(stage)), key=lambda i: stage[i]),
+        kv_capacity_tokens=kv,
+        usd_per_million_tokens=per_m,
     )
