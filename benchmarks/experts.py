@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from moe_layouts import deepseek_v3, kimi_k2, qwen3_235b_a22b
 from stowplan import Constraints, ModelLayout, NodeDescriptor, Plan
+from stowplan.cost import predict
 from stowplan.expert_stats import CoActivation, ExpertLoad, zipf_load
 from stowplan.planner import plan as plan_blocks
 from stowplan.planner.eplb import eplb_place
@@ -212,43 +213,44 @@ def _pipeline_time(
 def part2() -> None:
     model = kimi_k2(bytes_per_param=4.5 / 8)
     pool = consumer_pool(64, seed=5)
-    cons = Constraints(strategy="balance-by-vram")
+    cons = Constraints()  # batch 1: the latency strategy
     print()
     print(
         f"Kimi-K2 at 4.5 bits/weight ({model.weight_bytes / 1e9:.0f} GB) on a pool of 64 "
-        "consumer GPUs over WAN, one request in flight:"
+        "consumer GPUs over WAN, one request in flight (cost model, latency strategy):"
     )
     print()
     print(
-        "| plan | GPUs | tokens/s | $/hour | weight reads s | hops s | expert all-to-all s |"
-        " bound |"
+        "| plan | GPUs | tokens/s | $/hour | weight reads s | hops s | expert all-to-all s "
+        "| bound |"
     )
     print("|---|---|---|---|---|---|---|---|")
     pipe = plan_blocks(model, pool, cons)
-    r, h, total = _pipeline_time(pipe, model, model.block_read_sizes(), pool)
-    price = sum(
-        n.price_per_hour or 0 for n in pool if n.id in {a.node_id for a in pipe.assignments}
-    )
-    bound = "hop latency" if h > r else "weight reads"
-    print(
-        f"| pipeline, experts with their blocks | {pipe.num_stages} | {1 / total:.2f} | "
-        f"{price:.2f} | {r:.3f} | {h:.3f} | 0 | {bound} ({max(h, r) / total:.0%}) |"
-    )
     ep = plan_with_experts(model, pool, cons)
-    backbone = backbone_layout(model)
-    r, h, total = _pipeline_time(ep, model, backbone.block_read_sizes(), pool)
-    ex_t = expert_stage_times(ep, model, pool)
-    ex_c = sum(t.compute_s for t in ex_t)
-    ex_x = sum(t.transfer_s for t in ex_t)
-    total += ex_c + ex_x
-    price = sum(n.price_per_hour or 0 for n in pool if n.id in {a.node_id for a in ep.assignments})
-    parts = {"hop latency": h, "weight reads": r + ex_c, "expert all-to-all": ex_x}
-    bound = max(parts, key=lambda k: parts[k])
-    print(
-        f"| expert-parallel (experts anywhere) | {ep.num_stages} | {1 / total:.2f} | "
-        f"{price:.2f} | {r + ex_c:.3f} | {h:.3f} | {ex_x:.3f} | {bound} "
-        f"({parts[bound] / total:.0%}) |"
+    times = expert_stage_times(ep, model, pool)
+    ex_c = sum(t.compute_s for t in times)
+    ex_x = sum(t.transfer_s for t in times)
+    rows = (
+        ("pipeline, experts with their blocks", pipe, model.block_read_sizes(), 0.0, 0.0),
+        (
+            "expert-parallel (experts anywhere)",
+            ep,
+            backbone_layout(model).block_read_sizes(),
+            ex_c,
+            ex_x,
+        ),
     )
+    for label, p, reads, comp, xfer in rows:
+        pred = predict(model, pool, cons, p)
+        r, h, _ = _pipeline_time(p, model, reads, pool)
+        parts = {"hop latency": h, "weight reads": r + comp, "expert all-to-all": xfer}
+        bound = max(parts, key=lambda k: parts[k])
+        total = sum(parts.values())
+        print(
+            f"| {label} | {p.num_stages} | {1 / pred.time_per_token_s:.2f} | "
+            f"{pred.cost_per_hour:.2f} | {r + comp:.3f} | {h:.3f} | {xfer:.3f} | "
+            f"{bound} ({parts[bound] / total:.0%}) |"
+        )
 
 
 if __name__ == "__main__":
