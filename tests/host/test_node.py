@@ -33,7 +33,11 @@ def test_nodes_from_two_circuits_feed_plan() -> None:
     p = _passport()
     nodes = [node_from_passport(p, circuit=c, node_id=c) for c in ("gpu0", "gpu1")]
     result = plan(lookup("llama3.1:8b-q4_0"), nodes, Constraints(min_stages=2))
-    assert [a.node_id for a in result.assignments] == ["gpu0", "gpu1"]
+    assert sorted(a.node_id for a in result.assignments) == ["gpu0", "gpu1"]
+    prediction = result.rationale.prediction
+    assert prediction is not None
+    # the measured bandwidth is used: nothing about these nodes' bandwidth is assumed
+    assert not any("mem_bandwidth_gbps" in item for item in prediction.assumed)
 
 
 def test_unmeasured_circuit_is_refused() -> None:

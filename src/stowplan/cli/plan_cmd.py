@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from stowplan.baselines import compare_plans as compare_baselines
+from stowplan.calibration.store import resolve_calibration
 from stowplan.cli.app import app
 from stowplan.cli.common import load_fleet, out_console
 from stowplan.cli.moe import plan_moe
@@ -76,6 +77,13 @@ def plan_command(
     html: Annotated[
         Path | None, typer.Option("--html", help="Also write a self-contained HTML report.")
     ] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option(help="Calibrate predictions for generic, llamacpp, vllm or trtllm."),
+    ] = None,
+    calibration: Annotated[
+        Path | None, typer.Option("--calibration", help="Calibration profile JSON (overrides).")
+    ] = None,
 ) -> None:
     """Plan MODEL on the given nodes and print the plan."""
     layout = resolve_model(model)
@@ -91,6 +99,9 @@ def plan_command(
         target_tokens_per_s=None
         if target is None
         else parse_tokens_per_s(target, field="--target"),
+        calibration=None
+        if engine is None and calibration is None
+        else resolve_calibration(engine or "generic", calibration),
     )
     if layout.experts is not None or expert_load is not None or coactivation is not None:
         return plan_moe(layout, fleet, constraints, expert_load, coactivation, as_json)
@@ -101,6 +112,9 @@ def plan_command(
         out_console.file.write(plan_to_json(result))
         return
     render_plan(result, fleet, out_console)
+    prediction = result.rationale.prediction
+    if prediction is not None and prediction.calibration is not None:
+        out_console.print(f"calibration: {prediction.calibration}")
     if compare:
         render_comparison(result, compare_baselines(layout, fleet, constraints), out_console)
 

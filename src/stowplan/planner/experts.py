@@ -58,11 +58,15 @@ import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from stowplan.errors import InputError, InsufficientVram
 from stowplan.expert_stats import CoActivation, ExpertLoad
 from stowplan.model import Constraints, ExpertId, ModelLayout, NodeDescriptor, usable_bytes
 from stowplan.plan import Plan, Prediction, Topology
+
+if TYPE_CHECKING:
+    from stowplan.calibration.profile import Calibration
 
 __all__ = [
     "ExpertSummary",
@@ -936,16 +940,18 @@ def expert_prediction(
     plan: Plan,
     load: ExpertLoad | None = None,
     coactivation: CoActivation | None = None,
+    calibration: Calibration | None = None,
 ) -> Prediction:
     """The cost model's prediction for an expert-parallel ``plan``.
 
     Every stage's time is the cost model's time for its backbone blocks
     (:func:`backbone_layout`) plus its :func:`expert_stage_times`; the KV
-    capacity counts the experts each stage holds.
+    capacity counts the experts each stage holds.  ``calibration`` applies to
+    the backbone's stage times (as in :func:`stowplan.cost.predict`).
     """
     from stowplan.cost import CostModel
 
-    cm = CostModel(backbone_layout(model), nodes, constraints)
+    cm = CostModel(backbone_layout(model), nodes, constraints, calibration)
     order, bounds = cm.plan_order_bounds(plan)
     base = cm.prediction(order, bounds)
     bw = {x.id: cm.rates[cm.index[x.id]].bandwidth_bytes_per_s / 1e9 for x in cm.nodes}
