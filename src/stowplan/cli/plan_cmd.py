@@ -12,6 +12,7 @@ from stowplan.baselines import compare_plans as compare_baselines
 from stowplan.calibration.store import resolve_calibration
 from stowplan.cli.app import app
 from stowplan.cli.common import load_fleet, out_console
+from stowplan.cli.moe import plan_moe
 from stowplan.errors import InputError
 from stowplan.model import Constraints, Objective
 from stowplan.models import known_names, lookup, resolve_model
@@ -65,6 +66,20 @@ def plan_command(
         bool, typer.Option("--compare", help="Print peer rules (exo, vLLM, …) side by side.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan JSON.")] = False,
+    expert_load: Annotated[
+        Path | None,
+        typer.Option(
+            "--expert-load",
+            help="MoE expert load per block: JSON, or .npy [layers, experts] as EPLB uses.",
+        ),
+    ] = None,
+    coactivation: Annotated[
+        Path | None,
+        typer.Option(
+            "--coactivation",
+            help="MoE co-selection counts: JSON pairs, or .npy [layers, experts, experts].",
+        ),
+    ] = None,
     html: Annotated[
         Path | None, typer.Option("--html", help="Also write a self-contained HTML report.")
     ] = None,
@@ -94,6 +109,8 @@ def plan_command(
         if engine is None and calibration is None
         else resolve_calibration(engine or "generic", calibration),
     )
+    if layout.experts is not None or expert_load is not None or coactivation is not None:
+        return plan_moe(layout, fleet, constraints, expert_load, coactivation, as_json)
     result = make_plan(layout, fleet, constraints)
     if html is not None:
         write_html_report(html, result, fleet, layout=layout)
