@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -26,6 +27,7 @@ from stowplan import (
 )
 from stowplan.expert_stats import CoActivation, ExpertLoad, zipf_load
 from stowplan.model import usable_bytes
+from stowplan.plan import plan_to_dict
 from stowplan.planner import plan
 from stowplan.planner.eplb import eplb_place
 from stowplan.planner.experts import (
@@ -152,15 +154,33 @@ def test_backbone_layout_drops_only_the_routed_experts() -> None:
 CASES = json.loads((FIXTURES / "plans" / "cases.json").read_text())
 
 
+def _placement(data: dict[str, Any]) -> dict[str, Any]:
+    """A plan's placement: everything but the cost model's prediction and certificate,
+    which follow the cost model and its bounds rather than the V1 contract."""
+    rationale = {
+        k: v for k, v in data["rationale"].items() if k not in ("prediction", "certificate")
+    }
+    rationale["notes"] = [n for n in rationale["notes"] if not _is_cost_note(n)]
+    return {**data, "rationale": rationale}
+
+
+def _is_cost_note(note: str) -> bool:
+    return (
+        note.startswith(("certificate", "predicted", "KV capacity"))
+        or "ms/step" in note
+        or "assumed from the spec table" in note
+    )
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c["plan"] for c in CASES])
 def test_dense_models_give_the_stored_v1_plans(case: dict[str, object]) -> None:
     model = lookup(str(case["model"]))
     assert model is not None and model.experts is None
     nodes = load_nodes(EXAMPLES / "fleets" / f"{case['fleet']}.yaml")
     cons = Constraints(strategy="balance-by-vram", **case["constraints"])  # type: ignore[arg-type]
-    stored = (FIXTURES / "plans" / str(case["plan"])).read_text()
-    assert plan_to_json(plan(model, nodes, cons)) == stored
-    assert plan_to_json(plan_with_experts(model, nodes, cons)) == stored
+    stored = _placement(json.loads((FIXTURES / "plans" / str(case["plan"])).read_text()))
+    assert _placement(plan_to_dict(plan(model, nodes, cons))) == stored
+    assert _placement(plan_to_dict(plan_with_experts(model, nodes, cons))) == stored
     assert place_experts(plan(model, nodes, cons), model, nodes, cons) == plan(model, nodes, cons)
 
 
