@@ -33,7 +33,6 @@ def test_dense_plan_output_is_unchanged_by_the_new_options(
     assert json.loads(capsys.readouterr().out)["topology"]["kind"] == "PipelineChain"
 
 
-@pytest.mark.skipif(lookup("qwen3:30b-a3b") is None, reason="no MoE model in the known table yet")
 def test_moe_plan_shows_experts_per_node(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -43,8 +42,18 @@ def test_moe_plan_shows_experts_per_node(
     rows = [[1.0 / (e + 1) for e in range(n)] for _ in model.experts.moe_blocks]
     load = tmp_path / "load.json"
     load.write_text(json.dumps(rows))
-    code = main(["plan", "qwen3:30b-a3b", "--nodes", str(FLEET), "--expert-load", str(load)])
+    argv = ["plan", "qwen3:30b-a3b", "--nodes", str(FLEET), "--expert-load", str(load)]
+    code = main([*argv, "--expert-parallel"])
     out = capsys.readouterr().out
     assert code == 0
     assert "experts owned (per block)" in out
     assert "cross-node expert transfers per token" in out
+
+
+def test_moe_plan_by_default_keeps_experts_local_over_wan(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan", "qwen3:30b-a3b", "--nodes", str(FLEET)]) == 0
+    out = capsys.readouterr().out
+    assert "block-local chosen over expert-parallel" in out
+    assert "block-local: every MoE block's experts run on its own stage's node" in out

@@ -345,3 +345,38 @@ def test_the_cost_model_adds_the_expert_term_to_expert_plans() -> None:
     )
     # Over 20 ms links the all-to-all dominates the expert term.
     assert sum(e.transfer_s for e in extra) > 10 * sum(e.compute_s for e in extra)
+
+
+# -- block-local vs expert-parallel -------------------------------------------------------
+
+
+def _wan_fleet() -> list[NodeDescriptor]:
+    return load_nodes(EXAMPLES / "fleets" / "mixed-consumer.yaml")
+
+
+def test_over_wan_the_cost_model_keeps_experts_with_their_blocks() -> None:
+    model = lookup("mixtral:8x7b")
+    assert model is not None and model.experts is not None
+    nodes = _wan_fleet()
+    chosen = plan_with_experts(model, nodes, V1)
+    local = plan_with_experts(model, nodes, V1, expert_parallel=False)
+    spread = plan_with_experts(model, nodes, V1, expert_parallel=True)
+    t = {
+        name: p.rationale.prediction.time_per_token_s  # type: ignore[union-attr]
+        for name, p in (("chosen", chosen), ("local", local), ("spread", spread))
+    }
+    assert t["local"] < t["spread"]  # 10-60 ms hops make every expert all-to-all expensive
+    assert t["chosen"] == t["local"]
+    assert any("block-local chosen over expert-parallel" in n for n in chosen.rationale.notes)
+    summary = expert_summary(chosen, model, nodes)
+    assert summary.block_local and summary.transfers_per_token == 0.0
+    for a in chosen.assignments:  # every stage owns exactly its own blocks' experts
+        assert {x.block for x in a.owned_experts} == set(range(*a.block_range))
+        assert len(a.owned_experts) == 8 * a.num_blocks
+
+
+def test_forcing_expert_parallel_spreads_experts_beyond_their_block() -> None:
+    model = lookup("mixtral:8x7b")
+    assert model is not None
+    spread = plan_with_experts(model, _wan_fleet(), V1, expert_parallel=True)
+    assert not expert_summary(spread, model, _wan_fleet()).block_local

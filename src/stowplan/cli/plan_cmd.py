@@ -12,12 +12,14 @@ from stowplan.baselines import compare_plans as compare_baselines
 from stowplan.calibration.store import resolve_calibration
 from stowplan.cli.app import app
 from stowplan.cli.common import load_fleet, out_console
-from stowplan.cli.moe import plan_moe
 from stowplan.errors import InputError
+from stowplan.expert_stats import load_coactivation, load_expert_load
 from stowplan.model import Constraints, Objective
 from stowplan.models import known_names, lookup, resolve_model
 from stowplan.plan import plan_from_json, plan_to_json
 from stowplan.planner import plan as make_plan
+from stowplan.planner.experts import expert_summary, plan_with_experts
+from stowplan.report.experts import render_experts
 from stowplan.report.html import write_html_report
 from stowplan.report.terminal import render_comparison, render_plan
 from stowplan.units import format_bytes, parse_tokens_per_s
@@ -83,6 +85,14 @@ def plan_command(
     html: Annotated[
         Path | None, typer.Option("--html", help="Also write a self-contained HTML report.")
     ] = None,
+    expert_parallel: Annotated[
+        bool | None,
+        typer.Option(
+            "--expert-parallel/--block-local",
+            help="MoE: spread experts over the nodes, or keep them with their blocks "
+            "(default: whichever the cost model predicts faster).",
+        ),
+    ] = None,
     engine: Annotated[
         str | None,
         typer.Option(help="Calibrate predictions for generic, llamacpp, vllm or trtllm."),
@@ -109,15 +119,23 @@ def plan_command(
         if engine is None and calibration is None
         else resolve_calibration(engine or "generic", calibration),
     )
-    if layout.experts is not None or expert_load is not None or coactivation is not None:
-        return plan_moe(layout, fleet, constraints, expert_load, coactivation, as_json)
-    result = make_plan(layout, fleet, constraints)
+    load = load_expert_load(expert_load) if expert_load is not None else None
+    co = load_coactivation(coactivation) if coactivation is not None else None
+    moe = layout.experts is not None or load is not None or co is not None
+    if moe:
+        result = plan_with_experts(
+            layout, fleet, constraints, load, co, expert_parallel=expert_parallel
+        )
+    else:
+        result = make_plan(layout, fleet, constraints)
     if html is not None:
         write_html_report(html, result, fleet, layout=layout)
     if as_json:
         out_console.file.write(plan_to_json(result))
         return
     render_plan(result, fleet, out_console)
+    if layout.experts is not None:
+        render_experts(result, expert_summary(result, layout, fleet, load, co), out_console)
     prediction = result.rationale.prediction
     if prediction is not None and prediction.calibration is not None:
         out_console.print(f"calibration: {prediction.calibration}")

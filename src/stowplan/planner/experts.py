@@ -60,7 +60,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from stowplan.errors import InputError, InsufficientVram
+from stowplan.errors import InputError, InsufficientVram, PlanError
 from stowplan.expert_stats import CoActivation, ExpertLoad
 from stowplan.model import Constraints, ExpertId, ModelLayout, NodeDescriptor, usable_bytes
 from stowplan.plan import Plan, Prediction, Topology
@@ -657,12 +657,24 @@ def plan_with_experts(
     *,
     redundant_per_block: int | None = None,
     locality_tolerance: float = LOCALITY_TOLERANCE,
+    expert_parallel: bool | None = None,
 ) -> Plan:
     """Plan a model end to end: blocks (by the block planner), then experts.
 
     Dense models get exactly ``stowplan.planner.plan(model, nodes,
-    constraints)``.  For MoE models the backbone is planned with the fewest
-    stages (at least ``min_stages``) whose nodes also hold every expert.
+    constraints)``.  A MoE model has two placements, and by default
+    (``expert_parallel=None``) the one the cost model predicts faster for the
+    workload's objective (latency at batch 1, throughput above) wins:
+
+    * block-local: every expert stays on the node of its block (a plain
+      pipeline; no expert traffic between nodes; what engines without
+      expert parallelism can run);
+    * expert-parallel: the backbone (blocks without their routed experts) is
+      planned with the fewest stages (at least ``min_stages``) whose nodes
+      also hold every expert, then experts are spread over those nodes,
+      balanced for load and speed (pays the expert all-to-all per token).
+
+    ``expert_parallel=True`` or ``False`` forces one of them.
 
     Raises:
         InsufficientVram: even the largest ``max_stages`` nodes cannot hold
@@ -678,8 +690,99 @@ def plan_with_experts(
             option = "--expert-load" if load is not None else "--coactivation"
             raise InputError(option, model.name, "is only for mixture-of-experts models")
         return plan_blocks(model, nodes, constraints)
-    backbone = backbone_layout(model)
     nodes = tuple(nodes)
+    if expert_parallel is False:
+        return _block_local(plan_blocks(model, nodes, constraints), model)
+    spread = _expert_parallel(
+        model, nodes, constraints, load, coactivation, redundant_per_block, locality_tolerance
+    )
+    if expert_parallel is True:
+        return spread
+    try:
+        local = _block_local(plan_blocks(model, nodes, constraints), model)
+    except PlanError:
+        return spread
+    return _faster(local, spread, constraints)
+
+
+def _block_local(plan: Plan, model: ModelLayout) -> Plan:
+    """``plan`` (blocks with their experts) with each stage owning its blocks' experts."""
+    ex = model.experts
+    assert ex is not None
+    moe = set(ex.moe_blocks)
+    stages = tuple(
+        replace(
+            a,
+            owned_experts=tuple(
+                ExpertId(block=b, expert=e)
+                for b in range(*a.block_range)
+                if b in moe
+                for e in range(ex.num_experts)
+            ),
+        )
+        for a in plan.assignments
+    )
+    note = "experts: block-local (every expert on the node of its block; no expert traffic)"
+    return replace(
+        plan,
+        topology=Topology.PipelineWithExperts(plan.num_stages, ex.num_experts),
+        assignments=stages,
+        rationale=replace(plan.rationale, notes=(*plan.rationale.notes, note)),
+    )
+
+
+def _faster(local: Plan, spread: Plan, constraints: Constraints) -> Plan:
+    """The better of the two placements by the workload's objective, with both figures noted."""
+    a, b = local.rationale.prediction, spread.rationale.prediction
+    if a is None or b is None:
+        return local
+    if constraints.batch == 1:
+        unit, va, vb, local_wins = (
+            "ms/token",
+            a.time_per_token_s * 1e3,
+            b.time_per_token_s * 1e3,
+            (a.time_per_token_s <= b.time_per_token_s),
+        )
+    else:
+        unit, va, vb, local_wins = (
+            "tokens/s",
+            a.tokens_per_s,
+            b.tokens_per_s,
+            (a.tokens_per_s >= b.tokens_per_s),
+        )
+    chosen, other = (
+        ("block-local", "expert-parallel")
+        if local_wins
+        else (
+            "expert-parallel",
+            "block-local",
+        )
+    )
+    note = (
+        f"experts: {chosen} chosen over {other} by the cost model "
+        f"(block-local {va:.4g} {unit}, expert-parallel {vb:.4g} {unit})"
+    )
+    winner = local if local_wins else spread
+    return replace(
+        winner, rationale=replace(winner.rationale, notes=(*winner.rationale.notes, note))
+    )
+
+
+def _expert_parallel(
+    model: ModelLayout,
+    nodes: tuple[NodeDescriptor, ...],
+    constraints: Constraints,
+    load: ExpertLoad | None,
+    coactivation: CoActivation | None,
+    redundant_per_block: int | None,
+    locality_tolerance: float,
+) -> Plan:
+    """Backbone first, then every expert packed onto the stage nodes."""
+    from stowplan.planner import plan as plan_blocks
+
+    ex = model.experts
+    assert ex is not None
+    backbone = backbone_layout(model)
     headroom = constraints.headroom
     routed = len(ex.moe_blocks) * ex.routed_bytes_per_block
     needed = (
@@ -750,6 +853,9 @@ class ExpertSummary:
     transfers_per_token: float
     """Expected distinct remote nodes a token's experts live on, summed over MoE blocks."""
     speed_source: str
+    block_local: bool = False
+    """Every expert lives only on the node of its block: no expert parallelism, so the
+    imbalance figures (which compare nodes) do not apply; the stage split balances work."""
 
 
 def _holders_of(plan: Plan, model: ModelLayout) -> tuple[Holders, ...]:
@@ -829,6 +935,11 @@ def expert_summary(
         imbalance_max=max(imbalances),
         transfers_per_token=transfers,
         speed_source=source,
+        block_local=all(
+            hs == [home_stage[b]]
+            for b, holders in zip(ex.moe_blocks, all_holders, strict=True)
+            for hs in holders
+        ),
     )
 
 

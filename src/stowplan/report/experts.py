@@ -56,6 +56,13 @@ def render_experts(plan: Plan, summary: ExpertSummary, console: Console) -> None
             f"{row.speed_share:.1%}",
         )
     console.print(table)
+    if summary.block_local:
+        console.print(
+            "  block-local: every MoE block's experts run on its own stage's node "
+            "(no expert traffic); the stage split balances the work",
+            highlight=False,
+        )
+        return
     console.print(
         f"  imbalance (max/mean load relative to speed): mean {summary.imbalance_mean:.3f}, "
         f"worst block {summary.imbalance_max:.3f}; {summary.num_placed} expert copies "
