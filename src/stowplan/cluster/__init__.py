@@ -1,0 +1,1 @@
+"""Ray: nodes of a live cluster, local fake clusters, realising a plan."""
