@@ -12,7 +12,7 @@ import sys
 import click
 import typer
 
-from stowplan.cli import plan_cmd  # noqa: F401  (registers its commands)
+from stowplan.cli import launch_cmd, plan_cmd  # noqa: F401  (registers its commands)
 from stowplan.cli.app import app
 from stowplan.errors import StowplanError
 

@@ -40,10 +40,12 @@ from stowplan.worker import stage_env
 
 __all__ = [
     "Attempt",
+    "ContractStage",
     "Realisation",
     "StageFailure",
     "StageStartError",
     "StageUnplaceable",
+    "contract_stage_class",
     "realise",
     "realise_with_replan",
     "stage_bundle",
@@ -374,3 +376,40 @@ def realise_with_replan(
             continue
         realisation.attempts = tuple(attempts)
         return realisation
+
+
+class ContractStage:
+    """A stage actor that resolves its share through the worker contract and reports it.
+
+    What ``stowplan launch`` starts for a model it does not execute itself: it
+    proves each stage landed on its node with its ``PLAN_JSON`` and found its
+    own blocks (:func:`stowplan.worker.stage_from_env`).
+    """
+
+    def __init__(self) -> None:
+        import os
+
+        import ray
+        from stowplan.worker import stage_from_env
+
+        self.stage = stage_from_env(os.environ)
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+
+    def info(self) -> dict[str, Any]:
+        """Where this stage runs and what it resolved."""
+        return {
+            "stage": self.stage.stage,
+            "node_id": self.node_id,
+            "plan_node_id": self.stage.node_id,
+            "block_range": list(self.stage.block_range),
+            "owns_embed": self.stage.owns_embed,
+            "owns_head": self.stage.owns_head,
+            "source": self.stage.source,
+            "gpu_ids": self.gpu_ids,
+        }
+
+
+def contract_stage_class() -> Any:
+    """:class:`ContractStage` as a Ray actor class."""
+    return ray_module().remote(ContractStage)
