@@ -62,13 +62,14 @@ class FakeNode:
 
 
 DEFAULT_FAKE_NODES: tuple[FakeNode, ...] = (
+    FakeNode(gpu_name="RTX-4070", vram_bytes=5 << 20),
     FakeNode(gpu_name="RTX-3060", vram_bytes=4 << 20),
-    FakeNode(gpu_name="RTX-4070", vram_bytes=3 << 20),
-    FakeNode(gpu_name="RTX-2080", vram_bytes=3 << 20),
+    FakeNode(gpu_name="RTX-2080", vram_bytes=7 << 19),
     FakeNode(gpu_name="GTX-1660", vram_bytes=2 << 20),
 )
-"""Four heterogeneous nodes whose VRAM is scaled to the demo model (about 7 MB):
-no single node holds it, so the planner must build a pipeline."""
+"""Four nodes with different VRAM (5, 4, 3.5 and 2 MiB), scaled to the demo model
+(about 6.5 MiB): no two hold it, so the planner builds a three-stage pipeline, and
+any one of its nodes can fail and the rest still hold it."""
 
 
 @dataclass(slots=True)

@@ -32,7 +32,7 @@ from typing import Any
 
 from stowplan.cluster.local import ray_module
 from stowplan.cluster.nodes import NODE_ID_LABEL, alive_nodes
-from stowplan.errors import InputError, StowplanError
+from stowplan.errors import InputError, PlanError, StowplanError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.plan import Plan, plan_to_json
 from stowplan.planner import plan as make_plan
@@ -233,6 +233,7 @@ def realise(
     actor_args: Sequence[Any] = (),
     nodes: Sequence[NodeDescriptor] = (),
     timeout_s: float = 30.0,
+    start_timeout_s: float = 60.0,
     extra_env: Mapping[str, str] | None = None,
 ) -> Realisation:
     """Start one ``actor_class`` actor per stage of ``plan`` on the node the plan names.
@@ -241,8 +242,9 @@ def realise(
     ``actor_args`` and, in its runtime env, the stage's worker-contract
     variables plus :data:`WORKER_ENV` and ``extra_env``.  ``nodes`` (optional)
     are the descriptors the plan was made from; their ``ray_gpus`` label sets
-    the GPUs a stage claims.  Everything must be placed and answering within
-    ``timeout_s``.
+    the GPUs a stage claims.  Every group must be placed within ``timeout_s``,
+    then every actor must answer within ``start_timeout_s`` (its process
+    starts and builds its share of the model).
 
     Raises:
         StageUnplaceable: a node is gone or lacks the bundle, a group was
@@ -254,8 +256,9 @@ def realise(
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    if timeout_s <= 0:
-        raise InputError("timeout_s", timeout_s, "must be a number of seconds > 0")
+    for name, value in (("timeout_s", timeout_s), ("start_timeout_s", start_timeout_s)):
+        if not value > 0:
+            raise InputError(name, value, "must be a number of seconds > 0")
     start = time.monotonic()
     deadline = start + timeout_s
     # Step 1: pre-check nodes and resources before anything is created.
@@ -294,6 +297,7 @@ def realise(
                     name=f"stowplan-{tag}-stage{a.stage}",
                 ).remote(*actor_args)
             )
+        deadline = time.monotonic() + start_timeout_s
         for a, actor in zip(plan.assignments, actors, strict=True):
             left = max(0.1, deadline - time.monotonic())
             try:
@@ -333,6 +337,7 @@ def realise_with_replan(
     actor_args: Sequence[Any] = (),
     max_attempts: int = 3,
     timeout_s: float = 30.0,
+    start_timeout_s: float = 60.0,
     extra_env: Mapping[str, str] | None = None,
     on_failure: Callable[[Attempt], None] | None = None,
 ) -> Realisation:
@@ -354,7 +359,12 @@ def realise_with_replan(
     survivors = list(nodes)
     attempts: list[Attempt] = []
     while True:
-        current = make_plan(model, survivors, constraints)
+        try:
+            current = make_plan(model, survivors, constraints)
+        except PlanError as exc:
+            for attempt in attempts:
+                exc.add_note("earlier attempt: " + "; ".join(str(f) for f in attempt.failures))
+            raise
         try:
             realisation = realise(
                 current,
@@ -362,6 +372,7 @@ def realise_with_replan(
                 actor_args=actor_args,
                 nodes=survivors,
                 timeout_s=timeout_s,
+                start_timeout_s=start_timeout_s,
                 extra_env=extra_env,
             )
         except StageUnplaceable as exc:
