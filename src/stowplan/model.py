@@ -12,8 +12,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from stowplan.errors import InputError
+
+if TYPE_CHECKING:
+    from stowplan.host.passport import Passport
 
 __all__ = [
     "Constraints",
@@ -280,6 +284,15 @@ class NodeDescriptor:
             _check_float(f"{self.id}.price_per_hour", self.price_per_hour)
         _check_int(f"{self.id}.num_gpus", self.num_gpus, minimum=1)
         object.__setattr__(self, "labels", tuple(tuple(kv) for kv in self.labels))
+
+    @staticmethod
+    def from_passport(
+        passport: Passport, *, node_id: str | None = None, circuit: str | None = None
+    ) -> NodeDescriptor:
+        """A node for one circuit of a probed host; see :func:`stowplan.host.node_from_passport`."""
+        from stowplan.host.node import node_from_passport
+
+        return node_from_passport(passport, node_id=node_id, circuit=circuit)
 
 
 def check_unique_ids(nodes: Sequence[NodeDescriptor]) -> None:

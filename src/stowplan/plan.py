@@ -8,6 +8,7 @@ and malformed input with an :class:`~stowplan.errors.InputError`.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -245,9 +246,20 @@ def _adapter() -> Any:
     return TypeAdapter(Plan)
 
 
+def _json_safe(value: Any) -> Any:
+    """Non-finite floats (an unbounded rate) as the strings ``"inf"``/``"-inf"``/``"nan"``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
-    """The plan as plain JSON-compatible data."""
-    data: dict[str, Any] = _adapter().dump_python(plan, mode="json")
+    """The plan as plain JSON-compatible data (infinite rates written as ``"inf"``)."""
+    data: dict[str, Any] = _json_safe(_adapter().dump_python(plan, mode="json"))
     return data
 
 
@@ -273,7 +285,8 @@ def plan_from_dict(data: object) -> Plan:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "plan"
         message = str(err.get("ctx", {}).get("error", err["msg"]))
-        raise InputError(where, err.get("input"), message) from None
+        value = None if err["type"] == "missing" else err.get("input")
+        raise InputError(where, value, message) from None
     return plan
 
 

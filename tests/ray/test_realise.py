@@ -24,7 +24,7 @@ from stowplan.cluster.realise import (
 from stowplan.demo.model import DemoConfig, demo_layout, generate_local
 from stowplan.demo.pipeline import compare, config_args, run_pipeline, stage_worker_class
 from stowplan.errors import InputError, InsufficientVram
-from stowplan.model import Constraints, usable_bytes
+from stowplan.model import Constraints, Strategy, usable_bytes
 from stowplan.nodefile import load_nodes
 from stowplan.plan import plan_to_dict
 from stowplan.planner import plan
@@ -42,6 +42,8 @@ CONFIG = DemoConfig()
 LAYOUT = demo_layout(CONFIG)
 PROMPT = [1, 2, 3]
 TIMEOUT_S = 30.0
+BY_VRAM = Constraints(strategy=Strategy.BALANCE_BY_VRAM)
+"""The scenarios are built on VRAM alone: the fake nodes carry no speed figures."""
 
 
 # -- pure pieces (no cluster) -----------------------------------------------------------------
@@ -133,10 +135,10 @@ def test_nodes_come_from_the_cluster_with_their_labelled_vram(cluster) -> None:
 @pytest.mark.ray
 def test_each_stage_runs_on_its_node_with_the_plan_env_and_matches_one_process(ray) -> None:
     nodes = ray_node_descriptors(timeout_s=TIMEOUT_S)
-    expected = plan(LAYOUT, nodes, Constraints())
+    expected = plan(LAYOUT, nodes, BY_VRAM)
     assert expected.num_stages == 3
     with realise_with_replan(
-        LAYOUT, nodes, None, stage_worker_class(), actor_args=(config_args(CONFIG),),
+        LAYOUT, nodes, BY_VRAM, stage_worker_class(), actor_args=(config_args(CONFIG),),
         timeout_s=TIMEOUT_S,
     ) as realisation:  # fmt: skip
         assert realisation.plan == expected and realisation.attempts == ()
@@ -159,12 +161,12 @@ def test_each_stage_runs_on_its_node_with_the_plan_env_and_matches_one_process(r
 def test_a_node_made_unplaceable_is_replanned_and_tokens_still_match(ray) -> None:
     nodes = ray_node_descriptors(timeout_s=TIMEOUT_S)
     busy = next(n.id for n in nodes if n.gpu_name == BIGGEST)
-    assert busy in {a.node_id for a in plan(LAYOUT, nodes, Constraints()).assignments}
+    assert busy in {a.node_id for a in plan(LAYOUT, nodes, BY_VRAM).assignments}
     blocker = _blocker(ray, busy)
     reported = []
     try:
         with realise_with_replan(
-            LAYOUT, nodes, None, stage_worker_class(), actor_args=(config_args(CONFIG),),
+            LAYOUT, nodes, BY_VRAM, stage_worker_class(), actor_args=(config_args(CONFIG),),
             timeout_s=3.0, on_failure=reported.append,
         ) as realisation:  # fmt: skip
             assert [f.node_id for a in realisation.attempts for f in a.failures] == [busy]
@@ -183,14 +185,14 @@ def test_a_node_made_unplaceable_is_replanned_and_tokens_still_match(ray) -> Non
 @pytest.mark.ray
 def test_too_few_nodes_raise_plan_error_with_numbers_and_leave_nothing(ray) -> None:
     nodes = [n for n in ray_node_descriptors(timeout_s=TIMEOUT_S) if n.gpu_name != BIGGEST]
-    first = plan(LAYOUT, nodes, Constraints())
+    first = plan(LAYOUT, nodes, BY_VRAM)
     assert first.num_stages == 3  # all three smaller nodes are needed
     busy = first.assignments[0].node_id
     blocker = _blocker(ray, busy)
     try:
         with pytest.raises(InsufficientVram) as info:
             realise_with_replan(
-                LAYOUT, nodes, None, stage_worker_class(), actor_args=(config_args(CONFIG),),
+                LAYOUT, nodes, BY_VRAM, stage_worker_class(), actor_args=(config_args(CONFIG),),
                 timeout_s=2.0,
             )  # fmt: skip
     finally:
@@ -229,17 +231,17 @@ def test_demo_run_cli_reports_a_match(cluster, capsys) -> None:
 def test_a_removed_node_is_reported_and_the_plan_recomputed(cluster, ray) -> None:
     nodes = ray_node_descriptors(timeout_s=TIMEOUT_S)
     biggest = next(n for n in nodes if n.gpu_name == BIGGEST)
-    assert biggest.id in {a.node_id for a in plan(LAYOUT, nodes, Constraints()).assignments}
+    assert biggest.id in {a.node_id for a in plan(LAYOUT, nodes, BY_VRAM).assignments}
     cluster.remove(next(w for w in cluster.workers if cluster.node_id(w) == biggest.id))
     for _ in range(100):  # health checks mark it dead within about 1.5 s
         if biggest.id not in {n["NodeID"] for n in ray.nodes() if n["Alive"]}:
             break
         time.sleep(0.1)
     with pytest.raises(StageUnplaceable) as info:
-        realise(plan(LAYOUT, nodes, Constraints()), stage_worker_class(), timeout_s=5.0)
+        realise(plan(LAYOUT, nodes, BY_VRAM), stage_worker_class(), timeout_s=5.0)
     assert "node is not alive" in str(info.value) and _groups_left(ray) == []
     with realise_with_replan(
-        LAYOUT, nodes, None, stage_worker_class(), actor_args=(config_args(CONFIG),),
+        LAYOUT, nodes, BY_VRAM, stage_worker_class(), actor_args=(config_args(CONFIG),),
         timeout_s=TIMEOUT_S,
     ) as realisation:  # fmt: skip
         assert realisation.attempts[0].failures[0].node_id == biggest.id

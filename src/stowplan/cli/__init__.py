@@ -6,17 +6,28 @@ on stderr and exit code 2; no traceback reaches the user.
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 import sys
 
-import click
 import typer
+from typer.exceptions import TyperException
 
-from stowplan.cli import launch_cmd, plan_cmd  # noqa: F401  (registers its commands)
 from stowplan.cli.app import app
 from stowplan.errors import StowplanError
 
 __all__ = ["app", "main"]
+
+
+def _register_commands() -> None:
+    """Import every ``stowplan.cli.*_cmd`` module; each registers its commands on ``app``."""
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.endswith("_cmd"):
+            importlib.import_module(f"{__name__}.{info.name}")
+
+
+_register_commands()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,13 +38,14 @@ def main(argv: list[str] | None = None) -> int:
     except StowplanError as exc:
         print(f"stowplan: error: {exc}", file=sys.stderr)
         return 2
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return int(exc.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         print("stowplan: aborted", file=sys.stderr)
         return 130
-    except click.ClickException as exc:
-        print(f"stowplan: error: {exc.format_message()}", file=sys.stderr)
+    except TyperException as exc:  # usage errors: bad option values, missing arguments
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        print(f"stowplan: error: {message}", file=sys.stderr)
         return 2
     except Exception as exc:
         if os.environ.get("STOWPLAN_DEBUG"):

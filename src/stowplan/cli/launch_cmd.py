@@ -38,6 +38,9 @@ MaxStages = Annotated[int | None, typer.Option(help="Most pipeline stages.")]
 Headroom = Annotated[
     float | None, typer.Option(help="VRAM fraction kept free per node, in [0, 1).")
 ]
+StrategyOption = Annotated[
+    str | None, typer.Option(help="balance-by-vram, latency, throughput or exact.")
+]
 Timeout = Annotated[
     float, typer.Option("--timeout", help="Seconds each attempt may take to place all stages.")
 ]
@@ -96,9 +99,14 @@ def _print_stage_env(envs: list[dict[str, str]], node_ids: list[str]) -> None:
 
 
 def _constraints(
-    min_stages: int | None, max_stages: int | None, headroom: float | None
+    min_stages: int | None, max_stages: int | None, headroom: float | None, strategy: str | None
 ) -> Constraints:
-    return Constraints(min_stages=min_stages, max_stages=max_stages, vram_headroom_frac=headroom)
+    return Constraints(
+        min_stages=min_stages,
+        max_stages=max_stages,
+        vram_headroom_frac=headroom,
+        strategy=strategy,  # type: ignore[arg-type]  # validated by Constraints
+    )
 
 
 def _plan_debug(
@@ -130,13 +138,14 @@ def launch_command(
     min_stages: MinStages = None,
     max_stages: MaxStages = None,
     headroom: Headroom = None,
+    strategy: StrategyOption = None,
     timeout: Timeout = 30.0,
     max_attempts: Attempts = 3,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Plan MODEL on the Ray cluster's nodes and start one stage actor per stage."""
     layout = _layout(model)
-    constraints = _constraints(min_stages, max_stages, headroom)
+    constraints = _constraints(min_stages, max_stages, headroom, strategy)
     if nodes is not None and plan_debug and ray_address is None:
         _plan_debug(layout, load_nodes(nodes), constraints, as_json)
         return
@@ -196,6 +205,7 @@ def demo_run_command(
     min_stages: MinStages = None,
     max_stages: MaxStages = None,
     headroom: Headroom = None,
+    strategy: StrategyOption = None,
     timeout: Timeout = 30.0,
     max_attempts: Attempts = 3,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -210,7 +220,7 @@ def demo_run_command(
     config = DemoConfig()
     ids = _parse_prompt(prompt)
     check_request(config, ids, tokens)
-    constraints = _constraints(min_stages, max_stages, headroom)
+    constraints = _constraints(min_stages, max_stages, headroom, strategy)
     with _ray_session(ray_address):
         from stowplan.cluster.nodes import ray_node_descriptors
         from stowplan.cluster.realise import realise_with_replan

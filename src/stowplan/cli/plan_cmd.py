@@ -8,15 +8,17 @@ from typing import Annotated
 
 import typer
 
+from stowplan.baselines import compare_plans as compare_baselines
 from stowplan.cli.app import app
 from stowplan.cli.common import load_fleet, out_console
 from stowplan.errors import InputError
-from stowplan.model import Constraints
+from stowplan.model import Constraints, Objective
 from stowplan.models import known_names, lookup, resolve_model
 from stowplan.plan import plan_from_json, plan_to_json
 from stowplan.planner import plan as make_plan
-from stowplan.report.terminal import render_plan
-from stowplan.units import format_bytes
+from stowplan.report.html import write_html_report
+from stowplan.report.terminal import render_comparison, render_plan
+from stowplan.units import format_bytes, parse_tokens_per_s
 from stowplan.worker import stage_env
 
 
@@ -44,7 +46,21 @@ def plan_command(
     strategy: Annotated[
         str | None, typer.Option(help="balance-by-vram, latency, throughput or exact.")
     ] = None,
+    batch: Annotated[int, typer.Option(help="Concurrent sequences in flight.")] = 1,
+    context: Annotated[
+        int | None, typer.Option(help="Context tokens per sequence to reserve KV cache for.")
+    ] = None,
+    target: Annotated[
+        str | None,
+        typer.Option(help="Cheapest node set reaching this rate, e.g. 20tok/s (needs prices)."),
+    ] = None,
+    compare: Annotated[
+        bool, typer.Option("--compare", help="Print peer rules (exo, vLLM, …) side by side.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan JSON.")] = False,
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Also write a self-contained HTML report.")
+    ] = None,
 ) -> None:
     """Plan MODEL on the given nodes and print the plan."""
     layout = resolve_model(model)
@@ -54,12 +70,22 @@ def plan_command(
         max_stages=max_stages,
         vram_headroom_frac=headroom,
         strategy=strategy,  # type: ignore[arg-type]  # validated by Constraints
+        batch=batch,
+        context_tokens=context,
+        objective=Objective.COST if target is not None else Objective.SPEED,
+        target_tokens_per_s=None
+        if target is None
+        else parse_tokens_per_s(target, field="--target"),
     )
     result = make_plan(layout, fleet, constraints)
+    if html is not None:
+        write_html_report(html, result, fleet, layout=layout)
     if as_json:
         out_console.file.write(plan_to_json(result))
         return
     render_plan(result, fleet, out_console)
+    if compare:
+        render_comparison(result, compare_baselines(layout, fleet, constraints), out_console)
 
 
 @app.command("models")

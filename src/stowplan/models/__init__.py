@@ -1,21 +1,103 @@
-"""Model layouts: the known-model table and readers of real model files."""
+"""Model layouts: the known-model table and readers of real model files.
+
+:func:`resolve_model` accepts a known name, a Hugging Face id of a known
+model, a ``config.json`` path, a checkpoint folder (safetensors headers, or
+its config alone when it holds no weights), a safetensors index JSON or a
+``.gguf`` file.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from stowplan.errors import InputError
 from stowplan.model import ModelLayout
-from stowplan.models.known import known_names, lookup
+from stowplan.models.dtypes import format_names, parse_dtype
+from stowplan.models.grouping import ModelReport
+from stowplan.models.hf import SUPPORTED, from_hf_config, hf_report
+from stowplan.models.known import known_model, known_names, known_report, lookup
 
-__all__ = ["known_names", "lookup", "resolve_model"]
+__all__ = [
+    "SUPPORTED",
+    "ModelReport",
+    "format_names",
+    "from_hf_config",
+    "inspect_model",
+    "known_names",
+    "lookup",
+    "parse_dtype",
+    "resolve_model",
+]
 
 
-def resolve_model(spec: str) -> ModelLayout:
-    """A layout from a known name or Hugging Face id; raise ``InputError`` naming the choices."""
-    layout = lookup(spec)
-    if layout is None:
-        raise InputError(
-            "MODEL",
-            spec,
-            f"is not a known model; known: {', '.join(known_names())}",
-        )
-    return layout
+def _looks_like_path(spec: str) -> bool:
+    return spec.endswith((".json", ".gguf", ".safetensors")) or spec.startswith(("/", "./", "~"))
+
+
+def inspect_model(spec: str, *, dtype: str | None = None) -> ModelReport:
+    """The layout of ``spec`` with its report (source, exactness, MTP, other tensors).
+
+    ``dtype`` re-prices a known model or a config (``bf16``, ``fp8``, ``q4_k_m`` …);
+    files with stored tensors keep their exact bytes and reject it.
+    """
+    if dtype is not None:
+        dtype = parse_dtype(dtype)
+    path = Path(spec).expanduser()
+    if path.exists():
+        return _from_path(path, dtype)
+    if _looks_like_path(spec):
+        raise InputError("MODEL", spec, "does not exist")
+    if dtype is None:
+        report = known_report(spec)
+        if report is not None:
+            return report
+    else:
+        row = known_model(spec)
+        if row is not None:
+            return hf_report(row.config, name=f"{row.name}@{dtype}", dtype=dtype)
+    raise InputError(
+        "MODEL",
+        spec,
+        f"is not a known model; known: {', '.join(known_names())}; "
+        "or give a config.json, a checkpoint folder or a .gguf file",
+    )
+
+
+def _from_path(path: Path, dtype: str | None) -> ModelReport:
+    from stowplan.models.gguf import gguf_report
+    from stowplan.models.safetensors import safetensors_report, shard_paths
+
+    exact: ModelReport | None = None
+    if path.is_file() and path.suffix == ".gguf":
+        exact = gguf_report(path)
+    elif path.is_dir() or path.name.endswith((".safetensors", ".index.json")):
+        folder, shards = shard_paths(path)
+        if shards:
+            exact = safetensors_report(path)
+        elif (folder / "config.json").is_file():
+            return hf_report(folder / "config.json", name=folder.name, dtype=dtype)
+        else:
+            raise InputError(
+                "MODEL", str(path), "holds neither *.safetensors files nor a config.json"
+            )
+    if exact is not None:
+        if dtype is not None:
+            raise InputError(
+                "--dtype", dtype, "applies to known models and config.json only; "
+                "a checkpoint's stored bytes are exact",
+            )  # fmt: skip
+        return exact
+    name = path.parent.name if path.name == "config.json" else path.stem
+    return hf_report(path, name=name or path.stem, dtype=dtype)
+
+
+def resolve_model(spec: str, *, dtype: str | None = None) -> ModelLayout:
+    """A layout from a known name, HF id, config.json, checkpoint folder or .gguf file.
+
+    Raises ``InputError`` naming the known models when ``spec`` is none of these.
+    """
+    if dtype is None and not Path(spec).expanduser().exists():
+        layout = lookup(spec)
+        if layout is not None:
+            return layout
+    return inspect_model(spec, dtype=dtype).layout

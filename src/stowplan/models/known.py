@@ -1,122 +1,230 @@
 """The known-model table: ``lookup("llama3.1:70b") -> ModelLayout``.
 
-Sizes are computed from each model's real architecture (its Hugging Face
-``config.json``), never typed in.  Names are short lower-case tags in the
-style ``llama3.1:70b``; Hugging Face ids are accepted as aliases.
+Every entry is a model's published ``config.json`` numbers (the keys that
+determine its bytes, kept here as data with the repository they come from),
+turned into a layout by :func:`stowplan.models.hf.from_hf_config`: the table
+and the config path are one code path and cannot disagree.  Names are short
+lower-case tags in the style ``llama3.1:70b``; Hugging Face ids are aliases.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from stowplan.model import ModelLayout
+from stowplan.models.grouping import ModelReport
 
-__all__ = ["known_names", "lookup"]
-
-
-@dataclass(frozen=True, slots=True)
-class _Llama:
-    """The parameters of a dense Llama-family decoder that determine its bytes."""
-
-    hidden: int
-    intermediate: int
-    layers: int
-    heads: int
-    kv_heads: int
-    vocab: int
-    tied: bool
-    head_dim: int | None = None
+__all__ = ["KnownModel", "known_model", "known_names", "known_report", "lookup"]
 
 
-def _dense_llama(name: str, arch: _Llama, dtype: str) -> ModelLayout:
-    """Bytes of a Llama-style decoder in ``dtype`` (bf16: 2 bytes; q4_0: 18 bytes per 32)."""
-    hd = arch.head_dim or arch.hidden // arch.heads
-    h = arch.hidden
-    matrices = h * arch.heads * hd * 2 + h * arch.kv_heads * hd * 2 + 3 * h * arch.intermediate
-    norms = 2 * h
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KnownModel:
+    """One row of the table."""
 
-    def weights(n_params: int) -> int:
-        if dtype == "bf16":
-            return 2 * n_params
-        if dtype == "q4_0":
-            return n_params * 18 // 32
-        raise ValueError(dtype)
-
-    norm_bytes = 2 * norms if dtype == "bf16" else 4 * norms
-    block = weights(matrices) + norm_bytes
-    table = weights(arch.vocab * h)
-    final_norm = 2 * h if dtype == "bf16" else 4 * h
-    params = arch.layers * (matrices + norms) + arch.vocab * h * (1 if arch.tied else 2) + h
-    return ModelLayout(
-        name=name,
-        num_blocks=arch.layers,
-        hidden_dim=h,
-        bytes_per_activation_elem=2,
-        block_params_bytes=block,
-        head_params_bytes=table + final_norm,
-        embed_params_bytes=table,
-        kv_bytes_per_token=(2 * arch.kv_heads * hd * 2,) * arch.layers,
-        tied_embeddings=arch.tied,
-        total_params=params,
-        active_params=params,
-        dtype=dtype,
-        num_attention_heads=arch.heads,
-        num_kv_heads=arch.kv_heads,
-        family="llama",
-    )
+    name: str
+    source: str
+    """Hugging Face repository whose ``config.json`` the numbers are from."""
+    config: dict[str, Any]
+    dtype: str | None = None
+    """Storage override (``q4_0`` …); None: the config's own dtype."""
+    aliases: tuple[str, ...] = ()
 
 
-_L32_1B = _Llama(2048, 8192, 16, 32, 8, 128256, tied=True, head_dim=64)
-_L32_3B = _Llama(3072, 8192, 28, 24, 8, 128256, tied=True, head_dim=128)
-_L31_8B = _Llama(4096, 14336, 32, 32, 8, 128256, tied=False)
-_L31_70B = _Llama(8192, 28672, 80, 64, 8, 128256, tied=False)
-_L31_405B = _Llama(16384, 53248, 126, 128, 8, 128256, tied=False)
+def _llama(
+    h: int, inter: int, n: int, heads: int, vocab: int, tied: bool, **kw: Any
+) -> dict[str, Any]:
+    return {
+        "model_type": "llama", "hidden_size": h, "intermediate_size": inter,
+        "num_hidden_layers": n, "num_attention_heads": heads, "num_key_value_heads": 8,
+        "vocab_size": vocab, "tie_word_embeddings": tied, "torch_dtype": "bfloat16", **kw,
+    }  # fmt: skip
 
-_TABLE: dict[str, Callable[[], ModelLayout]] = {
-    "llama3.2:1b": lambda: _dense_llama("llama3.2:1b", _L32_1B, "bf16"),
-    "llama3.2:3b": lambda: _dense_llama("llama3.2:3b", _L32_3B, "bf16"),
-    "llama3.1:8b": lambda: _dense_llama("llama3.1:8b", _L31_8B, "bf16"),
-    "llama3.1:70b": lambda: _dense_llama("llama3.1:70b", _L31_70B, "bf16"),
-    "llama3.1:405b": lambda: _dense_llama("llama3.1:405b", _L31_405B, "bf16"),
-    "llama3.1:8b-q4_0": lambda: _dense_llama("llama3.1:8b-q4_0", _L31_8B, "q4_0"),
-    "llama3.1:70b-q4_0": lambda: _dense_llama("llama3.1:70b-q4_0", _L31_70B, "q4_0"),
-    "llama3.1:405b-q4_0": lambda: _dense_llama("llama3.1:405b-q4_0", _L31_405B, "q4_0"),
-}
 
+_L32_1B = _llama(2048, 8192, 16, 32, 128256, True, head_dim=64)
+_L32_3B = _llama(3072, 8192, 28, 24, 128256, True, head_dim=128)
+_L31_8B = _llama(4096, 14336, 32, 32, 128256, False)
+_L31_70B = _llama(8192, 28672, 80, 64, 128256, False)
+_L31_405B = _llama(16384, 53248, 126, 128, 128256, False)
+
+_MISTRAL_7B = {
+    "model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "vocab_size": 32768, "sliding_window": None, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}  # fmt: skip
+
+
+def _mixtral(h: int, inter: int, n: int, heads: int, vocab: int) -> dict[str, Any]:
+    return {
+        "model_type": "mixtral", "hidden_size": h, "intermediate_size": inter,
+        "num_hidden_layers": n, "num_attention_heads": heads, "num_key_value_heads": 8,
+        "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": vocab,
+        "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    }  # fmt: skip
+
+
+def _qwen3(h: int, inter: int, n: int, heads: int, kv: int, **kw: Any) -> dict[str, Any]:
+    return {
+        "model_type": "qwen3", "hidden_size": h, "intermediate_size": inter,
+        "num_hidden_layers": n, "num_attention_heads": heads, "num_key_value_heads": kv,
+        "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16", **kw,
+    }  # fmt: skip
+
+
+def _qwen3_moe(h: int, moe_inter: int, n: int, heads: int, kv: int) -> dict[str, Any]:
+    return _qwen3(
+        h, 6144 if h == 2048 else 12288, n, heads, kv, model_type="qwen3_moe",
+        moe_intermediate_size=moe_inter, num_experts=128, num_experts_per_tok=8,
+        decoder_sparse_step=1, mlp_only_layers=[],
+    )  # fmt: skip
+
+
+def _deepseek(model_type: str, heads: int, experts: int, dense: int, vocab: int, mtp: int,
+              ) -> dict[str, Any]:  # fmt: skip
+    return {
+        "model_type": model_type, "hidden_size": 7168, "intermediate_size": 18432,
+        "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": heads,
+        "num_key_value_heads": heads, "n_routed_experts": experts, "n_shared_experts": 1,
+        "num_experts_per_tok": 8, "first_k_dense_replace": dense, "moe_layer_freq": 1,
+        "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": vocab,
+        "num_nextn_predict_layers": mtp, "topk_method": "noaux_tc",
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "quantization_config": {"quant_method": "fp8", "fmt": "e4m3",
+                                "weight_block_size": [128, 128]},
+    }  # fmt: skip
+
+
+def _gpt_oss(n: int, experts: int) -> dict[str, Any]:
+    return {
+        "model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880,
+        "num_hidden_layers": n, "num_attention_heads": 64, "num_key_value_heads": 8,
+        "head_dim": 64, "num_local_experts": experts, "num_experts_per_tok": 4,
+        "experts_per_token": 4, "attention_bias": True, "vocab_size": 201088,
+        "sliding_window": 128, "tie_word_embeddings": False,
+        "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention"
+                        for i in range(n)],
+        "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
+            "model.layers.*.self_attn", "model.layers.*.mlp.router",
+            "model.embed_tokens", "lm_head"]},
+    }  # fmt: skip
+
+
+def _gemma2(h: int, inter: int, n: int, heads: int, kv: int, hd: int) -> dict[str, Any]:
+    return {
+        "model_type": "gemma2", "hidden_size": h, "intermediate_size": inter,
+        "num_hidden_layers": n, "num_attention_heads": heads, "num_key_value_heads": kv,
+        "head_dim": hd, "vocab_size": 256000, "sliding_window": 4096,
+        "torch_dtype": "bfloat16",
+    }  # fmt: skip
+
+
+_GEMMA3_27B = {
+    "model_type": "gemma3", "torch_dtype": "bfloat16",
+    "text_config": {
+        "model_type": "gemma3_text", "hidden_size": 5376, "intermediate_size": 21504,
+        "num_hidden_layers": 62, "num_attention_heads": 32, "num_key_value_heads": 16,
+        "head_dim": 128, "vocab_size": 262208, "sliding_window": 1024,
+        "sliding_window_pattern": 6,
+    },
+}  # fmt: skip
+
+_ROWS: tuple[KnownModel, ...] = (
+    KnownModel(name="llama3.2:1b", source="meta-llama/Llama-3.2-1B", config=_L32_1B,
+               aliases=("meta-llama/llama-3.2-1b-instruct",)),
+    KnownModel(name="llama3.2:3b", source="meta-llama/Llama-3.2-3B", config=_L32_3B,
+               aliases=("meta-llama/llama-3.2-3b-instruct",)),
+    KnownModel(name="llama3.1:8b", source="meta-llama/Llama-3.1-8B", config=_L31_8B,
+               aliases=("meta-llama/llama-3.1-8b-instruct", "meta-llama/meta-llama-3.1-8b",
+                        "meta-llama/meta-llama-3.1-8b-instruct")),
+    KnownModel(name="llama3.1:70b", source="meta-llama/Llama-3.1-70B", config=_L31_70B,
+               aliases=("meta-llama/llama-3.1-70b-instruct", "meta-llama/meta-llama-3.1-70b",
+                        "meta-llama/meta-llama-3.1-70b-instruct")),
+    KnownModel(name="llama3.1:405b", source="meta-llama/Llama-3.1-405B", config=_L31_405B,
+               aliases=("meta-llama/llama-3.1-405b-instruct", "meta-llama/meta-llama-3.1-405b",
+                        "meta-llama/meta-llama-3.1-405b-instruct")),
+    KnownModel(name="llama3.1:8b-q4_0", source="meta-llama/Llama-3.1-8B", config=_L31_8B,
+               dtype="q4_0", aliases=("llama3.1:8b-q4",)),
+    KnownModel(name="llama3.1:70b-q4_0", source="meta-llama/Llama-3.1-70B", config=_L31_70B,
+               dtype="q4_0", aliases=("llama3.1:70b-q4",)),
+    KnownModel(name="llama3.1:405b-q4_0", source="meta-llama/Llama-3.1-405B", config=_L31_405B,
+               dtype="q4_0", aliases=("llama3.1:405b-q4",)),
+    KnownModel(name="mistral:7b", source="mistralai/Mistral-7B-v0.3", config=_MISTRAL_7B,
+               aliases=("mistralai/mistral-7b-instruct-v0.3",)),
+    KnownModel(name="mixtral:8x7b", source="mistralai/Mixtral-8x7B-v0.1",
+               config=_mixtral(4096, 14336, 32, 32, 32000),
+               aliases=("mistralai/mixtral-8x7b-instruct-v0.1",)),
+    KnownModel(name="mixtral:8x22b", source="mistralai/Mixtral-8x22B-v0.1",
+               config=_mixtral(6144, 16384, 56, 48, 32768),
+               aliases=("mistralai/mixtral-8x22b-instruct-v0.1",)),
+    KnownModel(name="qwen2.5:7b", source="Qwen/Qwen2.5-7B",
+               config=_qwen3(3584, 18944, 28, 28, 4, model_type="qwen2", head_dim=None,
+                             vocab_size=152064),
+               aliases=("qwen/qwen2.5-7b-instruct",)),
+    KnownModel(name="qwen3:8b", source="Qwen/Qwen3-8B", config=_qwen3(4096, 12288, 36, 32, 8)),
+    KnownModel(name="qwen3:32b", source="Qwen/Qwen3-32B", config=_qwen3(5120, 25600, 64, 64, 8)),
+    KnownModel(name="qwen3:30b-a3b", source="Qwen/Qwen3-30B-A3B",
+               config=_qwen3_moe(2048, 768, 48, 32, 4)),
+    KnownModel(name="qwen3:235b-a22b", source="Qwen/Qwen3-235B-A22B",
+               config=_qwen3_moe(4096, 1536, 94, 64, 4)),
+    KnownModel(name="deepseek-v3", source="deepseek-ai/DeepSeek-V3",
+               config=_deepseek("deepseek_v3", 128, 256, 3, 129280, 1),
+               aliases=("deepseek-ai/deepseek-v3-0324",)),
+    KnownModel(name="deepseek-r1", source="deepseek-ai/DeepSeek-R1",
+               config=_deepseek("deepseek_v3", 128, 256, 3, 129280, 1),
+               aliases=("deepseek-ai/deepseek-r1-0528",)),
+    KnownModel(name="kimi-k2", source="moonshotai/Kimi-K2-Instruct",
+               config=_deepseek("kimi_k2", 64, 384, 1, 163840, 0),
+               aliases=("moonshotai/kimi-k2-base",)),
+    KnownModel(name="gpt-oss:20b", source="openai/gpt-oss-20b", config=_gpt_oss(24, 32)),
+    KnownModel(name="gpt-oss:120b", source="openai/gpt-oss-120b", config=_gpt_oss(36, 128)),
+    KnownModel(name="gemma2:2b", source="google/gemma-2-2b",
+               config=_gemma2(2304, 9216, 26, 8, 4, 256), aliases=("google/gemma-2-2b-it",)),
+    KnownModel(name="gemma2:9b", source="google/gemma-2-9b",
+               config=_gemma2(3584, 14336, 42, 16, 8, 256), aliases=("google/gemma-2-9b-it",)),
+    KnownModel(name="gemma2:27b", source="google/gemma-2-27b",
+               config=_gemma2(4608, 36864, 46, 32, 16, 128), aliases=("google/gemma-2-27b-it",)),
+    KnownModel(name="gemma3:27b", source="google/gemma-3-27b-it", config=_GEMMA3_27B),
+)  # fmt: skip
+
+_BY_NAME: dict[str, KnownModel] = {row.name: row for row in _ROWS}
 _ALIASES: dict[str, str] = {
-    "llama3.1:70b-q4": "llama3.1:70b-q4_0",
-    "llama3.1:405b-q4": "llama3.1:405b-q4_0",
-    "llama3.1:8b-q4": "llama3.1:8b-q4_0",
-    "meta-llama/llama-3.2-1b": "llama3.2:1b",
-    "meta-llama/llama-3.2-1b-instruct": "llama3.2:1b",
-    "meta-llama/llama-3.2-3b": "llama3.2:3b",
-    "meta-llama/llama-3.2-3b-instruct": "llama3.2:3b",
-    "meta-llama/llama-3.1-8b": "llama3.1:8b",
-    "meta-llama/llama-3.1-8b-instruct": "llama3.1:8b",
-    "meta-llama/meta-llama-3.1-8b": "llama3.1:8b",
-    "meta-llama/meta-llama-3.1-8b-instruct": "llama3.1:8b",
-    "meta-llama/llama-3.1-70b": "llama3.1:70b",
-    "meta-llama/llama-3.1-70b-instruct": "llama3.1:70b",
-    "meta-llama/meta-llama-3.1-70b": "llama3.1:70b",
-    "meta-llama/meta-llama-3.1-70b-instruct": "llama3.1:70b",
-    "meta-llama/llama-3.1-405b": "llama3.1:405b",
-    "meta-llama/llama-3.1-405b-instruct": "llama3.1:405b",
-    "meta-llama/meta-llama-3.1-405b": "llama3.1:405b",
-    "meta-llama/meta-llama-3.1-405b-instruct": "llama3.1:405b",
+    alias: row.name
+    for row in _ROWS
+    for alias in (*([row.source.lower()] if row.dtype is None else []), *row.aliases)
 }
+"""Lower-case Hugging Face ids and short forms; a repository id names its own dtype."""
 
 
 def known_names() -> list[str]:
     """The canonical names of every known model, sorted."""
-    return sorted(_TABLE)
+    return sorted(_BY_NAME)
+
+
+def known_model(name: str) -> KnownModel | None:
+    key = name.strip().lower()
+    return _BY_NAME.get(_ALIASES.get(key, key))
 
 
 @cache
+def known_report(name: str) -> ModelReport | None:
+    """The full report of a known model (None when unknown)."""
+    from stowplan.models.hf import hf_report
+
+    row = known_model(name)
+    if row is None:
+        return None
+    report = hf_report(row.config, name=row.name, dtype=row.dtype)
+    notes = (f"known model; config numbers from {row.source}", *report.notes[1:])
+    from dataclasses import replace
+
+    return replace(report, source="known", notes=notes)
+
+
 def lookup(name: str) -> ModelLayout | None:
     """The layout of a known model by short name or Hugging Face id; None when unknown."""
-    key = name.strip().lower()
-    key = _ALIASES.get(key, key)
-    factory = _TABLE.get(key)
-    return None if factory is None else factory()
+    report = known_report(name)
+    return None if report is None else report.layout

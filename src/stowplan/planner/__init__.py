@@ -7,16 +7,76 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from stowplan.errors import InputError, StowplanError
-from stowplan.model import Constraints, ModelLayout, NodeDescriptor, Strategy
+from stowplan.cost import CostModel
+from stowplan.errors import Infeasible, InputError, StowplanError
+from stowplan.model import Constraints, ModelLayout, NodeDescriptor, Objective, Strategy
 from stowplan.plan import Plan
+from stowplan.planner.certify import finish, objective_of, pick_best
 from stowplan.planner.common import Problem, prepare
+from stowplan.planner.latency import latency_pipeline
+from stowplan.planner.throughput import Pipeline, throughput_pipeline
 from stowplan.planner.vram import plan_balance_by_vram
 
 __all__ = ["plan"]
 
+
+def _balance_by_vram(problem: Problem) -> Plan:
+    base = plan_balance_by_vram(problem)
+    cm = CostModel(problem.model, problem.nodes, problem.constraints)
+    order, bounds = cm.plan_order_bounds(base)
+    return finish(problem, cm, Strategy.BALANCE_BY_VRAM, (order, bounds), base.rationale.notes)
+
+
+def _heuristic(problem: Problem, cm: CostModel, objective: str) -> Pipeline | None:
+    found = (latency_pipeline if objective == "latency" else throughput_pipeline)(problem, cm)
+    if not cm.uniform and len(cm.nodes) <= _SMALL_NONUNIFORM:
+        # Unlike blocks make the node order matter: small clusters are solved exactly.
+        from stowplan.errors import DependencyError
+        from stowplan.planner.exact import solve_exact
+
+        try:
+            exact = solve_exact(problem, cm, objective).pipeline
+        except DependencyError:
+            exact = None
+        found = pick_best(problem, cm, objective, exact) if exact is not None else found
+    return pick_best(problem, cm, objective, found)
+
+
+_SMALL_NONUNIFORM = 6
+"""Clusters of blocks that differ are solved by the exact DP up to this many nodes."""
+
+
+def _latency(problem: Problem) -> Plan:
+    cm = CostModel(problem.model, problem.nodes, problem.constraints)
+    return finish(problem, cm, Strategy.LATENCY, _need(_heuristic(problem, cm, "latency")))
+
+
+def _throughput(problem: Problem) -> Plan:
+    cm = CostModel(problem.model, problem.nodes, problem.constraints)
+    return finish(problem, cm, Strategy.THROUGHPUT, _need(_heuristic(problem, cm, "throughput")))
+
+
+def _exact(problem: Problem) -> Plan:
+    from stowplan.planner.exact import solve_exact
+
+    cm = CostModel(problem.model, problem.nodes, problem.constraints)
+    objective = objective_of(problem.constraints)
+    optimum = solve_exact(problem, cm, objective)
+    found = optimum.pipeline or _heuristic(problem, cm, objective)
+    return finish(problem, cm, Strategy.EXACT, _need(found), optimum=optimum)
+
+
+def _need(p: Pipeline | None) -> Pipeline:
+    if p is None:
+        raise Infeasible("no pipeline of the given nodes fits the model within the stage limits")
+    return p
+
+
 _STRATEGIES: dict[Strategy, Callable[[Problem], Plan]] = {
-    Strategy.BALANCE_BY_VRAM: plan_balance_by_vram,
+    Strategy.BALANCE_BY_VRAM: _balance_by_vram,
+    Strategy.LATENCY: _latency,
+    Strategy.THROUGHPUT: _throughput,
+    Strategy.EXACT: _exact,
 }
 
 
@@ -31,7 +91,12 @@ def plan(
     contiguous half-open block range of every stage; stage 0 owns the embed,
     stage N-1 owns the head.  Every stage's ``estimated_vram_bytes`` (weights +
     KV reserve) is at most its node's ``vram_bytes * (1 - headroom)``.  The
-    same input always gives the same plan.
+    same input always gives the same plan.  The strategy is
+    ``constraints.resolved_strategy()``: ``latency`` (least time per token) at
+    batch 1, ``throughput`` (most pipelined tokens/s) above.  With
+    ``objective="cost"`` the cheapest node set meeting ``target_tokens_per_s``
+    is planned.  Every plan carries a :class:`~stowplan.plan.Prediction` and a
+    :class:`~stowplan.plan.Certificate` in its rationale.
 
     Raises:
         InsufficientVram: the usable VRAM of the largest ``max_stages`` nodes
@@ -42,9 +107,12 @@ def plan(
     """
     constraints = Constraints() if constraints is None else constraints
     problem = prepare(model, nodes, constraints)
-    strategy = constraints.resolved_strategy()
-    runner = _STRATEGIES.get(strategy, plan_balance_by_vram)
+    runner = _STRATEGIES[constraints.resolved_strategy()]
     try:
+        if constraints.objective is Objective.COST:
+            from stowplan.planner.selection import plan_cheapest
+
+            return plan_cheapest(problem, runner)
         return runner(problem)
     except StowplanError:
         raise

@@ -1,0 +1,29 @@
+"""Random heterogeneous clusters drawn from the GPU spec table (shared by the benchmarks)."""
+
+from __future__ import annotations
+
+import random
+
+from stowplan import NodeDescriptor
+from stowplan.gpus import GPU_SPECS
+
+SPECS = [s for s in GPU_SPECS if s.name not in {"M2 Ultra", "GB200"}]
+LAN = ([10_000.0, 100_000.0], [0.05, 0.5])
+WAN = ([100.0, 1000.0], [10.0, 60.0])
+
+
+def cluster(rng: random.Random, n: int, wan: bool, types: int = 4) -> list[NodeDescriptor]:
+    kinds = rng.sample(SPECS, k=min(types, len(SPECS)))
+    links, lats = WAN if wan else LAN
+    return [
+        NodeDescriptor(
+            id=f"n{i:04d}",
+            gpu_name=(g := rng.choice(kinds)).name,
+            vram_bytes=int(g.memory_gb * 1e9),
+            flops_estimate=0.0,
+            link_mbps=rng.uniform(*links),
+            link_latency_ms=rng.uniform(*lats),
+            price_per_hour=round(g.mem_bandwidth_gbps / 2000 * rng.uniform(0.7, 1.3), 2),
+        )
+        for i in range(n)
+    ]

@@ -1,0 +1,65 @@
+"""plan() wall time by cluster size and model, medians; the exact certificate separately.
+
+python benchmarks/plan_speed.py --sizes 8 64 256 1024 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _clusters import cluster
+from stowplan import Constraints, PlanError, lookup, plan
+from stowplan.cost import CostModel
+from stowplan.planner.common import prepare
+from stowplan.planner.exact import solve_exact
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", type=int, nargs="+", default=[8, 64, 256, 1024])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--exact-up-to", type=int, default=64)
+    args = ap.parse_args()
+    rng = random.Random(1)
+    print("| nodes | model (blocks) | objective | plan() median ms | exact certificate ms |")
+    print("|---|---|---|---|---|")
+    for n in args.sizes:
+        for name in ("llama3.1:70b", "llama3.1:405b-q4_0"):
+            model = lookup(name)
+            assert model is not None
+            for objective, batch in (("latency", 1), ("throughput", 16)):
+                c = Constraints(batch=batch)
+                times, exact_ms = [], "-"
+                for r in range(args.repeats):
+                    while True:  # redraw clusters too small for the model
+                        nodes = cluster(rng, n, wan=r % 2 == 1)
+                        t0 = time.perf_counter()
+                        try:
+                            plan(model, nodes, c)
+                        except PlanError:
+                            continue
+                        times.append((time.perf_counter() - t0) * 1e3)
+                        break
+                if n <= args.exact_up_to:
+                    t0 = time.perf_counter()
+                    solve_exact(
+                        prepare(model, nodes, c),
+                        CostModel(model, nodes, c),
+                        objective,
+                        time_limit_s=60,
+                    )
+                    exact_ms = f"{(time.perf_counter() - t0) * 1e3:.0f}"
+                print(
+                    f"| {n} | {name} ({model.num_blocks}) | {objective} | "
+                    f"{statistics.median(times):.1f} | {exact_ms} |"
+                )
+
+
+if __name__ == "__main__":
+    main()

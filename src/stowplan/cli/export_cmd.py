@@ -1,0 +1,48 @@
+"""``stowplan export PLAN.json --to vllm|sglang|llamacpp|accelerate``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from stowplan.cli.app import app
+from stowplan.cli.common import out_console
+from stowplan.errors import InputError
+from stowplan.exports import Engine, export_plan
+from stowplan.model import NodeDescriptor
+from stowplan.nodefile import load_nodes
+from stowplan.plan import plan_from_json
+
+
+@app.command("export")
+def export_command(
+    plan_file: Annotated[Path, typer.Argument(help="A plan JSON file (stowplan plan --json).")],
+    to: Annotated[str, typer.Option("--to", help=f"Engine: {', '.join(e.value for e in Engine)}.")],
+    nodes: Annotated[
+        Path | None,
+        typer.Option("--nodes", help="Fleet file of the plan's nodes (GPU counts, CPU nodes)."),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Model path or id for the command line (default: plan's)."),
+    ] = None,
+    family: Annotated[
+        str | None,
+        typer.Option("--family", help="Architecture family for Accelerate's module names."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the export as JSON.")] = False,
+) -> None:
+    """Print the settings that run PLAN on an engine: env, flags, command lines, files."""
+    try:
+        text = plan_file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError("PLAN", str(plan_file), f"cannot be read ({exc.strerror})") from None
+    fleet: list[NodeDescriptor] | None = load_nodes(nodes) if nodes is not None else None
+    result = export_plan(plan_from_json(text), to, nodes=fleet, model=model, family=family)
+    if as_json:
+        out_console.file.write(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n")
+        return
+    out_console.file.write(result.render_text())

@@ -1,0 +1,157 @@
+"""``stowplan probe`` and ``stowplan residency``: one host's devices and the model's residency."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from stowplan.cli.app import app
+from stowplan.cli.common import err_console, out_console
+from stowplan.errors import InputError
+from stowplan.host.passport import (
+    Passport,
+    PassportUnreadable,
+    default_passport_path,
+    obtain_passport,
+    read_passport,
+)
+from stowplan.host.residency import DEFAULT_KV_RESERVE, employment_to_json, plan_employment
+from stowplan.host.topology import HostTopology
+from stowplan.models import resolve_model
+from stowplan.units import format_bytes
+
+
+def _probe(current: HostTopology, quick: bool) -> Passport:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from stowplan.host.bench import measure
+
+    with Progress(
+        TextColumn("measuring {task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=quick,
+    ) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = int(bar.add_task(label, total=total))
+            bar.update(tasks[label], completed=done)  # type: ignore[arg-type]
+
+        matrix, notes = measure(current, quick=quick, progress=progress)
+    return Passport.create(current, matrix, (*current.notes, *notes))
+
+
+def _passport(path: Path | None, *, quick: bool, refresh: bool) -> tuple[Passport, bool]:
+    from stowplan.host.discover import discover
+
+    return obtain_passport(
+        current=discover(),
+        probe=lambda topo: _probe(topo, quick),
+        path=path,
+        refresh=refresh,
+    )
+
+
+def _render_passport(p: Passport, reused: bool) -> None:
+    topo = p.topology
+    origin = "cached passport" if reused else "fresh probe"
+    out_console.print(
+        f"host {topo.hostname}: {len(topo.circuits)} circuit(s), "
+        f"RAM {format_bytes(topo.ram_bytes)}, GPUs via {topo.source} ({origin}, {p.created_at})"
+    )
+    circuits = Table("circuit", "kind", "name", "pool", "capacity", "bus")
+    for c in topo.circuits:
+        pool = topo.pool(c.pool)
+        bus = f"PCIe{c.pcie_gen} x{c.pcie_width} {c.bus_gbps} GB/s" if c.bus_gbps else "in pool"
+        circuits.add_row(
+            c.id, c.kind.value, c.name, pool.id, format_bytes(pool.capacity_bytes), bus
+        )
+    out_console.print(circuits)
+    matrix = Table("rank", "circuit", "backend", "gemv_n", "ms/gemv", "spread", "GB/s", "upload")
+    for i, e in enumerate(p.matrix.entries):
+        upload = "∞ (in pool)" if e.in_pool else f"{e.upload_gbps:.1f} GB/s"
+        matrix.add_row(
+            str(i),
+            e.circuit,
+            e.backend,
+            str(e.gemv_n),
+            f"{e.ms_per_gemv:.3f}",
+            f"{e.ms_spread:.0%}",
+            f"{e.compute_bytes_per_s / 1e9:.2f}",
+            upload,
+        )
+    out_console.print(matrix)
+    for note in p.notes:
+        out_console.print(f"note: {note}")
+
+
+@app.command("probe")
+def probe_command(
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Small benchmark (about a second).")
+    ] = False,
+    refresh: Annotated[
+        bool, typer.Option("--refresh", help="Probe again even when a passport matches.")
+    ] = False,
+    passport: Annotated[
+        Path | None, typer.Option("--passport", help="Passport file (default: the cache).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the passport JSON.")] = False,
+) -> None:
+    """Discover and measure this host's devices; cache the result as its passport."""
+    p, reused = _passport(passport, quick=quick, refresh=refresh)
+    if as_json:
+        out_console.file.write(p.to_json())
+        return
+    _render_passport(p, reused)
+    out_console.print(f"passport: {passport or default_passport_path()}")
+
+
+@app.command("residency")
+def residency_command(
+    model: Annotated[str, typer.Argument(help="Known model name or Hugging Face id.")],
+    passport: Annotated[
+        Path | None,
+        typer.Option("--passport", help="Plan against this passport file (no probe)."),
+    ] = None,
+    kv_reserve: Annotated[
+        float, typer.Option(help="Fraction of the primary pool kept for the KV cache.")
+    ] = DEFAULT_KV_RESERVE,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="When a probe is needed, run the quick one.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan JSON.")] = False,
+) -> None:
+    """Choose Resident, HeterogeneousOverflow or Streaming for MODEL on this host."""
+    layout = resolve_model(model)
+    if passport is not None:
+        try:
+            p = read_passport(passport)
+        except PassportUnreadable as exc:
+            raise InputError("--passport", str(passport), str(exc)) from None
+    else:
+        p, _ = _passport(None, quick=quick, refresh=False)
+    plan = plan_employment(p.topology, p.matrix, layout.weight_bytes, kv_reserve)
+    if as_json:
+        out_console.file.write(employment_to_json(plan))
+        return
+    out_console.print(
+        f"{layout.name} ({format_bytes(plan.model_bytes)}) on {p.topology.hostname}: "
+        f"[bold]{plan.protocol.value}[/bold], predicted {plan.predicted_s_per_token:.4f} s/token "
+        f"({plan.predicted_tokens_per_s:.2f} tok/s)"
+    )
+    table = Table("rank", "circuit", "role", "pool", "weights")
+    for pl in plan.placements:
+        table.add_row(
+            str(pl.rank), pl.circuit, pl.role.value, pl.pool, format_bytes(pl.weight_bytes)
+        )
+    out_console.print(table)
+    for line in plan.rationale:
+        out_console.print(f"- {line}")

@@ -1,0 +1,298 @@
+"""The cost model: stage times, hops, tokens/s, KV capacity and $, in one place.
+
+Decode is memory-bound to first order: a token reads every weight it uses once.
+For a stage ``s`` on node ``d`` holding blocks ``[lo, hi)`` with batch ``b``::
+
+    read(s)    = Σ block read bytes + head bytes if last + KV bytes read (with a context)
+    compute(s) = 2 * params_read(s) * b / flops(d)
+    t(s)       = max(read(s) / bandwidth(d), compute(s))
+                 + [s < N-1] * b * hidden_dim * bytes_per_activation_elem / link(d)
+    hops       = Σ_{s < N-1} latency(d_s) + [N > 1] * latency(d_{N-1})
+
+The embedding table is held by stage 0 but a token reads one row of it, so it
+counts for memory only.  ``params_read`` converts weight bytes to parameters
+with the layout's own ratio (``active_params`` over the bytes one token reads).
+With ``context_tokens`` set, each stage also reads its KV reserve for every
+token (the worst case: a full context).
+
+* pipelined throughput = b / max_s t(s) tokens/s (sequences in flight hide the hops);
+* single-stream time per token = Σ_s t(s) + hops;
+* served rate: 1 / time per token at batch 1 (one user), the pipelined throughput above;
+* KV capacity = min over stages of (usable − weights) / KV bytes per token of the stage.
+
+Inputs come from the node descriptor when given and from :mod:`stowplan.gpus`
+otherwise; every value taken from the table (or defaulted) is listed in
+``assumed``.  The model is first-order and optimistic (peak bandwidth, no
+fixed per-block or per-hop costs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+
+from stowplan.gpus import lookup_gpu
+from stowplan.model import Constraints, ModelLayout, NodeDescriptor, usable_bytes
+from stowplan.plan import Plan, Prediction
+
+__all__ = [
+    "DEFAULT_BANDWIDTH_GBPS",
+    "CostModel",
+    "Evaluation",
+    "NodeRates",
+    "node_rates",
+    "predict",
+]
+
+DEFAULT_BANDWIDTH_GBPS = 500.0
+"""Bandwidth assumed for a GPU that is neither described nor in the spec table."""
+
+_BYTES_PER_PARAM = {"bf16": 2.0, "fp16": 2.0, "f16": 2.0, "fp32": 4.0, "f32": 4.0, "q4_0": 18 / 32}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeRates:
+    """A node's numbers in SI units, as the cost model uses them."""
+
+    node_id: str
+    bandwidth_bytes_per_s: float
+    flops_per_s: float
+    """``inf`` when unknown: the compute term is then not counted."""
+    link_bytes_per_s: float
+    """``inf`` when unknown (``link_mbps`` 0): the transfer time is then not counted."""
+    latency_s: float
+    usable_bytes: int
+    price_per_hour: float | None
+
+
+def node_rates(node: NodeDescriptor, headroom: float) -> tuple[NodeRates, tuple[str, ...]]:
+    """``node`` in SI units, and the list of inputs that were assumed rather than given."""
+    assumed: list[str] = []
+    spec = lookup_gpu(node.gpu_name)
+    if node.mem_bandwidth_gbps is not None:
+        bw = node.mem_bandwidth_gbps * 1e9
+    elif spec is not None:
+        bw = spec.mem_bandwidth_gbps * 1e9 * node.num_gpus
+        assumed.append(
+            f"{node.id}.mem_bandwidth_gbps={spec.mem_bandwidth_gbps * node.num_gpus:g} "
+            f"(spec table: {spec.name}, {spec.source})"
+        )
+    else:
+        bw = DEFAULT_BANDWIDTH_GBPS * 1e9 * node.num_gpus
+        assumed.append(
+            f"{node.id}.mem_bandwidth_gbps={DEFAULT_BANDWIDTH_GBPS * node.num_gpus:g} "
+            f"(default: {node.gpu_name!r} is not in the spec table)"
+        )
+    if node.flops_estimate > 0:
+        flops = node.flops_estimate * 1e12
+    elif spec is not None and spec.bf16_tflops is not None:
+        flops = spec.bf16_tflops * 1e12 * node.num_gpus
+        assumed.append(
+            f"{node.id}.flops_estimate={spec.bf16_tflops * node.num_gpus:g} "
+            f"(spec table: {spec.name}, {spec.source})"
+        )
+    else:
+        flops = math.inf
+        assumed.append(f"{node.id}.flops_estimate unknown: compute time not counted")
+    if node.link_mbps > 0:
+        link = node.link_mbps * 1e6 / 8
+    else:
+        link = math.inf
+        assumed.append(f"{node.id}.link_mbps unknown: transfer time not counted")
+    rates = NodeRates(
+        node_id=node.id,
+        bandwidth_bytes_per_s=bw,
+        flops_per_s=flops,
+        link_bytes_per_s=link,
+        latency_s=node.link_latency_ms / 1e3,
+        usable_bytes=usable_bytes(node, headroom),
+        price_per_hour=node.price_per_hour,
+    )
+    return rates, tuple(assumed)
+
+
+_SLOWEST = 1e30
+"""Seconds per byte of a node whose rate underflows to zero."""
+
+
+def _params_per_byte(model: ModelLayout) -> float:
+    read = sum(model.block_read_sizes()) + model.head_params_bytes + model.embed_params_bytes
+    if model.active_params and read:
+        return model.active_params / read
+    if model.total_params and model.weight_bytes:
+        return model.total_params / model.weight_bytes
+    return 1.0 / _BYTES_PER_PARAM.get((model.dtype or "bf16").lower(), 2.0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Evaluation:
+    """The cost model's numbers for one pipeline (nodes in stage order + block bounds)."""
+
+    stage_time_s: tuple[float, ...]
+    hops_s: float
+    batch: int
+
+    @property
+    def bottleneck_s(self) -> float:
+        return max(self.stage_time_s)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Pipelined decode throughput: batch / slowest stage."""
+        b = self.bottleneck_s
+        return self.batch / b if b > 0 else math.inf
+
+    @property
+    def time_per_token_s(self) -> float:
+        """Single-stream time per token: every stage in turn plus every hop's latency."""
+        return sum(self.stage_time_s) + self.hops_s
+
+    @property
+    def served_tokens_per_s(self) -> float:
+        """What the workload gets: 1/time per token at batch 1, pipelined tokens/s above."""
+        if self.batch == 1:
+            t = self.time_per_token_s
+            return 1.0 / t if t > 0 else math.inf
+        return self.tokens_per_s
+
+
+class CostModel:
+    """Precomputed prefix sums so any stage's time and memory cost O(1).
+
+    Nodes are addressed by their index in ``nodes``; block ranges are half-open.
+    """
+
+    def __init__(
+        self, model: ModelLayout, nodes: Sequence[NodeDescriptor], constraints: Constraints
+    ) -> None:
+        self.model = model
+        self.nodes = tuple(nodes)
+        self.batch = constraints.batch
+        self.context_tokens = constraints.context_tokens
+        rates_assumed = [node_rates(n, constraints.headroom) for n in self.nodes]
+        self.rates = tuple(r for r, _ in rates_assumed)
+        self.node_assumed = tuple(ass for _, ass in rates_assumed)
+        self.assumed = tuple(a for ass in self.node_assumed for a in ass)
+        self.index = {n.id: i for i, n in enumerate(self.nodes)}
+        per_block = zip(
+            model.block_sizes(),
+            model.block_read_sizes(),
+            model.kv_bytes_per_token or (0,) * model.num_blocks,
+            model.kv_window_tokens or (None,) * model.num_blocks,
+            strict=True,
+        )
+        self.uniform = len(set(per_block)) == 1
+        """Every block has the same bytes, read bytes and KV figures."""
+        b = self.batch
+        ctx = constraints.context_tokens or 0
+        kv = [model.kv_bytes(i, ctx, b) for i in range(model.num_blocks)]
+        self.has_kv_figure = model.kv_bytes_per_token is not None
+        self.mem_prefix = (
+            0,
+            *accumulate(s + k for s, k in zip(model.block_sizes(), kv, strict=True)),
+        )
+        self.read_prefix = (0, *accumulate(model.block_read_sizes()))
+        self.kv_prefix = (0, *accumulate(kv))
+        per_token = model.kv_bytes_per_token or (0,) * model.num_blocks
+        self.kv_token_prefix = (0, *accumulate(per_token))
+        self.head = model.head_params_bytes
+        self.embed = model.embed_params_bytes
+        self.num_blocks = model.num_blocks
+        ppb = _params_per_byte(model)
+        act = b * model.hidden_dim * model.bytes_per_activation_elem
+        # Rates are capped at a finite (absurdly slow) value so 0 bytes always take 0 s.
+        self.inv_bw = tuple(min(1.0 / r.bandwidth_bytes_per_s, _SLOWEST) for r in self.rates)
+        self.flop_s_per_byte = tuple(
+            min(2.0 * ppb * b / r.flops_per_s, _SLOWEST) for r in self.rates
+        )
+        self.xfer_s = tuple(act / r.link_bytes_per_s for r in self.rates)
+        self.latency_s = tuple(r.latency_s for r in self.rates)
+        self.usable = tuple(r.usable_bytes for r in self.rates)
+
+    # -- one stage ------------------------------------------------------------------
+    def stage_time(self, d: int, lo: int, hi: int, first: bool, last: bool) -> float:
+        """Seconds stage ``[lo, hi)`` on node ``d`` takes per step (with its outbound transfer)."""
+        weights = self.read_prefix[hi] - self.read_prefix[lo] + (self.head if last else 0)
+        read = weights + self.kv_prefix[hi] - self.kv_prefix[lo]
+        t = max(read * self.inv_bw[d], weights * self.flop_s_per_byte[d])
+        return t if last else t + self.xfer_s[d]
+
+    def stage_bytes(self, lo: int, hi: int, first: bool, last: bool) -> int:
+        """Weights + KV reserve the stage holds."""
+        m = self.mem_prefix[hi] - self.mem_prefix[lo]
+        return m + (self.embed if first else 0) + (self.head if last else 0)
+
+    def fits(self, d: int, lo: int, hi: int, first: bool, last: bool) -> bool:
+        return self.stage_bytes(lo, hi, first, last) <= self.usable[d]
+
+    # -- a pipeline -------------------------------------------------------------------
+    def evaluate(self, order: Sequence[int], bounds: Sequence[int]) -> Evaluation:
+        """Stage times and hops of nodes ``order`` with block boundaries ``bounds``."""
+        n = len(order)
+        times = tuple(
+            self.stage_time(d, bounds[s], bounds[s + 1], s == 0, s == n - 1)
+            for s, d in enumerate(order)
+        )
+        hops = sum(self.latency_s[d] for d in order) if n > 1 else 0.0
+        return Evaluation(stage_time_s=times, hops_s=hops, batch=self.batch)
+
+    def kv_capacity_tokens(self, order: Sequence[int], bounds: Sequence[int]) -> int | None:
+        """Tokens of KV cache the tightest stage can hold beside its weights (None: unknown)."""
+        if not self.has_kv_figure:
+            return None
+        n = len(order)
+        best: int | None = None
+        for s, d in enumerate(order):
+            lo, hi = bounds[s], bounds[s + 1]
+            per_token = self.kv_token_prefix[hi] - self.kv_token_prefix[lo]
+            if per_token == 0:
+                continue
+            weights = self.stage_bytes(lo, hi, s == 0, s == n - 1) - (
+                self.kv_prefix[hi] - self.kv_prefix[lo]
+            )
+            cap = max(self.usable[d] - weights, 0) // per_token
+            best = cap if best is None else min(best, cap)
+        return best
+
+    def cost_per_hour(self, order: Sequence[int]) -> float | None:
+        prices = [self.rates[d].price_per_hour for d in order]
+        if any(p is None for p in prices):
+            return None
+        return float(sum(p for p in prices if p is not None))
+
+    def prediction(self, order: Sequence[int], bounds: Sequence[int]) -> Prediction:
+        ev = self.evaluate(order, bounds)
+        price = self.cost_per_hour(order)
+        served = ev.served_tokens_per_s
+        per_m = None
+        if price is not None and 0 < served < math.inf:
+            per_m = price / (served * 3600) * 1e6
+        return Prediction(
+            batch=self.batch,
+            tokens_per_s=ev.tokens_per_s,
+            time_per_token_s=ev.time_per_token_s,
+            stage_time_s=ev.stage_time_s,
+            bottleneck_stage=max(range(len(order)), key=lambda s: ev.stage_time_s[s]),
+            kv_capacity_tokens=self.kv_capacity_tokens(order, bounds),
+            cost_per_hour=price,
+            usd_per_million_tokens=per_m,
+            assumed=tuple(a for d in order for a in self.node_assumed[d]),
+        )
+
+    def plan_order_bounds(self, plan: Plan) -> tuple[list[int], list[int]]:
+        order = [self.index[a.node_id] for a in plan.assignments]
+        bounds = [a.block_range[0] for a in plan.assignments] + [
+            plan.assignments[-1].block_range[1]
+        ]
+        return order, bounds
+
+
+def predict(
+    model: ModelLayout, nodes: Sequence[NodeDescriptor], constraints: Constraints, plan: Plan
+) -> Prediction:
+    """What the cost model predicts for ``plan`` of ``model`` on ``nodes``."""
+    cm = CostModel(model, nodes, constraints)
+    order, bounds = cm.plan_order_bounds(plan)
+    return cm.prediction(order, bounds)

@@ -1,0 +1,198 @@
+"""Accelerate / transformers: a ``device_map`` keyed by the family's module names.
+
+GPU stages get CUDA indices 0, 1, … in stage order; CPU stages get ``"cpu"``.
+``max_memory`` gives each device the plan's usable bytes. Routed experts the
+plan keeps on another stage than their block are mapped one module each, for
+the families whose experts are separate modules.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from stowplan.errors import InputError
+from stowplan.exports.common import (
+    ONE_HOST,
+    is_cpu_node,
+    model_argument,
+    nodes_by_id,
+    stage_of_block,
+)
+from stowplan.exports.result import Engine, EngineExport, UnsupportedByEngine
+from stowplan.model import ModelLayout, NodeDescriptor
+from stowplan.plan import Plan
+
+__all__ = ["FAMILIES", "ModuleNames", "export_accelerate"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModuleNames:
+    """Module paths of one architecture family in its transformers implementation."""
+
+    embed: str
+    block: str
+    """Format string with ``{i}``."""
+    norm: str
+    head: str
+    extra_first: tuple[str, ...] = ()
+    """Parameter-free modules kept with the embedding (e.g. ``model.rotary_emb``)."""
+    expert: str | None = None
+    """Format string with ``{i}`` and ``{e}`` when experts are separate modules."""
+
+
+_DECODER = ModuleNames(
+    embed="model.embed_tokens",
+    block="model.layers.{i}",
+    norm="model.norm",
+    head="lm_head",
+    extra_first=("model.rotary_emb",),
+)
+
+FAMILIES: dict[str, ModuleNames] = {
+    "llama": _DECODER,
+    "mistral": _DECODER,
+    "qwen2": _DECODER,
+    "qwen3": _DECODER,
+    "gemma": _DECODER,
+    "gemma2": _DECODER,
+    "phi3": _DECODER,
+    "mixtral": ModuleNames(
+        embed="model.embed_tokens",
+        block="model.layers.{i}",
+        norm="model.norm",
+        head="lm_head",
+        extra_first=("model.rotary_emb",),
+        expert="model.layers.{i}.block_sparse_moe.experts.{e}",
+    ),
+    "qwen2_moe": ModuleNames(
+        embed="model.embed_tokens",
+        block="model.layers.{i}",
+        norm="model.norm",
+        head="lm_head",
+        extra_first=("model.rotary_emb",),
+        expert="model.layers.{i}.mlp.experts.{e}",
+    ),
+    "gpt2": ModuleNames(
+        embed="transformer.wte",
+        block="transformer.h.{i}",
+        norm="transformer.ln_f",
+        head="lm_head",
+        extra_first=("transformer.wpe",),
+    ),
+    "gpt_neox": ModuleNames(
+        embed="gpt_neox.embed_in",
+        block="gpt_neox.layers.{i}",
+        norm="gpt_neox.final_layer_norm",
+        head="embed_out",
+        extra_first=("gpt_neox.rotary_emb",),
+    ),
+}
+FAMILIES["qwen3_moe"] = FAMILIES["qwen2_moe"]
+
+
+def _family(plan: Plan, layout: ModelLayout | None, family: str | None) -> tuple[str, ModuleNames]:
+    name = family or (layout.family if layout is not None else None)
+    if name is None:
+        raise InputError(
+            "family",
+            None,
+            f"the module names of model {plan.model_name!r} are unknown; pass the family "
+            f"(one of {', '.join(sorted(FAMILIES))})",
+        )
+    key = name.strip().lower()
+    if key not in FAMILIES:
+        raise InputError("family", name, f"must be one of {', '.join(sorted(FAMILIES))}")
+    return key, FAMILIES[key]
+
+
+def export_accelerate(
+    plan: Plan,
+    *,
+    nodes: Sequence[NodeDescriptor] | None = None,
+    model: str | None = None,
+    layout: ModelLayout | None = None,
+    family: str | None = None,
+) -> EngineExport:
+    """``device_map`` + ``max_memory`` for ``from_pretrained`` on one host.
+
+    Raises :class:`InputError` when the family is unknown and :class:`UnsupportedByEngine`
+    for experts away from their block in a family whose experts are fused.
+    """
+    key, names = _family(plan, layout, family)
+    by_id = nodes_by_id(nodes)
+    devices: list[int | str] = []
+    next_gpu = 0
+    for a in plan.assignments:
+        if is_cpu_node(a.node_id, by_id):
+            devices.append("cpu")
+        else:
+            devices.append(next_gpu)
+            next_gpu += 1
+    device_map: dict[str, int | str] = {}
+    first, last = plan.assignments[0], plan.assignments[-1]
+    device_map[names.embed] = devices[first.stage]
+    for extra in names.extra_first:
+        device_map[extra] = devices[first.stage]
+    for a in plan.assignments:
+        for i in range(*a.block_range):
+            device_map[names.block.format(i=i)] = devices[a.stage]
+    for a in plan.assignments:
+        for e in a.owned_experts:
+            home = stage_of_block(plan, e.block).stage
+            if home == a.stage:
+                continue
+            if names.expert is None:
+                raise UnsupportedByEngine(
+                    Engine.ACCELERATE,
+                    f"expert {e.expert} of block {e.block} is on stage {a.stage}, away from its "
+                    f"block; family {key!r} has no per-expert modules to map",
+                )
+            device_map[names.expert.format(i=e.block, e=e.expert)] = devices[a.stage]
+    device_map[names.norm] = devices[last.stage]
+    device_map[names.head] = devices[last.stage]
+    max_memory: dict[str, int] = {}
+    for a, d in zip(plan.assignments, devices, strict=True):
+        budget = a.usable_vram_bytes if a.usable_vram_bytes is not None else a.estimated_vram_bytes
+        max_memory[str(d)] = max_memory.get(str(d), 0) + budget
+    model_arg, model_notes = model_argument(plan, model)
+    notes = list(model_notes)
+    gpu_nodes = [a.node_id for a, d in zip(plan.assignments, devices, strict=True) if d != "cpu"]
+    if gpu_nodes:
+        notes.append(
+            "CUDA indices follow the stage order: "
+            + ", ".join(f"cuda:{i} = {n}" for i, n in enumerate(gpu_nodes))
+        )
+    if layout is not None and layout.tied_embeddings and devices[first.stage] != devices[-1]:
+        notes.append(
+            "tied embeddings: transformers keeps one table for embed and head; expect it on "
+            "the embedding's device and a copy of the activations to the head's"
+        )
+    if plan.num_stages > 1:
+        notes.append(ONE_HOST)
+    if plan.context_tokens is not None:
+        notes.append(
+            f"KV budgeted for {plan.context_tokens} tokens: keep generate()'s length within it"
+        )
+    device_map_json = json.dumps(device_map, indent=2) + "\n"
+    max_memory_json = json.dumps(max_memory, indent=2) + "\n"
+    snippet = (
+        "python - <<'EOF'\n"
+        "import json\n"
+        "from transformers import AutoModelForCausalLM\n"
+        "device_map = json.load(open('device_map.json'))\n"
+        "max_memory = {(int(k) if k.isdigit() else k): v\n"
+        "              for k, v in json.load(open('max_memory.json')).items()}\n"
+        f"model = AutoModelForCausalLM.from_pretrained({model_arg!r}, device_map=device_map,\n"
+        "                                             max_memory=max_memory)\n"
+        "EOF"
+    )
+    return EngineExport(
+        engine=Engine.ACCELERATE,
+        block_counts=plan.block_counts(),
+        commands=(snippet,),
+        files=(("device_map.json", device_map_json), ("max_memory.json", max_memory_json)),
+        notes=tuple(notes),
+        data={"device_map": device_map, "max_memory": max_memory, "family": key},
+    )

@@ -1,0 +1,78 @@
+"""Helpers shared by the exporters: node kinds, expert ownership, the model argument."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from stowplan.model import ModelLayout, NodeDescriptor
+from stowplan.models import lookup
+from stowplan.plan import Plan, StageAssignment
+
+__all__ = [
+    "ONE_HOST",
+    "expert_owners",
+    "is_cpu_node",
+    "model_argument",
+    "nodes_by_id",
+    "resolve_layout",
+]
+
+ONE_HOST = "this engine runs on one host: every node of the plan must be a device of it"
+
+_CPU_WORDS = {"cpu", "host", "system ram", "ram"}
+
+
+def nodes_by_id(nodes: Sequence[NodeDescriptor] | None) -> dict[str, NodeDescriptor]:
+    return {n.id: n for n in nodes or ()}
+
+
+def is_cpu_node(node_id: str, nodes: dict[str, NodeDescriptor]) -> bool:
+    """A stage runs on the host CPU when its node says so.
+
+    With a descriptor: its ``gpu_name`` is ``CPU`` or a label ``kind=cpu`` is set.
+    Without one: the node id is ``cpu`` or starts with ``cpu`` (``cpu``, ``cpu0``).
+    """
+    node = nodes.get(node_id)
+    if node is not None:
+        labels = dict(node.labels)
+        if labels.get("kind", "").lower() == "cpu":
+            return True
+        return node.gpu_name.strip().lower() in _CPU_WORDS
+    return node_id.lower().startswith("cpu")
+
+
+def resolve_layout(plan: Plan, layout: ModelLayout | None) -> ModelLayout | None:
+    """The given layout, else the known model named by the plan, else None."""
+    if layout is not None:
+        return layout
+    return lookup(plan.model_name) if plan.model_name else None
+
+
+def expert_owners(plan: Plan) -> dict[int, dict[int, int]]:
+    """Per MoE block, how many of its experts each stage owns: ``{block: {stage: count}}``."""
+    owners: dict[int, dict[int, int]] = {}
+    for a in plan.assignments:
+        for e in a.owned_experts:
+            per_block = owners.setdefault(e.block, {})
+            per_block[a.stage] = per_block.get(a.stage, 0) + 1
+    return owners
+
+
+def stage_of_block(plan: Plan, block: int) -> StageAssignment:
+    for a in plan.assignments:
+        if a.block_range[0] <= block < a.block_range[1]:
+            return a
+    return plan.assignments[-1]
+
+
+def model_argument(plan: Plan, model: str | None) -> tuple[str, tuple[str, ...]]:
+    """The model path or id to put on the command line, and a note when it is a stand-in."""
+    if model:
+        return model, ()
+    name = plan.model_name or "MODEL"
+    if "/" in name:
+        return name, ()
+    return name, (
+        f"'{name}' is stowplan's short name: replace it with the model's path or "
+        "Hugging Face id (or pass --model)",
+    )

@@ -1,0 +1,262 @@
+"""H0 discovery: which circuits and memory pools this host has.
+
+Sources, in order:
+
+* NVIDIA GPUs through NVML (``nvidia-ml-py``): name, UUID, memory, PCIe
+  generation and width. When NVML cannot be loaded (no driver: the
+  ``NVMLError_LibraryNotFound`` case) the host has no usable NVIDIA GPU; when
+  it loads but a query fails, ``nvidia-smi -q -x`` is parsed instead.
+* CPU and RAM through ``psutil`` (``os`` when psutil is missing).
+* AMD GPUs through ``rocm-smi`` when that tool is on PATH (best effort:
+  listed with their VRAM, not benchmarked).
+* Integrated GPUs through ``/sys/class/drm`` on Linux (best effort: an Intel
+  or AMD display device without its own VRAM is listed as an iGPU in the
+  system pool and not benchmarked).
+
+No GPU gives a CPU-only topology, never an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from stowplan.host.nvidia_smi import SmiReport, parse_nvidia_smi, parse_query_xml, pcie_gbps
+from stowplan.host.rocm_smi import parse_rocm_smi
+from stowplan.host.topology import (
+    SYSTEM_POOL,
+    Circuit,
+    CircuitKind,
+    HostTopology,
+    MemoryPool,
+    PoolKind,
+)
+
+__all__ = ["discover", "topology_from_smi"]
+
+_TOOL_TIMEOUT_S = 10.0
+
+
+def _cpu_and_ram() -> tuple[int, int, int, float]:
+    """(logical cpus, RAM bytes, available RAM bytes, fastest NIC Mbit/s)."""
+    try:
+        import psutil
+    except ImportError:
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return os.cpu_count() or 1, pages, pages, 0.0
+    vm = psutil.virtual_memory()
+    speeds = [s.speed for s in psutil.net_if_stats().values() if s.isup and s.speed > 0]
+    return psutil.cpu_count() or 1, int(vm.total), int(vm.available), float(max(speeds, default=0))
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def _nvml() -> tuple[SmiReport | None, str]:
+    """GPUs through NVML: (report or None, note). None with an empty note: no NVIDIA GPU."""
+    try:
+        import pynvml
+    except ImportError:
+        return None, "nvidia-ml-py is not installed; NVIDIA GPUs are read from nvidia-smi"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        # NVMLError_LibraryNotFound / DriverNotLoaded: no usable NVIDIA GPU on this host.
+        return None, f"NVML unavailable ({type(exc).__name__}): no NVIDIA GPU"
+    from stowplan.host.nvidia_smi import GpuRecord
+
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+
+            def opt(fn: Any, handle: Any = h) -> int | None:
+                try:
+                    return int(fn(handle))
+                except pynvml.NVMLError:
+                    return None
+
+            gpus.append(
+                GpuRecord(
+                    index=i,
+                    name=str(pynvml.nvmlDeviceGetName(h)),
+                    uuid=str(pynvml.nvmlDeviceGetUUID(h)),
+                    bus_id=str(pynvml.nvmlDeviceGetPciInfo(h).busId),
+                    memory_total_mib=int(mem.total) // 2**20,
+                    memory_free_mib=int(mem.free) // 2**20,
+                    pcie_gen_max=opt(pynvml.nvmlDeviceGetMaxPcieLinkGeneration),
+                    pcie_gen_current=opt(pynvml.nvmlDeviceGetCurrPcieLinkGeneration),
+                    pcie_width_max=opt(pynvml.nvmlDeviceGetMaxPcieLinkWidth),
+                    pcie_width_current=opt(pynvml.nvmlDeviceGetCurrPcieLinkWidth),
+                )
+            )
+        return SmiReport(format="nvml", driver_version=str(driver), gpus=tuple(gpus)), ""
+    except pynvml.NVMLError as exc:
+        return None, f"NVML query failed ({exc}); falling back to nvidia-smi"
+    finally:
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
+
+
+def _run(argv: list[str]) -> str | None:
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=_TOOL_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _igpus() -> list[str]:
+    """Names of integrated GPUs seen in /sys/class/drm (Linux, best effort)."""
+    names = []
+    vendors = {"0x8086": "Intel integrated GPU", "0x1002": "AMD integrated GPU"}
+    for card in sorted(Path("/sys/class/drm").glob("card[0-9]")):
+        try:
+            vendor = (card / "device" / "vendor").read_text().strip()
+            has_vram = (card / "device" / "mem_info_vram_total").exists()
+            boot_vga = (card / "device" / "boot_vga").exists()
+        except OSError:
+            continue
+        if vendor in vendors and not has_vram and boot_vga:
+            names.append(vendors[vendor])
+    return names
+
+
+def topology_from_smi(
+    report: SmiReport | None,
+    *,
+    hostname: str,
+    cpu_name: str,
+    cpu_count: int,
+    ram_bytes: int,
+    ram_free_bytes: int,
+    link_mbps: float = 0.0,
+    source: str = "fixture",
+    extra_notes: tuple[str, ...] = (),
+) -> HostTopology:
+    """Build a topology from a parsed NVIDIA report plus the host's CPU and RAM."""
+    circuits = [Circuit(id="cpu", kind=CircuitKind.CPU, name=cpu_name, pool=SYSTEM_POOL)]
+    pools = [
+        MemoryPool(
+            id=SYSTEM_POOL,
+            kind=PoolKind.SYSTEM,
+            capacity_bytes=ram_bytes,
+            free_bytes=ram_free_bytes,
+        )
+    ]
+    notes = list(extra_notes)
+    for g in report.gpus if report else ():
+        cid = f"gpu{g.index}"
+        total = g.memory_total_bytes
+        if total is None:
+            notes.append(f"{cid} ({g.name}): memory total unknown; skipped")
+            continue
+        free = total if g.memory_free_mib is None else g.memory_free_mib * 2**20
+        pools.append(
+            MemoryPool(id=f"vram:{cid}", kind=PoolKind.VRAM, capacity_bytes=total, free_bytes=free)
+        )
+        circuits.append(
+            Circuit(
+                id=cid,
+                kind=CircuitKind.DGPU,
+                name=g.name,
+                pool=f"vram:{cid}",
+                uuid=g.uuid,
+                pcie_gen=g.pcie_gen_max,
+                pcie_width=g.pcie_width_max,
+                bus_gbps=pcie_gbps(g.pcie_gen_max, g.pcie_width_max),
+            )
+        )
+    return HostTopology(
+        hostname=hostname,
+        circuits=tuple(circuits),
+        pools=tuple(pools),
+        driver_version=report.driver_version if report else None,
+        cpu_count=cpu_count,
+        link_mbps=link_mbps,
+        source=source if report and report.gpus else "none",
+        notes=tuple(notes),
+    )
+
+
+def discover() -> HostTopology:
+    """Discover this host's circuits and pools (cheap: no benchmark, no GPU memory touched)."""
+    cpus, ram, ram_free, link = _cpu_and_ram()
+    notes: list[str] = []
+    report, note = _nvml()
+    source = "nvml"
+    if note:
+        notes.append(note)
+    if report is None and "no NVIDIA GPU" not in note:
+        xml = _run(["nvidia-smi", "-q", "-x"])
+        if xml is not None:
+            report, source = parse_query_xml(xml), "nvidia-smi"
+        else:
+            text = _run(["nvidia-smi", "-q"])
+            if text is not None:
+                report, source = parse_nvidia_smi(text), "nvidia-smi"
+    topo = topology_from_smi(
+        report,
+        hostname=socket.gethostname(),
+        cpu_name=_cpu_name(),
+        cpu_count=cpus,
+        ram_bytes=ram,
+        ram_free_bytes=ram_free,
+        link_mbps=link,
+        source=source,
+        extra_notes=tuple(notes),
+    )
+    extra_circuits: list[Circuit] = []
+    extra_pools: list[MemoryPool] = []
+    rocm = _run(["rocm-smi", "--showproductname", "--showmeminfo", "vram", "--showuniqueid"])
+    for a in parse_rocm_smi(rocm or ""):
+        if a.memory_total_bytes is None:
+            continue
+        pid = f"vram:amd{a.index}"
+        extra_pools.append(
+            MemoryPool(
+                id=pid,
+                kind=PoolKind.VRAM,
+                capacity_bytes=a.memory_total_bytes,
+                free_bytes=a.memory_total_bytes - (a.memory_used_bytes or 0),
+            )
+        )
+        extra_circuits.append(
+            Circuit(id=f"amd{a.index}", kind=CircuitKind.DGPU, name=a.name, pool=pid)
+        )
+    for i, name in enumerate(_igpus()):
+        extra_circuits.append(
+            Circuit(id=f"igpu{i}", kind=CircuitKind.IGPU, name=name, pool=SYSTEM_POOL)
+        )
+    if not extra_circuits:
+        return topo
+    return HostTopology(
+        hostname=topo.hostname,
+        circuits=topo.circuits + tuple(extra_circuits),
+        pools=topo.pools + tuple(extra_pools),
+        driver_version=topo.driver_version,
+        cpu_count=topo.cpu_count,
+        link_mbps=topo.link_mbps,
+        source=topo.source,
+        notes=(*topo.notes, "AMD GPUs and iGPUs are listed but not benchmarked"),
+    )

@@ -1,0 +1,44 @@
+"""A probed host as a node of the cluster planner: ``node_from_passport``."""
+
+from __future__ import annotations
+
+from stowplan.errors import InputError
+from stowplan.host.passport import Passport
+from stowplan.model import NodeDescriptor
+
+__all__ = ["node_from_passport"]
+
+
+def node_from_passport(
+    passport: Passport, *, node_id: str | None = None, circuit: str | None = None
+) -> NodeDescriptor:
+    """A :class:`NodeDescriptor` for one circuit of a probed host (default: the best-ranked).
+
+    ``vram_bytes`` is the capacity of the circuit's pool; ``mem_bandwidth_gbps``
+    its measured GEMV throughput in GB/s; ``flops_estimate`` the f32 TFLOPs of
+    those GEMVs (2 flops per matrix element: a lower bound, decode being
+    memory-bound); ``link_mbps`` the fastest network interface discovery saw.
+    """
+    matrix = passport.matrix
+    cid = circuit if circuit is not None else (matrix.order[0] if matrix.order else None)
+    entry = matrix.get(cid) if cid is not None else None
+    if entry is None:
+        raise InputError("circuit", circuit, f"must be one of the measured circuits {matrix.order}")
+    topo = passport.topology
+    c = topo.circuit(entry.circuit)
+    pool = topo.pool(c.pool)
+    bytes_per_s = entry.compute_bytes_per_s
+    return NodeDescriptor(
+        id=node_id or f"{topo.hostname}:{c.id}",
+        gpu_name=c.name,
+        vram_bytes=pool.capacity_bytes,
+        flops_estimate=2.0 * (bytes_per_s / 4.0) / 1e12,
+        link_mbps=topo.link_mbps,
+        mem_bandwidth_gbps=bytes_per_s / 1e9,
+        labels=(
+            ("source", "passport"),
+            ("measured", "bandwidth,flops"),
+            ("fingerprint", passport.fingerprint[:12]),
+            ("circuit", c.id),
+        ),
+    )

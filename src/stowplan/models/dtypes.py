@@ -1,0 +1,127 @@
+"""Weight storage formats: how many bytes a tensor of ``n`` parameters takes.
+
+Conventions (stated once, used everywhere):
+
+* Dense formats (``fp32``, ``bf16``, ``fp16``, ``fp8``, ``int8``) cost a whole
+  number of bytes per parameter.
+* Block formats (GGUF ``q4_0``, ``q8_0``, the k-quants, ``mxfp4``) cost
+  ``block_bytes`` per ``block_size`` parameters, scales included; a tensor
+  whose size is not a multiple of the block is rounded up to whole blocks.
+* ``int4`` is 4-bit weights with one bf16 scale per 128 (GPTQ/AWQ style).
+* Mixed GGUF recipes (``q4_k_m`` …) quantise tensors with different types;
+  priced from a config they use the recipe's main type for 2-D weights, which
+  the llama.cpp recipes raise for some tensors, so the estimate is a lower
+  bound (a GGUF file gives the exact bytes).
+* 1-D tensors (norms, biases) stay in the checkpoint's dense dtype under
+  ``fp8``/``int8``/``int4``/``mxfp4`` and in ``fp32`` under GGUF formats.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stowplan.errors import InputError
+
+__all__ = ["Format", "format_names", "parse_dtype", "storage_format", "tensor_bytes"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Format:
+    """A storage format: ``block_bytes`` per ``block_size`` parameters."""
+
+    name: str
+    block_size: int
+    block_bytes: int
+    gguf: bool = False
+    """A llama.cpp block type (its 1-D tensors are stored as fp32)."""
+    quantised: bool = False
+    """Applies to 2-D weights only; 1-D tensors keep the dense dtype."""
+
+    @property
+    def bits_per_param(self) -> float:
+        """Average bits one parameter costs."""
+        return 8 * self.block_bytes / self.block_size
+
+
+def _f(name: str, size: int, nbytes: int, *, gguf: bool = False, q: bool = False) -> Format:
+    return Format(name=name, block_size=size, block_bytes=nbytes, gguf=gguf, quantised=q)
+
+
+_FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        _f("fp32", 1, 4),
+        _f("bf16", 1, 2),
+        _f("fp16", 1, 2),
+        _f("fp8", 1, 1, q=True),
+        _f("int8", 1, 1, q=True),
+        _f("int4", 128, 66, q=True),
+        _f("mxfp4", 32, 17, q=True),
+        _f("q4_0", 32, 18, gguf=True, q=True),
+        _f("q4_1", 32, 20, gguf=True, q=True),
+        _f("q5_0", 32, 22, gguf=True, q=True),
+        _f("q5_1", 32, 24, gguf=True, q=True),
+        _f("q8_0", 32, 34, gguf=True, q=True),
+        _f("q2_k", 256, 84, gguf=True, q=True),
+        _f("q3_k", 256, 110, gguf=True, q=True),
+        _f("q4_k", 256, 144, gguf=True, q=True),
+        _f("q5_k", 256, 176, gguf=True, q=True),
+        _f("q6_k", 256, 210, gguf=True, q=True),
+    )
+}
+
+_RECIPES: dict[str, str] = {
+    "q2_k_s": "q2_k",
+    "q3_k_s": "q3_k",
+    "q3_k_m": "q3_k",
+    "q3_k_l": "q3_k",
+    "q4_k_s": "q4_k",
+    "q4_k_m": "q4_k",
+    "q5_k_s": "q5_k",
+    "q5_k_m": "q5_k",
+}
+"""llama.cpp mixed recipes → their main block type."""
+
+_ALIASES: dict[str, str] = {
+    "float32": "fp32",
+    "f32": "fp32",
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "f16": "fp16",
+    "half": "fp16",
+    "float8": "fp8",
+    "float8_e4m3fn": "fp8",
+    "float8_e5m2": "fp8",
+    "f8_e4m3": "fp8",
+    "e4m3": "fp8",
+    "i8": "int8",
+    "q8": "q8_0",
+    "q4": "q4_0",
+}
+
+
+def format_names() -> list[str]:
+    """Every accepted dtype name (formats and llama.cpp recipes), sorted."""
+    return sorted([*_FORMATS, *_RECIPES])
+
+
+def parse_dtype(text: str, *, field: str = "--dtype") -> str:
+    """The canonical dtype name for ``text`` (``bfloat16`` → ``bf16``, ``Q4_K_M`` → ``q4_k_m``)."""
+    key = str(text).strip().lower().replace("-", "_")
+    key = _ALIASES.get(key, key)
+    if key in _FORMATS or key in _RECIPES:
+        return key
+    raise InputError(field, text, f"is not a known dtype; use one of {', '.join(format_names())}")
+
+
+def storage_format(dtype: str) -> Format:
+    """The block format a canonical dtype (or recipe) stores its 2-D weights in."""
+    name = parse_dtype(dtype)
+    return _FORMATS[_RECIPES.get(name, name)]
+
+
+def tensor_bytes(num_params: int, dtype: str) -> int:
+    """Bytes of a tensor of ``num_params`` parameters stored as ``dtype``."""
+    fmt = storage_format(dtype)
+    blocks = -(-num_params // fmt.block_size)
+    return blocks * fmt.block_bytes

@@ -1,0 +1,117 @@
+"""Exact layouts from a GGUF file, read with the ``gguf`` package (headers only).
+
+Each tensor's bytes come from its GGML type and element count (the reader's
+``n_bytes``); the architecture comes from the ``<arch>.*`` metadata keys.
+The KV cache is priced at 2 bytes per element (llama.cpp's default f16
+cache); MLA models (``<arch>.attention.kv_lora_rank``) cache the latent.
+Sliding-window patterns are not recorded uniformly in GGUF metadata, so every
+block is treated as full attention.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from stowplan.errors import DependencyError, InputError
+from stowplan.models.grouping import ArchInfo, ModelReport, TensorEntry, assemble, classify_gguf
+
+__all__ = ["gguf_report"]
+
+
+def _load(path: Path) -> Any:
+    try:
+        import gguf
+    except ImportError:
+        raise DependencyError("gguf", "formats") from None
+    try:
+        return gguf.GGUFReader(path)
+    except OSError as exc:
+        raise InputError("MODEL", str(path), f"cannot be read ({exc.strerror})") from None
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise InputError("MODEL", str(path), f"is not a readable GGUF file ({exc})") from None
+
+
+def _field(reader: Any, key: str) -> Any:
+    f = reader.fields.get(key)
+    if f is None:
+        return None
+    value = f.contents()
+    return value
+
+
+def _int_field(reader: Any, key: str, path: Path, *, required: bool = False) -> int | None:
+    v = _field(reader, key)
+    if isinstance(v, list):
+        v = max(v) if v else None
+    if v is None:
+        if required:
+            raise InputError("MODEL", str(path), f"GGUF metadata lacks {key!r}")
+        return None
+    return int(v)
+
+
+def _file_type(reader: Any) -> str | None:
+    import gguf
+
+    v = _field(reader, "general.file_type")
+    if v is None:
+        return None
+    try:
+        name = gguf.LlamaFileType(int(v)).name
+    except ValueError:
+        return None
+    return name.removeprefix("MOSTLY_").removeprefix("ALL_").lower()
+
+
+def gguf_report(path: Path, *, name: str | None = None) -> ModelReport:
+    """The exact layout of a ``.gguf`` file; ``InputError`` when it is malformed."""
+    reader = _load(path)
+    arch = _field(reader, "general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise InputError("MODEL", str(path), "GGUF metadata lacks 'general.architecture'")
+    n = _int_field(reader, f"{arch}.block_count", path, required=True)
+    hidden = _int_field(reader, f"{arch}.embedding_length", path, required=True)
+    assert n is not None and hidden is not None
+    heads = _int_field(reader, f"{arch}.attention.head_count", path)
+    kv_heads = _int_field(reader, f"{arch}.attention.head_count_kv", path) or heads
+    key_len = _int_field(reader, f"{arch}.attention.key_length", path)
+    value_len = _int_field(reader, f"{arch}.attention.value_length", path)
+    kv_rank = _int_field(reader, f"{arch}.attention.kv_lora_rank", path)
+    rope_dim = _int_field(reader, f"{arch}.rope.dimension_count", path)
+    per_token: int | None = None
+    if kv_rank:
+        per_token = 2 * (kv_rank + (rope_dim or 0))
+    elif kv_heads and heads:
+        hd = hidden // heads
+        per_token = 2 * kv_heads * ((key_len or hd) + (value_len or hd))
+    try:
+        tensors = list(reader.tensors)
+    except (ValueError, IndexError) as exc:
+        raise InputError("MODEL", str(path), f"has unreadable GGUF tensor info ({exc})") from None
+    entries = [
+        TensorEntry(
+            name=t.name, nbytes=int(t.n_bytes), params=int(t.n_elements),
+            dtype=t.tensor_type.name.lower(),
+        )
+        for t in tensors
+    ]  # fmt: skip
+    names = {t.name for t in tensors}
+    info = ArchInfo(
+        name=name or str(_field(reader, "general.name") or path.stem),
+        family=arch,
+        num_blocks=n,
+        hidden_dim=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=1 if kv_rank else kv_heads,
+        kv_bytes_per_token=(per_token,) * n if per_token is not None else None,
+        kv_window_tokens=None,
+        num_experts=_int_field(reader, f"{arch}.expert_count", path) or 0,
+        experts_per_token=_int_field(reader, f"{arch}.expert_used_count", path) or 0,
+        num_shared_experts=_int_field(reader, f"{arch}.expert_shared_count", path) or 0,
+        tied_embeddings="output.weight" not in names,
+        dtype=_file_type(reader),
+        attention_kind="mla" if kv_rank else "gqa",
+    )
+    notes = (f"exact: GGUF tensor info of {len(entries)} tensors ({arch})",)
+    return assemble(info, entries, classify_gguf, source="gguf", exact=True, notes=notes)

@@ -1,0 +1,166 @@
+"""Turning a pipeline into a Plan with its prediction and certificate."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from stowplan.cost import CostModel
+from stowplan.errors import DependencyError
+from stowplan.model import Constraints, Strategy
+from stowplan.plan import Certificate, Plan, PlanRationale, Prediction, Topology
+from stowplan.planner.common import Problem, build_assignments
+from stowplan.planner.throughput import Pipeline
+
+__all__ = ["INLINE_EXACT_NODES", "certificate", "finish", "objective_of", "pick_best"]
+
+INLINE_EXACT_NODES = 5
+"""Up to this many nodes every plan is certified by the exact subset DP; above, by a bound."""
+
+
+def objective_of(constraints: Constraints, strategy: Strategy | None = None) -> str:
+    """``latency`` or ``throughput``: what the strategy optimises, else what the workload needs."""
+    if strategy is Strategy.LATENCY:
+        return "latency"
+    if strategy is Strategy.THROUGHPUT:
+        return "throughput"
+    return "latency" if constraints.batch == 1 else "throughput"
+
+
+def _key(cm: CostModel, objective: str, p: Pipeline) -> tuple[float, float, int, tuple[int, ...]]:
+    ev = cm.evaluate(*p)
+    if objective == "latency":
+        return (ev.time_per_token_s, ev.bottleneck_s, len(p[0]), tuple(p[0]))
+    return (ev.bottleneck_s, ev.time_per_token_s, len(p[0]), tuple(p[0]))
+
+
+def pick_best(
+    problem: Problem, cm: CostModel, objective: str, found: Pipeline | None
+) -> Pipeline | None:
+    """The best of ``found`` and every peer rule's plan, by ``objective`` (never worse than one)."""
+    from stowplan.baselines import BASELINES
+
+    candidates = [] if found is None else [found]
+    for rule in BASELINES.values():
+        p = rule(problem, cm)
+        if p is not None and problem.min_stages <= len(p[0]) <= problem.max_stages:
+            candidates.append(p)
+    if not candidates:
+        return None
+    return min(candidates, key=lambda p: _key(cm, objective, p))
+
+
+def certificate(
+    problem: Problem,
+    cm: CostModel,
+    objective: str,
+    p: Pipeline,
+    optimum_s: float | None = None,
+    exact: bool = False,
+    method: str = "",
+) -> Certificate:
+    """How far ``p`` is from the optimum of ``objective`` (computed here unless given)."""
+    from stowplan.planner.exact import fluid_bound, solve_exact
+
+    if optimum_s is None:
+        try:
+            if len(cm.nodes) > INLINE_EXACT_NODES:
+                raise DependencyError("numpy", "exact")  # use the bound
+            opt = solve_exact(problem, cm, objective)
+            optimum_s, exact, method = opt.value, opt.exact, opt.method
+        except DependencyError:
+            optimum_s = fluid_bound(problem, cm, objective)
+            exact = False
+            method = "bound: fractional relaxation (blocks flow to the fastest VRAM)"
+    ev = cm.evaluate(*p)
+    if objective == "latency":
+        value = ev.time_per_token_s
+        bound = min(optimum_s, value)
+        ratio = bound / value if value > 0 else 1.0
+    else:
+        value = ev.tokens_per_s
+        bound = cm.batch / optimum_s if optimum_s > 0 else math.inf
+        bound = max(bound, value)
+        ratio = value / bound if bound > 0 and math.isfinite(bound) else 1.0
+    return Certificate(
+        objective=objective,
+        value=value,
+        bound=bound,
+        exact=exact,
+        gap=max(0.0, 1.0 - ratio),
+        method=method,
+    )
+
+
+def _notes(
+    problem: Problem, cm: CostModel, p: Pipeline, pred: Prediction, cert: Certificate
+) -> list[str]:
+    order, bounds = p
+    n = len(order)
+    out = []
+    for s, d in enumerate(order):
+        used = cm.stage_bytes(bounds[s], bounds[s + 1], s == 0, s == n - 1)
+        usable = cm.usable[d]
+        out.append(
+            f"stage {s} on {cm.nodes[d].id}: {pred.stage_time_s[s] * 1e3:.2f} ms/step, "
+            f"VRAM {used / usable:.1%} of usable"
+            if usable
+            else f"stage {s}: no usable VRAM"
+        )
+    out.append(
+        f"predicted: {pred.tokens_per_s:.2f} tokens/s pipelined at batch {pred.batch}, "
+        f"{pred.time_per_token_s * 1e3:.2f} ms per token single-stream "
+        f"(bottleneck stage {pred.bottleneck_stage})"
+    )
+    if pred.kv_capacity_tokens is None:
+        out.append("KV capacity unknown: the layout has no KV-cache figure")
+    else:
+        reserve = problem.constraints.context_tokens
+        out.append(
+            f"KV capacity {pred.kv_capacity_tokens} tokens beyond the reserve (tightest stage)"
+            if reserve
+            else f"KV capacity {pred.kv_capacity_tokens} tokens (tightest stage)"
+        )
+    unit = "s/token" if cert.objective == "latency" else "tokens/s"
+    out.append(
+        f"certificate ({cert.objective}): {cert.value:.6g} {unit} vs "
+        f"{'optimum' if cert.exact else 'bound'} {cert.bound:.6g}, gap {cert.gap:.2%} "
+        f"[{cert.method}]"
+    )
+    if pred.assumed:
+        out.append(f"{len(pred.assumed)} input(s) assumed from the spec table (see prediction)")
+    return out
+
+
+def finish(
+    problem: Problem,
+    cm: CostModel,
+    strategy: Strategy,
+    p: Pipeline,
+    notes: Sequence[str] = (),
+    optimum: object | None = None,
+) -> Plan:
+    """The Plan of pipeline ``p`` with its prediction, certificate and notes."""
+    from stowplan.planner.exact import Optimum
+
+    order, bounds = p
+    objective = objective_of(problem.constraints, strategy)
+    if isinstance(optimum, Optimum):
+        cert = certificate(problem, cm, objective, p, optimum.value, optimum.exact, optimum.method)
+    else:
+        cert = certificate(problem, cm, objective, p)
+    pred = cm.prediction(order, bounds)
+    assignments = build_assignments(problem, [cm.nodes[d].id for d in order], bounds)
+    return Plan(
+        topology=Topology.PipelineChain(len(order)),
+        assignments=assignments,
+        rationale=PlanRationale(
+            strategy=strategy.value,
+            notes=(*notes, *_notes(problem, cm, p, pred, cert)),
+            prediction=pred,
+            certificate=cert,
+        ),
+        model_name=problem.model.name,
+        num_blocks=problem.model.num_blocks,
+        context_tokens=problem.constraints.context_tokens,
+    )

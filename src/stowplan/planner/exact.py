@@ -1,0 +1,359 @@
+"""The optimum of the workload's objective, and bounds on it (certificates).
+
+* Up to :data:`ENUMERATION_LIMIT` nodes: a dynamic programme over (set of
+  nodes already used, blocks placed) with numpy, exact for any layout.  A
+  stage's time on a node is a matrix over (first block, end block); the chain
+  combines stages with ``+`` (time per token) or ``max`` (bottleneck).
+* Beyond: a MILP solved by HiGHS (``scipy.optimize.milp``) over per-node block
+  counts, roles (first/last) and stage times.  Exact when blocks are alike;
+  for other layouts every block is replaced by the smallest one, which gives a
+  valid bound.
+* :func:`fluid_bound`: a closed-form relaxation in microseconds, used to
+  certify plans inline.
+
+numpy and scipy are imported lazily (extra ``exact``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from stowplan.cost import CostModel
+from stowplan.errors import DependencyError
+from stowplan.planner.common import Problem
+from stowplan.planner.throughput import Pipeline
+
+__all__ = ["ENUMERATION_LIMIT", "Optimum", "fluid_bound", "solve_exact"]
+
+ENUMERATION_LIMIT = 10
+"""Largest cluster solved by the subset DP; above it the MILP runs."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Optimum:
+    """The optimum (or a bound) of one objective."""
+
+    objective: str
+    """``latency`` (seconds per token) or ``throughput`` (slowest stage, seconds)."""
+    value: float
+    """Seconds: time per token, or the slowest stage's time."""
+    exact: bool
+    method: str
+    pipeline: Pipeline | None = None
+
+
+def _np() -> Any:
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy ships with the exact extra
+        raise DependencyError("numpy", "exact") from None
+    return np
+
+
+def _stage_matrix(cm: CostModel, d: int, first: bool, last: bool, hop: float) -> Any:
+    """M[i, j]: time of blocks [i, j) on node d (inf when empty or not fitting)."""
+    np = _np()
+    r = np.asarray(cm.read_prefix, dtype=float)
+    kv = np.asarray(cm.kv_prefix, dtype=float)
+    mem = np.asarray(cm.mem_prefix, dtype=float)
+    head = cm.head if last else 0
+    w = r[None, :] - r[:, None] + head
+    read = w + kv[None, :] - kv[:, None]
+    t = np.maximum(read * cm.inv_bw[d], w * cm.flop_s_per_byte[d])
+    t = t + (0.0 if last else cm.xfer_s[d]) + hop
+    used = mem[None, :] - mem[:, None] + (cm.embed if first else 0) + head
+    n = len(r)
+    ok = (np.arange(n)[None, :] > np.arange(n)[:, None]) & (used <= cm.usable[d])
+    return np.where(ok, t, np.inf)
+
+
+def _subset_dp(problem: Problem, cm: CostModel, objective: str) -> Optimum:
+    np = _np()
+    n, nb = len(cm.nodes), cm.num_blocks
+    add = objective == "latency"
+    comb = np.add if add else np.maximum
+    best_val = math.inf
+    best: Pipeline | None = None
+    if problem.min_stages <= 1:
+        for d in range(n):
+            if cm.fits(d, 0, nb, True, True):
+                v = cm.stage_time(d, 0, nb, True, True)
+                if v < best_val:
+                    best_val, best = v, ([d], [0, nb])
+    best_end: tuple[int, int] | None = None
+    if problem.max_stages >= 2 and n >= 2:
+        hop = [cm.latency_s[d] if add else 0.0 for d in range(n)]
+        first = [_stage_matrix(cm, d, True, False, hop[d])[0] for d in range(n)]
+        mid = [_stage_matrix(cm, d, False, False, hop[d]) for d in range(n)]
+        last = [_stage_matrix(cm, d, False, True, hop[d])[:, nb] for d in range(n)]
+        size = 1 << n
+        g = np.full((size, nb + 1), np.inf)
+        for d in range(n):
+            g[1 << d] = first[d]
+        for mask in range(1, size):
+            row = g[mask]
+            if not np.isfinite(row).any():
+                continue
+            count = mask.bit_count()
+            if count + 1 <= problem.max_stages:
+                for e in range(n):
+                    if mask >> e & 1:
+                        continue
+                    if count + 1 >= problem.min_stages:
+                        v = float(comb(row, last[e]).min())
+                        if v < best_val:
+                            best_val, best_end = v, (mask, e)
+                    if count + 2 <= problem.max_stages:
+                        cand = comb(row[:, None], mid[e]).min(axis=0)
+                        np.minimum(g[mask | 1 << e], cand, out=g[mask | 1 << e])
+        if best_end is not None:
+            m, e = best_end
+            best = _backtrack(g, m, e, g[m], last[e], first, mid, comb, nb)
+    return Optimum(
+        objective=objective,
+        value=best_val,
+        exact=True,
+        method=f"subset dynamic programme over {n} nodes",
+        pipeline=best,
+    )
+
+
+def _backtrack(
+    g: Any, mask: int, e: int, row: Any, last: Any, first: Any, mid: Any, comb: Any, nb: int
+) -> Pipeline:
+    np = _np()
+    i = int(np.argmin(comb(row, last)))
+    order = [e]
+    bounds = [nb, i]
+    j = i
+    while mask.bit_count() > 1:
+        found = False
+        for d in range(len(first)):
+            if not mask >> d & 1:
+                continue
+            prev = g[mask ^ (1 << d)]
+            vals = comb(prev, mid[d][:, j])
+            k = int(np.argmin(vals))
+            if np.isfinite(vals[k]) and vals[k] <= g[mask][j] * (1 + 1e-12):
+                order.append(d)
+                bounds.append(k)
+                mask ^= 1 << d
+                j = k
+                found = True
+                break
+        assert found
+    order.append(mask.bit_length() - 1)
+    bounds.append(0)
+    return order[::-1], bounds[::-1]
+
+
+def _milp(problem: Problem, cm: CostModel, objective: str, time_limit_s: float) -> Optimum:
+    np = _np()
+    try:
+        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.sparse import lil_matrix
+    except ImportError:
+        raise DependencyError("scipy", "exact") from None
+    n, nb = len(cm.nodes), cm.num_blocks
+    single = math.inf
+    single_p: Pipeline | None = None
+    if problem.min_stages <= 1:
+        for d in range(n):
+            if cm.fits(d, 0, nb, True, True):
+                v = cm.stage_time(d, 0, nb, True, True)
+                if v < single:
+                    single, single_p = v, ([d], [0, nb])
+    lat = objective == "latency"
+    # Smallest block: exact for uniform layouts, a relaxation otherwise.
+    rd = min(cm.read_prefix[i + 1] - cm.read_prefix[i] for i in range(nb))
+    kvr = min(cm.kv_prefix[i + 1] - cm.kv_prefix[i] for i in range(nb))
+    mem = min(cm.mem_prefix[i + 1] - cm.mem_prefix[i] for i in range(nb))
+    # variables: k_d, u_d, f_d, l_d, t_d for d in nodes, then T (throughput only)
+    nv = 5 * n + 1
+
+    def k(d: int) -> int:
+        return d
+
+    def u(d: int) -> int:
+        return n + d
+
+    def f(d: int) -> int:
+        return 2 * n + d
+
+    def lv(d: int) -> int:
+        return 3 * n + d
+
+    def t(d: int) -> int:
+        return 4 * n + d
+
+    big_t = 5 * n
+    rows: list[tuple[dict[int, float], float, float]] = []
+    rows.append(({k(d): 1.0 for d in range(n)}, nb, nb))
+    rows.append(({f(d): 1.0 for d in range(n)}, 1, 1))
+    rows.append(({lv(d): 1.0 for d in range(n)}, 1, 1))
+    rows.append(({u(d): 1.0 for d in range(n)}, max(2, problem.min_stages), problem.max_stages))
+    gb = 1e-9
+    for d in range(n):
+        rows.append(({k(d): 1.0, u(d): -float(nb)}, -np.inf, 0))
+        rows.append(({u(d): 1.0, k(d): -1.0}, -np.inf, 0))
+        rows.append(({f(d): 1.0, lv(d): 1.0, u(d): -1.0}, -np.inf, 0))
+        rows.append(
+            (
+                {k(d): mem * gb, f(d): cm.embed * gb, lv(d): cm.head * gb},
+                -np.inf,
+                cm.usable[d] * gb,
+            )
+        )
+        target = t(d) if lat else big_t
+        for per_block, head_rate in (
+            ((rd + kvr) * cm.inv_bw[d], cm.head * cm.inv_bw[d]),
+            (rd * cm.flop_s_per_byte[d], cm.head * cm.flop_s_per_byte[d]),
+        ):
+            coeffs = {
+                k(d): per_block,
+                lv(d): head_rate - cm.xfer_s[d],
+                u(d): cm.xfer_s[d] + (cm.latency_s[d] if lat else 0.0),
+            }
+            coeffs[target] = coeffs.get(target, 0.0) - 1.0
+            rows.append((coeffs, -np.inf, 0))
+    a = lil_matrix((len(rows), nv))
+    lb = np.empty(len(rows))
+    ub = np.empty(len(rows))
+    for r, (coeffs, lo, hi) in enumerate(rows):
+        for col, val in coeffs.items():
+            a[r, col] = val
+        lb[r], ub[r] = lo, hi
+    c = np.zeros(nv)
+    if lat:
+        c[4 * n : 5 * n] = 1.0
+    else:
+        c[big_t] = 1.0
+    integrality = np.zeros(nv)
+    integrality[: 4 * n] = 1
+    upper = np.full(nv, np.inf)
+    upper[:n] = nb
+    upper[n : 4 * n] = 1
+    res = milp(
+        c,
+        integrality=integrality,
+        bounds=Bounds(np.zeros(nv), upper),
+        constraints=LinearConstraint(a.tocsr(), lb, ub),
+        options={"time_limit": time_limit_s, "mip_rel_gap": 1e-7},
+    )
+    optimal = res.status == 0
+    bound = getattr(res, "mip_dual_bound", None)
+    if optimal:
+        value = float(res.fun)
+    elif res.status == 2:  # infeasible: no pipeline of two or more stages fits
+        value = math.inf
+    else:
+        value = float(bound) if bound is not None and math.isfinite(bound) else 0.0
+    pipeline = _milp_pipeline(cm, res.x) if optimal and res.x is not None else None
+    exact = optimal and cm.uniform
+    if single <= value:
+        return Optimum(
+            objective=objective,
+            value=single,
+            exact=exact,
+            method="one node beats every MILP pipeline",
+            pipeline=single_p,
+        )
+    what = "exact" if exact else "bound (every block as small as the smallest)"
+    if not optimal:
+        what = f"bound (HiGHS dual bound after {time_limit_s:g} s)"
+    return Optimum(
+        objective=objective,
+        value=value,
+        exact=exact,
+        method=f"MILP over {n} nodes, HiGHS via scipy.optimize.milp: {what}",
+        pipeline=pipeline if exact else None,
+    )
+
+
+def _milp_pipeline(cm: CostModel, x: Any) -> Pipeline | None:
+    n = len(cm.nodes)
+    counts = {d: round(x[d]) for d in range(n) if x[n + d] > 0.5 and round(x[d]) > 0}
+    firsts = [d for d in counts if x[2 * n + d] > 0.5]
+    lasts = [d for d in counts if x[3 * n + d] > 0.5]
+    if len(firsts) != 1 or len(lasts) != 1:
+        return None
+    order = [firsts[0], *(d for d in sorted(counts) if d not in (firsts[0], lasts[0])), lasts[0]]
+    bounds = [0]
+    for d in order:
+        bounds.append(bounds[-1] + counts[d])
+    return (order, bounds) if bounds[-1] == cm.num_blocks else None
+
+
+def solve_exact(
+    problem: Problem, cm: CostModel, objective: str, *, time_limit_s: float = 60.0
+) -> Optimum:
+    """The optimum of ``objective`` (``latency`` or ``throughput``), or a bound on it."""
+    if len(cm.nodes) <= ENUMERATION_LIMIT:
+        return _subset_dp(problem, cm, objective)
+    return _milp(problem, cm, objective, time_limit_s)
+
+
+def fluid_bound(problem: Problem, cm: CostModel, objective: str) -> float:
+    """A valid lower bound (seconds) on the objective, from a fractional relaxation.
+
+    Every block is taken as small as the smallest; blocks flow to nodes
+    fractionally up to their VRAM; the embed, head and the roles are dropped
+    except for the hop terms every multi-stage pipeline pays.
+    """
+    nb = cm.num_blocks
+    n = len(cm.nodes)
+    rd = min(cm.read_prefix[i + 1] - cm.read_prefix[i] for i in range(nb))
+    kvr = min(cm.kv_prefix[i + 1] - cm.kv_prefix[i] for i in range(nb))
+    mem = min(cm.mem_prefix[i + 1] - cm.mem_prefix[i] for i in range(nb))
+    rate = [max((rd + kvr) * cm.inv_bw[d], rd * cm.flop_s_per_byte[d]) for d in range(n)]
+    room = [nb if mem <= 0 else cm.usable[d] / mem for d in range(n)]
+    single = math.inf
+    if problem.min_stages <= 1:
+        single = min(
+            (
+                cm.stage_time(d, 0, nb, True, True)
+                for d in range(n)
+                if cm.fits(d, 0, nb, True, True)
+            ),
+            default=math.inf,
+        )
+    if problem.max_stages < 2 or n < 2:
+        return single
+    if objective == "latency":
+        left = float(nb)
+        total = 0.0
+        for d in sorted(range(n), key=lambda d: rate[d]):
+            take = min(left, room[d])
+            total += take * rate[d]
+            left -= take
+            if left <= 0:
+                break
+        hops = sorted(cm.latency_s)[:2]
+        return min(single, total + sum(hops) + min(cm.xfer_s))
+    top = max(problem.max_stages, 2)
+
+    def capacity(tm: float) -> float:
+        mid = sorted(
+            (
+                min(max(tm - cm.xfer_s[d], 0.0) / rate[d] if rate[d] else nb, room[d], nb)
+                for d in range(n)
+            ),
+            reverse=True,
+        )
+        gain = max(
+            min(tm / rate[d] if rate[d] else nb, room[d], nb)
+            - min(max(tm - cm.xfer_s[d], 0.0) / rate[d] if rate[d] else nb, room[d], nb)
+            for d in range(n)
+        )
+        return sum(math.floor(x + 1e-9) for x in mid[:top]) + math.floor(gain + 1e-9) + 1
+
+    lo, hi = 0.0, max(nb * r for r in rate) + max(cm.xfer_s) + 1.0
+    for _ in range(60):
+        m = (lo + hi) / 2
+        if capacity(m) >= nb:
+            hi = m
+        else:
+            lo = m
+    return min(single, lo)

@@ -1,0 +1,203 @@
+"""``latency``: minimum single-stream time per token (one sequence in flight).
+
+Time per token is the sum of every stage's time plus every hop's latency, so
+fewer, faster, better-connected nodes win.  With blocks alike, a stage's time
+is affine in its block count; for a chosen node set the best split fills the
+fastest nodes first (each keeps at least one block), the head goes where it
+costs least (its read time minus the outbound transfer the last stage saves)
+and the embed goes to the slowest node that can hold it.  The node set is
+chosen by seeding from several rankings (fastest per block, best connected,
+cheapest per block when full) and improving by dropping and swapping nodes
+until no move helps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from stowplan.cost import CostModel
+from stowplan.planner.common import Problem
+from stowplan.planner.throughput import Pipeline
+
+__all__ = ["latency_pipeline"]
+
+_POOL_PER_KEY = 16
+_MAX_ROUNDS = 30
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    index: int
+    slope: float
+    """Seconds per (average) block."""
+    head: float
+    """Seconds the head adds on this node."""
+    xfer: float
+    lat: float
+    cap_mid: int
+    cap_first: int
+    cap_last: int
+
+
+def _surrogates(cm: CostModel) -> list[_Node]:
+    nb = cm.num_blocks
+    read = (cm.read_prefix[nb] + cm.kv_prefix[nb]) / nb
+    weights = cm.read_prefix[nb] / nb
+    mem = cm.mem_prefix[nb] / nb
+    out = []
+    for d in range(len(cm.nodes)):
+        slope = max(read * cm.inv_bw[d], weights * cm.flop_s_per_byte[d])
+        head = max(cm.head * cm.inv_bw[d], cm.head * cm.flop_s_per_byte[d])
+        u = cm.usable[d]
+
+        def cap(anchor: int, u: int = u) -> int:
+            room = u - anchor
+            if room < 0:
+                return 0
+            return nb if mem <= 0 else min(nb, int(room // mem))
+
+        out.append(
+            _Node(
+                index=d,
+                slope=slope,
+                head=head,
+                xfer=cm.xfer_s[d],
+                lat=cm.latency_s[d],
+                cap_mid=cap(0),
+                cap_first=cap(cm.embed),
+                cap_last=cap(cm.head),
+            )
+        )
+    return out
+
+
+def _arrange(nodes: Sequence[_Node], nb: int) -> tuple[float, list[int], list[int]] | None:
+    """Surrogate time per token, stage order and block counts of a node set (≥ 2 nodes)."""
+    lasts = [x for x in nodes if x.cap_last >= 1]
+    if not lasts:
+        return None
+    last = min(lasts, key=lambda x: (x.head - x.xfer, x.index))
+    firsts = [x for x in nodes if x is not last and x.cap_first >= 1]
+    if not firsts:
+        return None
+    first = max(firsts, key=lambda x: (x.slope, -x.index))
+    caps = {x.index: x.cap_mid for x in nodes}
+    caps[first.index] = first.cap_first
+    caps[last.index] = last.cap_last
+    if any(c < 1 for c in caps.values()) or sum(caps.values()) < nb:
+        return None
+    counts = dict.fromkeys(caps, 1)
+    left = nb - len(nodes)
+    if left < 0:
+        return None
+    for x in sorted(nodes, key=lambda x: (x.slope, x.index)):
+        take = min(left, caps[x.index] - 1)
+        counts[x.index] += take
+        left -= take
+    time = last.head + sum(x.slope * counts[x.index] + x.lat for x in nodes)
+    time += sum(x.xfer for x in nodes if x is not last)
+    middle = sorted((x for x in nodes if x is not first and x is not last), key=lambda x: x.index)
+    order = [first.index, *(x.index for x in middle), last.index]
+    return time, order, [counts[d] for d in order]
+
+
+def _to_pipeline(order: list[int], counts: list[int]) -> Pipeline:
+    bounds = [0]
+    for c in counts:
+        bounds.append(bounds[-1] + c)
+    return order, bounds
+
+
+def _valid(cm: CostModel, p: Pipeline) -> bool:
+    order, bounds = p
+    n = len(order)
+    return all(
+        cm.fits(d, bounds[s], bounds[s + 1], s == 0, s == n - 1) for s, d in enumerate(order)
+    )
+
+
+def latency_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
+    """The pipeline with the least time per token this strategy finds; None if none fits."""
+    nb = cm.num_blocks
+    min_n, max_n = max(problem.min_stages, 2), problem.max_stages
+    candidates: list[Pipeline] = []
+    if problem.min_stages <= 1:
+        for d in range(len(cm.nodes)):
+            if cm.fits(d, 0, nb, True, True):
+                candidates.append(([d], [0, nb]))
+    if max_n >= 2:
+        nodes = _surrogates(cm)
+        keys = (
+            lambda x: (x.slope, x.index),
+            lambda x: (x.lat + x.xfer, x.slope, x.index),
+            lambda x: ((x.lat + x.xfer) / max(x.cap_mid, 1) + x.slope, x.index),
+            lambda x: (-x.cap_mid, x.slope, x.index),
+        )
+        rankings = [sorted(nodes, key=k) for k in keys]
+        seen: dict[tuple[int, ...], tuple[float, list[int], list[int]] | None] = {}
+
+        def score(members: Sequence[_Node]) -> tuple[float, list[int], list[int]] | None:
+            key = tuple(sorted(x.index for x in members))
+            if key not in seen:
+                ok = min_n <= len(members) <= max_n
+                seen[key] = _arrange(members, nb) if ok else None
+            return seen[key]
+
+        best: tuple[float, list[_Node]] | None = None
+        for ranking in rankings:
+            total = 0
+            for size in range(1, min(len(ranking), max_n) + 1):
+                total += ranking[size - 1].cap_mid
+                if size < min_n or total < nb:
+                    continue
+                for extra in range(3):
+                    members = ranking[: size + extra]
+                    got = score(members)
+                    if got is not None and (best is None or got[0] < best[0]):
+                        best = (got[0], list(members))
+                break
+        if best is not None:
+            pool_ids = {x.index for r in rankings for x in r[:_POOL_PER_KEY]}
+            pool = [nodes[i] for i in sorted(pool_ids)]
+            best = _improve(best, pool, score)
+            got = score(best[1])
+            assert got is not None
+            candidates.append(_to_pipeline(got[1], got[2]))
+    candidates = [c for c in candidates if _valid(cm, c)]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda c: _latency_key(cm, c))
+
+
+def _improve(
+    best: tuple[float, list[_Node]],
+    pool: Sequence[_Node],
+    score: object,
+) -> tuple[float, list[_Node]]:
+    """Drop and swap moves while one lowers the surrogate time (best improvement)."""
+    assert callable(score)
+    for _ in range(_MAX_ROUNDS):
+        _, members = best
+        inside = {x.index for x in members}
+        outside = [x for x in pool if x.index not in inside]
+        trial: list[list[_Node]] = []
+        for i in range(len(members)):
+            rest = members[:i] + members[i + 1 :]
+            trial.append(rest)
+            trial.extend([*rest, y] for y in outside)
+        trial.extend([*members, y] for y in outside)
+        improved = best
+        for members_t in trial:
+            got = score(members_t)
+            if got is not None and got[0] < improved[0] - 1e-15:
+                improved = (got[0], members_t)
+        if improved is best:
+            return best
+        best = improved
+    return best
+
+
+def _latency_key(cm: CostModel, c: Pipeline) -> tuple[float, float, int]:
+    ev = cm.evaluate(*c)
+    return (ev.time_per_token_s, ev.bottleneck_s, len(c[0]))

@@ -1,0 +1,292 @@
+"""One self-contained HTML page of a plan: memory bars, bottleneck chart, rationale.
+
+The page loads nothing: styles and the one script are inline and a
+Content-Security-Policy forbids every fetch. The script checks that the page
+drew one bar per stage and writes the result into ``<body data-check>`` and
+the title, so a headless browser can confirm the page rendered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from stowplan.fileio import write_text_atomic
+from stowplan.model import ModelLayout, NodeDescriptor
+from stowplan.plan import Plan
+from stowplan.report.segments import MemoryPart, NodeMemory, node_memory
+from stowplan.units import format_bytes
+
+__all__ = ["render_html", "write_html_report"]
+
+_COLOURS = {
+    MemoryPart.EMBED: "#b04fc4",
+    MemoryPart.BLOCKS: "#3f6fd8",
+    MemoryPart.EXPERTS: "#2e9e5b",
+    MemoryPart.HEAD: "#d9a21b",
+    MemoryPart.KV: "#27a9c2",
+    MemoryPart.FREE: "#e4e7ec",
+    MemoryPart.HEADROOM: "repeating-linear-gradient(45deg,#f4f5f7 0 4px,#dde0e5 4px 8px)",
+}
+
+_CSS = """
+*{box-sizing:border-box}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d2330;
+margin:0;background:#f7f8fa}
+main{max-width:1180px;margin:0 auto;padding:20px 28px 32px}
+h1{font-size:22px;margin:0 0 2px}h2{font-size:16px;margin:26px 0 10px}
+.sub{color:#5a6272;margin:0 0 14px}
+.cards{display:flex;gap:12px;flex-wrap:wrap}
+.card{background:#fff;border:1px solid #e1e4ea;border-radius:8px;padding:8px 14px;min-width:150px}
+.card b{display:block;font-size:18px}.card span{color:#5a6272;font-size:12px}
+section{background:#fff;border:1px solid #e1e4ea;border-radius:8px;padding:4px 18px 16px;
+margin-top:16px}
+.row{display:grid;grid-template-columns:170px 1fr 220px;gap:14px;align-items:center;
+margin:6px 0}
+.who b{display:block}.who span,.fig span{color:#5a6272;font-size:12px}
+.fig{text-align:right;font-variant-numeric:tabular-nums}
+.track{height:26px}
+.node-bar,.time-bar{display:flex;height:26px;border-radius:5px;overflow:hidden;
+border:1px solid #c9ced8}
+.seg{height:100%;color:#fff;font-size:11px;white-space:nowrap;overflow:hidden;
+text-overflow:clip;padding:5px 4px 0}
+.seg.free,.seg.headroom{color:#5a6272}
+.legend{display:flex;gap:16px;flex-wrap:wrap;font-size:12px;color:#3a4150;margin:10px 0 2px}
+.legend i{display:inline-block;width:12px;height:12px;border-radius:3px;margin-right:5px;
+vertical-align:-2px}
+.time-bar{background:#3f6fd8;border:0}.time-bar.bottleneck{background:#d2453b}
+table{border-collapse:collapse;font-variant-numeric:tabular-nums}
+td,th{padding:4px 14px 4px 0;text-align:left;vertical-align:top}
+th{color:#5a6272;font-weight:600}
+ul{margin:6px 0;padding-left:20px}li{margin:2px 0}
+.check{color:#8a91a0;font-size:11px;margin-top:18px}
+"""
+
+_SCRIPT = """
+(function () {
+  var want = Number(document.body.getAttribute('data-expected-nodes'));
+  var got = document.querySelectorAll('.node-bar').length;
+  var ok = got === want;
+  document.body.setAttribute('data-check', ok ? 'ok' : 'mismatch');
+  document.title = document.title + (ok ? ' [check: ok]' : ' [check: mismatch]');
+  document.getElementById('self-check').textContent =
+    'rendered ' + got + ' of ' + want + ' node bars';
+  console.log('stowplan-report-check: ' + (ok ? 'ok' : 'mismatch') + ' ' + got + '/' + want);
+})();
+"""
+
+
+def _fmt(value: object, key: str = "") -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int) and key.endswith("_bytes"):
+        return format_bytes(value)
+    if isinstance(value, float):
+        if key.endswith("_s") and abs(value) < 1:
+            return f"{value * 1e3:.3g} ms"
+        return f"{value:.4g}"
+    if isinstance(value, list | tuple):
+        return ", ".join(_fmt(v, key) for v in value) or "–"
+    return str(value)
+
+
+def _as_mapping(item: object) -> dict[str, Any]:
+    if dataclasses.is_dataclass(item) and not isinstance(item, type):
+        return {f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
+    if isinstance(item, Mapping):
+        return {str(k): v for k, v in item.items()}
+    return {"value": item}
+
+
+def _segment(part: MemoryPart, n_bytes: int, total: int, bar_pct: float) -> str:
+    pct = 100.0 * n_bytes / total if total else 0.0
+    label = f"{part.value} {format_bytes(n_bytes)}"
+    # Show the label only where it fits: about 1.2 % of the track per character.
+    text = escape(label) if pct * bar_pct / 100.0 >= len(label) * 1.2 else ""
+    cls = part.name.lower()
+    return (
+        f'<div class="seg {cls}" style="width:{pct:.3f}%;background:{_COLOURS[part]}" '
+        f'title="{escape(label)}">{text}</div>'
+    )
+
+
+def _node_row(row: NodeMemory, widest: int) -> str:
+    total = row.capacity_bytes
+    width = 100.0 * total / widest if widest else 100.0
+    segs = "".join(_segment(s.part, s.bytes, total, width) for s in row.segments)
+    lo, hi = row.block_range
+    who = f"stage {row.stage}" + (f" · {escape(row.gpu_name)}" if row.gpu_name else "")
+    experts = f" + {row.num_experts} experts" if row.num_experts else ""
+    usable = f" of {format_bytes(row.usable_bytes)}" if row.usable_bytes else ""
+    return (
+        f'<div class="row"><div class="who"><b>{escape(row.node_id)}</b><span>{who}</span></div>'
+        f'<div class="track"><div class="node-bar" data-node="{escape(row.node_id)}" '
+        f'style="width:{width:.3f}%">{segs}</div></div>'
+        f'<div class="fig">{format_bytes(row.used_bytes)}{usable} used<br>'
+        f"<span>blocks [{lo}, {hi}) = {hi - lo}{experts}</span></div></div>"
+    )
+
+
+def _memory_section(rows: list[NodeMemory]) -> str:
+    widest = max(r.capacity_bytes for r in rows)
+    legend = "".join(
+        f'<span><i style="background:{_COLOURS[p]}"></i>{escape(p.value)}</span>'
+        for p in MemoryPart
+    )
+    body = "".join(_node_row(r, widest) for r in rows)
+    return f'<section><h2>Memory per node</h2><div class="legend">{legend}</div>{body}</section>'
+
+
+def _time_section(plan: Plan) -> str:
+    prediction = plan.rationale.prediction
+    if prediction is None or not prediction.stage_time_s:
+        return ""
+    times = prediction.stage_time_s
+    top = max(times) or 1.0
+    rows = []
+    for i, t in enumerate(times):
+        node = plan.assignments[i].node_id if i < len(plan.assignments) else "?"
+        slow = i == prediction.bottleneck_stage
+        cls = "time-bar bottleneck" if slow else "time-bar"
+        tag = " · bottleneck" if slow else ""
+        rows.append(
+            f'<div class="row"><div class="who"><b>{escape(node)}</b><span>stage {i}{tag}'
+            f'</span></div><div class="track"><div class="{cls}" '
+            f'style="width:{100.0 * t / top:.3f}%"></div></div>'
+            f'<div class="fig">{_fmt(t, "stage_time_s")}</div></div>'
+        )
+    return (
+        "<section><h2>Time per stage per token (the slowest stage sets the pace)</h2>"
+        + "".join(rows)
+        + "</section>"
+    )
+
+
+def _table(pairs: Sequence[tuple[str, str]]) -> str:
+    rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in pairs)
+    return f"<table>{rows}</table>"
+
+
+def _rationale_section(plan: Plan) -> str:
+    r = plan.rationale
+    parts = [f"<section><h2>Rationale · {escape(r.strategy)}</h2>"]
+    if r.notes:
+        parts.append("<ul>" + "".join(f"<li>{escape(n)}</li>" for n in r.notes) + "</ul>")
+    if r.prediction is not None:
+        parts.append("<h2>Prediction</h2>")
+        parts.append(_table([(k, _fmt(v, k)) for k, v in _as_mapping(r.prediction).items()]))
+    if r.certificate is not None:
+        c = r.certificate
+        verdict = "provably optimal" if c.exact and c.gap == 0 else f"within {c.gap:.2%} of bound"
+        parts.append(f"<h2>Certificate · {escape(verdict)}</h2>")
+        parts.append(_table([(k, _fmt(v, k)) for k, v in _as_mapping(c).items()]))
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _baselines_section(plan: Plan) -> str:
+    found = getattr(plan.rationale, "baselines", None) or getattr(
+        plan.rationale, "comparisons", None
+    )
+    if not found:
+        return ""
+    if isinstance(found, Mapping):
+        columns = [(str(k), _as_mapping(v)) for k, v in found.items()]
+    else:
+        columns = []
+        for i, item in enumerate(found):
+            data = _as_mapping(item)
+            name = data.get("name") or data.get("strategy") or f"baseline {i + 1}"
+            columns.append((str(name), data))
+    keys: list[str] = []
+    for _, data in columns:
+        keys += [k for k in data if k not in keys and k not in ("name",)]
+    if plan.rationale.prediction is not None:
+        columns.insert(0, ("this plan", _as_mapping(plan.rationale.prediction)))
+    head = "".join(f"<th>{escape(name)}</th>" for name, _ in columns)
+    rows = "".join(
+        f"<tr><th>{escape(k)}</th>"
+        + "".join(f"<td>{escape(_fmt(data.get(k), k))}</td>" for _, data in columns)
+        + "</tr>"
+        for k in keys
+    )
+    return (
+        "<section><h2>Baselines side by side</h2>"
+        f"<table><tr><th></th>{head}</tr>{rows}</table></section>"
+    )
+
+
+def _cards(plan: Plan, rows: list[NodeMemory]) -> str:
+    cards = [
+        ("stages", str(plan.num_stages)),
+        ("blocks", str(sum(plan.block_counts()))),
+        ("memory used", format_bytes(sum(r.used_bytes for r in rows))),
+    ]
+    p = plan.rationale.prediction
+    if p is not None:
+        cards += [
+            (f"tokens/s (batch {p.batch})", f"{p.tokens_per_s:.3g}"),
+            ("time per token", _fmt(p.time_per_token_s, "time_per_token_s")),
+        ]
+        if p.kv_capacity_tokens is not None:
+            cards.append(("KV capacity (tokens)", f"{p.kv_capacity_tokens:,}"))
+        if p.cost_per_hour is not None:
+            cards.append(("$ per hour", f"{p.cost_per_hour:.3g}"))
+    if plan.context_tokens is not None:
+        cards.append(("context budget", f"{plan.context_tokens:,} tokens"))
+    return (
+        '<div class="cards">'
+        + "".join(
+            f"<div class='card'><b>{escape(v)}</b><span>{escape(k)}</span></div>" for k, v in cards
+        )
+        + "</div>"
+    )
+
+
+def render_html(
+    plan: Plan,
+    nodes: Sequence[NodeDescriptor] = (),
+    *,
+    layout: ModelLayout | None = None,
+    title: str | None = None,
+) -> str:
+    """The report page as one HTML string (no external resources)."""
+    rows = node_memory(plan, nodes, layout)
+    name = plan.model_name or "model"
+    heading = title or f"{name} on {plan.num_stages} node{'s' * (plan.num_stages != 1)}"
+    order = " → ".join(a.node_id for a in plan.assignments)
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "
+        "style-src 'unsafe-inline'; script-src 'unsafe-inline'\">"
+        "<meta name='viewport' content='width=device-width,initial-scale=1'>"
+        f"<title>stowplan · {escape(heading)}</title><style>{_CSS}</style></head>"
+        f"<body data-expected-nodes='{len(rows)}'><main>"
+        f"<h1>{escape(heading)}</h1>"
+        f"<p class='sub'>{escape(plan.rationale.strategy)} · pipeline {escape(order)}</p>"
+        + _cards(plan, rows)
+        + _memory_section(rows)
+        + _time_section(plan)
+        + _baselines_section(plan)
+        + _rationale_section(plan)
+        + "<p class='check' id='self-check'></p></main>"
+        f"<script>{_SCRIPT}</script></body></html>\n"
+    )
+
+
+def write_html_report(
+    path: str | Path,
+    plan: Plan,
+    nodes: Sequence[NodeDescriptor] = (),
+    *,
+    layout: ModelLayout | None = None,
+) -> Path:
+    """Write :func:`render_html` to ``path`` atomically; return the path."""
+    target = Path(path)
+    write_text_atomic(target, render_html(plan, nodes, layout=layout))
+    return target

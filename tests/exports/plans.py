@@ -1,0 +1,54 @@
+"""Plans built directly from block counts, for the export tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from stowplan.model import ExpertId
+from stowplan.plan import Plan, PlanRationale, StageAssignment, Topology
+
+GIB = 1 << 30
+
+
+def make_plan(
+    counts: Sequence[int],
+    node_ids: Sequence[str] | None = None,
+    *,
+    context_tokens: int | None = 4096,
+    model_name: str = "llama3.1:8b",
+    experts: dict[int, Sequence[ExpertId]] | None = None,
+    experts_per_layer: int | None = None,
+) -> Plan:
+    """A plan whose stage ``i`` holds ``counts[i]`` blocks on ``node_ids[i]``."""
+    ids = list(node_ids or [f"gpu{i}" for i in range(len(counts))])
+    n = len(counts)
+    lo = 0
+    stages = []
+    for i, c in enumerate(counts):
+        stages.append(
+            StageAssignment(
+                stage=i,
+                node_id=ids[i],
+                block_range=(lo, lo + c),
+                owns_embed=i == 0,
+                owns_head=i == n - 1,
+                estimated_vram_bytes=c * GIB // 4 + GIB,
+                owned_experts=tuple((experts or {}).get(i, ())),
+                kv_reserve_bytes=GIB // 2,
+                usable_vram_bytes=20 * GIB,
+            )
+        )
+        lo += c
+    topology = (
+        Topology.PipelineWithExperts(n, experts_per_layer)
+        if experts_per_layer
+        else Topology.PipelineChain(n)
+    )
+    return Plan(
+        topology=topology,
+        assignments=tuple(stages),
+        rationale=PlanRationale(strategy="test"),
+        model_name=model_name,
+        num_blocks=lo,
+        context_tokens=context_tokens,
+    )

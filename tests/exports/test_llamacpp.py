@@ -1,0 +1,131 @@
+"""llama.cpp export: replaying llama.cpp's own layer placement gives back the plan."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stowplan.exports import UnsupportedByEngine, export_plan
+from stowplan.model import ExpertId
+from tests.exports.plans import make_plan
+
+
+def llamacpp_devices(argv: list[str], n_layer: int) -> dict[str, object]:
+    """Where llama.cpp puts each tensor: its placement rule, then the -ot overrides.
+
+    Returns ``{tensor name: "CPU" or GPU index}`` for the block, expert and output
+    tensors. Follows ``llama_model::load_tensors`` (float32 split points, upper_bound).
+    """
+    ngl = int(argv[argv.index("-ngl") + 1])
+    split = (
+        [float(x) for x in argv[argv.index("--tensor-split") + 1].split(",")]
+        if ("--tensor-split" in argv)
+        else [1.0]
+    )
+    overrides = [argv[i + 1].rsplit("=", 1) for i, a in enumerate(argv) if a == "-ot"]
+    points = np.cumsum(np.array(split, dtype=np.float32), dtype=np.float32)
+    points = points / points[-1]
+    i_gpu_start = max(n_layer + 1 - ngl, 0)
+    act = min(ngl, n_layer + 1)
+
+    def layer_device(il: int) -> object:
+        if ngl == 0 or il < i_gpu_start or il - i_gpu_start >= act:
+            return "CPU"
+        f = np.float32(il - i_gpu_start) / np.float32(act)
+        return int(np.searchsorted(points, f, side="right"))
+
+    placed: dict[str, object] = {}
+    names = [(f"blk.{i}.attn_q.weight", i) for i in range(n_layer)]
+    names += [(f"blk.{i}.ffn_up_exps.weight", i) for i in range(n_layer)]
+    names += [("output.weight", n_layer), ("output_norm.weight", n_layer)]
+    for name, il in names:
+        device = layer_device(il)
+        for pattern, target in overrides:
+            if re.search(pattern, name):
+                device = target
+                break
+        placed[name] = device
+    return placed
+
+
+def argv_of(plan, **kw) -> list[str]:
+    words = shlex.split(export_plan(plan, "llamacpp", **kw).commands[0])
+    assert words[0] == "llama-server"
+    return words[1:]
+
+
+def expected_devices(kinds: list[str]) -> list[object]:
+    out: list[object] = []
+    gpu = 0
+    for k in kinds:
+        out.append("CPU" if k == "cpu" else gpu)
+        gpu += k == "gpu"
+    return out
+
+
+@st.composite
+def one_host_plans(draw):
+    kinds = draw(st.lists(st.sampled_from(["gpu", "cpu"]), min_size=1, max_size=6))
+    counts = draw(st.lists(st.integers(0, 30), min_size=len(kinds), max_size=len(kinds)))
+    if sum(counts) == 0:
+        counts[0] = 1
+    ids = [f"{k}{i}" for i, k in enumerate(kinds)]
+    return kinds, make_plan(counts, ids)
+
+
+@given(one_host_plans())
+def test_llamacpp_places_every_block_and_the_head_where_the_plan_does(case):
+    kinds, plan = case
+    n = plan.num_blocks
+    placed = llamacpp_devices(argv_of(plan), n)
+    want = expected_devices(kinds)
+    for a in plan.assignments:
+        for b in range(*a.block_range):
+            assert placed[f"blk.{b}.attn_q.weight"] == want[a.stage], (b, a.stage)
+    assert placed["output.weight"] == want[-1]
+    assert placed["output_norm.weight"] == want[-1]
+
+
+def test_two_gpus_and_a_cpu_tail_give_exact_flags():
+    plan = make_plan([20, 10, 2], ["gpu0", "gpu1", "cpu"], context_tokens=8192)
+    assert argv_of(plan, model="m.gguf") == [
+        "-m",
+        "m.gguf",
+        "-ngl",
+        "33",
+        "--tensor-split",
+        "20,13",
+        "-ot",
+        "blk\\.(30|31)\\.=CPU",
+        "-ot",
+        "^output(_norm)?\\.=CPU",
+        "-c",
+        "8192",
+    ]
+
+
+def test_experts_kept_on_the_cpu_become_an_exps_override():
+    experts = {1: [ExpertId(block=b, expert=e) for b in (0, 1) for e in range(4)]}
+    plan = make_plan([2, 0], ["gpu0", "cpu"], experts=experts, experts_per_layer=4)
+    argv = argv_of(plan)
+    rules = [argv[i + 1] for i, a in enumerate(argv) if a == "-ot"]
+    assert rules == ["^output(_norm)?\\.=CPU", "blk\\.(0|1)\\.ffn_.*_exps\\.=CPU"]
+    placed = llamacpp_devices(argv, 2)
+    assert placed["blk.0.ffn_up_exps.weight"] == "CPU"
+    assert placed["blk.1.attn_q.weight"] == 0
+
+
+def test_experts_split_inside_a_block_are_refused():
+    experts = {1: [ExpertId(block=0, expert=e) for e in range(2)]}
+    plan = make_plan([1, 1], ["gpu0", "cpu"], experts=experts, experts_per_layer=4)
+    with pytest.raises(UnsupportedByEngine) as info:
+        export_plan(plan, "llamacpp")
+    assert str(info.value) == (
+        "llamacpp cannot run this plan: the routed experts of block 0 are split between stages "
+        "[0, 1]; llama.cpp stores a block's experts as one tensor, so they can only move together"
+    )

@@ -1,0 +1,153 @@
+"""The latency, throughput and exact strategies: invariants, optimality, peers."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import given, settings
+
+from stowplan import Constraints, Strategy, plan
+from stowplan.baselines import BASELINES
+from stowplan.cost import CostModel
+from stowplan.errors import PlanError
+from stowplan.planner.common import prepare
+from stowplan.planner.exact import solve_exact
+from tests.planner.conftest_helpers import instances
+
+ALL = [Strategy.BALANCE_BY_VRAM, Strategy.LATENCY, Strategy.THROUGHPUT, Strategy.EXACT]
+
+
+def brute_force(model, nodes, c, objective):
+    """Every ordered subset of nodes, every contiguous split: the true optimum."""
+    cm = CostModel(model, nodes, c)
+    nb = model.num_blocks
+    best = math.inf
+    for n in range(c.min_stages or 1, min(len(nodes), nb) + 1):
+        for order in itertools.permutations(range(len(nodes)), n):
+            for cuts in itertools.combinations(range(1, nb), n - 1):
+                bounds = [0, *cuts, nb]
+                if not all(
+                    cm.fits(d, bounds[s], bounds[s + 1], s == 0, s == n - 1)
+                    for s, d in enumerate(order)
+                ):
+                    continue
+                ev = cm.evaluate(order, bounds)
+                v = ev.time_per_token_s if objective == "latency" else ev.bottleneck_s
+                best = min(best, v)
+    return best
+
+
+def _plan_or_none(model, nodes, c):
+    try:
+        return plan(model, nodes, c)
+    except PlanError:
+        return None
+
+
+@settings(max_examples=40)
+@given(instances(max_nodes=3, max_blocks=5))
+def test_exact_agrees_with_brute_force(inst):
+    model, nodes = inst
+    for batch, objective in ((1, "latency"), (4, "throughput")):
+        c = Constraints(batch=batch)
+        try:
+            problem = prepare(model, nodes, c)
+        except PlanError:
+            return
+        opt = solve_exact(problem, CostModel(model, nodes, c), objective)
+        truth = brute_force(model, nodes, c, objective)
+        assert opt.value == pytest.approx(truth, rel=1e-9) or opt.value == truth == math.inf
+
+
+@settings(max_examples=40)
+@given(instances(max_nodes=4, max_blocks=8))
+def test_every_strategy_keeps_the_seed_invariants(inst):
+    model, nodes = inst
+    for strategy in ALL:
+        c = Constraints(strategy=strategy)
+        p = _plan_or_none(model, nodes, c)
+        if p is None:
+            continue
+        covered = [b for a in p.assignments for b in range(*a.block_range)]
+        assert covered == list(range(model.num_blocks))
+        assert all(a.estimated_vram_bytes <= a.usable_vram_bytes for a in p.assignments)
+        assert [a.owns_embed for a in p.assignments].count(True) == 1
+        assert p.assignments[0].owns_embed and p.assignments[-1].owns_head
+        assert p == plan(model, nodes, c)
+        assert p.rationale.prediction is not None and p.rationale.certificate is not None
+
+
+@settings(max_examples=40)
+@given(instances(max_nodes=4, max_blocks=8))
+def test_throughput_is_within_one_percent_of_exact_and_never_below_a_peer(inst):
+    model, nodes = inst
+    c = Constraints(batch=8, strategy=Strategy.THROUGHPUT)
+    p = _plan_or_none(model, nodes, c)
+    if p is None:
+        return
+    problem = prepare(model, nodes, c)
+    cm = CostModel(model, nodes, c)
+    opt = solve_exact(problem, cm, "throughput")
+    ours = p.rationale.prediction.tokens_per_s
+    assert ours >= 0.99 * c.batch / opt.value
+    for rule in BASELINES.values():
+        q = rule(problem, cm)
+        if q is not None:
+            assert ours >= cm.evaluate(*q).tokens_per_s * (1 - 1e-12)
+
+
+@settings(max_examples=40)
+@given(instances(max_nodes=4, max_blocks=8))
+def test_latency_is_never_slower_than_a_peer(inst):
+    model, nodes = inst
+    c = Constraints()
+    p = _plan_or_none(model, nodes, c)
+    if p is None:
+        return
+    problem = prepare(model, nodes, c)
+    cm = CostModel(model, nodes, c)
+    ours = p.rationale.prediction.time_per_token_s
+    for rule in BASELINES.values():
+        q = rule(problem, cm)
+        if q is not None:
+            assert ours <= cm.evaluate(*q).time_per_token_s * (1 + 1e-12)
+
+
+def test_default_strategy_follows_the_batch(two_gpus):
+    model, nodes = two_gpus
+    assert plan(model, nodes).rationale.strategy == "latency"
+    assert plan(model, nodes, Constraints(batch=4)).rationale.strategy == "throughput"
+
+
+def test_exact_certificate_reports_zero_gap(two_gpus):
+    model, nodes = two_gpus
+    cert = plan(model, nodes, Constraints(strategy=Strategy.EXACT)).rationale.certificate
+    assert cert is not None and cert.exact and cert.gap == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.fixture
+def two_gpus():
+    from stowplan import NodeDescriptor, lookup
+
+    model = lookup("llama3.1:70b-q4_0")
+    nodes = [
+        NodeDescriptor(
+            id="a",
+            gpu_name="RTX 4090",
+            vram_bytes=24 * 10**9,
+            flops_estimate=0,
+            link_mbps=1000,
+            link_latency_ms=20,
+        ),
+        NodeDescriptor(
+            id="b",
+            gpu_name="RTX 5090",
+            vram_bytes=32 * 10**9,
+            flops_estimate=0,
+            link_mbps=1000,
+            link_latency_ms=10,
+        ),
+    ]
+    return model, nodes

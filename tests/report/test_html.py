@@ -1,0 +1,88 @@
+"""The HTML report: self-contained, one bar per node, and it renders in a real browser."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from stowplan.cli import main
+from stowplan.report.html import render_html, write_html_report
+from tests.conftest import EXAMPLES
+from tests.report.sample import sample_plan
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--enable-logging=stderr",
+    "--v=0",
+    "--window-size=1366,1900",
+]
+
+
+def test_report_is_self_contained_and_shows_every_part():
+    plan, fleet = sample_plan()
+    page = render_html(plan, fleet)
+    assert page.count('class="node-bar"') == plan.num_stages
+    assert page.count('class="time-bar') == plan.num_stages
+    assert page.count("time-bar bottleneck") == 1
+    assert "Baselines side by side" in page and "even split" in page
+    assert "Certificate · within 3.00% of bound" in page
+    # Nothing is fetched: no URL of any scheme, and the policy forbids it anyway.
+    assert not re.search(r"(src|href)\s*=|https?:|url\(", page)
+    assert "default-src 'none'" in page
+
+
+def test_plan_html_option_writes_the_report(tmp_path, capsys):
+    out = tmp_path / "sub" / "report.html"
+    fleet = EXAMPLES / "fleets" / "case-a.yaml"
+    args = ["plan", "llama3.1:8b", "--nodes", str(fleet), "--min-stages", "2", "--html", str(out)]
+    assert main([*args, "--json"]) == 0
+    stages = json.loads(capsys.readouterr().out)["topology"]["num_stages"]
+    page = out.read_text()
+    assert stages == 2
+    assert page.count('class="node-bar"') == stages
+    assert page.count('class="time-bar') == stages  # every plan carries its prediction
+
+
+def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    assert CHROMIUM is not None
+    profile = tmp_path / f"profile-{len(list(tmp_path.iterdir()))}"
+    return subprocess.run(
+        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (.ci/run installs it)")
+def test_report_renders_in_headless_chromium_with_every_node_bar(tmp_path):
+    plan, fleet = sample_plan()
+    page = write_html_report(tmp_path / "report.html", plan, fleet)
+    url = page.resolve().as_uri()
+    dom = _chromium(tmp_path, "--dump-dom", url)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert 'data-check="ok"' in dom.stdout
+    assert f"rendered {plan.num_stages} of {plan.num_stages} node bars" in dom.stdout
+    # The page's own check message reached the console log, and nothing else went wrong.
+    assert "stowplan-report-check: ok" in dom.stderr
+    console = [ln for ln in dom.stderr.splitlines() if "CONSOLE" in ln]
+    assert not [ln for ln in console if "stowplan-report-check" not in ln], console
+    assert "Uncaught" not in dom.stderr and "Refused to" not in dom.stderr
+    shot = tmp_path / "report.png"
+    run = _chromium(tmp_path, f"--screenshot={shot}", url)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert shot.stat().st_size > 20_000

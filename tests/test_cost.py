@@ -1,0 +1,95 @@
+"""The cost model and the GPU spec table, on hand-checked numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from stowplan import Constraints, ModelLayout, NodeDescriptor
+from stowplan.cost import CostModel
+from stowplan.gpus import lookup_gpu
+
+MODEL = ModelLayout(
+    name="toy",
+    num_blocks=4,
+    hidden_dim=1000,
+    bytes_per_activation_elem=2,
+    block_params_bytes=10**9,
+    head_params_bytes=10**9,
+    embed_params_bytes=10**9,
+    kv_bytes_per_token=(1000,) * 4,
+    total_params=3 * 10**9,
+    active_params=3 * 10**9,
+)
+
+
+def _node(i, **kw):
+    base = dict(
+        id=f"n{i}",
+        gpu_name="RTX 4090",
+        vram_bytes=10 * 10**9,
+        flops_estimate=0.0,
+        link_mbps=8.0,
+        mem_bandwidth_gbps=100.0,
+        link_latency_ms=10.0,
+    )
+    base.update(kw)
+    return NodeDescriptor(**base)
+
+
+@pytest.mark.parametrize(
+    "name", ["NVIDIA GeForce RTX 4090", "RTX 4090", "rtx4090", "GeForce RTX 4090"]
+)
+def test_gpu_lookup_tolerates_spellings(name):
+    spec = lookup_gpu(name)
+    assert spec is not None and spec.mem_bandwidth_gbps == 1008 and spec.bf16_tflops == 165.2
+
+
+def test_h100_hbm3_is_the_sxm_part():
+    spec = lookup_gpu("H100 80GB HBM3")
+    assert spec is not None and spec.mem_bandwidth_gbps == 3350
+
+
+def test_unknown_gpu_is_none():
+    assert lookup_gpu("Voodoo 2") is None
+
+
+def test_stage_times_hops_and_rates_match_hand_computation():
+    cm = CostModel(MODEL, [_node(0), _node(1)], Constraints(vram_headroom_frac=0.0))
+    ev = cm.evaluate([0, 1], [0, 2, 4])
+    # stage 0: 2 GB / 100 GB/s = 20 ms + 1000*2 bytes over 1 MB/s = 2 ms
+    assert ev.stage_time_s[0] == pytest.approx(0.022)
+    # stage 1: (2 GB + head 1 GB) / 100 GB/s = 30 ms, no outbound transfer
+    assert ev.stage_time_s[1] == pytest.approx(0.030)
+    assert ev.hops_s == pytest.approx(0.020)
+    assert ev.time_per_token_s == pytest.approx(0.072)
+    assert ev.tokens_per_s == pytest.approx(1 / 0.030)
+
+
+def test_kv_capacity_is_the_tightest_stage():
+    cm = CostModel(MODEL, [_node(0), _node(1)], Constraints(vram_headroom_frac=0.0))
+    # stage 0 holds 2 GB + embed 1 GB: 7e9 free / 2000 B per token; stage 1 holds 3 GB
+    assert cm.kv_capacity_tokens([0, 1], [0, 2, 4]) == 3_500_000
+
+
+def test_kv_capacity_is_unknown_without_a_kv_figure():
+    from dataclasses import replace
+
+    model = replace(MODEL, kv_bytes_per_token=None)
+    cm = CostModel(model, [_node(0)], Constraints())
+    assert cm.kv_capacity_tokens([0], [0, 4]) is None
+
+
+def test_price_per_hour_and_per_million_tokens():
+    nodes = [_node(0, price_per_hour=0.5), _node(1, price_per_hour=0.25)]
+    cm = CostModel(MODEL, nodes, Constraints(vram_headroom_frac=0.0))
+    pred = cm.prediction([0, 1], [0, 2, 4])
+    assert pred.cost_per_hour == pytest.approx(0.75)
+    # one stream: 1 / 72 ms = 13.89 tokens/s → 0.75 $/h / (13.89 * 3600) * 1e6
+    assert pred.usd_per_million_tokens == pytest.approx(0.75 / (3600 / 0.072) * 1e6)
+
+
+def test_table_inputs_are_listed_as_assumed():
+    node = _node(0, mem_bandwidth_gbps=None)
+    pred = CostModel(MODEL, [node], Constraints()).prediction([0], [0, 4])
+    assert any(a.startswith("n0.mem_bandwidth_gbps=1008") for a in pred.assumed)
+    assert any("flops_estimate=165.2" in a for a in pred.assumed)

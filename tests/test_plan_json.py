@@ -1,0 +1,95 @@
+"""Plans are data: canonical JSON, validated loading."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stowplan import (
+    Constraints,
+    InputError,
+    NodeDescriptor,
+    lookup,
+    plan,
+    plan_from_json,
+    plan_to_json,
+)
+from stowplan.plan import SCHEMA_VERSION, plan_to_dict
+
+GB = 10**9
+
+
+def _plan():  # type: ignore[no-untyped-def]
+    model = lookup("llama3.1:8b")
+    assert model is not None
+    nodes = [
+        NodeDescriptor(
+            id=f"n{i}", gpu_name="RTX 3090", vram_bytes=12 * GB, flops_estimate=71, link_mbps=1e3
+        )
+        for i in range(3)
+    ]
+    return plan(model, nodes, Constraints(strategy="balance-by-vram"))
+
+
+def test_json_round_trip_gives_an_equal_plan_and_identical_bytes() -> None:
+    p = _plan()
+    text = plan_to_json(p)
+    again = plan_from_json(text)
+    assert again == p
+    assert plan_to_json(again) == text
+    assert json.loads(text)["schema_version"] == SCHEMA_VERSION
+
+
+def test_unknown_schema_version_is_rejected() -> None:
+    data = plan_to_dict(_plan())
+    data["schema_version"] = 99
+    with pytest.raises(InputError, match=r"^schema_version=99: only version 1 is supported$"):
+        plan_from_json(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.pop("topology"), r"^topology=.*Field required"),
+        (lambda d: d["assignments"][1].update(stage=5), r"assignments\[1\]\.stage=5: must be 1"),
+        (
+            lambda d: d["assignments"][0].update(owns_head=True),
+            r"assignments\[0\]\.owns_head=True: only the last stage owns the head",
+        ),
+        (
+            lambda d: d["assignments"][1].update(block_range=[3, 9]),
+            r"assignments\[1\]\.block_range=\(3, 9\): must start at",
+        ),
+        (lambda d: d.update(extra_key=1), r"^extra_key=1: Unexpected keyword argument$"),
+        (lambda d: d["topology"].update(num_stages=0), r"topology\.num_stages=0"),
+    ],
+)
+def test_malformed_plans_are_rejected_with_the_field(mutate, message) -> None:  # type: ignore[no-untyped-def]
+    data = plan_to_dict(_plan())
+    mutate(data)
+    with pytest.raises(InputError, match=message):
+        plan_from_json(json.dumps(data))
+
+
+def test_non_json_is_rejected() -> None:
+    with pytest.raises(InputError, match=r"^plan='<8 bytes>': is not valid JSON"):
+        plan_from_json("{not js}")
+    with pytest.raises(InputError, match=r"^plan='list': must be a JSON object$"):
+        plan_from_json("[]")
+
+
+def test_unbounded_rates_survive_the_round_trip() -> None:
+    from stowplan import ModelLayout
+
+    empty = ModelLayout(
+        name="empty", num_blocks=1, hidden_dim=1, bytes_per_activation_elem=2,
+        block_params_bytes=0, head_params_bytes=0, embed_params_bytes=0,
+    )  # fmt: skip
+    node = NodeDescriptor(id="a", gpu_name="RTX 3090", vram_bytes=0, flops_estimate=0, link_mbps=0)
+    p = plan(empty, [node], Constraints())
+    assert p.rationale.prediction is not None
+    assert p.rationale.prediction.tokens_per_s == float("inf")
+    text = plan_to_json(p)
+    assert '"tokens_per_s": "inf"' in text
+    assert plan_from_json(text) == p

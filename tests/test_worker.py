@@ -1,0 +1,109 @@
+"""The worker contract (seed 000 §7.3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from stowplan import (
+    Constraints,
+    InputError,
+    NodeDescriptor,
+    lookup,
+    plan,
+    stage_env,
+    stage_from_env,
+)
+from stowplan.worker import even_split
+
+GB = 10**9
+
+
+def _plan():  # type: ignore[no-untyped-def]
+    model = lookup("llama3.1:8b")
+    assert model is not None
+    sizes = (24, 8, 16)
+    nodes = [
+        NodeDescriptor(id=f"n{s}", gpu_name="g", vram_bytes=s * GB, flops_estimate=1, link_mbps=1)
+        for s in sizes
+    ]
+    return plan(model, nodes, Constraints(strategy="balance-by-vram", min_stages=3))
+
+
+def test_every_stage_finds_its_assignment_from_plan_json() -> None:
+    p = _plan()
+    for env, a in zip(stage_env(p), p.assignments, strict=True):
+        got = stage_from_env(env)
+        assert got.source == "PLAN_JSON"
+        assert (got.block_range, got.owns_embed, got.owns_head) == (
+            a.block_range,
+            a.owns_embed,
+            a.owns_head,
+        )
+        assert got.node_id == a.node_id and got.num_stages == 3
+
+
+def test_stage_blocks_override_without_plan_json() -> None:
+    p = _plan()
+    for env, a in zip(stage_env(p), p.assignments, strict=True):
+        env = {k: v for k, v in env.items() if k != "PLAN_JSON"}
+        got = stage_from_env(env, num_blocks=32)
+        assert got.source == "PLAN_STAGE_BLOCKS"
+        assert (got.block_range, got.owns_embed, got.owns_head) == (
+            a.block_range,
+            a.owns_embed,
+            a.owns_head,
+        )
+
+
+def test_fallback_is_the_even_num_stages_split() -> None:
+    ranges = [
+        stage_from_env({"STAGE": str(s), "NUM_STAGES": "3"}, num_blocks=32).block_range
+        for s in range(3)
+    ]
+    assert ranges == [(0, 10), (10, 21), (21, 32)]
+    assert even_split(16, 2, 1) == (8, 16)
+    last = stage_from_env({"STAGE": "2", "NUM_STAGES": "3"}, num_blocks=32)
+    assert last.owns_head and not last.owns_embed and last.source == "NUM_STAGES"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({}, "STAGE=None: must be set to this worker's stage index"),
+        ({"STAGE": "x"}, "STAGE='x': must be an integer >= 0"),
+        ({"STAGE": "3", "NUM_STAGES": "3"}, "STAGE='3': must be < NUM_STAGES (3)"),
+        ({"STAGE": "0", "NUM_STAGES": "0"}, "NUM_STAGES='0': must be an integer >= 1"),
+        (
+            {"STAGE": "0", "PLAN_STAGE_BLOCKS": "5"},
+            "PLAN_STAGE_BLOCKS='5': must be 'lo,hi' with integers 0 <= lo < hi",
+        ),
+        (
+            {"STAGE": "0", "PLAN_STAGE_BLOCKS": "4,2"},
+            "PLAN_STAGE_BLOCKS='4,2': must be 'lo,hi' with integers 0 <= lo < hi",
+        ),
+        (
+            {"STAGE": "0", "PLAN_STAGE_BLOCKS": "0,40"},
+            "PLAN_STAGE_BLOCKS='0,40': must be 'lo,hi' with integers 0 <= lo < hi <= 32",
+        ),
+        (
+            {"STAGE": "0", "PLAN_STAGE_BLOCKS": "0,4", "PLAN_OWNS_HEAD": "maybe"},
+            "PLAN_OWNS_HEAD='maybe': must be 1 or 0 (also true/false, yes/no)",
+        ),
+        (
+            {"STAGE": "0"},
+            "NUM_STAGES=None: must be set when neither PLAN_JSON nor PLAN_STAGE_BLOCKS is",
+        ),
+        ({"STAGE": "7", "PLAN_JSON": "{}"}, "topology=None: Field required"),
+    ],
+)
+def test_malformed_environment_is_refused(env: dict[str, str], message: str) -> None:
+    with pytest.raises(InputError) as info:
+        stage_from_env(env, num_blocks=32)
+    assert str(info.value).startswith(message.split(": ")[0])
+    assert message.split(": ", 1)[1] in str(info.value)
+
+
+def test_stage_index_outside_the_plan_is_refused() -> None:
+    env = stage_env(_plan())[0] | {"STAGE": "9"}
+    with pytest.raises(InputError, match=r"^STAGE=9: must be in \[0, 3\)$"):
+        stage_from_env(env)
