@@ -2,7 +2,7 @@
 
 Starts the default local fake cluster (four one-GPU nodes, 5/4/3.5/2 MiB VRAM
 labels), realises a balance-by-vram plan, and alternates a single-process
-generation with a distributed one, ``--rounds`` times, on the same CPU.
+decode (weights already built) with a distributed one, ``--rounds`` times, on the same CPU.
 Prints the medians and their ratio, and each stage's compute rate.
 
     .venv/bin/python benchmarks/demo_pipeline.py --tokens 48 --rounds 5
@@ -14,12 +14,26 @@ import argparse
 import statistics
 import time
 
+import numpy as np
+
 from stowplan.cluster.local import start_local_cluster
 from stowplan.cluster.nodes import ray_node_descriptors
 from stowplan.cluster.realise import realise_with_replan
-from stowplan.demo.model import DemoConfig, demo_layout, generate_local
+from stowplan.demo.model import DemoConfig, StageModel, demo_layout, generate_local
 from stowplan.demo.pipeline import compare, config_args, run_pipeline, stage_worker_class
 from stowplan.model import Constraints, Strategy
+
+
+def _decode_s(whole: StageModel, prompt: list[int], num_tokens: int) -> float:
+    """Seconds for the same steps in one process, weights already built (as the actors' are)."""
+    whole.reset()
+    t0 = time.perf_counter()
+    for t in prompt[:-1]:
+        whole.step(t)
+    token = prompt[-1]
+    for _ in range(num_tokens):
+        token = int(np.argmax(whole.step(token)))
+    return time.perf_counter() - t0
 
 
 def main() -> None:
@@ -29,6 +43,7 @@ def main() -> None:
     args = parser.parse_args()
     config = DemoConfig()
     prompt = [1, 2, 3]
+    whole = StageModel.load(config, (0, config.num_blocks), True, True)
     local = start_local_cluster()
     try:
         nodes = ray_node_descriptors(timeout_s=60)
@@ -44,9 +59,8 @@ def main() -> None:
             run_pipeline(realisation.actors, config, prompt, 4, timeout_s=120)  # warm-up
             local_s, dist_s, runs, matches = [], [], [], []
             for _ in range(args.rounds):
-                t0 = time.perf_counter()
                 reference = generate_local(config, prompt, args.tokens)
-                local_s.append(time.perf_counter() - t0)
+                local_s.append(_decode_s(whole, prompt, args.tokens))
                 run = run_pipeline(realisation.actors, config, prompt, args.tokens, timeout_s=120)
                 dist_s.append(run.wall_s)
                 runs.append(run)
