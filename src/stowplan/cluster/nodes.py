@@ -17,6 +17,7 @@ directly.  Nodes without VRAM (the head of a CPU-only cluster) are left out.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -160,7 +161,8 @@ def ray_node_descriptors(*, timeout_s: float = 30.0) -> list[NodeDescriptor]:
         try:
             seen_id, names, memory = ray.get(refs[node_id], timeout=timeout_s)
         except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError):
-            ray.cancel(refs[node_id], force=True)
+            with contextlib.suppress(Exception):  # already finished or gone with its node
+                ray.cancel(refs[node_id], force=True)
             raise NodeProbeError(node_id, timeout_s) from None
         report = GpuReport(node_id=seen_id, gpu_names=names, gpu_memory_bytes=memory)
         desc = describe(node_id, n.get("Labels", {}), n.get("Resources", {}), report)

@@ -22,7 +22,6 @@ import numpy as np
 
 from stowplan.cluster.local import ray_module
 from stowplan.demo.model import DemoConfig, Generation, StageModel, check_request
-from stowplan.errors import StowplanError
 
 __all__ = [
     "PipelineRun",
@@ -209,7 +208,3 @@ def compare(
 def config_args(config: DemoConfig) -> dict[str, int]:
     """The constructor argument of :class:`StageWorker` for ``config``."""
     return asdict(config)
-
-
-class DemoMismatch(StowplanError):
-    """Raised by callers that want a mismatch to be an error."""
