@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
+from stowplan.calibration.apply import describe_calibration, node_calibration
+from stowplan.calibration.profile import Calibration
 from stowplan.gpus import lookup_gpu
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, usable_bytes
 from stowplan.plan import Plan, Prediction
@@ -165,7 +167,11 @@ class CostModel:
     """
 
     def __init__(
-        self, model: ModelLayout, nodes: Sequence[NodeDescriptor], constraints: Constraints
+        self,
+        model: ModelLayout,
+        nodes: Sequence[NodeDescriptor],
+        constraints: Constraints,
+        calibration: Calibration | None = None,
     ) -> None:
         self.model = model
         self.nodes = tuple(nodes)
@@ -210,6 +216,24 @@ class CostModel:
         self.xfer_s = tuple(act / r.link_bytes_per_s for r in self.rates)
         self.latency_s = tuple(r.latency_s for r in self.rates)
         self.usable = tuple(r.usable_bytes for r in self.rates)
+        # Calibration (None: first-order): bandwidth fraction and compute efficiency scale
+        # the rates; the per-block cost is folded into the per-byte memory time with the
+        # mean block read size (exact for uniform blocks) and the per-hop cost into the
+        # outbound transfer, so every planner's closed forms see the same times.
+        self.calibration = calibration if calibration is not None else constraints.calibration
+        if self.calibration is not None:
+            cal = [node_calibration(self.calibration, n.gpu_name, model.dtype) for n in nodes]
+            mean_block_read = self.read_prefix[-1] / self.num_blocks
+            block_per_byte = 1.0 / mean_block_read if mean_block_read > 0 else 0.0
+            self.inv_bw = tuple(
+                min(v / c.bandwidth_fraction + c.block_overhead_s * block_per_byte, _SLOWEST)
+                for v, c in zip(self.inv_bw, cal, strict=True)
+            )
+            self.flop_s_per_byte = tuple(
+                min(v / c.compute_efficiency, _SLOWEST)
+                for v, c in zip(self.flop_s_per_byte, cal, strict=True)
+            )
+            self.xfer_s = tuple(v + c.hop_overhead_s for v, c in zip(self.xfer_s, cal, strict=True))
 
     # -- one stage ------------------------------------------------------------------
     def stage_time(self, d: int, lo: int, hi: int, first: bool, last: bool) -> float:
@@ -279,6 +303,13 @@ class CostModel:
             cost_per_hour=price,
             usd_per_million_tokens=per_m,
             assumed=tuple(a for d in order for a in self.node_assumed[d]),
+            calibration=(
+                describe_calibration(
+                    self.calibration, [self.nodes[d].gpu_name for d in order], self.model.dtype
+                )
+                if self.calibration is not None
+                else None
+            ),
         )
 
     def plan_order_bounds(self, plan: Plan) -> tuple[list[int], list[int]]:
@@ -290,9 +321,17 @@ class CostModel:
 
 
 def predict(
-    model: ModelLayout, nodes: Sequence[NodeDescriptor], constraints: Constraints, plan: Plan
+    model: ModelLayout,
+    nodes: Sequence[NodeDescriptor],
+    constraints: Constraints,
+    plan: Plan,
+    calibration: Calibration | None = None,
 ) -> Prediction:
-    """What the cost model predicts for ``plan`` of ``model`` on ``nodes``."""
-    cm = CostModel(model, nodes, constraints)
+    """What the cost model predicts for ``plan`` of ``model`` on ``nodes``.
+
+    ``calibration`` (default: ``constraints.calibration``) applies a profile's
+    corrections; None there too gives the first-order model.
+    """
+    cm = CostModel(model, nodes, constraints, calibration)
     order, bounds = cm.plan_order_bounds(plan)
     return cm.prediction(order, bounds)

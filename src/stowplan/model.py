@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from stowplan.errors import InputError
 
 if TYPE_CHECKING:
+    from stowplan.calibration.profile import Calibration
     from stowplan.host.passport import Passport
 
 __all__ = [
@@ -325,6 +326,8 @@ class Constraints:
     objective: Objective = Objective.SPEED
     target_tokens_per_s: float | None = None
     """With ``objective=cost``: the throughput the cheapest node set must reach."""
+    calibration: Calibration | None = None
+    """Calibration profile the cost model applies on top of the first-order terms (None: none)."""
 
     def __post_init__(self) -> None:
         if self.min_stages is not None:
@@ -371,6 +374,13 @@ class Constraints:
             _check_int("context_tokens", self.context_tokens)
         if self.target_tokens_per_s is not None:
             _check_float("target_tokens_per_s", self.target_tokens_per_s, positive=True)
+        if self.calibration is not None:
+            from stowplan.calibration.profile import Calibration
+
+            if not isinstance(self.calibration, Calibration):
+                raise InputError(
+                    "calibration", type(self.calibration).__name__, "must be a Calibration"
+                )
         if self.objective is Objective.COST and self.target_tokens_per_s is None:
             raise InputError(
                 "target_tokens_per_s", None, "is required with objective='cost' (e.g. 20)"

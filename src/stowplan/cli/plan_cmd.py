@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from stowplan.baselines import compare_plans as compare_baselines
+from stowplan.calibration.store import resolve_calibration
 from stowplan.cli.app import app
 from stowplan.cli.common import load_fleet, out_console
 from stowplan.errors import InputError
@@ -38,6 +39,12 @@ def plan_command(
     offers: Annotated[
         Path | None, typer.Option("--offers", help="vast.ai `search offers --raw` JSON.")
     ] = None,
+    dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--dtype", help="Plan the model stored in this dtype: bf16, fp8, int4, q4_k_m …"
+        ),
+    ] = None,
     min_stages: Annotated[int | None, typer.Option(help="Fewest pipeline stages.")] = None,
     max_stages: Annotated[int | None, typer.Option(help="Most pipeline stages.")] = None,
     headroom: Annotated[
@@ -61,9 +68,16 @@ def plan_command(
     html: Annotated[
         Path | None, typer.Option("--html", help="Also write a self-contained HTML report.")
     ] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option(help="Calibrate predictions for generic, llamacpp, vllm or trtllm."),
+    ] = None,
+    calibration: Annotated[
+        Path | None, typer.Option("--calibration", help="Calibration profile JSON (overrides).")
+    ] = None,
 ) -> None:
     """Plan MODEL on the given nodes and print the plan."""
-    layout = resolve_model(model)
+    layout = resolve_model(model, dtype=dtype)
     fleet = load_fleet(nodes, offers)
     constraints = Constraints(
         min_stages=min_stages,
@@ -76,6 +90,9 @@ def plan_command(
         target_tokens_per_s=None
         if target is None
         else parse_tokens_per_s(target, field="--target"),
+        calibration=None
+        if engine is None and calibration is None
+        else resolve_calibration(engine or "generic", calibration),
     )
     result = make_plan(layout, fleet, constraints)
     if html is not None:
@@ -84,6 +101,9 @@ def plan_command(
         out_console.file.write(plan_to_json(result))
         return
     render_plan(result, fleet, out_console)
+    prediction = result.rationale.prediction
+    if prediction is not None and prediction.calibration is not None:
+        out_console.print(f"calibration: {prediction.calibration}")
     if compare:
         render_comparison(result, compare_baselines(layout, fleet, constraints), out_console)
 

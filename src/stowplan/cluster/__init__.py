@@ -1,1 +1,54 @@
-"""Ray: nodes of a live cluster, local fake clusters, realising a plan."""
+"""Ray clusters: bootstrap, fleets, the virtual cluster, NVLink segments, pre-flight checks.
+
+Ray is imported lazily: importing this package does not import Ray.
+"""
+
+from __future__ import annotations
+
+from stowplan.cluster.bootstrap import InitMode, RayInit, device_tag, init_ray, worker_env
+from stowplan.cluster.errors import (
+    InsufficientResources,
+    PlacementError,
+    PlacementInfeasible,
+    PlacementTimeout,
+)
+from stowplan.cluster.fleet import FleetRole, FleetSpec, PlacementStrategy, get_fleet_role
+from stowplan.cluster.groups import create_placement_group, live_groups, remove_groups
+from stowplan.cluster.parallelism import ParallelismCheck, ParallelismSpec, validate_parallelism
+from stowplan.cluster.topology import (
+    UNKNOWN_DOMAIN,
+    NodeResources,
+    SegmentSelection,
+    get_ray_cluster_topology,
+    select_segment_nodes,
+)
+from stowplan.cluster.virtual_cluster import RayVirtualCluster, build_cluster
+
+__all__ = [
+    "UNKNOWN_DOMAIN",
+    "FleetRole",
+    "FleetSpec",
+    "InitMode",
+    "InsufficientResources",
+    "NodeResources",
+    "ParallelismCheck",
+    "ParallelismSpec",
+    "PlacementError",
+    "PlacementInfeasible",
+    "PlacementStrategy",
+    "PlacementTimeout",
+    "RayInit",
+    "RayVirtualCluster",
+    "SegmentSelection",
+    "build_cluster",
+    "create_placement_group",
+    "device_tag",
+    "get_fleet_role",
+    "get_ray_cluster_topology",
+    "init_ray",
+    "live_groups",
+    "remove_groups",
+    "select_segment_nodes",
+    "validate_parallelism",
+    "worker_env",
+]

@@ -1,0 +1,183 @@
+"""Turn a first-order stage estimate into a calibrated one.
+
+For a stage of ``num_blocks`` blocks that reads ``read_bytes`` and does
+``2 * params * batch`` FLOPs per decode step on a device with
+``bandwidth_gbps`` and ``tflops``::
+
+    memory_s  = read_bytes / (bandwidth_gbps * 1e9 * f_dtype)
+    compute_s = 2 * params * batch / (tflops * 1e12 * compute_efficiency)
+    time_s    = max(memory_s, compute_s) + num_blocks * block_overhead_s
+                + hops * hop_overhead_s
+
+With no calibration, ``f_dtype = compute_efficiency = 1`` and both overheads
+are 0: the first-order model.  The cost model calls :func:`stage_time_s` in
+one line; :func:`calibrate_stage` returns the terms for reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from stowplan.calibration.profile import Calibration, DeviceCalibration
+from stowplan.errors import InputError
+
+__all__ = [
+    "NodeCalibration",
+    "StageEstimate",
+    "calibrate_stage",
+    "describe_calibration",
+    "node_calibration",
+    "stage_time_s",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeCalibration:
+    """The four factors a cost model applies to one node (identity: first-order)."""
+
+    bandwidth_fraction: float = 1.0
+    compute_efficiency: float = 1.0
+    block_overhead_s: float = 0.0
+    hop_overhead_s: float = 0.0
+    device: str | None = None
+    """The profile entry used (None: no calibration)."""
+
+
+def node_calibration(
+    calibration: Calibration | None, gpu_name: str, dtype: str | None
+) -> NodeCalibration:
+    """The factors for a node with ``gpu_name`` holding ``dtype`` weights.
+
+    For cost models that precompute per-node rates: divide the bandwidth by
+    ``bandwidth_fraction``-scaled peak, the FLOP/s by ``compute_efficiency``,
+    add ``block_overhead_s`` per block and ``hop_overhead_s`` per outbound hop.
+    """
+    entry = calibration.for_device(gpu_name) if calibration is not None else None
+    if entry is None:
+        return NodeCalibration()
+    return NodeCalibration(
+        bandwidth_fraction=entry.fraction(dtype).value,
+        compute_efficiency=entry.compute_efficiency.value,
+        block_overhead_s=entry.block_overhead_s.value,
+        hop_overhead_s=entry.hop_overhead_s.value,
+        device=entry.device,
+    )
+
+
+def describe_calibration(
+    calibration: Calibration, gpu_names: Sequence[str], dtype: str | None
+) -> str:
+    """Name the profile and where each figure used came from, for a plan's rationale.
+
+    ``llamacpp-default [rtx-4090: bandwidth fitted, block fitted, hop table, compute table]``
+    """
+    parts = []
+    seen: set[str] = set()
+    for name in gpu_names:
+        entry = calibration.for_device(name)
+        if entry is None or entry.device in seen:
+            continue
+        seen.add(entry.device)
+        parts.append(
+            f"{entry.device}: bandwidth {entry.fraction(dtype).provenance.value}, "
+            f"block {entry.block_overhead_s.provenance.value}, "
+            f"hop {entry.hop_overhead_s.provenance.value}, "
+            f"compute {entry.compute_efficiency.provenance.value}"
+        )
+    return f"{calibration.name} [{'; '.join(parts) or 'no matching device'}]"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageEstimate:
+    """The terms of one stage's time per decode step, in seconds."""
+
+    memory_s: float
+    compute_s: float
+    block_overhead_s: float
+    hop_overhead_s: float
+    bandwidth_fraction: float
+    calibrated: bool
+
+    @property
+    def time_s(self) -> float:
+        """max(memory, compute) plus the fixed costs."""
+        return max(self.memory_s, self.compute_s) + self.block_overhead_s + self.hop_overhead_s
+
+    @property
+    def bound(self) -> str:
+        """``memory`` or ``compute``: which roofline term dominates."""
+        return "compute" if self.compute_s > self.memory_s else "memory"
+
+
+def calibrate_stage(
+    *,
+    read_bytes: int,
+    params: int,
+    num_blocks: int,
+    bandwidth_gbps: float,
+    tflops: float,
+    dtype: str | None = None,
+    batch: int = 1,
+    hops: int = 0,
+    device: DeviceCalibration | None = None,
+) -> StageEstimate:
+    """The calibrated terms of one stage (first-order when ``device`` is None).
+
+    ``read_bytes``: bytes one decode step reads on this stage; ``params``:
+    parameters it multiplies (FLOPs = 2 · params · batch); ``bandwidth_gbps``:
+    peak memory bandwidth in GB/s; ``tflops``: peak dense TFLOP/s (0: unknown,
+    compute ignored); ``hops``: stage hops this stage pays (usually 1, or 0 for
+    a single stage).
+    """
+    if bandwidth_gbps <= 0:
+        raise InputError("bandwidth_gbps", bandwidth_gbps, "must be > 0")
+    if read_bytes < 0 or params < 0 or num_blocks < 0 or hops < 0 or batch < 1 or tflops < 0:
+        raise InputError(
+            "stage",
+            (read_bytes, params, num_blocks, hops, batch, tflops),
+            "read_bytes, params, num_blocks, hops, tflops must be >= 0 and batch >= 1",
+        )
+    if device is None:
+        frac, eff, per_block, per_hop = 1.0, 1.0, 0.0, 0.0
+    else:
+        frac = device.fraction(dtype).value
+        eff = device.compute_efficiency.value
+        per_block = device.block_overhead_s.value
+        per_hop = device.hop_overhead_s.value
+    memory_s = read_bytes / (bandwidth_gbps * 1e9 * frac)
+    compute_s = 2.0 * params * batch / (tflops * 1e12 * eff) if tflops > 0 else 0.0
+    return StageEstimate(
+        memory_s=memory_s,
+        compute_s=compute_s,
+        block_overhead_s=num_blocks * per_block,
+        hop_overhead_s=hops * per_hop,
+        bandwidth_fraction=frac,
+        calibrated=device is not None,
+    )
+
+
+def stage_time_s(
+    *,
+    read_bytes: int,
+    params: int,
+    num_blocks: int,
+    bandwidth_gbps: float,
+    tflops: float,
+    dtype: str | None = None,
+    batch: int = 1,
+    hops: int = 0,
+    device: DeviceCalibration | None = None,
+) -> float:
+    """Seconds one decode step spends on the stage (see :func:`calibrate_stage`)."""
+    return calibrate_stage(
+        read_bytes=read_bytes,
+        params=params,
+        num_blocks=num_blocks,
+        bandwidth_gbps=bandwidth_gbps,
+        tflops=tflops,
+        dtype=dtype,
+        batch=batch,
+        hops=hops,
+        device=device,
+    ).time_s

@@ -1,0 +1,205 @@
+"""Fit a device's calibration figures from measured decode speeds.
+
+Every measurement is one decode run at batch 1: tokens/s for a model that
+reads ``read_bytes`` per token through ``num_blocks`` blocks and ``hops``
+stage hops.  Its time per token is linear in the unknowns::
+
+    1 / tokens_per_s = (read_bytes / BW) * u[dtype] + num_blocks * c_block + hops * c_hop
+
+with ``u = 1 / bandwidth_fraction``.  The fit minimises the squared relative
+error of the time per token plus a small pull towards the prior profile (so a
+dtype seen once, or a single model size, still gives a sane split between the
+fraction and the fixed cost), keeps the fixed costs >= 0 and every fraction
+in (0, MAX_BANDWIDTH_FRACTION].  Pure Python: the systems have a handful of unknowns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import median
+
+from stowplan.calibration.profile import (
+    MAX_BANDWIDTH_FRACTION,
+    DeviceCalibration,
+    Figure,
+    Provenance,
+    dtype_class,
+)
+from stowplan.errors import InputError
+
+__all__ = ["FitResult", "Measurement", "fit_device"]
+
+_MAX_FRACTION = MAX_BANDWIDTH_FRACTION
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Measurement:
+    """One measured decode run."""
+
+    tokens_per_s: float
+    read_bytes: int
+    """Bytes one token reads (the weights, for a dense model at batch 1)."""
+    num_blocks: int
+    dtype: str | None = None
+    hops: int = 0
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.tokens_per_s) and self.tokens_per_s > 0):
+            raise InputError(
+                f"{self.label or 'measurement'}.tokens_per_s",
+                self.tokens_per_s,
+                "must be a finite number > 0",
+            )
+        if self.read_bytes <= 0:
+            raise InputError(
+                f"{self.label or 'measurement'}.read_bytes", self.read_bytes, "must be > 0"
+            )
+        if self.num_blocks < 0 or self.hops < 0:
+            raise InputError(
+                f"{self.label or 'measurement'}.num_blocks",
+                (self.num_blocks, self.hops),
+                "num_blocks and hops must be >= 0",
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FitResult:
+    """The fitted device entry and how well it explains the measurements."""
+
+    device: DeviceCalibration
+    predicted_tokens_per_s: tuple[float, ...]
+    relative_errors: tuple[float, ...]
+    """(predicted - measured) / measured, per measurement."""
+
+    @property
+    def median_abs_error(self) -> float:
+        return median(abs(e) for e in self.relative_errors)
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """Least squares ``min |A x - b|`` by the normal equations (small, well-scaled systems)."""
+    n = len(a[0])
+    m = [[sum(r[i] * r[j] for r in a) for j in range(n)] for i in range(n)]
+    v = [sum(r[i] * bi for r, bi in zip(a, b, strict=True)) for i in range(n)]
+    for col in range(n):
+        piv = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[piv][col]) < 1e-300:
+            raise InputError("measurements", f"<{len(a)} rows>", "do not determine the figures")
+        m[col], m[piv] = m[piv], m[col]
+        v[col], v[piv] = v[piv], v[col]
+        for r in range(n):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                m[r] = [x - f * y for x, y in zip(m[r], m[col], strict=True)]
+                v[r] -= f * v[col]
+    return [v[i] / m[i][i] for i in range(n)]
+
+
+def fit_device(
+    measurements: Sequence[Measurement],
+    *,
+    bandwidth_gbps: float,
+    prior: DeviceCalibration,
+    device: str,
+    match: Sequence[str] = (),
+    prior_weight: float = 0.05,
+    source: str = "",
+) -> FitResult:
+    """Fit ``device``'s bandwidth fraction per dtype class, block and hop overheads.
+
+    ``prior`` supplies the starting figures and every figure the data cannot
+    determine (the compute efficiency always: batch-1 decode is memory-bound).
+    ``prior_weight`` is the weight of each prior row relative to one
+    measurement's relative error.  Raises :class:`InputError` when there are no
+    measurements or the bandwidth is not positive.
+    """
+    if not measurements:
+        raise InputError("measurements", 0, "need at least one decode measurement")
+    if not (math.isfinite(bandwidth_gbps) and bandwidth_gbps > 0):
+        raise InputError("bandwidth_gbps", bandwidth_gbps, "must be a finite number > 0")
+    bw = bandwidth_gbps * 1e9
+    times = [1.0 / m.tokens_per_s for m in measurements]
+    t_ref = median(times)
+    classes = sorted({dtype_class(m.dtype) for m in measurements})
+    fit_hops = any(m.hops > 0 for m in measurements)
+    # Step 1: unknown vector x = [u_class..., c_block / t_ref, (c_hop / t_ref)].
+    names = [*classes, "block", *(["hop"] if fit_hops else [])]
+    prior_x = [1.0 / prior.fraction(c).value for c in classes]
+    prior_x.append(prior.block_overhead_s.value / t_ref)
+    if fit_hops:
+        prior_x.append(prior.hop_overhead_s.value / t_ref)
+    fixed: dict[int, float] = {}
+    lam = math.sqrt(prior_weight)
+    for _ in range(len(names) + 1):
+        # Step 2: rows scaled by 1/t_i (relative error), then prior rows.
+        rows: list[list[float]] = []
+        rhs: list[float] = []
+        for m, t in zip(measurements, times, strict=True):
+            row = [0.0] * len(names)
+            row[classes.index(dtype_class(m.dtype))] = m.read_bytes / bw / t
+            row[len(classes)] = m.num_blocks * t_ref / t
+            if fit_hops:
+                row[len(classes) + 1] = m.hops * t_ref / t
+            rows.append(row)
+            rhs.append(1.0)
+        for i, p in enumerate(prior_x):
+            row = [0.0] * len(names)
+            row[i] = lam / max(abs(p), 1e-3) if i < len(classes) else lam * 10.0
+            rows.append(row)
+            rhs.append(row[i] * p)
+        free = [i for i in range(len(names)) if i not in fixed]
+        b = [
+            r - sum(row[i] * v for i, v in fixed.items()) for row, r in zip(rows, rhs, strict=True)
+        ]
+        sol = _solve([[row[i] for i in free] for row in rows], b)
+        x = [0.0] * len(names)
+        for i, v in fixed.items():
+            x[i] = v
+        for i, v in zip(free, sol, strict=True):
+            x[i] = v
+        # Step 3: clamp what left its range and refit the rest.
+        bad = [
+            i
+            for i in free
+            if (i < len(classes) and x[i] < 1.0 / _MAX_FRACTION) or (i >= len(classes) and x[i] < 0)
+        ]
+        if not bad:
+            break
+        for i in bad:
+            fixed[i] = 1.0 / _MAX_FRACTION if i < len(classes) else 0.0
+    note = source or f"least squares on {len(measurements)} decode runs"
+    fitted = Provenance.FITTED
+    fractions = dict(prior.bandwidth_fraction)
+    for i, c in enumerate(classes):
+        fractions[c] = Figure(value=round(1.0 / x[i], 4), provenance=fitted, source=note)
+    if "default" not in classes:
+        fractions.setdefault("default", prior.bandwidth_fraction["default"])
+    block = Figure(value=round(x[len(classes)] * t_ref, 9), provenance=fitted, source=note)
+    hop = (
+        Figure(value=round(x[len(classes) + 1] * t_ref, 9), provenance=fitted, source=note)
+        if fit_hops
+        else prior.hop_overhead_s
+    )
+    entry = DeviceCalibration(
+        device=device,
+        match=tuple(match),
+        bandwidth_fraction=fractions,
+        block_overhead_s=block,
+        hop_overhead_s=hop,
+        compute_efficiency=prior.compute_efficiency,
+    )
+    predicted = []
+    for m in measurements:
+        t = (
+            m.read_bytes / (bw * entry.fraction(m.dtype).value)
+            + m.num_blocks * block.value
+            + m.hops * hop.value
+        )
+        predicted.append(1.0 / t)
+    errors = tuple(
+        (p - m.tokens_per_s) / m.tokens_per_s for p, m in zip(predicted, measurements, strict=True)
+    )
+    return FitResult(device=entry, predicted_tokens_per_s=tuple(predicted), relative_errors=errors)

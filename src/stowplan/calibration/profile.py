@@ -1,0 +1,411 @@
+"""Calibration profiles: per-device corrections on top of the first-order cost model.
+
+A :class:`Calibration` is a named set of :class:`DeviceCalibration` entries for
+one engine (``generic``, ``llamacpp``, ``vllm``, ``trtllm``).  Every figure is a
+:class:`Figure` that says where it came from: ``table`` (a shipped default with
+its public source), ``fitted`` (least squares on the user's own runs) or
+``measured`` (a probe measured it directly).
+
+The JSON format (``schema_version`` 1)::
+
+    {
+      "schema_version": 1,
+      "name": "llamacpp-default",
+      "engine": "llamacpp",
+      "description": "...",
+      "devices": [
+        {
+          "device": "rtx-3090",              # family key, or "*" for any device
+          "match": ["3090"],                 # tokens that must all occur in gpu_name
+          "bandwidth_fraction": {            # by dtype class; "default" is required
+            "default": {"value": 0.8, "provenance": "table", "source": "..."},
+            "q4": {"value": 0.62, "provenance": "table", "source": "..."}
+          },
+          "block_overhead_s": {"value": 1e-4, "provenance": "table", "source": "..."},
+          "hop_overhead_s": {"value": 1e-5, "provenance": "table", "source": "..."},
+          "compute_efficiency": {"value": 0.6, "provenance": "table", "source": "..."}
+        }
+      ]
+    }
+
+This module is pure: it parses and validates already-read text and renders
+canonical JSON.  Reading shipped or user files lives in :mod:`.store`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from stowplan.errors import InputError
+
+__all__ = [
+    "CALIBRATION_SCHEMA_VERSION",
+    "MAX_BANDWIDTH_FRACTION",
+    "Calibration",
+    "DeviceCalibration",
+    "Engine",
+    "Figure",
+    "FractionTable",
+    "Provenance",
+    "calibration_from_dict",
+    "calibration_from_json",
+    "calibration_to_dict",
+    "calibration_to_json",
+    "dtype_class",
+    "normalise_gpu_name",
+]
+
+CALIBRATION_SCHEMA_VERSION = 1
+
+MAX_BANDWIDTH_FRACTION = 4.0
+"""Upper bound of a bandwidth fraction.  Above 1 means the working set is served from a
+cache faster than the peak (DRAM) bandwidth the fraction is relative to: CPUs with large
+last-level caches, small models."""
+
+
+class Engine(StrEnum):
+    """The inference engine a profile describes."""
+
+    GENERIC = "generic"
+    LLAMACPP = "llamacpp"
+    VLLM = "vllm"
+    TRTLLM = "trtllm"
+
+
+class Provenance(StrEnum):
+    """Where a figure came from."""
+
+    TABLE = "table"
+    """A shipped default, derived from the public source it cites."""
+    FITTED = "fitted"
+    """Least squares on the user's own benchmark runs."""
+    MEASURED = "measured"
+    """Measured directly by the probe."""
+
+
+_DTYPE_CLASSES: tuple[tuple[str, str], ...] = (
+    (r"^(f32|fp32|float32)$", "f32"),
+    (r"^(f16|fp16|bf16|float16|bfloat16)$", "f16"),
+    (r"^(fp8|f8|e4m3|e5m2|fp8_e4m3|w8a8_fp8)", "fp8"),
+    (r"^(q8|int8|w8a8|w8a16|i8)", "q8"),
+    (r"^(q6|iq6)", "q6"),
+    (r"^(q5|iq5)", "q5"),
+    (r"^(q4|iq4|int4|awq|gptq|w4a16|mxfp4|nf4|fp4|nvfp4)", "q4"),
+    (r"^(q3|iq3)", "q3"),
+    (r"^(q2|iq2|iq1|q1)", "q2"),
+)
+
+
+def dtype_class(dtype: str | None) -> str:
+    """The class a weight dtype belongs to: ``Q4_K - Medium`` → ``q4``, ``bf16`` → ``f16``.
+
+    Unknown or missing dtypes give ``default``.
+    """
+    if not dtype:
+        return "default"
+    key = re.sub(r"[\s\-]+", "_", dtype.strip().lower()).removeprefix("mostly_")
+    for pattern, cls in _DTYPE_CLASSES:
+        if re.match(pattern, key):
+            return cls
+    return "default"
+
+
+def normalise_gpu_name(name: str) -> str:
+    """Lower-case words of a device name without vendor noise.
+
+    ``NVIDIA GeForce RTX 4090`` → ``rtx 4090``.
+    """
+    words = re.sub(r"[^a-z0-9.]+", " ", name.lower()).split()
+    noise = {"nvidia", "geforce", "tesla", "amd", "radeon", "apple", "corporation"}
+    return " ".join(w for w in words if w not in noise)
+
+
+class FractionTable(dict[str, "Figure"]):
+    """A read-only, hashable ``dtype class → Figure`` mapping (profiles are frozen values)."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted(self.items(), key=lambda kv: kv[0])))
+
+    def _readonly(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("a calibration's bandwidth fractions are read-only")
+
+    __setitem__ = _readonly
+    __delitem__ = _readonly
+    update = _readonly
+    pop = _readonly  # type: ignore[assignment]
+    clear = _readonly
+    setdefault = _readonly  # type: ignore[assignment]
+
+
+def _number(where: str, value: object, *, upper: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(where, value, "must be a finite number")
+    v = float(value)
+    if not math.isfinite(v) or v < 0 or (upper is not None and v > upper):
+        rule = f"in [0, {upper}]" if upper is not None else ">= 0"
+        raise InputError(where, value, f"must be a finite number {rule}")
+    return v
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Figure:
+    """One calibration figure, with its provenance and its source."""
+
+    value: float
+    provenance: Provenance = Provenance.TABLE
+    source: str = ""
+    """Public source (repo + thread, or URL) or a description of the fit."""
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "provenance", Provenance(self.provenance))
+        except ValueError:
+            raise InputError(
+                "provenance",
+                self.provenance,
+                f"must be one of {', '.join(p.value for p in Provenance)}",
+            ) from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceCalibration:
+    """Corrections for one device family.
+
+    ``bandwidth_fraction`` maps a dtype class (see :func:`dtype_class`) to the
+    fraction of peak memory bandwidth decode kernels reach; ``default`` covers
+    any class not listed.  ``block_overhead_s`` is the fixed time every block
+    adds per token (attention, norms, launches), ``hop_overhead_s`` the fixed
+    time every stage hop adds per token, ``compute_efficiency`` the fraction of
+    peak FLOP/s reached when decode is compute-bound.
+    """
+
+    device: str
+    """Family key, e.g. ``rtx-4090``; ``*`` matches any device."""
+    match: tuple[str, ...] = ()
+    """Tokens that must all occur in the normalised gpu_name (default: the key's words)."""
+    bandwidth_fraction: Mapping[str, Figure] = field(default_factory=dict)
+    block_overhead_s: Figure = field(default_factory=lambda: Figure(value=0.0))
+    hop_overhead_s: Figure = field(default_factory=lambda: Figure(value=0.0))
+    compute_efficiency: Figure = field(default_factory=lambda: Figure(value=1.0))
+
+    def __post_init__(self) -> None:
+        where = f"devices[{self.device!r}]"
+        if not isinstance(self.device, str) or not self.device.strip():
+            raise InputError("devices[].device", self.device, "must be a non-empty string")
+        match = tuple(self.match) or tuple(self.device.replace("-", " ").split())
+        object.__setattr__(self, "match", tuple(m.lower() for m in match))
+        fractions = dict(self.bandwidth_fraction)
+        if "default" not in fractions:
+            raise InputError(
+                f"{where}.bandwidth_fraction", sorted(fractions), "must have a 'default' entry"
+            )
+        for key, fig in fractions.items():
+            v = _number(
+                f"{where}.bandwidth_fraction.{key}", fig.value, upper=MAX_BANDWIDTH_FRACTION
+            )
+            if v == 0:
+                raise InputError(f"{where}.bandwidth_fraction.{key}", fig.value, "must be > 0")
+        object.__setattr__(self, "bandwidth_fraction", FractionTable(sorted(fractions.items())))
+        _number(f"{where}.block_overhead_s", self.block_overhead_s.value, upper=1.0)
+        _number(f"{where}.hop_overhead_s", self.hop_overhead_s.value, upper=10.0)
+        eff = _number(f"{where}.compute_efficiency", self.compute_efficiency.value, upper=1.0)
+        if eff == 0:
+            raise InputError(
+                f"{where}.compute_efficiency", self.compute_efficiency.value, "must be > 0"
+            )
+
+    def fraction(self, dtype: str | None) -> Figure:
+        """The bandwidth fraction for ``dtype`` (its class, else ``default``)."""
+        return self.bandwidth_fraction.get(dtype_class(dtype), self.bandwidth_fraction["default"])
+
+    def matches(self, gpu_name: str) -> bool:
+        """Whether this entry describes ``gpu_name`` (``*`` matches everything)."""
+        if self.device == "*":
+            return True
+        words = normalise_gpu_name(gpu_name).split()
+        joined = " ".join(words)
+        return all(tok in words or tok in joined.replace(" ", "") for tok in self.match)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Calibration:
+    """A named profile for one engine: an ordered list of device entries."""
+
+    name: str
+    engine: Engine
+    devices: tuple[DeviceCalibration, ...]
+    description: str = ""
+    schema_version: int = CALIBRATION_SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise InputError("name", self.name, "must be a non-empty string")
+        try:
+            object.__setattr__(self, "engine", Engine(self.engine))
+        except ValueError:
+            raise InputError(
+                "engine", self.engine, f"must be one of {', '.join(e.value for e in Engine)}"
+            ) from None
+        if self.schema_version != CALIBRATION_SCHEMA_VERSION:
+            raise InputError(
+                "schema_version",
+                self.schema_version,
+                f"only version {CALIBRATION_SCHEMA_VERSION} is supported",
+            )
+        devices = tuple(self.devices)
+        object.__setattr__(self, "devices", devices)
+        keys = [d.device for d in devices]
+        dupes = sorted({k for k in keys if keys.count(k) > 1})
+        if dupes:
+            raise InputError("devices[].device", dupes[0], "device keys must be unique")
+
+    def for_device(self, gpu_name: str) -> DeviceCalibration | None:
+        """The most specific entry matching ``gpu_name`` (most match tokens), else ``*``."""
+        best: DeviceCalibration | None = None
+        for d in self.devices:
+            if d.matches(gpu_name) and (
+                best is None
+                or best.device == "*"
+                or (d.device != "*" and len(d.match) > len(best.match))
+            ):
+                best = d
+        return best
+
+    def with_device(self, entry: DeviceCalibration) -> Calibration:
+        """A new profile with ``entry`` replacing the one of the same key (or added first)."""
+        rest = tuple(d for d in self.devices if d.device != entry.device)
+        return Calibration(
+            name=self.name,
+            engine=self.engine,
+            devices=(entry, *rest),
+            description=self.description,
+        )
+
+
+# -- JSON -----------------------------------------------------------------------------------
+
+_FIGURE_KEYS = {"value", "provenance", "source"}
+_DEVICE_KEYS = {
+    "device",
+    "match",
+    "bandwidth_fraction",
+    "block_overhead_s",
+    "hop_overhead_s",
+    "compute_efficiency",
+}
+_TOP_KEYS = {"schema_version", "name", "engine", "description", "devices"}
+
+
+def _object(where: str, data: object, allowed: set[str], required: set[str]) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise InputError(where, type(data).__name__, "must be a JSON object")
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise InputError(
+            f"{where}.{unknown[0]}", data[unknown[0]], f"unknown key; allowed: {sorted(allowed)}"
+        )
+    missing = sorted(required - set(data))
+    if missing:
+        raise InputError(f"{where}.{missing[0]}", None, "is required")
+    return data
+
+
+def _figure(where: str, data: object) -> Figure:
+    obj = _object(where, data, _FIGURE_KEYS, {"value"})
+    source = obj.get("source", "")
+    if not isinstance(source, str):
+        raise InputError(f"{where}.source", source, "must be a string")
+    return Figure(
+        value=_number(f"{where}.value", obj["value"]),
+        provenance=obj.get("provenance", Provenance.TABLE),
+        source=source,
+    )
+
+
+def _device(where: str, data: object) -> DeviceCalibration:
+    obj = _object(where, data, _DEVICE_KEYS, {"device", "bandwidth_fraction"})
+    match = obj.get("match", [])
+    if not isinstance(match, list) or not all(isinstance(m, str) for m in match):
+        raise InputError(f"{where}.match", match, "must be a list of strings")
+    fractions = obj["bandwidth_fraction"]
+    if not isinstance(fractions, dict):
+        raise InputError(f"{where}.bandwidth_fraction", fractions, "must be a JSON object")
+    kwargs: dict[str, Any] = {}
+    for key in ("block_overhead_s", "hop_overhead_s", "compute_efficiency"):
+        if key in obj:
+            kwargs[key] = _figure(f"{where}.{key}", obj[key])
+    return DeviceCalibration(
+        device=obj["device"],
+        match=tuple(match),
+        bandwidth_fraction={
+            str(k): _figure(f"{where}.bandwidth_fraction.{k}", v) for k, v in fractions.items()
+        },
+        **kwargs,
+    )
+
+
+def calibration_from_dict(data: object) -> Calibration:
+    """Validate ``data`` into a :class:`Calibration`; raise :class:`InputError` on any problem."""
+    obj = _object("calibration", data, _TOP_KEYS, {"name", "engine", "devices"})
+    version = obj.get("schema_version", CALIBRATION_SCHEMA_VERSION)
+    if version != CALIBRATION_SCHEMA_VERSION:
+        raise InputError(
+            "schema_version", version, f"only version {CALIBRATION_SCHEMA_VERSION} is supported"
+        )
+    devices = obj["devices"]
+    if not isinstance(devices, list) or not devices:
+        raise InputError("devices", devices, "must be a non-empty list of device objects")
+    description = obj.get("description", "")
+    if not isinstance(description, str):
+        raise InputError("description", description, "must be a string")
+    return Calibration(
+        name=obj["name"],
+        engine=obj["engine"],
+        description=description,
+        devices=tuple(_device(f"devices[{i}]", d) for i, d in enumerate(devices)),
+    )
+
+
+def calibration_from_json(text: str | bytes, *, origin: str = "calibration") -> Calibration:
+    """Parse and validate profile JSON; ``origin`` names the file in messages."""
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(origin, f"<{len(text)} bytes>", f"is not valid JSON ({exc})") from None
+    return calibration_from_dict(data)
+
+
+def _figure_dict(fig: Figure) -> dict[str, Any]:
+    return {"value": fig.value, "provenance": fig.provenance.value, "source": fig.source}
+
+
+def calibration_to_dict(cal: Calibration) -> dict[str, Any]:
+    """The profile as plain JSON-compatible data."""
+    return {
+        "schema_version": cal.schema_version,
+        "name": cal.name,
+        "engine": cal.engine.value,
+        "description": cal.description,
+        "devices": [
+            {
+                "device": d.device,
+                "match": list(d.match),
+                "bandwidth_fraction": {k: _figure_dict(v) for k, v in d.bandwidth_fraction.items()},
+                "block_overhead_s": _figure_dict(d.block_overhead_s),
+                "hop_overhead_s": _figure_dict(d.hop_overhead_s),
+                "compute_efficiency": _figure_dict(d.compute_efficiency),
+            }
+            for d in cal.devices
+        ],
+    }
+
+
+def calibration_to_json(cal: Calibration) -> str:
+    """Canonical JSON (sorted keys, two-space indent, trailing newline)."""
+    return json.dumps(calibration_to_dict(cal), sort_keys=True, indent=2, allow_nan=False) + "\n"

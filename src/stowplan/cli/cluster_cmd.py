@@ -1,0 +1,181 @@
+"""``stowplan validate``, ``stowplan cluster topology``, ``stowplan cluster resources``."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from stowplan.cli.app import app
+from stowplan.cli.common import out_console
+from stowplan.cluster.fleet import (
+    ENV_GPUS_PER_NODE,
+    ENV_NUM_NODES,
+    ENV_PG_STRATEGY,
+    ENV_ROLE,
+    ENV_SEGMENT_SIZE,
+    FleetSpec,
+)
+from stowplan.cluster.parallelism import ParallelismSpec, validate_parallelism
+from stowplan.cluster.topology import (
+    UNKNOWN_DOMAIN,
+    local_node_resources,
+    node_resources,
+    select_segment_nodes,
+)
+from stowplan.errors import InputError
+from stowplan.models import resolve_model
+
+cluster_app = typer.Typer(
+    help="Ray cluster: NVLink topology and node resources.", no_args_is_help=True
+)
+app.add_typer(cluster_app, name="cluster")
+
+
+@app.command("validate")
+def validate_command(
+    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")] = 1,
+    pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel size.")] = 1,
+    dp: Annotated[int, typer.Option("--dp", help="Data-parallel size (replicas).")] = 1,
+    ep: Annotated[int, typer.Option("--ep", help="Expert-parallel size.")] = 1,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Known model: checks heads and experts.")
+    ] = None,
+    role: Annotated[str | None, typer.Option(help=f"Fleet role (else ${ENV_ROLE}).")] = None,
+    nodes: Annotated[int | None, typer.Option(help=f"Nodes (else ${ENV_NUM_NODES}).")] = None,
+    gpus_per_node: Annotated[
+        int | None, typer.Option(help=f"GPUs per node (else ${ENV_GPUS_PER_NODE}).")
+    ] = None,
+    strategy: Annotated[
+        str | None, typer.Option(help=f"SPREAD, PACK or STRICT_PACK (else ${ENV_PG_STRATEGY}).")
+    ] = None,
+    segment_size: Annotated[
+        int | None, typer.Option(help=f"Nodes per NVLink segment (else ${ENV_SEGMENT_SIZE}).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Check parallel degrees against the fleet before any placement group exists."""
+    env = dict(os.environ)
+    for key, value in (
+        (ENV_ROLE, role),
+        (ENV_NUM_NODES, nodes),
+        (ENV_GPUS_PER_NODE, gpus_per_node),
+        (ENV_PG_STRATEGY, strategy),
+        (ENV_SEGMENT_SIZE, segment_size),
+    ):
+        if value is not None:
+            env[key] = str(value)
+    fleet = FleetSpec.from_env(env)
+    layout = None if model is None else resolve_model(model)
+    check = validate_parallelism(
+        ParallelismSpec(tensor=tp, pipeline=pp, data=dp, expert=ep), fleet, layout
+    )
+    if as_json:
+        doc = {
+            "ok": True,
+            "replica_gpus": check.replica_gpus,
+            "world_size": check.world_size,
+            "fleet_gpus": check.fleet_gpus,
+            "unified_group": check.unified_group,
+            "nodes_per_replica": check.nodes_per_replica,
+            "strategy": fleet.strategy.value,
+            "notes": list(check.notes),
+        }
+        out_console.file.write(json.dumps(doc, indent=2) + "\n")
+        return
+    out_console.file.write(
+        f"ok: tp×pp×dp = {tp}×{pp}×{dp} = {check.world_size} of {check.fleet_gpus} GPUs "
+        f"({fleet.role.value}, {fleet.num_nodes} nodes × {fleet.gpus_per_node}), ep={ep}\n"
+    )
+    for note in check.notes:
+        out_console.file.write(f"  {note}\n")
+
+
+@cluster_app.command("resources")
+def resources_command(
+    nvidia_smi: Annotated[
+        Path | None,
+        typer.Option("--nvidia-smi", help="Saved `nvidia-smi -q` output (default: run it)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the resources as JSON.")] = False,
+) -> None:
+    """Print the custom resources this node should register at `ray start`."""
+    if nvidia_smi is None:
+        found = local_node_resources(os.environ)
+    else:
+        try:
+            text = nvidia_smi.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise InputError(
+                "--nvidia-smi", str(nvidia_smi), f"cannot be read ({exc.strerror})"
+            ) from None
+        found = node_resources(text, os.environ, socket.gethostname())
+    resources = {k: int(v) for k, v in found.as_resources().items()}
+    payload = json.dumps(resources, sort_keys=True)
+    if as_json:
+        out_console.file.write(payload + "\n")
+        return
+    out_console.file.write(f"ray start --resources='{payload}'\n")
+    domain = found.domain or "none (no multi-node NVLink fabric)"
+    out_console.file.write(f"# nvlink domain: {domain}\n")
+    out_console.file.write(f"# topo_rank {found.topo_rank} from {found.topo_rank_source}\n")
+
+
+@cluster_app.command("topology")
+def topology_command(
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (else $RAY_ADDRESS).")
+    ] = None,
+    segment_size: Annotated[
+        int | None, typer.Option(help="Also select segments of this many nodes.")
+    ] = None,
+    num_nodes: Annotated[int | None, typer.Option(help="Nodes to select in segments.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Show the live cluster's NVLink domains, ranks and (optionally) segments."""
+    from stowplan.cluster.bootstrap import init_ray
+    from stowplan.cluster.topology import get_ray_cluster_topology
+
+    env = dict(os.environ)
+    if address is not None:
+        env["RAY_ADDRESS"] = address
+    if not env.get("RAY_ADDRESS"):
+        raise InputError("--address", None, "give a Ray cluster address or set RAY_ADDRESS")
+    init_ray(env)
+    topology = get_ray_cluster_topology()
+    selection = None
+    if segment_size is not None:
+        selection = select_segment_nodes(
+            topology, segment_size, num_nodes if num_nodes is not None else segment_size
+        )
+    if as_json:
+        doc: dict[str, object] = {
+            "nodes": [
+                {"node_id": n, "domain": d, "topo_rank": r}
+                for n, (d, r) in sorted(topology.items(), key=lambda kv: kv[0])
+            ]
+        }
+        if selection is not None:
+            doc["segments"] = [
+                {"domain": d, "nodes": list(s)}
+                for d, s in zip(selection.domains, selection.segments, strict=True)
+            ]
+            doc["remainder"] = list(selection.remainder)
+        out_console.file.write(json.dumps(doc, indent=2) + "\n")
+        return
+    from rich.table import Table
+
+    table = Table("node", "nvlink domain", "topo_rank")
+    for node, (domain, rank) in sorted(
+        topology.items(), key=lambda kv: (kv[1][0] == UNKNOWN_DOMAIN, kv[1][0], kv[1][1] or 0)
+    ):
+        table.add_row(node, domain, "-" if rank is None else str(rank))
+    out_console.print(table)
+    if selection is not None:
+        for i, (domain, seg) in enumerate(zip(selection.domains, selection.segments, strict=True)):
+            out_console.print(f"segment {i} ({domain}): {', '.join(seg)}")
+        out_console.print(f"remainder: {', '.join(selection.remainder) or '-'}")

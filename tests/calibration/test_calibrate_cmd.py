@@ -1,0 +1,162 @@
+"""``stowplan calibrate`` through the real entry point."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stowplan.calibration import load_calibration_file, resolve_calibration
+from stowplan.cli import main
+from tests.conftest import FIXTURES
+
+LB = FIXTURES / "llama-bench"
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("STOWPLAN_HOME", str(tmp_path))
+    return tmp_path
+
+
+def test_fit_from_json_writes_the_profile_and_plans_reuse_it(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = main(
+        [
+            "calibrate",
+            "--from-llama-bench",
+            str(LB / "readme_rtx4080.json"),
+            "--bandwidth-gbps",
+            "716.8",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "key rtx-4080" in out
+    assert "118.88" in out
+    written = home / "calibration" / "llamacpp.json"
+    cal = load_calibration_file(written)
+    (entry,) = cal.devices
+    assert entry.device == "rtx-4080"
+    assert entry.fraction("Q4_K_M").provenance.value == "fitted"
+    used = resolve_calibration("llamacpp").for_device("NVIDIA GeForce RTX 4080")
+    assert used == entry
+
+
+def test_second_device_is_merged_not_overwritten(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for args in (
+        ["--from-llama-bench", str(LB / "readme_rtx4080.csv"), "--bandwidth-gbps", "716.8"],
+        [
+            "--from-llama-bench",
+            str(LB / "pr4766_rtx4090_cuda.md"),
+            "--device",
+            "RTX 4090",
+            "--bandwidth-gbps",
+            "1008",
+            "--blocks",
+            "32",
+        ],
+    ):
+        assert main(["calibrate", *args]) == 0
+    capsys.readouterr()
+    cal = load_calibration_file(home / "calibration" / "llamacpp.json")
+    assert [d.device for d in cal.devices] == ["rtx-4090", "rtx-4080"]
+    rtx = cal.devices[0]
+    assert set(rtx.bandwidth_fraction) >= {"f16", "q8"}
+    assert rtx.fraction("F16").value > rtx.fraction("Q8_0").value
+
+
+def test_json_output_and_explicit_out(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "mine.json"
+    rc = main(
+        [
+            "calibrate",
+            "--from-llama-bench",
+            str(LB / "pr2917_m2ultra_metal.md"),
+            "--device",
+            "Apple M2 Ultra",
+            "--bandwidth-gbps",
+            "800",
+            "--out",
+            str(target),
+            "--json",
+        ]
+    )
+    assert rc == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["devices"][0]["device"] == "m2-ultra"
+    assert json.loads(target.read_text())["devices"] == printed["devices"]
+    assert not (home / "calibration").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            [],
+            "stowplan: error: --from-llama-bench=None: give llama-bench output "
+            "(or --from-probe) to fit from\n",
+        ),
+        (
+            ["--from-llama-bench", str(LB / "pr4766_rtx4090_cuda.md")],
+            "stowplan: error: --device=None: the llama-bench output does not name the GPU; "
+            "pass e.g. --device 'RTX 4090'\n",
+        ),
+        (
+            ["--from-llama-bench", str(LB / "readme_rtx4080.json"), "--engine", "ollama"],
+            "stowplan: error: --engine='ollama': must be one of generic, llamacpp, vllm, trtllm\n",
+        ),
+        (
+            ["--from-llama-bench", "/nonexistent/x.md"],
+            "stowplan: error: --from-llama-bench='/nonexistent/x.md': cannot be read "
+            "(No such file or directory)\n",
+        ),
+    ],
+)
+def test_usage_errors_are_one_line(
+    home: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    assert main(["calibrate", *args]) == 2
+    assert capsys.readouterr().err == message
+
+
+def test_from_probe_without_a_passport_says_to_probe_first(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("stowplan.host", reason="stowplan.host (the host probe) is absent")
+    monkeypatch.setenv("STOWPLAN_CACHE_DIR", str(tmp_path / "empty-cache"))
+    assert main(["calibrate", "--from-probe"]) == 2
+    assert capsys.readouterr().err == (
+        "stowplan: error: --passport=None: no readable hardware passport; "
+        "run `stowplan probe` first\n"
+    )
+
+
+def test_from_probe_records_each_measured_circuit(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("stowplan.host", reason="stowplan.host (the host probe) is absent")
+    from stowplan.host.passport import Passport, save_passport
+    from tests.host.helpers import cap, fixture_topology, matrix
+
+    topo = fixture_topology("thamada_nvsim/RTX4090_smi_-a.txt")
+    m = matrix(cap("gpu0", 900.0, upload_gbps=25.0), cap("cpu", 20.0))
+    path = save_passport(Passport.create(topo, m), tmp_path / "4090.json")
+    assert main(["calibrate", "--from-probe", "--passport", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "rtx-4090: bandwidth fraction (f32) 0.893 measured" in out
+    cal = resolve_calibration("llamacpp")
+    gpu = cal.for_device("NVIDIA GeForce RTX 4090")
+    assert gpu is not None and gpu.device == "rtx-4090"
+    figure = gpu.fraction("f32")
+    assert figure.provenance.value == "measured"
+    assert figure.value == pytest.approx(900.0 / 1008, abs=1e-4)
+    assert "/ spec 1008 GB/s" in figure.source
+    # The shipped family figures for other dtypes stay, with their provenance.
+    assert gpu.fraction("q4_0").provenance.value == "fitted"

@@ -1,0 +1,93 @@
+"""The cost model applies a calibration profile; plans name it with its provenance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stowplan.calibration import (
+    Calibration,
+    DeviceCalibration,
+    Engine,
+    Figure,
+    calibration_to_json,
+    shipped_calibration,
+)
+from stowplan.cli import main
+from stowplan.cost import CostModel
+from stowplan.model import Constraints, NodeDescriptor
+from stowplan.models import lookup
+from stowplan.planner import plan
+from tests.conftest import EXAMPLES
+
+GPU = NodeDescriptor(
+    id="a", gpu_name="NVIDIA GeForce RTX 3090", vram_bytes=24 * 2**30, flops_estimate=71.0,
+    link_mbps=1000.0,
+)  # fmt: skip
+CAL = Calibration(
+    name="test",
+    engine=Engine.LLAMACPP,
+    devices=(
+        DeviceCalibration(
+            device="rtx-3090",
+            bandwidth_fraction={"default": Figure(value=0.9), "q4": Figure(value=0.5)},
+            block_overhead_s=Figure(value=1e-4),
+            hop_overhead_s=Figure(value=1e-3),
+            compute_efficiency=Figure(value=0.5),
+        ),
+    ),
+)
+
+
+def test_one_stage_time_is_bandwidth_fraction_plus_block_costs() -> None:
+    model = lookup("llama3.1:8b-q4_0")
+    assert model is not None
+    first = CostModel(model, [GPU], Constraints())
+    cal = CostModel(model, [GPU], Constraints(), CAL)
+    read = sum(model.block_read_sizes()) + model.head_params_bytes
+    mean_block = sum(model.block_read_sizes()) / model.num_blocks
+    bw = 936e9  # spec table
+    assert first.stage_time(0, 0, 32, True, True) == pytest.approx(read / bw)
+    assert cal.stage_time(0, 0, 32, True, True) == pytest.approx(
+        read / (bw * 0.5) + 1e-4 * read / mean_block
+    )
+    # A non-last stage pays the hop's fixed cost with its outbound transfer.
+    half = sum(model.block_read_sizes()[:16])
+    xfer = first.stage_time(0, 0, 16, True, False) - half / bw
+    assert cal.stage_time(0, 0, 16, True, False) == pytest.approx(
+        half / (bw * 0.5) + 1e-4 * 16 + xfer + 1e-3
+    )
+
+
+def test_plans_carry_the_calibration_and_are_slower_than_first_order() -> None:
+    model = lookup("llama3.1:8b-q4_0")
+    assert model is not None
+    plain = plan(model, [GPU], Constraints())
+    calibrated = plan(model, [GPU], Constraints(calibration=shipped_calibration("llamacpp")))
+    p0, p1 = plain.rationale.prediction, calibrated.rationale.prediction
+    assert p0 is not None and p1 is not None
+    assert p0.calibration is None
+    assert p1.calibration == (
+        "llamacpp-default [rtx-3090: bandwidth fitted, block fitted, hop fitted, compute table]"
+    )
+    # The published RTX 3090 runs decode at 0.50-0.70 of first order; so must the plan.
+    assert 0.4 < p1.tokens_per_s / p0.tokens_per_s < 0.75
+
+
+def test_plan_cli_engine_and_calibration_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("STOWPLAN_HOME", str(tmp_path / "home"))
+    fleet = str(EXAMPLES / "fleets" / "mixed-consumer.yaml")
+    assert main(["plan", "llama3.1:8b-q4_0", "--nodes", fleet, "--engine", "llamacpp"]) == 0
+    assert "calibration: llamacpp-default [" in capsys.readouterr().out
+    mine = tmp_path / "cal.json"
+    mine.write_text(calibration_to_json(CAL), encoding="utf-8")
+    assert main(["plan", "llama3.1:8b-q4_0", "--nodes", fleet, "--calibration", str(mine),
+                 "--json"]) == 0  # fmt: skip
+    assert '"calibration": "test [' in capsys.readouterr().out
+    assert main(["plan", "llama3.1:8b-q4_0", "--nodes", fleet, "--engine", "x"]) == 2
+    assert capsys.readouterr().err == (
+        "stowplan: error: --engine='x': must be one of generic, llamacpp, vllm, trtllm\n"
+    )

@@ -1,0 +1,155 @@
+"""Fitting recovers known figures from synthetic measurements."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stowplan.calibration import (
+    DeviceCalibration,
+    Figure,
+    Measurement,
+    Provenance,
+    fit_device,
+    stage_time_s,
+)
+from stowplan.errors import InputError
+
+PRIOR = DeviceCalibration(
+    device="*",
+    bandwidth_fraction={"default": Figure(value=0.8, source="prior")},
+    block_overhead_s=Figure(value=2e-5, source="prior"),
+    hop_overhead_s=Figure(value=1e-5, source="prior"),
+    compute_efficiency=Figure(value=0.83, source="prior"),
+)
+BW = 1000.0
+
+
+def _truth(f16: float, q4: float, block: float, hop: float) -> DeviceCalibration:
+    return DeviceCalibration(
+        device="truth",
+        bandwidth_fraction={
+            "default": Figure(value=f16),
+            "f16": Figure(value=f16),
+            "q4": Figure(value=q4),
+        },
+        block_overhead_s=Figure(value=block),
+        hop_overhead_s=Figure(value=hop),
+    )
+
+
+def _runs(truth: DeviceCalibration) -> list[Measurement]:
+    runs = []
+    for size_gb, blocks in ((1.0, 16), (4.0, 32), (14.0, 32), (40.0, 80)):
+        for dtype, scale in (("F16", 1.0), ("Q4_0", 0.28)):
+            for hops in (0, 1, 3):
+                read = round(size_gb * scale * 1e9)
+                t = stage_time_s(
+                    read_bytes=read,
+                    params=0,
+                    num_blocks=blocks,
+                    bandwidth_gbps=BW,
+                    tflops=0.0,
+                    dtype=dtype,
+                    hops=hops,
+                    device=truth,
+                )
+                runs.append(
+                    Measurement(
+                        tokens_per_s=1 / t,
+                        read_bytes=read,
+                        num_blocks=blocks,
+                        dtype=dtype,
+                        hops=hops,
+                    )
+                )
+    return runs
+
+
+@given(
+    f16=st.floats(0.4, 1.0),
+    q4=st.floats(0.3, 1.0),
+    block=st.floats(0.0, 3e-4),
+    hop=st.floats(0.0, 2e-3),
+)
+def test_fit_recovers_the_figures_that_generated_the_runs(
+    f16: float, q4: float, block: float, hop: float
+) -> None:
+    result = fit_device(
+        _runs(_truth(f16, q4, block, hop)),
+        bandwidth_gbps=BW,
+        prior=PRIOR,
+        device="gpu",
+        prior_weight=1e-8,
+    )
+    d = result.device
+    assert d.fraction("F16").value == pytest.approx(f16, rel=2e-3)
+    assert d.fraction("Q4_0").value == pytest.approx(q4, rel=2e-3)
+    assert d.block_overhead_s.value == pytest.approx(block, abs=2e-7)
+    assert d.hop_overhead_s.value == pytest.approx(hop, abs=2e-6)
+    assert max(abs(e) for e in result.relative_errors) < 1e-3
+
+
+def test_fitted_figures_say_so_and_untouched_ones_keep_their_source() -> None:
+    result = fit_device(
+        _runs(_truth(0.7, 0.5, 1e-4, 0.0)),
+        bandwidth_gbps=BW,
+        prior=PRIOR,
+        device="gpu",
+        source="my runs",
+    )
+    d = result.device
+    assert d.fraction("q4").provenance is Provenance.FITTED
+    assert d.fraction("q4").source == "my runs"
+    assert d.bandwidth_fraction["default"].source == "prior"
+    assert d.compute_efficiency == PRIOR.compute_efficiency
+
+
+def test_a_single_run_is_split_by_the_prior_and_reproduced() -> None:
+    run = Measurement(tokens_per_s=100.0, read_bytes=7_000_000_000, num_blocks=32, dtype="Q8_0")
+    result = fit_device([run], bandwidth_gbps=BW, prior=PRIOR, device="gpu")
+    assert result.predicted_tokens_per_s[0] == pytest.approx(100.0, rel=1e-3)
+    assert 0 < result.device.fraction("q8").value <= 4.0
+    assert result.device.hop_overhead_s == PRIOR.hop_overhead_s
+
+
+def test_fixed_costs_never_go_negative() -> None:
+    # Faster-than-bandwidth small runs would want a negative block cost.
+    runs = [
+        Measurement(
+            tokens_per_s=1 / (r * 1.0),
+            read_bytes=round(r * BW * 1e9 * 0.9),
+            num_blocks=n,
+            dtype="F16",
+        )
+        for r, n in ((0.001, 100), (0.01, 2))
+    ]
+    d = fit_device(runs, bandwidth_gbps=BW, prior=PRIOR, device="gpu", prior_weight=1e-8).device
+    assert d.block_overhead_s.value >= 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"measurements": []}, "measurements=0: need at least one decode measurement"),
+        ({"bandwidth_gbps": 0.0}, "bandwidth_gbps=0.0: must be a finite number > 0"),
+    ],
+)
+def test_bad_fit_inputs(kwargs: dict[str, object], message: str) -> None:
+    args: dict[str, object] = {
+        "measurements": [Measurement(tokens_per_s=1.0, read_bytes=1, num_blocks=1)],
+        "bandwidth_gbps": BW,
+        "prior": PRIOR,
+        "device": "gpu",
+    }
+    args.update(kwargs)
+    with pytest.raises(InputError) as exc:
+        fit_device(**args)  # type: ignore[arg-type]
+    assert str(exc.value) == message
+
+
+def test_measurement_rejects_non_positive_speed() -> None:
+    with pytest.raises(InputError) as exc:
+        Measurement(tokens_per_s=0.0, read_bytes=1, num_blocks=1, label="run1")
+    assert str(exc.value) == "run1.tokens_per_s=0.0: must be a finite number > 0"

@@ -1,0 +1,171 @@
+"""Pre-flight validation: the table of rejected configurations and what passes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stowplan.cluster.fleet import FleetRole, FleetSpec, PlacementStrategy
+from stowplan.cluster.parallelism import ParallelismSpec, validate_parallelism
+from stowplan.errors import InputError
+from stowplan.model import ExpertLayout, ModelLayout
+
+FLEET = FleetSpec(role=FleetRole.INFERENCE, num_nodes=2, gpus_per_node=8)
+MOE = ModelLayout(
+    name="moe-60",
+    num_blocks=4,
+    hidden_dim=2048,
+    bytes_per_activation_elem=2,
+    block_params_bytes=1000,
+    head_params_bytes=10,
+    embed_params_bytes=10,
+    num_attention_heads=16,
+    num_kv_heads=4,
+    experts=ExpertLayout(
+        num_experts=60, experts_per_token=4, expert_params_bytes=10, moe_blocks=(0, 1, 2, 3)
+    ),
+)
+DENSE = ModelLayout(
+    name="dense",
+    num_blocks=2,
+    hidden_dim=1024,
+    bytes_per_activation_elem=2,
+    block_params_bytes=100,
+    head_params_bytes=10,
+    embed_params_bytes=10,
+    num_attention_heads=32,
+    num_kv_heads=8,
+)
+
+
+def P(tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1) -> ParallelismSpec:
+    return ParallelismSpec(tensor=tp, pipeline=pp, data=dp, expert=ep)
+
+
+def test_seed_example_ep_not_a_multiple_of_tp_is_rejected() -> None:
+    with pytest.raises(InputError) as info:
+        validate_parallelism(P(tp=4, dp=2, ep=6), FLEET)
+    assert str(info.value) == "ep=6: must be a multiple of tp=4 (6 % 4 = 2); nearest valid: 4, 8"
+
+
+@pytest.mark.parametrize(
+    ("spec", "fleet", "layout", "message"),
+    [
+        (
+            P(tp=3),
+            FLEET,
+            DENSE,
+            "tp=3: must divide num_attention_heads=32 of dense (32 % 3 = 2); nearest valid: 2, 4",
+        ),
+        (
+            P(tp=16),
+            FleetSpec(role=FleetRole.TRAINER, num_nodes=2, gpus_per_node=8),
+            DENSE,
+            "tp=16: must divide num_kv_heads=8 of dense (8 % 16 = 8); nearest valid: 8",
+        ),
+        (
+            P(tp=8, pp=4),
+            FLEET,
+            None,
+            "tp×pp=32: one replica (8×4 = 32 GPUs) exceeds the fleet's 16 GPUs (2 nodes × 8 GPUs)",
+        ),
+        (
+            P(tp=4, pp=2, dp=3),
+            FLEET,
+            None,
+            "tp×pp×dp=24: 4×2×3 = 24 GPUs exceeds the fleet's 16 GPUs (2 nodes × 8 GPUs); "
+            "the largest dp that fits is 2",
+        ),
+        (
+            P(tp=3, dp=5),
+            FLEET,
+            None,
+            "dp=5: replicas of 3×1 = 3 GPUs fit 2 per node (8 // 3), 4 on 2 nodes; "
+            "the largest dp that fits is 4",
+        ),
+        (
+            P(tp=2, dp=4, ep=8),
+            FLEET,
+            MOE,
+            "ep=8: must divide num_experts=60 (60 % 8 = 4); nearest valid: 6",
+        ),
+        (
+            P(tp=2, dp=2, ep=6),
+            FLEET,
+            None,
+            "ep=6: exceeds the world size tp×pp×dp = 2×1×2 = 4; nearest valid: 4",
+        ),
+        (P(tp=2, dp=2, ep=2), FLEET, DENSE, "ep=2: dense has no routed experts; use 1"),
+        (
+            P(tp=4, pp=4),
+            FleetSpec(
+                role=FleetRole.INFERENCE,
+                num_nodes=2,
+                gpus_per_node=8,
+                placement_strategy=PlacementStrategy.STRICT_PACK,
+            ),
+            None,
+            "STOWPLAN_PG_STRATEGY='STRICT_PACK': cannot hold a replica of tp×pp = 16 GPUs on "
+            "nodes of 8 GPUs (STRICT_PACK keeps a group on one node); use PACK or SPREAD",
+        ),
+        (
+            P(),
+            FleetSpec(role=FleetRole.SANDBOX, num_nodes=4, gpus_per_node=0),
+            None,
+            "STOWPLAN_FLEET_ROLE='sandbox': has no GPUs; parallel degrees need the trainer "
+            "or inference fleet",
+        ),
+    ],
+)
+def test_rejected_configurations_state_the_arithmetic(
+    spec: ParallelismSpec, fleet: FleetSpec, layout: ModelLayout | None, message: str
+) -> None:
+    with pytest.raises(InputError) as info:
+        validate_parallelism(spec, fleet, layout)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.0])
+def test_degrees_must_be_positive_integers(bad: object) -> None:
+    with pytest.raises(InputError, match=r"^tp=.*: must be an integer >= 1$"):
+        ParallelismSpec(tensor=bad)  # type: ignore[arg-type]
+
+
+def test_replica_within_a_node_uses_per_node_groups() -> None:
+    check = validate_parallelism(P(tp=4, dp=4, ep=4), FLEET, MOE)
+    assert (check.replica_gpus, check.world_size, check.fleet_gpus) == (4, 16, 16)
+    assert not check.unified_group
+    assert check.nodes_per_replica == 1
+
+
+def test_replica_larger_than_a_node_needs_a_unified_group() -> None:
+    check = validate_parallelism(P(tp=4, pp=4), FLEET)
+    assert check.unified_group
+    assert check.nodes_per_replica == 2
+    assert check.notes == (
+        "replica tp×pp = 16 GPUs > 8 GPUs per node: one unified PACK group per replica "
+        "over 2 nodes",
+    )
+
+
+@given(
+    tp=st.sampled_from([1, 2, 4, 8, 16]),
+    pp=st.integers(1, 4),
+    dp=st.integers(1, 8),
+    ep=st.integers(1, 32),
+    nodes=st.integers(1, 4),
+    gpn=st.sampled_from([1, 2, 4, 8]),
+)
+def test_accepted_configurations_fit_the_fleet_and_keep_ep_aligned_to_tp(
+    tp: int, pp: int, dp: int, ep: int, nodes: int, gpn: int
+) -> None:
+    fleet = FleetSpec(role=FleetRole.TRAINER, num_nodes=nodes, gpus_per_node=gpn)
+    try:
+        check = validate_parallelism(P(tp=tp, pp=pp, dp=dp, ep=ep), fleet, MOE)
+    except InputError:
+        return
+    assert check.world_size == tp * pp * dp <= nodes * gpn
+    assert ep == 1 or (ep % tp == 0 and 60 % ep == 0 and ep <= check.world_size)
+    assert 16 % tp == 0 and 4 % tp == 0
+    assert check.unified_group == (tp * pp > gpn)
