@@ -171,9 +171,7 @@ def test_a_node_made_unplaceable_is_replanned_and_tokens_still_match(ray) -> Non
         ) as realisation:  # fmt: skip
             assert [f.node_id for a in realisation.attempts for f in a.failures] == [busy]
             assert reported == list(realisation.attempts)
-            assert "not placed in time (scheduling state NO_RESOURCES)" in str(
-                realisation.attempts[0].failures[0]
-            )
+            assert "NO_RESOURCES" in str(realisation.attempts[0].failures[0])
             assert busy not in {a.node_id for a in realisation.plan.assignments}
             run = run_pipeline(realisation.actors, CONFIG, PROMPT, 8, timeout_s=60)
     finally:

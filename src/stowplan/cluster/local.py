@@ -18,7 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from stowplan.errors import DependencyError, InputError
+from stowplan.cluster._ray import require_ray
+from stowplan.errors import InputError
 
 __all__ = ["DEFAULT_FAKE_NODES", "FakeNode", "LocalCluster", "local_cluster", "ray_module"]
 
@@ -33,11 +34,7 @@ _SYSTEM_CONFIG = {"health_check_period_ms": 500, "health_check_failure_threshold
 
 def ray_module() -> Any:
     """Import Ray or raise :class:`DependencyError` naming the ``ray`` extra."""
-    try:
-        import ray
-    except ImportError:
-        raise DependencyError("ray", "ray") from None
-    return ray
+    return require_ray()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -6,8 +6,9 @@ actors, in four steps:
 1. pre-check: every node the plan names is alive and offers the stage's
    bundle (``CPU: 1`` plus all its GPUs) in total;
 2. one ``STRICT_PACK`` placement group per stage, its bundle pinned to the
-   plan's node by the ``ray.io/node-id`` label selector, all waited for
-   together within one deadline (an ``INFEASIBLE`` group fails at once);
+   plan's node by the ``ray.io/node-id`` label selector, made by
+   :func:`stowplan.cluster.groups.create_placement_group` (pre-check, bounded
+   wait, fail-fast when infeasible), all within one deadline;
 3. one actor per stage inside its group, ``PLAN_JSON``/``STAGE``/… in its
    runtime env (the worker contract, :func:`stowplan.worker.stage_env`), no
    restarts; each must answer within the same deadline;
@@ -30,6 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from stowplan.cluster.errors import PlacementError
+from stowplan.cluster.groups import create_placement_group, remove_groups
 from stowplan.cluster.local import ray_module
 from stowplan.cluster.nodes import NODE_ID_LABEL, alive_nodes
 from stowplan.errors import InputError, PlanError, StowplanError
@@ -51,7 +54,6 @@ __all__ = [
     "stage_bundle",
 ]
 
-_POLL_S = 0.05
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 """Added to every stage's env: one BLAS thread per stage actor."""
 
@@ -143,14 +145,10 @@ def stage_bundle(node: NodeDescriptor | None, resources: Mapping[str, float]) ->
 
 def _cleanup(actors: Sequence[Any], groups: Sequence[Any]) -> None:
     ray = ray_module()
-    from ray.util.placement_group import remove_placement_group
-
     for actor in actors:
         with contextlib.suppress(Exception):  # already dead: nothing to free
             ray.kill(actor, no_restart=True)
-    for group in groups:
-        with contextlib.suppress(Exception):  # already removed
-            remove_placement_group(group)
+    remove_groups(groups)
 
 
 def _plan_tag(plan: Plan) -> str:
@@ -185,47 +183,6 @@ def _precheck(
     return bundles, failures
 
 
-def _wait_groups(groups: Sequence[Any], plan: Plan, deadline: float) -> list[StageFailure]:
-    """Wait for every group to be CREATED; stop at an INFEASIBLE one; report the rest at the end."""
-    from ray.util.placement_group import placement_group_table
-
-    pending = set(range(len(groups)))
-    infeasible: list[StageFailure] = []
-    while pending:
-        for i in sorted(pending):
-            table = placement_group_table(groups[i])
-            state = table.get("state")
-            sched = (table.get("stats") or {}).get("scheduling_state", "")
-            if state == "CREATED":
-                pending.discard(i)
-            elif sched == "INFEASIBLE":
-                node = plan.assignments[i].node_id
-                infeasible.append(
-                    StageFailure(stage=i, node_id=node, reason="group is infeasible on its node")
-                )
-                pending.discard(i)
-        if infeasible:
-            return infeasible
-        if not pending:
-            return []
-        if time.monotonic() >= deadline:
-            out = []
-            for i in sorted(pending):
-                sched = (placement_group_table(groups[i]).get("stats") or {}).get(
-                    "scheduling_state", "unknown"
-                )
-                out.append(
-                    StageFailure(
-                        stage=i,
-                        node_id=plan.assignments[i].node_id,
-                        reason=f"group not placed in time (scheduling state {sched})",
-                    )
-                )
-            return out
-        time.sleep(_POLL_S)
-    return []
-
-
 def realise(
     plan: Plan,
     actor_class: Any,
@@ -253,7 +210,6 @@ def realise(
         StageStartError: an actor failed in its constructor on a live node.
     """
     ray = ray_module()
-    from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     for name, value in (("timeout_s", timeout_s), ("start_timeout_s", start_timeout_s)):
@@ -270,19 +226,21 @@ def realise(
     groups: list[Any] = []
     actors: list[Any] = []
     try:
-        # Step 2: one pinned STRICT_PACK group per stage, waited for together.
+        # Step 2: one pinned STRICT_PACK group per stage, within one deadline.
         for a, bundle in zip(plan.assignments, bundles, strict=True):
-            groups.append(
-                placement_group(
-                    [bundle],
-                    strategy="STRICT_PACK",
-                    name=f"stowplan-{tag}-stage{a.stage}",
-                    bundle_label_selector=[{NODE_ID_LABEL: a.node_id}],
+            try:
+                groups.append(
+                    create_placement_group(
+                        [bundle],
+                        "STRICT_PACK",
+                        name=f"stowplan-{tag}-stage{a.stage}",
+                        timeout_s=max(0.1, deadline - time.monotonic()),
+                        bundle_label_selector=[{NODE_ID_LABEL: a.node_id}],
+                    )
                 )
-            )
-        failures = _wait_groups(groups, plan, deadline)
-        if failures:
-            raise StageUnplaceable(failures, time.monotonic() - start)
+            except PlacementError as exc:
+                failure = StageFailure(stage=a.stage, node_id=a.node_id, reason=str(exc))
+                raise StageUnplaceable([failure], time.monotonic() - start) from None
         # Step 3: one actor per stage in its group, the plan in its env.
         for a, bundle, env, group in zip(plan.assignments, bundles, envs, groups, strict=True):
             actors.append(
