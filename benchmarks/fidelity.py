@@ -118,8 +118,10 @@ def run_cpu(args: argparse.Namespace) -> None:
         load = f"load average {os.getloadavg()[0]:.1f} at the end"
     except OSError:
         load = "load average unknown"
-    print(f"CPU: {args.blocks} blocks, {model_bytes / 2**20:.0f} MiB f32, hidden {HIDDEN}; ")
-    print(f"{cores} cores, {load}")
+    print(
+        f"CPU: {args.blocks} blocks, {model_bytes / 2**20:.0f} MiB f32, hidden {HIDDEN}; "
+        f"{cores} cores, {load}"
+    )
     print(
         f"rounds: {args.rounds}; each round, per thread count: quick probe (median of 5 passes) "
         f"then {args.tokens} decode tokens (median)"
