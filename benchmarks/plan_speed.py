@@ -1,11 +1,16 @@
 """plan() wall time by cluster size and model, medians; the exact certificate separately.
 
-python benchmarks/plan_speed.py --sizes 8 64 256 1024 --repeats 3
+python benchmarks/plan_speed.py --sizes 8 64 256 1024 --repeats 5
+
+Models: llama3.1:8b (32 blocks), llama3.1:70b (80), llama3.1:405b-q4_0 (126).  Cluster
+r of size n is seeded by (n, r), so every model and objective (and every version of
+the planner) sees the same clusters; one too small for a model is redrawn.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import statistics
 import sys
@@ -23,21 +28,24 @@ from stowplan.planner.exact import solve_exact
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[8, 64, 256, 1024])
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--exact-up-to", type=int, default=64)
+    ap.add_argument(
+        "--models", nargs="+", default=["llama3.1:8b", "llama3.1:70b", "llama3.1:405b-q4_0"]
+    )
     args = ap.parse_args()
-    rng = random.Random(1)
     print("| nodes | model (blocks) | objective | plan() median ms | exact certificate ms |")
     print("|---|---|---|---|---|")
     for n in args.sizes:
-        for name in ("llama3.1:70b", "llama3.1:405b-q4_0"):
+        for name in args.models:
             model = lookup(name)
             assert model is not None
             for objective, batch in (("latency", 1), ("throughput", 16)):
                 c = Constraints(batch=batch)
                 times, exact_ms = [], "-"
                 for r in range(args.repeats):
-                    while True:  # redraw clusters too small for the model
+                    for attempt in itertools.count():  # redraw clusters too small for the model
+                        rng = random.Random(f"{n}-{r}-{attempt}")
                         nodes = cluster(rng, n, wan=r % 2 == 1)
                         t0 = time.perf_counter()
                         try:

@@ -332,6 +332,10 @@ def predict(
     ``calibration`` (default: ``constraints.calibration``) applies a profile's
     corrections; None there too gives the first-order model.
     """
+    if plan.topology.experts_per_layer is not None and model.experts is not None:
+        from stowplan.planner.experts import expert_prediction  # the expert term lives there
+
+        return expert_prediction(model, nodes, constraints, plan, calibration=calibration)
     cm = CostModel(model, nodes, constraints, calibration)
     order, bounds = cm.plan_order_bounds(plan)
     return cm.prediction(order, bounds)

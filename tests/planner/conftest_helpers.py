@@ -18,6 +18,11 @@ def instances(draw: st.DrawFn, max_nodes: int = 4, max_blocks: int = 6) -> tuple
         if uniform
         else [draw(st.integers(1, 6)) * 10**9 for _ in range(nb)]
     )
+    # MoE-like blocks: a token reads only part of what a block stores (router + top-k).
+    moe = draw(st.booleans())
+    ratio = st.sampled_from([1, 4, 8])
+    shared = draw(ratio)
+    reads = [s // (shared if uniform else draw(ratio)) if moe else s for s in sizes]
     model = ModelLayout(
         name="m",
         num_blocks=nb,
@@ -25,11 +30,12 @@ def instances(draw: st.DrawFn, max_nodes: int = 4, max_blocks: int = 6) -> tuple
         bytes_per_activation_elem=2,
         block_params_bytes=round(sum(sizes) / nb),
         block_bytes=tuple(sizes),
+        block_read_bytes=tuple(reads) if moe else None,
         head_params_bytes=draw(st.integers(0, 3)) * 10**9,
         embed_params_bytes=draw(st.integers(0, 3)) * 10**9,
         kv_bytes_per_token=(4096,) * nb,
         total_params=sum(sizes) // 2,
-        active_params=sum(sizes) // 2,
+        active_params=sum(reads) // 2,
     )
     n = draw(st.integers(1, max_nodes))
     nodes = []

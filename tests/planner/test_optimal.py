@@ -151,3 +151,59 @@ def two_gpus():
         ),
     ]
     return model, nodes
+
+
+@settings(max_examples=60)
+@given(instances(max_nodes=5, max_blocks=8))
+def test_a_throughput_plan_proven_optimal_equals_the_exact_optimum(inst):
+    from stowplan.planner.throughput import throughput_search
+
+    model, nodes = inst
+    c = Constraints(batch=8, strategy=Strategy.THROUGHPUT)
+    try:
+        problem = prepare(model, nodes, c)
+    except PlanError:
+        return
+    cm = CostModel(model, nodes, c)
+    found, proven = throughput_search(problem, cm)
+    if not proven:
+        return
+    opt = solve_exact(problem, cm, "throughput")
+    assert found is not None
+    assert cm.evaluate(*found).bottleneck_s == pytest.approx(opt.value, rel=1e-9)
+
+
+@settings(max_examples=30)
+@given(instances(max_nodes=7, max_blocks=8))
+def test_the_certificate_never_claims_more_than_the_exact_optimum(inst):
+    model, nodes = inst
+    for batch, objective in ((1, "latency"), (8, "throughput")):
+        c = Constraints(batch=batch)
+        p = _plan_or_none(model, nodes, c)
+        if p is None:
+            return
+        opt = solve_exact(prepare(model, nodes, c), CostModel(model, nodes, c), objective)
+        cert = p.rationale.certificate
+        if objective == "latency":
+            assert cert.bound <= opt.value * (1 + 1e-9)
+        else:
+            assert cert.bound >= batch / opt.value * (1 - 1e-9)
+
+
+@settings(max_examples=80)
+@given(instances(max_nodes=7, max_blocks=8))
+def test_the_fractional_bound_never_beats_the_exact_optimum(inst):
+    from stowplan.planner.exact import fluid_bound
+
+    model, nodes = inst
+    for batch, objective in ((1, "latency"), (8, "throughput")):
+        c = Constraints(batch=batch)
+        try:
+            problem = prepare(model, nodes, c)
+        except PlanError:
+            return
+        cm = CostModel(model, nodes, c)
+        opt = solve_exact(problem, cm, objective)
+        if opt.pipeline is None:
+            continue
+        assert fluid_bound(problem, cm, objective) <= opt.value * (1 + 1e-9)

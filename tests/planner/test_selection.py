@@ -83,7 +83,7 @@ def test_cli_prints_the_plan_with_peers(capsys, tmp_path):
         == 0
     )
     out = capsys.readouterr().out
-    assert "throughput" in out and "certificate:" in out and "vllm" in out
+    assert "throughput" in out and "certificate (throughput):" in out and "vllm" in out
 
 
 def test_cli_target_without_prices_is_an_input_error(capsys, tmp_path):

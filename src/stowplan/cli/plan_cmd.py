@@ -13,10 +13,13 @@ from stowplan.calibration.store import resolve_calibration
 from stowplan.cli.app import app
 from stowplan.cli.common import load_fleet, out_console
 from stowplan.errors import InputError
+from stowplan.expert_stats import load_coactivation, load_expert_load
 from stowplan.model import Constraints, Objective
 from stowplan.models import known_names, lookup, resolve_model
 from stowplan.plan import plan_from_json, plan_to_json
 from stowplan.planner import plan as make_plan
+from stowplan.planner.experts import expert_summary, plan_with_experts
+from stowplan.report.experts import render_experts
 from stowplan.report.html import write_html_report
 from stowplan.report.terminal import render_comparison, render_plan
 from stowplan.units import format_bytes, parse_tokens_per_s
@@ -39,6 +42,12 @@ def plan_command(
     offers: Annotated[
         Path | None, typer.Option("--offers", help="vast.ai `search offers --raw` JSON.")
     ] = None,
+    dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--dtype", help="Plan the model stored in this dtype: bf16, fp8, int4, q4_k_m …"
+        ),
+    ] = None,
     min_stages: Annotated[int | None, typer.Option(help="Fewest pipeline stages.")] = None,
     max_stages: Annotated[int | None, typer.Option(help="Most pipeline stages.")] = None,
     headroom: Annotated[
@@ -59,8 +68,30 @@ def plan_command(
         bool, typer.Option("--compare", help="Print peer rules (exo, vLLM, …) side by side.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan JSON.")] = False,
+    expert_load: Annotated[
+        Path | None,
+        typer.Option(
+            "--expert-load",
+            help="MoE expert load per block: JSON, or .npy [layers, experts] as EPLB uses.",
+        ),
+    ] = None,
+    coactivation: Annotated[
+        Path | None,
+        typer.Option(
+            "--coactivation",
+            help="MoE co-selection counts: JSON pairs, or .npy [layers, experts, experts].",
+        ),
+    ] = None,
     html: Annotated[
         Path | None, typer.Option("--html", help="Also write a self-contained HTML report.")
+    ] = None,
+    expert_parallel: Annotated[
+        bool | None,
+        typer.Option(
+            "--expert-parallel/--block-local",
+            help="MoE: spread experts over the nodes, or keep them with their blocks "
+            "(default: whichever the cost model predicts faster).",
+        ),
     ] = None,
     engine: Annotated[
         str | None,
@@ -71,7 +102,7 @@ def plan_command(
     ] = None,
 ) -> None:
     """Plan MODEL on the given nodes and print the plan."""
-    layout = resolve_model(model)
+    layout = resolve_model(model, dtype=dtype)
     fleet = load_fleet(nodes, offers)
     constraints = Constraints(
         min_stages=min_stages,
@@ -88,13 +119,23 @@ def plan_command(
         if engine is None and calibration is None
         else resolve_calibration(engine or "generic", calibration),
     )
-    result = make_plan(layout, fleet, constraints)
+    load = load_expert_load(expert_load) if expert_load is not None else None
+    co = load_coactivation(coactivation) if coactivation is not None else None
+    moe = layout.experts is not None or load is not None or co is not None
+    if moe:
+        result = plan_with_experts(
+            layout, fleet, constraints, load, co, expert_parallel=expert_parallel
+        )
+    else:
+        result = make_plan(layout, fleet, constraints)
     if html is not None:
         write_html_report(html, result, fleet, layout=layout)
     if as_json:
         out_console.file.write(plan_to_json(result))
         return
     render_plan(result, fleet, out_console)
+    if layout.experts is not None:
+        render_experts(result, expert_summary(result, layout, fleet, load, co), out_console)
     prediction = result.rationale.prediction
     if prediction is not None and prediction.calibration is not None:
         out_console.print(f"calibration: {prediction.calibration}")

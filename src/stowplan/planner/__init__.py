@@ -14,7 +14,7 @@ from stowplan.plan import Plan
 from stowplan.planner.certify import finish, objective_of, pick_best
 from stowplan.planner.common import Problem, prepare
 from stowplan.planner.latency import latency_pipeline
-from stowplan.planner.throughput import Pipeline, throughput_pipeline
+from stowplan.planner.throughput import Pipeline, throughput_search
 from stowplan.planner.vram import plan_balance_by_vram
 
 __all__ = ["plan"]
@@ -28,7 +28,18 @@ def _balance_by_vram(problem: Problem) -> Plan:
 
 
 def _heuristic(problem: Problem, cm: CostModel, objective: str) -> Pipeline | None:
-    found = (latency_pipeline if objective == "latency" else throughput_pipeline)(problem, cm)
+    return _search(problem, cm, objective)[0]
+
+
+def _search(problem: Problem, cm: CostModel, objective: str) -> tuple[Pipeline | None, bool]:
+    """The strategy's pipeline, and whether a relaxation proved it optimal."""
+    if objective == "latency":
+        found, proven = latency_pipeline(problem, cm), False
+    else:
+        found, proven = throughput_search(problem, cm)
+    if proven:
+        # No pipeline beats it, so no peer rule can either: they need not be run.
+        return found, True
     if not cm.uniform and len(cm.nodes) <= _SMALL_NONUNIFORM:
         # Unlike blocks make the node order matter: small clusters are solved exactly.
         from stowplan.errors import DependencyError
@@ -39,7 +50,7 @@ def _heuristic(problem: Problem, cm: CostModel, objective: str) -> Pipeline | No
         except DependencyError:
             exact = None
         found = pick_best(problem, cm, objective, exact) if exact is not None else found
-    return pick_best(problem, cm, objective, found)
+    return pick_best(problem, cm, objective, found), False
 
 
 _SMALL_NONUNIFORM = 6
@@ -52,8 +63,21 @@ def _latency(problem: Problem) -> Plan:
 
 
 def _throughput(problem: Problem) -> Plan:
+    from stowplan.planner.exact import Optimum
+
     cm = CostModel(problem.model, problem.nodes, problem.constraints)
-    return finish(problem, cm, Strategy.THROUGHPUT, _need(_heuristic(problem, cm, "throughput")))
+    found, proven = _search(problem, cm, "throughput")
+    p = _need(found)
+    optimum = None
+    if proven:
+        optimum = Optimum(
+            objective="throughput",
+            value=cm.evaluate(*p).bottleneck_s,
+            exact=True,
+            method="capacity relaxation: no pipeline has every stage faster",
+            pipeline=p,
+        )
+    return finish(problem, cm, Strategy.THROUGHPUT, p, optimum=optimum)
 
 
 def _exact(problem: Problem) -> Plan:

@@ -107,11 +107,7 @@ def _notes(
             if usable
             else f"stage {s}: no usable VRAM"
         )
-    out.append(
-        f"predicted: {pred.tokens_per_s:.2f} tokens/s pipelined at batch {pred.batch}, "
-        f"{pred.time_per_token_s * 1e3:.2f} ms per token single-stream "
-        f"(bottleneck stage {pred.bottleneck_stage})"
-    )
+    out.append(_prediction_note(pred, n))
     if pred.kv_capacity_tokens is None:
         out.append("KV capacity unknown: the layout has no KV-cache figure")
     else:
@@ -130,6 +126,31 @@ def _notes(
     if pred.assumed:
         out.append(f"{len(pred.assumed)} input(s) assumed from the spec table (see prediction)")
     return out
+
+
+def _prediction_note(pred: Prediction, num_stages: int) -> str:
+    """What the prediction means for the user, in the workload's own terms."""
+    slowest = pred.stage_time_s[pred.bottleneck_stage] * 1e3
+    if pred.batch == 1:
+        one = 1.0 / pred.time_per_token_s if pred.time_per_token_s > 0 else math.inf
+        ms = pred.time_per_token_s * 1e3
+        text = f"predicted: {one:.2f} tokens/s for one stream ({ms:.2f} ms/token)"
+        if num_stages > 1:
+            text += (
+                f"; with {num_stages} streams in flight up to {pred.tokens_per_s:.2f} tokens/s "
+                f"in all (bottleneck stage {pred.bottleneck_stage}, {slowest:.2f} ms/step)"
+            )
+    else:
+        text = (
+            f"predicted: {pred.tokens_per_s:.2f} tokens/s pipelined at batch {pred.batch} "
+            f"(bottleneck stage {pred.bottleneck_stage}, {slowest:.2f} ms/step), "
+            f"{pred.time_per_token_s * 1e3:.2f} ms per token per sequence"
+        )
+    if pred.cost_per_hour is not None:
+        text += f"; ${pred.cost_per_hour:.2f}/h"
+        if pred.usd_per_million_tokens is not None:
+            text += f", ${pred.usd_per_million_tokens:.2f} per million tokens"
+    return text
 
 
 def finish(

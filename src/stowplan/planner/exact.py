@@ -17,6 +17,7 @@ numpy and scipy are imported lazily (extra ``exact``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,6 +171,7 @@ def _milp(problem: Problem, cm: CostModel, objective: str, time_limit_s: float) 
     rd = min(cm.read_prefix[i + 1] - cm.read_prefix[i] for i in range(nb))
     kvr = min(cm.kv_prefix[i + 1] - cm.kv_prefix[i] for i in range(nb))
     mem = min(cm.mem_prefix[i + 1] - cm.mem_prefix[i] for i in range(nb))
+    window = _max_window(cm)
     # variables: k_d, u_d, f_d, l_d, t_d for d in nodes, then T (throughput only)
     nv = 5 * n + 1
 
@@ -195,6 +197,11 @@ def _milp(problem: Problem, cm: CostModel, objective: str, time_limit_s: float) 
     rows.append(({lv(d): 1.0 for d in range(n)}, 1, 1))
     rows.append(({u(d): 1.0 for d in range(n)}, max(2, problem.min_stages), problem.max_stages))
     gb = 1e-9
+    if not cm.uniform:
+        # Blocks taken as small as the smallest hold little; the nodes used must still hold
+        # every byte, and a node no more blocks than its widest window that fits.
+        total = cm.mem_prefix[nb] + cm.embed + cm.head
+        rows.append(({u(d): cm.usable[d] * gb for d in range(n)}, total * gb, np.inf))
     for d in range(n):
         rows.append(({k(d): 1.0, u(d): -float(nb)}, -np.inf, 0))
         rows.append(({u(d): 1.0, k(d): -1.0}, -np.inf, 0))
@@ -233,7 +240,7 @@ def _milp(problem: Problem, cm: CostModel, objective: str, time_limit_s: float) 
     integrality = np.zeros(nv)
     integrality[: 4 * n] = 1
     upper = np.full(nv, np.inf)
-    upper[:n] = nb
+    upper[:n] = [min(nb, w) for w in window]
     upper[n : 4 * n] = 1
     res = milp(
         c,
@@ -272,6 +279,20 @@ def _milp(problem: Problem, cm: CostModel, objective: str, time_limit_s: float) 
     )
 
 
+def _max_window(cm: CostModel) -> list[int]:
+    """Per node: the most consecutive blocks (weights + KV) that fit its usable VRAM."""
+    mp, nb = cm.mem_prefix, cm.num_blocks
+    out = []
+    for d in range(len(cm.nodes)):
+        best, lo = 0, 0
+        for hi in range(1, nb + 1):
+            while mp[hi] - mp[lo] > cm.usable[d]:
+                lo += 1
+            best = max(best, hi - lo)
+        out.append(best)
+    return out
+
+
 def _milp_pipeline(cm: CostModel, x: Any) -> Pipeline | None:
     n = len(cm.nodes)
     counts = {d: round(x[d]) for d in range(n) if x[n + d] > 0.5 and round(x[d]) > 0}
@@ -295,6 +316,16 @@ def solve_exact(
     return _milp(problem, cm, objective, time_limit_s)
 
 
+def _min_stages_by_room(room: Sequence[float], nb: int) -> int:
+    """The fewest nodes whose fractional block room holds ``nb`` blocks (len+1 if none do)."""
+    held = 0.0
+    for k, r in enumerate(sorted(room, reverse=True), start=1):
+        held += r
+        if held >= nb - 1e-9:
+            return k
+    return len(room) + 1
+
+
 def fluid_bound(problem: Problem, cm: CostModel, objective: str) -> float:
     """A valid lower bound (seconds) on the objective, from a fractional relaxation.
 
@@ -308,7 +339,8 @@ def fluid_bound(problem: Problem, cm: CostModel, objective: str) -> float:
     kvr = min(cm.kv_prefix[i + 1] - cm.kv_prefix[i] for i in range(nb))
     mem = min(cm.mem_prefix[i + 1] - cm.mem_prefix[i] for i in range(nb))
     rate = [max((rd + kvr) * cm.inv_bw[d], rd * cm.flop_s_per_byte[d]) for d in range(n)]
-    room = [nb if mem <= 0 else cm.usable[d] / mem for d in range(n)]
+    window = _max_window(cm)
+    room = [min(window[d], nb if mem <= 0 else cm.usable[d] / mem) for d in range(n)]
     single = math.inf
     if problem.min_stages <= 1:
         single = min(
@@ -330,27 +362,33 @@ def fluid_bound(problem: Problem, cm: CostModel, objective: str) -> float:
             left -= take
             if left <= 0:
                 break
-        hops = sorted(cm.latency_s)[:2]
-        return min(single, total + sum(hops) + min(cm.xfer_s))
+        # Every stage of a multi-stage pipeline pays its node's hop latency and all but the
+        # last their transfer; the pipeline needs at least ``k`` stages to hold the blocks.
+        k = max(2, problem.min_stages, _min_stages_by_room(room, nb))
+        hops = sum(sorted(cm.latency_s)[:k]) + sum(sorted(cm.xfer_s)[: k - 1])
+        head = min(cm.head * min(cm.inv_bw[d], cm.flop_s_per_byte[d]) for d in range(n))
+        return min(single, total + hops + head)
     top = max(problem.max_stages, 2)
+    # Per node: fractional blocks within tm as an interior stage (after its transfer) and
+    # as the last stage (no transfer): min(max(tm - x, 0) / rate, room, nb).
+    lim = [min(room[d], float(nb)) for d in range(n)]
+    inv = [1.0 / rate[d] if rate[d] else math.inf for d in range(n)]
+    xs = cm.xfer_s
 
     def capacity(tm: float) -> float:
-        mid = sorted(
-            (
-                min(max(tm - cm.xfer_s[d], 0.0) / rate[d] if rate[d] else nb, room[d], nb)
-                for d in range(n)
-            ),
-            reverse=True,
-        )
-        gain = max(
-            min(tm / rate[d] if rate[d] else nb, room[d], nb)
-            - min(max(tm - cm.xfer_s[d], 0.0) / rate[d] if rate[d] else nb, room[d], nb)
-            for d in range(n)
-        )
-        return sum(math.floor(x + 1e-9) for x in mid[:top]) + math.floor(gain + 1e-9) + 1
+        mid = [
+            min(max(tm - x, 0.0) * v, c) if v != math.inf else c
+            for x, v, c in zip(xs, inv, lim, strict=True)
+        ]
+        end = [min(tm * v, c) if v != math.inf else c for v, c in zip(inv, lim, strict=True)]
+        mid_sorted = sorted(mid, reverse=True)[:top]
+        gain = max(e - m for e, m in zip(end, mid, strict=True))
+        return sum(math.floor(x + 1e-9) for x in mid_sorted) + math.floor(gain + 1e-9) + 1
 
     lo, hi = 0.0, max(nb * r for r in rate) + max(cm.xfer_s) + 1.0
     for _ in range(60):
+        if hi - lo <= 1e-9 * hi:
+            break
         m = (lo + hi) / 2
         if capacity(m) >= nb:
             hi = m

@@ -13,6 +13,7 @@ until no move helps.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ from stowplan.cost import CostModel
 from stowplan.planner.common import Problem
 from stowplan.planner.throughput import Pipeline
 
-__all__ = ["latency_pipeline"]
+__all__ = ["latency_pipeline", "latency_split"]
 
 _POOL_PER_KEY = 16
 _MAX_ROUNDS = 30
@@ -164,10 +165,67 @@ def latency_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
             got = score(best[1])
             assert got is not None
             candidates.append(_to_pipeline(got[1], got[2]))
+            if not cm.uniform:
+                # Blocks differ: the surrogate's counts are averages.  Split the chosen
+                # nodes exactly, in its order and in the orders of their VRAM.
+                order = got[1]
+                by_room = sorted(order, key=lambda d: (cm.usable[d], d))
+                for o in (order, by_room, by_room[::-1]):
+                    split = latency_split(cm, o)
+                    if split is not None and min_n <= len(split[0]) <= max_n:
+                        candidates.append(split)
     candidates = [c for c in candidates if _valid(cm, c)]
     if not candidates:
         return None
     return min(candidates, key=lambda c: _latency_key(cm, c))
+
+
+def latency_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
+    """The least time per token over subsequences (≥ 2 stages) of ``order``, any block sizes.
+
+    A dynamic programme over (node position, blocks placed): each node in turn
+    is skipped, or takes the next contiguous run of blocks that fits its VRAM.
+    """
+    nb = cm.num_blocks
+    inf = math.inf
+    g = [inf] * (nb + 1)
+    """g[j]: least time with blocks [0, j) placed as stages before the last."""
+    best, at = inf, (-1, -1)
+    choices: list[list[int]] = []
+    for p, d in enumerate(order):
+        lat = cm.latency_s[d]
+        for j in range(1, nb):
+            if g[j] < inf and cm.fits(d, j, nb, False, True):
+                v = g[j] + cm.stage_time(d, j, nb, False, True) + lat
+                if v < best:
+                    best, at = v, (p, j)
+        new = g[:]
+        choice = [-1] * (nb + 1)
+        for j in range(nb - 1):
+            base = lat if j == 0 else g[j] + lat
+            if base == inf:
+                continue
+            for k in range(j + 1, nb):
+                if not cm.fits(d, j, k, j == 0, False):
+                    break
+                v = base + cm.stage_time(d, j, k, j == 0, False)
+                if v < new[k]:
+                    new[k], choice[k] = v, j
+        choices.append(choice)
+        g = new
+    if best == inf:
+        return None
+    p, j = at
+    stages = [(order[p], j)]
+    q = p - 1
+    while j > 0:
+        while choices[q][j] < 0:
+            q -= 1
+        stages.append((order[q], choices[q][j]))
+        j = choices[q][j]
+        q -= 1
+    stages.reverse()
+    return [d for d, _ in stages], [lo for _, lo in stages] + [nb]
 
 
 def _improve(

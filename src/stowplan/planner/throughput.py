@@ -7,17 +7,26 @@ take none is skipped); the first node that can hold all remaining blocks plus
 the head finishes.  Taking the most blocks is never worse because every later
 stage's feasibility is monotone in where it starts.
 
-Which nodes, and which go at the two ends, is chosen by the same bisection on
-a capacity test: at bottleneck T each node can hold some number of blocks as
-an interior stage, as stage 0 (with the embed) or as the last stage (with the
-head, and no outbound transfer); T is feasible when the best first node, the
-best last node and the best ``max_stages − 2`` others hold every block.  For
-models whose blocks are all alike (dense decoders) that test is exact.
+Which nodes, and which go at the two ends, is chosen by a capacity test: at
+bottleneck T each node can hold some number of blocks as an interior stage,
+as stage 0 (with the embed) or as the last stage (with the head, and no
+outbound transfer); T passes when the best first node, the best last node and
+the best ``max_stages − 2`` others hold every block.  Capacities only change
+at the stage times of k blocks on a node, so the least passing T is found by
+bisection over that finite set (listed outright once a few thousand remain;
+before that, a weighted median of the remaining ranges halves them).  Each
+node's stage times are computed once, not per step.
+
+When blocks are all alike a looser test (no end node chosen, just the best
+end gains) is a relaxation of every pipeline; when it fails just below the
+plan's bottleneck the plan is proven optimal, and the peer rules need not be
+run to show it is not worse than theirs.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 
 from stowplan.cost import CostModel
@@ -27,8 +36,10 @@ __all__ = [
     "Pipeline",
     "greedy_split",
     "min_bottleneck_split",
+    "proves_optimal",
     "role_capacity",
     "throughput_pipeline",
+    "throughput_search",
 ]
 
 Pipeline = tuple[list[int], list[int]]
@@ -102,80 +113,252 @@ def min_bottleneck_split(
 
 
 def role_capacity(cm: CostModel, d: int, t_max: float, first: bool, last: bool) -> int:
-    """Blocks node ``d`` can hold in the given role within ``t_max`` and its VRAM."""
-    nb = cm.num_blocks
+    """Blocks node ``d`` can hold in the given role within ``t_max`` and its VRAM.
 
-    def ok(k: int) -> bool:
-        lo, hi = (nb - k, nb) if last else (0, k)
-        return _ok(cm, d, lo, hi, first, last, t_max)
-
-    if cm.uniform:
-        # Stage time and bytes are affine in k; greedy_split verifies the final split.
-        return max(0, min(nb, _affine_guess(cm, d, t_max, first, last)))
-    if not ok(1):
-        return 0
-    good, bad = 1, nb + 1
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        if ok(mid):
-            good = mid
-        else:
-            bad = mid
-    return good
+    The role's blocks are counted from the start of the model (from its end
+    for the last stage); for blocks that differ this is a heuristic.
+    """
+    times = _RoleTimes(cm, [d])
+    caps = times.caps(t_max, strict=False)
+    return caps[1 if first else 2 if last else 0][0]
 
 
-def _affine_guess(cm: CostModel, d: int, t_max: float, first: bool, last: bool) -> int:
-    per_read = cm.read_prefix[1] + cm.kv_prefix[1]
-    per_w = cm.read_prefix[1]
-    head = cm.head if last else 0
-    budget = t_max - (0.0 if last else cm.xfer_s[d])
-    limits = [float(cm.num_blocks)]
-    if per_read * cm.inv_bw[d] > 0:
-        limits.append((budget / cm.inv_bw[d] - head) / per_read)
-    if per_w * cm.flop_s_per_byte[d] > 0:
-        limits.append((budget / cm.flop_s_per_byte[d] - head) / per_w)
-    mem = cm.mem_prefix[1]
-    if mem > 0:
-        anchors = (cm.embed if first else 0) + head
-        limits.append((cm.usable[d] - anchors) / mem)
-    return math.floor(min(limits) + 1e-9)
+class _RoleTimes:
+    """Per node, the stage time of its first k blocks (k = 1 .. what fits in VRAM).
+
+    ``base[d][k-1] + xfer[d]`` is the time of blocks ``[0, k)`` on node ``d`` as
+    stage 0 or an interior stage (they differ only in the VRAM the embed takes);
+    ``tail[d][k-1]`` the time of the last k blocks plus the head, as the last
+    stage.  Both are non-decreasing in k, so a node's capacity at a bottleneck T
+    is a bisection, and every T at which some capacity changes is one of these
+    values: the search for the least feasible T runs over them.  The values
+    are computed exactly as :meth:`CostModel.stage_time` computes them.
+    """
+
+    def __init__(self, cm: CostModel, nodes: Sequence[int]) -> None:
+        nb = cm.num_blocks
+        rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
+        self.nodes = list(nodes)
+        self.xfer = [cm.xfer_s[d] for d in self.nodes]
+        self.k_mid: list[int] = []
+        self.k_first: list[int] = []
+        self.k_last: list[int] = []
+        self.base: list[list[float]] = []
+        self.tail: list[list[float]] = []
+        shared: dict[tuple[float, float, int], list[float]] = {}
+        total_m = mp[nb]
+        for d in self.nodes:
+            u = cm.usable[d]
+            k_mid = min(nb, bisect_right(mp, u) - 1)
+            self.k_mid.append(max(k_mid, 0))
+            self.k_first.append(max(min(nb, bisect_right(mp, u - cm.embed) - 1), 0))
+            # Last stage: blocks [nb-k, nb) with the head.
+            room = u - cm.head
+            k_last = 0 if room < 0 else nb - bisect_left(mp, total_m - room)
+            self.k_last.append(max(min(k_last, nb), 0))
+            ib, fl = cm.inv_bw[d], cm.flop_s_per_byte[d]
+            key = (ib, fl, self.k_mid[-1])
+            if key not in shared:
+                shared[key] = [
+                    max((rp[k] + kp[k]) * ib, rp[k] * fl) for k in range(1, self.k_mid[-1] + 1)
+                ]
+            self.base.append(shared[key])
+            head = cm.head
+            self.tail.append(
+                [
+                    max(
+                        (rp[nb] - rp[nb - k] + head + kp[nb] - kp[nb - k]) * ib,
+                        (rp[nb] - rp[nb - k] + head) * fl,
+                    )
+                    for k in range(1, self.k_last[-1] + 1)
+                ]
+            )
+
+    def caps(self, t: float, strict: bool) -> tuple[list[int], list[int], list[int]]:
+        """Blocks each node holds within ``t`` (``< t`` when strict): interior, first, last."""
+        mid: list[int] = []
+        first: list[int] = []
+        last: list[int] = []
+        for i in range(len(self.nodes)):
+            base, x = self.base[i], self.xfer[i]
+            k = _count(base, x, t, strict)
+            mid.append(k)
+            first.append(min(k, self.k_first[i]))
+            last.append(_count(self.tail[i], 0.0, t, strict))
+        return mid, first, last
+
+    def values(self, i: int, role: int, lo: int, hi: int) -> list[float]:
+        """Stage times of k = lo+1 .. hi blocks of node ``i`` in ``role`` (0/1: base, 2: tail)."""
+        if role == 2:
+            return self.tail[i][lo:hi]
+        x = self.xfer[i]
+        return [v + x for v in self.base[i][lo:hi]]
 
 
-def _capacity_test(
-    cm: CostModel, nodes: Sequence[int], t_max: float, max_stages: int
-) -> Pipeline | None:
-    """An order whose greedy split may meet ``t_max``, per the capacity test; None if not."""
-    nb = cm.num_blocks
-    mid = {d: role_capacity(cm, d, t_max, False, False) for d in nodes}
-    first = {d: role_capacity(cm, d, t_max, True, False) for d in nodes}
-    last = {d: role_capacity(cm, d, t_max, False, True) for d in nodes}
-    ranked = sorted((d for d in nodes if mid[d] > 0), key=lambda d: (-mid[d], d))
+def _count(times: list[float], x: float, t: float, strict: bool) -> int:
+    """How many ``v + x`` for v in ``times`` are ≤ t (< t when strict)."""
+    k = (bisect_left if strict else bisect_right)(times, t - x)
+    n = len(times)
+    if strict:
+        while k < n and times[k] + x < t:
+            k += 1
+        while k > 0 and not times[k - 1] + x < t:
+            k -= 1
+    else:
+        while k < n and times[k] + x <= t:
+            k += 1
+        while k > 0 and times[k - 1] + x > t:
+            k -= 1
+    return k
+
+
+_Caps = tuple[list[int], list[int], list[int]]
+
+
+def _capacity_order(
+    nodes: Sequence[int], caps: _Caps, nb: int, max_stages: int
+) -> list[int] | None:
+    """The order the capacity test picks at these capacities (node ids), None if it fails.
+
+    The first node, the last node and the ``max_stages − 2`` largest interior
+    capacities among the rest must hold every block.  The ends are tried among
+    the largest capacities in their role and the smallest losses against the
+    interior role.
+    """
+    mid, first, last = caps
+    n = len(nodes)
+    ranked = sorted((i for i in range(n) if mid[i] > 0), key=lambda i: (-mid[i], nodes[i]))
+    pos = {i: p for p, i in enumerate(ranked)}
+    prefix = [0]
+    for i in ranked:
+        prefix.append(prefix[-1] + mid[i])
+    k_inner = max_stages - 2
     top_first = _top_ends(nodes, first, mid)
     top_last = _top_ends(nodes, last, mid)
-    best: tuple[int, list[int]] | None = None
+    best_total = -1
+    best: tuple[int, int, int] | None = None
     for f in top_first:
         for lst in top_last:
             if f == lst:
                 continue
-            inner = [d for d in ranked[:max_stages] if d not in (f, lst)][: max_stages - 2]
-            total = first[f] + last[lst] + sum(mid[d] for d in inner)
-            if total >= nb and (best is None or total > best[0]):
-                best = (total, [f, *inner, lst])
+            # The first k_inner of ranked without f and lst.
+            end = min(k_inner, len(ranked))
+            excluded = 0
+            for p in sorted(pos[e] for e in (f, lst) if e in pos):
+                if p < end:
+                    excluded += mid[ranked[p]]
+                    end = min(end + 1, len(ranked))
+            total = first[f] + last[lst] + prefix[end] - excluded
+            if total >= nb and total > best_total:
+                best_total, best = total, (f, lst, end)
     if best is None:
         return None
-    return best[1], []
+    f, lst, end = best
+    inner = [nodes[i] for i in ranked[:end] if i not in (f, lst)]
+    return [nodes[f], *inner, nodes[lst]]
 
 
-def _top_ends(nodes: Sequence[int], role: dict[int, int], mid: dict[int, int]) -> list[int]:
+def _top_ends(nodes: Sequence[int], role: list[int], mid: list[int]) -> list[int]:
     """End candidates: the largest capacities in the role and the smallest losses vs interior."""
-    able = [d for d in nodes if role[d] > 0]
-    by_cap = sorted(able, key=lambda d: (-role[d], d))[:4]
-    by_gain = sorted(able, key=lambda d: (mid[d] - role[d], -role[d], d))[:4]
-    return sorted(set(by_cap) | set(by_gain))
+    able = [i for i in range(len(nodes)) if role[i] > 0]
+    by_cap = sorted(able, key=lambda i: (-role[i], nodes[i]))[:4]
+    by_gain = sorted(able, key=lambda i: (mid[i] - role[i], -role[i], nodes[i]))[:4]
+    return sorted(set(by_cap) | set(by_gain), key=lambda i: nodes[i])
 
 
-def throughput_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
-    """The best pipeline this strategy finds (node indices, bounds); None if none fits."""
+_ENUMERATE = 4096
+"""Candidate bottlenecks listed and sorted outright once this few remain."""
+
+
+def _least_feasible(times: _RoleTimes, nb: int, max_stages: int) -> tuple[float, list[int]] | None:
+    """The least candidate bottleneck T at which the capacity test passes, and its order."""
+    nodes = times.nodes
+    n = len(nodes)
+    hi_t = math.inf
+    hi_caps = (times.k_mid, times.k_first, times.k_last)
+    hi_order = _capacity_order(nodes, hi_caps, nb, max_stages)
+    if hi_order is None:
+        return None
+    lo_caps: _Caps = ([0] * n, [0] * n, [0] * n)
+
+    def spans(lo: _Caps, hi: _Caps) -> list[tuple[int, int, int, int]]:
+        out = []
+        for i in range(n):
+            # Stage 0 and interior capacities change only where the base times do.
+            a, b = lo[0][i], hi[0][i]
+            if b > a:
+                out.append((i, 0, a, b))
+            if hi[2][i] > lo[2][i]:
+                out.append((i, 2, lo[2][i], hi[2][i]))
+        return out
+
+    force = False
+    while True:
+        todo = spans(lo_caps, hi_caps)
+        count = sum(b - a for _, _, a, b in todo)
+        if count <= _ENUMERATE or force:
+            cands = sorted({v for i, r, a, b in todo for v in times.values(i, r, a, b)})
+            cands = [v for v in cands if v < hi_t]
+            left, right = 0, len(cands)  # the answer is cands[right] (or hi_t at len)
+            while left < right:
+                m = (left + right) // 2
+                caps = times.caps(cands[m], strict=False)
+                order = _capacity_order(nodes, caps, nb, max_stages)
+                if order is None:
+                    left = m + 1
+                else:
+                    right, hi_order = m, order
+            t = cands[right] if right < len(cands) else hi_t
+            return t, hi_order
+        # A weighted median of the spans' middle values removes at least a quarter.
+        pivots = sorted(
+            (times.values(i, r, (a + b) // 2, (a + b) // 2 + 1)[0], b - a) for i, r, a, b in todo
+        )
+        half, acc, pivot = count / 2, 0, pivots[-1][0]
+        for v, w in pivots:
+            acc += w
+            if acc >= half:
+                pivot = v
+                break
+        if pivot >= hi_t:  # ties at the top: list them all
+            force = True
+            continue
+        caps = times.caps(pivot, strict=False)
+        order = _capacity_order(nodes, caps, nb, max_stages)
+        if order is None:
+            lo_caps = caps
+        else:
+            hi_t, hi_caps, hi_order = pivot, caps, order
+
+
+def proves_optimal(cm: CostModel, times: _RoleTimes, bottleneck_s: float, max_stages: int) -> bool:
+    """True when no pipeline of two or more stages has every stage faster than ``bottleneck_s``.
+
+    A relaxation of the capacity test, valid when every block is alike (a
+    stage's time and bytes then depend only on its block count and role):
+    any such pipeline's blocks are at most the ``max_stages`` largest interior
+    capacities plus the best gains of two different nodes as stage 0 and as
+    the last stage (each able to hold a block in that role).
+    """
+    if not cm.uniform:
+        return False
+    mid, first, last = times.caps(bottleneck_s, strict=True)
+    # A stage holds at least one block: only nodes able to take the role can end the chain.
+    firsts = sorted(
+        ((f - m, i) for i, (f, m) in enumerate(zip(first, mid, strict=True)) if f), reverse=True
+    )[:2]
+    lasts = sorted(
+        ((x - m, i) for i, (x, m) in enumerate(zip(last, mid, strict=True)) if x), reverse=True
+    )[:2]
+    gains = [gf + gl for gf, f in firsts for gl, lst in lasts if f != lst]
+    if not gains:
+        return True
+    top = sorted(mid, reverse=True)[: max(max_stages, 2)]
+    return sum(top) + max(gains) < cm.num_blocks
+
+
+def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None, bool]:
+    """The best pipeline this strategy finds, and whether it is proven optimal."""
     nodes = list(range(len(cm.nodes)))
     min_n, max_n = problem.min_stages, problem.max_stages
     candidates: list[Pipeline] = []
@@ -185,43 +368,46 @@ def throughput_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
         if singles:
             d = min(singles, key=lambda d: (cm.stage_time(d, 0, cm.num_blocks, True, True), d))
             candidates.append(([d], [0, cm.num_blocks]))
-    if max_n >= 2:
-        # Bisection on T with the capacity test chooses the nodes and the ends.
-        hi = _initial_upper(cm, nodes)
-        lo = 0.0
-        order: list[int] | None = None
-        for _ in range(_ITERATIONS):
-            if hi - lo <= 1e-9 * hi:
-                break
-            t = (lo + hi) / 2
-            found = _capacity_test(cm, nodes, t, max_n)
-            if found is None:
-                lo = t
-            else:
-                hi, order = t, found[0]
-        if order is None:
-            found = _capacity_test(cm, nodes, hi, max_n)
-            order = None if found is None else found[0]
-        if order is not None:
-            split = greedy_split(cm, order, hi * (1 + 1e-9), min_n)
+    times: _RoleTimes | None = None
+    if max_n >= 2 and len(nodes) >= 2:
+        # The least bottleneck the capacity test admits chooses the nodes and the ends.
+        times = _RoleTimes(cm, nodes)
+        found = _least_feasible(times, cm.num_blocks, max_n)
+        if found is not None:
+            t, order = found
+            split = greedy_split(cm, order, t * (1 + 1e-9), min_n)
             if split is None or not cm.uniform:
                 split = min_bottleneck_split(cm, order, min_n) or split
             if split is not None:
                 candidates.append(split)
+            if not cm.uniform:
+                # Blocks differ: where a node sits matters.  Try the chosen nodes in the
+                # orders of their VRAM, and every node (skipping allowed) likewise.
+                for pool in (order, nodes):
+                    by_room = sorted(pool, key=lambda d: (cm.usable[d], d))
+                    for o in (by_room, by_room[::-1]):
+                        split = min_bottleneck_split(cm, o, min_n)
+                        if split is not None:
+                            candidates.append(split)
     candidates = [c for c in candidates if min_n <= len(c[0]) <= max_n]
     if not candidates:
-        return None
-    return min(candidates, key=lambda c: _throughput_key(cm, c))
+        return None, False
+    best = min(candidates, key=lambda c: _throughput_key(cm, c))
+    proven = (
+        times is not None
+        and max_n >= 2
+        and proves_optimal(cm, times, cm.evaluate(*best).bottleneck_s, max_n)
+    )
+    if max_n < 2:
+        proven = True  # the fastest single node is the only kind of pipeline
+    return best, proven
+
+
+def throughput_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
+    """The best pipeline this strategy finds (node indices, bounds); None if none fits."""
+    return throughput_search(problem, cm)[0]
 
 
 def _throughput_key(cm: CostModel, c: Pipeline) -> tuple[float, float, int]:
     ev = cm.evaluate(*c)
     return (ev.bottleneck_s, ev.time_per_token_s, len(c[0]))
-
-
-def _initial_upper(cm: CostModel, nodes: Sequence[int]) -> float:
-    """A bottleneck no stage can exceed: every block plus the head on the slowest node."""
-    nb = cm.num_blocks
-    return max(cm.stage_time(d, 0, nb, True, False) for d in nodes) + max(
-        cm.stage_time(d, 0, nb, True, True) for d in nodes
-    )

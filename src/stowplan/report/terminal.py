@@ -42,25 +42,7 @@ def render_plan(plan: Plan, nodes: Sequence[NodeDescriptor], console: Console) -
     console.print(table)
     render_node_bars(plan, nodes, console)
     for note in plan.rationale.notes:
-        console.print(f"  • {note}", highlight=False)
-    pred = plan.rationale.prediction
-    if pred is not None:
-        line = (
-            f"prediction: {pred.tokens_per_s:.2f} tokens/s pipelined (batch {pred.batch}), "
-            f"{pred.time_per_token_s * 1e3:.2f} ms/token single-stream"
-        )
-        if pred.cost_per_hour is not None:
-            line += f", ${pred.cost_per_hour:.2f}/h"
-        if pred.usd_per_million_tokens is not None:
-            line += f", ${pred.usd_per_million_tokens:.2f} per million tokens"
-        console.print(line, highlight=False)
-    cert = plan.rationale.certificate
-    if cert is not None:
-        kind = "optimum" if cert.exact else "bound"
-        console.print(
-            f"certificate: {cert.objective} gap {cert.gap:.2%} to the {kind} ({cert.method})",
-            highlight=False,
-        )
+        console.print(f"  • {note}", highlight=False, markup=False)
 
 
 def render_comparison(plan: Plan, baselines: Sequence[BaselineResult], console: Console) -> None:

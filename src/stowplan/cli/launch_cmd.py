@@ -1,0 +1,302 @@
+"""``stowplan launch`` and ``stowplan demo-run``: realise a plan on Ray."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from stowplan.cli.app import app
+from stowplan.cli.common import err_console, out_console
+from stowplan.errors import InputError, PlanError
+from stowplan.model import Constraints, ModelLayout, NodeDescriptor
+from stowplan.models import resolve_model
+from stowplan.nodefile import load_nodes
+from stowplan.plan import plan_to_dict
+from stowplan.planner import plan as make_plan
+from stowplan.report.terminal import render_plan
+from stowplan.units import format_bytes
+from stowplan.worker import stage_env
+
+DEMO_NAMES = ("demo", "stowplan-demo")
+
+RayOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        help="Address of a running Ray cluster; without it a local fake multi-node "
+        "cluster is started on 127.0.0.1 and stopped at the end.",
+    ),
+]
+MinStages = Annotated[int | None, typer.Option(help="Fewest pipeline stages.")]
+MaxStages = Annotated[int | None, typer.Option(help="Most pipeline stages.")]
+Headroom = Annotated[
+    float | None, typer.Option(help="VRAM fraction kept free per node, in [0, 1).")
+]
+StrategyOption = Annotated[
+    str | None, typer.Option(help="balance-by-vram, latency, throughput or exact.")
+]
+Timeout = Annotated[
+    float, typer.Option("--timeout", help="Seconds each attempt may take to place all stages.")
+]
+Attempts = Annotated[
+    int, typer.Option("--max-attempts", help="Plans tried, excluding failed nodes each time.")
+]
+
+
+def _layout(model: str) -> ModelLayout:
+    if model in DEMO_NAMES:
+        from stowplan.demo.model import demo_layout
+
+        return demo_layout()
+    return resolve_model(model)
+
+
+@contextmanager
+def _ray_session(address: str | None) -> Iterator[None]:
+    """Connect to ``address``, or start (and finally stop) a local fake cluster."""
+    from stowplan.cluster.local import DEFAULT_FAKE_NODES, ray_module, start_local_cluster
+
+    if address is not None:
+        ray = ray_module()
+        if ray.is_initialized():  # already connected (a library caller, a test)
+            yield
+            return
+        ray.init(address=address, log_to_driver=False)
+        try:
+            yield
+        finally:
+            ray.shutdown()
+        return
+    local = start_local_cluster(DEFAULT_FAKE_NODES)
+    err_console.print(
+        f"started a local Ray cluster at {local.address} with {len(DEFAULT_FAKE_NODES)} "
+        "fake GPU nodes: "
+        + ", ".join(f"{n.gpu_name} {format_bytes(n.vram_bytes)}" for n in DEFAULT_FAKE_NODES)
+    )
+    try:
+        yield
+    finally:
+        local.shutdown()
+
+
+def _report_failure(attempt: Any) -> None:
+    for f in attempt.failures:
+        err_console.print(f"stage could not start: {f}; excluding node {f.node_id}, replanning")
+
+
+def _print_stage_env(envs: list[dict[str, str]], node_ids: list[str]) -> None:
+    for stage, (env, node) in enumerate(zip(envs, node_ids, strict=True)):
+        out_console.print(f"# stage {stage} on {node}")
+        for key in sorted(env):
+            value = env[key] if key != "PLAN_JSON" else f"<{len(env[key])} bytes of plan JSON>"
+            out_console.print(f"{key}={value}")
+
+
+def _constraints(
+    min_stages: int | None, max_stages: int | None, headroom: float | None, strategy: str | None
+) -> Constraints:
+    return Constraints(
+        min_stages=min_stages,
+        max_stages=max_stages,
+        vram_headroom_frac=headroom,
+        strategy=strategy,  # type: ignore[arg-type]  # validated by Constraints
+    )
+
+
+def _plan_debug(
+    layout: ModelLayout, fleet: list[NodeDescriptor], constraints: Constraints, as_json: bool
+) -> None:
+    result = make_plan(layout, fleet, constraints)
+    envs = stage_env(result)
+    if as_json:
+        doc = {"plan": plan_to_dict(result), "stage_env": envs}
+        out_console.file.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        return
+    render_plan(result, fleet, out_console)
+    _print_stage_env(envs, [a.node_id for a in result.assignments])
+    out_console.print("plan-debug: nothing was provisioned")
+
+
+@app.command("launch")
+def launch_command(
+    model: Annotated[str, typer.Argument(help="Known model name, Hugging Face id, or 'demo'.")],
+    ray_address: RayOption = None,
+    nodes: Annotated[
+        Path | None,
+        typer.Option("--nodes", help="Fleet file to plan on instead of the Ray cluster's nodes."),
+    ] = None,
+    plan_debug: Annotated[
+        bool,
+        typer.Option("--plan-debug", help="Print the plan and every stage's env; start nothing."),
+    ] = False,
+    min_stages: MinStages = None,
+    max_stages: MaxStages = None,
+    headroom: Headroom = None,
+    strategy: StrategyOption = None,
+    timeout: Timeout = 30.0,
+    max_attempts: Attempts = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Plan MODEL on the Ray cluster's nodes and start one stage actor per stage."""
+    layout = _layout(model)
+    constraints = _constraints(min_stages, max_stages, headroom, strategy)
+    if nodes is not None and plan_debug and ray_address is None:
+        _plan_debug(layout, load_nodes(nodes), constraints, as_json)
+        return
+    with _ray_session(ray_address):
+        from stowplan.cluster.local import ray_module
+        from stowplan.cluster.nodes import ray_node_descriptors
+        from stowplan.cluster.realise import contract_stage_class, realise_with_replan
+
+        fleet = load_nodes(nodes) if nodes is not None else ray_node_descriptors(timeout_s=timeout)
+        if plan_debug:
+            _plan_debug(layout, fleet, constraints, as_json)
+            return
+        realisation = realise_with_replan(
+            layout,
+            fleet,
+            constraints,
+            contract_stage_class(),
+            max_attempts=max_attempts,
+            timeout_s=timeout,
+            on_failure=_report_failure,
+        )
+        with realisation:
+            ray = ray_module()
+            infos = ray.get([a.info.remote() for a in realisation.actors], timeout=timeout)
+            if as_json:
+                doc = {"plan": plan_to_dict(realisation.plan), "stages": infos}
+                out_console.file.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+            else:
+                render_plan(realisation.plan, fleet, out_console)
+                for info in infos:
+                    where = (
+                        "on its planned node"
+                        if info["node_id"] == info["plan_node_id"]
+                        else (f"on {info['node_id']}, NOT its planned node")
+                    )
+                    lo, hi = info["block_range"]
+                    out_console.print(
+                        f"stage {info['stage']} started {where}; resolved blocks [{lo}, {hi}) "
+                        f"from {info['source']}"
+                    )
+        if not as_json:
+            out_console.print(f"released {realisation.plan.num_stages} stage(s)")
+
+
+def _parse_prompt(raw: str) -> list[int]:
+    try:
+        return [int(p) for p in raw.split(",") if p.strip()]
+    except ValueError:
+        raise InputError("--prompt", raw, "must be comma-separated token ids, e.g. 1,2,3") from None
+
+
+@app.command("demo-run")
+def demo_run_command(
+    ray_address: RayOption = None,
+    tokens: Annotated[int, typer.Option("--tokens", help="Tokens to generate.")] = 16,
+    prompt: Annotated[str, typer.Option("--prompt", help="Prompt token ids.")] = "1,2,3",
+    min_stages: MinStages = None,
+    max_stages: MaxStages = None,
+    headroom: Headroom = None,
+    strategy: StrategyOption = None,
+    timeout: Timeout = 30.0,
+    max_attempts: Attempts = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Run the small numpy transformer as a pipeline across Ray stage actors.
+
+    Checks the tokens and logits against a single-process run; exits 1 when
+    they differ.
+    """
+    from stowplan.demo.model import DemoConfig, check_request, demo_layout, generate_local
+
+    config = DemoConfig()
+    ids = _parse_prompt(prompt)
+    check_request(config, ids, tokens)
+    constraints = _constraints(min_stages, max_stages, headroom, strategy)
+    with _ray_session(ray_address):
+        from stowplan.cluster.nodes import ray_node_descriptors
+        from stowplan.cluster.realise import realise_with_replan
+        from stowplan.demo.pipeline import compare, config_args, run_pipeline, stage_worker_class
+
+        fleet = ray_node_descriptors(timeout_s=timeout)
+        try:
+            realisation = realise_with_replan(
+                demo_layout(config),
+                fleet,
+                constraints,
+                stage_worker_class(),
+                actor_args=(config_args(config),),
+                max_attempts=max_attempts,
+                timeout_s=timeout,
+                on_failure=_report_failure,
+            )
+        except PlanError:
+            err_console.print(f"demo model needs {format_bytes(demo_layout(config).weight_bytes)}")
+            raise
+        with realisation:
+            run = run_pipeline(realisation.actors, config, ids, tokens, timeout_s=timeout * 4)
+    reference = generate_local(config, ids, tokens)
+    result = compare(run.generation, reference)
+    gpu = {n.id: n.gpu_name for n in fleet}
+    if as_json:
+        doc = {
+            "plan": plan_to_dict(realisation.plan),
+            "tokens": list(run.generation.tokens),
+            "reference_tokens": list(reference.tokens),
+            "match": result.match,
+            "max_abs_logit_diff": result.max_abs_logit_diff,
+            "tokens_per_s": run.tokens_per_s,
+            "stages": [
+                {
+                    "stage": s.stage,
+                    "node_id": s.node_id,
+                    "block_range": list(s.block_range),
+                    "weight_bytes": s.weight_bytes,
+                    "steps": s.steps,
+                    "busy_s": s.busy_s,
+                    "tokens_per_s": s.tokens_per_s,
+                }
+                for s in run.stages
+            ],
+        }
+        out_console.file.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    else:
+        from rich.table import Table
+
+        table = Table(title=f"demo pipeline: {len(run.stages)} stage(s)", title_justify="left")
+        for col in ("stage", "node", "gpu", "blocks", "weights", "steps", "busy", "tok/s"):
+            table.add_column(col, justify="left" if col in {"node", "gpu", "blocks"} else "right")
+        for s in run.stages:
+            table.add_row(
+                str(s.stage),
+                s.node_id[:12],
+                gpu.get(s.node_id, "?"),
+                f"[{s.block_range[0]}, {s.block_range[1]})",
+                format_bytes(s.weight_bytes),
+                str(s.steps),
+                f"{s.busy_s * 1e3:.1f} ms",
+                f"{s.tokens_per_s:,.0f}",
+            )
+        out_console.print(table)
+        out_console.print(
+            f"generated {len(run.generation.tokens)} tokens in {run.wall_s:.3f} s "
+            f"({run.tokens_per_s:.1f} tok/s end to end): {list(run.generation.tokens)}"
+        )
+        verdict = "MATCH" if result.match else "MISMATCH"
+        same = sum(a == b for a, b in zip(run.generation.tokens, reference.tokens, strict=True))
+        out_console.print(
+            f"{verdict}: {same}/{len(reference.tokens)} token ids equal the single-process run; "
+            f"max |logit difference| {result.max_abs_logit_diff:.3g} "
+            f"(tolerance {result.tolerance:g})"
+        )
+    if not result.match:
+        sys.stdout.flush()
+        raise typer.Exit(1)

@@ -1,0 +1,170 @@
+"""A local fake multi-node Ray cluster on 127.0.0.1 for demos and tests.
+
+Each fake node declares a GPU count and carries the labels ``gpu_name`` and
+``vram_bytes`` that :mod:`stowplan.cluster.nodes` reads when no NVML is
+present.  The head node holds no GPU and no VRAM label, so it is never a
+placement target.  Ray is kept on loopback and isolated in a fresh temporary
+directory (see the Ray notes: the environment variables below must be set
+before Ray starts).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from stowplan.cluster._ray import require_ray
+from stowplan.errors import InputError
+
+__all__ = ["DEFAULT_FAKE_NODES", "FakeNode", "LocalCluster", "local_cluster", "ray_module"]
+
+_OBJECT_STORE_BYTES = 80 << 20
+_LOOPBACK_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_SCHEDULER_EVENTS": "0",
+}
+_SYSTEM_CONFIG = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
+
+
+def ray_module() -> Any:
+    """Import Ray or raise :class:`DependencyError` naming the ``ray`` extra."""
+    return require_ray()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FakeNode:
+    """One fake worker node: a GPU name and count, and the VRAM it claims in total."""
+
+    gpu_name: str
+    vram_bytes: int
+    num_gpus: int = 1
+    num_cpus: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.gpu_name or any(c.isspace() for c in self.gpu_name):
+            raise InputError("gpu_name", self.gpu_name, "must be a non-empty label without spaces")
+        for name in ("vram_bytes", "num_gpus", "num_cpus"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(name, value, "must be an integer >= 1")
+
+    def labels(self) -> dict[str, str]:
+        return {"gpu_name": self.gpu_name, "vram_bytes": str(self.vram_bytes)}
+
+
+DEFAULT_FAKE_NODES: tuple[FakeNode, ...] = (
+    FakeNode(gpu_name="RTX-4070", vram_bytes=5 << 20),
+    FakeNode(gpu_name="RTX-3060", vram_bytes=4 << 20),
+    FakeNode(gpu_name="RTX-2080", vram_bytes=7 << 19),
+    FakeNode(gpu_name="GTX-1660", vram_bytes=2 << 20),
+)
+"""Four nodes with different VRAM (5, 4, 3.5 and 2 MiB), scaled to the demo model
+(about 6.5 MiB): no two hold it, so the planner builds a three-stage pipeline, and
+any one of its nodes can fail and the rest still hold it."""
+
+
+@dataclass(slots=True)
+class LocalCluster:
+    """A running local cluster: the Ray ``Cluster`` object and its worker nodes in order."""
+
+    cluster: Any
+    workers: list[Any]
+    tmpdir: str
+    saved_env: dict[str, str | None]
+
+    @property
+    def address(self) -> str:
+        return str(self.cluster.address)
+
+    def add(self, node: FakeNode) -> Any:
+        """Add one fake node and wait until Ray sees it."""
+        handle = self.cluster.add_node(
+            num_cpus=node.num_cpus,
+            num_gpus=node.num_gpus,
+            labels=node.labels(),
+            object_store_memory=_OBJECT_STORE_BYTES,
+        )
+        self.workers.append(handle)
+        self.cluster.wait_for_nodes()
+        return handle
+
+    def remove(self, handle: Any) -> None:
+        """Remove a worker node (its processes end at once, as when a host dies)."""
+        self.cluster.remove_node(handle, allow_graceful=False)
+        self.workers.remove(handle)
+
+    def node_id(self, handle: Any) -> str:
+        return str(handle.node_id)
+
+    def shutdown(self) -> None:
+        """Disconnect, stop every node, delete the temporary directory, restore the env."""
+        ray = ray_module()
+        try:
+            ray.shutdown()
+            if self.cluster is not None:
+                self.cluster.shutdown()
+        finally:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            for key, value in self.saved_env.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
+def start_local_cluster(nodes: Sequence[FakeNode] = DEFAULT_FAKE_NODES) -> LocalCluster:
+    """Start a head (no GPU) plus one fake node per entry and connect this process to it."""
+    tmpdir = tempfile.mkdtemp(prefix="stowplan-ray-")
+    env = dict(_LOOPBACK_ENV, RAY_TMPDIR=tmpdir)
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    ray = ray_module()
+    from ray._private import ray_constants
+    from ray.cluster_utils import Cluster
+
+    # Ray reads this switch once, at import; a driver that imported Ray before
+    # the variable was set would still bind to the external interface.
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    local = LocalCluster(cluster=None, workers=[], tmpdir=tmpdir, saved_env=saved)
+    try:
+        local.cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 1,
+                "num_gpus": 0,
+                "include_dashboard": False,
+                "object_store_memory": _OBJECT_STORE_BYTES,
+                "_system_config": _SYSTEM_CONFIG,
+            },
+        )
+        for node in nodes:
+            local.workers.append(
+                local.cluster.add_node(
+                    num_cpus=node.num_cpus,
+                    num_gpus=node.num_gpus,
+                    labels=node.labels(),
+                    object_store_memory=_OBJECT_STORE_BYTES,
+                )
+            )
+        local.cluster.wait_for_nodes()
+        ray.init(address=local.cluster.address, log_to_driver=False)
+    except BaseException:
+        local.shutdown()
+        raise
+    return local
+
+
+@contextmanager
+def local_cluster(nodes: Sequence[FakeNode] = DEFAULT_FAKE_NODES) -> Iterator[LocalCluster]:
+    """``with local_cluster() as lc:`` — a started cluster, shut down on exit."""
+    lc = start_local_cluster(nodes)
+    try:
+        yield lc
+    finally:
+        lc.shutdown()

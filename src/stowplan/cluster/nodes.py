@@ -1,0 +1,171 @@
+"""Node descriptors of a live Ray cluster.
+
+One small task runs on every alive node (pinned by node id, zero CPUs) and
+reports what that host sees: the GPUs NVML lists when NVML is present,
+otherwise nothing.  The descriptor then takes, in order of precedence,
+
+* ``gpu_name`` / ``vram_bytes``: NVML's figures, else the node labels of the
+  same names (set with ``ray start --labels``), else the Ray ``GPU`` count
+  with an empty name and no VRAM;
+* ``flops_estimate`` / ``link_mbps`` / ``mem_bandwidth_gbps``: the labels
+  ``flops_tflops``, ``link_mbps``, ``mem_bandwidth_gbps`` when set, else 0
+  (the label ``assumed`` lists which were not given).
+
+``id`` is the Ray node id, so a plan over these descriptors names Ray nodes
+directly.  Nodes without VRAM (the head of a CPU-only cluster) are left out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from stowplan.cluster.local import ray_module
+from stowplan.errors import InputError, StowplanError
+from stowplan.model import NodeDescriptor
+from stowplan.units import parse_bytes
+
+__all__ = ["GpuReport", "NodeProbeError", "describe", "ray_gpu_count", "ray_node_descriptors"]
+
+NODE_ID_LABEL = "ray.io/node-id"
+
+
+class NodeProbeError(StowplanError):
+    """The probe task on a node did not answer in time."""
+
+    def __init__(self, node_id: str, timeout_s: float) -> None:
+        self.node_id = node_id
+        self.timeout_s = timeout_s
+        super().__init__(f"node {node_id} did not answer the GPU probe within {timeout_s:g} s")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuReport:
+    """What the probe task saw on one node: NVML's GPUs (empty without NVML)."""
+
+    node_id: str
+    gpu_names: tuple[str, ...] = ()
+    gpu_memory_bytes: tuple[int, ...] = ()
+
+
+def _probe_nvml() -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """GPU names and memory via NVML; empty when NVML or the driver is absent."""
+    try:
+        import pynvml
+    except ImportError:
+        return (), ()
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # NVMLError_LibraryNotFound and friends: no NVIDIA GPU here
+        return (), ()
+    try:
+        names, memory = [], []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(handle)
+            names.append(name.decode() if isinstance(name, bytes) else str(name))
+            memory.append(int(pynvml.nvmlDeviceGetMemoryInfo(handle).total))
+        return tuple(names), tuple(memory)
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _probe_task() -> tuple[str, tuple[str, ...], tuple[int, ...]]:
+    import ray
+
+    names, memory = _probe_nvml()
+    return ray.get_runtime_context().get_node_id(), names, memory
+
+
+def _label_float(labels: Mapping[str, str], key: str, node_id: str) -> float | None:
+    if key not in labels:
+        return None
+    try:
+        value = float(labels[key])
+    except ValueError:
+        raise InputError(f"{node_id}.labels.{key}", labels[key], "must be a number") from None
+    return value
+
+
+def ray_gpu_count(resources: Mapping[str, float]) -> int:
+    """Whole GPUs in a Ray resource map."""
+    return int(resources.get("GPU", 0))
+
+
+def describe(
+    node_id: str, labels: Mapping[str, str], resources: Mapping[str, float], report: GpuReport
+) -> NodeDescriptor:
+    """One node's descriptor from its labels, its Ray resources and its probe report."""
+    provenance = [("source", "ray")]
+    assumed = []
+    ray_gpus = ray_gpu_count(resources)
+    if report.gpu_names:
+        gpu_name = report.gpu_names[0]
+        vram = sum(report.gpu_memory_bytes)
+        num_gpus = len(report.gpu_names)
+        provenance.append(("measured", "nvml"))
+    else:
+        gpu_name = labels.get("gpu_name", "")
+        raw = labels.get("vram_bytes")
+        vram = 0 if raw is None else parse_bytes(raw, field=f"{node_id}.labels.vram_bytes")
+        num_gpus = max(1, ray_gpus)
+    flops = _label_float(labels, "flops_tflops", node_id)
+    link = _label_float(labels, "link_mbps", node_id)
+    bandwidth = _label_float(labels, "mem_bandwidth_gbps", node_id)
+    for key, value in (("flops_tflops", flops), ("link_mbps", link)):
+        if value is None:
+            assumed.append(key)
+    if assumed:
+        provenance.append(("assumed", ",".join(assumed)))
+    provenance.append(("ray_gpus", str(ray_gpus)))
+    return NodeDescriptor(
+        id=node_id,
+        gpu_name=gpu_name,
+        vram_bytes=vram,
+        flops_estimate=flops or 0.0,
+        link_mbps=link or 0.0,
+        mem_bandwidth_gbps=bandwidth if bandwidth else None,
+        num_gpus=max(1, num_gpus),
+        labels=tuple(provenance),
+    )
+
+
+def alive_nodes() -> list[dict[str, Any]]:
+    """``ray.nodes()`` entries of the alive nodes, in node-id order."""
+    ray = ray_module()
+    return sorted((n for n in ray.nodes() if n.get("Alive")), key=lambda n: str(n["NodeID"]))
+
+
+def ray_node_descriptors(*, timeout_s: float = 30.0) -> list[NodeDescriptor]:
+    """Descriptors of the alive nodes of the connected Ray cluster that hold VRAM.
+
+    Runs one zero-CPU task pinned to each node; raises :class:`NodeProbeError`
+    when a node does not answer within ``timeout_s``.
+    """
+    ray = ray_module()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    probe = ray.remote(num_cpus=0, max_retries=0)(_probe_task)
+    nodes = alive_nodes()
+    refs = {
+        str(n["NodeID"]): probe.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(str(n["NodeID"]), soft=False)
+        ).remote()
+        for n in nodes
+    }
+    out = []
+    for n in nodes:
+        node_id = str(n["NodeID"])
+        try:
+            seen_id, names, memory = ray.get(refs[node_id], timeout=timeout_s)
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError):
+            with contextlib.suppress(Exception):  # already finished or gone with its node
+                ray.cancel(refs[node_id], force=True)
+            raise NodeProbeError(node_id, timeout_s) from None
+        report = GpuReport(node_id=seen_id, gpu_names=names, gpu_memory_bytes=memory)
+        desc = describe(node_id, n.get("Labels", {}), n.get("Resources", {}), report)
+        if desc.vram_bytes > 0:
+            out.append(desc)
+    return out

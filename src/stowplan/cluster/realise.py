@@ -1,0 +1,384 @@
+"""Realise a plan on Ray, and replan on the survivors when a stage cannot start.
+
+:func:`realise` turns a :class:`~stowplan.plan.Plan` into running stage
+actors, in four steps:
+
+1. pre-check: every node the plan names is alive and offers the stage's
+   bundle (``CPU: 1`` plus all its GPUs) in total;
+2. one ``STRICT_PACK`` placement group per stage, its bundle pinned to the
+   plan's node by the ``ray.io/node-id`` label selector, made by
+   :func:`stowplan.cluster.groups.create_placement_group` (pre-check, bounded
+   wait, fail-fast when infeasible), all within one deadline;
+3. one actor per stage inside its group, ``PLAN_JSON``/``STAGE``/… in its
+   runtime env (the worker contract, :func:`stowplan.worker.stage_env`), no
+   restarts; each must answer within the same deadline;
+4. on any failure every actor is killed and every group removed before the
+   error is raised: nothing is left behind.
+
+:func:`realise_with_replan` wraps it in seed 000 §7.2 step 5: a stage that
+cannot be placed in time, or whose node dies before it starts, excludes its
+node; the plan is recomputed on the surviving nodes and realised again, a
+bounded number of times.  When nothing fits, the planner's ``PlanError``
+(with its numbers) reaches the caller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stowplan.cluster.errors import PlacementError
+from stowplan.cluster.groups import create_placement_group, remove_groups
+from stowplan.cluster.local import ray_module
+from stowplan.cluster.nodes import NODE_ID_LABEL, alive_nodes
+from stowplan.errors import InputError, PlanError, StowplanError
+from stowplan.model import Constraints, ModelLayout, NodeDescriptor
+from stowplan.plan import Plan, plan_to_json
+from stowplan.planner import plan as make_plan
+from stowplan.worker import stage_env
+
+__all__ = [
+    "Attempt",
+    "ContractStage",
+    "Realisation",
+    "StageFailure",
+    "StageStartError",
+    "StageUnplaceable",
+    "contract_stage_class",
+    "realise",
+    "realise_with_replan",
+    "stage_bundle",
+]
+
+WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+"""Added to every stage's env: one BLAS thread per stage actor."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageFailure:
+    """Why one stage did not start on its node."""
+
+    stage: int
+    node_id: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"stage {self.stage} on node {self.node_id}: {self.reason}"
+
+
+class StageUnplaceable(StowplanError):
+    """One or more stages could not be placed (or their node died before they started)."""
+
+    def __init__(self, failures: Sequence[StageFailure], waited_s: float) -> None:
+        self.failures = tuple(failures)
+        self.waited_s = waited_s
+        listed = "; ".join(str(f) for f in self.failures)
+        super().__init__(f"stages could not start after {waited_s:.1f} s: {listed}")
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        return tuple(f.node_id for f in self.failures)
+
+
+class StageStartError(StowplanError):
+    """A stage actor was placed but failed while starting (its node is alive)."""
+
+    def __init__(self, stage: int, node_id: str, cause: str) -> None:
+        self.stage = stage
+        self.node_id = node_id
+        super().__init__(f"stage {stage} on node {node_id} failed to start: {cause}")
+
+
+@dataclass(slots=True)
+class Realisation:
+    """Running stages of one plan: the groups and actors, in stage order.
+
+    A runtime handle, not a value.  ``release()`` kills the actors and removes
+    the groups; it is idempotent.
+    """
+
+    plan: Plan
+    groups: list[Any]
+    actors: list[Any]
+    attempts: tuple[Attempt, ...] = ()
+    """Earlier attempts that failed and were replanned (empty when the first plan started)."""
+    released: bool = field(default=False)
+
+    def release(self) -> None:
+        """Kill every stage actor and remove every placement group."""
+        if self.released:
+            return
+        _cleanup(self.actors, self.groups)
+        self.released = True
+
+    def __enter__(self) -> Realisation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attempt:
+    """One failed realisation: the plan tried and the stages that did not start."""
+
+    plan: Plan
+    failures: tuple[StageFailure, ...]
+
+
+def stage_bundle(node: NodeDescriptor | None, resources: Mapping[str, float]) -> dict[str, float]:
+    """The bundle a stage asks of its node: one CPU and every GPU Ray sees there."""
+    gpus = int(resources.get("GPU", 0))
+    if node is not None:
+        labels = dict(node.labels)
+        if "ray_gpus" in labels:
+            gpus = int(labels["ray_gpus"])
+    bundle = {"CPU": 1.0}
+    if gpus > 0:
+        bundle["GPU"] = float(gpus)
+    return bundle
+
+
+def _cleanup(actors: Sequence[Any], groups: Sequence[Any]) -> None:
+    ray = ray_module()
+    for actor in actors:
+        with contextlib.suppress(Exception):  # already dead: nothing to free
+            ray.kill(actor, no_restart=True)
+    remove_groups(groups)
+
+
+def _plan_tag(plan: Plan) -> str:
+    return hashlib.sha256(plan_to_json(plan, indent=None).encode()).hexdigest()[:10]
+
+
+def _precheck(
+    plan: Plan, nodes: Mapping[str, NodeDescriptor]
+) -> tuple[list[dict[str, float]], list[StageFailure]]:
+    alive = {str(n["NodeID"]): n for n in alive_nodes()}
+    bundles, failures = [], []
+    for a in plan.assignments:
+        info = alive.get(a.node_id)
+        resources = info.get("Resources", {}) if info else {}
+        bundle = stage_bundle(nodes.get(a.node_id), resources)
+        bundles.append(bundle)
+        if info is None:
+            failures.append(
+                StageFailure(stage=a.stage, node_id=a.node_id, reason="node is not alive")
+            )
+            continue
+        short = {k: v for k, v in bundle.items() if resources.get(k, 0.0) < v}
+        if short:
+            offered = {k: resources.get(k, 0.0) for k in short}
+            failures.append(
+                StageFailure(
+                    stage=a.stage,
+                    node_id=a.node_id,
+                    reason=f"node offers {offered} but the stage needs {short}",
+                )
+            )
+    return bundles, failures
+
+
+def realise(
+    plan: Plan,
+    actor_class: Any,
+    *,
+    actor_args: Sequence[Any] = (),
+    nodes: Sequence[NodeDescriptor] = (),
+    timeout_s: float = 30.0,
+    start_timeout_s: float = 60.0,
+    extra_env: Mapping[str, str] | None = None,
+) -> Realisation:
+    """Start one ``actor_class`` actor per stage of ``plan`` on the node the plan names.
+
+    ``actor_class`` is a Ray actor class (``ray.remote(cls)``); each actor gets
+    ``actor_args`` and, in its runtime env, the stage's worker-contract
+    variables plus :data:`WORKER_ENV` and ``extra_env``.  ``nodes`` (optional)
+    are the descriptors the plan was made from; their ``ray_gpus`` label sets
+    the GPUs a stage claims.  Every group must be placed within ``timeout_s``,
+    then every actor must answer within ``start_timeout_s`` (its process
+    starts and builds its share of the model).
+
+    Raises:
+        StageUnplaceable: a node is gone or lacks the bundle, a group was
+            infeasible or not placed in time, or a node died before its
+            actor answered.  Nothing is left behind.
+        StageStartError: an actor failed in its constructor on a live node.
+    """
+    ray = ray_module()
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    for name, value in (("timeout_s", timeout_s), ("start_timeout_s", start_timeout_s)):
+        if not value > 0:
+            raise InputError(name, value, "must be a number of seconds > 0")
+    start = time.monotonic()
+    deadline = start + timeout_s
+    # Step 1: pre-check nodes and resources before anything is created.
+    bundles, failures = _precheck(plan, {n.id: n for n in nodes})
+    if failures:
+        raise StageUnplaceable(failures, 0.0)
+    envs = stage_env(plan)
+    tag = _plan_tag(plan)
+    groups: list[Any] = []
+    actors: list[Any] = []
+    try:
+        # Step 2: one pinned STRICT_PACK group per stage, within one deadline.
+        for a, bundle in zip(plan.assignments, bundles, strict=True):
+            try:
+                groups.append(
+                    create_placement_group(
+                        [bundle],
+                        "STRICT_PACK",
+                        name=f"stowplan-{tag}-stage{a.stage}",
+                        timeout_s=max(0.1, deadline - time.monotonic()),
+                        bundle_label_selector=[{NODE_ID_LABEL: a.node_id}],
+                    )
+                )
+            except PlacementError as exc:
+                failure = StageFailure(stage=a.stage, node_id=a.node_id, reason=str(exc))
+                raise StageUnplaceable([failure], time.monotonic() - start) from None
+        # Step 3: one actor per stage in its group, the plan in its env.
+        for a, bundle, env, group in zip(plan.assignments, bundles, envs, groups, strict=True):
+            actors.append(
+                actor_class.options(
+                    num_cpus=bundle["CPU"],
+                    num_gpus=bundle.get("GPU", 0.0),
+                    max_restarts=0,
+                    runtime_env={"env_vars": {**WORKER_ENV, **(extra_env or {}), **env}},
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        placement_group=group, placement_group_bundle_index=0
+                    ),
+                    name=f"stowplan-{tag}-stage{a.stage}",
+                ).remote(*actor_args)
+            )
+        deadline = time.monotonic() + start_timeout_s
+        for a, actor in zip(plan.assignments, actors, strict=True):
+            left = max(0.1, deadline - time.monotonic())
+            try:
+                ray.get(actor.__ray_ready__.remote(), timeout=left)
+            except ray.exceptions.GetTimeoutError:
+                failure = StageFailure(
+                    stage=a.stage, node_id=a.node_id, reason="actor did not start in time"
+                )
+                raise StageUnplaceable([failure], time.monotonic() - start) from None
+            except ray.exceptions.RayActorError as exc:
+                if a.node_id not in {str(n["NodeID"]) for n in alive_nodes()}:
+                    failure = StageFailure(
+                        stage=a.stage,
+                        node_id=a.node_id,
+                        reason="node died before the stage started",
+                    )
+                    raise StageUnplaceable([failure], time.monotonic() - start) from None
+                raise StageStartError(a.stage, a.node_id, _first_line(exc)) from None
+    except BaseException:
+        # Step 4: nothing is left behind.
+        _cleanup(actors, groups)
+        raise
+    return Realisation(plan=plan, groups=groups, actors=actors)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[-1] if text else type(exc).__name__
+
+
+def realise_with_replan(
+    model: ModelLayout,
+    nodes: Sequence[NodeDescriptor],
+    constraints: Constraints | None,
+    actor_class: Any,
+    *,
+    actor_args: Sequence[Any] = (),
+    max_attempts: int = 3,
+    timeout_s: float = 30.0,
+    start_timeout_s: float = 60.0,
+    extra_env: Mapping[str, str] | None = None,
+    on_failure: Callable[[Attempt], None] | None = None,
+) -> Realisation:
+    """Plan ``model`` on ``nodes``, realise it, and replan without failed nodes (seed §7.2).
+
+    Each failed attempt is passed to ``on_failure`` (when given) and recorded in
+    the returned :attr:`Realisation.attempts`; its nodes are excluded and the
+    plan is recomputed on the survivors, at most ``max_attempts`` plans in all.
+
+    Raises:
+        PlanError: the surviving nodes cannot hold the model (the planner's
+            error, with its numbers).
+        StageUnplaceable: the last of ``max_attempts`` plans still failed.
+        StageStartError: an actor failed in its constructor (not a placement
+            problem, so no replan).
+    """
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise InputError("max_attempts", max_attempts, "must be an integer >= 1")
+    survivors = list(nodes)
+    attempts: list[Attempt] = []
+    while True:
+        try:
+            current = make_plan(model, survivors, constraints)
+        except PlanError as exc:
+            for attempt in attempts:
+                exc.add_note("earlier attempt: " + "; ".join(str(f) for f in attempt.failures))
+            raise
+        try:
+            realisation = realise(
+                current,
+                actor_class,
+                actor_args=actor_args,
+                nodes=survivors,
+                timeout_s=timeout_s,
+                start_timeout_s=start_timeout_s,
+                extra_env=extra_env,
+            )
+        except StageUnplaceable as exc:
+            attempt = Attempt(plan=current, failures=exc.failures)
+            attempts.append(attempt)
+            if on_failure is not None:
+                on_failure(attempt)
+            if len(attempts) >= max_attempts:
+                raise
+            excluded = set(exc.node_ids)
+            survivors = [n for n in survivors if n.id not in excluded]
+            continue
+        realisation.attempts = tuple(attempts)
+        return realisation
+
+
+class ContractStage:
+    """A stage actor that resolves its share through the worker contract and reports it.
+
+    What ``stowplan launch`` starts for a model it does not execute itself: it
+    proves each stage landed on its node with its ``PLAN_JSON`` and found its
+    own blocks (:func:`stowplan.worker.stage_from_env`).
+    """
+
+    def __init__(self) -> None:
+        import os
+
+        import ray
+        from stowplan.worker import stage_from_env
+
+        self.stage = stage_from_env(os.environ)
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+
+    def info(self) -> dict[str, Any]:
+        """Where this stage runs and what it resolved."""
+        return {
+            "stage": self.stage.stage,
+            "node_id": self.node_id,
+            "plan_node_id": self.stage.node_id,
+            "block_range": list(self.stage.block_range),
+            "owns_embed": self.stage.owns_embed,
+            "owns_head": self.stage.owns_head,
+            "source": self.stage.source,
+            "gpu_ids": self.gpu_ids,
+        }
+
+
+def contract_stage_class() -> Any:
+    """:class:`ContractStage` as a Ray actor class."""
+    return ray_module().remote(ContractStage)

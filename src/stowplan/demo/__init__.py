@@ -1,0 +1,1 @@
+"""A small numpy transformer and its pipelined run across Ray stage actors."""
