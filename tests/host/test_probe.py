@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import math
 
-from stowplan.host.bench import BenchSettings, measure, measure_cpu
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_info
+
+from stowplan.errors import InputError
+from stowplan.host.bench import BenchSettings, blas_threads, measure, measure_cpu
 from stowplan.host.discover import _nvml, discover
 from stowplan.host.topology import CircuitKind, PoolKind
 
@@ -33,7 +38,7 @@ def test_quick_probe_gives_positive_finite_ordered_figures() -> None:
     assert all(math.isfinite(r) and r > 1e8 for r in rates)  # > 0.1 GB/s
     assert rates == sorted(rates, reverse=True)
     cpu = matrix.get("cpu")
-    assert cpu is not None and cpu.in_pool and cpu.backend == "numpy"
+    assert cpu is not None and cpu.in_pool and cpu.backend.startswith("numpy (")
     assert cpu.repeats == 5 and cpu.gemv_n == 4096
     assert 0 <= cpu.ms_spread < 10
     assert cpu.compute_bytes_per_s == 4 * 4096**2 / (cpu.ms_per_gemv / 1e3)
@@ -44,3 +49,34 @@ def test_progress_is_reported_for_every_pass() -> None:
     settings = BenchSettings(gemv_n=512, ring_bytes=4 << 20, warmup=2, repeats=3)
     measure_cpu(settings, lambda label, done, total: seen.append((label, done, total)))
     assert seen == [("cpu", i, 5) for i in range(1, 6)]
+
+
+def _blas_threads_now() -> list[int]:
+    return [int(i["num_threads"]) for i in threadpool_info() if i["user_api"] == "blas"]
+
+
+def test_a_probe_at_one_blas_thread_records_it_and_leaves_the_blas_as_it_was() -> None:
+    before = _blas_threads_now()
+    cpu = measure_cpu(BenchSettings(gemv_n=512, ring_bytes=4 << 20, warmup=1, repeats=2, threads=1))
+    assert cpu.backend.startswith("numpy (") and cpu.backend.endswith(", 1 thread)")
+    assert math.isfinite(cpu.compute_bytes_per_s) and cpu.compute_bytes_per_s > 0
+    assert _blas_threads_now() == before
+
+
+def test_blas_threads_limits_only_inside_the_block() -> None:
+    np.ones(4) @ np.ones(4)  # numpy's BLAS is loaded
+    before = _blas_threads_now()
+    with blas_threads(1) as label:
+        assert _blas_threads_now() == [1] * len(before)
+        assert label.endswith(", 1 thread)")
+    assert _blas_threads_now() == before
+    with blas_threads(None) as label:
+        plural = "" if before[0] == 1 else "s"
+        assert label.startswith("numpy (") and label.endswith(f", {before[0]} thread{plural})")
+
+
+@pytest.mark.parametrize("threads", [0, -2, True, 1.5])
+def test_the_probe_thread_count_must_be_a_positive_integer(threads: object) -> None:
+    with pytest.raises(InputError) as e:
+        BenchSettings(threads=threads)  # type: ignore[arg-type]
+    assert str(e.value) == f"threads={threads!r}: must be an integer >= 1, or None"

@@ -7,7 +7,17 @@ decode does. After a warm-up pass, every repeat times one pass over the ring;
 ``ms_per_gemv`` is the median per GEMV and ``ms_spread`` the (max - min) /
 median of the repeats.
 
-* CPU: numpy (whatever BLAS numpy links, all cores).
+* CPU: numpy, with the BLAS numpy links at ``BenchSettings.threads`` threads
+  (None: the BLAS's own setting, normally every core). The thread count is
+  part of the figure and is recorded in ``backend`` (for example
+  ``numpy (openblas, 1 thread)``): a multi-threaded BLAS splits every GEMV
+  across its threads and joins them at the end of the call, so on a host
+  whose cores are busy with other work each call waits for its slowest
+  thread. That wait is paid per call, not per byte — a decode of many small
+  matrices pays it more often than this probe's few large ones — so a
+  runtime reproduces the probe's rate only at the probe's thread count.
+  :func:`blas_threads` applies the same limit to any code (the fidelity
+  benchmark's decode uses it).
 * CUDA GPUs: torch when it is installed (GEMV on the device; upload measured
   with pinned host→device copies). Without torch a dGPU is listed in the
   topology but not measured, and a note says so.
@@ -16,19 +26,22 @@ median of the repeats.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from stowplan.errors import DependencyError
+from stowplan.errors import DependencyError, InputError
 from stowplan.host.topology import CapabilityMatrix, CircuitCapability, CircuitKind, HostTopology
 
 __all__ = [
     "BenchSettings",
     "Progress",
+    "blas_threads",
     "last_level_cache_bytes",
     "measure",
     "measure_cpu",
@@ -51,13 +64,52 @@ class BenchSettings:
     repeats: int = 15
     upload_bytes: int = 256 << 20
     quick: bool = False
+    threads: int | None = None
+    """BLAS threads for the CPU GEMVs; None leaves the BLAS's own setting (every core unless
+    ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS`` say otherwise). Needs ``threadpoolctl``."""
+
+    def __post_init__(self) -> None:
+        if self.threads is not None and (
+            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
+        ):
+            raise InputError("threads", self.threads, "must be an integer >= 1, or None")
 
 
-def settings_for(quick: bool) -> BenchSettings:
+def settings_for(quick: bool, threads: int | None = None) -> BenchSettings:
     """Quick: 256 MiB ring, 5 repeats (about a second on a CPU). Full: 1 GiB ring, 15 repeats."""
     if quick:
-        return BenchSettings(ring_bytes=256 << 20, repeats=5, upload_bytes=64 << 20, quick=True)
-    return BenchSettings()
+        return BenchSettings(
+            ring_bytes=256 << 20, repeats=5, upload_bytes=64 << 20, quick=True, threads=threads
+        )
+    return BenchSettings(threads=threads)
+
+
+def _blas_pools(info: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [i for i in info if i.get("user_api") == "blas"]
+
+
+@contextlib.contextmanager
+def blas_threads(threads: int | None) -> Iterator[str]:
+    """Run the block with numpy's BLAS limited to ``threads`` (None: as it is).
+
+    Yields the label recorded as a CPU circuit's ``backend``: ``numpy (openblas,
+    2 threads)``, or plain ``numpy`` when ``threadpoolctl`` is missing and no limit
+    was asked for. Import numpy first: only loaded BLAS libraries are seen.
+    """
+    try:
+        from threadpoolctl import threadpool_info, threadpool_limits
+    except ImportError:
+        if threads is not None:
+            raise DependencyError("threadpoolctl", "probe") from None
+        yield "numpy"
+        return
+    with threadpool_limits(limits=threads, user_api="blas"):
+        pools = _blas_pools(threadpool_info())
+        if not pools:
+            yield "numpy"
+            return
+        n = int(pools[0]["num_threads"])
+        yield f"numpy ({pools[0]['internal_api']}, {n} thread{'' if n == 1 else 's'})"
 
 
 def last_level_cache_bytes() -> int:
@@ -82,7 +134,7 @@ def _summary(per_gemv_ms: list[float]) -> tuple[float, float]:
 def measure_cpu(
     settings: BenchSettings, progress: Progress | None = None, circuit: str = "cpu"
 ) -> CircuitCapability:
-    """GEMV throughput of the CPU with numpy."""
+    """GEMV throughput of the CPU with numpy at ``settings.threads`` BLAS threads."""
     try:
         import numpy as np
     except ImportError:
@@ -94,19 +146,20 @@ def measure_cpu(
     x = np.ones(n, dtype=np.float32)
     times: list[float] = []
     total = settings.warmup + settings.repeats
-    for i in range(total):
-        t0 = time.perf_counter()
-        for m in mats:
-            x = m @ x
-        dt = time.perf_counter() - t0
-        if i >= settings.warmup:
-            times.append(dt * 1e3 / count)
-        if progress is not None:
-            progress(circuit, i + 1, total)
+    with blas_threads(settings.threads) as backend:
+        for i in range(total):
+            t0 = time.perf_counter()
+            for m in mats:
+                x = m @ x
+            dt = time.perf_counter() - t0
+            if i >= settings.warmup:
+                times.append(dt * 1e3 / count)
+            if progress is not None:
+                progress(circuit, i + 1, total)
     med, spread = _summary(times)
     return CircuitCapability(
         circuit=circuit,
-        backend="numpy",
+        backend=backend,
         gemv_n=n,
         ms_per_gemv=med,
         ms_spread=spread,
@@ -175,10 +228,17 @@ def _torch_cuda_count() -> int:
 
 
 def measure(
-    topology: HostTopology, *, quick: bool = False, progress: Progress | None = None
+    topology: HostTopology,
+    *,
+    quick: bool = False,
+    progress: Progress | None = None,
+    threads: int | None = None,
 ) -> tuple[CapabilityMatrix, tuple[str, ...]]:
-    """Measure every circuit this host can benchmark; return the matrix and notes."""
-    settings = settings_for(quick)
+    """Measure every circuit this host can benchmark; return the matrix and notes.
+
+    ``threads`` limits the CPU's BLAS (None: its own setting); see :class:`BenchSettings`.
+    """
+    settings = settings_for(quick, threads)
     entries = [measure_cpu(settings, progress)]
     notes: list[str] = []
     gpus = [c for c in topology.circuits if c.kind is CircuitKind.DGPU and c.id.startswith("gpu")]
