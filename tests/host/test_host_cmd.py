@@ -81,3 +81,13 @@ def test_residency_without_passport_probes_this_host_quickly(
     plan = json.loads(capsys.readouterr().out)
     assert plan["protocol"] == "resident"
     assert (cache / "passport.json").exists()
+
+
+def test_probe_with_a_thread_count_measures_afresh_and_records_it(
+    cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["probe", "--quick", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["probe", "--quick", "--threads", "1", "--json"]) == 0
+    entry = json.loads(capsys.readouterr().out)["matrix"]["entries"][-1]
+    assert entry["circuit"] == "cpu" and "1 thread" in entry["backend"]

@@ -24,7 +24,7 @@ from stowplan.models import resolve_model
 from stowplan.units import format_bytes
 
 
-def _probe(current: HostTopology, quick: bool) -> Passport:
+def _probe(current: HostTopology, quick: bool, threads: int | None = None) -> Passport:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from stowplan.host.bench import measure
@@ -44,16 +44,18 @@ def _probe(current: HostTopology, quick: bool) -> Passport:
                 tasks[label] = int(bar.add_task(label, total=total))
             bar.update(tasks[label], completed=done)  # type: ignore[arg-type]
 
-        matrix, notes = measure(current, quick=quick, progress=progress)
+        matrix, notes = measure(current, quick=quick, progress=progress, threads=threads)
     return Passport.create(current, matrix, (*current.notes, *notes))
 
 
-def _passport(path: Path | None, *, quick: bool, refresh: bool) -> tuple[Passport, bool]:
+def _passport(
+    path: Path | None, *, quick: bool, refresh: bool, threads: int | None = None
+) -> tuple[Passport, bool]:
     from stowplan.host.discover import discover
 
     return obtain_passport(
         current=discover(),
-        probe=lambda topo: _probe(topo, quick),
+        probe=lambda topo: _probe(topo, quick, threads),
         path=path,
         refresh=refresh,
     )
@@ -103,10 +105,20 @@ def probe_command(
     passport: Annotated[
         Path | None, typer.Option("--passport", help="Passport file (default: the cache).")
     ] = None,
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            "--threads",
+            help="BLAS threads for the CPU benchmark (default: the BLAS's own; use 1 on a "
+            "shared host, and run the model the same way).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the passport JSON.")] = False,
 ) -> None:
     """Discover and measure this host's devices; cache the result as its passport."""
-    p, reused = _passport(passport, quick=quick, refresh=refresh)
+    p, reused = _passport(
+        passport, quick=quick, refresh=refresh or threads is not None, threads=threads
+    )
     if as_json:
         out_console.file.write(p.to_json())
         return
