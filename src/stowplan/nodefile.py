@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from stowplan.checks import check_int
 from stowplan.errors import InputError
 from stowplan.model import NodeDescriptor, check_unique_ids
 from stowplan.units import parse_bytes, parse_link_mbps
@@ -100,8 +101,7 @@ def _node(index: int, raw: object) -> list[NodeDescriptor]:
             raise InputError(f"{where}.labels", labels, "must be a mapping of strings")
         kwargs["labels"] = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
     count = raw.get("count", 1)
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise InputError(f"{where}.count", count, "must be an integer >= 1")
+    check_int(f"{where}.count", count, minimum=1)
     if count == 1:
         return [NodeDescriptor(**kwargs)]
     return [NodeDescriptor(**{**kwargs, "id": f"{node_id}-{i}"}) for i in range(count)]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from stowplan.checks import check_int
 from stowplan.errors import InputError
 from stowplan.model import ExpertId
 
@@ -54,10 +55,7 @@ class Topology:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", TopologyKind(self.kind))
-        if isinstance(self.num_stages, bool) or not isinstance(self.num_stages, int):
-            raise InputError("topology.num_stages", self.num_stages, "must be an integer >= 1")
-        if self.num_stages < 1:
-            raise InputError("topology.num_stages", self.num_stages, "must be an integer >= 1")
+        check_int("topology.num_stages", self.num_stages, minimum=1)
         if (self.kind is TopologyKind.PIPELINE_WITH_EXPERTS) != (
             self.experts_per_layer is not None
         ):

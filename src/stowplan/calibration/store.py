@@ -19,6 +19,7 @@ from stowplan.calibration.profile import (
     calibration_from_json,
     calibration_to_json,
 )
+from stowplan.checks import check_choice
 from stowplan.errors import InputError
 from stowplan.fileio import write_text_atomic
 
@@ -32,12 +33,7 @@ __all__ = [
 
 
 def _engine(engine: str | Engine) -> Engine:
-    try:
-        return Engine(engine)
-    except ValueError:
-        raise InputError(
-            "--engine", engine, f"must be one of {', '.join(e.value for e in Engine)}"
-        ) from None
+    return check_choice("--engine", engine, Engine)
 
 
 def shipped_calibration(engine: str | Engine) -> Calibration:

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from stowplan.checks import check_int
 from stowplan.cluster._ray import require_ray
 from stowplan.errors import InputError
 
@@ -50,9 +51,7 @@ class FakeNode:
         if not self.gpu_name or any(c.isspace() for c in self.gpu_name):
             raise InputError("gpu_name", self.gpu_name, "must be a non-empty label without spaces")
         for name in ("vram_bytes", "num_gpus", "num_cpus"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(name, value, "must be an integer >= 1")
+            check_int(name, getattr(self, name), minimum=1)
 
     def labels(self) -> dict[str, str]:
         return {"gpu_name": self.gpu_name, "vram_bytes": str(self.vram_bytes)}
