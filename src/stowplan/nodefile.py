@@ -21,6 +21,7 @@ from typing import Any
 
 from stowplan.checks import check_int
 from stowplan.errors import InputError
+from stowplan.fileio import read_text_file
 from stowplan.model import NodeDescriptor, check_unique_ids
 from stowplan.units import parse_bytes, parse_link_mbps
 
@@ -44,10 +45,7 @@ _REQUIRED = ("id", "gpu_name", "vram_bytes")
 
 def _read(path: str | Path) -> Any:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError("file", str(path), f"cannot be read ({exc.strerror})") from None
+    text = read_text_file(p, field="file")
     if p.suffix.lower() in {".yaml", ".yml"}:
         import yaml
 
