@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -186,6 +185,8 @@ def node_resources(
 
 def local_node_resources(env: Mapping[str, str], timeout_s: float = 20.0) -> NodeResources:
     """:func:`node_resources` of this machine (runs ``nvidia-smi -q`` when it exists)."""
+    import socket  # the I/O edge of an otherwise pure module
+
     text: str | None = None
     exe = shutil.which("nvidia-smi")
     if exe is not None:
