@@ -143,3 +143,15 @@ def test_node_ids_with_brackets_are_printed_as_given(
     assert [c[2].strip() for c in stage_rows] == ["n[bold]1", "n[red]0"]
     bars = [line.split()[0] for line in lines if "█" in line and "GiB" in line]
     assert bars == ["n[bold]1", "n[red]0"]
+
+
+def test_an_unwritable_html_path_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "missing-dir-is-a-file"
+    target.write_text("")
+    html = target / "report.html"
+    assert main(["plan", "llama3.2:1b", "--nodes", FLEET, "--html", str(html)]) == 2
+    assert capsys.readouterr().err == (
+        f"stowplan: error: --html='{html}': cannot be written (File exists)\n"
+    )

@@ -12,6 +12,7 @@ from stowplan.baselines import compare_plans as compare_baselines
 from stowplan.calibration.store import resolve_calibration
 from stowplan.cli.app import app
 from stowplan.cli.common import load_fleet, out_console
+from stowplan.errors import InputError
 from stowplan.expert_stats import load_coactivation, load_expert_load
 from stowplan.fileio import read_text_file
 from stowplan.model import Constraints, Objective
@@ -122,7 +123,10 @@ def plan_command(
     else:
         result = make_plan(layout, fleet, constraints)
     if html is not None:
-        write_html_report(html, result, fleet, layout=layout)
+        try:
+            write_html_report(html, result, fleet, layout=layout)
+        except OSError as exc:
+            raise InputError("--html", str(html), f"cannot be written ({exc.strerror})") from None
     if as_json:
         out_console.file.write(plan_to_json(result))
         return
