@@ -281,6 +281,9 @@ def plan_from_dict(data: object) -> Plan:
         plan: Plan = _adapter().validate_python(data)
     except ValidationError as exc:
         err = exc.errors()[0]
+        cause = err.get("ctx", {}).get("error")
+        if isinstance(cause, InputError):  # a check of our own: its field and rule say it all
+            raise InputError(cause.field, cause.value, cause.rule) from None
         where = ".".join(str(p) for p in err["loc"]) or "plan"
         message = str(err.get("ctx", {}).get("error", err["msg"]))
         value = None if err["type"] == "missing" else err.get("input")
