@@ -367,16 +367,7 @@ class ContractStage:
 
     def info(self) -> dict[str, Any]:
         """Where this stage runs and what it resolved."""
-        return {
-            "stage": self.stage.stage,
-            "node_id": self.node_id,
-            "plan_node_id": self.stage.node_id,
-            "block_range": list(self.stage.block_range),
-            "owns_embed": self.stage.owns_embed,
-            "owns_head": self.stage.owns_head,
-            "source": self.stage.source,
-            "gpu_ids": self.gpu_ids,
-        }
+        return self.stage.placement_info(self.node_id) | {"gpu_ids": self.gpu_ids}
 
 
 def contract_stage_class() -> Any:
