@@ -121,3 +121,37 @@ def test_console_script_exits_2_without_a_traceback() -> None:
     assert (
         proc.stderr.startswith("stowplan: error: MODEL='nope'") and "Traceback" not in proc.stderr
     )
+
+
+def test_node_ids_with_brackets_are_printed_as_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(
+        json.dumps(
+            [
+                {"id": f"n[{tag}]{i}", "gpu_name": "RTX 4090", "vram_bytes": "24GiB"}
+                for i, tag in enumerate(("red", "bold"))
+            ]
+        )
+    )
+    args = ["plan", "llama3.1:8b", "--nodes", str(fleet), "--min-stages", "2"]
+    assert main([*args, "--strategy", "balance-by-vram"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    cells = [line.split("│") for line in lines if line.startswith("│")]
+    stage_rows = [c for c in cells if c[1].strip().isdigit()]
+    assert [c[2].strip() for c in stage_rows] == ["n[bold]1", "n[red]0"]
+    bars = [line.split()[0] for line in lines if "█" in line and "GiB" in line]
+    assert bars == ["n[bold]1", "n[red]0"]
+
+
+def test_an_unwritable_html_path_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "missing-dir-is-a-file"
+    target.write_text("")
+    html = target / "report.html"
+    assert main(["plan", "llama3.2:1b", "--nodes", FLEET, "--html", str(html)]) == 2
+    assert capsys.readouterr().err == (
+        f"stowplan: error: --html='{html}': cannot be written (File exists)\n"
+    )

@@ -1,4 +1,4 @@
-"""Atomic writes: whole files only, with ordinary permissions."""
+"""Atomic writes (whole files only, ordinary permissions); reads that fail as input errors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from stowplan.fileio import write_text_atomic
+from stowplan.errors import InputError
+from stowplan.fileio import read_json_file, read_text_file, write_text_atomic
 
 
 def test_new_file_gets_the_umask_mode_and_no_temp_file_is_left(tmp_path: Path) -> None:
@@ -38,3 +39,33 @@ def test_a_failed_write_leaves_the_old_file_whole(tmp_path: Path) -> None:
         write_text_atomic(target, 42)  # type: ignore[arg-type]
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]
+
+
+def test_a_missing_file_is_one_input_error_naming_the_flag(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.json"
+    with pytest.raises(InputError) as info:
+        read_json_file(missing, field="--nodes")
+    assert str(info.value) == f"--nodes='{missing}': cannot be read (No such file or directory)"
+
+
+def test_binary_bytes_are_input_errors_not_decode_tracebacks(tmp_path: Path) -> None:
+    blob = tmp_path / "blob"
+    blob.write_bytes(b"\xff\xfe{")
+    with pytest.raises(InputError, match=r"^PLAN='.*blob': is not UTF-8 text \("):
+        read_text_file(blob, field="PLAN")
+    with pytest.raises(InputError, match=r"^PLAN='.*blob': is not valid JSON \("):
+        read_json_file(blob, field="PLAN")
+    assert read_text_file(blob, field="PLAN", errors="replace") == "\ufffd\ufffd{"
+
+
+def test_json_is_parsed_and_malformed_json_named(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text('{"a": [1, 2]}')
+    bad.write_text("{")
+    assert read_json_file(good, field="f") == {"a": [1, 2]}
+    with pytest.raises(InputError) as info:
+        read_json_file(bad, field="f")
+    assert str(info.value) == (
+        f"f='{bad}': is not valid JSON (Expecting property name enclosed in double quotes: "
+        "line 1 column 2 (char 1))"
+    )

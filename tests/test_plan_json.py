@@ -93,3 +93,11 @@ def test_unbounded_rates_survive_the_round_trip() -> None:
     text = plan_to_json(p)
     assert '"tokens_per_s": "inf"' in text
     assert plan_from_json(text) == p
+
+
+def test_a_bad_stage_in_plan_json_names_the_stage_field_not_the_whole_stage() -> None:
+    data = json.loads(plan_to_json(_plan()))
+    data["assignments"][0]["block_range"] = [5, 1]
+    with pytest.raises(InputError) as info:
+        plan_from_json(json.dumps(data))
+    assert str(info.value) == "assignments[0].block_range=(5, 1): must satisfy 0 <= lo <= hi"

@@ -29,3 +29,70 @@ def test_importing_the_core_loads_no_device_or_network_module(module: str) -> No
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert json.loads(out.stdout) == []
+
+
+PURE_MODULES = (
+    "stowplan.baselines",
+    "stowplan.calibration.apply",
+    "stowplan.calibration.fit",
+    "stowplan.calibration.profile",
+    "stowplan.checks",
+    "stowplan.cluster",
+    "stowplan.cluster.fleet",
+    "stowplan.cluster.parallelism",
+    "stowplan.cluster.topology",
+    "stowplan.cost",
+    "stowplan.errors",
+    "stowplan.expert_stats",
+    "stowplan.exports",
+    "stowplan.exports.accelerate",
+    "stowplan.exports.llamacpp",
+    "stowplan.exports.vllm",
+    "stowplan.gpus",
+    "stowplan.host",
+    "stowplan.host.residency",
+    "stowplan.model",
+    "stowplan.models.dtypes",
+    "stowplan.models.grouping",
+    "stowplan.models.hf",
+    "stowplan.models.known",
+    "stowplan.plan",
+    "stowplan.planner.certify",
+    "stowplan.planner.eplb",
+    "stowplan.planner.exact",
+    "stowplan.planner.experts",
+    "stowplan.planner.latency",
+    "stowplan.planner.selection",
+    "stowplan.planner.throughput",
+    "stowplan.planner.vram",
+    "stowplan.units",
+)
+"""Modules (and the packages whose import stays lazy) that must not load a device or network
+module when imported; ``stowplan.demo.model`` is the numpy model and may load numpy only."""
+EACH_PROBE = (
+    "import importlib, sys, json; forbidden = {forbidden!r}; found = {{}}\n"
+    "for name in {modules!r}:\n"
+    "    before = set(sys.modules)\n"
+    "    importlib.import_module(name)\n"
+    "    new = sorted(m for m in set(sys.modules) - before\n"
+    "                 if m in forbidden or m.split('.')[0] in forbidden)\n"
+    "    if new: found[name] = new\n"
+    "print(json.dumps(found))"
+)
+
+
+def _forbidden_loaded_by(modules: tuple[str, ...], forbidden: set[str]) -> dict[str, list[str]]:
+    code = EACH_PROBE.format(modules=modules, forbidden=sorted(forbidden))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    found: dict[str, list[str]] = json.loads(out.stdout)
+    return found
+
+
+def test_pure_modules_load_no_device_or_network_module() -> None:
+    assert _forbidden_loaded_by(PURE_MODULES, FORBIDDEN) == {}
+
+
+def test_the_numpy_demo_model_loads_numpy_and_nothing_else_forbidden() -> None:
+    assert _forbidden_loaded_by(("stowplan.demo.model",), FORBIDDEN - {"numpy"}) == {}

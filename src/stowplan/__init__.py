@@ -5,9 +5,18 @@ The public API::
     from stowplan import Constraints, plan, lookup
     layout = lookup("llama3.1:70b")
     p = plan(layout, nodes, Constraints(min_stages=2))
+
+The newer parts are reachable from here too and are imported on first use, so
+``import stowplan`` stays light (no Ray, no NVML, no numpy): MoE placement
+(``plan_with_experts``, ``ExpertLoad``, ``load_expert_load`` …), engine exports
+(``export_plan``), one-host residency (``plan_employment``, ``probe_host``) and
+Ray clusters (``init_ray``, ``FleetSpec``, ``realise_with_replan``).
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from stowplan.errors import (
     DependencyError,
@@ -44,15 +53,69 @@ from stowplan.plan import (
 from stowplan.planner import plan
 from stowplan.worker import WorkerStage, stage_env, stage_from_env
 
+if TYPE_CHECKING:
+    from stowplan.cluster import FleetRole, FleetSpec, init_ray
+    from stowplan.cluster.realise import Realisation, realise, realise_with_replan
+    from stowplan.expert_stats import (
+        CoActivation,
+        ExpertLoad,
+        load_coactivation,
+        load_expert_load,
+    )
+    from stowplan.exports import EngineExport, UnsupportedByEngine, export_plan
+    from stowplan.host import EmploymentPlan, plan_employment, probe_host
+    from stowplan.planner.experts import plan_with_experts
+
 __version__ = "0.1.0"
+
+_LAZY = {
+    "CoActivation": "stowplan.expert_stats",
+    "EmploymentPlan": "stowplan.host",
+    "EngineExport": "stowplan.exports",
+    "ExpertLoad": "stowplan.expert_stats",
+    "FleetRole": "stowplan.cluster",
+    "FleetSpec": "stowplan.cluster",
+    "Realisation": "stowplan.cluster.realise",
+    "UnsupportedByEngine": "stowplan.exports",
+    "export_plan": "stowplan.exports",
+    "init_ray": "stowplan.cluster",
+    "load_coactivation": "stowplan.expert_stats",
+    "load_expert_load": "stowplan.expert_stats",
+    "plan_employment": "stowplan.host",
+    "plan_with_experts": "stowplan.planner.experts",
+    "probe_host": "stowplan.host",
+    "realise": "stowplan.cluster.realise",
+    "realise_with_replan": "stowplan.cluster.realise",
+}
+"""Public names imported from their module on first access (see the module docstring)."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'stowplan' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "SCHEMA_VERSION",
     "Certificate",
+    "CoActivation",
     "Constraints",
     "DependencyError",
+    "EmploymentPlan",
+    "EngineExport",
     "ExpertId",
     "ExpertLayout",
+    "ExpertLoad",
+    "FleetRole",
+    "FleetSpec",
     "Infeasible",
     "InputError",
     "InsufficientVram",
@@ -64,19 +127,30 @@ __all__ = [
     "PlanError",
     "PlanRationale",
     "Prediction",
+    "Realisation",
     "StageAssignment",
     "StowplanError",
     "Strategy",
     "Topology",
     "TopologyKind",
+    "UnsupportedByEngine",
     "WorkerStage",
     "__version__",
+    "export_plan",
+    "init_ray",
+    "load_coactivation",
+    "load_expert_load",
     "load_nodes",
     "load_offers",
     "lookup",
     "plan",
+    "plan_employment",
     "plan_from_json",
     "plan_to_json",
+    "plan_with_experts",
+    "probe_host",
+    "realise",
+    "realise_with_replan",
     "resolve_model",
     "stage_env",
     "stage_from_env",

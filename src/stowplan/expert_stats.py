@@ -31,7 +31,6 @@ Reading ``.npy`` needs numpy (the ``formats`` extra).
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections.abc import Sequence
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from stowplan.errors import DependencyError, InputError
+from stowplan.fileio import read_json_file
 from stowplan.model import ExpertLayout
 
 __all__ = [
@@ -219,15 +219,6 @@ def coactivation_from_data(data: object) -> CoActivation:
     return CoActivation(rows=tuple(tuple(tuple(p) for p in r) for r in rows), blocks=blocks)
 
 
-def _read_json(field: str, path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(field, str(path), f"cannot be read ({exc.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(field, str(path), f"is not valid JSON ({exc})") from None
-
-
 def _read_npy(field: str, path: Path, ndim: int) -> Any:
     try:
         import numpy as np
@@ -253,7 +244,7 @@ def load_expert_load(path: str | Path) -> ExpertLoad:
     if p.suffix.lower() == ".npy":
         array = _read_npy("--expert-load", p, 2)
         return ExpertLoad(rows=tuple(tuple(float(v) for v in row) for row in array.tolist()))
-    return expert_load_from_data(_read_json("--expert-load", p))
+    return expert_load_from_data(read_json_file(p, field="--expert-load"))
 
 
 def load_coactivation(path: str | Path) -> CoActivation:
@@ -271,7 +262,7 @@ def load_coactivation(path: str | Path) -> CoActivation:
                 tuple((int(e), int(f), float(sym[e, f])) for e, f in zip(es, fs, strict=True))
             )
         return CoActivation(rows=tuple(rows))
-    return coactivation_from_data(_read_json("--coactivation", p))
+    return coactivation_from_data(read_json_file(p, field="--coactivation"))
 
 
 def zipf_load(

@@ -1,12 +1,23 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of one."""
+"""Files at the edge: atomic writes, and reads whose failures are one-line input errors.
+
+A reader of :func:`write_text_atomic`'s file sees the old file or the new one,
+never half of one. :func:`read_text_file` and :func:`read_json_file` turn a
+missing, unreadable or malformed file into an
+:class:`~stowplan.errors.InputError` naming the flag or field, the path and
+the reason.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
-__all__ = ["write_text_atomic"]
+from stowplan.errors import InputError
+
+__all__ = ["read_json_file", "read_text_file", "write_text_atomic"]
 
 
 def _mode_for(target: Path) -> int:
@@ -34,3 +45,33 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _read_or_input_error(path: Path, field: str, errors: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors=errors)
+    except OSError as exc:
+        raise InputError(field, str(path), f"cannot be read ({exc.strerror})") from None
+
+
+def read_text_file(path: str | Path, *, field: str, errors: str = "strict") -> str:
+    """The UTF-8 text of ``path``; ``field`` names the flag or field in the error.
+
+    ``errors`` is :meth:`bytes.decode`'s (``"replace"`` for tool output that may
+    hold stray bytes). Raises :class:`InputError` when the file cannot be read
+    or is not UTF-8 text.
+    """
+    p = Path(path)
+    try:
+        return _read_or_input_error(p, field, errors)
+    except UnicodeDecodeError as exc:
+        raise InputError(field, str(p), f"is not UTF-8 text ({exc})") from None
+
+
+def read_json_file(path: str | Path, *, field: str) -> Any:
+    """The parsed JSON document in ``path``; :class:`InputError` when unreadable or not JSON."""
+    p = Path(path)
+    try:
+        return json.loads(_read_or_input_error(p, field, "strict"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(field, str(p), f"is not valid JSON ({exc})") from None

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from stowplan.checks import check_choice, check_int, check_number
 from stowplan.errors import InputError
 
 if TYPE_CHECKING:
@@ -57,21 +58,6 @@ class Objective(StrEnum):
     """Cheapest node set whose optimal plan meets ``target_tokens_per_s``."""
 
 
-def _check_int(name: str, value: object, *, minimum: int = 0) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(name, value, f"must be an integer >= {minimum}")
-    if value < minimum:
-        raise InputError(name, value, f"must be an integer >= {minimum}")
-
-
-def _check_float(name: str, value: object, *, positive: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InputError(name, value, "must be a finite number")
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        rule = "> 0" if positive else ">= 0"
-        raise InputError(name, value, f"must be a finite number {rule}")
-
-
 @dataclass(frozen=True, slots=True, kw_only=True, order=True)
 class ExpertId:
     """One routed expert of one MoE block."""
@@ -80,8 +66,8 @@ class ExpertId:
     expert: int
 
     def __post_init__(self) -> None:
-        _check_int("ExpertId.block", self.block)
-        _check_int("ExpertId.expert", self.expert)
+        check_int("ExpertId.block", self.block)
+        check_int("ExpertId.expert", self.expert)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,24 +87,24 @@ class ExpertLayout:
     """Bytes of all shared experts of one MoE block together."""
 
     def __post_init__(self) -> None:
-        _check_int("experts.num_experts", self.num_experts, minimum=1)
-        _check_int("experts.experts_per_token", self.experts_per_token, minimum=1)
+        check_int("experts.num_experts", self.num_experts, minimum=1)
+        check_int("experts.experts_per_token", self.experts_per_token, minimum=1)
         if self.experts_per_token > self.num_experts:
             raise InputError(
                 "experts.experts_per_token",
                 self.experts_per_token,
                 f"must be <= num_experts ({self.num_experts})",
             )
-        _check_int("experts.expert_params_bytes", self.expert_params_bytes)
-        _check_int("experts.num_shared_experts", self.num_shared_experts)
-        _check_int("experts.shared_expert_params_bytes", self.shared_expert_params_bytes)
+        check_int("experts.expert_params_bytes", self.expert_params_bytes)
+        check_int("experts.num_shared_experts", self.num_shared_experts)
+        check_int("experts.shared_expert_params_bytes", self.shared_expert_params_bytes)
         object.__setattr__(self, "moe_blocks", tuple(self.moe_blocks))
         if list(self.moe_blocks) != sorted(set(self.moe_blocks)):
             raise InputError(
                 "experts.moe_blocks", self.moe_blocks, "must be strictly increasing block indices"
             )
         for b in self.moe_blocks:
-            _check_int("experts.moe_blocks[]", b)
+            check_int("experts.moe_blocks[]", b)
 
     @property
     def routed_bytes_per_block(self) -> int:
@@ -167,12 +153,12 @@ class ModelLayout:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise InputError("name", self.name, "must be a non-empty string")
-        _check_int("num_blocks", self.num_blocks, minimum=1)
-        _check_int("hidden_dim", self.hidden_dim, minimum=1)
-        _check_int("bytes_per_activation_elem", self.bytes_per_activation_elem, minimum=1)
-        _check_int("block_params_bytes", self.block_params_bytes)
-        _check_int("head_params_bytes", self.head_params_bytes)
-        _check_int("embed_params_bytes", self.embed_params_bytes)
+        check_int("num_blocks", self.num_blocks, minimum=1)
+        check_int("hidden_dim", self.hidden_dim, minimum=1)
+        check_int("bytes_per_activation_elem", self.bytes_per_activation_elem, minimum=1)
+        check_int("block_params_bytes", self.block_params_bytes)
+        check_int("head_params_bytes", self.head_params_bytes)
+        check_int("embed_params_bytes", self.embed_params_bytes)
         for name in ("block_bytes", "block_read_bytes", "kv_bytes_per_token"):
             values = getattr(self, name)
             if values is None:
@@ -186,7 +172,7 @@ class ModelLayout:
                     f"must have num_blocks={self.num_blocks} values",
                 )
             for v in values:
-                _check_int(f"{name}[]", v)
+                check_int(f"{name}[]", v)
         if self.kv_window_tokens is not None:
             windows = tuple(self.kv_window_tokens)
             object.__setattr__(self, "kv_window_tokens", windows)
@@ -213,7 +199,7 @@ class ModelLayout:
         for name in ("total_params", "active_params", "num_attention_heads", "num_kv_heads"):
             v = getattr(self, name)
             if v is not None:
-                _check_int(name, v)
+                check_int(name, v)
 
     # -- derived sizes ------------------------------------------------------------------
     def block_sizes(self) -> tuple[int, ...]:
@@ -275,15 +261,15 @@ class NodeDescriptor:
             raise InputError("id", self.id, "must be a non-empty string")
         if not isinstance(self.gpu_name, str):
             raise InputError(f"{self.id}.gpu_name", self.gpu_name, "must be a string")
-        _check_int(f"{self.id}.vram_bytes", self.vram_bytes)
-        _check_float(f"{self.id}.flops_estimate", self.flops_estimate)
-        _check_float(f"{self.id}.link_mbps", self.link_mbps)
+        check_int(f"{self.id}.vram_bytes", self.vram_bytes)
+        check_number(f"{self.id}.flops_estimate", self.flops_estimate)
+        check_number(f"{self.id}.link_mbps", self.link_mbps)
         if self.mem_bandwidth_gbps is not None:
-            _check_float(f"{self.id}.mem_bandwidth_gbps", self.mem_bandwidth_gbps, positive=True)
-        _check_float(f"{self.id}.link_latency_ms", self.link_latency_ms)
+            check_number(f"{self.id}.mem_bandwidth_gbps", self.mem_bandwidth_gbps, positive=True)
+        check_number(f"{self.id}.link_latency_ms", self.link_latency_ms)
         if self.price_per_hour is not None:
-            _check_float(f"{self.id}.price_per_hour", self.price_per_hour)
-        _check_int(f"{self.id}.num_gpus", self.num_gpus, minimum=1)
+            check_number(f"{self.id}.price_per_hour", self.price_per_hour)
+        check_int(f"{self.id}.num_gpus", self.num_gpus, minimum=1)
         object.__setattr__(self, "labels", tuple(tuple(kv) for kv in self.labels))
 
     @staticmethod
@@ -331,9 +317,9 @@ class Constraints:
 
     def __post_init__(self) -> None:
         if self.min_stages is not None:
-            _check_int("min_stages", self.min_stages, minimum=1)
+            check_int("min_stages", self.min_stages, minimum=1)
         if self.max_stages is not None:
-            _check_int("max_stages", self.max_stages, minimum=1)
+            check_int("max_stages", self.max_stages, minimum=1)
         if (
             self.min_stages is not None
             and self.max_stages is not None
@@ -353,27 +339,13 @@ class Constraints:
         ):
             raise InputError("vram_headroom_frac", h, "must be a number in [0, 1)")
         if self.strategy is not None:
-            try:
-                object.__setattr__(self, "strategy", Strategy(self.strategy))
-            except ValueError:
-                raise InputError(
-                    "strategy",
-                    self.strategy,
-                    f"must be one of {', '.join(s.value for s in Strategy)}",
-                ) from None
-        try:
-            object.__setattr__(self, "objective", Objective(self.objective))
-        except ValueError:
-            raise InputError(
-                "objective",
-                self.objective,
-                f"must be one of {', '.join(o.value for o in Objective)}",
-            ) from None
-        _check_int("batch", self.batch, minimum=1)
+            object.__setattr__(self, "strategy", check_choice("strategy", self.strategy, Strategy))
+        object.__setattr__(self, "objective", check_choice("objective", self.objective, Objective))
+        check_int("batch", self.batch, minimum=1)
         if self.context_tokens is not None:
-            _check_int("context_tokens", self.context_tokens)
+            check_int("context_tokens", self.context_tokens)
         if self.target_tokens_per_s is not None:
-            _check_float("target_tokens_per_s", self.target_tokens_per_s, positive=True)
+            check_number("target_tokens_per_s", self.target_tokens_per_s, positive=True)
         if self.calibration is not None:
             from stowplan.calibration.profile import Calibration
 

@@ -19,7 +19,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from stowplan.checks import check_int
 from stowplan.errors import InputError
+from stowplan.fileio import read_text_file
 from stowplan.model import NodeDescriptor, check_unique_ids
 from stowplan.units import parse_bytes, parse_link_mbps
 
@@ -43,10 +45,7 @@ _REQUIRED = ("id", "gpu_name", "vram_bytes")
 
 def _read(path: str | Path) -> Any:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError("file", str(path), f"cannot be read ({exc.strerror})") from None
+    text = read_text_file(p, field="file")
     if p.suffix.lower() in {".yaml", ".yml"}:
         import yaml
 
@@ -100,8 +99,7 @@ def _node(index: int, raw: object) -> list[NodeDescriptor]:
             raise InputError(f"{where}.labels", labels, "must be a mapping of strings")
         kwargs["labels"] = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
     count = raw.get("count", 1)
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise InputError(f"{where}.count", count, "must be an integer >= 1")
+    check_int(f"{where}.count", count, minimum=1)
     if count == 1:
         return [NodeDescriptor(**kwargs)]
     return [NodeDescriptor(**{**kwargs, "id": f"{node_id}-{i}"}) for i in range(count)]

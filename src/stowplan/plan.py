@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from stowplan.checks import check_int
 from stowplan.errors import InputError
 from stowplan.model import ExpertId
 
@@ -54,10 +55,7 @@ class Topology:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", TopologyKind(self.kind))
-        if isinstance(self.num_stages, bool) or not isinstance(self.num_stages, int):
-            raise InputError("topology.num_stages", self.num_stages, "must be an integer >= 1")
-        if self.num_stages < 1:
-            raise InputError("topology.num_stages", self.num_stages, "must be an integer >= 1")
+        check_int("topology.num_stages", self.num_stages, minimum=1)
         if (self.kind is TopologyKind.PIPELINE_WITH_EXPERTS) != (
             self.experts_per_layer is not None
         ):
@@ -283,6 +281,9 @@ def plan_from_dict(data: object) -> Plan:
         plan: Plan = _adapter().validate_python(data)
     except ValidationError as exc:
         err = exc.errors()[0]
+        cause = err.get("ctx", {}).get("error")
+        if isinstance(cause, InputError):  # a check of our own: its field and rule say it all
+            raise InputError(cause.field, cause.value, cause.rule) from None
         where = ".".join(str(p) for p in err["loc"]) or "plan"
         message = str(err.get("ctx", {}).get("error", err["msg"]))
         value = None if err["type"] == "missing" else err.get("input")

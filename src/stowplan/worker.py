@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from stowplan.errors import InputError
 from stowplan.plan import Plan, plan_from_json, plan_to_json
@@ -39,6 +40,19 @@ class WorkerStage:
     source: str
     """Which contract supplied it: ``PLAN_JSON``, ``PLAN_STAGE_BLOCKS`` or ``NUM_STAGES``."""
     node_id: str | None = None
+
+    def placement_info(self, running_node_id: str) -> dict[str, Any]:
+        """JSON-ready: the node the stage runs on next to the one its plan named, and what
+        it resolved (blocks, embed/head, contract source)."""
+        return {
+            "stage": self.stage,
+            "node_id": running_node_id,
+            "plan_node_id": self.node_id,
+            "block_range": list(self.block_range),
+            "owns_embed": self.owns_embed,
+            "owns_head": self.owns_head,
+            "source": self.source,
+        }
 
 
 def even_split(num_blocks: int, num_stages: int, stage: int) -> tuple[int, int]:

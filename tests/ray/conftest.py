@@ -12,17 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
-RAY_ENV = {
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "RAY_AUTH_MODE": "disabled",
-    "RAY_SCHEDULER_EVENTS": "0",
-    "RAY_raylet_start_wait_time_s": "120",
-}
-HEAD_ARGS = {
-    "include_dashboard": False,
-    "object_store_memory": 80 << 20,
-    "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3},
-}
+from stowplan.cluster._ray import LOCAL_HEAD_ARGS, LOOPBACK_ENV
+
+RAY_ENV = dict(LOOPBACK_ENV, RAY_raylet_start_wait_time_s="120")
+HEAD_ARGS = dict(LOCAL_HEAD_ARGS)
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from stowplan.cluster import FleetRole, InitMode, init_ray
+from stowplan.cluster._ray import OBJECT_STORE_BYTES
 
 pytestmark = pytest.mark.ray
 
@@ -47,7 +48,7 @@ def _worker_env() -> dict[str, str | None]:
 def test_init_ray_reuses_by_device_tag_and_restarts_on_a_new_one(local_ray: None) -> None:
     import ray
 
-    kw = {"num_cpus": 1, "object_store_memory": 80 << 20}
+    kw = {"num_cpus": 1, "object_store_memory": OBJECT_STORE_BYTES}
     first = init_ray(_env("1,0"), **kw)
     assert first.mode is InitMode.STARTED
     assert first.device_tag == "stowplan_devices_0_1"

@@ -25,6 +25,7 @@ from stowplan.cluster import (
     get_ray_cluster_topology,
     live_groups,
 )
+from stowplan.cluster._ray import OBJECT_STORE_BYTES
 from stowplan.cluster.errors import InsufficientResources, PlacementInfeasible, PlacementTimeout
 from stowplan.cluster.topology import UNKNOWN_DOMAIN
 from tests.ray.conftest import HEAD_ARGS
@@ -56,7 +57,7 @@ def cluster(ray_env: dict[str, str]) -> Iterator[dict[str, Any]]:
             "num_gpus": 2,
             "resources": resources,
             "labels": {"stowplan.io/name": name},
-            "object_store_memory": 80 << 20,
+            "object_store_memory": OBJECT_STORE_BYTES,
         }
 
     # The head is node a1: three raylets in all keep start-up light on two cores.
@@ -208,7 +209,7 @@ def test_node_removed_while_waiting_fails_the_group_cleanly(cluster: dict[str, A
 
     c = cluster["cluster"]
     extra = c.add_node(
-        num_cpus=1, num_gpus=1, resources={"spare": 1.0}, object_store_memory=80 << 20
+        num_cpus=1, num_gpus=1, resources={"spare": 1.0}, object_store_memory=OBJECT_STORE_BYTES
     )
     c.wait_for_nodes()
     extra_id = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "spare" in n["Resources"])

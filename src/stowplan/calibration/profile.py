@@ -35,13 +35,13 @@ canonical JSON.  Reading shipped or user files lives in :mod:`.store`.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from stowplan.checks import check_choice, check_number
 from stowplan.errors import InputError
 
 __all__ = [
@@ -143,16 +143,6 @@ class FractionTable(dict[str, "Figure"]):
     setdefault = _readonly  # type: ignore[assignment]
 
 
-def _number(where: str, value: object, *, upper: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InputError(where, value, "must be a finite number")
-    v = float(value)
-    if not math.isfinite(v) or v < 0 or (upper is not None and v > upper):
-        rule = f"in [0, {upper}]" if upper is not None else ">= 0"
-        raise InputError(where, value, f"must be a finite number {rule}")
-    return v
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Figure:
     """One calibration figure, with its provenance and its source."""
@@ -163,14 +153,8 @@ class Figure:
     """Public source (repo + thread, or URL) or a description of the fit."""
 
     def __post_init__(self) -> None:
-        try:
-            object.__setattr__(self, "provenance", Provenance(self.provenance))
-        except ValueError:
-            raise InputError(
-                "provenance",
-                self.provenance,
-                f"must be one of {', '.join(p.value for p in Provenance)}",
-            ) from None
+        provenance = check_choice("provenance", self.provenance, Provenance)
+        object.__setattr__(self, "provenance", provenance)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -206,15 +190,15 @@ class DeviceCalibration:
                 f"{where}.bandwidth_fraction", sorted(fractions), "must have a 'default' entry"
             )
         for key, fig in fractions.items():
-            v = _number(
+            v = check_number(
                 f"{where}.bandwidth_fraction.{key}", fig.value, upper=MAX_BANDWIDTH_FRACTION
             )
             if v == 0:
                 raise InputError(f"{where}.bandwidth_fraction.{key}", fig.value, "must be > 0")
         object.__setattr__(self, "bandwidth_fraction", FractionTable(sorted(fractions.items())))
-        _number(f"{where}.block_overhead_s", self.block_overhead_s.value, upper=1.0)
-        _number(f"{where}.hop_overhead_s", self.hop_overhead_s.value, upper=10.0)
-        eff = _number(f"{where}.compute_efficiency", self.compute_efficiency.value, upper=1.0)
+        check_number(f"{where}.block_overhead_s", self.block_overhead_s.value, upper=1.0)
+        check_number(f"{where}.hop_overhead_s", self.hop_overhead_s.value, upper=10.0)
+        eff = check_number(f"{where}.compute_efficiency", self.compute_efficiency.value, upper=1.0)
         if eff == 0:
             raise InputError(
                 f"{where}.compute_efficiency", self.compute_efficiency.value, "must be > 0"
@@ -246,12 +230,7 @@ class Calibration:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise InputError("name", self.name, "must be a non-empty string")
-        try:
-            object.__setattr__(self, "engine", Engine(self.engine))
-        except ValueError:
-            raise InputError(
-                "engine", self.engine, f"must be one of {', '.join(e.value for e in Engine)}"
-            ) from None
+        object.__setattr__(self, "engine", check_choice("engine", self.engine, Engine))
         if self.schema_version != CALIBRATION_SCHEMA_VERSION:
             raise InputError(
                 "schema_version",
@@ -322,7 +301,7 @@ def _figure(where: str, data: object) -> Figure:
     if not isinstance(source, str):
         raise InputError(f"{where}.source", source, "must be a string")
     return Figure(
-        value=_number(f"{where}.value", obj["value"]),
+        value=check_number(f"{where}.value", obj["value"]),
         provenance=obj.get("provenance", Provenance.TABLE),
         source=source,
     )

@@ -19,8 +19,9 @@ from stowplan.calibration.profile import (
     calibration_from_json,
     calibration_to_json,
 )
+from stowplan.checks import check_choice
 from stowplan.errors import InputError
-from stowplan.fileio import write_text_atomic
+from stowplan.fileio import read_text_file, write_text_atomic
 
 __all__ = [
     "load_calibration_file",
@@ -32,12 +33,7 @@ __all__ = [
 
 
 def _engine(engine: str | Engine) -> Engine:
-    try:
-        return Engine(engine)
-    except ValueError:
-        raise InputError(
-            "--engine", engine, f"must be one of {', '.join(e.value for e in Engine)}"
-        ) from None
+    return check_choice("--engine", engine, Engine)
 
 
 def shipped_calibration(engine: str | Engine) -> Calibration:
@@ -54,10 +50,7 @@ def shipped_calibration(engine: str | Engine) -> Calibration:
 def load_calibration_file(path: str | Path) -> Calibration:
     """Read and validate a profile file; errors name the file."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError("--calibration", str(p), f"cannot be read ({exc.strerror})") from None
+    text = read_text_file(p, field="--calibration")
     try:
         return calibration_from_json(text, origin=str(p))
     except InputError as exc:

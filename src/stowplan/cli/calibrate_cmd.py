@@ -31,6 +31,7 @@ from stowplan.calibration import (
 from stowplan.cli.app import app
 from stowplan.cli.common import out_console
 from stowplan.errors import InputError
+from stowplan.fileio import read_text_file
 from stowplan.gpus import lookup_gpu
 
 
@@ -42,13 +43,6 @@ def _spec_bandwidth_gbps(gpu_name: str) -> float | None:
 
 def _device_key(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", normalise_gpu_name(name)).strip("-") or "device"
-
-
-def _read(path: Path, flag: str) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(flag, str(path), f"cannot be read ({exc.strerror})") from None
 
 
 def _probe_entries(passport_path: Path | None, prior_cal: Calibration) -> list[DeviceCalibration]:
@@ -173,7 +167,7 @@ def calibrate_command(
             "--from-llama-bench", None, "give llama-bench output (or --from-probe) to fit from"
         )
     results = parse_llama_bench(
-        _read(from_llama_bench, "--from-llama-bench"), origin=str(from_llama_bench)
+        read_text_file(from_llama_bench, field="--from-llama-bench"), origin=str(from_llama_bench)
     )
     decode = [r for r in results if r.is_decode and r.n_depth == 0] or [
         r for r in results if r.is_decode

@@ -28,6 +28,7 @@ from stowplan.cluster.topology import (
     select_segment_nodes,
 )
 from stowplan.errors import InputError
+from stowplan.fileio import read_text_file
 from stowplan.models import resolve_model
 
 cluster_app = typer.Typer(
@@ -107,12 +108,7 @@ def resources_command(
     if nvidia_smi is None:
         found = local_node_resources(os.environ)
     else:
-        try:
-            text = nvidia_smi.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise InputError(
-                "--nvidia-smi", str(nvidia_smi), f"cannot be read ({exc.strerror})"
-            ) from None
+        text = read_text_file(nvidia_smi, field="--nvidia-smi", errors="replace")
         found = node_resources(text, os.environ, socket.gethostname())
     resources = {k: int(v) for k, v in found.as_resources().items()}
     payload = json.dumps(resources, sort_keys=True)

@@ -12,8 +12,10 @@ from stowplan.nodefile import load_nodes, load_offers
 
 __all__ = ["err_console", "load_fleet", "out_console"]
 
-out_console = Console(highlight=False, soft_wrap=False)
-err_console = Console(stderr=True, highlight=False)
+# Markup off: node ids, model names and notes come from the user and may hold "[...]".
+# Styling is done with rich Text objects instead.
+out_console = Console(highlight=False, markup=False, soft_wrap=False)
+err_console = Console(stderr=True, highlight=False, markup=False)
 
 
 def load_fleet(nodes: Path | None, offers: Path | None) -> list[NodeDescriptor]:

@@ -10,8 +10,8 @@ import typer
 
 from stowplan.cli.app import app
 from stowplan.cli.common import out_console
-from stowplan.errors import InputError
 from stowplan.exports import Engine, export_plan
+from stowplan.fileio import read_text_file
 from stowplan.model import NodeDescriptor
 from stowplan.nodefile import load_nodes
 from stowplan.plan import plan_from_json
@@ -36,10 +36,7 @@ def export_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the export as JSON.")] = False,
 ) -> None:
     """Print the settings that run PLAN on an engine: env, flags, command lines, files."""
-    try:
-        text = plan_file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError("PLAN", str(plan_file), f"cannot be read ({exc.strerror})") from None
+    text = read_text_file(plan_file, field="PLAN")
     fleet: list[NodeDescriptor] | None = load_nodes(nodes) if nodes is not None else None
     result = export_plan(plan_from_json(text), to, nodes=fleet, model=model, family=family)
     if as_json:

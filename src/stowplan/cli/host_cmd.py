@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from stowplan.cli.app import app
 from stowplan.cli.common import err_console, out_console
@@ -155,9 +156,12 @@ def residency_command(
         out_console.file.write(employment_to_json(plan))
         return
     out_console.print(
-        f"{layout.name} ({format_bytes(plan.model_bytes)}) on {p.topology.hostname}: "
-        f"[bold]{plan.protocol.value}[/bold], predicted {plan.predicted_s_per_token:.4f} s/token "
-        f"({plan.predicted_tokens_per_s:.2f} tok/s)"
+        Text.assemble(
+            f"{layout.name} ({format_bytes(plan.model_bytes)}) on {p.topology.hostname}: ",
+            (plan.protocol.value, "bold"),
+            f", predicted {plan.predicted_s_per_token:.4f} s/token "
+            f"({plan.predicted_tokens_per_s:.2f} tok/s)",
+        )
     )
     table = Table("rank", "circuit", "role", "pool", "weights")
     for pl in plan.placements:

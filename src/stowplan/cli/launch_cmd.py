@@ -146,15 +146,17 @@ def launch_command(
     """Plan MODEL on the Ray cluster's nodes and start one stage actor per stage."""
     layout = _layout(model)
     constraints = _constraints(min_stages, max_stages, headroom, strategy)
-    if nodes is not None and plan_debug and ray_address is None:
-        _plan_debug(layout, load_nodes(nodes), constraints, as_json)
+    # Read the fleet file before any cluster starts: a bad file fails at once.
+    given = load_nodes(nodes) if nodes is not None else None
+    if given is not None and plan_debug and ray_address is None:
+        _plan_debug(layout, given, constraints, as_json)
         return
     with _ray_session(ray_address):
         from stowplan.cluster.local import ray_module
         from stowplan.cluster.nodes import ray_node_descriptors
         from stowplan.cluster.realise import contract_stage_class, realise_with_replan
 
-        fleet = load_nodes(nodes) if nodes is not None else ray_node_descriptors(timeout_s=timeout)
+        fleet = given if given is not None else ray_node_descriptors(timeout_s=timeout)
         if plan_debug:
             _plan_debug(layout, fleet, constraints, as_json)
             return

@@ -14,6 +14,7 @@ from stowplan.cli.app import app
 from stowplan.cli.common import load_fleet, out_console
 from stowplan.errors import InputError
 from stowplan.expert_stats import load_coactivation, load_expert_load
+from stowplan.fileio import read_text_file
 from stowplan.model import Constraints, Objective
 from stowplan.models import known_names, lookup, resolve_model
 from stowplan.plan import plan_from_json, plan_to_json
@@ -24,13 +25,6 @@ from stowplan.report.html import write_html_report
 from stowplan.report.terminal import render_comparison, render_plan
 from stowplan.units import format_bytes, parse_tokens_per_s
 from stowplan.worker import stage_env
-
-
-def _read_plan(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError("PLAN", str(path), f"cannot be read ({exc.strerror})") from None
 
 
 @app.command("plan")
@@ -129,7 +123,10 @@ def plan_command(
     else:
         result = make_plan(layout, fleet, constraints)
     if html is not None:
-        write_html_report(html, result, fleet, layout=layout)
+        try:
+            write_html_report(html, result, fleet, layout=layout)
+        except OSError as exc:
+            raise InputError("--html", str(html), f"cannot be written ({exc.strerror})") from None
     if as_json:
         out_console.file.write(plan_to_json(result))
         return
@@ -187,7 +184,7 @@ def stage_env_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Print the environment each stage's worker receives."""
-    p = plan_from_json(_read_plan(plan_file))
+    p = plan_from_json(read_text_file(plan_file, field="PLAN"))
     envs = stage_env(p)
     if as_json:
         out_console.file.write(json.dumps(envs, indent=2, sort_keys=True) + "\n")

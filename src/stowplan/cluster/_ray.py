@@ -1,12 +1,41 @@
-"""Lazy access to Ray: one import point that names the extra when Ray is missing."""
+"""Lazy access to Ray, and the settings every local Ray cluster starts with.
+
+:func:`require_ray` is the one import point; it names the extra when Ray is
+missing. The settings are the ones measured for local clusters on loopback
+(see the module docs of :mod:`stowplan.cluster.local`): they are shared by
+:func:`~stowplan.cluster.bootstrap.init_ray`, the fake multi-node cluster and
+the Ray test fixtures.
+"""
 
 from __future__ import annotations
 
-from types import ModuleType
+from types import MappingProxyType, ModuleType
+from typing import Any
 
 from stowplan.errors import DependencyError
 
-__all__ = ["require_ray"]
+__all__ = ["LOCAL_HEAD_ARGS", "LOOPBACK_ENV", "OBJECT_STORE_BYTES", "require_ray"]
+
+LOOPBACK_ENV: MappingProxyType[str, str] = MappingProxyType(
+    {
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_SCHEDULER_EVENTS": "0",
+    }
+)
+"""Set before a local Ray starts: bind to 127.0.0.1 only, write no auth token,
+no autoscaler noise for infeasible groups."""
+OBJECT_STORE_BYTES = 80 << 20
+"""Object store per local node: the demo and the tests move kilobytes."""
+LOCAL_HEAD_ARGS: MappingProxyType[str, Any] = MappingProxyType(
+    {
+        "include_dashboard": False,
+        "object_store_memory": OBJECT_STORE_BYTES,
+        "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3},
+    }
+)
+"""Head-node arguments of a local cluster: no dashboard, a small object store,
+and a hard-killed node marked dead in about a second instead of fifteen."""
 
 
 def require_ray() -> ModuleType:

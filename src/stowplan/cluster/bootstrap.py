@@ -5,7 +5,9 @@ Two modes:
 * **data centre** — ``RAY_ADDRESS`` is set: attach to that cluster, always;
 * **local** — no ``RAY_ADDRESS``: reuse the local cluster this process started
   for the same set of ``CUDA_VISIBLE_DEVICES`` (the cluster carries a custom
-  resource ``stowplan_devices_<sorted ids>``), or start one bound to 127.0.0.1.
+  resource ``stowplan_devices_<sorted ids>``), or start one bound to 127.0.0.1
+  (the variables of :data:`~stowplan.cluster._ray.LOOPBACK_ENV` are set first
+  unless the environment already sets them: loopback only, no auth token).
 
 Either way the process environment is forwarded to every Ray worker through
 the job's runtime env, except variables that break or mislead workers:
@@ -24,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from stowplan.cluster._ray import require_ray
+from stowplan.cluster._ray import LOOPBACK_ENV, require_ray
 from stowplan.cluster.fleet import FleetRole, get_fleet_role
 
 __all__ = [
@@ -57,7 +59,6 @@ STRIPPED_ENV_NAMES = frozenset(
 )
 """Variables never forwarded to Ray workers."""
 DEVICE_TAG_PREFIX = "stowplan_devices_"
-_LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 
 class InitMode(StrEnum):
@@ -160,7 +161,7 @@ def init_ray(
             return result(InitMode.REUSED, tag)
         log.info("local Ray cluster has another device set; restarting for %s", tag)
         ray.shutdown()
-    for key, value in _LOOPBACK_ENV.items():
+    for key, value in LOOPBACK_ENV.items():
         os.environ.setdefault(key, value)
     ray.init(
         address="local",

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from stowplan.checks import check_choice, check_int
 from stowplan.errors import InputError
 
 __all__ = [
@@ -80,24 +81,13 @@ def _role(value: object) -> FleetRole:
             value,
             f"is required; set it to one of {', '.join(r.value for r in FleetRole)}",
         )
-    try:
-        return FleetRole(str(value).strip().lower())
-    except ValueError:
-        raise InputError(
-            ENV_ROLE, value, f"must be one of {', '.join(r.value for r in FleetRole)}"
-        ) from None
+    return check_choice(ENV_ROLE, value, FleetRole, normalise=lambda v: v.strip().lower())
 
 
 def get_fleet_role(env: Mapping[str, str] | None = None) -> FleetRole:
     """The role named by ``STOWPLAN_FLEET_ROLE``; :class:`InputError` when missing or unknown."""
     source = os.environ if env is None else env
     return _role(source.get(ENV_ROLE))
-
-
-def _int(name: str, value: object, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(name, value, f"must be an integer >= {minimum}")
-    return value
 
 
 def _parse_int(env: Mapping[str, str], name: str) -> int | None:
@@ -131,8 +121,8 @@ class FleetSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "role", _role(self.role))
-        _int(ENV_NUM_NODES, self.num_nodes, minimum=1)
-        _int(ENV_GPUS_PER_NODE, self.gpus_per_node, minimum=0)
+        check_int(ENV_NUM_NODES, self.num_nodes, minimum=1)
+        check_int(ENV_GPUS_PER_NODE, self.gpus_per_node, minimum=0)
         if self.role is FleetRole.SANDBOX and self.gpus_per_node != 0:
             raise InputError(
                 ENV_GPUS_PER_NODE,
@@ -148,18 +138,16 @@ class FleetSpec:
         if self.placement_strategy is None:
             object.__setattr__(self, "placement_strategy", default_strategy(self.role))
         else:
-            try:
-                strategy = PlacementStrategy(str(self.placement_strategy).strip().upper())
-            except ValueError:
-                raise InputError(
-                    ENV_PG_STRATEGY,
-                    self.placement_strategy,
-                    f"must be one of {', '.join(s.value for s in PlacementStrategy)}",
-                ) from None
+            strategy = check_choice(
+                ENV_PG_STRATEGY,
+                self.placement_strategy,
+                PlacementStrategy,
+                normalise=lambda v: v.strip().upper(),
+            )
             object.__setattr__(self, "placement_strategy", strategy)
-        _int(ENV_MAX_COLOCATED, self.max_colocated_worker_groups, minimum=1)
+        check_int(ENV_MAX_COLOCATED, self.max_colocated_worker_groups, minimum=1)
         if self.segment_size is not None:
-            _int(ENV_SEGMENT_SIZE, self.segment_size, minimum=1)
+            check_int(ENV_SEGMENT_SIZE, self.segment_size, minimum=1)
             if self.role is FleetRole.SANDBOX:
                 raise InputError(
                     ENV_SEGMENT_SIZE,

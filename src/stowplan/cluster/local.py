@@ -18,18 +18,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from stowplan.cluster._ray import require_ray
+from stowplan.checks import check_int
+from stowplan.cluster._ray import LOCAL_HEAD_ARGS, LOOPBACK_ENV, OBJECT_STORE_BYTES, require_ray
 from stowplan.errors import InputError
 
 __all__ = ["DEFAULT_FAKE_NODES", "FakeNode", "LocalCluster", "local_cluster", "ray_module"]
-
-_OBJECT_STORE_BYTES = 80 << 20
-_LOOPBACK_ENV = {
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "RAY_AUTH_MODE": "disabled",
-    "RAY_SCHEDULER_EVENTS": "0",
-}
-_SYSTEM_CONFIG = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
 
 
 def ray_module() -> Any:
@@ -50,12 +43,19 @@ class FakeNode:
         if not self.gpu_name or any(c.isspace() for c in self.gpu_name):
             raise InputError("gpu_name", self.gpu_name, "must be a non-empty label without spaces")
         for name in ("vram_bytes", "num_gpus", "num_cpus"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(name, value, "must be an integer >= 1")
+            check_int(name, getattr(self, name), minimum=1)
 
     def labels(self) -> dict[str, str]:
         return {"gpu_name": self.gpu_name, "vram_bytes": str(self.vram_bytes)}
+
+    def node_args(self) -> dict[str, Any]:
+        """Keyword arguments of ``Cluster.add_node`` for this node."""
+        return {
+            "num_cpus": self.num_cpus,
+            "num_gpus": self.num_gpus,
+            "labels": self.labels(),
+            "object_store_memory": OBJECT_STORE_BYTES,
+        }
 
 
 DEFAULT_FAKE_NODES: tuple[FakeNode, ...] = (
@@ -84,12 +84,7 @@ class LocalCluster:
 
     def add(self, node: FakeNode) -> Any:
         """Add one fake node and wait until Ray sees it."""
-        handle = self.cluster.add_node(
-            num_cpus=node.num_cpus,
-            num_gpus=node.num_gpus,
-            labels=node.labels(),
-            object_store_memory=_OBJECT_STORE_BYTES,
-        )
+        handle = self.cluster.add_node(**node.node_args())
         self.workers.append(handle)
         self.cluster.wait_for_nodes()
         return handle
@@ -121,7 +116,7 @@ class LocalCluster:
 def start_local_cluster(nodes: Sequence[FakeNode] = DEFAULT_FAKE_NODES) -> LocalCluster:
     """Start a head (no GPU) plus one fake node per entry and connect this process to it."""
     tmpdir = tempfile.mkdtemp(prefix="stowplan-ray-")
-    env = dict(_LOOPBACK_ENV, RAY_TMPDIR=tmpdir)
+    env = dict(LOOPBACK_ENV, RAY_TMPDIR=tmpdir)
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
     ray = ray_module()
@@ -135,23 +130,10 @@ def start_local_cluster(nodes: Sequence[FakeNode] = DEFAULT_FAKE_NODES) -> Local
     try:
         local.cluster = Cluster(
             initialize_head=True,
-            head_node_args={
-                "num_cpus": 1,
-                "num_gpus": 0,
-                "include_dashboard": False,
-                "object_store_memory": _OBJECT_STORE_BYTES,
-                "_system_config": _SYSTEM_CONFIG,
-            },
+            head_node_args={"num_cpus": 1, "num_gpus": 0, **LOCAL_HEAD_ARGS},
         )
         for node in nodes:
-            local.workers.append(
-                local.cluster.add_node(
-                    num_cpus=node.num_cpus,
-                    num_gpus=node.num_gpus,
-                    labels=node.labels(),
-                    object_store_memory=_OBJECT_STORE_BYTES,
-                )
-            )
+            local.workers.append(local.cluster.add_node(**node.node_args()))
         local.cluster.wait_for_nodes()
         ray.init(address=local.cluster.address, log_to_driver=False)
     except BaseException:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from stowplan.checks import check_int
 from stowplan.cluster.fleet import ENV_PG_STRATEGY, ENV_ROLE, FleetRole, FleetSpec
 from stowplan.cluster.fleet import PlacementStrategy as _Strategy
 from stowplan.errors import InputError
@@ -43,8 +44,7 @@ class ParallelismSpec:
             ("dp", self.data),
             ("ep", self.expert),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(name, value, "must be an integer >= 1")
+            check_int(name, value, minimum=1)
 
     @property
     def replica_gpus(self) -> int:

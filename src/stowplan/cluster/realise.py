@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from stowplan.checks import check_int
 from stowplan.cluster.errors import PlacementError
 from stowplan.cluster.groups import create_placement_group, remove_groups
 from stowplan.cluster.local import ray_module
@@ -312,8 +313,7 @@ def realise_with_replan(
         StageStartError: an actor failed in its constructor (not a placement
             problem, so no replan).
     """
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        raise InputError("max_attempts", max_attempts, "must be an integer >= 1")
+    check_int("max_attempts", max_attempts, minimum=1)
     survivors = list(nodes)
     attempts: list[Attempt] = []
     while True:
@@ -367,16 +367,7 @@ class ContractStage:
 
     def info(self) -> dict[str, Any]:
         """Where this stage runs and what it resolved."""
-        return {
-            "stage": self.stage.stage,
-            "node_id": self.node_id,
-            "plan_node_id": self.stage.node_id,
-            "block_range": list(self.stage.block_range),
-            "owns_embed": self.stage.owns_embed,
-            "owns_head": self.stage.owns_head,
-            "source": self.stage.source,
-            "gpu_ids": self.gpu_ids,
-        }
+        return self.stage.placement_info(self.node_id) | {"gpu_ids": self.gpu_ids}
 
 
 def contract_stage_class() -> Any:

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from stowplan.checks import check_int
 from stowplan.errors import Infeasible, InputError
 from stowplan.host.fabric import DOMAIN_RESOURCE_PREFIX, domain_resource, node_domain, parse_fabric
 
@@ -80,8 +80,7 @@ def select_segment_nodes(topology: Topology, segment_size: int, num_nodes: int) 
     ``num_nodes`` and :class:`Infeasible` when too few complete segments exist.
     """
     for name, value in (("segment_size", segment_size), ("num_nodes", num_nodes)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(name, value, "must be an integer >= 1")
+        check_int(name, value, minimum=1)
     if num_nodes % segment_size:
         raise InputError(
             "segment_size",
@@ -186,6 +185,8 @@ def node_resources(
 
 def local_node_resources(env: Mapping[str, str], timeout_s: float = 20.0) -> NodeResources:
     """:func:`node_resources` of this machine (runs ``nvidia-smi -q`` when it exists)."""
+    import socket  # the I/O edge of an otherwise pure module
+
     text: str | None = None
     exe = shutil.which("nvidia-smi")
     if exe is not None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from stowplan.checks import check_int
 from stowplan.errors import InputError
 from stowplan.model import ModelLayout
 
@@ -50,12 +51,15 @@ class DemoConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("num_blocks", "hidden_dim", "num_heads", "mlp_dim", "vocab_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(name, value, "must be an integer >= 1")
-        if self.max_seq_len < 1:
-            raise InputError("max_seq_len", self.max_seq_len, "must be an integer >= 1")
+        for name in (
+            "num_blocks",
+            "hidden_dim",
+            "num_heads",
+            "mlp_dim",
+            "vocab_size",
+            "max_seq_len",
+        ):
+            check_int(name, getattr(self, name), minimum=1)
         if self.hidden_dim % self.num_heads:
             raise InputError(
                 "num_heads", self.num_heads, f"must divide hidden_dim={self.hidden_dim}"

@@ -54,15 +54,8 @@ class StageWorker:
 
     def info(self) -> dict[str, Any]:
         """Where this stage runs, what it resolved, and the contract env it saw."""
-        return {
-            "stage": self.stage.stage,
+        return self.stage.placement_info(self.node_id) | {
             "num_stages": self.stage.num_stages,
-            "node_id": self.node_id,
-            "plan_node_id": self.stage.node_id,
-            "block_range": list(self.stage.block_range),
-            "owns_embed": self.stage.owns_embed,
-            "owns_head": self.stage.owns_head,
-            "source": self.stage.source,
             "weight_bytes": self.model.weight_bytes,
             "env": {k: os.environ[k] for k in CONTRACT_KEYS if k in os.environ},
         }

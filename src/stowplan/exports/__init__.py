@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from stowplan.errors import InputError
+from stowplan.checks import check_choice
 from stowplan.exports.accelerate import FAMILIES, export_accelerate
 from stowplan.exports.llamacpp import export_llamacpp
 from stowplan.exports.result import Engine, EngineExport, UnsupportedByEngine
@@ -56,12 +56,7 @@ def export_plan(
     """
     from stowplan.exports.common import resolve_layout
 
-    try:
-        engine = Engine(str(to).strip().lower())
-    except ValueError:
-        raise InputError(
-            "--to", to, f"must be one of {', '.join(e.value for e in Engine)}"
-        ) from None
+    engine = check_choice("--to", to, Engine, normalise=lambda v: v.strip().lower())
     if engine is Engine.VLLM:
         return export_vllm(plan, nodes=nodes, model=model)
     if engine is Engine.SGLANG:

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from stowplan.checks import check_int, check_number
+from stowplan.errors import InputError
+
 __all__ = [
     "CapabilityMatrix",
     "Circuit",
@@ -217,13 +220,11 @@ class CircuitCapability:
     """Measured host→device GB/s (pinned copies); ``inf`` for an in-pool circuit."""
 
     def __post_init__(self) -> None:
-        if self.gemv_n <= 0 or not (self.ms_per_gemv > 0 and math.isfinite(self.ms_per_gemv)):
-            raise ValueError(
-                f"{self.circuit}: gemv_n={self.gemv_n} and ms_per_gemv={self.ms_per_gemv} "
-                "must be positive and finite"
-            )
-        if not self.upload_gbps > 0:
-            raise ValueError(f"{self.circuit}: upload_gbps={self.upload_gbps} must be > 0")
+        check_int(f"{self.circuit}.gemv_n", self.gemv_n, minimum=1)
+        check_number(f"{self.circuit}.ms_per_gemv", self.ms_per_gemv, positive=True)
+        up = self.upload_gbps
+        if isinstance(up, bool) or not isinstance(up, int | float) or not up > 0:
+            raise InputError(f"{self.circuit}.upload_gbps", up, "must be > 0 (inf when in-pool)")
 
     @property
     def compute_bytes_per_s(self) -> float:

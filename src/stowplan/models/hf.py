@@ -14,7 +14,6 @@ read through their ``text_config``; only the text decoder is placed.
 from __future__ import annotations
 
 import fnmatch
-import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from stowplan.errors import InputError
+from stowplan.fileio import read_json_file
 from stowplan.model import ModelLayout
 from stowplan.models.dtypes import parse_dtype, storage_format, tensor_bytes
 from stowplan.models.grouping import ArchInfo, ModelReport, TensorEntry, assemble, classify_hf
@@ -41,12 +41,7 @@ Config = Mapping[str, Any]
 # -- reading and normalising ------------------------------------------------------------
 def load_config(path: Path) -> dict[str, Any]:
     """Parse a ``config.json`` file; raise ``InputError`` when it is unreadable or not JSON."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError("MODEL", str(path), f"cannot be read ({exc.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError("MODEL", str(path), f"is not valid JSON ({exc})") from None
+    data = read_json_file(path, field="MODEL")
     if not isinstance(data, dict):
         raise InputError("MODEL", str(path), "must hold a JSON object (a config.json)")
     return data

@@ -70,19 +70,27 @@ def _stage_matrix(cm: CostModel, d: int, first: bool, last: bool, hop: float) ->
     return np.where(ok, t, np.inf)
 
 
+def _best_single_stage(problem: Problem, cm: CostModel) -> tuple[float, Pipeline | None]:
+    """The fastest node that holds the whole model alone (its stage time, its pipeline);
+    ``(inf, None)`` when none does or the constraints ask for two stages or more."""
+    best_val = math.inf
+    best: Pipeline | None = None
+    nb = cm.num_blocks
+    if problem.min_stages <= 1:
+        for d in range(len(cm.nodes)):
+            if cm.fits(d, 0, nb, True, True):
+                v = cm.stage_time(d, 0, nb, True, True)
+                if v < best_val:
+                    best_val, best = v, ([d], [0, nb])
+    return best_val, best
+
+
 def _subset_dp(problem: Problem, cm: CostModel, objective: str) -> Optimum:
     np = _np()
     n, nb = len(cm.nodes), cm.num_blocks
     add = objective == "latency"
     comb = np.add if add else np.maximum
-    best_val = math.inf
-    best: Pipeline | None = None
-    if problem.min_stages <= 1:
-        for d in range(n):
-            if cm.fits(d, 0, nb, True, True):
-                v = cm.stage_time(d, 0, nb, True, True)
-                if v < best_val:
-                    best_val, best = v, ([d], [0, nb])
+    best_val, best = _best_single_stage(problem, cm)
     best_end: tuple[int, int] | None = None
     if problem.max_stages >= 2 and n >= 2:
         hop = [cm.latency_s[d] if add else 0.0 for d in range(n)]
@@ -158,14 +166,7 @@ def _milp(problem: Problem, cm: CostModel, objective: str, time_limit_s: float) 
     except ImportError:
         raise DependencyError("scipy", "exact") from None
     n, nb = len(cm.nodes), cm.num_blocks
-    single = math.inf
-    single_p: Pipeline | None = None
-    if problem.min_stages <= 1:
-        for d in range(n):
-            if cm.fits(d, 0, nb, True, True):
-                v = cm.stage_time(d, 0, nb, True, True)
-                if v < single:
-                    single, single_p = v, ([d], [0, nb])
+    single, single_p = _best_single_stage(problem, cm)
     lat = objective == "latency"
     # Smallest block: exact for uniform layouts, a relaxation otherwise.
     rd = min(cm.read_prefix[i + 1] - cm.read_prefix[i] for i in range(nb))

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from stowplan.plan import Plan
 from stowplan.planner.experts import ExpertSummary
@@ -49,9 +50,9 @@ def render_experts(plan: Plan, summary: ExpertSummary, console: Console) -> None
     for a, row in zip(plan.assignments, summary.nodes, strict=True):
         table.add_row(
             str(a.stage),
-            a.node_id,
-            f"[{a.block_range[0]}, {a.block_range[1]})",
-            _experts_cell(row.per_block),
+            Text(a.node_id),
+            Text(f"[{a.block_range[0]}, {a.block_range[1]})"),
+            Text(_experts_cell(row.per_block)),
             f"{row.load_share:.1%}",
             f"{row.speed_share:.1%}",
         )

@@ -1,4 +1,9 @@
-"""Terminal rendering of plans with rich."""
+"""Terminal rendering of plans with rich.
+
+Strings that come from the user (node ids, GPU and model names, notes) are
+printed as :class:`~rich.text.Text` or with ``markup=False``, so a ``[`` in
+them is shown, not read as markup, whatever console is passed in.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ def render_plan(plan: Plan, nodes: Sequence[NodeDescriptor], console: Console) -
     """Print the plan: one row per stage, then the rationale notes."""
     by_id = {n.id: n for n in nodes}
     title = f"{plan.model_name or 'model'}: {plan.num_stages} stage(s), {plan.rationale.strategy}"
-    table = Table(title=title, title_justify="left")
+    table = Table(title=Text(title), title_justify="left")
     for col in ("stage", "node", "gpu", "blocks", "anchors", "vram used", "usable", "util"):
         table.add_column(col, justify="right" if col in {"stage", "util"} else "left")
     for a in plan.assignments:
@@ -31,9 +36,9 @@ def render_plan(plan: Plan, nodes: Sequence[NodeDescriptor], console: Console) -
         anchors = ",".join(x for x, o in (("embed", a.owns_embed), ("head", a.owns_head)) if o)
         table.add_row(
             str(a.stage),
-            a.node_id,
-            node.gpu_name if node else "?",
-            f"[{a.block_range[0]}, {a.block_range[1]}) ×{a.num_blocks}",
+            Text(a.node_id),
+            Text(node.gpu_name if node else "?"),
+            Text(f"[{a.block_range[0]}, {a.block_range[1]}) ×{a.num_blocks}"),
             anchors or "-",
             format_bytes(a.estimated_vram_bytes),
             format_bytes(usable) if usable is not None else "-",

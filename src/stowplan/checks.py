@@ -1,0 +1,66 @@
+"""Checks of user-given values that raise :class:`~stowplan.errors.InputError`.
+
+One wording for every module: ``batch=0: must be an integer >= 1``,
+``link_mbps=-1.0: must be a finite number >= 0``, ``strategy='fast': must be
+one of balance-by-vram, latency, throughput, exact``. Each check returns the
+value it accepted, converted where the type says so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from enum import StrEnum
+from typing import TypeVar
+
+from stowplan.errors import InputError
+
+__all__ = ["check_choice", "check_int", "check_number"]
+
+E = TypeVar("E", bound=StrEnum)
+
+
+def check_int(field: str, value: object, *, minimum: int = 0) -> int:
+    """``value`` when it is an ``int`` (not a ``bool``) and ``>= minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InputError(field, value, f"must be an integer >= {minimum}")
+    return value
+
+
+def check_number(
+    field: str, value: object, *, positive: bool = False, upper: float | None = None
+) -> float:
+    """``value`` as a float when it is a finite ``int``/``float`` (not a ``bool``) and ``>= 0``.
+
+    ``positive`` also rejects 0; ``upper`` rejects values above it (the rule
+    then reads ``in [0, upper]``).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(field, value, "must be a finite number")
+    v = float(value)
+    if not math.isfinite(v) or v < 0 or (positive and v == 0) or (upper is not None and v > upper):
+        rule = ">= 0" if not positive else "> 0"
+        if upper is not None:
+            rule = f"in [0, {upper}]"
+        raise InputError(field, value, f"must be a finite number {rule}")
+    return v
+
+
+def check_choice(
+    field: str,
+    value: object,
+    choices: type[E],
+    *,
+    normalise: Callable[[str], str] | None = None,
+) -> E:
+    """``value`` as a member of the closed vocabulary ``choices``.
+
+    ``normalise`` (e.g. ``str.lower``) is applied to ``str(value)`` first; the
+    message lists the accepted values in their declared order.
+    """
+    try:
+        return choices(normalise(str(value)) if normalise is not None else value)  # type: ignore[arg-type]
+    except ValueError:
+        raise InputError(
+            field, value, f"must be one of {', '.join(c.value for c in choices)}"
+        ) from None
