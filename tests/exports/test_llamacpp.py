@@ -14,8 +14,16 @@ from stowplan.exports import UnsupportedByEngine, export_plan
 from stowplan.model import ExpertId
 from tests.exports.plans import make_plan
 
+# The two rules llama.cpp builds use for the first offloaded layer.
+RULES = {
+    "n_layer + 1 - ngl": lambda n_layer, ngl: max(n_layer + 1 - ngl, 0),
+    "n_layer - ngl": lambda n_layer, ngl: max(n_layer - ngl, 0),
+}
 
-def llamacpp_devices(argv: list[str], n_layer: int) -> dict[str, object]:
+
+def llamacpp_devices(
+    argv: list[str], n_layer: int, rule: str = "n_layer + 1 - ngl"
+) -> dict[str, object]:
     """Where llama.cpp puts each tensor: its placement rule, then the -ot overrides.
 
     Returns ``{tensor name: "CPU" or GPU index}`` for the block, expert and output
@@ -30,7 +38,7 @@ def llamacpp_devices(argv: list[str], n_layer: int) -> dict[str, object]:
     overrides = [argv[i + 1].rsplit("=", 1) for i, a in enumerate(argv) if a == "-ot"]
     points = np.cumsum(np.array(split, dtype=np.float32), dtype=np.float32)
     points = points / points[-1]
-    i_gpu_start = max(n_layer + 1 - ngl, 0)
+    i_gpu_start = RULES[rule](n_layer, ngl)
     act = min(ngl, n_layer + 1)
 
     def layer_device(il: int) -> object:
@@ -78,17 +86,31 @@ def one_host_plans(draw):
     return kinds, make_plan(counts, ids)
 
 
-@given(one_host_plans())
-def test_llamacpp_places_every_block_and_the_head_where_the_plan_does(case):
+@given(one_host_plans(), st.sampled_from(sorted(RULES)))
+def test_llamacpp_places_blocks_and_head_where_the_plan_does_under_both_rules(case, rule):
     kinds, plan = case
     n = plan.num_blocks
-    placed = llamacpp_devices(argv_of(plan), n)
+    placed = llamacpp_devices(argv_of(plan), n, rule)
     want = expected_devices(kinds)
     for a in plan.assignments:
         for b in range(*a.block_range):
-            assert placed[f"blk.{b}.attn_q.weight"] == want[a.stage], (b, a.stage)
+            assert placed[f"blk.{b}.attn_q.weight"] == want[a.stage], (b, a.stage, rule)
     assert placed["output.weight"] == want[-1]
     assert placed["output_norm.weight"] == want[-1]
+
+
+@pytest.mark.parametrize("rule", sorted(RULES))
+def test_cpu_blocks_ahead_of_the_gpus_stay_on_the_cpu_under_both_rules(rule):
+    plan = make_plan([3, 20, 9], ["cpu", "gpu0", "gpu1"], context_tokens=None)
+    argv = argv_of(plan, model="m.gguf")
+    assert argv[argv.index("-ngl") + 1] == "33"
+    assert argv[argv.index("--tensor-split") + 1] == "23,10"
+    assert "blk\\.(0|1|2)\\.=CPU" in argv
+    placed = llamacpp_devices(argv, 32, rule)
+    assert [placed[f"blk.{b}.attn_q.weight"] for b in (0, 2, 3, 22, 23, 31)] == [
+        "CPU", "CPU", 0, 0, 1, 1,
+    ]  # fmt: skip
+    assert placed["output.weight"] == 1
 
 
 def test_two_gpus_and_a_cpu_tail_give_exact_flags():

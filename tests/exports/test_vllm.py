@@ -116,7 +116,34 @@ def test_equal_gpu_counts_become_the_tensor_parallel_degree():
             None,
             "sglang cannot run this plan: experts of block 0 are placed on stage 1 but the block "
             "is on stage 0; a pipeline stage keeps every expert of its own layers (use an "
+            "expert-parallel plan for the engine's own EP)",
+        ),
+        (
+            "vllm",
+            make_plan(
+                [2, 0],
+                ["gpu0", "cpu"],
+                experts={1: [ExpertId(block=b, expert=e) for b in (0, 1) for e in range(8)]},
+                experts_per_layer=8,
+            ),
+            None,
+            "vllm cannot run this plan: experts of block 0 are placed on stage 1 but the block "
+            "is on stage 0; a pipeline stage keeps every expert of its own layers (use an "
             "expert-parallel plan for the engine's own EP, or --to llamacpp)",
+        ),
+        (
+            "vllm",
+            make_plan(
+                [2, 2],
+                ["a", "b"],
+                model_name="mixtral:8x7b",
+                experts={1: [ExpertId(block=0, expert=3)]},
+                experts_per_layer=8,
+            ),
+            None,
+            "vllm cannot run this plan: experts of block 0 are placed on stage 1 but the block "
+            "is on stage 0; a pipeline stage keeps every expert of its own layers (use an "
+            "expert-parallel plan for the engine's own EP, or --to accelerate)",
         ),
     ],
 )

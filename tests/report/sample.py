@@ -2,32 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from stowplan import Constraints, load_nodes, lookup, plan
+from stowplan.baselines import BaselineResult, compare_plans
 from stowplan.model import NodeDescriptor
 from stowplan.plan import Certificate, Plan, PlanRationale, Prediction
 from tests.conftest import EXAMPLES
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Baseline:
-    name: str
-    tokens_per_s: float
-    time_per_token_s: float
-    num_stages: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RationaleWithBaselines(PlanRationale):
-    """The rationale as planners that compare against baselines will carry it."""
-
-    baselines: tuple[Baseline, ...] = ()
+CONSTRAINTS = Constraints(context_tokens=8192)
 
 
 def sample_plan() -> tuple[Plan, list[NodeDescriptor]]:
     fleet = load_nodes(EXAMPLES / "fleets" / "mixed-consumer.yaml")
-    base = plan(lookup("llama3.1:70b"), fleet, Constraints(context_tokens=8192))
+    base = plan(lookup("llama3.1:70b"), fleet, CONSTRAINTS)
     times = tuple(0.020 + 0.004 * i for i in range(base.num_stages))
     prediction = Prediction(
         batch=1,
@@ -47,15 +33,11 @@ def sample_plan() -> tuple[Plan, list[NodeDescriptor]]:
         gap=0.03,
         method="LP relaxation",
     )
-    rationale = RationaleWithBaselines(
+    rationale = PlanRationale(
         strategy=base.rationale.strategy,
         notes=base.rationale.notes,
         prediction=prediction,
         certificate=certificate,
-        baselines=(
-            Baseline(name="even split", tokens_per_s=5.1, time_per_token_s=0.21, num_stages=6),
-            Baseline(name="vram-balanced", tokens_per_s=6.0, time_per_token_s=0.19, num_stages=6),
-        ),
     )
     return (
         Plan(
@@ -68,3 +50,8 @@ def sample_plan() -> tuple[Plan, list[NodeDescriptor]]:
         ),
         fleet,
     )
+
+
+def sample_baselines(fleet: list[NodeDescriptor]) -> tuple[BaselineResult, ...]:
+    """The peer rules' plans for the sample model and fleet (what ``--compare`` computes)."""
+    return compare_plans(lookup("llama3.1:70b"), fleet, CONSTRAINTS)

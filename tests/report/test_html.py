@@ -13,7 +13,7 @@ import pytest
 from stowplan.cli import main
 from stowplan.report.html import render_html, write_html_report
 from tests.conftest import EXAMPLES
-from tests.report.sample import sample_plan
+from tests.report.sample import sample_baselines, sample_plan
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [
@@ -32,11 +32,17 @@ FLAGS = [
 
 def test_report_is_self_contained_and_shows_every_part():
     plan, fleet = sample_plan()
-    page = render_html(plan, fleet)
+    baselines = sample_baselines(fleet)
+    page = render_html(plan, fleet, baselines=baselines)
     assert page.count('class="node-bar"') == plan.num_stages
     assert page.count('class="time-bar') == plan.num_stages
     assert page.count("time-bar bottleneck") == 1
-    assert "Baselines side by side" in page and "even split" in page
+    assert "Baselines side by side" in page
+    # One row for this plan and one per peer rule, each with the rule's predicted rate.
+    assert page.count("<tr class='baseline'>") == 1 + len(baselines)
+    for b in baselines:
+        rate = "does not fit" if b.tokens_per_s is None else f"{b.tokens_per_s:.3g}"
+        assert f"<td>{b.name}</td><td>" in page and f"<td>{rate}</td>" in page
     assert "Certificate · within 3.00% of bound" in page
     # Nothing is fetched: no URL of any scheme, and the policy forbids it anyway.
     assert not re.search(r"(src|href)\s*=|https?:|url\(", page)
@@ -53,6 +59,14 @@ def test_plan_html_option_writes_the_report(tmp_path, capsys):
     assert stages == 2
     assert page.count('class="node-bar"') == stages
     assert page.count('class="time-bar') == stages  # every plan carries its prediction
+    # --html computes the peer rules itself (no --compare needed) and shows them.
+    assert "Baselines side by side" in page
+    assert page.count("<tr class='baseline'>") == 5  # this plan + exo, vllm, accelerate, v1
+
+
+def test_report_without_baselines_has_no_baseline_section():
+    plan, fleet = sample_plan()
+    assert "Baselines side by side" not in render_html(plan, fleet)
 
 
 def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -70,7 +84,9 @@ def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (.ci/run installs it)")
 def test_report_renders_in_headless_chromium_with_every_node_bar(tmp_path):
     plan, fleet = sample_plan()
-    page = write_html_report(tmp_path / "report.html", plan, fleet)
+    page = write_html_report(
+        tmp_path / "report.html", plan, fleet, baselines=sample_baselines(fleet)
+    )
     url = page.resolve().as_uri()
     dom = _chromium(tmp_path, "--dump-dom", url)
     assert dom.returncode == 0, dom.stderr[-2000:]

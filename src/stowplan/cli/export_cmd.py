@@ -27,7 +27,11 @@ def export_command(
     ] = None,
     model: Annotated[
         str | None,
-        typer.Option("--model", help="Model path or id for the command line (default: plan's)."),
+        typer.Option(
+            "--model",
+            help="Model path or id for the command line (default: plan's); a config.json, "
+            "checkpoint folder or .gguf path also tells Accelerate the family.",
+        ),
     ] = None,
     family: Annotated[
         str | None,

@@ -122,9 +122,10 @@ def plan_command(
         )
     else:
         result = make_plan(layout, fleet, constraints)
+    baselines = compare_baselines(layout, fleet, constraints) if compare or html is not None else ()
     if html is not None:
         try:
-            write_html_report(html, result, fleet, layout=layout)
+            write_html_report(html, result, fleet, layout=layout, baselines=baselines)
         except OSError as exc:
             raise InputError("--html", str(html), f"cannot be written ({exc.strerror})") from None
     if as_json:
@@ -137,7 +138,7 @@ def plan_command(
     if prediction is not None and prediction.calibration is not None:
         out_console.print(f"calibration: {prediction.calibration}")
     if compare:
-        render_comparison(result, compare_baselines(layout, fleet, constraints), out_console)
+        render_comparison(result, baselines, out_console)
 
 
 @app.command("models")

@@ -50,9 +50,10 @@ def export_plan(
 
     ``nodes`` (optional) tell GPU counts and which nodes are the CPU; ``model`` is the
     path or id to put on the command line (default: the plan's model name);
-    ``layout``/``family`` give the module names for Accelerate (default: the known
-    model of the plan's name). Raises :class:`InputError` for an unknown engine or
-    family and :class:`UnsupportedByEngine` for a placement the engine cannot run.
+    ``layout``/``family`` give the module names for Accelerate (default: the model file
+    ``model`` points at when it is a path, else the known model of the plan's name).
+    Raises :class:`InputError` for an unknown engine or family and
+    :class:`UnsupportedByEngine` for a placement the engine cannot run.
     """
     from stowplan.exports.common import resolve_layout
 
@@ -61,7 +62,7 @@ def export_plan(
         return export_vllm(plan, nodes=nodes, model=model)
     if engine is Engine.SGLANG:
         return export_sglang(plan, nodes=nodes, model=model)
-    resolved = resolve_layout(plan, layout)
+    resolved = resolve_layout(plan, layout, model)
     if engine is Engine.LLAMACPP:
         return export_llamacpp(plan, nodes=nodes, model=model, layout=resolved)
     return export_accelerate(plan, nodes=nodes, model=model, layout=resolved, family=family)

@@ -3,7 +3,10 @@
 GPU stages get CUDA indices 0, 1, … in stage order; CPU stages get ``"cpu"``.
 ``max_memory`` gives each device the plan's usable bytes. Routed experts the
 plan keeps on another stage than their block are mapped one module each, for
-the families whose experts are separate modules.
+the families whose experts are separate modules (``nn.ModuleList`` of per-expert MLPs
+in transformers 4.x: mixtral, qwen2/3_moe, deepseek_v3/kimi_k2); gpt_oss fuses a block's
+experts into one module (``model.layers.N.mlp.experts``, 3-D weight tensors), so its
+experts move only with their block.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ class ModuleNames:
     """Parameter-free modules kept with the embedding (e.g. ``model.rotary_emb``)."""
     expert: str | None = None
     """Format string with ``{i}`` and ``{e}`` when experts are separate modules."""
+    fused_experts: str | None = None
+    """Format string with ``{i}``: the one module holding all of a block's experts."""
 
 
 _DECODER = ModuleNames(
@@ -90,6 +95,28 @@ FAMILIES: dict[str, ModuleNames] = {
     ),
 }
 FAMILIES["qwen3_moe"] = FAMILIES["qwen2_moe"]
+# DeepseekV3ForCausalLM: DeepseekV3MoE keeps routed experts in ``mlp.experts`` (a ModuleList)
+# beside ``mlp.shared_experts`` and ``mlp.gate``; the first dense layers have a plain ``mlp``.
+FAMILIES["deepseek_v3"] = FAMILIES["qwen2_moe"]
+FAMILIES["kimi_k2"] = FAMILIES["deepseek_v3"]
+# GptOssForCausalLM: GptOssMLP = router + GptOssExperts, whose weights are 3-D parameters.
+FAMILIES["gpt_oss"] = ModuleNames(
+    embed="model.embed_tokens",
+    block="model.layers.{i}",
+    norm="model.norm",
+    head="lm_head",
+    extra_first=("model.rotary_emb",),
+    fused_experts="model.layers.{i}.mlp.experts",
+)
+# Gemma3ForCausalLM (the text model; a gemma3 checkpoint with a vision tower loads its text
+# part this way): global and sliding-window layers have a rotary embedding each.
+FAMILIES["gemma3"] = ModuleNames(
+    embed="model.embed_tokens",
+    block="model.layers.{i}",
+    norm="model.norm",
+    head="lm_head",
+    extra_first=("model.rotary_emb", "model.rotary_emb_local"),
+)
 
 
 def _family(plan: Plan, layout: ModelLayout | None, family: str | None) -> tuple[str, ModuleNames]:
@@ -98,8 +125,9 @@ def _family(plan: Plan, layout: ModelLayout | None, family: str | None) -> tuple
         raise InputError(
             "family",
             None,
-            f"the module names of model {plan.model_name!r} are unknown; pass the family "
-            f"(one of {', '.join(sorted(FAMILIES))})",
+            f"the module names of model {plan.model_name!r} are unknown; pass --model with the "
+            "model's config.json, checkpoint folder or .gguf (its family is read from it), or "
+            f"the family (one of {', '.join(sorted(FAMILIES))})",
         )
     key = name.strip().lower()
     if key not in FAMILIES:
@@ -144,10 +172,16 @@ def export_accelerate(
             if home == a.stage:
                 continue
             if names.expert is None:
+                fused = names.fused_experts
+                how = (
+                    f"fuses a block's experts into one module ({fused.format(i=e.block)})"
+                    if fused is not None
+                    else "has no per-expert modules to map"
+                )
                 raise UnsupportedByEngine(
                     Engine.ACCELERATE,
                     f"expert {e.expert} of block {e.block} is on stage {a.stage}, away from its "
-                    f"block; family {key!r} has no per-expert modules to map",
+                    f"block; family {key!r} {how}",
                 )
             device_map[names.expert.format(i=e.block, e=e.expert)] = devices[a.stage]
     device_map[names.norm] = devices[last.stage]

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from stowplan.model import ModelLayout, NodeDescriptor
-from stowplan.models import lookup
+from stowplan.models import lookup, resolve_model
 from stowplan.plan import Plan, StageAssignment
 
 __all__ = [
@@ -41,10 +42,20 @@ def is_cpu_node(node_id: str, nodes: dict[str, NodeDescriptor]) -> bool:
     return node_id.lower().startswith("cpu")
 
 
-def resolve_layout(plan: Plan, layout: ModelLayout | None) -> ModelLayout | None:
-    """The given layout, else the known model named by the plan, else None."""
+def resolve_layout(
+    plan: Plan, layout: ModelLayout | None, model: str | None = None
+) -> ModelLayout | None:
+    """The given layout, else the model file ``model`` points at, else the known model
+    named by the plan, else None.
+
+    ``model`` counts when it is an existing path (config.json, checkpoint folder, safetensors
+    index or .gguf): a plan made from a file carries only the file's short name, so the
+    export reads the family from the file again.
+    """
     if layout is not None:
         return layout
+    if model and Path(model).expanduser().exists():
+        return resolve_model(model)
     return lookup(plan.model_name) if plan.model_name else None
 
 

@@ -1,21 +1,22 @@
 """llama.cpp: ``-ngl``, ``--tensor-split``, ``-ot`` and ``-c`` for a plan of one host.
 
 How llama.cpp places layers (``llama_model::load_tensors``): with ``-ngl k`` on an
-``n``-block model, blocks below ``i_gpu_start = max(n + 1 - k, 0)`` stay on the CPU;
-the others and the output layer (index ``n``) go to GPU ``d`` where ``d`` is the
-first cumulative, normalised ``--tensor-split`` point above
-``(il - i_gpu_start) / min(k, n + 1)``. The token embedding always stays on the
-CPU. ``-ot REGEX=CPU`` then keeps matching tensors in host memory.
+``n``-block model, blocks below ``i_gpu_start`` stay on the CPU — ``max(n + 1 - k, 0)``
+in some builds, ``max(n - k, 0)`` in others; the others and the output layer (index
+``n``) go to GPU ``d`` where ``d`` is the first cumulative, normalised
+``--tensor-split`` point above ``(il - i_gpu_start) / min(k, n + 1)``. The token
+embedding always stays on the CPU. ``-ot REGEX=CPU`` then keeps matching tensors in
+host memory.
 
-The export therefore:
+The export therefore places blocks identically under both rules:
 
-* keeps the CPU stages at the start of the plan on the CPU through ``-ngl``;
+* ``-ngl n+1``, so ``i_gpu_start`` is 0 whichever rule the build follows;
 * gives each GPU stage a ``--tensor-split`` proportion equal to its block count
-  (the last GPU also counts the output layer; blocks of a later CPU stage are
-  counted on the GPU before it), so the split points fall exactly on the plan's
-  boundaries;
-* keeps every other CPU-stage block (and the head when the last stage is the
-  CPU) in host memory with ``-ot``, and a GPU block's routed experts with
+  (the last GPU also counts the output layer; blocks of a CPU stage are counted on
+  the GPU before it, or the first GPU for CPU stages ahead of all GPUs), so the
+  split points fall exactly on the plan's boundaries;
+* keeps every CPU-stage block (and the head when the last stage is the CPU) in
+  host memory with ``-ot``, and a GPU block's routed experts with
   ``blk\\.N\\.ffn_.*_exps\\.=CPU`` when the plan puts them on a CPU stage.
 
 Refused: routed experts of one block split between stages, or placed on a GPU
@@ -105,19 +106,21 @@ def export_llamacpp(
     if not gpu_stages:
         args += ["-ngl", "0"]
     else:
-        # Step 1: leading CPU stages stay on the CPU through -ngl.
-        first_gpu = next(i for i, c in enumerate(cpu) if not c)
-        prefix = plan.assignments[first_gpu].block_range[0]
-        args += ["-ngl", str(n + 1 - prefix)]
-        # Step 2: one proportion per GPU; later CPU blocks count on the GPU before them.
+        # Step 1: -ngl n+1 puts every block and the output layer in the GPU range under
+        # either rule llama.cpp builds use for i_gpu_start (n + 1 - ngl, or n - ngl): both
+        # give 0, and the split is taken over all n + 1 layers.
+        args += ["-ngl", str(n + 1)]
+        # Step 2: one proportion per GPU; CPU blocks count on the GPU before them (the
+        # first GPU for CPU stages ahead of every GPU), so split points fall on the plan's
+        # stage boundaries.
         shares = {a.stage: a.num_blocks for a in gpu_stages}
         owner = None
         cpu_blocks: list[int] = []
         for a, c in zip(plan.assignments, cpu, strict=True):
             if not c:
                 owner = a.stage
-            elif owner is not None:
-                shares[owner] += a.num_blocks
+            else:
+                shares[gpu_stages[0].stage if owner is None else owner] += a.num_blocks
                 cpu_blocks += range(*a.block_range)
         shares[gpu_stages[-1].stage] += 1  # the output layer
         if len(gpu_stages) > 1:
@@ -127,20 +130,15 @@ def export_llamacpp(
                 f"--tensor-split follows llama.cpp's GPU order: make it list exactly {order} "
                 "in this order (CUDA_VISIBLE_DEVICES or --device)"
             )
-        # Step 3: -ot keeps the other CPU-stage tensors in host memory.
+        # Step 3: -ot keeps every CPU-stage tensor (and the output on a CPU tail) in host memory.
         if cpu_blocks:
             args += ["-ot", f"{block_regex(cpu_blocks)}=CPU"]
             notes.append(
-                "blocks kept on the CPU with -ot keep their KV cache on the GPU before them "
-                "in the split"
+                "blocks kept on the CPU with -ot keep their KV cache on the GPU their split "
+                "share belongs to"
             )
         if cpu[-1]:
             args += ["-ot", "^output(_norm)?\\.=CPU"]
-        if prefix:
-            notes.append(
-                f"-ngl {n + 1 - prefix} keeps blocks [0, {prefix}) on the CPU in llama.cpp builds "
-                "that count the output layer first (i_gpu_start = n_layer + 1 - ngl)"
-            )
     if exps_on_cpu:
         args += ["-ot", block_regex(exps_on_cpu, EXPERT_TENSORS) + "=CPU"]
     if plan.context_tokens is not None:

@@ -47,6 +47,27 @@ def partition_string(plan: Plan) -> str:
     return ",".join(str(n) for n in plan.block_counts())
 
 
+def _engines_that_accept(plan: Plan, nodes: Sequence[NodeDescriptor]) -> list[str]:
+    """The one-host engines whose exporter accepts ``plan`` (for a refusal's suggestion)."""
+    from stowplan.errors import InputError
+    from stowplan.exports.accelerate import export_accelerate
+    from stowplan.exports.common import resolve_layout
+    from stowplan.exports.llamacpp import export_llamacpp
+
+    layout = resolve_layout(plan, None)
+    out = []
+    for engine in (Engine.LLAMACPP, Engine.ACCELERATE):
+        try:
+            if engine is Engine.LLAMACPP:
+                export_llamacpp(plan, nodes=nodes, layout=layout)
+            else:
+                export_accelerate(plan, nodes=nodes, layout=layout)
+        except (UnsupportedByEngine, InputError):
+            continue
+        out.append(engine.value)
+    return out
+
+
 def _check_pipeline(plan: Plan, engine: Engine, nodes: dict[str, NodeDescriptor]) -> int:
     """Refuse what a plain pipeline cannot run; return the tensor-parallel degree."""
     last = plan.num_stages - 1
@@ -61,11 +82,13 @@ def _check_pipeline(plan: Plan, engine: Engine, nodes: dict[str, NodeDescriptor]
         home = stage_of_block(plan, block).stage
         away = sorted(s for s in per_stage if s != home)
         if away:
+            others = _engines_that_accept(plan, list(nodes.values()))
+            also = f", or --to {' or --to '.join(others)}" if others else ""
             raise UnsupportedByEngine(
                 engine,
                 f"experts of block {block} are placed on stage {away[0]} but the block is on "
                 f"stage {home}; a pipeline stage keeps every expert of its own layers "
-                "(use an expert-parallel plan for the engine's own EP, or --to llamacpp)",
+                f"(use an expert-parallel plan for the engine's own EP{also})",
             )
     degrees = {nodes[a.node_id].num_gpus for a in plan.assignments if a.node_id in nodes}
     if len(degrees) > 1:

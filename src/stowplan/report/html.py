@@ -14,6 +14,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from stowplan.baselines import BaselineResult
 from stowplan.fileio import write_text_atomic
 from stowplan.model import ModelLayout, NodeDescriptor
 from stowplan.plan import Plan
@@ -189,35 +190,43 @@ def _rationale_section(plan: Plan) -> str:
     return "".join(parts)
 
 
-def _baselines_section(plan: Plan) -> str:
-    found = getattr(plan.rationale, "baselines", None) or getattr(
-        plan.rationale, "comparisons", None
-    )
-    if not found:
+def _baselines_section(plan: Plan, baselines: Sequence[BaselineResult]) -> str:
+    """This plan and each peer rule's, as the same cost model predicts them."""
+    if not baselines:
         return ""
-    if isinstance(found, Mapping):
-        columns = [(str(k), _as_mapping(v)) for k, v in found.items()]
-    else:
-        columns = []
-        for i, item in enumerate(found):
-            data = _as_mapping(item)
-            name = data.get("name") or data.get("strategy") or f"baseline {i + 1}"
-            columns.append((str(name), data))
-    keys: list[str] = []
-    for _, data in columns:
-        keys += [k for k in data if k not in keys and k not in ("name",)]
-    if plan.rationale.prediction is not None:
-        columns.insert(0, ("this plan", _as_mapping(plan.rationale.prediction)))
-    head = "".join(f"<th>{escape(name)}</th>" for name, _ in columns)
-    rows = "".join(
-        f"<tr><th>{escape(k)}</th>"
-        + "".join(f"<td>{escape(_fmt(data.get(k), k))}</td>" for _, data in columns)
-        + "</tr>"
-        for k in keys
+    rows: list[tuple[str, str, str, str]] = []
+    pred = plan.rationale.prediction
+    if pred is not None:
+        rows.append(
+            (
+                f"stowplan {plan.rationale.strategy}",
+                str(plan.num_stages),
+                f"{pred.tokens_per_s:.3g}",
+                _fmt(pred.time_per_token_s, "time_per_token_s"),
+            )
+        )
+    for b in baselines:
+        if b.tokens_per_s is None or b.time_per_token_s is None:
+            rows.append((b.name, "–", "does not fit", "does not fit"))
+        else:
+            rows.append(
+                (
+                    b.name,
+                    str(b.num_stages),
+                    f"{b.tokens_per_s:.3g}",
+                    _fmt(b.time_per_token_s, "time_per_token_s"),
+                )
+            )
+    head = "".join(
+        f"<th>{h}</th>" for h in ("rule", "stages", "tokens/s (pipelined)", "time per token")
+    )
+    body = "".join(
+        "<tr class='baseline'>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>"
+        for r in rows
     )
     return (
-        "<section><h2>Baselines side by side</h2>"
-        f"<table><tr><th></th>{head}</tr>{rows}</table></section>"
+        "<section><h2>Baselines side by side (same cost model)</h2>"
+        f"<table><tr>{head}</tr>{body}</table></section>"
     )
 
 
@@ -254,8 +263,13 @@ def render_html(
     *,
     layout: ModelLayout | None = None,
     title: str | None = None,
+    baselines: Sequence[BaselineResult] = (),
 ) -> str:
-    """The report page as one HTML string (no external resources)."""
+    """The report page as one HTML string (no external resources).
+
+    ``baselines`` (from :func:`stowplan.baselines.compare_plans`) are shown beside the
+    plan's own prediction when given.
+    """
     rows = node_memory(plan, nodes, layout)
     name = plan.model_name or "model"
     heading = title or f"{name} on {plan.num_stages} node{'s' * (plan.num_stages != 1)}"
@@ -272,7 +286,7 @@ def render_html(
         + _cards(plan, rows)
         + _memory_section(rows)
         + _time_section(plan)
-        + _baselines_section(plan)
+        + _baselines_section(plan, baselines)
         + _rationale_section(plan)
         + "<p class='check' id='self-check'></p></main>"
         f"<script>{_SCRIPT}</script></body></html>\n"
@@ -285,8 +299,9 @@ def write_html_report(
     nodes: Sequence[NodeDescriptor] = (),
     *,
     layout: ModelLayout | None = None,
+    baselines: Sequence[BaselineResult] = (),
 ) -> Path:
     """Write :func:`render_html` to ``path`` atomically; return the path."""
     target = Path(path)
-    write_text_atomic(target, render_html(plan, nodes, layout=layout))
+    write_text_atomic(target, render_html(plan, nodes, layout=layout, baselines=baselines))
     return target
