@@ -59,3 +59,11 @@ def test_plan_accepts_a_config_path(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", str(path), "--nodes", str(fleet), "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["model_name"] == "Mistral-7B-v0.3"
+
+
+@pytest.mark.parametrize("command", ["plan", "residency", "launch"])
+def test_model_argument_help_says_paths_are_accepted(command, capsys):
+    assert main([command, "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "config.json, checkpoint folder" in text
+    assert ".gguf file" in text

@@ -13,17 +13,23 @@ from stowplan.models import inspect_model
 
 
 def _write(
-    path: Path, tensors: dict[str, np.ndarray], *, experts: tuple[int, int] | None = None
+    path: Path,
+    tensors: dict[str, np.ndarray],
+    *,
+    experts: tuple[int, int] | None = None,
+    file_type: bool = True,
+    blocks: int = 2,
 ) -> None:
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_block_count(2)
+    w.add_block_count(blocks)
     w.add_embedding_length(32)
     w.add_head_count(4)
     w.add_head_count_kv(2)
     if experts:
         w.add_expert_count(experts[0])
         w.add_expert_used_count(experts[1])
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    if file_type:
+        w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     for name, arr in tensors.items():
         w.add_tensor(name, arr)
     w.write_header_to_file()
@@ -91,3 +97,43 @@ def test_dtype_override_is_refused_for_stored_files(tmp_path: Path) -> None:
     _write(path, _llama())
     with pytest.raises(InputError, match=r"^--dtype='q4_0': applies to known models and config"):
         inspect_model(str(path), dtype="q4_0")
+
+
+def test_gguf_without_file_type_takes_the_dominant_tensor_type(tmp_path: Path) -> None:
+    path = tmp_path / "no-type.gguf"
+    _write(path, _llama(), file_type=False)
+    assert inspect_model(str(path)).layout.dtype == "f16"
+    mixed = _llama()
+    for b in range(2):
+        mixed[f"blk.{b}.ffn_up.weight"] = np.zeros((48, 32), np.float32)
+        mixed[f"blk.{b}.attn_q.weight"] = np.zeros((32, 32), np.float32)
+    mixed["token_embd.weight"] = np.zeros((64, 32), np.float16)
+    path = tmp_path / "mixed.gguf"
+    _write(path, mixed, file_type=False)
+    # f32 holds 2 * 4 * (48*32 + 32*32 + 32) = 20736 bytes; f16 2 * (16*32*2 + 64*32) = 6144
+    assert inspect_model(str(path)).layout.dtype == "f32"
+    thirds = {"token_embd.weight": np.zeros((64, 32), np.float16)}
+    for b in range(2):
+        thirds[f"blk.{b}.attn_q.weight"] = np.zeros((16, 32), np.float32)
+        thirds[f"blk.{b}.attn_k.weight"] = np.zeros((64, 32), np.int8)
+    path = tmp_path / "thirds.gguf"
+    _write(path, thirds, file_type=False)
+    # f16, f32 and i8 hold 4096 bytes each: no type holds half of the file
+    assert inspect_model(str(path)).layout.dtype == "mixed"
+
+
+def test_gguf_with_no_blocks_or_more_experts_used_than_stored_is_refused(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "zero.gguf"
+    _write(path, {"token_embd.weight": np.zeros((64, 32), np.float16)}, blocks=0)
+    with pytest.raises(InputError) as info:
+        inspect_model(str(path))
+    assert str(info.value) == f"llama.block_count=0: must be >= 1 (GGUF file {path})"
+    path = tmp_path / "k.gguf"
+    _write(path, _llama(moe=True), experts=(4, 5))
+    with pytest.raises(InputError) as info:
+        inspect_model(str(path))
+    assert str(info.value) == (
+        f"llama.expert_used_count=5: must be <= llama.expert_count (4) (GGUF file {path})"
+    )

@@ -263,3 +263,23 @@ def test_bad_configs_name_the_field_and_the_choices(cfg: dict[str, object], mess
 def test_unknown_dtype_override_lists_the_formats() -> None:
     with pytest.raises(InputError, match=r"^--dtype='q9': is not a known dtype; use one of bf16"):
         from_hf_config(_cfg("Llama-3.2-1B"), dtype="q9")
+
+
+def test_a_config_without_blocks_is_an_input_error():
+    cfg = {**_cfg("Llama-3.1-8B"), "num_hidden_layers": 0}
+    with pytest.raises(InputError) as info:
+        from_hf_config(cfg)
+    assert str(info.value) == "config.num_hidden_layers=0: must be >= 1 (a model has blocks)"
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "experts"),
+    [("Mixtral-8x7B-v0.1", "num_experts_per_tok", 8), ("DeepSeek-V3", "num_experts_per_tok", 256)],
+)
+def test_more_experts_per_token_than_experts_is_an_input_error(name, key, experts):
+    cfg = {**_cfg(name), key: experts + 1}
+    with pytest.raises(InputError) as info:
+        from_hf_config(cfg)
+    assert str(info.value) == (
+        f"config.{key}={experts + 1}: must be <= the number of routed experts ({experts})"
+    )

@@ -129,7 +129,12 @@ def probe_command(
 
 @app.command("residency")
 def residency_command(
-    model: Annotated[str, typer.Argument(help="Known model name or Hugging Face id.")],
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="Known model name, Hugging Face id, config.json, checkpoint folder or .gguf file."
+        ),
+    ],
     passport: Annotated[
         Path | None,
         typer.Option("--passport", help="Plan against this passport file (no probe)."),

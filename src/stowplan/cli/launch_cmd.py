@@ -125,7 +125,12 @@ def _plan_debug(
 
 @app.command("launch")
 def launch_command(
-    model: Annotated[str, typer.Argument(help="Known model name, Hugging Face id, or 'demo'.")],
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="Known model name, Hugging Face id, config.json, checkpoint folder, .gguf file, or 'demo'."
+        ),
+    ],
     ray_address: RayOption = None,
     nodes: Annotated[
         Path | None,

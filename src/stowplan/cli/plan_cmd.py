@@ -29,7 +29,12 @@ from stowplan.worker import stage_env
 
 @app.command("plan")
 def plan_command(
-    model: Annotated[str, typer.Argument(help="Known model name or Hugging Face id.")],
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="Known model name, Hugging Face id, config.json, checkpoint folder or .gguf file."
+        ),
+    ],
     nodes: Annotated[
         Path | None, typer.Option("--nodes", help="Fleet file (YAML or JSON) of node objects.")
     ] = None,

@@ -64,6 +64,21 @@ def _file_type(reader: Any) -> str | None:
     return name.removeprefix("MOSTLY_").removeprefix("ALL_").lower()
 
 
+def _dominant_type(entries: list[TensorEntry]) -> str:
+    """The tensor type holding most of the bytes (at least half), else ``"mixed"``.
+
+    Used when the file has no ``general.file_type``.
+    """
+    per_type: dict[str, int] = {}
+    for e in entries:
+        per_type[e.dtype] = per_type.get(e.dtype, 0) + e.nbytes
+    total = sum(per_type.values())
+    if not total:
+        return "mixed"
+    name, n_bytes = max(sorted(per_type.items()), key=lambda kv: kv[1])
+    return name if 2 * n_bytes >= total else "mixed"
+
+
 def gguf_report(path: Path, *, name: str | None = None) -> ModelReport:
     """The exact layout of a ``.gguf`` file; ``InputError`` when it is malformed."""
     reader = _load(path)
@@ -73,6 +88,8 @@ def gguf_report(path: Path, *, name: str | None = None) -> ModelReport:
     n = _int_field(reader, f"{arch}.block_count", path, required=True)
     hidden = _int_field(reader, f"{arch}.embedding_length", path, required=True)
     assert n is not None and hidden is not None
+    if n < 1:
+        raise InputError(f"{arch}.block_count", n, f"must be >= 1 (GGUF file {path})")
     heads = _int_field(reader, f"{arch}.attention.head_count", path)
     kv_heads = _int_field(reader, f"{arch}.attention.head_count_kv", path) or heads
     key_len = _int_field(reader, f"{arch}.attention.key_length", path)
@@ -97,6 +114,14 @@ def gguf_report(path: Path, *, name: str | None = None) -> ModelReport:
         for t in tensors
     ]  # fmt: skip
     names = {t.name for t in tensors}
+    num_experts = _int_field(reader, f"{arch}.expert_count", path) or 0
+    experts_used = _int_field(reader, f"{arch}.expert_used_count", path) or 0
+    if num_experts and experts_used > num_experts:
+        raise InputError(
+            f"{arch}.expert_used_count",
+            experts_used,
+            f"must be <= {arch}.expert_count ({num_experts}) (GGUF file {path})",
+        )
     info = ArchInfo(
         name=name or str(_field(reader, "general.name") or path.stem),
         family=arch,
@@ -106,11 +131,11 @@ def gguf_report(path: Path, *, name: str | None = None) -> ModelReport:
         num_kv_heads=1 if kv_rank else kv_heads,
         kv_bytes_per_token=(per_token,) * n if per_token is not None else None,
         kv_window_tokens=None,
-        num_experts=_int_field(reader, f"{arch}.expert_count", path) or 0,
-        experts_per_token=_int_field(reader, f"{arch}.expert_used_count", path) or 0,
+        num_experts=num_experts,
+        experts_per_token=experts_used,
         num_shared_experts=_int_field(reader, f"{arch}.expert_shared_count", path) or 0,
         tied_embeddings="output.weight" not in names,
-        dtype=_file_type(reader),
+        dtype=_file_type(reader) or _dominant_type(entries),
         attention_kind="mla" if kv_rank else "gqa",
     )
     notes = (f"exact: GGUF tensor info of {len(entries)} tensors ({arch})",)

@@ -429,6 +429,8 @@ def arch_info(config: Config, *, name: str | None = None, dtype: str | None = No
     cfg = text_config(config)
     mt = _model_type(cfg)
     n, h = _int(cfg, "num_hidden_layers"), _int(cfg, "hidden_size")
+    if n < 1:
+        raise InputError("config.num_hidden_layers", n, "must be >= 1 (a model has blocks)")
     heads = _int(cfg, "num_attention_heads")
     scheme = _scheme(cfg, parse_dtype(dtype) if dtype is not None else None)
     act = 4 if scheme.dense == "fp32" else 2
@@ -442,7 +444,13 @@ def arch_info(config: Config, *, name: str | None = None, dtype: str | None = No
     experts, k, shared = 0, 0, 0
     if mt in _MOE:
         experts = _first_int(cfg, ("num_local_experts", "num_experts", "n_routed_experts"), 0)
-        k = _first_int(cfg, ("num_experts_per_tok", "experts_per_token"), 1)
+        k_keys = ("num_experts_per_tok", "experts_per_token")
+        k = _first_int(cfg, k_keys, 1)
+        if experts and k > experts:
+            key = next((x for x in k_keys if cfg.get(x) is not None), k_keys[0])
+            raise InputError(
+                f"config.{key}", k, f"must be <= the number of routed experts ({experts})"
+            )
         shared = _int(cfg, "n_shared_experts", 0) if mla else 0
         if mt == "qwen2_moe" and _int(cfg, "shared_expert_intermediate_size", 0):
             shared = 1
