@@ -128,7 +128,8 @@ def launch_command(
     model: Annotated[
         str,
         typer.Argument(
-            help="Known model name, Hugging Face id, config.json, checkpoint folder, .gguf file, or 'demo'."
+            help="Known model name, Hugging Face id, config.json, checkpoint folder, "
+            ".gguf file, or 'demo'."
         ),
     ],
     ray_address: RayOption = None,
