@@ -72,21 +72,48 @@ def test_coactivation_from_npy_adds_both_triangles(tmp_path: Path) -> None:
             "expert_load='<1 rows>': must have one row per MoE block (3), or name the blocks",
         ),
         ([[1, 2, 3]] * 3, "expert_load[0]='<3 experts>': must have num_experts=4 values"),
-        ([[1, -2, 3, 4]] * 3, "expert_load[0][]=-2: must be a finite number >= 0"),
+        ([[1, -2, 3, 4]] * 3, "expert_load[0][]=-2: must be a finite number >= 0 (file {path})"),
         (
             {"blocks": {"1": [1] * 4, "2": [1] * 4}},
             "expert_load.blocks=3: is a MoE block with no statistics",
         ),
         (
             {"rows": []},
-            'expert_load=\'dict\': must be a list of rows, {"layers": [...]} or {"blocks": {...}}',
+            'expert_load=\'dict\': must be a list of rows, {"layers": [...]} or {"blocks": {...}} '
+            "(file {path})",
         ),
     ],
 )
 def test_bad_load_files_name_the_field(tmp_path: Path, data: object, message: str) -> None:
+    path = write(tmp_path, "load.json", data)
     with pytest.raises(InputError) as info:
-        load_expert_load(write(tmp_path, "load.json", data)).per_block(LAYOUT)
-    assert str(info.value) == message
+        load_expert_load(path).per_block(LAYOUT)
+    assert str(info.value) == message.replace("{path}", str(path))
+
+
+def test_a_flat_coactivation_list_names_the_file_field_and_shape(tmp_path: Path) -> None:
+    path = write(tmp_path, "co.json", [[0, 1, 2, 5]])
+    with pytest.raises(InputError) as info:
+        load_coactivation(path)
+    assert str(info.value) == (
+        "coactivation[0][0]=0: must be [expert, expert, count]; expected per MoE block a list "
+        f"of [expert, expert, count] triples (file {path})"
+    )
+    path = write(tmp_path, "co2.json", {"layers": [[[0, 1, 2, 5]]]})
+    with pytest.raises(InputError) as info:
+        load_coactivation(path)
+    assert str(info.value).startswith("coactivation[0][0]=[0, 1, 2, 5]: must be [expert, ")
+
+
+def test_a_coactivation_npy_that_is_not_square_names_the_file_and_shape(tmp_path: Path) -> None:
+    path = tmp_path / "co.npy"
+    np.save(path, np.ones((58, 256, 3)))
+    with pytest.raises(InputError) as info:
+        load_coactivation(path)
+    assert str(info.value) == (
+        "--coactivation='<float64 array of shape [58, 256, 3]>': must be a numeric array of "
+        f"shape [layers, experts, experts] (file {path})"
+    )
 
 
 def test_bad_coactivation_entries_are_refused() -> None:
@@ -110,7 +137,8 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
     with pytest.raises(InputError) as info:
         load_expert_load(p)
     assert str(info.value) == (
-        "--expert-load='<float64 array of shape [2, 3, 4]>': must be numeric [layers, experts]"
+        "--expert-load='<float64 array of shape [2, 3, 4]>': must be a numeric array of shape "
+        f"[layers, experts] (file {p})"
     )
 
 

@@ -210,12 +210,22 @@ def expert_load_from_data(data: object) -> ExpertLoad:
     return ExpertLoad(rows=tuple(tuple(r) for r in rows), blocks=blocks)
 
 
+_PAIRS_SHAPE = "per MoE block a list of [expert, expert, count] triples"
+
+
 def coactivation_from_data(data: object) -> CoActivation:
     """A :class:`CoActivation` from parsed JSON (see the module docstring)."""
     rows, blocks = _rows_and_blocks("coactivation", data)
     for i, row in enumerate(rows):
         if not isinstance(row, list):
-            raise InputError(f"coactivation[{i}]", row, "must be a list of [e, f, count]")
+            raise InputError(f"coactivation[{i}]", row, f"must be a list; expected {_PAIRS_SHAPE}")
+        for j, pair in enumerate(row):
+            if not isinstance(pair, list) or len(pair) != 3:
+                raise InputError(
+                    f"coactivation[{i}][{j}]",
+                    pair,
+                    f"must be [expert, expert, count]; expected {_PAIRS_SHAPE}",
+                )
     return CoActivation(rows=tuple(tuple(tuple(p) for p in r) for r in rows), blocks=blocks)
 
 
@@ -230,25 +240,45 @@ def _read_npy(field: str, path: Path, ndim: int) -> Any:
         raise InputError(field, str(path), f"cannot be read ({exc})") from None
     except ValueError as exc:
         raise InputError(field, str(path), f"is not a numpy .npy array ({exc})") from None
-    if array.ndim != ndim or array.dtype.kind not in "iuf":
+    square = ndim == 2 or array.ndim != 3 or array.shape[1] == array.shape[2]
+    if array.ndim != ndim or array.dtype.kind not in "iuf" or not square:
         shape = "[layers, experts]" if ndim == 2 else "[layers, experts, experts]"
         raise InputError(
-            field, f"<{array.dtype} array of shape {list(array.shape)}>", f"must be numeric {shape}"
+            field,
+            f"<{array.dtype} array of shape {list(array.shape)}>",
+            f"must be a numeric array of shape {shape} (file {path})",
         )
     return array
 
 
+def _in_file(path: Path, error: InputError) -> InputError:
+    """``error`` with the file it came from named in its rule."""
+    return InputError(error.field, error.value, f"{error.rule} (file {path})")
+
+
 def load_expert_load(path: str | Path) -> ExpertLoad:
-    """Read expert load statistics from ``.json`` or ``.npy`` (shape ``[layers, experts]``)."""
+    """Read expert load statistics from ``.json`` or ``.npy`` (shape ``[layers, experts]``).
+
+    A malformed file is an :class:`InputError` naming the file, the field and the shape
+    expected.
+    """
     p = Path(path)
     if p.suffix.lower() == ".npy":
         array = _read_npy("--expert-load", p, 2)
         return ExpertLoad(rows=tuple(tuple(float(v) for v in row) for row in array.tolist()))
-    return expert_load_from_data(read_json_file(p, field="--expert-load"))
+    data = read_json_file(p, field="--expert-load")
+    try:
+        return expert_load_from_data(data)
+    except InputError as exc:
+        raise _in_file(p, exc) from None
 
 
 def load_coactivation(path: str | Path) -> CoActivation:
-    """Read co-activation counts from ``.json`` or ``.npy`` (``[layers, experts, experts]``)."""
+    """Read co-activation counts from ``.json`` or ``.npy`` (``[layers, experts, experts]``).
+
+    A malformed file is an :class:`InputError` naming the file, the field and the shape
+    expected.
+    """
     p = Path(path)
     if p.suffix.lower() == ".npy":
         array = _read_npy("--coactivation", p, 3)
@@ -262,7 +292,11 @@ def load_coactivation(path: str | Path) -> CoActivation:
                 tuple((int(e), int(f), float(sym[e, f])) for e, f in zip(es, fs, strict=True))
             )
         return CoActivation(rows=tuple(rows))
-    return coactivation_from_data(read_json_file(p, field="--coactivation"))
+    data = read_json_file(p, field="--coactivation")
+    try:
+        return coactivation_from_data(data)
+    except InputError as exc:
+        raise _in_file(p, exc) from None
 
 
 def zipf_load(
