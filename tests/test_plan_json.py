@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -15,7 +16,9 @@ from stowplan import (
     plan_from_json,
     plan_to_json,
 )
+from stowplan.model import ExpertId
 from stowplan.plan import SCHEMA_VERSION, plan_to_dict
+from tests.expert_plans import ENV_VALUE_LIMIT, deepseek_v3_on_16_nodes
 
 GB = 10**9
 
@@ -101,3 +104,49 @@ def test_a_bad_stage_in_plan_json_names_the_stage_field_not_the_whole_stage() ->
     with pytest.raises(InputError) as info:
         plan_from_json(json.dumps(data))
     assert str(info.value) == "assignments[0].block_range=(5, 1): must satisfy 0 <= lo <= hi"
+
+
+def test_an_expert_plan_writes_expert_masks_and_reads_back_the_same_plan() -> None:
+    p = deepseek_v3_on_16_nodes()
+    text = plan_to_json(p, indent=None)
+    assert len(text.encode()) < ENV_VALUE_LIMIT // 2
+    again = plan_from_json(text)
+    assert again == p
+    assert plan_to_json(again, indent=None) == text
+    stage = json.loads(text)["assignments"][0]["owned_experts"]
+    mine = [e for e in p.assignments[0].owned_experts if e.block == stage[0][0]]
+    assert int(stage[0][1], 16) == sum(1 << e.expert for e in mine)
+
+
+def test_expert_objects_of_earlier_plans_still_load() -> None:
+    p = deepseek_v3_on_16_nodes()
+    data = plan_to_dict(p)
+    for stage, a in zip(data["assignments"], p.assignments, strict=True):
+        stage["owned_experts"] = [{"block": e.block, "expert": e.expert} for e in a.owned_experts]
+    assert plan_from_json(json.dumps(data)) == p
+
+
+def test_unsorted_experts_are_written_as_objects_and_kept_in_order() -> None:
+    p = _plan()
+    a0 = replace(
+        p.assignments[0],
+        owned_experts=(ExpertId(block=1, expert=5), ExpertId(block=1, expert=2)),
+    )
+    q = replace(p, assignments=(a0, *p.assignments[1:]))
+    data = plan_to_dict(q)
+    assert data["assignments"][0]["owned_experts"] == [
+        {"block": 1, "expert": 5},
+        {"block": 1, "expert": 2},
+    ]
+    assert plan_from_json(plan_to_json(q)) == q
+
+
+def test_a_malformed_expert_mask_is_an_input_error() -> None:
+    data = plan_to_dict(_plan())
+    data["assignments"][0]["owned_experts"] = [[3, "xyz"]]
+    with pytest.raises(InputError) as info:
+        plan_from_json(json.dumps(data))
+    assert str(info.value) == (
+        "assignments.0.owned_experts[0]=[3, 'xyz']: must be [block, HEX] with bit e of the "
+        'lower-case hexadecimal HEX set for each owned expert e, or {"block": b, "expert": e}'
+    )

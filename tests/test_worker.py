@@ -10,10 +10,12 @@ from stowplan import (
     NodeDescriptor,
     lookup,
     plan,
+    plan_from_json,
     stage_env,
     stage_from_env,
 )
 from stowplan.worker import even_split
+from tests.expert_plans import ENV_VALUE_LIMIT, deepseek_v3_on_16_nodes
 
 GB = 10**9
 
@@ -107,3 +109,15 @@ def test_stage_index_outside_the_plan_is_refused() -> None:
     env = stage_env(_plan())[0] | {"STAGE": "9"}
     with pytest.raises(InputError, match=r"^STAGE=9: must be in \[0, 3\)$"):
         stage_from_env(env)
+
+
+def test_a_deepseek_v3_expert_plan_fits_one_environment_variable_and_every_stage_reads_it():
+    p = deepseek_v3_on_16_nodes()
+    assert sum(len(a.owned_experts) for a in p.assignments) >= 58 * 256
+    for env, a in zip(stage_env(p), p.assignments, strict=True):
+        # Linux refuses an environment string of 128 KiB or more (MAX_ARG_STRLEN)
+        assert len(f"PLAN_JSON={env['PLAN_JSON']}".encode()) < ENV_VALUE_LIMIT // 2
+        got = stage_from_env(env)
+        assert got.source == "PLAN_JSON"
+        assert got.block_range == a.block_range and got.node_id == a.node_id
+        assert plan_from_json(env["PLAN_JSON"]) == p

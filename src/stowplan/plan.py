@@ -11,6 +11,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import pairwise
 from typing import Any, ClassVar
 
 from stowplan.checks import check_int
@@ -255,9 +256,63 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+def _expert_masks(experts: tuple[ExpertId, ...]) -> list[Any] | None:
+    """``owned_experts`` as ``[block, HEX]`` pairs, bit ``e`` of ``HEX`` set for expert ``e``.
+
+    Only for a tuple sorted by (block, expert) without repeats (what the planners produce),
+    which the masks give back exactly; None otherwise. A stage owning 26 of 256 experts in
+    each of 58 blocks is 58 short pairs instead of 1508 objects.
+    """
+    keys = [(e.block, e.expert) for e in experts]
+    if any(x >= y for x, y in pairwise(keys)):
+        return None
+    masks: dict[int, int] = {}
+    for block, expert in keys:
+        masks[block] = masks.get(block, 0) | (1 << expert)
+    return [[block, format(mask, "x")] for block, mask in masks.items()]
+
+
+def _expand_masks(where: str, items: object) -> object:
+    """The schema's ``{"block", "expert"}`` objects for every ``[block, HEX]`` pair.
+
+    Objects pass through unchanged (plans written before masks existed); anything else is
+    left for validation to report.
+    """
+    if not isinstance(items, list):
+        return items
+    out: list[object] = []
+    for j, item in enumerate(items):
+        if not isinstance(item, list):
+            out.append(item)
+            continue
+        block, mask = item if len(item) == 2 else (None, None)
+        if not (isinstance(block, int) and not isinstance(block, bool) and block >= 0) or not (
+            isinstance(mask, str) and mask and all(c in "0123456789abcdef" for c in mask)
+        ):
+            raise InputError(
+                f"{where}[{j}]",
+                item,
+                "must be [block, HEX] with bit e of the lower-case hexadecimal HEX set for "
+                'each owned expert e, or {"block": b, "expert": e}',
+            )
+        bits = int(mask, 16)
+        out += [{"block": block, "expert": e} for e in range(bits.bit_length()) if bits >> e & 1]
+    return out
+
+
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
-    """The plan as plain JSON-compatible data (infinite rates written as ``"inf"``)."""
+    """The plan as plain JSON-compatible data (infinite rates written as ``"inf"``).
+
+    Each stage's sorted ``owned_experts`` is written as ``[block, HEX]`` expert masks
+    (:func:`plan_from_dict` reads masks and ``{"block", "expert"}`` objects alike), so an
+    expert plan's JSON stays well within one environment variable for ``PLAN_JSON``
+    (Linux allows 128 KiB).
+    """
     data: dict[str, Any] = _json_safe(_adapter().dump_python(plan, mode="json"))
+    for stage, a in zip(data["assignments"], plan.assignments, strict=True):
+        masks = _expert_masks(a.owned_experts)
+        if masks is not None:
+            stage["owned_experts"] = masks
     return data
 
 
@@ -277,6 +332,24 @@ def plan_from_dict(data: object) -> Plan:
     version = data.get("schema_version", SCHEMA_VERSION)
     if version != SCHEMA_VERSION:
         raise InputError("schema_version", version, f"only version {SCHEMA_VERSION} is supported")
+    stages = data.get("assignments")
+    if isinstance(stages, list) and any(
+        isinstance(a, dict) and "owned_experts" in a for a in stages
+    ):
+        data = {
+            **data,
+            "assignments": [
+                {
+                    **a,
+                    "owned_experts": _expand_masks(
+                        f"assignments.{i}.owned_experts", a["owned_experts"]
+                    ),
+                }
+                if isinstance(a, dict) and "owned_experts" in a
+                else a
+                for i, a in enumerate(stages)
+            ],
+        }
     try:
         plan: Plan = _adapter().validate_python(data)
     except ValidationError as exc:
