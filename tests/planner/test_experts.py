@@ -380,3 +380,44 @@ def test_forcing_expert_parallel_spreads_experts_beyond_their_block() -> None:
     assert model is not None
     spread = plan_with_experts(model, _wan_fleet(), V1, expert_parallel=True)
     assert not expert_summary(spread, model, _wan_fleet()).block_local
+
+
+def test_every_figure_in_an_expert_plans_notes_is_the_final_plans_own():
+    import re
+
+    from rich.console import Console
+
+    from stowplan.report.html import render_html
+    from stowplan.report.terminal import render_plan
+    from tests.expert_plans import deepseek_v3_on_16_nodes
+
+    p = deepseek_v3_on_16_nodes()
+    pred = p.rationale.prediction
+    assert pred is not None and p.rationale.certificate is None
+    notes = p.rationale.notes
+    stage_notes = [n for n in notes if n.startswith("stage ")]
+    assert len(stage_notes) == p.num_stages
+    for a, note in zip(p.assignments, stage_notes, strict=True):
+        m = re.fullmatch(
+            r"stage (\d+) on (\S+): ([\d.]+) ms/step, VRAM ([\d.]+)% of usable "
+            r"\((\d+) blocks, (\d+) experts\)",
+            note,
+        )
+        assert m is not None, note
+        assert (int(m[1]), m[2]) == (a.stage, a.node_id)
+        assert m[3] == f"{pred.stage_time_s[a.stage] * 1e3:.2f}"
+        assert a.usable_vram_bytes is not None
+        assert m[4] == f"{100 * a.estimated_vram_bytes / a.usable_vram_bytes:.1f}"
+        assert (int(m[5]), int(m[6])) == (a.num_blocks, len(a.owned_experts))
+    kv = [int(x) for n in notes for x in re.findall(r"KV capacity (\d+) tokens", n)]
+    assert kv == [pred.kv_capacity_tokens]
+    assert not any("certificate (" in n for n in notes)
+    # Both views print these notes, so they show the same figures.
+    page = render_html(p)
+    assert all(n.replace("'", "&#x27;") in page for n in stage_notes)
+    assert re.findall(r"KV capacity (\d+) tokens", page) == [str(pred.kv_capacity_tokens)]
+    console = Console(width=400, record=True, color_system=None)
+    render_plan(p, (), console)
+    text = console.export_text()
+    assert all(n in text for n in stage_notes)
+    assert re.findall(r"KV capacity (\d+) tokens", text) == [str(pred.kv_capacity_tokens)]

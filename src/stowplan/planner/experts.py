@@ -605,13 +605,18 @@ def place_experts(
         model_name=model.name,
     )
     summary = expert_summary(result, model, nodes, load, coactivation)
-    notes = [*plan.rationale.notes, *_notes(summary, layout, source, load, coactivation)]
     prediction = expert_prediction(model, nodes, constraints, result, load, coactivation)
-    notes.append(
+    # One source of truth: every figure below comes from the final plan and its prediction;
+    # the backbone's own notes (stage VRAM, KV capacity, certificate) described the blocks
+    # without their experts and are not carried over.
+    notes = [
+        *_stage_notes(result, prediction, constraints),
+        *_notes(summary, layout, source, load, coactivation),
         f"predicted with experts: {prediction.time_per_token_s * 1e3:.1f} ms per token "
         f"(single stream), {prediction.tokens_per_s:.2f} tokens/s pipelined at batch "
-        f"{prediction.batch}; the certificate above is for the blocks without experts"
-    )
+        f"{prediction.batch}; no certificate: the planner's bound covers the blocks' "
+        f"placement ({plan.rationale.strategy}) without the experts",
+    ]
     return replace(
         result,
         rationale=replace(
@@ -622,6 +627,42 @@ def place_experts(
             certificate=None,
         ),
     )
+
+
+def _stage_notes(plan: Plan, prediction: Prediction, constraints: Constraints) -> list[str]:
+    """Per stage time and VRAM, and the KV capacity, all of the final expert plan."""
+    from stowplan.planner.certify import _prediction_note
+
+    out = []
+    for a in plan.assignments:
+        t = prediction.stage_time_s[a.stage] * 1e3
+        usable = a.usable_vram_bytes
+        vram = (
+            f"VRAM {a.estimated_vram_bytes / usable:.1%} of usable"
+            if usable
+            else "no usable VRAM figure"
+        )
+        out.append(
+            f"stage {a.stage} on {a.node_id}: {t:.2f} ms/step, {vram} "
+            f"({a.num_blocks} blocks, {len(a.owned_experts)} experts)"
+        )
+    out.append(_prediction_note(prediction, plan.num_stages))
+    if prediction.kv_capacity_tokens is None:
+        out.append("KV capacity unknown: the layout has no KV-cache figure")
+    elif constraints.context_tokens:
+        out.append(
+            f"KV capacity {prediction.kv_capacity_tokens} tokens beyond the reserve "
+            "(tightest stage, experts included)"
+        )
+    else:
+        out.append(
+            f"KV capacity {prediction.kv_capacity_tokens} tokens (tightest stage, experts included)"
+        )
+    if prediction.assumed:
+        out.append(
+            f"{len(prediction.assumed)} input(s) assumed from the spec table (see prediction)"
+        )
+    return out
 
 
 def _notes(
