@@ -19,7 +19,9 @@ and 10–60 ms, one request in flight.  Time per token is the design's
 first-order model: per stage, weight reads at the GPU's bandwidth plus the hop
 (latency + activation over the link); for the expert-parallel plan the routed
 experts' reads are replaced by :func:`expert_stage_times` (slowest holder +
-all-to-all).
+all-to-all). Three rows: block-local (``expert_parallel=False``), expert-parallel
+forced (``expert_parallel=True``) and the automatic choice (``plan_with_experts``'
+default, which picks the placement the cost model predicts faster).
 """
 
 from __future__ import annotations
@@ -228,21 +230,38 @@ def part2() -> None:
         "| bound |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    pipe = plan_blocks(model, pool, cons)
-    ep = plan_with_experts(model, pool, cons)
-    times = expert_stage_times(ep, model, pool)
-    ex_c = sum(t.compute_s for t in times)
-    ex_x = sum(t.transfer_s for t in times)
-    rows = (
-        ("pipeline, experts with their blocks", pipe, model.block_read_sizes(), 0.0, 0.0),
+    local = plan_with_experts(model, pool, cons, expert_parallel=False)
+    ep = plan_with_experts(model, pool, cons, expert_parallel=True)
+    auto = plan_with_experts(model, pool, cons)
+    chose = (
+        "block-local"
+        if auto.assignments == local.assignments
+        else "expert-parallel"
+        if auto.assignments == ep.assignments
+        else "other"
+    )
+
+    def expert_terms(p: Plan) -> tuple[float, float]:
+        times = expert_stage_times(p, model, pool)
+        return sum(t.compute_s for t in times), sum(t.transfer_s for t in times)
+
+    ep_c, ep_x = expert_terms(ep)
+    rows = [
+        ("block-local (experts with their blocks)", local, model.block_read_sizes(), 0.0, 0.0),
         (
-            "expert-parallel (experts anywhere)",
+            "expert-parallel (forced: --expert-parallel)",
             ep,
             backbone_layout(model).block_read_sizes(),
-            ex_c,
-            ex_x,
+            ep_c,
+            ep_x,
         ),
-    )
+    ]
+    if chose == "block-local":
+        rows.append((f"automatic (chose {chose})", auto, model.block_read_sizes(), 0.0, 0.0))
+    else:
+        a_c, a_x = expert_terms(auto)
+        reads = backbone_layout(model).block_read_sizes()
+        rows.append((f"automatic (chose {chose})", auto, reads, a_c, a_x))
     for label, p, reads, comp, xfer in rows:
         pred = predict(model, pool, cons, p)
         r, h, _ = _pipeline_time(p, model, reads, pool)
