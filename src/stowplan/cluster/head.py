@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -128,6 +127,8 @@ def head_lock(tag: str) -> Iterator[None]:
 def head_alive(head: LocalHead, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
     """Whether the head's GCS port accepts a connection on 127.0.0.1 within ``timeout_s``
     and some process of the head is still running."""
+    import socket  # lazily: importing stowplan.cluster loads no network module
+
     if not head_processes(head):
         return False
     try:
@@ -150,6 +151,8 @@ def head_processes(head: LocalHead) -> list[int]:
 
 
 def _free_port() -> int:
+    import socket
+
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
