@@ -51,3 +51,45 @@ def test_launcher_variables_and_device_masks_are_withheld_from_workers() -> None
         "RAY_ADDRESS",
         "SLURM_PROCID",
     )
+
+
+PREPARE = """
+import json, os
+import ray
+from stowplan.cluster._ray import prepare_local_ray
+from ray._private import ray_constants
+before = ray_constants.ENABLE_RAY_CLUSTER
+prepare_local_ray()
+print(json.dumps({
+    "before": before,
+    "after": ray_constants.ENABLE_RAY_CLUSTER,
+    "wait": os.environ.get("RAY_raylet_start_wait_time_s"),
+    "auth": os.environ.get("RAY_AUTH_MODE"),
+}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("user", "expected"),
+    [
+        ({}, {"before": True, "after": False, "wait": "120", "auth": "disabled"}),
+        (
+            {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1", "RAY_raylet_start_wait_time_s": "7"},
+            {"before": True, "after": True, "wait": "7", "auth": "disabled"},
+        ),
+    ],
+)
+def test_prepare_local_ray_applies_loopback_after_ray_was_imported_and_user_settings_win(
+    user: dict[str, str], expected: dict[str, object]
+) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | user
+    done = subprocess.run(
+        [sys.executable, "-c", PREPARE], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == expected

@@ -57,6 +57,23 @@ def test_validate_flags_override_the_environment(
     assert doc["unified_group"] is False
 
 
+def test_validate_suggests_a_dp_that_then_passes(
+    fleet_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["validate", "--role", "trainer", "--nodes", "2", "--gpus-per-node", "8", "--tp", "3"]
+    assert main([*base, "--dp", "6"]) == 2
+    assert capsys.readouterr().err.endswith("; the largest dp that fits is 4\n")
+    assert main([*base, "--dp", "4"]) == 0
+    assert capsys.readouterr().out.startswith("ok: tp×pp×dp = 3×1×4 = 12 of 16 GPUs")
+
+
+def test_validate_accepts_tp_8_for_an_mla_model(
+    fleet_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["validate", "--tp", "8", "--model", "deepseek-v3"]) == 0
+    assert capsys.readouterr().out.startswith("ok: tp×pp×dp = 8×1×1 = 8 of 16 GPUs")
+
+
 def test_validate_checks_the_model_heads(
     fleet_env: None, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -37,6 +39,29 @@ DENSE = ModelLayout(
     num_attention_heads=32,
     num_kv_heads=8,
 )
+GQA = ModelLayout(
+    name="gqa-48",
+    num_blocks=2,
+    hidden_dim=1024,
+    bytes_per_activation_elem=2,
+    block_params_bytes=100,
+    head_params_bytes=10,
+    embed_params_bytes=10,
+    num_attention_heads=48,
+    num_kv_heads=8,
+)
+GQA_ODD = ModelLayout(
+    name="gqa-odd",
+    num_blocks=2,
+    hidden_dim=1024,
+    bytes_per_activation_elem=2,
+    block_params_bytes=100,
+    head_params_bytes=10,
+    embed_params_bytes=10,
+    num_attention_heads=6,
+    num_kv_heads=3,
+)
+TRAINER_2X8 = FleetSpec(role=FleetRole.TRAINER, num_nodes=2, gpus_per_node=8)
 
 
 def P(tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1) -> ParallelismSpec:
@@ -59,10 +84,23 @@ def test_seed_example_ep_not_a_multiple_of_tp_is_rejected() -> None:
             "tp=3: must divide num_attention_heads=32 of dense (32 % 3 = 2); nearest valid: 2, 4",
         ),
         (
-            P(tp=16),
+            P(tp=6),
             FleetSpec(role=FleetRole.TRAINER, num_nodes=2, gpus_per_node=8),
-            DENSE,
-            "tp=16: must divide num_kv_heads=8 of dense (8 % 16 = 8); nearest valid: 8",
+            GQA,
+            "tp=6: must divide num_kv_heads=8 of gqa-48 (8 % 6 = 2); nearest valid: 4, 8",
+        ),
+        (
+            P(tp=12),
+            FleetSpec(role=FleetRole.TRAINER, num_nodes=2, gpus_per_node=8),
+            GQA,
+            "tp=12: exceeds num_kv_heads=8 of gqa-48, so must be a multiple of it "
+            "(KV heads replicated; 12 % 8 = 4); nearest valid: 8, 16",
+        ),
+        (
+            P(tp=4),
+            FLEET,
+            GQA_ODD,
+            "tp=4: must divide num_attention_heads=6 of gqa-odd (6 % 4 = 2); nearest valid: 3, 6",
         ),
         (
             P(tp=8, pp=4),
@@ -167,5 +205,89 @@ def test_accepted_configurations_fit_the_fleet_and_keep_ep_aligned_to_tp(
         return
     assert check.world_size == tp * pp * dp <= nodes * gpn
     assert ep == 1 or (ep % tp == 0 and 60 % ep == 0 and ep <= check.world_size)
-    assert 16 % tp == 0 and 4 % tp == 0
+    assert 16 % tp == 0 and (4 % tp == 0 if tp <= 4 else tp % 4 == 0)
     assert check.unified_group == (tp * pp > gpn)
+
+
+def test_suggested_dp_accounts_for_per_node_packing() -> None:
+    # 3-GPU replicas fit 2 per 8-GPU node: 4 in all, not 16 // 3 = 5.
+    with pytest.raises(InputError) as info:
+        validate_parallelism(P(tp=3, dp=6), TRAINER_2X8)
+    assert str(info.value) == (
+        "tp×pp×dp=18: 3×1×6 = 18 GPUs exceeds the fleet's 16 GPUs (2 nodes × 8 GPUs); "
+        "the largest dp that fits is 4"
+    )
+    assert validate_parallelism(P(tp=3, dp=4), TRAINER_2X8).world_size == 12
+
+
+def test_kv_heads_follow_the_engines_partition_or_replicate_rule() -> None:
+    # tp <= kv heads: tp divides them; tp > kv heads: kv heads divide tp (replicated).
+    assert validate_parallelism(P(tp=16), TRAINER_2X8, DENSE).unified_group
+    assert validate_parallelism(P(tp=8), TRAINER_2X8, GQA).replica_gpus == 8
+    assert validate_parallelism(P(tp=6), FLEET, GQA_ODD).replica_gpus == 6
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "kimi-k2"])
+def test_mla_models_with_one_latent_kv_head_accept_tp_8(name: str) -> None:
+    from stowplan.models import resolve_model
+
+    layout = resolve_model(name)
+    assert layout.num_kv_heads == 1
+    check = validate_parallelism(P(tp=8, ep=8), FLEET, layout)
+    assert (check.replica_gpus, check.unified_group) == (8, False)
+
+
+def _suggestions(message: str) -> tuple[str, list[int]]:
+    """The degree a message suggests values for, and the values."""
+    if "; the largest dp that fits is " in message:
+        return "data", [int(message.rsplit(" ", 1)[1])]
+    if "; nearest valid: " in message:
+        field = {"tp": "tensor", "ep": "expert"}[message.split("=", 1)[0]]
+        tail = message.rsplit("; nearest valid: ", 1)[1]
+        return field, [] if tail == "none" else [int(v) for v in tail.split(", ")]
+    return "", []
+
+
+LAYOUTS = st.sampled_from([None, DENSE, MOE, GQA, GQA_ODD])
+
+
+@given(
+    tp=st.integers(1, 20),
+    pp=st.integers(1, 4),
+    dp=st.integers(1, 12),
+    ep=st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16]),
+    nodes=st.integers(1, 4),
+    gpn=st.sampled_from([1, 2, 4, 6, 8]),
+    layout=LAYOUTS,
+)
+def test_every_suggested_value_passes_validation(
+    tp: int, pp: int, dp: int, ep: int, nodes: int, gpn: int, layout: ModelLayout | None
+) -> None:
+    fleet = FleetSpec(role=FleetRole.TRAINER, num_nodes=nodes, gpus_per_node=gpn)
+    spec = P(tp=tp, pp=pp, dp=dp, ep=ep)
+    try:
+        validate_parallelism(spec, fleet, layout)
+    except InputError as exc:
+        degree, values = _suggestions(str(exc))
+        for value in values:
+            fixed = replace(spec, **{degree: value})
+            validate_parallelism(fixed, fleet, layout)  # raises if the suggestion is wrong
+
+
+@given(tp=st.integers(1, 40), layout=st.sampled_from([DENSE, MOE, GQA, GQA_ODD]))
+def test_every_suggested_tp_divides_attention_heads_and_suits_kv_heads(
+    tp: int, layout: ModelLayout
+) -> None:
+    fleet = FleetSpec(role=FleetRole.TRAINER, num_nodes=8, gpus_per_node=8)
+    try:
+        validate_parallelism(P(tp=tp), fleet, layout)
+    except InputError as exc:
+        degree, values = _suggestions(str(exc))
+        assert degree == "tensor"
+        assert values
+        for value in values:
+            assert layout.num_attention_heads is not None and layout.num_kv_heads is not None
+            assert layout.num_attention_heads % value == 0
+            kv = layout.num_kv_heads
+            assert (kv % value == 0) if value <= kv else (value % kv == 0)
+            validate_parallelism(P(tp=value), fleet, layout)

@@ -12,17 +12,19 @@ from collections.abc import Iterator
 
 import pytest
 
-from stowplan.cluster._ray import LOCAL_HEAD_ARGS, LOOPBACK_ENV
+from stowplan.cluster._ray import LOCAL_HEAD_ARGS, LOCAL_START_ENV
 
-RAY_ENV = dict(LOOPBACK_ENV, RAY_raylet_start_wait_time_s="120")
+RAY_ENV = dict(LOCAL_START_ENV)
 HEAD_ARGS = dict(LOCAL_HEAD_ARGS)
 
 
 @pytest.fixture(scope="module")
 def ray_env() -> Iterator[dict[str, str]]:
-    """Set the loopback settings and a short fresh ``RAY_TMPDIR`` for one module."""
+    """Set the loopback settings, a short fresh ``RAY_TMPDIR`` and a fresh stowplan cache
+    dir (where detached local heads are recorded) for one module."""
     tmp = tempfile.mkdtemp(prefix="spray-", dir="/tmp")
     with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STOWPLAN_CACHE_DIR", f"{tmp}/cache")
         for key, value in (RAY_ENV | {"RAY_TMPDIR": tmp}).items():
             mp.setenv(key, value)
         mp.delenv("RAY_ADDRESS", raising=False)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from stowplan.cluster import FleetRole, InitMode, init_ray
+from stowplan.cluster import FleetRole, InitMode, init_ray, stop_local_head
 from stowplan.cluster._ray import OBJECT_STORE_BYTES
 
 pytestmark = pytest.mark.ray
@@ -28,6 +28,8 @@ def local_ray(ray_env: dict[str, str]) -> Iterator[None]:
 
     yield
     ray.shutdown()
+    for tag in ("stowplan_devices_0_1", "stowplan_devices_2"):
+        stop_local_head(tag)
 
 
 def _env(devices: str, **more: str) -> dict[str, str]:

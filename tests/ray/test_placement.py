@@ -122,6 +122,27 @@ def test_domain_pinned_groups_land_in_their_domain(cluster: dict[str, Any]) -> N
     vc.shutdown()
 
 
+def test_segment_groups_land_on_the_selected_nodes_not_elsewhere_in_the_domain(
+    cluster: dict[str, Any],
+) -> None:
+    ids = cluster["ids"]
+    spec = FleetSpec(role=FleetRole.TRAINER, num_nodes=1, gpus_per_node=2, segment_size=1)
+    # Domain A has two nodes; a one-node segment leaves the other free in the same domain.
+    for chosen, other in (("a1", "a2"), ("a2", "a1")):
+        topology = {
+            ids[chosen]: (DOM_A, 1),
+            ids[other]: (DOM_A, 2),
+            ids["u1"]: (UNKNOWN_DOMAIN, 3),
+        }
+        vc = build_cluster(spec, topology=topology, timeout_s=20)
+        assert (vc.node_domains, vc.node_ids) == ((DOM_A,), (ids[chosen],))
+        (pg,) = vc._init_placement_groups()
+        try:
+            assert set(_placement(pg).values()) == {ids[chosen]}
+        finally:
+            vc.shutdown()
+
+
 def test_per_node_groups_land_on_the_pinned_nodes(cluster: dict[str, Any]) -> None:
     ids = cluster["ids"]
     vc = RayVirtualCluster(

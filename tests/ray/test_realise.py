@@ -20,6 +20,7 @@ from stowplan.cluster.realise import (
     StageUnplaceable,
     realise,
     realise_with_replan,
+    stage_actor_env,
 )
 from stowplan.demo.model import DemoConfig, demo_layout, generate_local
 from stowplan.demo.pipeline import compare, config_args, run_pipeline, stage_worker_class
@@ -70,6 +71,35 @@ def test_descriptor_prefers_nvml_over_labels() -> None:
     node = describe("n", {"gpu_name": "x", "vram_bytes": "1"}, {"GPU": 2.0}, report)
     assert (node.gpu_name, node.vram_bytes, node.num_gpus) == ("NVIDIA H100", 160 << 30, 2)
     assert ("measured", "nvml") in node.labels
+
+
+def _write_passport(path) -> None:
+    """A passport of a fixture host: 800 GB/s best circuit, a 25 Gbit/s link."""
+    from dataclasses import replace
+
+    from stowplan.host.passport import Passport, save_passport
+    from tests.host.helpers import cap, fixture_topology, matrix
+
+    topo = replace(fixture_topology("thamada_nvsim/RTX3090_smi_-a.txt"), link_mbps=25_000.0)
+    save_passport(Passport.create(topo, matrix(cap("gpu0", 800.0), cap("cpu", 50.0))), path)
+
+
+def test_descriptor_takes_link_and_bandwidth_from_the_passport_over_labels(tmp_path) -> None:
+    from stowplan.cluster.nodes import passport_figures
+
+    path = tmp_path / "passport.json"
+    _write_passport(path)
+    link, bandwidth = passport_figures(str(path))
+    assert link == 25_000.0 and bandwidth == pytest.approx(800.0)
+    labels = {"gpu_name": "g", "vram_bytes": "1GiB", "link_mbps": "1000", "mem_bandwidth_gbps": "9"}
+    report = GpuReport(node_id="n", passport_link_mbps=link, passport_bandwidth_gbps=bandwidth)
+    node = describe("n", labels, {"GPU": 1.0}, report)
+    assert (node.link_mbps, node.mem_bandwidth_gbps) == (25_000.0, pytest.approx(800.0))
+    assert ("passport", "link_mbps,mem_bandwidth_gbps") in node.labels
+    # Without a passport the labels serve.
+    plain = describe("n", labels, {"GPU": 1.0}, GpuReport(node_id="n"))
+    assert (plain.link_mbps, plain.mem_bandwidth_gbps) == (1000.0, 9.0)
+    assert passport_figures(str(tmp_path / "absent.json")) == (None, None)
 
 
 def test_a_bad_vram_label_names_the_node_and_label() -> None:
@@ -130,6 +160,18 @@ def test_nodes_come_from_the_cluster_with_their_labelled_vram(cluster) -> None:
         (f.gpu_name, f.vram_bytes) for f in FLEET
     )
     assert {n.id for n in nodes} == {cluster.node_id(w) for w in cluster.workers}
+
+
+@pytest.mark.ray
+def test_nodes_take_link_and_bandwidth_from_a_passport_on_the_node(cluster, tmp_path) -> None:
+    path = tmp_path / "passport.json"
+    _write_passport(path)
+    nodes = ray_node_descriptors(timeout_s=TIMEOUT_S, passport_path=str(path))
+    assert len(nodes) == len(FLEET)
+    for node in nodes:
+        assert node.link_mbps == 25_000.0
+        assert node.mem_bandwidth_gbps == pytest.approx(800.0)
+        assert ("passport", "link_mbps,mem_bandwidth_gbps") in node.labels
 
 
 @pytest.mark.ray
@@ -217,6 +259,31 @@ def test_plan_debug_prints_plan_and_env_and_creates_no_group(cluster, ray, capsy
 
 
 @pytest.mark.ray
+def test_plan_debug_env_is_exactly_what_each_stage_actor_gets(cluster, ray, capsys) -> None:
+    import os
+
+    args = ["launch", "demo", "--ray", cluster.address, "--plan-debug", "--json"]
+    assert main([*args, "--strategy", "balance-by-vram"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    expected = plan(LAYOUT, ray_node_descriptors(timeout_s=TIMEOUT_S), BY_VRAM)
+    assert doc["plan"] == plan_to_dict(expected)
+    printed = doc["stage_env"]
+    assert printed == stage_actor_env(expected)
+    assert all(e["OMP_NUM_THREADS"] == e["MKL_NUM_THREADS"] == "1" for e in printed)
+
+    class EnvProbe:
+        def env(self, keys: list[str]) -> dict[str, str | None]:
+            return {k: os.environ.get(k) for k in keys}
+
+    with realise(expected, ray.remote(EnvProbe), timeout_s=TIMEOUT_S) as realisation:
+        seen = ray.get(
+            [a.env.remote(sorted(e)) for a, e in zip(realisation.actors, printed, strict=True)],
+            timeout=TIMEOUT_S,
+        )
+    assert seen == printed
+
+
+@pytest.mark.ray
 def test_demo_run_cli_reports_a_match(cluster, capsys) -> None:
     rc = main(["demo-run", "--ray", cluster.address, "--tokens", "6", "--max-stages", "3"])
     out = capsys.readouterr().out
@@ -262,7 +329,8 @@ def test_plan_debug_from_a_fleet_file_needs_no_ray(tmp_path, capsys) -> None:
     assert [e["STAGE"] for e in doc["stage_env"]] == ["0", "1", "2"]
     expected = plan(LAYOUT, load_nodes(fleet), Constraints())
     assert doc["plan"] == plan_to_dict(expected)
-    assert doc["stage_env"] == stage_env(expected)
+    assert doc["stage_env"] == stage_actor_env(expected)
+    assert all(e.items() >= {"OMP_NUM_THREADS": "1"}.items() for e in doc["stage_env"])
 
 
 def test_launch_of_a_model_too_big_for_the_fleet_says_so(tmp_path, capsys) -> None:

@@ -1,4 +1,4 @@
-"""``stowplan validate``, ``stowplan cluster topology``, ``stowplan cluster resources``."""
+"""``stowplan validate``, ``stowplan cluster topology|resources|stop-local``."""
 
 from __future__ import annotations
 
@@ -175,3 +175,25 @@ def topology_command(
         for i, (domain, seg) in enumerate(zip(selection.domains, selection.segments, strict=True)):
             out_console.print(f"segment {i} ({domain}): {', '.join(seg)}")
         out_console.print(f"remainder: {', '.join(selection.remainder) or '-'}")
+
+
+@cluster_app.command("stop-local")
+def stop_local_command(
+    devices: Annotated[
+        str | None,
+        typer.Option(
+            "--devices", help="Device list of the head to stop (else $CUDA_VISIBLE_DEVICES)."
+        ),
+    ] = None,
+) -> None:
+    """Stop the detached local Ray head of this device set and forget it."""
+    from stowplan.cluster.bootstrap import device_tag
+    from stowplan.cluster.head import stop_local_head
+
+    visible = devices if devices is not None else os.environ.get("CUDA_VISIBLE_DEVICES")
+    tag = device_tag(visible)
+    head = stop_local_head(tag)
+    if head is None:
+        out_console.file.write(f"no local Ray head recorded for {tag}\n")
+        return
+    out_console.file.write(f"stopped the local Ray head {tag} at {head.address}\n")

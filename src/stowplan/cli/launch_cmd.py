@@ -21,7 +21,6 @@ from stowplan.plan import plan_to_dict
 from stowplan.planner import plan as make_plan
 from stowplan.report.terminal import render_plan
 from stowplan.units import format_bytes
-from stowplan.worker import stage_env
 
 DEMO_NAMES = ("demo", "stowplan-demo")
 
@@ -112,8 +111,10 @@ def _constraints(
 def _plan_debug(
     layout: ModelLayout, fleet: list[NodeDescriptor], constraints: Constraints, as_json: bool
 ) -> None:
+    from stowplan.cluster.realise import stage_actor_env
+
     result = make_plan(layout, fleet, constraints)
-    envs = stage_env(result)
+    envs = stage_actor_env(result)  # exactly what realise gives each stage actor
     if as_json:
         doc = {"plan": plan_to_dict(result), "stage_env": envs}
         out_console.file.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")

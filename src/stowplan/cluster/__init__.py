@@ -14,6 +14,7 @@ from stowplan.cluster.errors import (
 )
 from stowplan.cluster.fleet import FleetRole, FleetSpec, PlacementStrategy, get_fleet_role
 from stowplan.cluster.groups import create_placement_group, live_groups, remove_groups
+from stowplan.cluster.head import LocalHead, stop_local_head
 from stowplan.cluster.parallelism import ParallelismCheck, ParallelismSpec, validate_parallelism
 from stowplan.cluster.topology import (
     UNKNOWN_DOMAIN,
@@ -30,6 +31,7 @@ __all__ = [
     "FleetSpec",
     "InitMode",
     "InsufficientResources",
+    "LocalHead",
     "NodeResources",
     "ParallelismCheck",
     "ParallelismSpec",
@@ -49,6 +51,7 @@ __all__ = [
     "live_groups",
     "remove_groups",
     "select_segment_nodes",
+    "stop_local_head",
     "validate_parallelism",
     "worker_env",
 ]

@@ -9,12 +9,20 @@ the Ray test fixtures.
 
 from __future__ import annotations
 
+import os
 from types import MappingProxyType, ModuleType
 from typing import Any
 
 from stowplan.errors import DependencyError
 
-__all__ = ["LOCAL_HEAD_ARGS", "LOOPBACK_ENV", "OBJECT_STORE_BYTES", "require_ray"]
+__all__ = [
+    "LOCAL_HEAD_ARGS",
+    "LOCAL_START_ENV",
+    "LOOPBACK_ENV",
+    "OBJECT_STORE_BYTES",
+    "prepare_local_ray",
+    "require_ray",
+]
 
 LOOPBACK_ENV: MappingProxyType[str, str] = MappingProxyType(
     {
@@ -25,6 +33,12 @@ LOOPBACK_ENV: MappingProxyType[str, str] = MappingProxyType(
 )
 """Set before a local Ray starts: bind to 127.0.0.1 only, write no auth token,
 no autoscaler noise for infeasible groups."""
+LOCAL_START_ENV: MappingProxyType[str, str] = MappingProxyType(
+    {**LOOPBACK_ENV, "RAY_raylet_start_wait_time_s": "120"}
+)
+"""Defaults of every local start: :data:`LOOPBACK_ENV` plus a raylet start-up wait of
+120 s (Ray's 30 s default ends a start on a loaded machine with "The current node
+timed out during startup")."""
 OBJECT_STORE_BYTES = 80 << 20
 """Object store per local node: the demo and the tests move kilobytes."""
 LOCAL_HEAD_ARGS: MappingProxyType[str, Any] = MappingProxyType(
@@ -44,4 +58,24 @@ def require_ray() -> ModuleType:
         import ray
     except ImportError:
         raise DependencyError("ray", "ray") from None
+    return ray
+
+
+def prepare_local_ray() -> ModuleType:
+    """Make Ray ready for a local start on 127.0.0.1, then return the ``ray`` module.
+
+    Each variable of :data:`LOCAL_START_ENV` the process environment does not
+    set yet is set first, so a user's explicit setting wins.  Ray reads
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` once, when it is first imported
+    (``ray._private.ray_constants.ENABLE_RAY_CLUSTER``): the import below reads
+    the variable now in force, and when Ray was imported earlier the constant
+    is set from it here.
+    """
+    for key, value in LOCAL_START_ENV.items():
+        os.environ.setdefault(key, value)
+    ray = require_ray()
+    from ray._private import ray_constants
+
+    raw = os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"].strip().lower()
+    ray_constants.ENABLE_RAY_CLUSTER = raw in ("1", "true")
     return ray

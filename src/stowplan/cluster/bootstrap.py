@@ -3,11 +3,15 @@
 Two modes:
 
 * **data centre** — ``RAY_ADDRESS`` is set: attach to that cluster, always;
-* **local** — no ``RAY_ADDRESS``: reuse the local cluster this process started
-  for the same set of ``CUDA_VISIBLE_DEVICES`` (the cluster carries a custom
-  resource ``stowplan_devices_<sorted ids>``), or start one bound to 127.0.0.1
-  (the variables of :data:`~stowplan.cluster._ray.LOOPBACK_ENV` are set first
-  unless the environment already sets them: loopback only, no auth token).
+* **local** — no ``RAY_ADDRESS``: join the local head of the same set of
+  ``CUDA_VISIBLE_DEVICES`` (it carries a custom resource
+  ``stowplan_devices_<sorted ids>``) — the one this process is connected to,
+  or the one an earlier process started and recorded
+  (:mod:`stowplan.cluster.head`) — or start a detached head bound to
+  127.0.0.1.  :func:`~stowplan.cluster._ray.prepare_local_ray` runs before
+  Ray is imported or started: the variables of
+  :data:`~stowplan.cluster._ray.LOCAL_START_ENV` are set unless the
+  environment already sets them (loopback only, no auth token).
 
 Either way the process environment is forwarded to every Ray worker through
 the job's runtime env, except variables that break or mislead workers:
@@ -26,8 +30,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from stowplan.cluster._ray import LOOPBACK_ENV, require_ray
+from stowplan.cluster._ray import prepare_local_ray, require_ray
 from stowplan.cluster.fleet import FleetRole, get_fleet_role
+from stowplan.cluster.head import (
+    discard_local_head,
+    head_alive,
+    head_lock,
+    read_local_head,
+    start_local_head,
+)
 
 __all__ = [
     "STRIPPED_ENV_NAMES",
@@ -67,9 +78,10 @@ class InitMode(StrEnum):
     ATTACHED = "attached"
     """``RAY_ADDRESS`` named a cluster; this process attached to it."""
     REUSED = "reused"
-    """A local cluster for the same device set was already running in this process."""
+    """The local head of the same device set was running (in this process or recorded
+    by an earlier one) and this process joined it."""
     STARTED = "started"
-    """A new local cluster was started."""
+    """A new detached local head was started."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -155,24 +167,31 @@ def init_ray(
         log.info("attached to Ray cluster at %s", address)
         return result(InitMode.ATTACHED, None)
     tag = device_tag(source.get("CUDA_VISIBLE_DEVICES"))
+    ray = prepare_local_ray()
     if ray.is_initialized():
         if ray.cluster_resources().get(tag):
             log.info("reusing the local Ray cluster %s", tag)
             return result(InitMode.REUSED, tag)
-        log.info("local Ray cluster has another device set; restarting for %s", tag)
+        log.info("connected to a cluster of another device set; switching to %s", tag)
         ray.shutdown()
-    for key, value in LOOPBACK_ENV.items():
-        os.environ.setdefault(key, value)
-    ray.init(
-        address="local",
-        _node_ip_address="127.0.0.1",
-        include_dashboard=False,
-        num_cpus=num_cpus,
-        num_gpus=num_gpus,
-        object_store_memory=object_store_memory,
-        resources={tag: 1.0},
-        runtime_env=runtime_env,
-        log_to_driver=False,
-    )
-    log.info("started a local Ray cluster %s", tag)
+    with head_lock(tag):
+        head = read_local_head(tag)
+        if head is not None and head_alive(head):
+            ray.init(address=head.address, runtime_env=runtime_env, log_to_driver=False)
+            if ray.cluster_resources().get(tag):
+                log.info("reusing the local Ray head %s at %s", tag, head.address)
+                return result(InitMode.REUSED, tag)
+            ray.shutdown()
+        if head is not None:
+            log.info(
+                "the recorded local Ray head %s at %s is gone; starting a new one",
+                tag,
+                head.address,
+            )
+            discard_local_head(head)
+        head = start_local_head(
+            tag, num_cpus=num_cpus, num_gpus=num_gpus, object_store_memory=object_store_memory
+        )
+        ray.init(address=head.address, runtime_env=runtime_env, log_to_driver=False)
+    log.info("started a local Ray head %s at %s", tag, head.address)
     return result(InitMode.STARTED, tag)

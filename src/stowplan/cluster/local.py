@@ -4,8 +4,9 @@ Each fake node declares a GPU count and carries the labels ``gpu_name`` and
 ``vram_bytes`` that :mod:`stowplan.cluster.nodes` reads when no NVML is
 present.  The head node holds no GPU and no VRAM label, so it is never a
 placement target.  Ray is kept on loopback and isolated in a fresh temporary
-directory (see the Ray notes: the environment variables below must be set
-before Ray starts).
+directory: :func:`~stowplan.cluster._ray.prepare_local_ray` sets the defaults
+of :data:`~stowplan.cluster._ray.LOCAL_START_ENV` before Ray starts (a variable
+the user set wins) and restores the environment at shutdown.
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from stowplan.checks import check_int
-from stowplan.cluster._ray import LOCAL_HEAD_ARGS, LOOPBACK_ENV, OBJECT_STORE_BYTES, require_ray
+from stowplan.cluster._ray import (
+    LOCAL_HEAD_ARGS,
+    LOCAL_START_ENV,
+    OBJECT_STORE_BYTES,
+    prepare_local_ray,
+    require_ray,
+)
 from stowplan.errors import InputError
 
 __all__ = ["DEFAULT_FAKE_NODES", "FakeNode", "LocalCluster", "local_cluster", "ray_module"]
@@ -116,16 +123,11 @@ class LocalCluster:
 def start_local_cluster(nodes: Sequence[FakeNode] = DEFAULT_FAKE_NODES) -> LocalCluster:
     """Start a head (no GPU) plus one fake node per entry and connect this process to it."""
     tmpdir = tempfile.mkdtemp(prefix="stowplan-ray-")
-    env = dict(LOOPBACK_ENV, RAY_TMPDIR=tmpdir)
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    ray = ray_module()
-    from ray._private import ray_constants
+    saved = {key: os.environ.get(key) for key in (*LOCAL_START_ENV, "RAY_TMPDIR")}
+    os.environ["RAY_TMPDIR"] = tmpdir
+    ray = prepare_local_ray()  # loopback defaults, before (or applied after) Ray's import
     from ray.cluster_utils import Cluster
 
-    # Ray reads this switch once, at import; a driver that imported Ray before
-    # the variable was set would still bind to the external interface.
-    ray_constants.ENABLE_RAY_CLUSTER = False
     local = LocalCluster(cluster=None, workers=[], tmpdir=tmpdir, saved_env=saved)
     try:
         local.cluster = Cluster(

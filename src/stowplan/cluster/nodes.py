@@ -7,9 +7,13 @@ otherwise nothing.  The descriptor then takes, in order of precedence,
 * ``gpu_name`` / ``vram_bytes``: NVML's figures, else the node labels of the
   same names (set with ``ray start --labels``), else the Ray ``GPU`` count
   with an empty name and no VRAM;
-* ``flops_estimate`` / ``link_mbps`` / ``mem_bandwidth_gbps``: the labels
-  ``flops_tflops``, ``link_mbps``, ``mem_bandwidth_gbps`` when set, else 0
-  (the label ``assumed`` lists which were not given).
+* ``link_mbps`` / ``mem_bandwidth_gbps``: the node's hardware passport
+  (:mod:`stowplan.host.passport`, read on the node itself by the probe task;
+  :func:`stowplan.host.node_from_passport` turns it into figures) when one is
+  there, else the labels ``link_mbps`` and ``mem_bandwidth_gbps``;
+* ``flops_estimate``: the label ``flops_tflops``;
+
+  a figure given by neither is 0 (the label ``assumed`` lists which).
 
 ``id`` is the Ray node id, so a plan over these descriptors names Ray nodes
 directly.  Nodes without VRAM (the head of a CPU-only cluster) are left out.
@@ -27,7 +31,14 @@ from stowplan.errors import InputError, StowplanError
 from stowplan.model import NodeDescriptor
 from stowplan.units import parse_bytes
 
-__all__ = ["GpuReport", "NodeProbeError", "describe", "ray_gpu_count", "ray_node_descriptors"]
+__all__ = [
+    "GpuReport",
+    "NodeProbeError",
+    "describe",
+    "passport_figures",
+    "ray_gpu_count",
+    "ray_node_descriptors",
+]
 
 NODE_ID_LABEL = "ray.io/node-id"
 
@@ -48,6 +59,32 @@ class GpuReport:
     node_id: str
     gpu_names: tuple[str, ...] = ()
     gpu_memory_bytes: tuple[int, ...] = ()
+    passport_link_mbps: float | None = None
+    """The fastest network link of the node's passport, Mbit/s (None: no passport)."""
+    passport_bandwidth_gbps: float | None = None
+    """The measured memory bandwidth of the passport's best circuit, GB/s."""
+
+
+def passport_figures(path: str | None) -> tuple[float | None, float | None]:
+    """``(link_mbps, mem_bandwidth_gbps)`` of the passport at ``path`` (default: this host's
+    cache), or ``(None, None)`` when there is none, it is unreadable, or the default one
+    names another host."""
+    import socket
+
+    from stowplan.host.node import node_from_passport
+    from stowplan.host.passport import load_passport
+
+    passport = load_passport(path)
+    if passport is None:
+        return None, None
+    if path is None and passport.topology.hostname != socket.gethostname():
+        return None, None
+    try:
+        node = node_from_passport(passport)
+    except StowplanError:
+        return None, None
+    link = node.link_mbps if node.link_mbps > 0 else None
+    return link, node.mem_bandwidth_gbps
 
 
 def _probe_nvml() -> tuple[tuple[str, ...], tuple[int, ...]]:
@@ -72,11 +109,18 @@ def _probe_nvml() -> tuple[tuple[str, ...], tuple[int, ...]]:
         pynvml.nvmlShutdown()
 
 
-def _probe_task() -> tuple[str, tuple[str, ...], tuple[int, ...]]:
+def _probe_task(passport_path: str | None) -> GpuReport:
     import ray
 
     names, memory = _probe_nvml()
-    return ray.get_runtime_context().get_node_id(), names, memory
+    link, bandwidth = passport_figures(passport_path)
+    return GpuReport(
+        node_id=ray.get_runtime_context().get_node_id(),
+        gpu_names=names,
+        gpu_memory_bytes=memory,
+        passport_link_mbps=link,
+        passport_bandwidth_gbps=bandwidth,
+    )
 
 
 def _label_float(labels: Mapping[str, str], key: str, node_id: str) -> float | None:
@@ -114,6 +158,15 @@ def describe(
     flops = _label_float(labels, "flops_tflops", node_id)
     link = _label_float(labels, "link_mbps", node_id)
     bandwidth = _label_float(labels, "mem_bandwidth_gbps", node_id)
+    from_passport = []
+    if report.passport_link_mbps is not None:
+        link = report.passport_link_mbps
+        from_passport.append("link_mbps")
+    if report.passport_bandwidth_gbps is not None:
+        bandwidth = report.passport_bandwidth_gbps
+        from_passport.append("mem_bandwidth_gbps")
+    if from_passport:
+        provenance.append(("passport", ",".join(from_passport)))
     for key, value in (("flops_tflops", flops), ("link_mbps", link)):
         if value is None:
             assumed.append(key)
@@ -138,11 +191,15 @@ def alive_nodes() -> list[dict[str, Any]]:
     return sorted((n for n in ray.nodes() if n.get("Alive")), key=lambda n: str(n["NodeID"]))
 
 
-def ray_node_descriptors(*, timeout_s: float = 30.0) -> list[NodeDescriptor]:
+def ray_node_descriptors(
+    *, timeout_s: float = 30.0, passport_path: str | None = None
+) -> list[NodeDescriptor]:
     """Descriptors of the alive nodes of the connected Ray cluster that hold VRAM.
 
     Runs one zero-CPU task pinned to each node; raises :class:`NodeProbeError`
-    when a node does not answer within ``timeout_s``.
+    when a node does not answer within ``timeout_s``.  Each node reads its
+    passport at ``passport_path`` (default: its own cache dir's
+    ``passport.json``, used only when it names that host).
     """
     ray = ray_module()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -152,19 +209,18 @@ def ray_node_descriptors(*, timeout_s: float = 30.0) -> list[NodeDescriptor]:
     refs = {
         str(n["NodeID"]): probe.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(str(n["NodeID"]), soft=False)
-        ).remote()
+        ).remote(passport_path)
         for n in nodes
     }
     out = []
     for n in nodes:
         node_id = str(n["NodeID"])
         try:
-            seen_id, names, memory = ray.get(refs[node_id], timeout=timeout_s)
+            report = ray.get(refs[node_id], timeout=timeout_s)
         except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError):
             with contextlib.suppress(Exception):  # already finished or gone with its node
                 ray.cancel(refs[node_id], force=True)
             raise NodeProbeError(node_id, timeout_s) from None
-        report = GpuReport(node_id=seen_id, gpu_names=names, gpu_memory_bytes=memory)
         desc = describe(node_id, n.get("Labels", {}), n.get("Resources", {}), report)
         if desc.vram_bytes > 0:
             out.append(desc)

@@ -13,7 +13,7 @@ spans nodes instead of per-node groups.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from stowplan.checks import check_int
 from stowplan.cluster.fleet import ENV_PG_STRATEGY, ENV_ROLE, FleetRole, FleetSpec
@@ -21,7 +21,13 @@ from stowplan.cluster.fleet import PlacementStrategy as _Strategy
 from stowplan.errors import InputError
 from stowplan.model import ModelLayout
 
-__all__ = ["ParallelismCheck", "ParallelismSpec", "validate_parallelism"]
+__all__ = [
+    "ParallelismCheck",
+    "ParallelismSpec",
+    "kv_heads_allow",
+    "valid_values",
+    "validate_parallelism",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,88 +91,173 @@ def _nearest(value: int, candidates: Iterable[int]) -> str:
     return ", ".join(str(p) for p in picks) if picks else "none"
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Failure:
+    """The first rule a configuration breaks; ``vary`` names the degree to suggest values for."""
+
+    field: str
+    value: object
+    rule: str
+    vary: str | None = None
+    """``tensor``, ``data`` or ``expert``: the suggestions are the values of that degree
+    for which the whole validation passes, the other degrees unchanged."""
 
 
-def _check_heads(tp: int, layout: ModelLayout) -> None:
-    for name, heads in (
-        ("num_attention_heads", layout.num_attention_heads),
-        ("num_kv_heads", layout.num_kv_heads),
-    ):
-        if heads is not None and heads > 0 and heads % tp:
-            raise InputError(
-                "tp",
-                tp,
-                f"must divide {name}={heads} of {layout.name} ({heads} % {tp} = {heads % tp}); "
-                f"nearest valid: {_nearest(tp, _divisors(heads))}",
+def kv_heads_allow(tp: int, num_kv_heads: int) -> bool:
+    """Whether ``tp`` ranks can share ``num_kv_heads`` KV heads, as inference engines do.
+
+    ``tp <= num_kv_heads``: the heads are partitioned, so tp must divide them;
+    ``tp > num_kv_heads``: every head is replicated on ``tp / num_kv_heads`` ranks,
+    so num_kv_heads must divide tp (an MLA model's single latent KV head takes any tp).
+    """
+    if tp <= num_kv_heads:
+        return num_kv_heads % tp == 0
+    return tp % num_kv_heads == 0
+
+
+def _heads_failure(tp: int, layout: ModelLayout) -> _Failure | None:
+    heads = layout.num_attention_heads
+    if heads is not None and heads > 0 and heads % tp:
+        return _Failure(
+            field="tp",
+            value=tp,
+            rule=f"must divide num_attention_heads={heads} of {layout.name} "
+            f"({heads} % {tp} = {heads % tp})",
+            vary="tensor",
+        )
+    kv = layout.num_kv_heads
+    if kv is not None and kv > 0 and not kv_heads_allow(tp, kv):
+        if tp < kv:
+            rule = f"must divide num_kv_heads={kv} of {layout.name} ({kv} % {tp} = {kv % tp})"
+        else:
+            rule = (
+                f"exceeds num_kv_heads={kv} of {layout.name}, so must be a multiple of it "
+                f"(KV heads replicated; {tp} % {kv} = {tp % kv})"
             )
+        return _Failure(field="tp", value=tp, rule=rule, vary="tensor")
+    return None
 
 
-def _check_world(spec: ParallelismSpec, fleet: FleetSpec) -> None:
+def _world_failure(spec: ParallelismSpec, fleet: FleetSpec) -> _Failure | None:
     tp, pp, dp = spec.tensor, spec.pipeline, spec.data
     total = fleet.total_gpus
     shape = f"{fleet.num_nodes} nodes × {fleet.gpus_per_node} GPUs"
     if spec.replica_gpus > total:
-        raise InputError(
-            "tp×pp",
-            spec.replica_gpus,
-            f"one replica ({tp}×{pp} = {spec.replica_gpus} GPUs) exceeds the fleet's "
+        return _Failure(
+            field="tp×pp",
+            value=spec.replica_gpus,
+            rule=f"one replica ({tp}×{pp} = {spec.replica_gpus} GPUs) exceeds the fleet's "
             f"{total} GPUs ({shape})",
         )
     if spec.world_size > total:
-        raise InputError(
-            "tp×pp×dp",
-            spec.world_size,
-            f"{tp}×{pp}×{dp} = {spec.world_size} GPUs exceeds the fleet's {total} GPUs "
-            f"({shape}); the largest dp that fits is {total // spec.replica_gpus}",
+        return _Failure(
+            field="tp×pp×dp",
+            value=spec.world_size,
+            rule=f"{tp}×{pp}×{dp} = {spec.world_size} GPUs exceeds the fleet's {total} GPUs "
+            f"({shape})",
+            vary="data",
         )
     if spec.replica_gpus <= fleet.gpus_per_node:
         per_node = fleet.gpus_per_node // spec.replica_gpus
         fits = per_node * fleet.num_nodes
         if dp > fits:
-            raise InputError(
-                "dp",
-                dp,
-                f"replicas of {tp}×{pp} = {spec.replica_gpus} GPUs fit {per_node} per node "
+            return _Failure(
+                field="dp",
+                value=dp,
+                rule=f"replicas of {tp}×{pp} = {spec.replica_gpus} GPUs fit {per_node} per node "
                 f"({fleet.gpus_per_node} // {spec.replica_gpus}), {fits} on {fleet.num_nodes} "
-                f"nodes; the largest dp that fits is {fits}",
+                "nodes",
+                vary="data",
             )
+    return None
 
 
-def _check_expert(spec: ParallelismSpec, layout: ModelLayout | None) -> None:
+def _expert_failure(spec: ParallelismSpec, layout: ModelLayout | None) -> _Failure | None:
     tp, ep, world = spec.tensor, spec.expert, spec.world_size
     if ep == 1:
-        return  # experts are not split
+        return None  # experts are not split
     num_experts = None if layout is None or layout.experts is None else layout.experts.num_experts
-    if layout is not None and num_experts is None and ep > 1:
-        raise InputError("ep", ep, f"{layout.name} has no routed experts; use 1")
-
-    def valid(e: int) -> bool:
-        return e % tp == 0 and e <= world and (num_experts is None or num_experts % e == 0)
-
-    candidates = [e for e in range(1, world + 1) if valid(e)]
+    if layout is not None and num_experts is None:
+        return _Failure(field="ep", value=ep, rule=f"{layout.name} has no routed experts; use 1")
     if ep % tp:
-        raise InputError(
-            "ep",
-            ep,
-            f"must be a multiple of tp={tp} ({ep} % {tp} = {ep % tp}); "
-            f"nearest valid: {_nearest(ep, candidates)}",
+        return _Failure(
+            field="ep",
+            value=ep,
+            rule=f"must be a multiple of tp={tp} ({ep} % {tp} = {ep % tp})",
+            vary="expert",
         )
     if num_experts is not None and num_experts % ep:
-        raise InputError(
-            "ep",
-            ep,
-            f"must divide num_experts={num_experts} ({num_experts} % {ep} = {num_experts % ep}); "
-            f"nearest valid: {_nearest(ep, candidates)}",
+        return _Failure(
+            field="ep",
+            value=ep,
+            rule=f"must divide num_experts={num_experts} ({num_experts} % {ep} = "
+            f"{num_experts % ep})",
+            vary="expert",
         )
     if ep > world:
-        raise InputError(
-            "ep",
-            ep,
-            f"exceeds the world size tp×pp×dp = {spec.tensor}×{spec.pipeline}×{spec.data} = "
-            f"{world}; nearest valid: {_nearest(ep, candidates)}",
+        return _Failure(
+            field="ep",
+            value=ep,
+            rule=f"exceeds the world size tp×pp×dp = {spec.tensor}×{spec.pipeline}×"
+            f"{spec.data} = {world}",
+            vary="expert",
         )
+    return None
+
+
+def _strategy_failure(spec: ParallelismSpec, fleet: FleetSpec) -> _Failure | None:
+    if spec.replica_gpus > fleet.gpus_per_node and fleet.strategy is _Strategy.STRICT_PACK:
+        return _Failure(
+            field=ENV_PG_STRATEGY,
+            value=fleet.strategy.value,
+            rule=f"cannot hold a replica of tp×pp = {spec.replica_gpus} GPUs on nodes of "
+            f"{fleet.gpus_per_node} GPUs (STRICT_PACK keeps a group on one node); "
+            "use PACK or SPREAD",
+        )
+    return None
+
+
+def _first_failure(
+    spec: ParallelismSpec, fleet: FleetSpec, layout: ModelLayout | None
+) -> _Failure | None:
+    """The first rule ``spec`` breaks (in the order of :func:`validate_parallelism`), or None."""
+    return (
+        (None if layout is None else _heads_failure(spec.tensor, layout))
+        or _world_failure(spec, fleet)
+        or _expert_failure(spec, layout)
+        or _strategy_failure(spec, fleet)
+    )
+
+
+def valid_values(
+    spec: ParallelismSpec, fleet: FleetSpec, layout: ModelLayout | None, degree: str
+) -> list[int]:
+    """The values of ``degree`` (``tensor``, ``data`` or ``expert``) that pass the whole
+    validation with the other degrees of ``spec`` unchanged, ascending.
+
+    Every valid tp or dp fits the fleet's GPUs and every valid ep the world size, so
+    the search is bounded by those.
+    """
+    bound = spec.world_size if degree == "expert" else fleet.total_gpus
+    return [
+        v
+        for v in range(1, bound + 1)
+        if _first_failure(replace(spec, **{degree: v}), fleet, layout) is None
+    ]
+
+
+def _message(
+    failure: _Failure, spec: ParallelismSpec, fleet: FleetSpec, layout: ModelLayout | None
+) -> str:
+    if failure.vary is None:
+        return failure.rule
+    valid = valid_values(spec, fleet, layout, failure.vary)
+    if failure.vary == "data":
+        if valid:
+            return f"{failure.rule}; the largest dp that fits is {valid[-1]}"
+        return f"{failure.rule}; no dp fits with the other degrees unchanged"
+    current = int(getattr(spec, failure.vary))
+    return f"{failure.rule}; nearest valid: {_nearest(current, valid)}"
 
 
 def validate_parallelism(
@@ -174,14 +265,15 @@ def validate_parallelism(
 ) -> ParallelismCheck:
     """Check ``spec`` against ``fleet`` (and the model's heads and experts when given).
 
-    Rules, in order: the fleet has GPUs; tp divides the attention and KV heads;
-    the replica (tp × pp) and the world (tp × pp × dp) fit the fleet, per-node
-    replicas a whole number per node; ep (when > 1) is a multiple of tp,
-    divides the expert count and does not exceed the world; a replica spanning nodes is
-    not asked to be ``STRICT_PACK``.
+    Rules, in order: the fleet has GPUs; tp divides the attention heads and suits
+    the KV heads (:func:`kv_heads_allow`); the replica (tp × pp) and the world
+    (tp × pp × dp) fit the fleet, per-node replicas a whole number per node; ep
+    (when > 1) is a multiple of tp, divides the expert count and does not exceed
+    the world; a replica spanning nodes is not asked to be ``STRICT_PACK``.
 
     Returns what the placement needs; raises :class:`InputError` naming the
-    flag, the arithmetic and the nearest valid values.
+    flag, the arithmetic and the values that would pass (each suggested value
+    passes every rule with the other degrees unchanged).
     """
     if fleet.role is FleetRole.SANDBOX:
         raise InputError(
@@ -189,22 +281,13 @@ def validate_parallelism(
             fleet.role.value,
             "has no GPUs; parallel degrees need the trainer or inference fleet",
         )
-    if layout is not None:
-        _check_heads(spec.tensor, layout)
-    _check_world(spec, fleet)
-    _check_expert(spec, layout)
+    failure = _first_failure(spec, fleet, layout)
+    if failure is not None:
+        raise InputError(failure.field, failure.value, _message(failure, spec, fleet, layout))
     unified = spec.replica_gpus > fleet.gpus_per_node
     nodes_per_replica = -(-spec.replica_gpus // fleet.gpus_per_node)
     notes: list[str] = []
     if unified:
-        if fleet.strategy is _Strategy.STRICT_PACK:
-            raise InputError(
-                ENV_PG_STRATEGY,
-                fleet.strategy.value,
-                f"cannot hold a replica of tp×pp = {spec.replica_gpus} GPUs on nodes of "
-                f"{fleet.gpus_per_node} GPUs (STRICT_PACK keeps a group on one node); "
-                "use PACK or SPREAD",
-            )
         notes.append(
             f"replica tp×pp = {spec.replica_gpus} GPUs > {fleet.gpus_per_node} GPUs per node: "
             f"one unified {fleet.strategy.value} group per replica over {nodes_per_replica} nodes"

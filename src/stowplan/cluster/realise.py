@@ -52,11 +52,22 @@ __all__ = [
     "contract_stage_class",
     "realise",
     "realise_with_replan",
+    "stage_actor_env",
     "stage_bundle",
 ]
 
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 """Added to every stage's env: one BLAS thread per stage actor."""
+
+
+def stage_actor_env(plan: Plan, extra_env: Mapping[str, str] | None = None) -> list[dict[str, str]]:
+    """The exact env each stage actor of ``plan`` receives, in stage order.
+
+    :data:`WORKER_ENV`, then ``extra_env``, then the worker-contract variables
+    (:func:`stowplan.worker.stage_env`), later ones winning.  :func:`realise`
+    starts the actors with it and ``stowplan launch --plan-debug`` prints it.
+    """
+    return [{**WORKER_ENV, **(extra_env or {}), **env} for env in stage_env(plan)]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -222,7 +233,7 @@ def realise(
     bundles, failures = _precheck(plan, {n.id: n for n in nodes})
     if failures:
         raise StageUnplaceable(failures, 0.0)
-    envs = stage_env(plan)
+    envs = stage_actor_env(plan, extra_env)
     tag = _plan_tag(plan)
     groups: list[Any] = []
     actors: list[Any] = []
@@ -249,7 +260,7 @@ def realise(
                     num_cpus=bundle["CPU"],
                     num_gpus=bundle.get("GPU", 0.0),
                     max_restarts=0,
-                    runtime_env={"env_vars": {**WORKER_ENV, **(extra_env or {}), **env}},
+                    runtime_env={"env_vars": env},
                     scheduling_strategy=PlacementGroupSchedulingStrategy(
                         placement_group=group, placement_group_bundle_index=0
                     ),

@@ -217,8 +217,8 @@ def build_cluster(
       groups, or, when ``parallelism`` makes a replica exceed a node, ``dp``
       unified groups of ``tp × pp`` bundles with the fleet's strategy;
     * ``spec.segment_size``: nodes are chosen as complete NVLink segments from
-      ``topology`` (default: the live cluster's) and each bundle is pinned to its
-      segment's domain.
+      ``topology`` (default: the live cluster's); each bundle is pinned to its
+      segment's domain and to its selected node (label ``ray.io/node-id``).
     """
     label = name or spec.role.value
     if spec.role is FleetRole.SANDBOX:
@@ -239,6 +239,7 @@ def build_cluster(
             unified = check.replica_gpus
             counts = _counts_for(check.world_size, spec.gpus_per_node)
     domains: list[str | None] | None = None
+    node_ids: list[str | None] | None = None
     if spec.segment_size is not None:
         selection = select_segment_nodes(
             get_ray_cluster_topology() if topology is None else topology,
@@ -247,6 +248,9 @@ def build_cluster(
         )
         per_node = [d for d in selection.domains for _ in range(spec.segment_size)]
         domains = list(per_node[: len(counts)])
+        # The domain token alone would let a group land on a node of the domain that
+        # was not selected; the node-id label pins each logical node to its own.
+        node_ids = list(selection.selected[: len(counts)])
     return RayVirtualCluster(
         counts,
         use_gpus=True,
@@ -256,6 +260,7 @@ def build_cluster(
         name=label,
         unified_group_size=unified,
         node_domains=domains,
+        node_ids=node_ids,
         timeout_s=timeout_s,
     )
 
