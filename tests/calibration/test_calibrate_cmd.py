@@ -133,9 +133,35 @@ def test_from_probe_without_a_passport_says_to_probe_first(
     monkeypatch.setenv("STOWPLAN_CACHE_DIR", str(tmp_path / "empty-cache"))
     assert main(["calibrate", "--from-probe"]) == 2
     assert capsys.readouterr().err == (
-        "stowplan: error: --passport=None: no readable hardware passport; "
-        "run `stowplan probe` first\n"
+        f"stowplan: error: --passport='{tmp_path}/empty-cache/passport.json': "
+        "no hardware passport; run `stowplan probe` first\n"
     )
+
+
+def test_from_probe_with_a_truncated_passport_is_one_line(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("stowplan.host", reason="stowplan.host (the host probe) is absent")
+    bad = tmp_path / "truncated.json"
+    bad.write_text('{"schema_version": 1, "topo')
+    assert main(["calibrate", "--from-probe", "--passport", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"stowplan: error: --passport='{bad}': not valid JSON (")
+    assert err.endswith("; run `stowplan probe --refresh`\n")
+    assert err.count("\n") == 1 and "re-probe" not in err
+
+
+def test_a_custom_out_path_says_to_pass_it_with_calibration(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "mine.json"
+    args = ["--from-llama-bench", str(LB / "readme_rtx4080.json"), "--bandwidth-gbps", "716.8"]
+    assert main(["calibrate", *args, "--out", str(target)]) == 0
+    out = capsys.readouterr().out.replace("\n", "")
+    assert f"wrote {target}; use it with `stowplan plan --calibration {target}`" in out
+    assert "--engine" not in out.split("wrote", 1)[1]
+    assert main(["calibrate", *args]) == 0
+    assert "`stowplan plan --engine llamacpp` uses it" in capsys.readouterr().out
 
 
 def test_from_probe_records_each_measured_circuit(

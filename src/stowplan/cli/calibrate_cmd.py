@@ -53,7 +53,11 @@ def _probe_entries(passport_path: Path | None, prior_cal: Calibration) -> list[D
     (a CPU) gets 1.0: its nodes take the measured rate itself as their bandwidth.
     """
     try:
-        from stowplan.host.passport import load_passport
+        from stowplan.host.passport import (
+            PassportUnreadable,
+            default_passport_path,
+            read_passport,
+        )
     except ImportError:
         raise InputError(
             "--from-probe",
@@ -61,13 +65,17 @@ def _probe_entries(passport_path: Path | None, prior_cal: Calibration) -> list[D
             "needs the host probe (stowplan.host), which this build does not include; "
             "use --from-llama-bench FILE",
         ) from None
-    passport = load_passport(passport_path)
-    if passport is None:
+    path = passport_path if passport_path is not None else default_passport_path()
+    if not path.exists():
         raise InputError(
-            "--passport",
-            str(passport_path) if passport_path else None,
-            "no readable hardware passport; run `stowplan probe` first",
+            "--passport", str(path), "no hardware passport; run `stowplan probe` first"
         )
+    try:
+        passport = read_passport(path)
+    except PassportUnreadable as exc:
+        raise InputError(
+            "--passport", str(path), f"{exc.reason}; run `stowplan probe --refresh`"
+        ) from None
     entries = []
     for cap in passport.matrix.entries:
         circuit = passport.topology.circuit(cap.circuit)
@@ -160,7 +168,7 @@ def calibrate_command(
         for e in entries:
             f = e.bandwidth_fraction["f32"]
             out_console.print(f"{e.device}: bandwidth fraction (f32) {f.value:.3f} measured")
-        out_console.print(f"wrote {target}; `stowplan plan --engine {eng.value}` uses it")
+        out_console.print(_how_to_use(target, out is None, eng))
         return
     if from_llama_bench is None:
         raise InputError(
@@ -225,7 +233,14 @@ def calibrate_command(
     if as_json:
         out_console.file.write(json.dumps(calibration_to_dict(profile), indent=2) + "\n")
         return
-    _render(fit, measurements, name, bw, target, eng)
+    _render(fit, measurements, name, bw, target, eng, default_target=out is None)
+
+
+def _how_to_use(target: Path, default_target: bool, eng: Engine) -> str:
+    """Where the profile went and the plan option that reads it."""
+    if default_target:
+        return f"wrote {target}; `stowplan plan --engine {eng.value}` uses it"
+    return f"wrote {target}; use it with `stowplan plan --calibration {target}`"
 
 
 def _render(
@@ -235,6 +250,8 @@ def _render(
     bw: float,
     target: Path,
     eng: Engine,
+    *,
+    default_target: bool,
 ) -> None:
     from rich.table import Table
 
@@ -259,4 +276,4 @@ def _render(
     for m, p, e in zip(measurements, fit.predicted_tokens_per_s, fit.relative_errors, strict=True):
         runs.add_row(m.label, str(m.num_blocks), f"{m.tokens_per_s:.2f}", f"{p:.2f}", f"{e:+.1%}")
     out_console.print(runs)
-    out_console.print(f"wrote {target}; `stowplan plan --engine {eng.value}` uses it")
+    out_console.print(_how_to_use(target, default_target, eng))
