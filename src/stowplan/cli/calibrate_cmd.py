@@ -24,12 +24,13 @@ from stowplan.calibration import (
     load_calibration_file,
     normalise_gpu_name,
     parse_llama_bench,
+    partial_offload,
     resolve_calibration,
     user_calibration_path,
     write_calibration,
 )
 from stowplan.cli.app import app
-from stowplan.cli.common import out_console
+from stowplan.cli.common import err_console, out_console
 from stowplan.errors import InputError
 from stowplan.fileio import read_text_file
 from stowplan.gpus import lookup_gpu
@@ -209,6 +210,14 @@ def calibrate_command(
                 "--blocks", None, f"{r.model_type!r} has no parameter count; pass the block count"
             )
         n = blocks if blocks is not None else estimate_num_blocks(r.n_params)
+        why = partial_offload(r, n)
+        if why is not None:
+            err_console.print(
+                f"note: {r.model_type} {r.test} left out of the GPU fit ({why}); "
+                "benchmark with -ngl 99 to fit the GPU",
+                soft_wrap=True,
+            )
+            continue
         measurements.append(
             Measurement(
                 tokens_per_s=r.tokens_per_s,
@@ -217,6 +226,13 @@ def calibrate_command(
                 dtype=r.dtype,
                 label=f"{r.model_type} {r.test}",
             )
+        )
+    if not measurements:
+        raise InputError(
+            "--from-llama-bench",
+            str(from_llama_bench),
+            "has no full-GPU token-generation run (every one had ngl 0 or fewer GPU layers "
+            "than the model's blocks); run llama-bench with -ngl 99",
         )
     base = resolve_calibration(eng)
     key = _device_key(name)
