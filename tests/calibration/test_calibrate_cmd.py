@@ -237,3 +237,32 @@ def test_the_rtx_4080_profile_has_a_spec_row_so_its_runs_fit_without_a_bandwidth
     assert spec is not None and spec.mem_bandwidth_gbps == 716.8 and "DBGG" in spec.source
     assert main(["calibrate", "--from-llama-bench", str(LB / "readme_rtx4080.json")]) == 0
     assert "peak bandwidth 716.8 GB/s" in capsys.readouterr().out
+
+
+def test_from_probe_uses_the_decode_run_figures_when_the_passport_has_them(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("stowplan.host", reason="stowplan.host (the host probe) is absent")
+    from dataclasses import replace
+
+    from stowplan.host.passport import Passport, save_passport
+    from tests.host.helpers import cap, fixture_topology, matrix
+
+    topo = fixture_topology("thamada_nvsim/RTX4090_smi_-a.txt")
+    gpu = replace(cap("gpu0", 900.0, upload_gbps=25.0), decode_gbps=806.4, decode_block_s=4e-5)
+    path = save_passport(Passport.create(topo, matrix(gpu, cap("cpu", 20.0))), tmp_path / "p.json")
+    assert main(["calibrate", "--from-probe", "--passport", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "rtx-4090: bandwidth fraction (f32) 0.893 measured, (f16 decode run) 0.800 measured, "
+        "block 40.0 us measured" in out
+    )
+    entry = resolve_calibration("llamacpp").for_device("RTX 4090")
+    assert entry is not None
+    f16 = entry.fraction("bf16")
+    assert (f16.value, f16.provenance.value) == (0.8, "measured")
+    assert (entry.block_overhead_s.value, entry.block_overhead_s.provenance.value) == (
+        4e-5,
+        "measured",
+    )
+    assert "decode run" in entry.block_overhead_s.source

@@ -98,12 +98,25 @@ def _probe_entries(passport_path: Path | None, prior_cal: Calibration) -> list[D
             provenance=Provenance.MEASURED,
             source=source,
         )
+        block = prior.block_overhead_s
+        if cap.decode_gbps is not None and cap.decode_block_s is not None:
+            run = (
+                f"stowplan probe decode run: f16 block GEMVs, {cap.decode_gbps:.1f} GB/s, "
+                f"{cap.decode_block_s * 1e6:.1f} us/block, passport {passport.fingerprint[:12]}"
+            )
+            if spec_gbps:
+                fractions["f16"] = Figure(
+                    value=round(min(cap.decode_gbps / spec_gbps, MAX_BANDWIDTH_FRACTION), 4),
+                    provenance=Provenance.MEASURED,
+                    source=f"{run} / spec {spec_gbps:g} GB/s",
+                )
+            block = Figure(value=cap.decode_block_s, provenance=Provenance.MEASURED, source=run)
         entries.append(
             DeviceCalibration(
                 device=_device_key(circuit.name),
                 match=tuple(normalise_gpu_name(circuit.name).split()),
                 bandwidth_fraction=fractions,
-                block_overhead_s=prior.block_overhead_s,
+                block_overhead_s=block,
                 hop_overhead_s=prior.hop_overhead_s,
                 compute_efficiency=prior.compute_efficiency,
             )
@@ -168,7 +181,13 @@ def calibrate_command(
             return
         for e in entries:
             f = e.bandwidth_fraction["f32"]
-            out_console.print(f"{e.device}: bandwidth fraction (f32) {f.value:.3f} measured")
+            line = f"{e.device}: bandwidth fraction (f32) {f.value:.3f} measured"
+            f16 = e.bandwidth_fraction.get("f16")
+            if f16 is not None and f16.provenance is Provenance.MEASURED:
+                line += f", (f16 decode run) {f16.value:.3f} measured"
+            if e.block_overhead_s.provenance is Provenance.MEASURED:
+                line += f", block {e.block_overhead_s.value * 1e6:.1f} us measured"
+            out_console.print(line, soft_wrap=True)
         out_console.print(_how_to_use(target, out is None, eng))
         return
     if from_llama_bench is None:

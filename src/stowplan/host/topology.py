@@ -306,9 +306,18 @@ class CircuitCapability:
     repeats: int = 1
     upload_gbps: float = math.inf
     """Measured host→device GB/s (pinned copies); ``inf`` for an in-pool circuit."""
+    decode_gbps: float | None = None
+    """GB/s of a decode-shaped run (f16 GEMVs of transformer-block shapes), net of the
+    per-block cost; None when not measured (CPU, or no torch)."""
+    decode_block_s: float | None = None
+    """Fixed seconds per block of that run (kernel launches and sync), None when not measured."""
 
     def __post_init__(self) -> None:
         check_int(f"{self.circuit}.gemv_n", self.gemv_n, minimum=1)
+        if self.decode_gbps is not None:
+            check_number(f"{self.circuit}.decode_gbps", self.decode_gbps, positive=True)
+        if self.decode_block_s is not None:
+            check_number(f"{self.circuit}.decode_block_s", self.decode_block_s)
         check_number(f"{self.circuit}.ms_per_gemv", self.ms_per_gemv, positive=True)
         up = self.upload_gbps
         if isinstance(up, bool) or not isinstance(up, int | float) or not up > 0:
@@ -342,6 +351,8 @@ class CircuitCapability:
             "repeats": self.repeats,
             "upload_gbps": _gbps_to_json(self.upload_gbps),
             "compute_bytes_per_s": self.compute_bytes_per_s,
+            **({} if self.decode_gbps is None else {"decode_gbps": self.decode_gbps}),
+            **({} if self.decode_block_s is None else {"decode_block_s": self.decode_block_s}),
         }
 
     @classmethod
@@ -362,6 +373,8 @@ class CircuitCapability:
             upload_gbps=math.inf
             if up == "inf"
             else _num(up, f"{where}.upload_gbps", positive=True),
+            decode_gbps=d.get("decode_gbps"),
+            decode_block_s=d.get("decode_block_s"),
         )
 
 
