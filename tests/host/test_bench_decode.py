@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from stowplan.errors import InputError
-from stowplan.host.bench import DECODE_SHAPES, cuda_indices, decode_fit, settings_for
+from stowplan.host.bench import DECODE_SHAPES, cuda_indices, decode_figures, settings_for
 from stowplan.host.passport import Passport
 from stowplan.host.topology import Circuit, CircuitKind
 from tests.host.helpers import cap, fixture_topology, matrix
@@ -37,15 +37,15 @@ def test_without_torch_uuids_the_index_is_used() -> None:
     assert cuda_indices(GPUS, []) == {}
 
 
-def test_decode_fit_separates_bandwidth_and_the_per_block_cost() -> None:
+def test_decode_figures_take_bandwidth_from_the_large_run_and_the_rest_as_block_cost() -> None:
     big, small = 436e6, 6e6
     bw, c = 4.0e12, 25e-6
-    got = decode_fit([(big, big / bw + c), (small, small / bw + c)])
+    got = decode_figures((big, big / bw), (small, small / bw + c))
     assert got == pytest.approx((bw, c))
-    # Launch-bound noise can make the intercept negative: it is clamped at 0.
-    assert decode_fit([(small, small / bw * 0.5), (big, big / bw)])[1] == 0.0
-    with pytest.raises(InputError, match="need two block sizes, the larger slower"):
-        decode_fit([(big, 1e-3), (small, 2e-3)])
+    # Tiny blocks faster than the bandwidth (cache hits) give no negative cost.
+    assert decode_figures((big, big / bw), (small, small / bw * 0.5))[1] == 0.0
+    with pytest.raises(InputError, match="need positive bytes and times"):
+        decode_figures((big, 0.0), (small, 1e-3))
 
 
 def test_decode_figures_round_trip_through_the_passport() -> None:

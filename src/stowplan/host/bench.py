@@ -26,9 +26,11 @@ median of the repeats.
   index only when torch reports no UUIDs.
 * CUDA GPUs also run a short decode-shaped pass (:func:`measure_cuda_decode`):
   the seven f16 GEMVs of a transformer block (q, k, v, o, gate, up, down) over
-  a ring of blocks, for one large block shape and one tiny one. The time per
-  block is ``bytes / decode_bandwidth + per_block_cost``; two shapes give both
-  unknowns, recorded as ``decode_gbps`` and ``decode_block_s``.
+  a ring of blocks. Large blocks (a Llama-3-8B block) replayed as one CUDA
+  graph give the streaming rate ``decode_gbps`` free of launch costs; tiny
+  blocks launched kernel by kernel, as an eager runtime runs them, give the
+  fixed cost per block ``decode_block_s`` (their time beyond their bytes at
+  that rate).
 * AMD GPUs and iGPUs are not measured.
 """
 
@@ -58,7 +60,7 @@ __all__ = [
     "Progress",
     "blas_threads",
     "cuda_indices",
-    "decode_fit",
+    "decode_figures",
     "last_level_cache_bytes",
     "measure",
     "measure_cpu",
@@ -248,58 +250,82 @@ def _block_shapes(hidden: int, ffn: int, kv: int) -> list[tuple[int, int]]:
     return [*attention, (ffn, hidden), (ffn, hidden), (hidden, ffn)]
 
 
-def decode_fit(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """(bytes/s, seconds per block) from (block bytes, seconds per block) of two shapes.
+def decode_figures(large: tuple[float, float], small: tuple[float, float]) -> tuple[float, float]:
+    """(bytes/s, seconds per block) from two (block bytes, seconds per block) timings.
 
-    ``t = bytes / bw + c``; the intercept is clamped at 0. Raises InputError when the
-    points cannot separate the two (equal sizes, or the larger block is not slower).
+    ``large``: big blocks replayed as one CUDA graph, so no launch cost — their
+    rate is the streaming bandwidth. ``small``: tiny blocks launched one kernel
+    at a time, as an eager runtime does — what their time exceeds their bytes
+    at that bandwidth is the fixed cost per block (clamped at 0).
     """
-    (b0, t0), (b1, t1) = sorted(points)[0], sorted(points)[-1]
-    if not (b1 > b0 and t1 > t0):
-        raise InputError("decode points", points, "need two block sizes, the larger slower")
-    per_byte = (t1 - t0) / (b1 - b0)
-    return 1.0 / per_byte, max(t0 - b0 * per_byte, 0.0)
+    (b_large, t_large), (b_small, t_small) = large, small
+    if not (b_large > 0 and t_large > 0 and b_small >= 0 and t_small >= 0):
+        raise InputError("decode timings", (large, small), "need positive bytes and times")
+    bytes_per_s = b_large / t_large
+    return bytes_per_s, max(t_small - b_small / bytes_per_s, 0.0)
 
 
-def measure_cuda_decode(
-    index: int, settings: BenchSettings, progress: Progress | None = None, circuit: str = ""
+def _time_blocks(
+    torch: Any,
+    dev: Any,
+    shape: tuple[int, int, int],
+    ring: int,
+    graph: bool,
+    settings: BenchSettings,
 ) -> tuple[float, float]:
+    """(block bytes, median seconds per block) of a pass over a ring of f16 blocks."""
+    hidden, ffn, kv = shape
+    shapes = _block_shapes(hidden, ffn, kv)
+    block_bytes = 2 * sum(o * i for o, i in shapes)
+    count = max(2, math.ceil(ring / block_bytes))
+    blocks = [
+        [torch.full(s, 1.0 / s[1], dtype=torch.float16, device=dev) for s in shapes]
+        for _ in range(count)
+    ]
+    x0 = torch.ones(hidden, dtype=torch.float16, device=dev)
+
+    def one_pass() -> Any:
+        x = x0
+        for wq, wk, wv, wo, wg, wu, wd in blocks:
+            q, _k, _v = wq @ x, wk @ x, wv @ x
+            h = wo @ q
+            x = wd @ (torch.nn.functional.silu(wg @ h) * (wu @ h))
+        return x
+
+    run = one_pass
+    if graph:
+        side = torch.cuda.Stream(dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):
+            one_pass()
+        torch.cuda.current_stream(dev).wait_stream(side)
+        cuda_graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(cuda_graph):
+            one_pass()
+        run = cuda_graph.replay
+    times: list[float] = []
+    for i in range(settings.warmup + settings.repeats):
+        torch.cuda.synchronize(dev)
+        t0 = time.perf_counter()
+        run()
+        torch.cuda.synchronize(dev)
+        if i >= settings.warmup:
+            times.append((time.perf_counter() - t0) / count)
+    return float(block_bytes), statistics.median(times)
+
+
+def measure_cuda_decode(index: int, settings: BenchSettings) -> tuple[float, float]:
     """(decode GB/s, seconds per block) of CUDA device ``index``: see the module docstring."""
     try:
         import torch
     except ImportError:
         raise DependencyError("torch", "probe") from None
     dev = torch.device("cuda", index)
-    points = []
-    total = len(DECODE_SHAPES) * (settings.warmup + settings.repeats)
-    done = 0
-    for hidden, ffn, kv in DECODE_SHAPES:
-        shapes = _block_shapes(hidden, ffn, kv)
-        block_bytes = 2 * sum(o * i for o, i in shapes)
-        count = max(2, math.ceil(settings.ring_bytes / block_bytes))
-        blocks = [
-            [torch.full(s, 1.0 / s[1], dtype=torch.float16, device=dev) for s in shapes]
-            for _ in range(count)
-        ]
-        x = torch.ones(hidden, dtype=torch.float16, device=dev)
-        times: list[float] = []
-        for i in range(settings.warmup + settings.repeats):
-            torch.cuda.synchronize(dev)
-            t0 = time.perf_counter()
-            for wq, wk, wv, wo, wg, wu, wd in blocks:
-                q, _k, _v = wq @ x, wk @ x, wv @ x
-                h = wo @ q
-                x = wd @ (torch.nn.functional.silu(wg @ h) * (wu @ h))
-            torch.cuda.synchronize(dev)
-            if i >= settings.warmup:
-                times.append((time.perf_counter() - t0) / count)
-            done += 1
-            if progress is not None:
-                progress(f"{circuit or index} decode", done, total)
-        points.append((float(block_bytes), statistics.median(times)))
-        del blocks
+    large = _time_blocks(torch, dev, DECODE_SHAPES[0], settings.ring_bytes, True, settings)
     torch.cuda.empty_cache()
-    bytes_per_s, per_block = decode_fit(points)
+    small = _time_blocks(torch, dev, DECODE_SHAPES[1], settings.ring_bytes, False, settings)
+    torch.cuda.empty_cache()
+    bytes_per_s, per_block = decode_figures(large, small)
     return bytes_per_s / 1e9, per_block
 
 
@@ -365,7 +391,7 @@ def measure(
             continue
         entry = measure_cuda(index_of[c.id], c.id, settings, progress)
         try:
-            gbps, per_block = measure_cuda_decode(index_of[c.id], settings, progress, c.id)
+            gbps, per_block = measure_cuda_decode(index_of[c.id], settings)
         except InputError as exc:
             notes.append(f"{c.id} decode run gave no figures: {exc}")
         else:
