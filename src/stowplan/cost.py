@@ -33,7 +33,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-from stowplan.calibration.apply import describe_calibration, node_calibration
+from stowplan.calibration.apply import (
+    bandwidth_is_measured,
+    describe_calibration,
+    node_calibration,
+)
 from stowplan.calibration.profile import Calibration
 from stowplan.gpus import lookup_gpu
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, usable_bytes
@@ -222,7 +226,15 @@ class CostModel:
         # outbound transfer, so every planner's closed forms see the same times.
         self.calibration = calibration if calibration is not None else constraints.calibration
         if self.calibration is not None:
-            cal = [node_calibration(self.calibration, n.gpu_name, model.dtype) for n in nodes]
+            cal = [
+                node_calibration(
+                    self.calibration,
+                    n.gpu_name,
+                    model.dtype,
+                    bandwidth_measured=bandwidth_is_measured(n),
+                )
+                for n in nodes
+            ]
             mean_block_read = self.read_prefix[-1] / self.num_blocks
             block_per_byte = 1.0 / mean_block_read if mean_block_read > 0 else 0.0
             self.inv_bw = tuple(
@@ -305,7 +317,10 @@ class CostModel:
             assumed=tuple(a for d in order for a in self.node_assumed[d]),
             calibration=(
                 describe_calibration(
-                    self.calibration, [self.nodes[d].gpu_name for d in order], self.model.dtype
+                    self.calibration,
+                    [self.nodes[d].gpu_name for d in order],
+                    self.model.dtype,
+                    [bandwidth_is_measured(self.nodes[d]) for d in order],
                 )
                 if self.calibration is not None
                 else None

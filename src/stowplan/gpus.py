@@ -12,6 +12,8 @@ decimal GB/s.  Source tags:
 * ``STAS`` — stas00/ml-engineering, ``compute/accelerator/README.md``.
 * ``GKW`` — glennklockwood.com, H100 page.
 * ``APPLE-M2U`` — Apple newsroom, M2 Ultra announcement.
+* ``DBGG`` — db.thegpu.guru card pages (memory bus width and data rate; bandwidth is
+  their product).
 * ``unverified`` — a commonly quoted figure not confirmed against a primary source.
 """
 
@@ -57,6 +59,14 @@ GPU_SPECS: tuple[GpuSpec, ...] = (
         memory_gb=24,
         source="WP-Ada",
         aliases=("4090",),
+    ),
+    GpuSpec(
+        name="RTX 4080",
+        mem_bandwidth_gbps=716.8,
+        bf16_tflops=97.5,
+        memory_gb=16,
+        source="bandwidth DBGG (256-bit x 22.4 Gbps GDDR6X); TFLOPs unverified",
+        aliases=("4080",),
     ),
     GpuSpec(
         name="RTX 5090",

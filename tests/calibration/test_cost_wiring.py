@@ -91,3 +91,42 @@ def test_plan_cli_engine_and_calibration_file(
     assert capsys.readouterr().err == (
         "stowplan: error: --engine='x': must be one of generic, llamacpp, vllm, trtllm\n"
     )
+
+
+def test_a_measured_bandwidth_is_not_derated_again() -> None:
+    from dataclasses import replace
+
+    from stowplan.host import Passport, node_from_passport
+    from tests.host.helpers import cap, fixture_topology, matrix
+
+    model = lookup("llama3.1:8b-q4_0")
+    assert model is not None
+    topo = fixture_topology("thamada_nvsim/RTX3090_smi_-a.txt")
+    passport = Passport.create(topo, matrix(cap("gpu0", 800.0, 25.0), cap("cpu", 20.0)))
+    # The passport's FLOPs are an f32 GEMV lower bound; a large figure keeps this memory-bound.
+    measured = replace(node_from_passport(passport), flops_estimate=1000.0)
+    assert measured.mem_bandwidth_gbps == pytest.approx(800.0)
+    datasheet = replace(measured, labels=())
+    read = sum(model.block_read_sizes()) + model.head_params_bytes
+    mean_block = sum(model.block_read_sizes()) / model.num_blocks
+    blocks = 1e-4 * read / mean_block
+    got = CostModel(model, [measured], Constraints(), CAL).stage_time(0, 0, 32, True, True)
+    assert got == pytest.approx(read / 800e9 + blocks)  # fraction 1.0: measured
+    sheet = CostModel(model, [datasheet], Constraints(), CAL).stage_time(0, 0, 32, True, True)
+    assert sheet == pytest.approx(read / (800e9 * 0.5) + blocks)  # fraction 0.5: q4 entry
+    pred = CostModel(model, [measured], Constraints(), CAL).prediction([0], [0, 32])
+    assert pred.calibration == (
+        "test [rtx-3090: bandwidth measured, block table, hop table, compute table]"
+    )
+
+
+def test_bandwidth_is_measured_reads_the_measured_label() -> None:
+    from dataclasses import replace
+
+    from stowplan.calibration.apply import bandwidth_is_measured
+
+    assert not bandwidth_is_measured(GPU)
+    assert bandwidth_is_measured(replace(GPU, labels=(("measured", "bandwidth,flops"),)))
+    assert bandwidth_is_measured(replace(GPU, labels=(("measured", "flops, bandwidth"),)))
+    assert not bandwidth_is_measured(replace(GPU, labels=(("measured", "flops"),)))
+    assert not bandwidth_is_measured(replace(GPU, labels=(("source", "bandwidth"),)))

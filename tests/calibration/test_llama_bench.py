@@ -122,3 +122,21 @@ def test_unreadable_output_is_rejected_with_the_reason(text: str, message: str) 
 )
 def test_block_estimates_for_common_sizes(params: int, blocks: int) -> None:
     assert estimate_num_blocks(params) == blocks
+
+
+def test_partial_offload_names_cpu_and_split_runs_only() -> None:
+    from dataclasses import replace
+
+    from stowplan.calibration import partial_offload
+
+    (r, *_) = parse_llama_bench((LB / "readme_cuda_tg_models.md").read_text())
+    assert r.n_gpu_layers == -1 and partial_offload(r, 32) is None
+    assert partial_offload(replace(r, n_gpu_layers=0), 32) == "ngl 0: ran on the CPU"
+    assert partial_offload(replace(r, n_gpu_layers=31), 32) == (
+        "ngl 31 < 32 layers: partial offload"
+    )
+    assert partial_offload(replace(r, n_gpu_layers=32), 32) is None
+    assert partial_offload(replace(r, n_gpu_layers=None), 32) is None
+    metal = replace(r, n_gpu_layers=1, backend="Metal")
+    assert partial_offload(metal, 32) is None
+    assert partial_offload(replace(metal, n_gpu_layers=0), 32) == "ngl 0: ran on the CPU"

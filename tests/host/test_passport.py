@@ -98,7 +98,7 @@ def test_matching_passport_is_reused_and_a_mismatch_reprobes(tmp_path: Path) -> 
             lambda text: text.replace('"schema_version": 1', '"schema_version": 99'),
             "schema_version=99",
         ),
-        (lambda text: '{"schema_version": 1}', "malformed (KeyError"),
+        (lambda text: '{"schema_version": 1}', "invalid: fingerprint=None: must be a string"),
         (lambda text: "\xff\xfe", "not valid JSON"),
     ],
 )

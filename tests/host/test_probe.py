@@ -15,7 +15,7 @@ from stowplan.host.topology import CircuitKind, PoolKind
 
 
 def test_discovery_without_an_nvidia_driver_is_a_cpu_topology_not_an_error() -> None:
-    report, note = _nvml()
+    report, note, _fabrics = _nvml()
     if report is None:  # this machine: no NVIDIA driver
         assert note.startswith(("NVML unavailable", "nvidia-ml-py is not installed"))
     topo = discover()
@@ -80,3 +80,13 @@ def test_the_probe_thread_count_must_be_a_positive_integer(threads: object) -> N
     with pytest.raises(InputError) as e:
         BenchSettings(threads=threads)  # type: ignore[arg-type]
     assert str(e.value) == f"threads={threads!r}: must be an integer >= 1, or None"
+
+
+def test_on_an_nvidia_host_every_gpu_circuit_carries_its_fabric_facts() -> None:
+    report, _note, fabrics = _nvml()
+    if report is None or not report.gpus:
+        pytest.skip("no NVIDIA GPU visible through NVML on this machine")
+    topo = discover()
+    gpus = [c for c in topo.circuits if c.id.startswith("gpu")]
+    assert gpus and all(c.fabric is not None and "state" in c.fabric for c in gpus)
+    assert len(fabrics) in (0, len(gpus))

@@ -22,6 +22,7 @@ from stowplan.calibration.llama_bench import (
     LlamaBenchResult,
     estimate_num_blocks,
     parse_llama_bench,
+    partial_offload,
 )
 from stowplan.calibration.profile import (
     CALIBRATION_SCHEMA_VERSION,
@@ -72,6 +73,7 @@ __all__ = [
     "node_calibration",
     "normalise_gpu_name",
     "parse_llama_bench",
+    "partial_offload",
     "resolve_calibration",
     "shipped_calibration",
     "stage_time_s",

@@ -21,15 +21,32 @@ from dataclasses import dataclass
 
 from stowplan.calibration.profile import Calibration, DeviceCalibration
 from stowplan.errors import InputError
+from stowplan.model import NodeDescriptor
 
 __all__ = [
+    "MEASURED_LABEL",
     "NodeCalibration",
     "StageEstimate",
+    "bandwidth_is_measured",
     "calibrate_stage",
     "describe_calibration",
     "node_calibration",
     "stage_time_s",
 ]
+
+
+MEASURED_LABEL = "measured"
+"""Node label listing, comma-separated, the figures measured on the node itself
+(``bandwidth``, ``flops``); :func:`stowplan.host.node_from_passport` sets it."""
+
+
+def bandwidth_is_measured(node: NodeDescriptor) -> bool:
+    """Whether ``node.mem_bandwidth_gbps`` was measured on the node (label ``measured``
+    lists ``bandwidth``), not taken from a datasheet."""
+    return any(
+        key == MEASURED_LABEL and "bandwidth" in (v.strip() for v in value.split(","))
+        for key, value in node.labels
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,19 +62,27 @@ class NodeCalibration:
 
 
 def node_calibration(
-    calibration: Calibration | None, gpu_name: str, dtype: str | None
+    calibration: Calibration | None,
+    gpu_name: str,
+    dtype: str | None,
+    *,
+    bandwidth_measured: bool = False,
 ) -> NodeCalibration:
     """The factors for a node with ``gpu_name`` holding ``dtype`` weights.
 
     For cost models that precompute per-node rates: divide the bandwidth by
     ``bandwidth_fraction``-scaled peak, the FLOP/s by ``compute_efficiency``,
     add ``block_overhead_s`` per block and ``hop_overhead_s`` per outbound hop.
+    A profile's bandwidth fraction derates a datasheet peak; a node whose
+    bandwidth was measured (``bandwidth_measured``, see
+    :func:`bandwidth_is_measured`) already streams at the achieved rate, so
+    its fraction is 1.0.
     """
     entry = calibration.for_device(gpu_name) if calibration is not None else None
     if entry is None:
         return NodeCalibration()
     return NodeCalibration(
-        bandwidth_fraction=entry.fraction(dtype).value,
+        bandwidth_fraction=1.0 if bandwidth_measured else entry.fraction(dtype).value,
         compute_efficiency=entry.compute_efficiency.value,
         block_overhead_s=entry.block_overhead_s.value,
         hop_overhead_s=entry.hop_overhead_s.value,
@@ -66,21 +91,28 @@ def node_calibration(
 
 
 def describe_calibration(
-    calibration: Calibration, gpu_names: Sequence[str], dtype: str | None
+    calibration: Calibration,
+    gpu_names: Sequence[str],
+    dtype: str | None,
+    bandwidth_measured: Sequence[bool] = (),
 ) -> str:
     """Name the profile and where each figure used came from, for a plan's rationale.
 
-    ``llamacpp-default [rtx-4090: bandwidth fitted, block fitted, hop table, compute table]``
+    ``llamacpp-default [rtx-4090: bandwidth fitted, block fitted, hop table, compute table]``;
+    ``bandwidth_measured[i]`` true (node ``i`` brought its own measured bandwidth, fraction
+    1.0) reads ``bandwidth measured``.
     """
     parts = []
-    seen: set[str] = set()
-    for name in gpu_names:
+    seen: set[tuple[str, bool]] = set()
+    measured = list(bandwidth_measured) + [False] * (len(gpu_names) - len(bandwidth_measured))
+    for name, own in zip(gpu_names, measured, strict=True):
         entry = calibration.for_device(name)
-        if entry is None or entry.device in seen:
+        if entry is None or (entry.device, own) in seen:
             continue
-        seen.add(entry.device)
+        seen.add((entry.device, own))
+        bandwidth = "measured" if own else entry.fraction(dtype).provenance.value
         parts.append(
-            f"{entry.device}: bandwidth {entry.fraction(dtype).provenance.value}, "
+            f"{entry.device}: bandwidth {bandwidth}, "
             f"block {entry.block_overhead_s.provenance.value}, "
             f"hop {entry.hop_overhead_s.provenance.value}, "
             f"compute {entry.compute_efficiency.provenance.value}"

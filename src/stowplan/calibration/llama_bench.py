@@ -189,6 +189,25 @@ def _from_record(obj: dict[str, Any], where: str) -> LlamaBenchResult:
         ) from None
 
 
+def partial_offload(result: LlamaBenchResult, num_blocks: int) -> str | None:
+    """Why ``result`` is not a full-GPU run of a ``num_blocks``-block model, or None when it is.
+
+    ``n_gpu_layers`` 0 ran on the CPU; 0 < ngl < ``num_blocks`` split the layers
+    between GPU and CPU. A negative ngl (llama-bench's "all") or an unknown one
+    counts as full offload, and so does any ngl > 0 on the Metal backend (its
+    early builds, whose tables print ``ngl 1``, offloaded the whole model once
+    ngl was positive).
+    """
+    ngl = result.n_gpu_layers
+    if ngl is None or ngl < 0 or ngl >= num_blocks:
+        return None
+    if ngl > 0 and "metal" in result.backend.lower():
+        return None
+    if ngl == 0:
+        return "ngl 0: ran on the CPU"
+    return f"ngl {ngl} < {num_blocks} layers: partial offload"
+
+
 def parse_llama_bench(text: str, *, origin: str = "llama-bench output") -> list[LlamaBenchResult]:
     """Every result in ``text`` (markdown, CSV, JSON or JSONL, detected from the content).
 

@@ -24,12 +24,13 @@ from stowplan.calibration import (
     load_calibration_file,
     normalise_gpu_name,
     parse_llama_bench,
+    partial_offload,
     resolve_calibration,
     user_calibration_path,
     write_calibration,
 )
 from stowplan.cli.app import app
-from stowplan.cli.common import out_console
+from stowplan.cli.common import err_console, out_console
 from stowplan.errors import InputError
 from stowplan.fileio import read_text_file
 from stowplan.gpus import lookup_gpu
@@ -53,7 +54,11 @@ def _probe_entries(passport_path: Path | None, prior_cal: Calibration) -> list[D
     (a CPU) gets 1.0: its nodes take the measured rate itself as their bandwidth.
     """
     try:
-        from stowplan.host.passport import load_passport
+        from stowplan.host.passport import (
+            PassportUnreadable,
+            default_passport_path,
+            read_passport,
+        )
     except ImportError:
         raise InputError(
             "--from-probe",
@@ -61,13 +66,17 @@ def _probe_entries(passport_path: Path | None, prior_cal: Calibration) -> list[D
             "needs the host probe (stowplan.host), which this build does not include; "
             "use --from-llama-bench FILE",
         ) from None
-    passport = load_passport(passport_path)
-    if passport is None:
+    path = passport_path if passport_path is not None else default_passport_path()
+    if not path.exists():
         raise InputError(
-            "--passport",
-            str(passport_path) if passport_path else None,
-            "no readable hardware passport; run `stowplan probe` first",
+            "--passport", str(path), "no hardware passport; run `stowplan probe` first"
         )
+    try:
+        passport = read_passport(path)
+    except PassportUnreadable as exc:
+        raise InputError(
+            "--passport", str(path), f"{exc.reason}; run `stowplan probe --refresh`"
+        ) from None
     entries = []
     for cap in passport.matrix.entries:
         circuit = passport.topology.circuit(cap.circuit)
@@ -89,12 +98,25 @@ def _probe_entries(passport_path: Path | None, prior_cal: Calibration) -> list[D
             provenance=Provenance.MEASURED,
             source=source,
         )
+        block = prior.block_overhead_s
+        if cap.decode_gbps is not None and cap.decode_block_s is not None:
+            run = (
+                f"stowplan probe decode run: f16 block GEMVs, {cap.decode_gbps:.1f} GB/s, "
+                f"{cap.decode_block_s * 1e6:.1f} us/block, passport {passport.fingerprint[:12]}"
+            )
+            if spec_gbps:
+                fractions["f16"] = Figure(
+                    value=round(min(cap.decode_gbps / spec_gbps, MAX_BANDWIDTH_FRACTION), 4),
+                    provenance=Provenance.MEASURED,
+                    source=f"{run} / spec {spec_gbps:g} GB/s",
+                )
+            block = Figure(value=cap.decode_block_s, provenance=Provenance.MEASURED, source=run)
         entries.append(
             DeviceCalibration(
                 device=_device_key(circuit.name),
                 match=tuple(normalise_gpu_name(circuit.name).split()),
                 bandwidth_fraction=fractions,
-                block_overhead_s=prior.block_overhead_s,
+                block_overhead_s=block,
                 hop_overhead_s=prior.hop_overhead_s,
                 compute_efficiency=prior.compute_efficiency,
             )
@@ -159,8 +181,14 @@ def calibrate_command(
             return
         for e in entries:
             f = e.bandwidth_fraction["f32"]
-            out_console.print(f"{e.device}: bandwidth fraction (f32) {f.value:.3f} measured")
-        out_console.print(f"wrote {target}; `stowplan plan --engine {eng.value}` uses it")
+            line = f"{e.device}: bandwidth fraction (f32) {f.value:.3f} measured"
+            f16 = e.bandwidth_fraction.get("f16")
+            if f16 is not None and f16.provenance is Provenance.MEASURED:
+                line += f", (f16 decode run) {f16.value:.3f} measured"
+            if e.block_overhead_s.provenance is Provenance.MEASURED:
+                line += f", block {e.block_overhead_s.value * 1e6:.1f} us measured"
+            out_console.print(line, soft_wrap=True)
+        out_console.print(_how_to_use(target, out is None, eng))
         return
     if from_llama_bench is None:
         raise InputError(
@@ -201,6 +229,14 @@ def calibrate_command(
                 "--blocks", None, f"{r.model_type!r} has no parameter count; pass the block count"
             )
         n = blocks if blocks is not None else estimate_num_blocks(r.n_params)
+        why = partial_offload(r, n)
+        if why is not None:
+            err_console.print(
+                f"note: {r.model_type} {r.test} left out of the GPU fit ({why}); "
+                "benchmark with -ngl 99 to fit the GPU",
+                soft_wrap=True,
+            )
+            continue
         measurements.append(
             Measurement(
                 tokens_per_s=r.tokens_per_s,
@@ -209,6 +245,13 @@ def calibrate_command(
                 dtype=r.dtype,
                 label=f"{r.model_type} {r.test}",
             )
+        )
+    if not measurements:
+        raise InputError(
+            "--from-llama-bench",
+            str(from_llama_bench),
+            "has no full-GPU token-generation run (every one had ngl 0 or fewer GPU layers "
+            "than the model's blocks); run llama-bench with -ngl 99",
         )
     base = resolve_calibration(eng)
     key = _device_key(name)
@@ -225,7 +268,14 @@ def calibrate_command(
     if as_json:
         out_console.file.write(json.dumps(calibration_to_dict(profile), indent=2) + "\n")
         return
-    _render(fit, measurements, name, bw, target, eng)
+    _render(fit, measurements, name, bw, target, eng, default_target=out is None)
+
+
+def _how_to_use(target: Path, default_target: bool, eng: Engine) -> str:
+    """Where the profile went and the plan option that reads it."""
+    if default_target:
+        return f"wrote {target}; `stowplan plan --engine {eng.value}` uses it"
+    return f"wrote {target}; use it with `stowplan plan --calibration {target}`"
 
 
 def _render(
@@ -235,6 +285,8 @@ def _render(
     bw: float,
     target: Path,
     eng: Engine,
+    *,
+    default_target: bool,
 ) -> None:
     from rich.table import Table
 
@@ -259,4 +311,4 @@ def _render(
     for m, p, e in zip(measurements, fit.predicted_tokens_per_s, fit.relative_errors, strict=True):
         runs.add_row(m.label, str(m.num_blocks), f"{m.tokens_per_s:.2f}", f"{p:.2f}", f"{e:+.1%}")
     out_console.print(runs)
-    out_console.print(f"wrote {target}; `stowplan plan --engine {eng.value}` uses it")
+    out_console.print(_how_to_use(target, default_target, eng))

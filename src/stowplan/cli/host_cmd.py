@@ -59,6 +59,7 @@ def _passport(
         probe=lambda topo: _probe(topo, quick, threads),
         path=path,
         refresh=refresh,
+        quick=quick,
     )
 
 

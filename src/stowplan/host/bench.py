@@ -20,7 +20,17 @@ median of the repeats.
   benchmark's decode uses it).
 * CUDA GPUs: torch when it is installed (GEMV on the device; upload measured
   with pinned host→device copies). Without torch a dGPU is listed in the
-  topology but not measured, and a note says so.
+  topology but not measured, and a note says so. A circuit is matched to its
+  torch device by UUID (``torch.cuda.get_device_properties(i).uuid``), so
+  ``CUDA_VISIBLE_DEVICES`` reordering or hiding GPUs cannot swap figures; by
+  index only when torch reports no UUIDs.
+* CUDA GPUs also run a short decode-shaped pass (:func:`measure_cuda_decode`):
+  the seven f16 GEMVs of a transformer block (q, k, v, o, gate, up, down) over
+  a ring of blocks. Large blocks (a Llama-3-8B block) replayed as one CUDA
+  graph give the streaming rate ``decode_gbps`` free of launch costs; tiny
+  blocks launched kernel by kernel, as an eager runtime runs them, give the
+  fixed cost per block ``decode_block_s`` (their time beyond their bytes at
+  that rate).
 * AMD GPUs and iGPUs are not measured.
 """
 
@@ -30,21 +40,31 @@ import contextlib
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from stowplan.errors import DependencyError, InputError
-from stowplan.host.topology import CapabilityMatrix, CircuitCapability, CircuitKind, HostTopology
+from stowplan.host.topology import (
+    CapabilityMatrix,
+    Circuit,
+    CircuitCapability,
+    CircuitKind,
+    HostTopology,
+)
 
 __all__ = [
+    "DECODE_SHAPES",
     "BenchSettings",
     "Progress",
     "blas_threads",
+    "cuda_indices",
+    "decode_figures",
     "last_level_cache_bytes",
     "measure",
     "measure_cpu",
+    "measure_cuda_decode",
     "settings_for",
 ]
 
@@ -219,12 +239,132 @@ def measure_cuda(
     )
 
 
-def _torch_cuda_count() -> int:
+DECODE_SHAPES: tuple[tuple[int, int, int], ...] = ((4096, 14336, 1024), (512, 1536, 128))
+"""(hidden, ffn, kv_dim) of the decode run's blocks: a Llama-3-8B block (436 MB in f16) and a
+tiny one (6 MB) whose time is mostly the fixed per-block cost."""
+
+
+def _block_shapes(hidden: int, ffn: int, kv: int) -> list[tuple[int, int]]:
+    """(out, in) of q, k, v, o, gate, up, down."""
+    attention = [(hidden, hidden), (kv, hidden), (kv, hidden), (hidden, hidden)]
+    return [*attention, (ffn, hidden), (ffn, hidden), (hidden, ffn)]
+
+
+def decode_figures(large: tuple[float, float], small: tuple[float, float]) -> tuple[float, float]:
+    """(bytes/s, seconds per block) from two (block bytes, seconds per block) timings.
+
+    ``large``: big blocks replayed as one CUDA graph, so no launch cost — their
+    rate is the streaming bandwidth. ``small``: tiny blocks launched one kernel
+    at a time, as an eager runtime does — what their time exceeds their bytes
+    at that bandwidth is the fixed cost per block (clamped at 0).
+    """
+    (b_large, t_large), (b_small, t_small) = large, small
+    if not (b_large > 0 and t_large > 0 and b_small >= 0 and t_small >= 0):
+        raise InputError("decode timings", (large, small), "need positive bytes and times")
+    bytes_per_s = b_large / t_large
+    return bytes_per_s, max(t_small - b_small / bytes_per_s, 0.0)
+
+
+def _time_blocks(
+    torch: Any,
+    dev: Any,
+    shape: tuple[int, int, int],
+    ring: int,
+    graph: bool,
+    settings: BenchSettings,
+) -> tuple[float, float]:
+    """(block bytes, median seconds per block) of a pass over a ring of f16 blocks."""
+    hidden, ffn, kv = shape
+    shapes = _block_shapes(hidden, ffn, kv)
+    block_bytes = 2 * sum(o * i for o, i in shapes)
+    count = max(2, math.ceil(ring / block_bytes))
+    blocks = [
+        [torch.full(s, 1.0 / s[1], dtype=torch.float16, device=dev) for s in shapes]
+        for _ in range(count)
+    ]
+    x0 = torch.ones(hidden, dtype=torch.float16, device=dev)
+
+    def one_pass() -> Any:
+        x = x0
+        for wq, wk, wv, wo, wg, wu, wd in blocks:
+            q, _k, _v = wq @ x, wk @ x, wv @ x
+            h = wo @ q
+            x = wd @ (torch.nn.functional.silu(wg @ h) * (wu @ h))
+        return x
+
+    run = one_pass
+    if graph:
+        side = torch.cuda.Stream(dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):
+            one_pass()
+        torch.cuda.current_stream(dev).wait_stream(side)
+        cuda_graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(cuda_graph):
+            one_pass()
+        run = cuda_graph.replay
+    times: list[float] = []
+    for i in range(settings.warmup + settings.repeats):
+        torch.cuda.synchronize(dev)
+        t0 = time.perf_counter()
+        run()
+        torch.cuda.synchronize(dev)
+        if i >= settings.warmup:
+            times.append((time.perf_counter() - t0) / count)
+    return float(block_bytes), statistics.median(times)
+
+
+def measure_cuda_decode(index: int, settings: BenchSettings) -> tuple[float, float]:
+    """(decode GB/s, seconds per block) of CUDA device ``index``: see the module docstring."""
     try:
         import torch
     except ImportError:
-        return 0
-    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+        raise DependencyError("torch", "probe") from None
+    dev = torch.device("cuda", index)
+    large = _time_blocks(torch, dev, DECODE_SHAPES[0], settings.ring_bytes, True, settings)
+    torch.cuda.empty_cache()
+    small = _time_blocks(torch, dev, DECODE_SHAPES[1], settings.ring_bytes, False, settings)
+    torch.cuda.empty_cache()
+    bytes_per_s, per_block = decode_figures(large, small)
+    return bytes_per_s / 1e9, per_block
+
+
+def _uuid_key(uuid: str) -> str:
+    return uuid.strip().lower().removeprefix("gpu-")
+
+
+def cuda_indices(circuits: Sequence[Circuit], torch_uuids: Sequence[str | None]) -> dict[str, int]:
+    """Torch CUDA device index of each NVIDIA circuit it can see.
+
+    By UUID when torch reports them (``torch_uuids[i]`` of device ``i``; a circuit
+    whose UUID torch does not list is not visible); else ``gpuN`` → device ``N``.
+    """
+    gpus = [c for c in circuits if c.kind is CircuitKind.DGPU and c.id.startswith("gpu")]
+    known = {_uuid_key(u): i for i, u in enumerate(torch_uuids) if u}
+    if known:
+        return {
+            c.id: known[_uuid_key(c.uuid)] for c in gpus if c.uuid and _uuid_key(c.uuid) in known
+        }
+    return {
+        c.id: int(c.id.removeprefix("gpu"))
+        for c in gpus
+        if int(c.id.removeprefix("gpu")) < len(torch_uuids)
+    }
+
+
+def _torch_cuda_uuids() -> list[str | None]:
+    """One entry per visible torch CUDA device: its UUID, or None when torch lacks it."""
+    try:
+        import torch
+    except ImportError:
+        return []
+    if not torch.cuda.is_available():
+        return []
+    out: list[str | None] = []
+    for i in range(int(torch.cuda.device_count())):
+        uuid = getattr(torch.cuda.get_device_properties(i), "uuid", None)
+        out.append(str(uuid) if uuid is not None else None)
+    return out
 
 
 def measure(
@@ -242,13 +382,21 @@ def measure(
     entries = [measure_cpu(settings, progress)]
     notes: list[str] = []
     gpus = [c for c in topology.circuits if c.kind is CircuitKind.DGPU and c.id.startswith("gpu")]
-    cuda = _torch_cuda_count() if gpus else 0
+    uuids = _torch_cuda_uuids() if gpus else []
+    index_of = cuda_indices(gpus, uuids)
     for c in gpus:
-        index = int(c.id.removeprefix("gpu"))
-        if index < cuda:
-            entries.append(measure_cuda(index, c.id, settings, progress))
+        if c.id not in index_of:
+            why = "torch with CUDA is not installed" if not uuids else "torch does not see it"
+            notes.append(f"{c.id} ({c.name}) not measured: {why}")
+            continue
+        entry = measure_cuda(index_of[c.id], c.id, settings, progress)
+        try:
+            gbps, per_block = measure_cuda_decode(index_of[c.id], settings)
+        except InputError as exc:
+            notes.append(f"{c.id} decode run gave no figures: {exc}")
         else:
-            notes.append(f"{c.id} ({c.name}) not measured: torch with CUDA is not installed")
+            entry = replace(entry, decode_gbps=gbps, decode_block_s=per_block)
+        entries.append(entry)
     for c in topology.circuits:
         if c.kind is CircuitKind.IGPU or c.id.startswith("amd"):
             notes.append(f"{c.id} ({c.name}) not measured: no backend for it")

@@ -3,9 +3,15 @@
 Sources, in order:
 
 * NVIDIA GPUs through NVML (``nvidia-ml-py``): name, UUID, memory, PCIe
-  generation and width. When NVML cannot be loaded (no driver: the
+  generation and width, and the NVLink fabric registration
+  (``nvmlDeviceGetGpuFabricInfo``). When NVML cannot be loaded (no driver: the
   ``NVMLError_LibraryNotFound`` case) the host has no usable NVIDIA GPU; when
-  it loads but a query fails, ``nvidia-smi -q -x`` is parsed instead.
+  it loads but a query fails, ``nvidia-smi -q -x`` is parsed instead. When
+  NVML gives no fabric facts (older driver or bindings), the ``Fabric`` blocks
+  of ``nvidia-smi -q`` are read with :func:`stowplan.host.fabric.parse_fabric`.
+  Each NVIDIA circuit's ``fabric`` then holds ``state``, ``status``,
+  ``clique_id``, ``cluster_uuid`` and, when it is in a real NVLink domain,
+  ``domain``.
 * CPU and RAM through ``psutil`` (``os`` when psutil is missing).
 * AMD GPUs through ``rocm-smi`` when that tool is on PATH (best effort:
   listed with their VRAM, not benchmarked).
@@ -23,9 +29,11 @@ import os
 import shutil
 import socket
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from stowplan.host.fabric import GpuFabric, parse_fabric
 from stowplan.host.nvidia_smi import SmiReport, parse_nvidia_smi, parse_query_xml, pcie_gbps
 from stowplan.host.rocm_smi import parse_rocm_smi
 from stowplan.host.topology import (
@@ -37,7 +45,7 @@ from stowplan.host.topology import (
     PoolKind,
 )
 
-__all__ = ["discover", "topology_from_smi"]
+__all__ = ["discover", "fabric_facts", "topology_from_smi"]
 
 _TOOL_TIMEOUT_S = 10.0
 
@@ -66,25 +74,69 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
-def _nvml() -> tuple[SmiReport | None, str]:
-    """GPUs through NVML: (report or None, note). None with an empty note: no NVIDIA GPU."""
+def _bus_key(bus_id: str) -> str:
+    """``00000000:18:00.0`` and ``0000:18:00.0`` alike: ``0000:18:00.0`` (lower case)."""
+    domain, _, rest = bus_id.strip().lower().partition(":")
+    try:
+        return f"{int(domain, 16):04x}:{rest}"
+    except ValueError:
+        return bus_id.strip().lower()
+
+
+def fabric_facts(fabric: GpuFabric) -> dict[str, str]:
+    """A circuit's ``fabric`` dict: the reported fields that are present, plus ``domain``."""
+    facts = {
+        "state": fabric.state,
+        "status": fabric.status,
+        "clique_id": fabric.clique_id,
+        "cluster_uuid": fabric.cluster_uuid,
+        "domain": fabric.domain,
+    }
+    return {k: v for k, v in facts.items() if v is not None}
+
+
+def _nvml_fabric(pynvml: Any, handle: Any, bus_id: str) -> GpuFabric | None:
+    """The GPU's fabric registration through NVML; None when the driver or bindings lack it."""
+    query = getattr(pynvml, "nvmlDeviceGetGpuFabricInfo", None)
+    if query is None:
+        return None
+    try:
+        info = query(handle)
+        return GpuFabric.from_nvml(
+            gpu=bus_id,
+            state=int(info.state),
+            status=int(info.status),
+            clique_id=int(info.cliqueId),
+            cluster_uuid=bytes(info.clusterUuid),
+        )
+    except (pynvml.NVMLError, AttributeError, TypeError, ValueError):
+        return None
+
+
+def _nvml() -> tuple[SmiReport | None, str, tuple[GpuFabric, ...]]:
+    """GPUs through NVML: (report or None, note, fabrics). None, empty note: no NVIDIA GPU."""
     try:
         import pynvml
     except ImportError:
-        return None, "nvidia-ml-py is not installed; NVIDIA GPUs are read from nvidia-smi"
+        return None, "nvidia-ml-py is not installed; NVIDIA GPUs are read from nvidia-smi", ()
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
         # NVMLError_LibraryNotFound / DriverNotLoaded: no usable NVIDIA GPU on this host.
-        return None, f"NVML unavailable ({type(exc).__name__}): no NVIDIA GPU"
+        return None, f"NVML unavailable ({type(exc).__name__}): no NVIDIA GPU", ()
     from stowplan.host.nvidia_smi import GpuRecord
 
     try:
         driver = pynvml.nvmlSystemGetDriverVersion()
         gpus = []
+        fabrics = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            bus_id = str(pynvml.nvmlDeviceGetPciInfo(h).busId)
+            fabric = _nvml_fabric(pynvml, h, bus_id)
+            if fabric is not None:
+                fabrics.append(fabric)
 
             def opt(fn: Any, handle: Any = h) -> int | None:
                 try:
@@ -97,7 +149,7 @@ def _nvml() -> tuple[SmiReport | None, str]:
                     index=i,
                     name=str(pynvml.nvmlDeviceGetName(h)),
                     uuid=str(pynvml.nvmlDeviceGetUUID(h)),
-                    bus_id=str(pynvml.nvmlDeviceGetPciInfo(h).busId),
+                    bus_id=bus_id,
                     memory_total_mib=int(mem.total) // 2**20,
                     memory_free_mib=int(mem.free) // 2**20,
                     pcie_gen_max=opt(pynvml.nvmlDeviceGetMaxPcieLinkGeneration),
@@ -106,9 +158,10 @@ def _nvml() -> tuple[SmiReport | None, str]:
                     pcie_width_current=opt(pynvml.nvmlDeviceGetCurrPcieLinkWidth),
                 )
             )
-        return SmiReport(format="nvml", driver_version=str(driver), gpus=tuple(gpus)), ""
+        report = SmiReport(format="nvml", driver_version=str(driver), gpus=tuple(gpus))
+        return report, "", tuple(fabrics)
     except pynvml.NVMLError as exc:
-        return None, f"NVML query failed ({exc}); falling back to nvidia-smi"
+        return None, f"NVML query failed ({exc}); falling back to nvidia-smi", ()
     finally:
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
@@ -153,8 +206,17 @@ def topology_from_smi(
     link_mbps: float = 0.0,
     source: str = "fixture",
     extra_notes: tuple[str, ...] = (),
+    fabrics: Sequence[GpuFabric] = (),
 ) -> HostTopology:
-    """Build a topology from a parsed NVIDIA report plus the host's CPU and RAM."""
+    """Build a topology from a parsed NVIDIA report plus the host's CPU and RAM.
+
+    ``fabrics`` (from NVML or :func:`~stowplan.host.fabric.parse_fabric`) fill each
+    GPU circuit's ``fabric``, matched by PCI bus id, else by position when the
+    fabric records carry no bus id and there is one per GPU.
+    """
+    by_bus = {_bus_key(f.gpu): f for f in fabrics if ":" in f.gpu}
+    gpu_list = report.gpus if report else ()
+    by_position = dict(enumerate(fabrics)) if not by_bus and len(fabrics) == len(gpu_list) else {}
     circuits = [Circuit(id="cpu", kind=CircuitKind.CPU, name=cpu_name, pool=SYSTEM_POOL)]
     pools = [
         MemoryPool(
@@ -165,8 +227,10 @@ def topology_from_smi(
         )
     ]
     notes = list(extra_notes)
-    for g in report.gpus if report else ():
+    for position, g in enumerate(gpu_list):
         cid = f"gpu{g.index}"
+        fabric = by_bus.get(_bus_key(g.bus_id)) if g.bus_id else None
+        fabric = fabric or by_position.get(position)
         total = g.memory_total_bytes
         if total is None:
             notes.append(f"{cid} ({g.name}): memory total unknown; skipped")
@@ -185,6 +249,7 @@ def topology_from_smi(
                 pcie_gen=g.pcie_gen_max,
                 pcie_width=g.pcie_width_max,
                 bus_gbps=pcie_gbps(g.pcie_gen_max, g.pcie_width_max),
+                fabric=fabric_facts(fabric) if fabric is not None else None,
             )
         )
     return HostTopology(
@@ -203,7 +268,7 @@ def discover() -> HostTopology:
     """Discover this host's circuits and pools (cheap: no benchmark, no GPU memory touched)."""
     cpus, ram, ram_free, link = _cpu_and_ram()
     notes: list[str] = []
-    report, note = _nvml()
+    report, note, fabrics = _nvml()
     source = "nvml"
     if note:
         notes.append(note)
@@ -211,10 +276,15 @@ def discover() -> HostTopology:
         xml = _run(["nvidia-smi", "-q", "-x"])
         if xml is not None:
             report, source = parse_query_xml(xml), "nvidia-smi"
+            fabrics = parse_fabric(xml)
         else:
             text = _run(["nvidia-smi", "-q"])
             if text is not None:
                 report, source = parse_nvidia_smi(text), "nvidia-smi"
+                fabrics = parse_fabric(text)
+    if report is not None and report.gpus and not fabrics:
+        text = _run(["nvidia-smi", "-q"])
+        fabrics = parse_fabric(text) if text is not None else ()
     topo = topology_from_smi(
         report,
         hostname=socket.gethostname(),
@@ -225,6 +295,7 @@ def discover() -> HostTopology:
         link_mbps=link,
         source=source,
         extra_notes=tuple(notes),
+        fabrics=fabrics,
     )
     extra_circuits: list[Circuit] = []
     extra_pools: list[MemoryPool] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from stowplan.calibration.apply import MEASURED_LABEL
 from stowplan.errors import InputError
 from stowplan.host.passport import Passport
 from stowplan.model import NodeDescriptor
@@ -37,7 +38,7 @@ def node_from_passport(
         mem_bandwidth_gbps=bytes_per_s / 1e9,
         labels=(
             ("source", "passport"),
-            ("measured", "bandwidth,flops"),
+            (MEASURED_LABEL, "bandwidth,flops"),
             ("fingerprint", passport.fingerprint[:12]),
             ("circuit", c.id),
         ),

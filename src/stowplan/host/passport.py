@@ -4,8 +4,16 @@ The file lives in the user cache folder: ``$STOWPLAN_CACHE_DIR`` when set,
 else ``$XDG_CACHE_HOME/stowplan``, else ``~/.cache/stowplan``; its name is
 ``passport.json``. It is keyed by a host fingerprint (SHA-256 of hostname,
 sorted GPU UUIDs, driver version and RAM size): when the fingerprint of the
-host at hand differs, or the file cannot be read, the host is probed again
-(with a warning on the ``stowplan.host`` logger for an unreadable file).
+host at hand differs, or the file cannot be used, the host is probed again
+(with a warning on the ``stowplan.host`` logger for an unusable file). A file
+is unusable when it is not JSON, has another schema version, or fails
+validation: a missing or ill-typed field, a circuit naming a missing pool, a
+duplicate circuit, pool or matrix entry, a matrix entry naming no circuit, a
+negative capacity, or a GEMV time giving an implausible rate. A quick
+passport does not serve a request for a full probe (the host is probed
+again); a full one serves a quick request. Before probing, the passport's
+folder is checked to be writable, so a bad ``STOWPLAN_CACHE_DIR`` fails at once
+with the path named.
 Writes go through a temporary file and a rename, so a reader — or a second
 writer — never sees half a file.
 """
@@ -22,12 +30,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from stowplan.errors import InputError, StowplanError
 from stowplan.fileio import write_text_atomic
 from stowplan.host.topology import CapabilityMatrix, HostTopology
 
 __all__ = [
     "PASSPORT_SCHEMA_VERSION",
     "Passport",
+    "PassportUnreadable",
     "cache_dir",
     "default_passport_path",
     "fingerprint",
@@ -81,6 +91,16 @@ class Passport:
     notes: tuple[str, ...] = ()
     schema_version: int = PASSPORT_SCHEMA_VERSION
 
+    def __post_init__(self) -> None:
+        circuits = [c.id for c in self.topology.circuits]
+        for e in self.matrix.entries:
+            if e.circuit not in circuits:
+                raise InputError(
+                    f"matrix entry {e.circuit}.circuit",
+                    e.circuit,
+                    f"must name a circuit of the topology {circuits}",
+                )
+
     @classmethod
     def create(
         cls, topology: HostTopology, matrix: CapabilityMatrix, notes: tuple[str, ...] = ()
@@ -109,18 +129,33 @@ class Passport:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Passport:
+        """From JSON; :class:`InputError` naming the field, the value and the rule."""
+        for key in ("fingerprint", "created_at"):
+            if not isinstance(d.get(key), str):
+                raise InputError(key, d.get(key), "must be a string")
+        for key in ("topology", "matrix"):
+            if not isinstance(d.get(key), dict):
+                raise InputError(key, d.get(key), "must be a JSON object")
+        notes = d.get("notes", [])
+        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+            raise InputError("notes", notes, "must be a list of strings")
         return cls(
-            schema_version=int(d["schema_version"]),
-            fingerprint=str(d["fingerprint"]),
-            created_at=str(d["created_at"]),
+            schema_version=PASSPORT_SCHEMA_VERSION,
+            fingerprint=d["fingerprint"],
+            created_at=d["created_at"],
             topology=HostTopology.from_dict(d["topology"]),
             matrix=CapabilityMatrix.from_dict(d["matrix"]),
-            notes=tuple(d.get("notes", ())),
+            notes=tuple(notes),
         )
 
 
-class PassportUnreadable(Exception):
-    """The passport file exists but cannot be used (reason in the message)."""
+class PassportUnreadable(StowplanError):
+    """The passport file exists but cannot be used: ``path`` and ``reason`` say why."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
 
 
 def read_passport(path: str | Path) -> Passport:
@@ -129,36 +164,70 @@ def read_passport(path: str | Path) -> Passport:
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise PassportUnreadable(f"{p}: cannot be read ({exc.strerror})") from None
+        raise PassportUnreadable(p, f"cannot be read ({exc.strerror})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise PassportUnreadable(f"{p}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict) or data.get("schema_version") != PASSPORT_SCHEMA_VERSION:
-        version = data.get("schema_version") if isinstance(data, dict) else None
+        raise PassportUnreadable(p, f"not valid JSON ({exc})") from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or type(version) is not int or version != PASSPORT_SCHEMA_VERSION:
         raise PassportUnreadable(
-            f"{p}: schema_version={version!r}, this stowplan reads {PASSPORT_SCHEMA_VERSION}"
+            p, f"schema_version={version!r}, this stowplan reads {PASSPORT_SCHEMA_VERSION}"
         )
     try:
         return Passport.from_dict(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise PassportUnreadable(f"{p}: malformed ({type(exc).__name__}: {exc})") from None
+    except InputError as exc:
+        raise PassportUnreadable(p, f"invalid: {exc}") from None
 
 
 def load_passport(path: str | Path | None = None) -> Passport | None:
-    """The cached passport, or None when absent or unreadable (unreadable: a warning)."""
+    """The cached passport, or None when absent or unusable (unusable: a warning).
+
+    Probes nothing; the warning says only that the file was ignored.
+    """
     p = Path(path) if path is not None else default_passport_path()
     if not p.exists():
         return None
     try:
         return read_passport(p)
     except PassportUnreadable as exc:
-        log.warning("hardware passport ignored, will re-probe: %s", exc)
+        log.warning("hardware passport ignored: %s", exc)
         return None
 
 
+def check_writable(path: Path) -> None:
+    """Raise :class:`InputError` naming ``path`` when a passport cannot be written there."""
+    folder = path.parent
+    reason = None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        reason = f"its folder cannot be made ({exc.strerror or type(exc).__name__})"
+    else:
+        if path.is_dir():
+            reason = "it is a folder"
+        elif not os.access(folder, os.W_OK | os.X_OK):
+            reason = "its folder is not writable"
+    if reason is not None:
+        raise InputError(
+            "passport",
+            str(path),
+            f"cannot be written: {reason}; set STOWPLAN_CACHE_DIR to a writable folder "
+            "or pass --passport FILE",
+        )
+
+
 def save_passport(passport: Passport, path: str | Path | None = None) -> Path:
-    """Write ``passport`` atomically; return the path written."""
+    """Write ``passport`` atomically; return the path written.
+
+    Raises :class:`InputError` naming the path when it cannot be written.
+    """
     p = Path(path) if path is not None else default_passport_path()
-    write_text_atomic(p, passport.to_json())
+    check_writable(p)
+    try:
+        write_text_atomic(p, passport.to_json())
+    except OSError as exc:
+        raise InputError(
+            "passport", str(p), f"cannot be written ({exc.strerror or type(exc).__name__})"
+        ) from None
     return p
 
 
@@ -168,17 +237,32 @@ def obtain_passport(
     probe: Callable[[HostTopology], Passport],
     path: str | Path | None = None,
     refresh: bool = False,
+    quick: bool = False,
 ) -> tuple[Passport, bool]:
     """The cached passport when it matches ``current``'s fingerprint, else a fresh probe.
 
-    Returns ``(passport, reused)``. A fresh probe is saved to ``path``.
+    ``quick`` says what kind of probe the caller asked for: a quick passport
+    serves only a quick request; a full one serves both. Returns
+    ``(passport, reused)``. Before probing, the passport's location is checked
+    to be writable (:class:`InputError` naming it otherwise); a fresh probe is
+    saved to ``path``.
     """
-    if not refresh:
-        cached = load_passport(path)
-        if cached is not None:
-            if cached.fingerprint == fingerprint(current):
-                return cached, True
+    p = Path(path) if path is not None else default_passport_path()
+    if not refresh and p.exists():
+        try:
+            cached: Passport | None = read_passport(p)
+        except PassportUnreadable as exc:
+            log.warning("hardware passport ignored, will re-probe: %s", exc)
+            cached = None
+        if cached is None:
+            pass
+        elif cached.fingerprint != fingerprint(current):
             log.info("hardware passport is for another host or driver; re-probing")
+        elif cached.matrix.quick and not quick:
+            log.info("hardware passport is from a quick probe; a full probe was asked for")
+        else:
+            return cached, True
+    check_writable(p)
     fresh = probe(current)
-    save_passport(fresh, path)
+    save_passport(fresh, p)
     return fresh, False

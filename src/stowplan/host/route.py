@@ -1,9 +1,17 @@
 """The H2 route hook: where a model loader asks for this host's employment plan.
 
-Gated by ``STOWPLAN_ROUTE`` (``1``/``true``/``yes``/``on`` enable it; default
-off). Off, every hook is one environment read and returns None: no plan, no
-store, no device touched. On, the plan is computed, logged on the
-``stowplan.host`` logger and kept for :func:`last_employment_plan`.
+Gated by ``STOWPLAN_ROUTE`` (case-insensitive ``1``/``true``/``yes``/``on``
+enable it; unset, empty, ``0``/``false``/``no``/``off`` leave it off). Any
+other value leaves it off too, with one warning per process naming the value
+and the accepted spellings. Off, every hook is one environment read and
+returns None: no plan, no store, no device touched. On, the plan is
+computed, logged on the ``stowplan.host`` logger and kept for
+:func:`last_employment_plan`.
+
+A hook never raises into the model load that calls it: when the passport is
+unusable or the model cannot be placed, it logs one warning line and returns
+None. The hooks never probe: an absent or unusable passport is reported, and
+``stowplan probe`` makes a new one.
 """
 
 from __future__ import annotations
@@ -13,7 +21,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stowplan.host.passport import Passport, load_passport
+from stowplan.errors import StowplanError
+from stowplan.host.passport import (
+    Passport,
+    PassportUnreadable,
+    default_passport_path,
+    read_passport,
+)
 from stowplan.host.residency import DEFAULT_KV_RESERVE, EmploymentPlan, plan_employment
 from stowplan.host.topology import CapabilityMatrix, HostTopology
 
@@ -33,14 +47,33 @@ __all__ = [
 ROUTE_ENV = "STOWPLAN_ROUTE"
 """Env flag gating residency routing. Default off."""
 
-_TRUE = {"1", "true", "yes", "on"}
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
 log = logging.getLogger("stowplan.host")
 _last: EmploymentPlan | None = None
+_warned: set[str] = set()
 
 
 def route_enabled() -> bool:
-    """Whether residency routing is enabled (``STOWPLAN_ROUTE``). Default off."""
-    return os.environ.get(ROUTE_ENV, "").strip().lower() in _TRUE
+    """Whether residency routing is enabled (``STOWPLAN_ROUTE``). Default off.
+
+    An unrecognised value counts as off and is warned about once per process.
+    """
+    raw = os.environ.get(ROUTE_ENV)
+    if raw is None:
+        return False
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value not in _FALSE and raw not in _warned:
+        _warned.add(raw)
+        log.warning(
+            "%s=%r is not understood; residency routing stays off "
+            "(on: 1, true, yes, on; off: 0, false, no, off)",
+            ROUTE_ENV,
+            raw,
+        )
+    return False
 
 
 def last_employment_plan() -> EmploymentPlan | None:
@@ -67,10 +100,24 @@ def route_employment_for_model(
     model_bytes: int,
     kv_reserve: float = DEFAULT_KV_RESERVE,
 ) -> EmploymentPlan | None:
-    """When enabled: plan for ``model_bytes`` on the already-probed host, record and return it."""
+    """When enabled: plan for ``model_bytes`` on the already-probed host, record and return it.
+
+    None when the route is off, or when no plan can be made (one warning line says why).
+    """
     if not route_enabled():
         return None
-    return _record(plan_employment(topology, matrix, model_bytes, kv_reserve))
+    return _plan(topology, matrix, model_bytes, kv_reserve)
+
+
+def _plan(
+    topology: HostTopology, matrix: CapabilityMatrix, model_bytes: int, kv_reserve: float
+) -> EmploymentPlan | None:
+    try:
+        plan = plan_employment(topology, matrix, model_bytes, kv_reserve)
+    except StowplanError as exc:
+        log.warning("residency route: no plan, the load goes on unrouted: %s", exc)
+        return None
+    return _record(plan)
 
 
 def route_employment_from_passport(
@@ -81,16 +128,26 @@ def route_employment_from_passport(
 ) -> EmploymentPlan | None:
     """When enabled: plan from the cached passport (no probe, no benchmark, no GPU touched).
 
-    Returns None when the route is off, or when no passport exists yet (one
-    info line on the ``stowplan.host`` logger says so).
+    Returns None when the route is off, when no passport exists yet (one info
+    line on the ``stowplan.host`` logger says so), when the passport is
+    unusable or the model cannot be placed (one warning line each). Never probes.
     """
     if not route_enabled():
         return None
-    passport = load_passport(path)
-    if passport is None:
+    p = Path(path) if path is not None else default_passport_path()
+    if not p.exists():
         log.info("residency route: no hardware passport yet; run `stowplan probe` to make one")
         return None
-    return _record(plan_employment(passport.topology, passport.matrix, model_bytes, kv_reserve))
+    try:
+        passport = read_passport(p)
+    except PassportUnreadable as exc:
+        log.warning(
+            "residency route: hardware passport unusable, not routing (the route never "
+            "probes; run `stowplan probe --refresh`): %s",
+            exc,
+        )
+        return None
+    return _plan(passport.topology, passport.matrix, model_bytes, kv_reserve)
 
 
 def probe_host(*, quick: bool = False, progress: Progress | None = None) -> Passport:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from stowplan.checks import check_int, check_number
+from stowplan.checks import check_choice, check_int, check_number
 from stowplan.errors import InputError
 
 __all__ = [
@@ -30,6 +30,62 @@ __all__ = [
 
 SYSTEM_POOL = "system"
 """Id of the system-RAM pool."""
+
+MAX_BYTES_PER_S = 1e15
+"""Upper bound of a plausible measured GEMV rate (1 PB/s, well above any memory system)."""
+
+
+def _field(d: Any, key: str, where: str) -> Any:
+    """``d[key]``; InputError naming ``where.key`` when ``d`` is no object or lacks it."""
+    if not isinstance(d, dict):
+        raise InputError(where, d, "must be a JSON object")
+    if key not in d:
+        raise InputError(f"{where}.{key}", None, "is required")
+    return d[key]
+
+
+def _str(d: Any, key: str, where: str) -> str:
+    v = _field(d, key, where)
+    if not isinstance(v, str) or not v:
+        raise InputError(f"{where}.{key}", v, "must be a non-empty string")
+    return v
+
+
+def _opt_str(d: dict[str, Any], key: str, where: str) -> str | None:
+    v = d.get(key)
+    if v is not None and not isinstance(v, str):
+        raise InputError(f"{where}.{key}", v, "must be a string or null")
+    return v
+
+
+def _opt_int(d: dict[str, Any], key: str, where: str) -> int | None:
+    v = d.get(key)
+    return None if v is None else check_int(f"{where}.{key}", v)
+
+
+def _num(v: Any, field: str, *, positive: bool = False) -> float:
+    """A finite JSON number (``"inf"`` is not one); InputError otherwise."""
+    return check_number(field, v, positive=positive)
+
+
+def _list(d: Any, key: str, where: str) -> list[Any]:
+    v = _field(d, key, where)
+    if not isinstance(v, list):
+        raise InputError(f"{where}.{key}", v, "must be a JSON list")
+    return v
+
+
+def _strings(d: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    v = d.get(key, [])
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise InputError(f"{where}.{key}", v, "must be a list of strings")
+    return tuple(v)
+
+
+def _unique(field: str, ids: list[str]) -> None:
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise InputError(field, dupes, "ids must be unique")
 
 
 class CircuitKind(StrEnum):
@@ -60,6 +116,10 @@ class MemoryPool:
     free_bytes: int
     """Free at discovery time."""
 
+    def __post_init__(self) -> None:
+        check_int(f"pool {self.id}.capacity_bytes", self.capacity_bytes)
+        check_int(f"pool {self.id}.free_bytes", self.free_bytes)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -70,11 +130,14 @@ class MemoryPool:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MemoryPool:
+        """From JSON; InputError naming the field for a missing or ill-typed value."""
+        pid = _str(d, "id", "pool")
+        where = f"pool {pid}"
         return cls(
-            id=str(d["id"]),
-            kind=PoolKind(d["kind"]),
-            capacity_bytes=int(d["capacity_bytes"]),
-            free_bytes=int(d["free_bytes"]),
+            id=pid,
+            kind=check_choice(f"{where}.kind", _field(d, "kind", where), PoolKind),
+            capacity_bytes=check_int(f"{where}.capacity_bytes", _field(d, "capacity_bytes", where)),
+            free_bytes=check_int(f"{where}.free_bytes", _field(d, "free_bytes", where)),
         )
 
 
@@ -113,16 +176,26 @@ class Circuit:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Circuit:
+        """From JSON; InputError naming the field for a missing or ill-typed value."""
+        cid = _str(d, "id", "circuit")
+        where = f"circuit {cid}"
+        bus = d.get("bus_gbps")
+        fabric = d.get("fabric")
+        if fabric is not None and not (
+            isinstance(fabric, dict)
+            and all(isinstance(v, str) or v is None for v in fabric.values())
+        ):
+            raise InputError(f"{where}.fabric", fabric, "must be an object of strings or null")
         return cls(
-            id=str(d["id"]),
-            kind=CircuitKind(d["kind"]),
-            name=str(d["name"]),
-            pool=str(d["pool"]),
-            uuid=d.get("uuid"),
-            pcie_gen=d.get("pcie_gen"),
-            pcie_width=d.get("pcie_width"),
-            bus_gbps=d.get("bus_gbps"),
-            fabric=d.get("fabric"),
+            id=cid,
+            kind=check_choice(f"{where}.kind", _field(d, "kind", where), CircuitKind),
+            name=_str(d, "name", where),
+            pool=_str(d, "pool", where),
+            uuid=_opt_str(d, "uuid", where),
+            pcie_gen=_opt_int(d, "pcie_gen", where),
+            pcie_width=_opt_int(d, "pcie_width", where),
+            bus_gbps=None if bus is None else _num(bus, f"{where}.bus_gbps"),
+            fabric=fabric,
         )
 
 
@@ -143,6 +216,16 @@ class HostTopology:
     """How GPUs were discovered: ``nvml``, ``nvidia-smi``, ``fixture`` or ``none``."""
     notes: tuple[str, ...] = field(default=())
     """What discovery could not see, one line each."""
+
+    def __post_init__(self) -> None:
+        _unique("topology.circuits", [c.id for c in self.circuits])
+        _unique("topology.pools", [p.id for p in self.pools])
+        pools = [p.id for p in self.pools]
+        for c in self.circuits:
+            if c.pool not in pools:
+                raise InputError(
+                    f"circuit {c.id}.pool", c.pool, f"must name a pool of the host {pools}"
+                )
 
     def pool(self, pool_id: str) -> MemoryPool:
         """The pool with ``pool_id``; KeyError when absent."""
@@ -182,15 +265,20 @@ class HostTopology:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> HostTopology:
+        """From JSON; InputError naming the field for a missing, ill-typed or dangling value."""
+        where = "topology"
+        source = d.get("source", "none") if isinstance(d, dict) else None
+        if not isinstance(source, str):
+            raise InputError(f"{where}.source", source, "must be a string")
         return cls(
-            hostname=str(d["hostname"]),
-            circuits=tuple(Circuit.from_dict(c) for c in d["circuits"]),
-            pools=tuple(MemoryPool.from_dict(p) for p in d["pools"]),
-            driver_version=d.get("driver_version"),
-            cpu_count=int(d.get("cpu_count", 1)),
-            link_mbps=float(d.get("link_mbps", 0.0)),
-            source=str(d.get("source", "none")),
-            notes=tuple(d.get("notes", ())),
+            hostname=_str(d, "hostname", where),
+            circuits=tuple(Circuit.from_dict(c) for c in _list(d, "circuits", where)),
+            pools=tuple(MemoryPool.from_dict(p) for p in _list(d, "pools", where)),
+            driver_version=_opt_str(d, "driver_version", where),
+            cpu_count=check_int(f"{where}.cpu_count", d.get("cpu_count", 1), minimum=1),
+            link_mbps=_num(d.get("link_mbps", 0.0), f"{where}.link_mbps"),
+            source=source,
+            notes=_strings(d, "notes", where),
         )
 
 
@@ -218,13 +306,30 @@ class CircuitCapability:
     repeats: int = 1
     upload_gbps: float = math.inf
     """Measured host→device GB/s (pinned copies); ``inf`` for an in-pool circuit."""
+    decode_gbps: float | None = None
+    """GB/s of a decode-shaped run (f16 GEMVs of transformer-block shapes), net of the
+    per-block cost; None when not measured (CPU, or no torch)."""
+    decode_block_s: float | None = None
+    """Fixed seconds per block of that run (kernel launches and sync), None when not measured."""
 
     def __post_init__(self) -> None:
         check_int(f"{self.circuit}.gemv_n", self.gemv_n, minimum=1)
+        if self.decode_gbps is not None:
+            check_number(f"{self.circuit}.decode_gbps", self.decode_gbps, positive=True)
+        if self.decode_block_s is not None:
+            check_number(f"{self.circuit}.decode_block_s", self.decode_block_s)
         check_number(f"{self.circuit}.ms_per_gemv", self.ms_per_gemv, positive=True)
         up = self.upload_gbps
         if isinstance(up, bool) or not isinstance(up, int | float) or not up > 0:
             raise InputError(f"{self.circuit}.upload_gbps", up, "must be > 0 (inf when in-pool)")
+        rate = self.compute_bytes_per_s
+        if not rate <= MAX_BYTES_PER_S:
+            raise InputError(
+                f"{self.circuit}.ms_per_gemv",
+                self.ms_per_gemv,
+                f"gives {rate:.3g} bytes/s for gemv_n={self.gemv_n}; "
+                f"a measured rate must be <= {MAX_BYTES_PER_S:.0e} bytes/s",
+            )
 
     @property
     def compute_bytes_per_s(self) -> float:
@@ -246,18 +351,30 @@ class CircuitCapability:
             "repeats": self.repeats,
             "upload_gbps": _gbps_to_json(self.upload_gbps),
             "compute_bytes_per_s": self.compute_bytes_per_s,
+            **({} if self.decode_gbps is None else {"decode_gbps": self.decode_gbps}),
+            **({} if self.decode_block_s is None else {"decode_block_s": self.decode_block_s}),
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CircuitCapability:
+        """From JSON; InputError naming the field for a missing or ill-typed value."""
+        cid = _str(d, "circuit", "matrix entry")
+        where = f"matrix entry {cid}"
+        up = _field(d, "upload_gbps", where)
         return cls(
-            circuit=str(d["circuit"]),
-            backend=str(d["backend"]),
-            gemv_n=int(d["gemv_n"]),
-            ms_per_gemv=float(d["ms_per_gemv"]),
-            ms_spread=float(d.get("ms_spread", 0.0)),
-            repeats=int(d.get("repeats", 1)),
-            upload_gbps=float(d["upload_gbps"]),
+            circuit=cid,
+            backend=_str(d, "backend", where),
+            gemv_n=check_int(f"{where}.gemv_n", _field(d, "gemv_n", where), minimum=1),
+            ms_per_gemv=_num(
+                _field(d, "ms_per_gemv", where), f"{where}.ms_per_gemv", positive=True
+            ),
+            ms_spread=_num(d.get("ms_spread", 0.0), f"{where}.ms_spread"),
+            repeats=check_int(f"{where}.repeats", d.get("repeats", 1), minimum=1),
+            upload_gbps=math.inf
+            if up == "inf"
+            else _num(up, f"{where}.upload_gbps", positive=True),
+            decode_gbps=d.get("decode_gbps"),
+            decode_block_s=d.get("decode_block_s"),
         )
 
 
@@ -270,6 +387,7 @@ class CapabilityMatrix:
     """Measured in quick mode (smaller matrices, fewer repeats)."""
 
     def __post_init__(self) -> None:
+        _unique("matrix.entries", [e.circuit for e in self.entries])
         ranked = tuple(sorted(self.entries, key=lambda e: (-e.compute_bytes_per_s, e.circuit)))
         object.__setattr__(self, "entries", ranked)
 
@@ -287,7 +405,11 @@ class CapabilityMatrix:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CapabilityMatrix:
+        """From JSON; InputError naming the field for a missing or ill-typed value."""
+        quick = d.get("quick", False) if isinstance(d, dict) else None
+        if not isinstance(quick, bool):
+            raise InputError("matrix.quick", quick, "must be true or false")
         return cls(
-            entries=tuple(CircuitCapability.from_dict(e) for e in d["entries"]),
-            quick=bool(d.get("quick", False)),
+            entries=tuple(CircuitCapability.from_dict(e) for e in _list(d, "entries", "matrix")),
+            quick=quick,
         )
