@@ -53,6 +53,18 @@ def test_unknown_gpu_is_none():
     assert lookup_gpu("Voodoo 2") is None
 
 
+@pytest.mark.parametrize(
+    "name", ["NVIDIA GeForce RTX 4080 SUPER", "NVIDIA GeForce RTX 3090 Ti", "RTX 4090 Laptop GPU"]
+)
+def test_a_ti_super_or_laptop_part_is_not_its_base_part(name):
+    assert lookup_gpu(name) is None
+
+
+def test_a_bare_a100_is_the_lower_bandwidth_40gb_part():
+    spec = lookup_gpu("A100")
+    assert spec is not None and spec.mem_bandwidth_gbps == 1555
+
+
 def test_stage_times_hops_and_rates_match_hand_computation():
     cm = CostModel(MODEL, [_node(0), _node(1)], Constraints(vram_headroom_frac=0.0))
     ev = cm.evaluate([0, 1], [0, 2, 4])

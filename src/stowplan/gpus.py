@@ -93,7 +93,8 @@ GPU_SPECS: tuple[GpuSpec, ...] = (
         bf16_tflops=312,
         memory_gb=40,
         source="bandwidth unverified; TFLOPs STAS",
-        aliases=("a100 sxm4 40gb", "a100 pcie 40gb", "a100 40gb pcie", "a100 40gb sxm4"),
+        # A bare "A100" is taken as the 40 GB part: the lower bandwidth of the two.
+        aliases=("a100 sxm4 40gb", "a100 pcie 40gb", "a100 40gb pcie", "a100 40gb sxm4", "a100"),
     ),
     GpuSpec(
         name="A100 80GB SXM4",
@@ -202,5 +203,11 @@ def lookup_gpu(gpu_name: str) -> GpuSpec | None:
     best_len = 0
     for known, spec in _INDEX.items():
         if " " in known and key.startswith(known + " ") and len(known) > best_len:
+            if key[len(known) + 1 :].split()[0] in _OTHER_PART:
+                continue  # "RTX 4080 SUPER" is not an RTX 4080
             best, best_len = spec, len(known)
     return best
+
+
+_OTHER_PART = frozenset({"ti", "super", "max-q", "laptop", "mobile"})
+"""Suffix words that name a different part, never a variant of the same one."""
