@@ -150,3 +150,15 @@ def test_a_malformed_expert_mask_is_an_input_error() -> None:
         "assignments.0.owned_experts[0]=[3, 'xyz']: must be [block, HEX] with bit e of the "
         'lower-case hexadecimal HEX set for each owned expert e, or {"block": b, "expert": e}'
     )
+
+
+def test_a_node_used_twice_is_named() -> None:
+    data = plan_to_dict(_plan())
+    data["assignments"][1]["node_id"] = data["assignments"][0]["node_id"]
+    twice = data["assignments"][0]["node_id"]
+    with pytest.raises(InputError) as info:
+        plan_from_json(json.dumps(data))
+    assert str(info.value) == (
+        f"assignments[1].node_id={twice!r}: is already an earlier stage's node; "
+        "each stage needs its own node"
+    )

@@ -223,8 +223,15 @@ class Plan:
             raise InputError(
                 "assignments", f"blocks [0, {cursor})", f"must cover num_blocks={self.num_blocks}"
             )
-        if len({a.node_id for a in self.assignments}) != n:
-            raise InputError("assignments[].node_id", "duplicate", "each stage needs its own node")
+        seen: set[str] = set()
+        for a in self.assignments:
+            if a.node_id in seen:
+                raise InputError(
+                    f"assignments[{a.stage}].node_id",
+                    a.node_id,
+                    "is already an earlier stage's node; each stage needs its own node",
+                )
+            seen.add(a.node_id)
 
     @property
     def num_stages(self) -> int:
