@@ -45,6 +45,13 @@ def test_rates_and_links_parse() -> None:
     assert format_bytes(24 * 2**30) == "24.0 GiB"
 
 
+@pytest.mark.parametrize("bad", ["1e400tok/s", 0, "0tok/s", -1.0, float("nan"), float("inf")])
+def test_target_rates_out_of_range_state_the_rule_they_break(bad: object) -> None:
+    with pytest.raises(InputError) as info:
+        parse_tokens_per_s(bad, field="--target")
+    assert str(info.value) == f"--target={bad!r}: must be a finite number > 0 tokens/s"
+
+
 def test_vast_offer_units_are_converted() -> None:
     [node] = load_offers(FIXTURES / "vastai" / "offer_rtx4090_1x_2024_raw.json")
     assert node.id == "offer-11684738"
