@@ -55,7 +55,7 @@ def _read(path: str | Path) -> Any:
 
         try:
             # libyaml's loader when built in: the pure-Python one takes seconds on big fleets.
-            return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
+            return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         except yaml.YAMLError as exc:
             raise InputError(
                 "file", str(path), f"is not valid YAML ({_yaml_reason(exc)})"
