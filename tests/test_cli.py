@@ -155,3 +155,13 @@ def test_an_unwritable_html_path_is_one_error_line(
     assert capsys.readouterr().err == (
         f"stowplan: error: --html='{html}': cannot be written (File exists)\n"
     )
+
+
+@pytest.mark.parametrize("argv", [[], ["cluster"]])
+def test_no_command_prints_the_help_only_and_exits_0(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "Usage: stowplan" in out
+    assert err == ""

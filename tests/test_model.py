@@ -126,3 +126,23 @@ def test_kv_bytes_respect_sliding_windows() -> None:
         **{**MODEL, "kv_bytes_per_token": (10,) * 4, "kv_window_tokens": (128, None, 128, None)}
     )
     assert [m.kv_bytes(b, 1000, batch=2) for b in range(4)] == [2560, 20000, 2560, 20000]
+
+
+def test_block_average_is_checked_in_integers_for_huge_blocks() -> None:
+    # 2**62 + 3 is not a float: a float average would be 2**62, 3 bytes off.
+    big = 2**62 + 3
+    layout = ModelLayout(**{**MODEL, "block_params_bytes": big, "block_bytes": (big,) * 4})
+    assert layout.block_sizes() == (big,) * 4
+    with pytest.raises(InputError) as info:
+        ModelLayout(**{**MODEL, "block_params_bytes": big - 2, "block_bytes": (big,) * 4})
+    assert str(info.value) == (
+        f"block_params_bytes={big - 2}: must be the average of block_bytes ({big})"
+    )
+
+
+def test_block_average_rounds_half_to_even() -> None:
+    # mean 100.5 rounds to 100: 99 is within one byte, 102 is not.
+    blocks = (100, 101, 100, 101)
+    assert ModelLayout(**{**MODEL, "block_params_bytes": 99, "block_bytes": blocks})
+    with pytest.raises(InputError):
+        ModelLayout(**{**MODEL, "block_params_bytes": 102, "block_bytes": blocks})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,13 @@ def test_rates_and_links_parse() -> None:
     ):
         parse_tokens_per_s("fast")
     assert format_bytes(24 * 2**30) == "24.0 GiB"
+
+
+@pytest.mark.parametrize("bad", ["1e400tok/s", 0, "0tok/s", -1.0, float("nan"), float("inf")])
+def test_target_rates_out_of_range_state_the_rule_they_break(bad: object) -> None:
+    with pytest.raises(InputError) as info:
+        parse_tokens_per_s(bad, field="--target")
+    assert str(info.value) == f"--target={bad!r}: must be a finite number > 0 tokens/s"
 
 
 def test_vast_offer_units_are_converted() -> None:
@@ -115,3 +123,60 @@ def test_bad_fleet_files_name_the_field(tmp_path: Path, content: str, message: s
 @pytest.mark.parametrize("name", sorted(p.name for p in (EXAMPLES / "fleets").glob("*.yaml")))
 def test_shipped_fleets_load(name: str) -> None:
     assert len(load_nodes(EXAMPLES / "fleets" / name)) >= 2
+
+
+@pytest.mark.parametrize(
+    ("offer", "message"),
+    [
+        ({"gpu_ram": "nan"}, "offers[0].gpu_ram='nan': must be a finite number"),
+        ({"gpu_ram": "1e400"}, "offers[0].gpu_ram='1e400': must be a finite number"),
+        ({"num_gpus": 1e400}, "offers[0].num_gpus=inf: must be a finite number"),
+        ({"num_gpus": "nan"}, "offers[0].num_gpus='nan': must be a finite number"),
+        ({"num_gpus": 1.5}, "offers[0].num_gpus=1.5: must be an integer >= 0"),
+        ({"gpu_ram": -1}, "offers[0].gpu_ram=-1.0: must be >= 0 MB"),
+    ],
+)
+def test_offers_with_non_finite_numbers_name_the_field(
+    tmp_path: Path, offer: dict[str, object], message: str
+) -> None:
+    raw = {"id": 1, "gpu_name": "RTX 4090", "gpu_ram": 24564, **offer}
+    path = tmp_path / "offers.json"
+    path.write_text(json.dumps([raw]), encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        load_offers(path)
+    assert str(info.value) == message
+
+
+def test_invalid_yaml_is_reported_on_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("nodes: [\n", encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        load_nodes(path)
+    # libyaml and the pure-Python parser word the problem differently; both say where.
+    assert re.fullmatch(
+        re.escape(f"file={str(path)!r}: is not valid YAML (")
+        + r"(did not find expected node content|expected the node content, but found "
+        r"'<stream end>') at line 2, column 1\)",
+        str(info.value),
+    )
+
+
+def test_non_utf8_fleet_file_is_an_input_error(tmp_path: Path) -> None:
+    path = tmp_path / "bin.yaml"
+    path.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(InputError, match=r"is not UTF-8 text"):
+        load_nodes(path)
+
+
+def test_fleet_count_is_bounded(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text(
+        "- {id: a, gpu_name: x, vram_bytes: 24GiB, flops_estimate: 1, link_mbps: 1, "
+        "count: 100000000}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(InputError) as info:
+        load_nodes(path)
+    assert str(info.value) == "nodes[0].count=100000000: must be at most 4096"
+    path.write_text(path.read_text().replace("100000000", "4096"), encoding="utf-8")
+    assert len(load_nodes(path)) == 4096

@@ -10,8 +10,9 @@ as stowplan's own strategies (:func:`compare`).
   fraction).
 * ``vllm`` — even split over all nodes (``get_pp_indices``: ``L // P`` layers
   each, the ``L % P`` extra layers to the stages just before the last).
-* ``accelerate`` — sequential fill (``infer_auto_device_map``): nodes in the
-  given order, each filled up to its memory before the next.
+* ``accelerate`` — sequential fill (``infer_auto_device_map``): nodes in id
+  order (the planner gives the input order no meaning), each filled up to its
+  memory before the next.
 * ``v1`` — the seed's balance-by-vram (fewest stages, split by VRAM).
 """
 

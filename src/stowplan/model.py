@@ -183,7 +183,11 @@ class ModelLayout:
                     f"must have num_blocks={self.num_blocks} values",
                 )
         if self.block_bytes is not None:
-            mean = round(sum(self.block_bytes) / self.num_blocks)
+            # Integers throughout: a float mean loses bytes beyond 2**53.
+            total = sum(self.block_bytes)
+            mean, rest = divmod(total, self.num_blocks)
+            if 2 * rest > self.num_blocks or (2 * rest == self.num_blocks and mean % 2):
+                mean += 1  # round half to even, as round() does
             if abs(mean - self.block_params_bytes) > 1:
                 raise InputError(
                     "block_params_bytes",

@@ -16,6 +16,7 @@ as a label and the spec table supplies the bandwidth.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,10 @@ from stowplan.fileio import read_text_file
 from stowplan.model import NodeDescriptor, check_unique_ids
 from stowplan.units import parse_bytes, parse_link_mbps
 
-__all__ = ["load_nodes", "load_offers", "nodes_from_data", "nodes_from_offers"]
+__all__ = ["MAX_COUNT", "load_nodes", "load_offers", "nodes_from_data", "nodes_from_offers"]
+
+MAX_COUNT = 4096
+"""Most copies one fleet entry's ``count`` may make."""
 
 _FIELDS = {
     "id",
@@ -50,22 +54,45 @@ def _read(path: str | Path) -> Any:
         import yaml
 
         try:
-            return yaml.safe_load(text)
+            # libyaml's loader when built in: the pure-Python one takes seconds on big fleets.
+            return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         except yaml.YAMLError as exc:
-            raise InputError("file", str(path), f"is not valid YAML ({exc})") from None
+            raise InputError(
+                "file", str(path), f"is not valid YAML ({_yaml_reason(exc)})"
+            ) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError("file", str(path), f"is not valid JSON ({exc})") from None
 
 
+def _yaml_reason(exc: Exception) -> str:
+    """PyYAML's multi-line error as one line: the problem and where it is."""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    if mark is not None:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(problem).split())
+
+
 def _number(where: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise InputError(where, value, "must be a number")
+        raise InputError(where, value, "must be a finite number")
     try:
-        return float(value)
-    except ValueError:
-        raise InputError(where, value, "must be a number") from None
+        number = float(value)
+    except (ValueError, OverflowError):
+        raise InputError(where, value, "must be a finite number") from None
+    if not math.isfinite(number):
+        raise InputError(where, value, "must be a finite number")
+    return number
+
+
+def _whole(where: str, value: object, minimum: int) -> int:
+    """A count given as an integer or an integral number (``2``, ``2.0``, ``"2"``)."""
+    number = _number(where, value)
+    if number != int(number) or number < minimum:
+        raise InputError(where, value, f"must be an integer >= {minimum}")
+    return int(number)
 
 
 def _node(index: int, raw: object) -> list[NodeDescriptor]:
@@ -100,6 +127,8 @@ def _node(index: int, raw: object) -> list[NodeDescriptor]:
         kwargs["labels"] = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
     count = raw.get("count", 1)
     check_int(f"{where}.count", count, minimum=1)
+    if count > MAX_COUNT:
+        raise InputError(f"{where}.count", count, f"must be at most {MAX_COUNT}")
     if count == 1:
         return [NodeDescriptor(**kwargs)]
     return [NodeDescriptor(**{**kwargs, "id": f"{node_id}-{i}"}) for i in range(count)]
@@ -128,8 +157,10 @@ def _offer(index: int, raw: object) -> NodeDescriptor:
     for key in ("id", "gpu_name", "gpu_ram"):
         if raw.get(key) is None:
             raise InputError(f"{where}.{key}", None, "is required in a vast.ai offer")
-    num_gpus = int(_number(f"{where}.num_gpus", raw.get("num_gpus", 1)))
+    num_gpus = _whole(f"{where}.num_gpus", raw.get("num_gpus", 1), 0)
     per_gpu_mib = _number(f"{where}.gpu_ram", raw["gpu_ram"])
+    if per_gpu_mib < 0:
+        raise InputError(f"{where}.gpu_ram", per_gpu_mib, "must be >= 0 MB")
     total_mib = raw.get("gpu_total_ram")
     total_mib = (
         _number(f"{where}.gpu_total_ram", total_mib)
@@ -138,6 +169,7 @@ def _offer(index: int, raw: object) -> NodeDescriptor:
     )
     if total_mib < 0:
         raise InputError(f"{where}.gpu_total_ram", total_mib, "must be >= 0 MB")
+
     labels = [("source", "vastai")]
     if raw.get("gpu_mem_bw") is not None:
         labels.append(("vast_gpu_mem_bw_gbps", str(raw["gpu_mem_bw"])))

@@ -31,9 +31,11 @@ _BITS_RE = re.compile(_NUMBER + r"(?P<prefix>[kKMGT])?(?P<unit>bit|bps|bit/s|b/s
 _TOKS_RE = re.compile(_NUMBER + r"(?:tok/s|tokens/s|t/s)?$")
 
 
-def _finite_non_negative(field: str, value: float, raw: object) -> float:
+def _finite_non_negative(
+    field: str, value: float, raw: object, rule: str = "must be a finite number >= 0"
+) -> float:
     if not math.isfinite(value) or value < 0:
-        raise InputError(field, raw, "must be a finite number >= 0")
+        raise InputError(field, raw, rule)
     return value
 
 
@@ -83,14 +85,15 @@ def parse_link_mbps(value: object, *, field: str = "link_mbps") -> float:
 
 def parse_tokens_per_s(value: object, *, field: str = "target") -> float:
     """Return tokens per second from a number or ``"20tok/s"``."""
+    rule = "must be a finite number > 0 tokens/s"
     if isinstance(value, int | float) and not isinstance(value, bool):
-        rate = _finite_non_negative(field, float(value), value)
+        rate = _finite_non_negative(field, float(value), value, rule)
     elif isinstance(value, str) and (m := _TOKS_RE.match(value.strip())) is not None:
-        rate = _finite_non_negative(field, float(m.group("num")), value)
+        rate = _finite_non_negative(field, float(m.group("num")), value, rule)
     else:
         raise InputError(field, value, "must be a rate such as 20 or '20tok/s'")
     if rate <= 0:
-        raise InputError(field, value, "must be > 0 tokens/s")
+        raise InputError(field, value, rule)
     return rate
 
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stowplan import Constraints, Infeasible, ModelLayout, NodeDescriptor, Objective, plan
 from stowplan.cli import main
+from stowplan.errors import PlanError
+from tests.planner.conftest_helpers import instances
 
 MODEL = ModelLayout(
     name="toy",
@@ -91,3 +95,99 @@ def test_cli_target_without_prices_is_an_input_error(capsys, tmp_path):
     fleet.write_text("nodes:\n  - {id: a, gpu_name: RTX 4090, vram_bytes: 24GB}\n")
     assert main(["plan", "llama3.1:8b-q4_0", "--nodes", str(fleet), "--target", "20tok/s"]) == 2
     assert "price_per_hour" in capsys.readouterr().err
+
+
+def _brute_force_price(model, nodes, c):
+    """The cheapest price over every subset whose plan meets the target (None: none)."""
+    import itertools
+
+    from stowplan.errors import PlanError
+    from stowplan.planner.selection import served_rate
+
+    speed = Constraints(batch=c.batch, strategy=c.strategy, vram_headroom_frac=0.0)
+    best = None
+    for size in range(1, len(nodes) + 1):
+        for subset in itertools.combinations(nodes, size):
+            try:
+                p = plan(model, list(subset), speed)
+            except PlanError:
+                continue
+            if served_rate(p) >= c.target_tokens_per_s:
+                price = p.rationale.prediction.cost_per_hour
+                best = price if best is None else min(best, price)
+    return best
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    instances(max_nodes=5, max_blocks=6),
+    st.sampled_from([1, 4]),
+    st.floats(0.5, 2.0),
+)
+def test_the_cheapest_set_matches_brute_force_on_small_pools(inst, batch, scale):
+    model, nodes = inst
+    speed = Constraints(batch=batch, strategy="exact", vram_headroom_frac=0.0)
+    try:
+        fastest = plan(model, nodes, speed)
+    except PlanError:
+        return
+    from stowplan.planner.selection import served_rate
+
+    target = served_rate(fastest) * scale * 0.5
+    c = Constraints(
+        batch=batch,
+        strategy="exact",
+        vram_headroom_frac=0.0,
+        objective=Objective.COST,
+        target_tokens_per_s=target,
+    )
+    truth = _brute_force_price(model, nodes, c)
+    try:
+        got = plan(model, nodes, c).rationale.prediction.cost_per_hour
+    except Infeasible:
+        got = None
+    if truth is None:
+        assert got is None
+    else:
+        assert got == pytest.approx(truth, rel=1e-9)
+
+
+def _offers(count: int, seed: int) -> list[NodeDescriptor]:
+    import random
+
+    offers = [("RTX 3090", 24576, 0.20), ("RTX 4090", 24564, 0.35), ("RTX 5090", 32607, 0.65)]
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        gpu, mib, price = rng.choice(offers)
+        out.append(
+            NodeDescriptor(
+                id=f"offer-{i:02d}",
+                gpu_name=gpu,
+                vram_bytes=mib * 2**20,
+                flops_estimate=0.0,
+                link_mbps=rng.uniform(100, 1000),
+                link_latency_ms=rng.uniform(10, 60),
+                price_per_hour=round(price * rng.uniform(0.8, 1.2), 3),
+            )
+        )
+    return out
+
+
+def test_a_model_needing_ten_nodes_out_of_24_offers_is_planned_or_honestly_refused():
+    from stowplan import lookup
+    from stowplan.planner.selection import served_rate
+
+    model, nodes = lookup("llama3.1:405b-q4_0"), _offers(24, 0)
+    fastest = served_rate(plan(model, nodes))
+    cheap = plan(model, nodes, Constraints(objective=Objective.COST, target_tokens_per_s=1))
+    assert served_rate(cheap) >= 1
+    assert (
+        cheap.rationale.prediction.cost_per_hour
+        < plan(model, nodes).rationale.prediction.cost_per_hour
+    )
+    with pytest.raises(Infeasible) as info:
+        plan(model, nodes, Constraints(objective=Objective.COST, target_tokens_per_s=3))
+    assert info.value.reason == (
+        f"no node set reaches 3 tokens/s: the fastest plan on all 24 nodes gives {fastest:.2f} tokens/s"
+    )

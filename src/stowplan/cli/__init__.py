@@ -12,6 +12,7 @@ import pkgutil
 import sys
 
 import typer
+from typer._click.exceptions import NoArgsIsHelpError
 from typer.exceptions import TyperException
 
 from stowplan.cli.app import app
@@ -43,6 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         print("stowplan: aborted", file=sys.stderr)
         return 130
+    except NoArgsIsHelpError as exc:
+        # ``stowplan`` (or a command group) alone: its help is the answer, not an error.
+        text = exc.format_message()
+        if text.strip():
+            print(text)
+        return 0
     except TyperException as exc:  # usage errors: bad option values, missing arguments
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         print(f"stowplan: error: {message}", file=sys.stderr)

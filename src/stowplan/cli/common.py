@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
@@ -29,8 +30,7 @@ def load_fleet(nodes: Path | None, offers: Path | None) -> list[NodeDescriptor]:
         fleet += load_nodes(nodes)
     if offers is not None:
         fleet += load_offers(offers)
-    ids = [n.id for n in fleet]
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    dupes = sorted(i for i, k in Counter(n.id for n in fleet).items() if k > 1)
     if dupes:
         raise InputError(
             "nodes[].id", dupes[0], "node ids must be unique across --nodes and --offers"

@@ -5,13 +5,14 @@ Imports no Ray, NVML, torch or network module.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 from stowplan.cost import CostModel
 from stowplan.errors import Infeasible, InputError, StowplanError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, Objective, Strategy
 from stowplan.plan import Plan
-from stowplan.planner.certify import finish, objective_of, pick_best
+from stowplan.planner.certify import finish, key_of, objective_of, pick_best
 from stowplan.planner.common import Problem, prepare
 from stowplan.planner.latency import latency_pipeline
 from stowplan.planner.throughput import Pipeline, throughput_search
@@ -40,6 +41,8 @@ def _search(problem: Problem, cm: CostModel, objective: str) -> tuple[Pipeline |
     if proven:
         # No pipeline beats it, so no peer rule can either: they need not be run.
         return found, True
+    if found is None:
+        found = _fallback(problem, cm, objective)
     if not cm.uniform and len(cm.nodes) <= _SMALL_NONUNIFORM:
         # Unlike blocks make the node order matter: small clusters are solved exactly.
         from stowplan.errors import DependencyError
@@ -53,13 +56,32 @@ def _search(problem: Problem, cm: CostModel, objective: str) -> tuple[Pipeline |
     return pick_best(problem, cm, objective, found), False
 
 
+def _fallback(problem: Problem, cm: CostModel, objective: str) -> Pipeline | None:
+    """A pipeline when the strategy's own search found none: a heuristic must not report
+    Infeasible while a pipeline exists.  The other strategy's search, and on small
+    clusters the exact subset DP (which finds a pipeline whenever one exists)."""
+    from stowplan.errors import DependencyError
+    from stowplan.planner.exact import ENUMERATION_LIMIT, solve_exact
+
+    if objective == "latency":
+        candidates = [throughput_search(problem, cm)[0]]
+    else:
+        candidates = [latency_pipeline(problem, cm)]
+    if len(cm.nodes) <= ENUMERATION_LIMIT:
+        with contextlib.suppress(DependencyError):
+            candidates.append(solve_exact(problem, cm, objective).pipeline)
+    found = [p for p in candidates if p is not None]
+    return min(found, key=lambda p: key_of(cm, objective, p)) if found else None
+
+
 _SMALL_NONUNIFORM = 6
 """Clusters of blocks that differ are solved by the exact DP up to this many nodes."""
 
 
 def _latency(problem: Problem) -> Plan:
     cm = CostModel(problem.model, problem.nodes, problem.constraints)
-    return finish(problem, cm, Strategy.LATENCY, _need(_heuristic(problem, cm, "latency")))
+    found = _need(_heuristic(problem, cm, "latency"))
+    return finish(problem, cm, Strategy.LATENCY, found, adopt_optimum=True)
 
 
 def _throughput(problem: Problem) -> Plan:
@@ -77,7 +99,7 @@ def _throughput(problem: Problem) -> Plan:
             method="capacity relaxation: no pipeline has every stage faster",
             pipeline=p,
         )
-    return finish(problem, cm, Strategy.THROUGHPUT, p, optimum=optimum)
+    return finish(problem, cm, Strategy.THROUGHPUT, p, optimum=optimum, adopt_optimum=True)
 
 
 def _exact(problem: Problem) -> Plan:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from stowplan.cost import CostModel
 from stowplan.errors import DependencyError
@@ -12,10 +13,29 @@ from stowplan.plan import Certificate, Plan, PlanRationale, Prediction, Topology
 from stowplan.planner.common import Problem, build_assignments
 from stowplan.planner.throughput import Pipeline
 
-__all__ = ["INLINE_EXACT_NODES", "certificate", "finish", "objective_of", "pick_best"]
+if TYPE_CHECKING:
+    from stowplan.planner.exact import Optimum
+
+__all__ = [
+    "INLINE_EXACT_NODES",
+    "INLINE_EXACT_WORK",
+    "certificate",
+    "finish",
+    "key_of",
+    "objective_of",
+    "pick_best",
+]
 
 INLINE_EXACT_NODES = 5
-"""Up to this many nodes every plan is certified by the exact subset DP; above, by a bound."""
+"""Up to this many nodes every plan is certified by the exact subset DP."""
+INLINE_EXACT_WORK = 1_000_000
+"""Above :data:`INLINE_EXACT_NODES`, the DP still certifies inline while its work
+``2**n · n · (blocks + 1)**2`` stays within this (about 5 ms: 8B up to 7 nodes,
+3B up to 7); beyond, a bound does."""
+
+
+def _inline_exact(n: int, num_blocks: int) -> bool:
+    return n <= INLINE_EXACT_NODES or (2**n) * n * (num_blocks + 1) ** 2 <= INLINE_EXACT_WORK
 
 
 def objective_of(constraints: Constraints, strategy: Strategy | None = None) -> str:
@@ -27,7 +47,8 @@ def objective_of(constraints: Constraints, strategy: Strategy | None = None) -> 
     return "latency" if constraints.batch == 1 else "throughput"
 
 
-def _key(cm: CostModel, objective: str, p: Pipeline) -> tuple[float, float, int, tuple[int, ...]]:
+def key_of(cm: CostModel, objective: str, p: Pipeline) -> tuple[float, float, int, tuple[int, ...]]:
+    """How pipelines rank for ``objective``: its value, the other one, fewer stages, node ids."""
     ev = cm.evaluate(*p)
     if objective == "latency":
         return (ev.time_per_token_s, ev.bottleneck_s, len(p[0]), tuple(p[0]))
@@ -47,7 +68,24 @@ def pick_best(
             candidates.append(p)
     if not candidates:
         return None
-    return min(candidates, key=lambda p: _key(cm, objective, p))
+    return min(candidates, key=lambda p: key_of(cm, objective, p))
+
+
+def inline_optimum(problem: Problem, cm: CostModel, objective: str) -> Optimum:
+    """The exact optimum on clusters of up to :data:`INLINE_EXACT_NODES`, else a bound."""
+    from stowplan.planner.exact import Optimum, fluid_bound, solve_exact
+
+    try:
+        if not _inline_exact(len(cm.nodes), cm.num_blocks):
+            raise DependencyError("numpy", "exact")  # use the bound
+        return solve_exact(problem, cm, objective)
+    except DependencyError:
+        return Optimum(
+            objective=objective,
+            value=fluid_bound(problem, cm, objective),
+            exact=False,
+            method="bound: fractional relaxation (blocks flow to the fastest VRAM)",
+        )
 
 
 def certificate(
@@ -60,18 +98,9 @@ def certificate(
     method: str = "",
 ) -> Certificate:
     """How far ``p`` is from the optimum of ``objective`` (computed here unless given)."""
-    from stowplan.planner.exact import fluid_bound, solve_exact
-
     if optimum_s is None:
-        try:
-            if len(cm.nodes) > INLINE_EXACT_NODES:
-                raise DependencyError("numpy", "exact")  # use the bound
-            opt = solve_exact(problem, cm, objective)
-            optimum_s, exact, method = opt.value, opt.exact, opt.method
-        except DependencyError:
-            optimum_s = fluid_bound(problem, cm, objective)
-            exact = False
-            method = "bound: fractional relaxation (blocks flow to the fastest VRAM)"
+        opt = inline_optimum(problem, cm, objective)
+        optimum_s, exact, method = opt.value, opt.exact, opt.method
     ev = cm.evaluate(*p)
     if objective == "latency":
         value = ev.time_per_token_s
@@ -90,6 +119,11 @@ def certificate(
         gap=max(0.0, 1.0 - ratio),
         method=method,
     )
+
+
+def _objective_value(cm: CostModel, objective: str, p: Pipeline) -> float:
+    ev = cm.evaluate(*p)
+    return ev.time_per_token_s if objective == "latency" else ev.bottleneck_s
 
 
 def _notes(
@@ -160,16 +194,35 @@ def finish(
     p: Pipeline,
     notes: Sequence[str] = (),
     optimum: object | None = None,
+    adopt_optimum: bool = False,
 ) -> Plan:
-    """The Plan of pipeline ``p`` with its prediction, certificate and notes."""
+    """The Plan of pipeline ``p`` with its prediction, certificate and notes.
+
+    With ``adopt_optimum``, when the optimum computed for the certificate
+    comes with a pipeline better than ``p``, that pipeline is the plan (a
+    note says so): a plan is never slower than an optimum already in hand.
+    """
     from stowplan.planner.exact import Optimum
 
-    order, bounds = p
     objective = objective_of(problem.constraints, strategy)
-    if isinstance(optimum, Optimum):
-        cert = certificate(problem, cm, objective, p, optimum.value, optimum.exact, optimum.method)
-    else:
-        cert = certificate(problem, cm, objective, p)
+    opt = optimum if isinstance(optimum, Optimum) else inline_optimum(problem, cm, objective)
+    if (
+        adopt_optimum
+        and opt.pipeline is not None
+        and key_of(cm, objective, opt.pipeline) < key_of(cm, objective, p)
+    ):
+        before = _objective_value(cm, objective, p)
+        p = opt.pipeline
+        after = _objective_value(cm, objective, p)
+        notes = (
+            *notes,
+            f"the exact solve ({opt.method}) found a better pipeline than the "
+            f"{strategy.value} heuristic ({after:.6g} vs {before:.6g} "
+            f"{'s/token' if objective == 'latency' else 's at the slowest stage'}): "
+            "it is the plan",
+        )
+    order, bounds = p
+    cert = certificate(problem, cm, objective, p, opt.value, opt.exact, opt.method)
     pred = cm.prediction(order, bounds)
     assignments = build_assignments(problem, [cm.nodes[d].id for d in order], bounds)
     return Plan(

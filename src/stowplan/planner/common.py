@@ -25,6 +25,7 @@ class Problem:
 
     model: ModelLayout
     nodes: tuple[NodeDescriptor, ...]
+    """The candidate nodes, sorted by id."""
     constraints: Constraints
     usable: dict[str, int]
     """Usable VRAM per node id (after headroom)."""
@@ -65,6 +66,9 @@ def prepare(
     if not nodes:
         raise Infeasible("no candidate nodes were given")
     check_unique_ids(nodes)
+    # Node ids, not the order they were given in, break every tie: the same nodes in any
+    # order give the same plan.
+    nodes = tuple(sorted(nodes, key=lambda n: n.id))
     min_n = constraints.min_stages or 1
     max_n = constraints.max_stages if constraints.max_stages is not None else len(nodes)
     if min_n > len(nodes):

@@ -17,8 +17,9 @@ numpy and scipy are imported lazily (extra ``exact``).
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from stowplan.cost import CostModel
@@ -58,15 +59,22 @@ def _stage_matrix(cm: CostModel, d: int, first: bool, last: bool, hop: float) ->
     np = _np()
     r = np.asarray(cm.read_prefix, dtype=float)
     kv = np.asarray(cm.kv_prefix, dtype=float)
-    mem = np.asarray(cm.mem_prefix, dtype=float)
     head = cm.head if last else 0
     w = r[None, :] - r[:, None] + head
     read = w + kv[None, :] - kv[:, None]
-    t = np.maximum(read * cm.inv_bw[d], w * cm.flop_s_per_byte[d])
-    t = t + (0.0 if last else cm.xfer_s[d]) + hop
-    used = mem[None, :] - mem[:, None] + (cm.embed if first else 0) + head
-    n = len(r)
-    ok = (np.arange(n)[None, :] > np.arange(n)[:, None]) & (used <= cm.usable[d])
+    with np.errstate(over="ignore", invalid="ignore"):
+        t = np.maximum(read * cm.inv_bw[d], w * cm.flop_s_per_byte[d])
+        t = t + (0.0 if last else cm.xfer_s[d]) + hop
+    # Which stages fit is decided in integers (floats lose bytes beyond 2**53): the
+    # bytes of [i, j) grow with j, so each i has a last end that fits.
+    mp = cm.mem_prefix
+    room = cm.usable[d] - (cm.embed if first else 0) - head
+    n = len(mp)
+    reach = np.array(
+        [bisect_right(mp, mp[i] + room, lo=i) - 1 if room >= 0 else -1 for i in range(n)]
+    )
+    ends = np.arange(n)
+    ok = (ends[None, :] > ends[:, None]) & (ends[None, :] <= reach[:, None])
     return np.where(ok, t, np.inf)
 
 
@@ -311,10 +319,21 @@ def _milp_pipeline(cm: CostModel, x: Any) -> Pipeline | None:
 def solve_exact(
     problem: Problem, cm: CostModel, objective: str, *, time_limit_s: float = 60.0
 ) -> Optimum:
-    """The optimum of ``objective`` (``latency`` or ``throughput``), or a bound on it."""
+    """The optimum of ``objective`` (``latency`` or ``throughput``), or a bound on it.
+
+    Its pipeline, when there is one, fits every node's usable VRAM (checked
+    in integers: the MILP works in floats).
+    """
     if len(cm.nodes) <= ENUMERATION_LIMIT:
-        return _subset_dp(problem, cm, objective)
-    return _milp(problem, cm, objective, time_limit_s)
+        opt = _subset_dp(problem, cm, objective)
+    else:
+        opt = _milp(problem, cm, objective, time_limit_s)
+    p = opt.pipeline
+    if p is not None and not all(
+        cm.fits(d, p[1][s], p[1][s + 1], s == 0, s == len(p[0]) - 1) for s, d in enumerate(p[0])
+    ):
+        opt = replace(opt, pipeline=None, exact=False)
+    return opt
 
 
 def _min_stages_by_room(room: Sequence[float], nb: int) -> int:
