@@ -284,3 +284,16 @@ def test_block_granularity_can_need_one_more_stage_than_the_byte_sum() -> None:
     assert by_bytes == 12 and per_node == 10
     assert p.num_stages == 13
     assert any(note.startswith("N=12: usable VRAM") for note in p.rationale.notes)
+
+
+def test_an_empty_model_fits_nodes_without_vram() -> None:
+    empty = ModelLayout(
+        name="empty", num_blocks=4, hidden_dim=1, bytes_per_activation_elem=2,
+        block_params_bytes=0, head_params_bytes=0, embed_params_bytes=0,
+    )  # fmt: skip
+    nodes = [
+        NodeDescriptor(id=f"z{i}", gpu_name="x", vram_bytes=0, flops_estimate=1, link_mbps=1)
+        for i in range(2)
+    ]
+    p = plan(empty, nodes, _v1(min_stages=2))
+    assert p.num_stages == 2 and sum(p.block_counts()) == 4

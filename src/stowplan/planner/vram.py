@@ -40,7 +40,7 @@ def proportional_split(problem: Problem, caps: Sequence[int]) -> list[int] | Non
     bounds = [0]
     target = 0.0
     for s in range(n - 1):
-        target += total * caps[s] / cap_total
+        target += total * caps[s] / cap_total if cap_total else 0.0  # no room: an empty model
         lo_b = bounds[-1] + 1
         hi_b = nb - (n - 1 - s)
         best: int | None = None
