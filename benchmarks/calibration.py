@@ -7,6 +7,10 @@ and by a calibrated model fitted *without that run* (leave-one-out: the
 device's other runs when it has some, else every other device's runs).  The
 table gives the median absolute error per GPU family.
 
+Serving engines (vLLM, TensorRT-LLM) get their own table: each run against the
+first-order model, the engine's shipped profile, and a leave-one-out fit over the
+engine's other runs where there are any.
+
 Part 2 (this CPU): a numpy decode of block-shaped matrices.  The CPU's
 figures are fitted from single-stage runs of one width; the prediction is
 then checked against held-out runs (another width, pipelined splits with
@@ -141,6 +145,8 @@ def build_llamacpp_profile(runs: list[dict[str, object]]) -> Calibration:
 
 
 def published_table(runs: list[dict[str, object]]) -> list[str]:
+    """Leave-one-out table over the llama.cpp runs (other engines: ``engine_table``)."""
+    runs = [r for r in runs if r["engine"] == "llamacpp"]
     prior = shipped_calibration(Engine.GENERIC).devices[0]
     rows: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for i, r in enumerate(runs):
@@ -167,6 +173,37 @@ def published_table(runs: list[dict[str, object]]) -> list[str]:
         out.append(f"| {key} | {len(f)} | {median(f):.0%} | {median(c):.0%} |")
     out.append(f"| **all** | {len(all_first)} | {median(all_first):.0%} | {median(all_cal):.0%} |")
     return out
+
+
+def engine_table(runs: list[dict[str, object]]) -> list[str]:
+    """Runs of serving engines (vLLM, TensorRT-LLM): first-order, the shipped profile, and a
+    leave-one-out fit over the engine's other runs where it has any."""
+    rows = [
+        "| engine | GPU family | model, dtype | measured tok/s | first-order | error "
+        "| shipped profile | error | fitted (leave-one-out) | error |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    others = [r for r in runs if r["engine"] != "llamacpp"]
+    for i, r in enumerate(runs):
+        if r["engine"] == "llamacpp":
+            continue
+        engine = Engine(str(r["engine"]))
+        shipped = shipped_calibration(engine).for_device(str(r["gpu_name"]))
+        measured = float(r["tokens_per_s"])  # type: ignore[arg-type]
+        first = _predict(r, None)
+        table = _predict(r, shipped)
+        rest = [o for o in others if o["engine"] == r["engine"] and o is not runs[i]]
+        if rest and shipped is not None:
+            fit = _predict(r, _fit(rest, shipped, str(r["family"]), "loo"))
+            fitted = f"{fit:.1f} | {(fit - measured) / measured:+.0%}"
+        else:
+            fitted = "n/a (the engine's only run) | n/a"
+        rows.append(
+            f"| {r['engine']} | {r['family']} | {r['model']}, {r['dtype']} | {measured:.1f} "
+            f"| {first:.1f} | {(first - measured) / measured:+.0%} "
+            f"| {table:.1f} | {(table - measured) / measured:+.0%} | {fitted} |"
+        )
+    return rows
 
 
 def cpu_section(quick: bool) -> list[str]:
@@ -292,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print("## Published decode speeds (llama.cpp tg128, batch 1)\n")
     print("\n".join(published_table(runs)))
+    print("\n## Published decode speeds (serving engines, one request at a time)\n")
+    print("\n".join(engine_table(runs)))
     if not args.skip_cpu:
         print("\n## This CPU (numpy decode)\n")
         print("\n".join(cpu_section(args.quick)))

@@ -140,3 +140,20 @@ def test_partial_offload_names_cpu_and_split_runs_only() -> None:
     metal = replace(r, n_gpu_layers=1, backend="Metal")
     assert partial_offload(metal, 32) is None
     assert partial_offload(replace(metal, n_gpu_layers=0), 32) == "ngl 0: ran on the CPU"
+
+
+def test_markdown_with_fa_and_mmap_columns_reads_the_70b_decode_row() -> None:
+    rs = _parse("beowulf17_mac_studio_70b_metal.md")
+    assert [(r.test, r.tokens_per_s) for r in rs] == [
+        ("pp512", 162.30),
+        ("pp4096", 156.67),
+        ("tg128", 14.41),
+        ("pp4096+tg128", 119.34),
+    ]
+    tg = rs[2]
+    assert tg.is_decode and tg.n_gen == 128
+    assert tg.size_bytes == round(39.59 * GiB)
+    assert tg.n_params == 70_550_000_000
+    assert tg.dtype == "Q4_K_M"
+    assert tg.stddev_tokens_per_s == 0.02
+    assert estimate_num_blocks(tg.n_params) == 80

@@ -65,12 +65,18 @@ def test_llamacpp_profile_has_family_entries_that_match_real_names() -> None:
         "NVIDIA GeForce RTX 3090": "rtx-3090",
         "Tesla P40": "tesla-p40",
         "Apple M2 Ultra": "apple-m2-ultra",
+        "Apple M3 Ultra": "apple-m3-ultra",
+        "NVIDIA GeForce RTX 3080 Ti": "rtx-3080-ti",
+        "NVIDIA RTX A4000": "rtx-a4000",
+        "NVIDIA GeForce RTX 3080": "*",
         "NVIDIA H100 80GB HBM3": "*",
     }
     for name, key in picks.items():
         entry = cal.for_device(name)
         assert entry is not None and entry.device == key, name
-    rtx = cal.for_device("RTX 4090")
+    # The RTX 3090's F16 and Q4_0 runs come from one build and one table (pull request
+    # #4766), so their fractions compare like with like: the quantised GEMV reaches less.
+    rtx = cal.for_device("RTX 3090")
     assert rtx is not None
     assert rtx.fraction("Q4_K_M").value < rtx.fraction("F16").value
 
