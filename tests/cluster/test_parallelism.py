@@ -28,39 +28,26 @@ MOE = ModelLayout(
         num_experts=60, experts_per_token=4, expert_params_bytes=10, moe_blocks=(0, 1, 2, 3)
     ),
 )
-DENSE = ModelLayout(
-    name="dense",
-    num_blocks=2,
-    hidden_dim=1024,
-    bytes_per_activation_elem=2,
-    block_params_bytes=100,
-    head_params_bytes=10,
-    embed_params_bytes=10,
-    num_attention_heads=32,
-    num_kv_heads=8,
-)
-GQA = ModelLayout(
-    name="gqa-48",
-    num_blocks=2,
-    hidden_dim=1024,
-    bytes_per_activation_elem=2,
-    block_params_bytes=100,
-    head_params_bytes=10,
-    embed_params_bytes=10,
-    num_attention_heads=48,
-    num_kv_heads=8,
-)
-GQA_ODD = ModelLayout(
-    name="gqa-odd",
-    num_blocks=2,
-    hidden_dim=1024,
-    bytes_per_activation_elem=2,
-    block_params_bytes=100,
-    head_params_bytes=10,
-    embed_params_bytes=10,
-    num_attention_heads=6,
-    num_kv_heads=3,
-)
+
+
+def _attention(name: str, heads: int, kv_heads: int) -> ModelLayout:
+    """A small dense layout whose only interesting numbers are its head counts."""
+    return ModelLayout(
+        name=name,
+        num_blocks=2,
+        hidden_dim=1024,
+        bytes_per_activation_elem=2,
+        block_params_bytes=100,
+        head_params_bytes=10,
+        embed_params_bytes=10,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+    )
+
+
+DENSE = _attention("dense", 32, 8)
+GQA = _attention("gqa-48", 48, 8)
+GQA_ODD = _attention("gqa-odd", 6, 3)
 TRAINER_2X8 = FleetSpec(role=FleetRole.TRAINER, num_nodes=2, gpus_per_node=8)
 
 
