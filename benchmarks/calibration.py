@@ -41,168 +41,216 @@ from stowplan.calibration import (
     calibration_to_json,
     fit_device,
     shipped_calibration,
+    stage_time_s,
 )
 from stowplan.calibration.profile import DeviceCalibration, Figure, Provenance
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "src" / "stowplan" / "calibration" / "data"
 
+Run = dict[str, object]
 
-def load_runs() -> list[dict[str, object]]:
-    runs: list[dict[str, object]] = json.loads((HERE / "published_decode.json").read_text())["runs"]
+# Engines whose shipped profile is fitted from the published runs, in table order.
+FITTED_ENGINES = (Engine.LLAMACPP, Engine.VLLM, Engine.TRTLLM, Engine.GENERIC)
+
+
+def load_runs() -> list[Run]:
+    runs: list[Run] = json.loads((HERE / "published_decode.json").read_text())["runs"]
     return runs
 
 
-def _measurement(r: dict[str, object]) -> Measurement:
-    return Measurement(
-        tokens_per_s=float(r["tokens_per_s"]),  # type: ignore[arg-type]
-        read_bytes=int(r["read_bytes"]),  # type: ignore[call-overload]
-        num_blocks=int(r["num_blocks"]),  # type: ignore[call-overload]
-        dtype=str(r["dtype"]),
-        hops=int(r["hops"]),  # type: ignore[call-overload]
-        label=f"{r['family']} {r['model']} {r['dtype']}",
-    )
+def tensor_parallel(r: Run) -> int:
+    """GPUs every block of the run is split over (1: one GPU, or a layer split)."""
+    return int(r.get("tensor_parallel", 1))  # type: ignore[call-overload]
 
 
-def _fit(
-    runs: list[dict[str, object]], prior: DeviceCalibration, device: str, source: str
-) -> DeviceCalibration:
+def _fit(runs: list[Run], prior: DeviceCalibration, device: str, source: str) -> DeviceCalibration:
     """Fit one device entry; runs on different devices are normalised to their own bandwidth."""
-    # Each run's bytes are rescaled to a common 1000 GB/s so one fit spans devices.
-    ms = []
-    for r in runs:
-        m = _measurement(r)
-        scale = 1000.0 / float(r["bandwidth_gbps"])  # type: ignore[arg-type]
-        ms.append(
-            Measurement(
-                tokens_per_s=m.tokens_per_s,
-                read_bytes=round(m.read_bytes * scale),
-                num_blocks=m.num_blocks,
-                dtype=m.dtype,
-                hops=m.hops,
-                label=m.label,
-            )
+    # Each run's bytes are rescaled to a common 1000 GB/s per GPU so one fit spans devices.
+    ms = [
+        Measurement(
+            tokens_per_s=float(r["tokens_per_s"]),  # type: ignore[arg-type]
+            read_bytes=round(int(r["read_bytes"]) * 1000.0 / float(r["bandwidth_gbps"])),  # type: ignore[call-overload, arg-type]
+            num_blocks=int(r["num_blocks"]),  # type: ignore[call-overload]
+            dtype=str(r["dtype"]),
+            hops=int(r["hops"]),  # type: ignore[call-overload]
+            tensor_parallel=tensor_parallel(r),
+            label=f"{r['family']} {r['model']} {r['dtype']}",
         )
+        for r in runs
+    ]
     return fit_device(ms, bandwidth_gbps=1000.0, prior=prior, device=device, source=source).device
 
 
-def _predict(r: dict[str, object], entry: DeviceCalibration | None) -> float:
-    from stowplan.calibration import stage_time_s
-
+def predict(r: Run, entry: DeviceCalibration | None) -> float:
+    """Predicted tokens/s of run ``r`` (first-order when ``entry`` is None)."""
+    tp = tensor_parallel(r)
     t = stage_time_s(
         read_bytes=int(r["read_bytes"]),  # type: ignore[call-overload]
         params=0,
         num_blocks=int(r["num_blocks"]),  # type: ignore[call-overload]
-        bandwidth_gbps=float(r["bandwidth_gbps"]),  # type: ignore[arg-type]
+        bandwidth_gbps=float(r["bandwidth_gbps"]) * tp,  # type: ignore[arg-type]
         tflops=0.0,
         dtype=str(r["dtype"]),
         hops=int(r["hops"]),  # type: ignore[call-overload]
+        tensor_parallel=tp,
         device=entry,
     )
     return 1.0 / t
 
 
-def _sources(runs: list[dict[str, object]]) -> str:
+def _label(r: Run) -> str:
+    tp, hops = tensor_parallel(r), int(r["hops"])  # type: ignore[call-overload]
+    layout = f" TP{tp}" if tp > 1 else (f" {hops + 1} stages" if hops else "")
+    return f"{r['dtype']}{layout} {float(r['tokens_per_s']):.2f} t/s"  # type: ignore[arg-type]
+
+
+def _sources(runs: list[Run]) -> str:
     srcs = sorted({str(r["source"]).split(" (")[0].split(",")[0] for r in runs})
-    rows = "; ".join(f"{r['dtype']} {float(r['tokens_per_s']):.2f} t/s" for r in runs)  # type: ignore[arg-type]
-    return f"fitted to {len(runs)} llama-bench tg128 runs ({rows}) from: " + " | ".join(srcs)
+    rows = "; ".join(_label(r) for r in runs)
+    return f"fitted to {len(runs)} published batch-1 decode runs ({rows}) from: " + " | ".join(srcs)
 
 
-def build_llamacpp_profile(runs: list[dict[str, object]]) -> Calibration:
-    """The shipped llama.cpp profile: one entry per family, plus ``*`` over all runs."""
-    prior = shipped_calibration(Engine.GENERIC).devices[0]
-    lc = [r for r in runs if r["engine"] == "llamacpp"]
-    star = _fit(lc, prior, "*", _sources(lc))
-    entries = [star]
-    by_family: dict[str, list[dict[str, object]]] = defaultdict(list)
-    for r in lc:
-        by_family[str(r["family"])].append(r)
-    for fam, rs in sorted(by_family.items()):
-        match = tuple(w for w in fam.split("-") if w not in {"apple", "tesla"})
-        entries.append(
-            DeviceCalibration(
-                **{
-                    **{
-                        k: getattr(_fit(rs, star, fam, _sources(rs)), k)
-                        for k in (
-                            "bandwidth_fraction",
-                            "block_overhead_s",
-                            "hop_overhead_s",
-                            "compute_efficiency",
-                        )
-                    },
-                    "device": fam,
-                    "match": match,
-                }
-            )
-        )
-    return Calibration(
-        name="llamacpp-default",
-        engine=Engine.LLAMACPP,
-        description="llama.cpp (CUDA, Vulkan, Metal) batch-1 decode, fitted per GPU family to "
-        "public llama-bench results (benchmarks/published_decode.json lists every run).",
-        devices=tuple(entries),
+def _base_prior() -> DeviceCalibration:
+    """The table defaults every fit starts from (the generic profile's ``*`` entry)."""
+    return (
+        shipped_calibration(Engine.GENERIC).for_device("*")
+        or shipped_calibration(Engine.GENERIC).devices[-1]
     )
 
 
-def published_table(runs: list[dict[str, object]]) -> list[str]:
-    """Leave-one-out table over the llama.cpp runs (other engines: ``engine_table``)."""
-    runs = [r for r in runs if r["engine"] == "llamacpp"]
-    prior = shipped_calibration(Engine.GENERIC).devices[0]
-    rows: dict[str, list[tuple[float, float]]] = defaultdict(list)
+_NOISE = {"apple", "tesla", "sxm", "pcie", "nvl"}
+
+
+def family_match(family: str) -> tuple[str, ...]:
+    """Tokens a GPU name must hold to match a family key (``h100-sxm`` → ``h100``, ``a100-80gb``)."""
+    return tuple(w for w in family.split("-") if w not in _NOISE)
+
+
+def build_profile(engine: Engine, runs: list[Run], description: str) -> Calibration:
+    """A shipped profile: one entry per GPU family, plus ``*`` fitted over all the engine's
+    runs (the generic profile, and an engine without runs, keep the table ``*``: it is
+    every fit's prior)."""
+    base = _base_prior()
+    mine = [r for r in runs if r["engine"] == engine.value]
+    fit_star = mine and engine is not Engine.GENERIC
+    star = _fit(mine, base, "*", _sources(mine)) if fit_star else base
+    by_family: dict[str, list[Run]] = defaultdict(list)
+    for r in mine:
+        by_family[str(r["family"])].append(r)
+    entries = [
+        replace(_fit(rs, star, fam, _sources(rs)), match=family_match(fam))
+        for fam, rs in sorted(by_family.items())
+    ]
+    return Calibration(
+        name=f"{engine.value}-default",
+        engine=engine,
+        description=description,
+        devices=(*entries, star),
+    )
+
+
+DESCRIPTIONS = {
+    Engine.LLAMACPP: "llama.cpp (CUDA, Vulkan, Metal) batch-1 decode, fitted per GPU family to "
+    "public llama-bench results (benchmarks/published_decode.json lists every run).",
+    Engine.VLLM: "vLLM, one request at a time, fitted per GPU family to published decode "
+    "speeds (benchmarks/published_decode.json lists every run); '*' (any other GPU) is fitted "
+    "over all of them.",
+    Engine.TRTLLM: "TensorRT-LLM, one request at a time, fitted per GPU family to published "
+    "decode speeds (benchmarks/published_decode.json lists every run); '*' (any other GPU) is "
+    "fitted over all of them.",
+    Engine.GENERIC: "Engine-agnostic: '*' holds NVIDIA's cost-model defaults (use when the "
+    "engine is unknown); family entries are fitted to published plain or compiled PyTorch "
+    "decode speeds (benchmarks/published_decode.json).",
+}
+
+
+def leave_one_out(runs: list[Run]) -> list[tuple[Run, float, float]]:
+    """(run, first-order error, calibrated error) with the calibration fitted without the run.
+
+    The run's engine and family other runs give the entry when there are any; its prior
+    (and the entry when there are none) is the engine's other families' fit, or the table
+    defaults when the engine has no other family.
+    """
+    base = _base_prior()
+    out = []
     for i, r in enumerate(runs):
-        rest = [o for j, o in enumerate(runs) if j != i]
+        rest = [o for j, o in enumerate(runs) if j != i and o["engine"] == r["engine"]]
         same = [o for o in rest if o["family"] == r["family"]]
         pool = [o for o in rest if o["family"] != r["family"]]
-        star = _fit(pool, prior, "*", "loo")
+        star = _fit(pool, base, "*", "loo") if pool and r["engine"] != "generic" else base
         entry = _fit(same, star, str(r["family"]), "loo") if same else star
         measured = float(r["tokens_per_s"])  # type: ignore[arg-type]
-        first = _predict(r, None)
-        cal = _predict(r, entry)
-        key = f"{r['family']} ({'multi' if int(r['num_gpus']) > 1 else 'single'}-GPU)"  # type: ignore[call-overload]
-        rows[key].append(((first - measured) / measured, (cal - measured) / measured))
-    out = [
-        "| GPU family | runs | first-order median abs error | calibrated (leave-one-out) median abs error |",
-        "| --- | ---: | ---: | ---: |",
-    ]
-    all_first, all_cal = [], []
-    for key in sorted(rows):
-        f = [abs(a) for a, _ in rows[key]]
-        c = [abs(b) for _, b in rows[key]]
-        all_first += f
-        all_cal += c
-        out.append(f"| {key} | {len(f)} | {median(f):.0%} | {median(c):.0%} |")
-    out.append(f"| **all** | {len(all_first)} | {median(all_first):.0%} | {median(all_cal):.0%} |")
+        first, cal = predict(r, None), predict(r, entry)
+        out.append((r, (first - measured) / measured, (cal - measured) / measured))
     return out
 
 
-def engine_table(runs: list[dict[str, object]]) -> list[str]:
-    """Runs of serving engines (vLLM, TensorRT-LLM): first-order, the shipped profile, and a
-    leave-one-out fit over the engine's other runs where it has any."""
-    rows = [
-        "| engine | GPU family | model, dtype | measured tok/s | first-order | error "
-        "| shipped profile | error | fitted (leave-one-out) | error |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+def _layout_key(r: Run) -> str:
+    if tensor_parallel(r) > 1:
+        return "tensor parallel"
+    return "multi-GPU layers" if int(r["num_gpus"]) > 1 else "single GPU"  # type: ignore[call-overload]
+
+
+def published_table(runs: list[Run]) -> list[str]:
+    """Leave-one-out median errors per engine, GPU family and layout, and overall."""
+    rows: dict[tuple[str, str, str], list[tuple[float, float]]] = defaultdict(list)
+    for r, first, cal in leave_one_out(runs):
+        rows[str(r["engine"]), str(r["family"]), _layout_key(r)].append((first, cal))
+    out = [
+        "| engine | GPU family | layout | runs | first-order median abs error "
+        "| calibrated (leave-one-out) median abs error |",
+        "| --- | --- | --- | ---: | ---: | ---: |",
     ]
-    others = [r for r in runs if r["engine"] != "llamacpp"]
-    for i, r in enumerate(runs):
+    order = {e.value: i for i, e in enumerate(FITTED_ENGINES)}
+    by_engine: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for key in sorted(rows, key=lambda k: (order.get(k[0], 99), k[1], k[2])):
+        f = [abs(a) for a, _ in rows[key]]
+        c = [abs(b) for _, b in rows[key]]
+        by_engine[key[0]] += rows[key]
+        out.append(
+            f"| {key[0]} | {key[1]} | {key[2]} | {len(f)} | {median(f):.0%} | {median(c):.0%} |"
+        )
+    every: list[tuple[float, float]] = []
+    for engine in sorted(by_engine, key=lambda e: order.get(e, 99)):
+        errs = by_engine[engine]
+        every += errs
+        out.append(
+            f"| **{engine}** | all | | {len(errs)} | {median(abs(a) for a, _ in errs):.0%} "
+            f"| {median(abs(b) for _, b in errs):.0%} |"
+        )
+    out.append(
+        f"| **all** | | | {len(every)} | {median(abs(a) for a, _ in every):.0%} "
+        f"| {median(abs(b) for _, b in every):.0%} |"
+    )
+    return out
+
+
+def runs_table(runs: list[Run]) -> list[str]:
+    """Every non-llama.cpp run: measured, first-order, shipped profile, leave-one-out fit."""
+    rows = [
+        "| engine | GPU | layout | model, dtype | measured tok/s | first-order | error "
+        "| shipped profile | error | leave-one-out | error |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r, first_err, cal_err in leave_one_out(runs):
         if r["engine"] == "llamacpp":
             continue
         engine = Engine(str(r["engine"]))
         shipped = shipped_calibration(engine).for_device(str(r["gpu_name"]))
         measured = float(r["tokens_per_s"])  # type: ignore[arg-type]
-        first = _predict(r, None)
-        table = _predict(r, shipped)
-        rest = [o for o in others if o["engine"] == r["engine"] and o is not runs[i]]
-        if rest and shipped is not None:
-            fit = _predict(r, _fit(rest, shipped, str(r["family"]), "loo"))
-            fitted = f"{fit:.1f} | {(fit - measured) / measured:+.0%}"
-        else:
-            fitted = "n/a (the engine's only run) | n/a"
+        table = predict(r, shipped)
+        tp = tensor_parallel(r)
+        layout = (
+            f"TP{tp}"
+            if tp > 1
+            else ("1 GPU" if int(r["num_gpus"]) == 1 else f"{r['num_gpus']} GPUs")
+        )  # type: ignore[call-overload]
         rows.append(
-            f"| {r['engine']} | {r['family']} | {r['model']}, {r['dtype']} | {measured:.1f} "
-            f"| {first:.1f} | {(first - measured) / measured:+.0%} "
-            f"| {table:.1f} | {(table - measured) / measured:+.0%} | {fitted} |"
+            f"| {r['engine']} | {r['family']} | {layout} | {r['model']}, {r['dtype']} "
+            f"| {measured:.1f} | {measured * (1 + first_err):.1f} | {first_err:+.0%} "
+            f"| {table:.1f} | {(table - measured) / measured:+.0%} "
+            f"| {measured * (1 + cal_err):.1f} | {cal_err:+.0%} |"
         )
     return rows
 
@@ -345,13 +393,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_profiles:
         from stowplan.fileio import write_text_atomic
 
-        write_text_atomic(DATA / "llamacpp.json", calibration_to_json(build_llamacpp_profile(runs)))
-        print(f"wrote {DATA / 'llamacpp.json'}")
+        for engine in FITTED_ENGINES:
+            target = DATA / f"{engine.value}.json"
+            profile = build_profile(engine, runs, DESCRIPTIONS[engine])
+            write_text_atomic(target, calibration_to_json(profile))
+            print(f"wrote {target}")
         return 0
-    print("## Published decode speeds (llama.cpp tg128, batch 1)\n")
+    print("## Published decode speeds (batch 1): leave-one-out median errors\n")
     print("\n".join(published_table(runs)))
-    print("\n## Published decode speeds (serving engines, one request at a time)\n")
-    print("\n".join(engine_table(runs)))
+    print("\n## Every run outside llama.cpp\n")
+    print("\n".join(runs_table(runs)))
     if not args.skip_cpu:
         print("\n## This CPU (numpy decode)\n")
         print("\n".join(cpu_section(args.quick)))

@@ -222,8 +222,9 @@ class CostModel:
         self.usable = tuple(r.usable_bytes for r in self.rates)
         # Calibration (None: first-order): bandwidth fraction and compute efficiency scale
         # the rates; the per-block cost is folded into the per-byte memory time with the
-        # mean block read size (exact for uniform blocks) and the per-hop cost into the
-        # outbound transfer, so every planner's closed forms see the same times.
+        # mean block read size (exact for uniform blocks; on a multi-GPU node it includes
+        # the tensor-parallel all-reduces) and the per-hop cost into the outbound transfer,
+        # so every planner's closed forms see the same times.
         self.calibration = calibration if calibration is not None else constraints.calibration
         if self.calibration is not None:
             cal = [
@@ -232,6 +233,7 @@ class CostModel:
                     n.gpu_name,
                     model.dtype,
                     bandwidth_measured=bandwidth_is_measured(n),
+                    tensor_parallel=n.num_gpus,
                 )
                 for n in nodes
             ]
@@ -321,6 +323,7 @@ class CostModel:
                     [self.nodes[d].gpu_name for d in order],
                     self.model.dtype,
                     [bandwidth_is_measured(self.nodes[d]) for d in order],
+                    [self.nodes[d].num_gpus for d in order],
                 )
                 if self.calibration is not None
                 else None

@@ -130,3 +130,37 @@ def test_bandwidth_is_measured_reads_the_measured_label() -> None:
     assert bandwidth_is_measured(replace(GPU, labels=(("measured", "flops, bandwidth"),)))
     assert not bandwidth_is_measured(replace(GPU, labels=(("measured", "flops"),)))
     assert not bandwidth_is_measured(replace(GPU, labels=(("source", "bandwidth"),)))
+
+
+def test_a_tensor_parallel_node_pays_the_collective_cost_on_every_block() -> None:
+    from dataclasses import replace
+
+    model = lookup("llama3.1:8b")
+    assert model is not None
+    cal = Calibration(
+        name="tp",
+        engine=Engine.VLLM,
+        devices=(
+            DeviceCalibration(
+                device="rtx-3090",
+                bandwidth_fraction={"default": Figure(value=0.8)},
+                block_overhead_s=Figure(value=2e-5),
+                collective_overhead_s=Figure(value=3e-5, source="two all-reduces"),
+            ),
+        ),
+    )
+    pair = replace(GPU, id="pair", vram_bytes=48 * 2**30, num_gpus=2)
+    read = sum(model.block_read_sizes()) + model.head_params_bytes
+    mean_block = sum(model.block_read_sizes()) / model.num_blocks
+    one = CostModel(model, [GPU], Constraints(), cal).stage_time(0, 0, 32, True, True)
+    two = CostModel(model, [pair], Constraints(), cal).stage_time(0, 0, 32, True, True)
+    assert one == pytest.approx(read / (936e9 * 0.8) + 2e-5 * read / mean_block)
+    # Twice the bandwidth, but every block also pays its all-reduces.
+    assert two == pytest.approx(read / (2 * 936e9 * 0.8) + (2e-5 + 3e-5) * read / mean_block)
+    pred = CostModel(model, [pair], Constraints(), cal).prediction([0], [0, 32])
+    assert pred.calibration == (
+        "tp [rtx-3090: bandwidth table, block table, hop table, collective table, compute table]"
+    )
+    # The single-GPU node's description does not mention a collective it never pays.
+    single = CostModel(model, [GPU], Constraints(), cal).prediction([0], [0, 32])
+    assert single.calibration is not None and "collective" not in single.calibration

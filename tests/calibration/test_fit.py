@@ -153,3 +153,68 @@ def test_measurement_rejects_non_positive_speed() -> None:
     with pytest.raises(InputError) as exc:
         Measurement(tokens_per_s=0.0, read_bytes=1, num_blocks=1, label="run1")
     assert str(exc.value) == "run1.tokens_per_s=0.0: must be a finite number > 0"
+
+
+@given(
+    frac=st.floats(0.4, 1.0),
+    block=st.floats(1e-6, 3e-4),
+    coll=st.floats(0.0, 1e-4),
+)
+def test_fit_recovers_the_collective_cost_of_tensor_parallel_runs(
+    frac: float, block: float, coll: float
+) -> None:
+    truth = DeviceCalibration(
+        device="truth",
+        bandwidth_fraction={"default": Figure(value=frac)},
+        block_overhead_s=Figure(value=block),
+        collective_overhead_s=Figure(value=coll),
+    )
+    runs = []
+    for size_gb, blocks in ((2.0, 16), (16.0, 32), (140.0, 80)):
+        for tp in (1, 2, 4, 8):
+            read = round(size_gb * 1e9)
+            t = stage_time_s(
+                read_bytes=read,
+                params=0,
+                num_blocks=blocks,
+                bandwidth_gbps=BW * tp,
+                tflops=0.0,
+                dtype="bf16",
+                tensor_parallel=tp,
+                device=truth,
+            )
+            runs.append(
+                Measurement(
+                    tokens_per_s=1 / t,
+                    read_bytes=read,
+                    num_blocks=blocks,
+                    dtype="bf16",
+                    tensor_parallel=tp,
+                )
+            )
+    result = fit_device(runs, bandwidth_gbps=BW, prior=PRIOR, device="x", prior_weight=1e-6)
+    d = result.device
+    assert d.fraction("bf16").value == pytest.approx(frac, rel=2e-3)
+    assert d.block_overhead_s.value == pytest.approx(block, rel=2e-3, abs=2e-8)
+    assert d.collective_overhead_s.value == pytest.approx(coll, rel=2e-3, abs=2e-8)
+    assert d.collective_overhead_s.provenance is Provenance.FITTED
+    assert result.median_abs_error < 1e-3
+
+
+def test_single_gpu_runs_keep_the_prior_collective_cost() -> None:
+    prior = DeviceCalibration(
+        device="*",
+        bandwidth_fraction={"default": Figure(value=0.8)},
+        collective_overhead_s=Figure(value=7e-6, source="prior"),
+    )
+    runs = [
+        Measurement(tokens_per_s=50.0, read_bytes=16 * 10**9, num_blocks=32, dtype="bf16"),
+        Measurement(tokens_per_s=180.0, read_bytes=4 * 10**9, num_blocks=16, dtype="bf16"),
+    ]
+    d = fit_device(runs, bandwidth_gbps=BW, prior=prior, device="x").device
+    assert d.collective_overhead_s == prior.collective_overhead_s
+
+
+def test_measurement_refuses_a_tensor_parallel_degree_below_one() -> None:
+    with pytest.raises(InputError, match="tensor_parallel"):
+        Measurement(tokens_per_s=1.0, read_bytes=1, num_blocks=1, tensor_parallel=0)

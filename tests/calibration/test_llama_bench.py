@@ -157,3 +157,30 @@ def test_markdown_with_fa_and_mmap_columns_reads_the_70b_decode_row() -> None:
     assert tg.dtype == "Q4_K_M"
     assert tg.stddev_tokens_per_s == 0.02
     assert estimate_num_blocks(tg.n_params) == 80
+
+
+def test_the_split_mode_and_gpu_list_give_the_runs_layout() -> None:
+    import json
+
+    base = json.loads((LB / "readme_rtx4080.json").read_text(encoding="utf-8"))[0]
+    one = parse_llama_bench(json.dumps([base]))[0]
+    assert one.gpu_names == ("NVIDIA GeForce RTX 4080",)
+    assert one.layout() == (0, 1)
+    # The same record as a three-GPU run (llama-bench lists the devices comma-separated).
+    three = dict(base, gpu_info="Tesla P40, Tesla P40, Tesla P40")
+    for mode, layout in (("layer", (2, 1)), ("row", (0, 3)), ("none", (0, 1))):
+        (r,) = parse_llama_bench(json.dumps([dict(three, split_mode=mode)]))
+        assert r.split_mode == mode
+        assert r.layout() == layout
+    # No split mode printed: llama.cpp's default, layer.
+    assert parse_llama_bench(json.dumps([three]))[0].layout() == (2, 1)
+    # A markdown table has no device list: the caller says how many GPUs.
+    md = (
+        "| model | size | params | backend | ngl | sm | test | t/s |\n"
+        "| --- | ---: | ---: | --- | --: | --- | --: | ---: |\n"
+        "| llama 7B Q4_0 | 3.56 GiB | 6.74 B | CUDA | 99 | row | tg 128 | 40.00 ± 0.10 |\n"
+    )
+    (r,) = parse_llama_bench(md)
+    assert r.split_mode == "row" and r.gpu_names == ()
+    assert r.layout() == (0, 1)
+    assert r.layout(2) == (0, 2)

@@ -53,7 +53,7 @@ def test_shipped_profiles_load_and_every_figure_cites_a_source(engine: Engine) -
     assert cal.for_device("some unknown accelerator") is not None
     for d in cal.devices:
         figures = [*d.bandwidth_fraction.values(), d.block_overhead_s, d.hop_overhead_s]
-        figures.append(d.compute_efficiency)
+        figures += [d.collective_overhead_s, d.compute_efficiency]
         for f in figures:
             assert len(f.source) > 20, (d.device, f)
 
@@ -97,6 +97,25 @@ def test_llamacpp_profile_has_family_entries_that_match_real_names() -> None:
 )
 def test_dtype_classes(dtype: str | None, cls: str) -> None:
     assert dtype_class(dtype) == cls
+
+
+def test_a_profile_without_a_collective_cost_charges_none_and_round_trips() -> None:
+    doc = {
+        "schema_version": 1,
+        "name": "old",
+        "engine": "vllm",
+        "devices": [{"device": "*", "bandwidth_fraction": {"default": {"value": 0.8}}}],
+    }
+    cal = calibration_from_json(json.dumps(doc))
+    assert cal.devices[0].collective_overhead_s.value == 0.0
+    with_tp = Calibration(
+        name="tp",
+        engine=Engine.VLLM,
+        devices=(_entry(collective_overhead_s=Figure(value=7e-6, source="all-reduce")),),
+    )
+    text = calibration_to_json(with_tp)
+    assert '"collective_overhead_s"' in text
+    assert calibration_from_json(text) == with_tp
 
 
 def _doc(**over: object) -> dict[str, object]:

@@ -8,6 +8,11 @@ For a stage of ``num_blocks`` blocks that reads ``read_bytes`` and does
     compute_s = 2 * params * batch / (tflops * 1e12 * compute_efficiency)
     time_s    = max(memory_s, compute_s) + num_blocks * block_overhead_s
                 + hops * hop_overhead_s
+                + num_blocks * collective_overhead_s   (tensor parallel only)
+
+``bandwidth_gbps`` and ``tflops`` are the stage's totals: a stage split over
+``tensor_parallel`` GPUs streams its bytes through all of them at once, and
+each of its blocks pays the all-reduces that join the GPUs' shares.
 
 With no calibration, ``f_dtype = compute_efficiency = 1`` and both overheads
 are 0: the first-order model.  The cost model calls :func:`stage_time_s` in
@@ -51,11 +56,12 @@ def bandwidth_is_measured(node: NodeDescriptor) -> bool:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeCalibration:
-    """The four factors a cost model applies to one node (identity: first-order)."""
+    """The factors a cost model applies to one node (identity: first-order)."""
 
     bandwidth_fraction: float = 1.0
     compute_efficiency: float = 1.0
     block_overhead_s: float = 0.0
+    """Per block, including its all-reduces when the node is tensor parallel."""
     hop_overhead_s: float = 0.0
     device: str | None = None
     """The profile entry used (None: no calibration)."""
@@ -67,6 +73,7 @@ def node_calibration(
     dtype: str | None,
     *,
     bandwidth_measured: bool = False,
+    tensor_parallel: int = 1,
 ) -> NodeCalibration:
     """The factors for a node with ``gpu_name`` holding ``dtype`` weights.
 
@@ -76,15 +83,17 @@ def node_calibration(
     A profile's bandwidth fraction derates a datasheet peak; a node whose
     bandwidth was measured (``bandwidth_measured``, see
     :func:`bandwidth_is_measured`) already streams at the achieved rate, so
-    its fraction is 1.0.
+    its fraction is 1.0.  A node of ``tensor_parallel`` > 1 GPUs adds the
+    profile's collective cost to every block.
     """
     entry = calibration.for_device(gpu_name) if calibration is not None else None
     if entry is None:
         return NodeCalibration()
+    collective = entry.collective_overhead_s.value if tensor_parallel > 1 else 0.0
     return NodeCalibration(
         bandwidth_fraction=1.0 if bandwidth_measured else entry.fraction(dtype).value,
         compute_efficiency=entry.compute_efficiency.value,
-        block_overhead_s=entry.block_overhead_s.value,
+        block_overhead_s=entry.block_overhead_s.value + collective,
         hop_overhead_s=entry.hop_overhead_s.value,
         device=entry.device,
     )
@@ -95,26 +104,31 @@ def describe_calibration(
     gpu_names: Sequence[str],
     dtype: str | None,
     bandwidth_measured: Sequence[bool] = (),
+    tensor_parallel: Sequence[int] = (),
 ) -> str:
     """Name the profile and where each figure used came from, for a plan's rationale.
 
     ``llamacpp-default [rtx-4090: bandwidth fitted, block fitted, hop table, compute table]``;
     ``bandwidth_measured[i]`` true (node ``i`` brought its own measured bandwidth, fraction
-    1.0) reads ``bandwidth measured``.
+    1.0) reads ``bandwidth measured``; a node of ``tensor_parallel[i]`` > 1 GPUs adds
+    where its collective cost came from.
     """
     parts = []
-    seen: set[tuple[str, bool]] = set()
-    measured = list(bandwidth_measured) + [False] * (len(gpu_names) - len(bandwidth_measured))
-    for name, own in zip(gpu_names, measured, strict=True):
+    seen: set[tuple[str, bool, bool]] = set()
+    n = len(gpu_names)
+    measured = list(bandwidth_measured) + [False] * (n - len(bandwidth_measured))
+    split = [t > 1 for t in tensor_parallel] + [False] * (n - len(tensor_parallel))
+    for name, own, tp in zip(gpu_names, measured, split, strict=True):
         entry = calibration.for_device(name)
-        if entry is None or (entry.device, own) in seen:
+        if entry is None or (entry.device, own, tp) in seen:
             continue
-        seen.add((entry.device, own))
+        seen.add((entry.device, own, tp))
         bandwidth = "measured" if own else entry.fraction(dtype).provenance.value
+        collective = f", collective {entry.collective_overhead_s.provenance.value}" if tp else ""
         parts.append(
             f"{entry.device}: bandwidth {bandwidth}, "
             f"block {entry.block_overhead_s.provenance.value}, "
-            f"hop {entry.hop_overhead_s.provenance.value}, "
+            f"hop {entry.hop_overhead_s.provenance.value}{collective}, "
             f"compute {entry.compute_efficiency.provenance.value}"
         )
     return f"{calibration.name} [{'; '.join(parts) or 'no matching device'}]"
@@ -152,6 +166,7 @@ def calibrate_stage(
     dtype: str | None = None,
     batch: int = 1,
     hops: int = 0,
+    tensor_parallel: int = 1,
     device: DeviceCalibration | None = None,
 ) -> StageEstimate:
     """The calibrated terms of one stage (first-order when ``device`` is None).
@@ -160,15 +175,25 @@ def calibrate_stage(
     parameters it multiplies (FLOPs = 2 · params · batch); ``bandwidth_gbps``:
     peak memory bandwidth in GB/s; ``tflops``: peak dense TFLOP/s (0: unknown,
     compute ignored); ``hops``: stage hops this stage pays (usually 1, or 0 for
-    a single stage).
+    a single stage); ``tensor_parallel``: GPUs the stage is split over (its
+    bandwidth and FLOP/s are their totals).
     """
     if bandwidth_gbps <= 0:
         raise InputError("bandwidth_gbps", bandwidth_gbps, "must be > 0")
-    if read_bytes < 0 or params < 0 or num_blocks < 0 or hops < 0 or batch < 1 or tflops < 0:
+    if (
+        read_bytes < 0
+        or params < 0
+        or num_blocks < 0
+        or hops < 0
+        or batch < 1
+        or tflops < 0
+        or tensor_parallel < 1
+    ):
         raise InputError(
             "stage",
-            (read_bytes, params, num_blocks, hops, batch, tflops),
-            "read_bytes, params, num_blocks, hops, tflops must be >= 0 and batch >= 1",
+            (read_bytes, params, num_blocks, hops, batch, tflops, tensor_parallel),
+            "read_bytes, params, num_blocks, hops, tflops must be >= 0; "
+            "batch and tensor_parallel >= 1",
         )
     if device is None:
         frac, eff, per_block, per_hop = 1.0, 1.0, 0.0, 0.0
@@ -176,6 +201,8 @@ def calibrate_stage(
         frac = device.fraction(dtype).value
         eff = device.compute_efficiency.value
         per_block = device.block_overhead_s.value
+        if tensor_parallel > 1:
+            per_block += device.collective_overhead_s.value
         per_hop = device.hop_overhead_s.value
     memory_s = read_bytes / (bandwidth_gbps * 1e9 * frac)
     compute_s = 2.0 * params * batch / (tflops * 1e12 * eff) if tflops > 0 else 0.0
@@ -199,6 +226,7 @@ def stage_time_s(
     dtype: str | None = None,
     batch: int = 1,
     hops: int = 0,
+    tensor_parallel: int = 1,
     device: DeviceCalibration | None = None,
 ) -> float:
     """Seconds one decode step spends on the stage (see :func:`calibrate_stage`)."""
@@ -211,5 +239,6 @@ def stage_time_s(
         dtype=dtype,
         batch=batch,
         hops=hops,
+        tensor_parallel=tensor_parallel,
         device=device,
     ).time_s

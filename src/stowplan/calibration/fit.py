@@ -2,9 +2,11 @@
 
 Every measurement is one decode run at batch 1: tokens/s for a model that
 reads ``read_bytes`` per token through ``num_blocks`` blocks and ``hops``
-stage hops.  Its time per token is linear in the unknowns::
+stage hops, on ``tensor_parallel`` GPUs that split every block.  Its time per
+token is linear in the unknowns::
 
-    1 / tokens_per_s = (read_bytes / BW) * u[dtype] + num_blocks * c_block + hops * c_hop
+    1 / tokens_per_s = (read_bytes / (BW * tp)) * u[dtype] + num_blocks * c_block
+                       + hops * c_hop + [tp > 1] * num_blocks * c_collective
 
 with ``u = 1 / bandwidth_fraction``.  The fit minimises the squared relative
 error of the time per token plus a small pull towards the prior profile (so a
@@ -44,6 +46,8 @@ class Measurement:
     num_blocks: int
     dtype: str | None = None
     hops: int = 0
+    tensor_parallel: int = 1
+    """GPUs every block is split over (their bandwidths add up)."""
     label: str = ""
 
     def __post_init__(self) -> None:
@@ -63,6 +67,17 @@ class Measurement:
                 (self.num_blocks, self.hops),
                 "num_blocks and hops must be >= 0",
             )
+        if self.tensor_parallel < 1:
+            raise InputError(
+                f"{self.label or 'measurement'}.tensor_parallel",
+                self.tensor_parallel,
+                "must be >= 1",
+            )
+
+    @property
+    def collective_blocks(self) -> int:
+        """Blocks that pay a tensor-parallel collective (0 on one GPU)."""
+        return self.num_blocks if self.tensor_parallel > 1 else 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,7 +123,12 @@ def fit_device(
     prior_weight: float = 0.05,
     source: str = "",
 ) -> FitResult:
-    """Fit ``device``'s bandwidth fraction per dtype class, block and hop overheads.
+    """Fit ``device``'s bandwidth fraction per dtype class, block, hop and collective costs.
+
+    ``bandwidth_gbps`` is one GPU's; a run on several GPUs streams through all of
+    them.  The hop cost is fitted only when some run has hops, the collective
+    cost only when some run spans several GPUs; otherwise the prior's figure is
+    kept.
 
     ``prior`` supplies the starting figures and every figure the data cannot
     determine (the compute efficiency always: batch-1 decode is memory-bound).
@@ -125,12 +145,23 @@ def fit_device(
     t_ref = median(times)
     classes = sorted({dtype_class(m.dtype) for m in measurements})
     fit_hops = any(m.hops > 0 for m in measurements)
-    # Step 1: unknown vector x = [u_class..., c_block / t_ref, (c_hop / t_ref)].
-    names = [*classes, "block", *(["hop"] if fit_hops else [])]
+    fit_coll = any(m.tensor_parallel > 1 for m in measurements)
+    # Step 1: unknown vector x = [u_class..., c_block / t_ref, (c_hop / t_ref), (c_coll / t_ref)].
+    names = [
+        *classes,
+        "block",
+        *(["hop"] if fit_hops else []),
+        *(["collective"] if fit_coll else []),
+    ]
+    i_block = len(classes)
+    i_hop = i_block + 1 if fit_hops else -1
+    i_coll = len(names) - 1 if fit_coll else -1
     prior_x = [1.0 / prior.fraction(c).value for c in classes]
     prior_x.append(prior.block_overhead_s.value / t_ref)
     if fit_hops:
         prior_x.append(prior.hop_overhead_s.value / t_ref)
+    if fit_coll:
+        prior_x.append(prior.collective_overhead_s.value / t_ref)
     fixed: dict[int, float] = {}
     lam = math.sqrt(prior_weight)
     for _ in range(len(names) + 1):
@@ -139,10 +170,12 @@ def fit_device(
         rhs: list[float] = []
         for m, t in zip(measurements, times, strict=True):
             row = [0.0] * len(names)
-            row[classes.index(dtype_class(m.dtype))] = m.read_bytes / bw / t
-            row[len(classes)] = m.num_blocks * t_ref / t
+            row[classes.index(dtype_class(m.dtype))] = m.read_bytes / (bw * m.tensor_parallel) / t
+            row[i_block] = m.num_blocks * t_ref / t
             if fit_hops:
-                row[len(classes) + 1] = m.hops * t_ref / t
+                row[i_hop] = m.hops * t_ref / t
+            if fit_coll:
+                row[i_coll] = m.collective_blocks * t_ref / t
             rows.append(row)
             rhs.append(1.0)
         for i, p in enumerate(prior_x):
@@ -177,11 +210,16 @@ def fit_device(
         fractions[c] = Figure(value=round(1.0 / x[i], 4), provenance=fitted, source=note)
     if "default" not in classes:
         fractions.setdefault("default", prior.bandwidth_fraction["default"])
-    block = Figure(value=round(x[len(classes)] * t_ref, 9), provenance=fitted, source=note)
+    block = Figure(value=round(x[i_block] * t_ref, 9), provenance=fitted, source=note)
     hop = (
-        Figure(value=round(x[len(classes) + 1] * t_ref, 9), provenance=fitted, source=note)
+        Figure(value=round(x[i_hop] * t_ref, 9), provenance=fitted, source=note)
         if fit_hops
         else prior.hop_overhead_s
+    )
+    collective = (
+        Figure(value=round(x[i_coll] * t_ref, 9), provenance=fitted, source=note)
+        if fit_coll
+        else prior.collective_overhead_s
     )
     entry = DeviceCalibration(
         device=device,
@@ -189,14 +227,16 @@ def fit_device(
         bandwidth_fraction=fractions,
         block_overhead_s=block,
         hop_overhead_s=hop,
+        collective_overhead_s=collective,
         compute_efficiency=prior.compute_efficiency,
     )
     predicted = []
     for m in measurements:
         t = (
-            m.read_bytes / (bw * entry.fraction(m.dtype).value)
+            m.read_bytes / (bw * m.tensor_parallel * entry.fraction(m.dtype).value)
             + m.num_blocks * block.value
             + m.hops * hop.value
+            + m.collective_blocks * collective.value
         )
         predicted.append(1.0 / t)
     errors = tuple(

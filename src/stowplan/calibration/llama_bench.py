@@ -57,6 +57,29 @@ class LlamaBenchResult:
     stddev_tokens_per_s: float | None = None
     n_gpu_layers: int | None = None
     gpu_info: str | None = None
+    """The devices, comma-separated (JSON and CSV output only)."""
+    split_mode: str | None = None
+    """``layer`` (pipeline over the GPUs), ``row`` (every layer split) or ``none``."""
+
+    @property
+    def gpu_names(self) -> tuple[str, ...]:
+        """The devices ``gpu_info`` lists (empty when the output does not say)."""
+        return tuple(g.strip() for g in (self.gpu_info or "").split(",") if g.strip())
+
+    def layout(self, num_gpus: int | None = None) -> tuple[int, int]:
+        """``(hops, tensor_parallel)`` of the run over ``num_gpus`` (default: ``gpu_info``'s count).
+
+        Split mode ``row`` splits every layer over the GPUs (tensor parallel);
+        ``layer`` (llama.cpp's default) gives each GPU a run of layers, so a
+        token crosses ``num_gpus - 1`` stage hops; ``none`` runs on one GPU.
+        """
+        n = num_gpus if num_gpus is not None else max(len(self.gpu_names), 1)
+        mode = (self.split_mode or "layer").strip().lower()
+        if n <= 1 or mode == "none":
+            return 0, 1
+        if mode == "row":
+            return 0, n
+        return n - 1, 1
 
     @property
     def dtype(self) -> str:
@@ -134,6 +157,7 @@ def _parse_markdown(text: str) -> list[LlamaBenchResult]:
             size = _size_bytes(row["size"]) if "size" in row else 0
             params = _count(row["params"]) if "params" in row else 0
             ngl = int(row["ngl"]) if row.get("ngl", "").lstrip("-").isdigit() else None
+            split = row.get("sm") or None
         except (ValueError, KeyError):
             continue
         out.append(
@@ -149,6 +173,7 @@ def _parse_markdown(text: str) -> list[LlamaBenchResult]:
                 tokens_per_s=ts,
                 stddev_tokens_per_s=sd,
                 n_gpu_layers=ngl,
+                split_mode=split,
             )
         )
     return out
@@ -182,6 +207,7 @@ def _from_record(obj: dict[str, Any], where: str) -> LlamaBenchResult:
             stddev_tokens_per_s=float(sd) if sd not in (None, "") else None,
             n_gpu_layers=int(ngl) if ngl not in (None, "") else None,
             gpu_info=str(obj["gpu_info"]) if obj.get("gpu_info") else None,
+            split_mode=str(obj["split_mode"]) if obj.get("split_mode") else None,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(

@@ -23,6 +23,7 @@ The JSON format (``schema_version`` 1)::
           },
           "block_overhead_s": {"value": 1e-4, "provenance": "table", "source": "..."},
           "hop_overhead_s": {"value": 1e-5, "provenance": "table", "source": "..."},
+          "collective_overhead_s": {"value": 7e-6, "provenance": "table", "source": "..."},
           "compute_efficiency": {"value": 0.6, "provenance": "table", "source": "..."}
         }
       ]
@@ -165,8 +166,11 @@ class DeviceCalibration:
     fraction of peak memory bandwidth decode kernels reach; ``default`` covers
     any class not listed.  ``block_overhead_s`` is the fixed time every block
     adds per token (attention, norms, launches), ``hop_overhead_s`` the fixed
-    time every stage hop adds per token, ``compute_efficiency`` the fraction of
-    peak FLOP/s reached when decode is compute-bound.
+    time every stage hop adds per token, ``collective_overhead_s`` the fixed
+    time every block adds per token when its stage is split over several GPUs
+    (tensor parallel: the block's all-reduces), ``compute_efficiency`` the
+    fraction of peak FLOP/s reached when decode is compute-bound.  A profile
+    without ``collective_overhead_s`` charges 0 for it.
     """
 
     device: str
@@ -176,6 +180,7 @@ class DeviceCalibration:
     bandwidth_fraction: Mapping[str, Figure] = field(default_factory=dict)
     block_overhead_s: Figure = field(default_factory=lambda: Figure(value=0.0))
     hop_overhead_s: Figure = field(default_factory=lambda: Figure(value=0.0))
+    collective_overhead_s: Figure = field(default_factory=lambda: Figure(value=0.0))
     compute_efficiency: Figure = field(default_factory=lambda: Figure(value=1.0))
 
     def __post_init__(self) -> None:
@@ -198,6 +203,7 @@ class DeviceCalibration:
         object.__setattr__(self, "bandwidth_fraction", FractionTable(sorted(fractions.items())))
         check_number(f"{where}.block_overhead_s", self.block_overhead_s.value, upper=1.0)
         check_number(f"{where}.hop_overhead_s", self.hop_overhead_s.value, upper=10.0)
+        check_number(f"{where}.collective_overhead_s", self.collective_overhead_s.value, upper=1.0)
         eff = check_number(f"{where}.compute_efficiency", self.compute_efficiency.value, upper=1.0)
         if eff == 0:
             raise InputError(
@@ -276,6 +282,7 @@ _DEVICE_KEYS = {
     "bandwidth_fraction",
     "block_overhead_s",
     "hop_overhead_s",
+    "collective_overhead_s",
     "compute_efficiency",
 }
 _TOP_KEYS = {"schema_version", "name", "engine", "description", "devices"}
@@ -316,7 +323,12 @@ def _device(where: str, data: object) -> DeviceCalibration:
     if not isinstance(fractions, dict):
         raise InputError(f"{where}.bandwidth_fraction", fractions, "must be a JSON object")
     kwargs: dict[str, Any] = {}
-    for key in ("block_overhead_s", "hop_overhead_s", "compute_efficiency"):
+    for key in (
+        "block_overhead_s",
+        "hop_overhead_s",
+        "collective_overhead_s",
+        "compute_efficiency",
+    ):
         if key in obj:
             kwargs[key] = _figure(f"{where}.{key}", obj[key])
     return DeviceCalibration(
@@ -378,6 +390,7 @@ def calibration_to_dict(cal: Calibration) -> dict[str, Any]:
                 "bandwidth_fraction": {k: _figure_dict(v) for k, v in d.bandwidth_fraction.items()},
                 "block_overhead_s": _figure_dict(d.block_overhead_s),
                 "hop_overhead_s": _figure_dict(d.hop_overhead_s),
+                "collective_overhead_s": _figure_dict(d.collective_overhead_s),
                 "compute_efficiency": _figure_dict(d.compute_efficiency),
             }
             for d in cal.devices

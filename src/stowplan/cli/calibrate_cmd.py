@@ -118,6 +118,7 @@ def _probe_entries(passport_path: Path | None, prior_cal: Calibration) -> list[D
                 bandwidth_fraction=fractions,
                 block_overhead_s=block,
                 hop_overhead_s=prior.hop_overhead_s,
+                collective_overhead_s=prior.collective_overhead_s,
                 compute_efficiency=prior.compute_efficiency,
             )
         )
@@ -157,6 +158,13 @@ def calibrate_command(
     ] = None,
     blocks: Annotated[
         int | None, typer.Option(help="Blocks of the benchmarked model (default: estimated).")
+    ] = None,
+    gpus: Annotated[
+        int | None,
+        typer.Option(
+            help="GPUs the runs used (default: the file's gpu_info, else 1); "
+            "split mode row fits the collective cost, layer the hop cost."
+        ),
     ] = None,
     engine: Annotated[str, typer.Option(help="generic, llamacpp, vllm or trtllm.")] = "llamacpp",
     out: Annotated[
@@ -206,7 +214,16 @@ def calibrate_command(
             str(from_llama_bench),
             "has no token-generation (tgN) results; run llama-bench with -n 128",
         )
-    name = device or next((r.gpu_info for r in decode if r.gpu_info), None)
+    if gpus is not None and gpus < 1:
+        raise InputError("--gpus", gpus, "must be >= 1")
+    listed = sorted({g for r in decode for g in r.gpu_names})
+    if device is None and len(listed) > 1:
+        raise InputError(
+            "--device",
+            ", ".join(listed),
+            "the runs used different GPUs; fit one device at a time (pass --device)",
+        )
+    name = device or (listed[0] if listed else None)
     if not name:
         raise InputError(
             "--device",
@@ -237,12 +254,15 @@ def calibrate_command(
                 soft_wrap=True,
             )
             continue
+        hops, tp = r.layout(gpus)
         measurements.append(
             Measurement(
                 tokens_per_s=r.tokens_per_s,
                 read_bytes=r.size_bytes,
                 num_blocks=n,
                 dtype=r.dtype,
+                hops=hops,
+                tensor_parallel=tp,
                 label=f"{r.model_type} {r.test}",
             )
         )
@@ -300,6 +320,11 @@ def _render(
     )
     figures.add_row(
         "hop overhead", f"{d.hop_overhead_s.value * 1e6:.1f} us", d.hop_overhead_s.provenance
+    )
+    figures.add_row(
+        "collective overhead (per block, tensor parallel)",
+        f"{d.collective_overhead_s.value * 1e6:.1f} us",
+        d.collective_overhead_s.provenance,
     )
     figures.add_row(
         "compute efficiency",
