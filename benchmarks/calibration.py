@@ -51,12 +51,24 @@ DATA = HERE.parent / "src" / "stowplan" / "calibration" / "data"
 Run = dict[str, object]
 
 # Engines whose shipped profile is fitted from the published runs, in table order.
-FITTED_ENGINES = (Engine.LLAMACPP, Engine.VLLM, Engine.TRTLLM, Engine.GENERIC)
+FITTED_ENGINES = (
+    Engine.LLAMACPP,
+    Engine.VLLM,
+    Engine.TRTLLM,
+    Engine.GENERIC,
+    Engine.TRANSFORMERS,
+)
+
+
+def load_all_runs() -> list[Run]:
+    """Every published run, the excluded ones (an ``excluded`` reason) included."""
+    runs: list[Run] = json.loads((HERE / "published_decode.json").read_text())["runs"]
+    return runs
 
 
 def load_runs() -> list[Run]:
-    runs: list[Run] = json.loads((HERE / "published_decode.json").read_text())["runs"]
-    return runs
+    """The runs the profiles are fitted to and the tables score."""
+    return [r for r in load_all_runs() if not r.get("excluded")]
 
 
 def tensor_parallel(r: Run) -> int:
@@ -119,11 +131,15 @@ def _base_prior() -> DeviceCalibration:
     )
 
 
-_NOISE = {"apple", "tesla", "sxm", "pcie", "nvl"}
+_NOISE = {"apple", "tesla", "sxm"}
 
 
 def family_match(family: str) -> tuple[str, ...]:
-    """Tokens a GPU name must hold to match a family key (``h100-sxm`` → ``h100``, ``a100-80gb``)."""
+    """Tokens a GPU name must hold to match a family key: ``a100-80gb`` → a100, 80gb.
+
+    ``sxm`` is dropped (nvidia-smi calls an H100 SXM ``NVIDIA H100 80GB HBM3``); ``pcie``
+    is kept, so a PCIe card's entry needs the word and wins over the SXM one when it has it.
+    """
     return tuple(w for w in family.split("-") if w not in _NOISE)
 
 
@@ -160,8 +176,11 @@ DESCRIPTIONS = {
     "decode speeds (benchmarks/published_decode.json lists every run); '*' (any other GPU) is "
     "fitted over all of them.",
     Engine.GENERIC: "Engine-agnostic: '*' holds NVIDIA's cost-model defaults (use when the "
-    "engine is unknown); family entries are fitted to published plain or compiled PyTorch "
-    "decode speeds (benchmarks/published_decode.json).",
+    "engine is unknown); family entries are fitted to published compiled-PyTorch decode "
+    "speeds (gpt-fast, torchao; benchmarks/published_decode.json).",
+    Engine.TRANSFORMERS: "Hugging Face transformers eager generate (what an Accelerate "
+    "device_map runs), fitted per GPU family to published decode speeds "
+    "(benchmarks/published_decode.json); '*' is fitted over all of them.",
 }
 
 
@@ -193,37 +212,57 @@ def _layout_key(r: Run) -> str:
 
 
 def published_table(runs: list[Run]) -> list[str]:
-    """Leave-one-out median errors per engine, GPU family and layout, and overall."""
-    rows: dict[tuple[str, str, str], list[tuple[float, float]]] = defaultdict(list)
+    """Median errors per engine, GPU family and layout, and overall: first-order, the
+    calibration fitted without the run (leave-one-out), and the shipped profile."""
+    shipped = {e: shipped_calibration(e) for e in {Engine(str(r["engine"])) for r in runs}}
+    rows: dict[tuple[str, str, str], list[tuple[float, float, float]]] = defaultdict(list)
     for r, first, cal in leave_one_out(runs):
-        rows[str(r["engine"]), str(r["family"]), _layout_key(r)].append((first, cal))
+        measured = float(r["tokens_per_s"])  # type: ignore[arg-type]
+        entry = shipped[Engine(str(r["engine"]))].for_device(str(r["gpu_name"]))
+        ship = (predict(r, entry) - measured) / measured
+        rows[str(r["engine"]), str(r["family"]), _layout_key(r)].append((first, cal, ship))
     out = [
         "| engine | GPU family | layout | runs | first-order median abs error "
-        "| calibrated (leave-one-out) median abs error |",
-        "| --- | --- | --- | ---: | ---: | ---: |",
+        "| calibrated, leave-one-out | shipped profile |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: |",
     ]
+
+    def cells(errs: list[tuple[float, float, float]]) -> str:
+        meds = (median(abs(e[i]) for e in errs) for i in range(3))
+        return f"{len(errs)} | " + " | ".join(f"{m:.0%}" for m in meds)
+
     order = {e.value: i for i, e in enumerate(FITTED_ENGINES)}
-    by_engine: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    by_engine: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     for key in sorted(rows, key=lambda k: (order.get(k[0], 99), k[1], k[2])):
-        f = [abs(a) for a, _ in rows[key]]
-        c = [abs(b) for _, b in rows[key]]
         by_engine[key[0]] += rows[key]
-        out.append(
-            f"| {key[0]} | {key[1]} | {key[2]} | {len(f)} | {median(f):.0%} | {median(c):.0%} |"
-        )
-    every: list[tuple[float, float]] = []
+        out.append(f"| {key[0]} | {key[1]} | {key[2]} | {cells(rows[key])} |")
+    every: list[tuple[float, float, float]] = []
     for engine in sorted(by_engine, key=lambda e: order.get(e, 99)):
-        errs = by_engine[engine]
-        every += errs
-        out.append(
-            f"| **{engine}** | all | | {len(errs)} | {median(abs(a) for a, _ in errs):.0%} "
-            f"| {median(abs(b) for _, b in errs):.0%} |"
-        )
-    out.append(
-        f"| **all** | | | {len(every)} | {median(abs(a) for a, _ in every):.0%} "
-        f"| {median(abs(b) for _, b in every):.0%} |"
-    )
+        every += by_engine[engine]
+        out.append(f"| **{engine}** | all | | {cells(by_engine[engine])} |")
+    out.append(f"| **all** | | | {cells(every)} |")
     return out
+
+
+def excluded_table(all_runs: list[Run]) -> list[str]:
+    """Runs kept in the data but out of the fits, with why and how far off they are."""
+    rows = [
+        "| engine | GPU | model, dtype | measured tok/s | first-order | shipped profile | why left out |",
+        "| --- | --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    for r in all_runs:
+        if not r.get("excluded"):
+            continue
+        measured = float(r["tokens_per_s"])  # type: ignore[arg-type]
+        first = predict(r, None)
+        shipped = shipped_calibration(Engine(str(r["engine"]))).for_device(str(r["gpu_name"]))
+        table = predict(r, shipped)
+        rows.append(
+            f"| {r['engine']} | {r['family']} | {r['model']}, {r['dtype']} | {measured:.1f} "
+            f"| {(first - measured) / measured:+.0%} | {(table - measured) / measured:+.0%} "
+            f"| {r['excluded']} |"
+        )
+    return rows
 
 
 def runs_table(runs: list[Run]) -> list[str]:
@@ -403,6 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(published_table(runs)))
     print("\n## Every run outside llama.cpp\n")
     print("\n".join(runs_table(runs)))
+    print("\n## Runs left out of the fits\n")
+    print("\n".join(excluded_table(load_all_runs())))
     if not args.skip_cpu:
         print("\n## This CPU (numpy decode)\n")
         print("\n".join(cpu_section(args.quick)))

@@ -133,7 +133,10 @@ def _doc(**over: object) -> dict[str, object]:
     ("doc", "message"),
     [
         (_doc(schema_version=2), "schema_version=2: only version 1 is supported"),
-        (_doc(engine="ollama"), "engine='ollama': must be one of generic, llamacpp, vllm, trtllm"),
+        (
+            _doc(engine="ollama"),
+            "engine='ollama': must be one of generic, llamacpp, vllm, trtllm, transformers",
+        ),
         (_doc(devices=[]), "devices=[]: must be a non-empty list of device objects"),
         (
             _doc(extra=1),

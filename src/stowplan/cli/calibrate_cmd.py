@@ -166,7 +166,9 @@ def calibrate_command(
             "split mode row fits the collective cost, layer the hop cost."
         ),
     ] = None,
-    engine: Annotated[str, typer.Option(help="generic, llamacpp, vllm or trtllm.")] = "llamacpp",
+    engine: Annotated[
+        str, typer.Option(help="generic, llamacpp, vllm, trtllm or transformers.")
+    ] = "llamacpp",
     out: Annotated[
         Path | None,
         typer.Option(help="Profile file to write (default: ~/.stowplan/calibration/ENGINE.json)."),

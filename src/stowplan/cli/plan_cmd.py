@@ -94,7 +94,9 @@ def plan_command(
     ] = None,
     engine: Annotated[
         str | None,
-        typer.Option(help="Calibrate predictions for generic, llamacpp, vllm or trtllm."),
+        typer.Option(
+            help="Calibrate predictions for generic, llamacpp, vllm, trtllm or transformers."
+        ),
     ] = None,
     calibration: Annotated[
         Path | None, typer.Option("--calibration", help="Calibration profile JSON (overrides).")
