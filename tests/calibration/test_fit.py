@@ -39,31 +39,37 @@ def _truth(f16: float, q4: float, block: float, hop: float) -> DeviceCalibration
     )
 
 
+def _measure(
+    truth: DeviceCalibration, read: int, blocks: int, dtype: str, hops: int = 0, tp: int = 1
+) -> Measurement:
+    """The run ``truth`` would measure on ``tp`` GPUs of BW GB/s each."""
+    t = stage_time_s(
+        read_bytes=read,
+        params=0,
+        num_blocks=blocks,
+        bandwidth_gbps=BW * tp,
+        tflops=0.0,
+        dtype=dtype,
+        hops=hops,
+        tensor_parallel=tp,
+        device=truth,
+    )
+    return Measurement(
+        tokens_per_s=1 / t,
+        read_bytes=read,
+        num_blocks=blocks,
+        dtype=dtype,
+        hops=hops,
+        tensor_parallel=tp,
+    )
+
+
 def _runs(truth: DeviceCalibration) -> list[Measurement]:
     runs = []
     for size_gb, blocks in ((1.0, 16), (4.0, 32), (14.0, 32), (40.0, 80)):
         for dtype, scale in (("F16", 1.0), ("Q4_0", 0.28)):
             for hops in (0, 1, 3):
-                read = round(size_gb * scale * 1e9)
-                t = stage_time_s(
-                    read_bytes=read,
-                    params=0,
-                    num_blocks=blocks,
-                    bandwidth_gbps=BW,
-                    tflops=0.0,
-                    dtype=dtype,
-                    hops=hops,
-                    device=truth,
-                )
-                runs.append(
-                    Measurement(
-                        tokens_per_s=1 / t,
-                        read_bytes=read,
-                        num_blocks=blocks,
-                        dtype=dtype,
-                        hops=hops,
-                    )
-                )
+                runs.append(_measure(truth, round(size_gb * scale * 1e9), blocks, dtype, hops))
     return runs
 
 
@@ -169,29 +175,11 @@ def test_fit_recovers_the_collective_cost_of_tensor_parallel_runs(
         block_overhead_s=Figure(value=block),
         collective_overhead_s=Figure(value=coll),
     )
-    runs = []
-    for size_gb, blocks in ((2.0, 16), (16.0, 32), (140.0, 80)):
-        for tp in (1, 2, 4, 8):
-            read = round(size_gb * 1e9)
-            t = stage_time_s(
-                read_bytes=read,
-                params=0,
-                num_blocks=blocks,
-                bandwidth_gbps=BW * tp,
-                tflops=0.0,
-                dtype="bf16",
-                tensor_parallel=tp,
-                device=truth,
-            )
-            runs.append(
-                Measurement(
-                    tokens_per_s=1 / t,
-                    read_bytes=read,
-                    num_blocks=blocks,
-                    dtype="bf16",
-                    tensor_parallel=tp,
-                )
-            )
+    runs = [
+        _measure(truth, round(size_gb * 1e9), blocks, "bf16", tp=tp)
+        for size_gb, blocks in ((2.0, 16), (16.0, 32), (140.0, 80))
+        for tp in (1, 2, 4, 8)
+    ]
     result = fit_device(runs, bandwidth_gbps=BW, prior=PRIOR, device="x", prior_weight=1e-6)
     d = result.device
     assert d.fraction("bf16").value == pytest.approx(frac, rel=2e-3)
