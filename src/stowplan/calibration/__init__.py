@@ -4,6 +4,7 @@
 * :mod:`.apply` — one stage's calibrated time (what :mod:`stowplan.cost` calls).
 * :mod:`.fit` — least-squares fit of a device's figures from decode runs.
 * :mod:`.llama_bench` — parser of ``llama-bench`` output.
+* :mod:`.serving_bench` — parser of vLLM / SGLang / TensorRT-LLM serving-benchmark results.
 * :mod:`.store` — the shipped profiles (``data/*.json``) and the user's fitted ones.
 """
 
@@ -39,6 +40,10 @@ from stowplan.calibration.profile import (
     dtype_class,
     normalise_gpu_name,
 )
+from stowplan.calibration.serving_bench import (
+    ServingBenchResult,
+    parse_serving_bench,
+)
 from stowplan.calibration.store import (
     load_calibration_file,
     resolve_calibration,
@@ -59,6 +64,7 @@ __all__ = [
     "Measurement",
     "NodeCalibration",
     "Provenance",
+    "ServingBenchResult",
     "StageEstimate",
     "calibrate_stage",
     "calibration_from_dict",
@@ -73,6 +79,7 @@ __all__ = [
     "node_calibration",
     "normalise_gpu_name",
     "parse_llama_bench",
+    "parse_serving_bench",
     "partial_offload",
     "resolve_calibration",
     "shipped_calibration",

@@ -24,16 +24,20 @@ from stowplan.calibration import (
     load_calibration_file,
     normalise_gpu_name,
     parse_llama_bench,
+    parse_serving_bench,
     partial_offload,
     resolve_calibration,
     user_calibration_path,
     write_calibration,
 )
+from stowplan.calibration.serving_bench import BATCH1_RULE
 from stowplan.cli.app import app
 from stowplan.cli.common import err_console, out_console
 from stowplan.errors import InputError
 from stowplan.fileio import read_text_file
 from stowplan.gpus import lookup_gpu
+from stowplan.model import ModelLayout
+from stowplan.models import resolve_model
 
 
 def _spec_bandwidth_gbps(gpu_name: str) -> float | None:
@@ -144,6 +148,21 @@ def calibrate_command(
             "--from-llama-bench", help="llama-bench output: markdown, CSV, JSON or JSONL."
         ),
     ] = None,
+    from_serving_bench: Annotated[
+        Path | None,
+        typer.Option(
+            "--from-serving-bench",
+            help="vllm bench serve --save-result JSON, sglang.bench_serving --output-file "
+            "JSONL or trtllm-bench --report_json; runs at concurrency 1 are fitted.",
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="Model the serving benchmark ran: known name, HF id, config.json or checkpoint.",
+        ),
+    ] = None,
     from_probe: Annotated[
         bool, typer.Option("--from-probe", help="Use the host probe's measured matrix.")
     ] = False,
@@ -162,13 +181,18 @@ def calibrate_command(
     gpus: Annotated[
         int | None,
         typer.Option(
-            help="GPUs the runs used (default: the file's gpu_info, else 1); "
-            "split mode row fits the collective cost, layer the hop cost."
+            help="GPUs the runs used (default: the file's gpu_info / tp_size, else 1); "
+            "llama-bench split mode row and serving runs (tensor parallel) fit the "
+            "collective cost, layer the hop cost."
         ),
     ] = None,
     engine: Annotated[
-        str, typer.Option(help="generic, llamacpp, vllm, trtllm or transformers.")
-    ] = "llamacpp",
+        str | None,
+        typer.Option(
+            help="generic, llamacpp, vllm, trtllm or transformers (default: llamacpp; vllm "
+            "for --from-serving-bench, trtllm for a trtllm-bench report)."
+        ),
+    ] = None,
     out: Annotated[
         Path | None,
         typer.Option(help="Profile file to write (default: ~/.stowplan/calibration/ENGINE.json)."),
@@ -176,12 +200,28 @@ def calibrate_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the fitted profile JSON.")] = False,
 ) -> None:
     """Fit this device's calibration from measured decode runs and save the profile."""
-    try:
-        eng = Engine(engine)
-    except ValueError:
-        raise InputError(
-            "--engine", engine, f"must be one of {', '.join(e.value for e in Engine)}"
-        ) from None
+    if gpus is not None and gpus < 1:
+        raise InputError("--gpus", gpus, "must be >= 1")
+    if from_serving_bench is not None:
+        if from_llama_bench is not None or from_probe:
+            raise InputError(
+                "--from-serving-bench",
+                str(from_serving_bench),
+                "fit from one source at a time (not with --from-llama-bench / --from-probe)",
+            )
+        _calibrate_from_serving_bench(
+            from_serving_bench,
+            model=model,
+            device=device,
+            bandwidth_gbps=bandwidth_gbps,
+            blocks=blocks,
+            gpus=gpus,
+            engine=engine,
+            out=out,
+            as_json=as_json,
+        )
+        return
+    eng = _engine(engine or Engine.LLAMACPP.value)
     target = out if out is not None else user_calibration_path(eng)
     if from_probe:
         entries = _probe_entries(passport, resolve_calibration(eng))
@@ -216,27 +256,12 @@ def calibrate_command(
             str(from_llama_bench),
             "has no token-generation (tgN) results; run llama-bench with -n 128",
         )
-    if gpus is not None and gpus < 1:
-        raise InputError("--gpus", gpus, "must be >= 1")
-    listed = sorted({g for r in decode for g in r.gpu_names})
-    if device is None and len(listed) > 1:
-        raise InputError(
-            "--device",
-            ", ".join(listed),
-            "the runs used different GPUs; fit one device at a time (pass --device)",
-        )
-    name = device or (listed[0] if listed else None)
-    if not name:
-        raise InputError(
-            "--device",
-            None,
-            "the llama-bench output does not name the GPU; pass e.g. --device 'RTX 4090'",
-        )
-    bw = bandwidth_gbps if bandwidth_gbps is not None else _spec_bandwidth_gbps(name)
-    if bw is None:
-        raise InputError(
-            "--bandwidth-gbps", None, f"no spec bandwidth known for {name!r}; pass it in GB/s"
-        )
+    name = _device_name(
+        device,
+        sorted({g for r in decode for g in r.gpu_names}),
+        "the llama-bench output does not name the GPU; pass e.g. --device 'RTX 4090'",
+    )
+    bw = _bandwidth(name, bandwidth_gbps)
     measurements = []
     for r in decode:
         if r.size_bytes <= 0:
@@ -275,22 +300,179 @@ def calibrate_command(
             "has no full-GPU token-generation run (every one had ngl 0 or fewer GPU layers "
             "than the model's blocks); run llama-bench with -ngl 99",
         )
+    _fit_and_save(
+        measurements,
+        name=name,
+        bw=bw,
+        eng=eng,
+        out=out,
+        as_json=as_json,
+        source=f"fitted to {len(measurements)} llama-bench runs in {from_llama_bench.name}",
+    )
+
+
+def _engine(engine: str) -> Engine:
+    try:
+        return Engine(engine)
+    except ValueError:
+        raise InputError(
+            "--engine", engine, f"must be one of {', '.join(e.value for e in Engine)}"
+        ) from None
+
+
+def _device_name(device: str | None, listed: list[str], missing: str) -> str:
+    """``--device``, else the one GPU the file names; InputError when neither settles it."""
+    if device is None and len(listed) > 1:
+        raise InputError(
+            "--device",
+            ", ".join(listed),
+            "the runs used different GPUs; fit one device at a time (pass --device)",
+        )
+    name = device or (listed[0] if listed else None)
+    if not name:
+        raise InputError("--device", None, missing)
+    return name
+
+
+def _bandwidth(name: str, bandwidth_gbps: float | None) -> float:
+    """``--bandwidth-gbps``, else the spec table's peak for ``name``."""
+    bw = bandwidth_gbps if bandwidth_gbps is not None else _spec_bandwidth_gbps(name)
+    if bw is None:
+        raise InputError(
+            "--bandwidth-gbps", None, f"no spec bandwidth known for {name!r}; pass it in GB/s"
+        )
+    return bw
+
+
+def _fit_and_save(
+    measurements: list[Measurement],
+    *,
+    name: str,
+    bw: float,
+    eng: Engine,
+    out: Path | None,
+    as_json: bool,
+    source: str,
+) -> None:
+    """Fit ``name``'s figures on top of ``eng``'s profile, save them and report."""
+    target = out if out is not None else user_calibration_path(eng)
     base = resolve_calibration(eng)
-    key = _device_key(name)
     prior = base.for_device(name) or base.devices[-1]
     fit: FitResult = fit_device(
         measurements,
         bandwidth_gbps=bw,
         prior=prior,
-        device=key,
+        device=_device_key(name),
         match=tuple(normalise_gpu_name(name).split()),
-        source=f"fitted to {len(measurements)} llama-bench runs in {from_llama_bench.name}",
+        source=source,
     )
     profile = _save([fit.device], eng, target)
     if as_json:
         out_console.file.write(json.dumps(calibration_to_dict(profile), indent=2) + "\n")
         return
     _render(fit, measurements, name, bw, target, eng, default_target=out is None)
+
+
+def _calibrate_from_serving_bench(
+    path: Path,
+    *,
+    model: str | None,
+    device: str | None,
+    bandwidth_gbps: float | None,
+    blocks: int | None,
+    gpus: int | None,
+    engine: str | None,
+    out: Path | None,
+    as_json: bool,
+) -> None:
+    """Fit from the concurrency-1 runs of a vLLM / SGLang / trtllm-bench result file."""
+    runs = parse_serving_bench(read_text_file(path, field="--from-serving-bench"), origin=path.name)
+    tools = {r.tool for r in runs}
+    eng = _engine(engine or (Engine.TRTLLM.value if tools == {"trtllm"} else Engine.VLLM.value))
+    kept = []
+    for r in runs:
+        why = r.why_not_batch1()
+        if why is not None:
+            hint = (
+                "; it is a batch-1 decode measurement only at concurrency 1: "
+                "benchmark with --max-concurrency 1"
+                if not r.one_at_a_time
+                else ""
+            )
+            err_console.print(f"note: {r.label} left out of the fit ({why}){hint}", soft_wrap=True)
+            continue
+        kept.append(r)
+    if not kept:
+        seen = sorted({str(r.max_concurrency) for r in runs})
+        raise InputError(
+            "max_concurrency",
+            ", ".join(seen),
+            f"{path.name} has no run that served one request at a time (a batch-1 "
+            f"decode measurement); {BATCH1_RULE}",
+        )
+    specs = []
+    for r in kept:
+        spec = model or r.model
+        if not spec:
+            raise InputError(
+                "--model",
+                None,
+                f"{r.label} does not name its model; pass the model the runs served "
+                "(known name, Hugging Face id, config.json or checkpoint folder)",
+            )
+        specs.append(spec)
+    layouts = {spec: _serving_model(spec, given=model is not None) for spec in specs}
+    name = _device_name(
+        device,
+        sorted({r.device for r in kept if r.device}),
+        "the benchmark results do not name the GPU; pass e.g. --device 'H100 SXM'",
+    )
+    bw = _bandwidth(name, bandwidth_gbps)
+    measurements = []
+    for r, spec in zip(kept, specs, strict=True):
+        layout = layouts[spec]
+        t = r.time_per_token_s
+        assert t is not None  # why_not_batch1() checked it
+        tp = gpus if gpus is not None else (r.tensor_parallel or 1)
+        pp = r.pipeline_parallel or 1
+        measurements.append(
+            Measurement(
+                tokens_per_s=1.0 / t,
+                read_bytes=sum(layout.block_read_sizes()) + layout.head_params_bytes,
+                num_blocks=blocks if blocks is not None else layout.num_blocks,
+                dtype=layout.dtype,
+                hops=pp - 1,
+                tensor_parallel=tp,
+                label=f"{r.label} {layout.name} ({r.time_source})",
+            )
+        )
+    names = ", ".join(sorted({layouts[s].name for s in specs}))
+    _fit_and_save(
+        measurements,
+        name=name,
+        bw=bw,
+        eng=eng,
+        out=out,
+        as_json=as_json,
+        source=f"fitted to {len(measurements)} concurrency-1 serving runs "
+        f"({', '.join(sorted({r.tool for r in kept}))}) of {names} in {path.name}",
+    )
+
+
+def _serving_model(spec: str, *, given: bool) -> ModelLayout:
+    """The layout of ``spec``: ``--model`` as ``stowplan plan`` reads it, or a run's model id."""
+    if given:
+        return resolve_model(spec)
+    try:
+        return resolve_model(spec)
+    except InputError:
+        raise InputError(
+            "--model",
+            None,
+            f"the runs name the model {spec!r}, which is not a known model or a local "
+            "config/checkpoint here; pass --model (known name, Hugging Face id, config.json "
+            "or checkpoint folder)",
+        ) from None
 
 
 def _how_to_use(target: Path, default_target: bool, eng: Engine) -> str:
