@@ -55,6 +55,7 @@ FITTED_ENGINES = (
     Engine.LLAMACPP,
     Engine.VLLM,
     Engine.TRTLLM,
+    Engine.SGLANG,
     Engine.GENERIC,
     Engine.TRANSFORMERS,
 )
@@ -175,6 +176,9 @@ DESCRIPTIONS = {
     Engine.TRTLLM: "TensorRT-LLM, one request at a time, fitted per GPU family to published "
     "decode speeds (benchmarks/published_decode.json lists every run); '*' (any other GPU) is "
     "fitted over all of them.",
+    Engine.SGLANG: "SGLang, one request at a time, fitted per GPU family to published decode "
+    "speeds (benchmarks/published_decode.json lists every run); '*' (any other GPU) is fitted "
+    "over all of them.",
     Engine.GENERIC: "Engine-agnostic: '*' holds NVIDIA's cost-model defaults (use when the "
     "engine is unknown); family entries are fitted to published compiled-PyTorch decode "
     "speeds (gpt-fast, torchao; benchmarks/published_decode.json).",

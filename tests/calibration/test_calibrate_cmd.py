@@ -110,7 +110,7 @@ def test_json_output_and_explicit_out(
         ),
         (
             ["--from-llama-bench", str(LB / "readme_rtx4080.json"), "--engine", "ollama"],
-            "stowplan: error: --engine='ollama': must be one of generic, llamacpp, vllm, trtllm, transformers\n",
+            "stowplan: error: --engine='ollama': must be one of generic, llamacpp, vllm, trtllm, sglang, transformers\n",
         ),
         (
             ["--from-llama-bench", "/nonexistent/x.md"],

@@ -89,7 +89,7 @@ def test_plan_cli_engine_and_calibration_file(
     assert '"calibration": "test [' in capsys.readouterr().out
     assert main(["plan", "llama3.1:8b-q4_0", "--nodes", fleet, "--engine", "x"]) == 2
     assert capsys.readouterr().err == (
-        "stowplan: error: --engine='x': must be one of generic, llamacpp, vllm, trtllm, transformers\n"
+        "stowplan: error: --engine='x': must be one of generic, llamacpp, vllm, trtllm, sglang, transformers\n"
     )
 
 

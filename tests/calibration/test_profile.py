@@ -135,7 +135,7 @@ def _doc(**over: object) -> dict[str, object]:
         (_doc(schema_version=2), "schema_version=2: only version 1 is supported"),
         (
             _doc(engine="ollama"),
-            "engine='ollama': must be one of generic, llamacpp, vllm, trtllm, transformers",
+            "engine='ollama': must be one of generic, llamacpp, vllm, trtllm, sglang, transformers",
         ),
         (_doc(devices=[]), "devices=[]: must be a non-empty list of device objects"),
         (

@@ -63,7 +63,7 @@ def test_calibrated_median_error_is_within_20_percent_where_first_order_is_not()
     families = {k: v for k, v in rows.items() if not k[0].startswith("**")}
     assert len(families) >= 20
     engines = {k[0].strip("*") for k, v in rows.items() if k[1] == "all"}
-    assert {"llamacpp", "vllm", "trtllm", "generic", "transformers"} <= engines
+    assert {"llamacpp", "vllm", "trtllm", "sglang", "generic", "transformers"} <= engines
     # A family with runs of its own is predicted from them (and the other families' prior)
     # within 20 %; a family with a single run is a cross-device prediction, reported only.
     for key, (n, _, loo, shipped) in families.items():

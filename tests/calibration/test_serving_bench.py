@@ -389,7 +389,7 @@ def test_cli_real_file_without_concurrency1_run_is_one_line_error(
             "--bandwidth-gbps=None: no spec bandwidth known for 'Imaginary GPU 9000'",
         ),
         (["--model", "llama3.1:8b", "--gpus", "0"], "--gpus=0: must be >= 1"),
-        (["--model", "llama3.1:8b", "--engine", "sglang"], "--engine='sglang': must be one of"),
+        (["--model", "llama3.1:8b", "--engine", "ollama"], "--engine='ollama': must be one of"),
         (
             ["--model", "llama3.1:8b", "--from-probe"],
             "fit from one source at a time",
@@ -417,3 +417,18 @@ def test_cli_missing_file_is_an_input_error(home: Path, capsys: pytest.CaptureFi
     rc = main(["calibrate", "--from-serving-bench", "/no/such/file.json", "--model", "llama3.1:8b"])
     assert rc == 2
     assert "--from-serving-bench" in capsys.readouterr().err
+
+
+def test_cli_an_sglang_file_fits_the_sglang_profile(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # CONSTRUCTED: the real issue #12389 row with max_concurrency set to 1 (its TPOT kept).
+    row = json.loads((SB / "sglang_issue12389_c32.jsonl").read_text().replace("Infinity", "1"))
+    row["max_concurrency"] = 1
+    f = home / "c1.jsonl"
+    f.write_text(json.dumps(row) + "\n")
+    args = ["calibrate", "--from-serving-bench", str(f), "--model", "qwen2.5:7b"]
+    assert main([*args, "--device", "H100 SXM"]) == 0
+    assert "`stowplan plan --engine sglang` uses it" in capsys.readouterr().out
+    assert (home / "calibration" / "sglang.json").is_file()
+    assert not (home / "calibration" / "vllm.json").exists()

@@ -1,7 +1,8 @@
 """Calibration profiles: per-device corrections on top of the first-order cost model.
 
 A :class:`Calibration` is a named set of :class:`DeviceCalibration` entries for
-one engine (``generic``, ``llamacpp``, ``vllm``, ``trtllm``, ``transformers``).
+one engine (``generic``, ``llamacpp``, ``vllm``, ``trtllm``, ``sglang``,
+``transformers``).
 Every figure is a :class:`Figure` that says where it came from: ``table`` (a shipped default with
 its public source), ``fitted`` (least squares on the user's own runs) or
 ``measured`` (a probe measured it directly).
@@ -77,6 +78,7 @@ class Engine(StrEnum):
     LLAMACPP = "llamacpp"
     VLLM = "vllm"
     TRTLLM = "trtllm"
+    SGLANG = "sglang"
     TRANSFORMERS = "transformers"
     """Hugging Face transformers eager ``generate`` (what Accelerate ``device_map`` runs)."""
 

@@ -189,8 +189,8 @@ def calibrate_command(
     engine: Annotated[
         str | None,
         typer.Option(
-            help="generic, llamacpp, vllm, trtllm or transformers (default: llamacpp; vllm "
-            "for --from-serving-bench, trtllm for a trtllm-bench report)."
+            help="generic, llamacpp, vllm, trtllm, sglang or transformers (default: llamacpp; "
+            "for --from-serving-bench the tool that wrote the file: vllm, sglang or trtllm)."
         ),
     ] = None,
     out: Annotated[
@@ -388,7 +388,10 @@ def _calibrate_from_serving_bench(
     """Fit from the concurrency-1 runs of a vLLM / SGLang / trtllm-bench result file."""
     runs = parse_serving_bench(read_text_file(path, field="--from-serving-bench"), origin=path.name)
     tools = {r.tool for r in runs}
-    eng = _engine(engine or (Engine.TRTLLM.value if tools == {"trtllm"} else Engine.VLLM.value))
+    default = {"trtllm": Engine.TRTLLM, "sglang": Engine.SGLANG}.get(
+        next(iter(tools)) if len(tools) == 1 else "", Engine.VLLM
+    )
+    eng = _engine(engine or default.value)
     kept = []
     for r in runs:
         why = r.why_not_batch1()

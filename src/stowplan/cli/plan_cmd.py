@@ -95,7 +95,8 @@ def plan_command(
     engine: Annotated[
         str | None,
         typer.Option(
-            help="Calibrate predictions for generic, llamacpp, vllm, trtllm or transformers."
+            help="Calibrate predictions for generic, llamacpp, vllm, trtllm, sglang or "
+            "transformers."
         ),
     ] = None,
     calibration: Annotated[
