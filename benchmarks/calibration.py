@@ -77,13 +77,24 @@ def tensor_parallel(r: Run) -> int:
     return int(r.get("tensor_parallel", 1))  # type: ignore[call-overload]
 
 
+def read_bytes(r: Run) -> int:
+    """Bytes one decoded token reads: the weights less the input embedding table, of which
+    a step reads one row (what the cost model counts: blocks and head)."""
+    return int(r["read_bytes"]) - int(r.get("embed_bytes", 0))  # type: ignore[call-overload]
+
+
 def _fit(runs: list[Run], prior: DeviceCalibration, device: str, source: str) -> DeviceCalibration:
-    """Fit one device entry; runs on different devices are normalised to their own bandwidth."""
+    """Fit one device entry; runs on different devices are normalised to their own bandwidth.
+
+    Every run is on a GPU, so no fraction exceeds 1.  The ``*`` entry pools families,
+    so its collective cost is never fitted: a tensor-parallel family against other
+    families' single-GPU runs would credit it with every difference between them.
+    """
     # Each run's bytes are rescaled to a common 1000 GB/s per GPU so one fit spans devices.
     ms = [
         Measurement(
             tokens_per_s=float(r["tokens_per_s"]),  # type: ignore[arg-type]
-            read_bytes=round(int(r["read_bytes"]) * 1000.0 / float(r["bandwidth_gbps"])),  # type: ignore[call-overload, arg-type]
+            read_bytes=round(read_bytes(r) * 1000.0 / float(r["bandwidth_gbps"])),  # type: ignore[arg-type]
             num_blocks=int(r["num_blocks"]),  # type: ignore[call-overload]
             dtype=str(r["dtype"]),
             hops=int(r["hops"]),  # type: ignore[call-overload]
@@ -92,14 +103,22 @@ def _fit(runs: list[Run], prior: DeviceCalibration, device: str, source: str) ->
         )
         for r in runs
     ]
-    return fit_device(ms, bandwidth_gbps=1000.0, prior=prior, device=device, source=source).device
+    return fit_device(
+        ms,
+        bandwidth_gbps=1000.0,
+        prior=prior,
+        device=device,
+        source=source,
+        max_fraction=1.0,
+        fit_collective=False if device == "*" else None,
+    ).device
 
 
 def predict(r: Run, entry: DeviceCalibration | None) -> float:
     """Predicted tokens/s of run ``r`` (first-order when ``entry`` is None)."""
     tp = tensor_parallel(r)
     t = stage_time_s(
-        read_bytes=int(r["read_bytes"]),  # type: ignore[call-overload]
+        read_bytes=read_bytes(r),
         params=0,
         num_blocks=int(r["num_blocks"]),  # type: ignore[call-overload]
         bandwidth_gbps=float(r["bandwidth_gbps"]) * tp,  # type: ignore[arg-type]

@@ -220,34 +220,46 @@ class CostModel:
         self.xfer_s = tuple(act / r.link_bytes_per_s for r in self.rates)
         self.latency_s = tuple(r.latency_s for r in self.rates)
         self.usable = tuple(r.usable_bytes for r in self.rates)
+        n_nodes = len(self.nodes)
+        self.block_s: tuple[float, ...] = (0.0,) * n_nodes
+        """Fixed seconds every block adds on each node (its calibrated block cost, plus the
+        all-reduces when the node splits every block over its GPUs)."""
+        self.stage_s: tuple[float, ...] = (0.0,) * n_nodes
+        """Fixed seconds a stage on each node adds whatever its blocks: the hops between
+        the node's own GPUs when the engine splits layers across them."""
         # Calibration (None: first-order): bandwidth fraction and compute efficiency scale
-        # the rates; the per-block cost is folded into the per-byte memory time with the
-        # mean block read size (exact for uniform blocks; on a multi-GPU node it includes
-        # the tensor-parallel all-reduces) and the per-hop cost into the outbound transfer,
-        # so every planner's closed forms see the same times.
+        # the rates, the hop cost joins each outbound transfer, and the block and stage
+        # costs are their own terms. A multi-GPU node is tensor parallel (bandwidths add
+        # up, every block pays the collective) unless the engine splits layers over the
+        # GPUs, as llama.cpp and an Accelerate device_map do: then one GPU streams at a
+        # time and the token crosses num_gpus - 1 hops inside the node.
         self.calibration = calibration if calibration is not None else constraints.calibration
         if self.calibration is not None:
+            layers = self.calibration.engine.splits_layers
             cal = [
                 node_calibration(
                     self.calibration,
                     n.gpu_name,
                     model.dtype,
                     bandwidth_measured=bandwidth_is_measured(n),
-                    tensor_parallel=n.num_gpus,
+                    tensor_parallel=1 if layers else n.num_gpus,
                 )
                 for n in nodes
             ]
-            mean_block_read = self.read_prefix[-1] / self.num_blocks
-            block_per_byte = 1.0 / mean_block_read if mean_block_read > 0 else 0.0
+            spread = [n.num_gpus if layers else 1 for n in nodes]
             self.inv_bw = tuple(
-                min(v / c.bandwidth_fraction + c.block_overhead_s * block_per_byte, _SLOWEST)
-                for v, c in zip(self.inv_bw, cal, strict=True)
+                min(v * g / c.bandwidth_fraction, _SLOWEST)
+                for v, c, g in zip(self.inv_bw, cal, spread, strict=True)
             )
             self.flop_s_per_byte = tuple(
-                min(v / c.compute_efficiency, _SLOWEST)
-                for v, c in zip(self.flop_s_per_byte, cal, strict=True)
+                min(v * g / c.compute_efficiency, _SLOWEST)
+                for v, c, g in zip(self.flop_s_per_byte, cal, spread, strict=True)
             )
             self.xfer_s = tuple(v + c.hop_overhead_s for v, c in zip(self.xfer_s, cal, strict=True))
+            self.block_s = tuple(c.block_overhead_s for c in cal)
+            self.stage_s = tuple(
+                (g - 1) * c.hop_overhead_s for c, g in zip(cal, spread, strict=True)
+            )
 
     # -- one stage ------------------------------------------------------------------
     def stage_time(self, d: int, lo: int, hi: int, first: bool, last: bool) -> float:
@@ -255,6 +267,7 @@ class CostModel:
         weights = self.read_prefix[hi] - self.read_prefix[lo] + (self.head if last else 0)
         read = weights + self.kv_prefix[hi] - self.kv_prefix[lo]
         t = max(read * self.inv_bw[d], weights * self.flop_s_per_byte[d])
+        t += (hi - lo) * self.block_s[d] + self.stage_s[d]
         return t if last else t + self.xfer_s[d]
 
     def stage_bytes(self, lo: int, hi: int, first: bool, last: bool) -> int:
@@ -323,7 +336,10 @@ class CostModel:
                     [self.nodes[d].gpu_name for d in order],
                     self.model.dtype,
                     [bandwidth_is_measured(self.nodes[d]) for d in order],
-                    [self.nodes[d].num_gpus for d in order],
+                    [
+                        1 if self.calibration.engine.splits_layers else self.nodes[d].num_gpus
+                        for d in order
+                    ],
                 )
                 if self.calibration is not None
                 else None

@@ -46,12 +46,10 @@ def test_one_stage_time_is_bandwidth_fraction_plus_block_costs() -> None:
     first = CostModel(model, [GPU], Constraints())
     cal = CostModel(model, [GPU], Constraints(), CAL)
     read = sum(model.block_read_sizes()) + model.head_params_bytes
-    mean_block = sum(model.block_read_sizes()) / model.num_blocks
     bw = 936e9  # spec table
     assert first.stage_time(0, 0, 32, True, True) == pytest.approx(read / bw)
-    assert cal.stage_time(0, 0, 32, True, True) == pytest.approx(
-        read / (bw * 0.5) + 1e-4 * read / mean_block
-    )
+    # Every block pays the block cost once; the head and the KV cache pay none.
+    assert cal.stage_time(0, 0, 32, True, True) == pytest.approx(read / (bw * 0.5) + 1e-4 * 32)
     # A non-last stage pays the hop's fixed cost with its outbound transfer.
     half = sum(model.block_read_sizes()[:16])
     xfer = first.stage_time(0, 0, 16, True, False) - half / bw
@@ -108,8 +106,7 @@ def test_a_measured_bandwidth_is_not_derated_again() -> None:
     assert measured.mem_bandwidth_gbps == pytest.approx(800.0)
     datasheet = replace(measured, labels=())
     read = sum(model.block_read_sizes()) + model.head_params_bytes
-    mean_block = sum(model.block_read_sizes()) / model.num_blocks
-    blocks = 1e-4 * read / mean_block
+    blocks = 1e-4 * 32
     got = CostModel(model, [measured], Constraints(), CAL).stage_time(0, 0, 32, True, True)
     assert got == pytest.approx(read / 800e9 + blocks)  # fraction 1.0: measured
     sheet = CostModel(model, [datasheet], Constraints(), CAL).stage_time(0, 0, 32, True, True)
@@ -151,12 +148,19 @@ def test_a_tensor_parallel_node_pays_the_collective_cost_on_every_block() -> Non
     )
     pair = replace(GPU, id="pair", vram_bytes=48 * 2**30, num_gpus=2)
     read = sum(model.block_read_sizes()) + model.head_params_bytes
-    mean_block = sum(model.block_read_sizes()) / model.num_blocks
     one = CostModel(model, [GPU], Constraints(), cal).stage_time(0, 0, 32, True, True)
     two = CostModel(model, [pair], Constraints(), cal).stage_time(0, 0, 32, True, True)
-    assert one == pytest.approx(read / (936e9 * 0.8) + 2e-5 * read / mean_block)
+    assert one == pytest.approx(read / (936e9 * 0.8) + 2e-5 * 32)
     # Twice the bandwidth, but every block also pays its all-reduces.
-    assert two == pytest.approx(read / (2 * 936e9 * 0.8) + (2e-5 + 3e-5) * read / mean_block)
+    assert two == pytest.approx(read / (2 * 936e9 * 0.8) + (2e-5 + 3e-5) * 32)
+    # A long context's KV reads pay bandwidth only, never a block cost.
+    ctx = Constraints(context_tokens=32_768)
+    kv = CostModel(model, [pair], ctx, cal)
+    kv_read = kv.kv_prefix[-1]
+    assert kv_read > 10**9
+    assert kv.stage_time(0, 0, 32, True, True) == pytest.approx(
+        (read + kv_read) / (2 * 936e9 * 0.8) + (2e-5 + 3e-5) * 32
+    )
     pred = CostModel(model, [pair], Constraints(), cal).prediction([0], [0, 32])
     assert pred.calibration == (
         "tp [rtx-3090: bandwidth table, block table, hop table, collective table, compute table]"
@@ -164,3 +168,35 @@ def test_a_tensor_parallel_node_pays_the_collective_cost_on_every_block() -> Non
     # The single-GPU node's description does not mention a collective it never pays.
     single = CostModel(model, [GPU], Constraints(), cal).prediction([0], [0, 32])
     assert single.calibration is not None and "collective" not in single.calibration
+
+
+def test_an_engine_that_splits_layers_runs_a_multi_gpu_host_as_a_pipeline() -> None:
+    """llama.cpp's layer split: one GPU streams at a time, the token crosses the GPUs."""
+    from dataclasses import replace
+
+    model = lookup("llama3.1:8b-q4_0")
+    assert model is not None
+    cal = Calibration(
+        name="layers",
+        engine=Engine.LLAMACPP,
+        devices=(
+            DeviceCalibration(
+                device="rtx-3090",
+                bandwidth_fraction={"default": Figure(value=0.7)},
+                block_overhead_s=Figure(value=2e-5),
+                hop_overhead_s=Figure(value=4e-4),
+                collective_overhead_s=Figure(value=1.0),  # never charged: no tensor split
+            ),
+        ),
+    )
+    three = replace(GPU, id="three", vram_bytes=72 * 2**30, num_gpus=3)
+    read = sum(model.block_read_sizes()) + model.head_params_bytes
+    got = CostModel(model, [three], Constraints(), cal).stage_time(0, 0, 32, True, True)
+    assert got == pytest.approx(read / (936e9 * 0.7) + 2e-5 * 32 + 2 * 4e-4)
+    # The same host under a tensor-parallel engine adds the bandwidths and pays the collective.
+    tp = replace(cal, engine=Engine.VLLM)
+    got_tp = CostModel(model, [three], Constraints(), tp).stage_time(0, 0, 32, True, True)
+    assert got_tp == pytest.approx(read / (3 * 936e9 * 0.7) + (2e-5 + 1.0) * 32)
+    pred = plan(model, [three], Constraints(calibration=cal)).rationale.prediction
+    assert pred is not None and pred.tokens_per_s == pytest.approx(1 / got)
+    assert pred.calibration is not None and "collective" not in pred.calibration

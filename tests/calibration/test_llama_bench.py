@@ -184,3 +184,15 @@ def test_the_split_mode_and_gpu_list_give_the_runs_layout() -> None:
     assert r.split_mode == "row" and r.gpu_names == ()
     assert r.layout() == (0, 1)
     assert r.layout(2) == (0, 2)
+
+
+def test_an_unknown_split_mode_is_refused_by_name() -> None:
+    import json
+
+    from stowplan.errors import InputError
+
+    base = json.loads((LB / "readme_rtx4080.json").read_text(encoding="utf-8"))[0]
+    (r,) = parse_llama_bench(json.dumps([dict(base, split_mode="graph")]))
+    with pytest.raises(InputError) as exc:
+        r.layout(2)
+    assert str(exc.value) == "split_mode='graph': must be one of layer, row, none"

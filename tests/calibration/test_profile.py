@@ -74,6 +74,15 @@ def test_llamacpp_profile_has_family_entries_that_match_real_names() -> None:
     for name, key in picks.items():
         entry = cal.for_device(name)
         assert entry is not None and entry.device == key, name
+    # Datacenter families match nvidia-smi's spellings; a PCIe entry needs the word.
+    assert (cal.for_device("NVIDIA A100-SXM4-80GB") or cal.devices[0]).device == "a100-80gb"
+    assert (cal.for_device("NVIDIA A100 80GB PCIe") or cal.devices[0]).device == "a100-80gb"
+    assert (cal.for_device("NVIDIA H100 PCIe") or cal.devices[0]).device == "h100-pcie"
+    assert (cal.for_device("NVIDIA A100-SXM4-40GB") or cal.devices[0]).device == "*"
+    trt = shipped_calibration("trtllm")
+    assert (trt.for_device("NVIDIA B200") or trt.devices[0]).device == "b200"
+    assert (trt.for_device("NVIDIA GB200") or trt.devices[0]).device == "*"  # not a B200
+    assert (trt.for_device("NVIDIA H100 80GB HBM3") or trt.devices[0]).device == "h100-sxm"
     # The RTX 3090's F16 and Q4_0 runs come from one build and one table (pull request
     # #4766), so their fractions compare like with like: the quantised GEMV reaches less.
     rtx = cal.for_device("RTX 3090")

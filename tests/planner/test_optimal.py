@@ -7,6 +7,7 @@ import math
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stowplan import Constraints, Strategy, plan
 from stowplan.baselines import BASELINES
@@ -207,3 +208,55 @@ def test_the_fractional_bound_never_beats_the_exact_optimum(inst):
         if opt.pipeline is None:
             continue
         assert fluid_bound(problem, cm, objective) <= opt.value * (1 + 1e-9)
+
+
+@st.composite
+def _calibrated(draw: st.DrawFn) -> tuple:
+    """A small instance with multi-GPU nodes and a calibration of sizeable fixed costs."""
+    from dataclasses import replace
+
+    from stowplan.calibration import Calibration, DeviceCalibration, Engine, Figure
+
+    model, nodes = draw(instances(max_nodes=3, max_blocks=5))
+    nodes = [replace(n, num_gpus=draw(st.integers(1, 4))) for n in nodes]
+    secs = st.sampled_from([0.0, 1e-4, 2e-3, 3e-2])
+    entry = DeviceCalibration(
+        device="*",
+        bandwidth_fraction={"default": Figure(value=draw(st.sampled_from([0.3, 0.8, 1.0])))},
+        block_overhead_s=Figure(value=draw(secs)),
+        hop_overhead_s=Figure(value=draw(secs)),
+        collective_overhead_s=Figure(value=draw(secs)),
+        compute_efficiency=Figure(value=draw(st.sampled_from([0.1, 0.8]))),
+    )
+    engine = draw(st.sampled_from([Engine.VLLM, Engine.LLAMACPP]))
+    return model, nodes, Calibration(name="t", engine=engine, devices=(entry,))
+
+
+@settings(max_examples=40)
+@given(_calibrated())
+def test_exact_and_the_bound_agree_with_brute_force_under_a_calibration(inst):
+    """The block, collective and in-node hop costs enter every closed form the same way."""
+    from stowplan.planner.exact import _milp, fluid_bound
+
+    model, nodes, cal = inst
+    for batch, objective in ((1, "latency"), (4, "throughput")):
+        c = Constraints(batch=batch, calibration=cal)
+        try:
+            problem = prepare(model, nodes, c)
+        except PlanError:
+            return
+        cm = CostModel(model, nodes, c)
+        opt = solve_exact(problem, cm, objective)
+        truth = brute_force(model, nodes, c, objective)
+        assert opt.value == pytest.approx(truth, rel=1e-9) or opt.value == truth == math.inf
+        assert fluid_bound(problem, cm, objective) <= truth * (1 + 1e-9)
+        if cm.uniform:  # the MILP (pools beyond the DP) is exact for uniform blocks
+            milp = _milp(problem, cm, objective, 30.0)
+            assert milp.value == pytest.approx(truth, rel=1e-6) or milp.value == truth
+        for strategy in (Strategy.LATENCY, Strategy.THROUGHPUT):
+            p = _plan_or_none(model, nodes, Constraints(batch=batch, calibration=cal,
+                                                        strategy=strategy))  # fmt: skip
+            if p is not None and p.rationale.prediction is not None:
+                got = p.rationale.prediction
+                value = got.time_per_token_s if objective == "latency" else batch / got.tokens_per_s
+                assert value >= truth * (1 - 1e-9)

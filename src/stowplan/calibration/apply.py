@@ -180,21 +180,17 @@ def calibrate_stage(
     """
     if bandwidth_gbps <= 0:
         raise InputError("bandwidth_gbps", bandwidth_gbps, "must be > 0")
-    if (
-        read_bytes < 0
-        or params < 0
-        or num_blocks < 0
-        or hops < 0
-        or batch < 1
-        or tflops < 0
-        or tensor_parallel < 1
+    for name, value, least in (
+        ("read_bytes", read_bytes, 0),
+        ("params", params, 0),
+        ("num_blocks", num_blocks, 0),
+        ("hops", hops, 0),
+        ("tflops", tflops, 0),
+        ("batch", batch, 1),
+        ("tensor_parallel", tensor_parallel, 1),
     ):
-        raise InputError(
-            "stage",
-            (read_bytes, params, num_blocks, hops, batch, tflops, tensor_parallel),
-            "read_bytes, params, num_blocks, hops, tflops must be >= 0; "
-            "batch and tensor_parallel >= 1",
-        )
+        if value < least:
+            raise InputError(name, value, f"must be >= {least}")
     if device is None:
         frac, eff, per_block, per_hop = 1.0, 1.0, 0.0, 0.0
     else:

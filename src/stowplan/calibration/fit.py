@@ -120,15 +120,21 @@ def fit_device(
     prior: DeviceCalibration,
     device: str,
     match: Sequence[str] = (),
-    prior_weight: float = 0.05,
+    prior_weight: float = 0.01,
     source: str = "",
+    max_fraction: float = MAX_BANDWIDTH_FRACTION,
+    fit_collective: bool | None = None,
 ) -> FitResult:
     """Fit ``device``'s bandwidth fraction per dtype class, block, hop and collective costs.
 
     ``bandwidth_gbps`` is one GPU's; a run on several GPUs streams through all of
-    them.  The hop cost is fitted only when some run has hops, the collective
-    cost only when some run spans several GPUs; otherwise the prior's figure is
-    kept.
+    them.  The hop cost is fitted only when some run has hops.  The collective
+    cost is fitted only when runs on one GPU and on several are both present
+    (``fit_collective`` None), or when ``fit_collective`` says so: with only
+    tensor-parallel runs it cannot be told from the block cost, so the prior's
+    figure is kept and the block cost takes the rest.  ``max_fraction`` caps
+    the bandwidth fractions (1.0 for a GPU, whose datasheet peak is a ceiling;
+    the default allows a CPU's cache-served working set).
 
     ``prior`` supplies the starting figures and every figure the data cannot
     determine (the compute efficiency always: batch-1 decode is memory-bound).
@@ -145,7 +151,12 @@ def fit_device(
     t_ref = median(times)
     classes = sorted({dtype_class(m.dtype) for m in measurements})
     fit_hops = any(m.hops > 0 for m in measurements)
-    fit_coll = any(m.tensor_parallel > 1 for m in measurements)
+    if not (math.isfinite(max_fraction) and 0 < max_fraction <= _MAX_FRACTION):
+        raise InputError("max_fraction", max_fraction, f"must be in (0, {_MAX_FRACTION}]")
+    split = {m.tensor_parallel > 1 for m in measurements}
+    fit_coll = (
+        split == {True, False} if fit_collective is None else fit_collective and True in split
+    )
     # Step 1: unknown vector x = [u_class..., c_block / t_ref, (c_hop / t_ref), (c_coll / t_ref)].
     names = [
         *classes,
@@ -174,10 +185,14 @@ def fit_device(
             row[i_block] = m.num_blocks * t_ref / t
             if fit_hops:
                 row[i_hop] = m.hops * t_ref / t
+            # A figure kept from the prior still costs its time: it leaves the rest to fit.
+            kept = 0.0 if fit_hops else m.hops * prior.hop_overhead_s.value
             if fit_coll:
                 row[i_coll] = m.collective_blocks * t_ref / t
+            else:
+                kept += m.collective_blocks * prior.collective_overhead_s.value
             rows.append(row)
-            rhs.append(1.0)
+            rhs.append(1.0 - kept / t)
         for i, p in enumerate(prior_x):
             row = [0.0] * len(names)
             row[i] = lam / max(abs(p), 1e-3) if i < len(classes) else lam * 10.0
@@ -197,12 +212,12 @@ def fit_device(
         bad = [
             i
             for i in free
-            if (i < len(classes) and x[i] < 1.0 / _MAX_FRACTION) or (i >= len(classes) and x[i] < 0)
+            if (i < len(classes) and x[i] < 1.0 / max_fraction) or (i >= len(classes) and x[i] < 0)
         ]
         if not bad:
             break
         for i in bad:
-            fixed[i] = 1.0 / _MAX_FRACTION if i < len(classes) else 0.0
+            fixed[i] = 1.0 / max_fraction if i < len(classes) else 0.0
     note = source or f"least squares on {len(measurements)} decode runs"
     fitted = Provenance.FITTED
     fractions = dict(prior.bandwidth_fraction)

@@ -75,6 +75,8 @@ class LlamaBenchResult:
         """
         n = num_gpus if num_gpus is not None else max(len(self.gpu_names), 1)
         mode = (self.split_mode or "layer").strip().lower()
+        if mode not in ("layer", "row", "none"):
+            raise InputError("split_mode", self.split_mode, "must be one of layer, row, none")
         if n <= 1 or mode == "none":
             return 0, 1
         if mode == "row":

@@ -82,6 +82,12 @@ class Engine(StrEnum):
     TRANSFORMERS = "transformers"
     """Hugging Face transformers eager ``generate`` (what Accelerate ``device_map`` runs)."""
 
+    @property
+    def splits_layers(self) -> bool:
+        """Whether the engine runs a multi-GPU host as a pipeline over its GPUs (llama.cpp's
+        default layer split, an Accelerate ``device_map``) rather than tensor parallel."""
+        return self in (Engine.LLAMACPP, Engine.TRANSFORMERS)
+
 
 class Provenance(StrEnum):
     """Where a figure came from."""
@@ -223,8 +229,15 @@ class DeviceCalibration:
         if self.device == "*":
             return True
         words = normalise_gpu_name(gpu_name).split()
-        joined = " ".join(words)
-        return all(tok in words or tok in joined.replace(" ", "") for tok in self.match)
+        glued = "".join(words)
+
+        def found(tok: str) -> bool:
+            # A word, or part of a run-together name (``rtx4090``); a token starting with a
+            # letter must not follow one (``b200`` is not in ``gb200``).
+            lead = r"(?<![a-z])" if tok[:1].isalpha() else ""
+            return tok in words or re.search(lead + re.escape(tok), glued) is not None
+
+        return all(found(tok) for tok in self.match)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

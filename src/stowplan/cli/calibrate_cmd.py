@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Annotated
@@ -181,9 +182,9 @@ def calibrate_command(
     gpus: Annotated[
         int | None,
         typer.Option(
-            help="GPUs the runs used (default: the file's gpu_info / tp_size, else 1); "
-            "llama-bench split mode row and serving runs (tensor parallel) fit the "
-            "collective cost, layer the hop cost."
+            help="GPUs each run used (default: the file's gpu_info / tp_size x pp_size, "
+            "else 1); llama-bench split mode row and serving runs split them tensor "
+            "parallel, llama-bench split mode layer into pipeline stages."
         ),
     ] = None,
     engine: Annotated[
@@ -202,6 +203,10 @@ def calibrate_command(
     """Fit this device's calibration from measured decode runs and save the profile."""
     if gpus is not None and gpus < 1:
         raise InputError("--gpus", gpus, "must be >= 1")
+    if blocks is not None and blocks < 1:
+        raise InputError("--blocks", blocks, "must be >= 1")
+    if bandwidth_gbps is not None and not (math.isfinite(bandwidth_gbps) and bandwidth_gbps > 0):
+        raise InputError("--bandwidth-gbps", bandwidth_gbps, "must be a finite number > 0")
     if from_serving_bench is not None:
         if from_llama_bench is not None or from_probe:
             raise InputError(
@@ -358,6 +363,13 @@ def _fit_and_save(
     target = out if out is not None else user_calibration_path(eng)
     base = resolve_calibration(eng)
     prior = base.for_device(name) or base.devices[-1]
+    if {m.tensor_parallel > 1 for m in measurements} == {True}:
+        err_console.print(
+            "note: every run is tensor parallel, so the collective cost cannot be told from "
+            f"the block cost: it keeps the profile's {prior.collective_overhead_s.value * 1e6:.1f} "
+            "us per block and the block cost takes the rest (fit one-GPU runs too to split them)",
+            soft_wrap=True,
+        )
     fit: FitResult = fit_device(
         measurements,
         bandwidth_gbps=bw,
@@ -365,6 +377,7 @@ def _fit_and_save(
         device=_device_key(name),
         match=tuple(normalise_gpu_name(name).split()),
         source=source,
+        max_fraction=1.0,  # a GPU streams at most at its datasheet peak
     )
     profile = _save([fit.device], eng, target)
     if as_json:
@@ -432,12 +445,23 @@ def _calibrate_from_serving_bench(
     )
     bw = _bandwidth(name, bandwidth_gbps)
     measurements = []
+    unsaid = [r.label for r in kept if gpus is None and r.tensor_parallel is None]
+    if unsaid:
+        err_console.print(
+            f"note: {', '.join(unsaid)} do(es) not say how many GPUs served it; fitted as one "
+            "GPU (pass --gpus N for a tensor-parallel run)",
+            soft_wrap=True,
+        )
     for r, spec in zip(kept, specs, strict=True):
         layout = layouts[spec]
         t = r.time_per_token_s
         assert t is not None  # why_not_batch1() checked it
-        tp = gpus if gpus is not None else (r.tensor_parallel or 1)
         pp = r.pipeline_parallel or 1
+        if gpus is not None and gpus % pp:
+            raise InputError(
+                "--gpus", gpus, f"must be a multiple of {r.label}'s {pp} pipeline stages"
+            )
+        tp = gpus // pp if gpus is not None else (r.tensor_parallel or 1)
         measurements.append(
             Measurement(
                 tokens_per_s=1.0 / t,

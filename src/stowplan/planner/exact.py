@@ -64,6 +64,8 @@ def _stage_matrix(cm: CostModel, d: int, first: bool, last: bool, hop: float) ->
     read = w + kv[None, :] - kv[:, None]
     with np.errstate(over="ignore", invalid="ignore"):
         t = np.maximum(read * cm.inv_bw[d], w * cm.flop_s_per_byte[d])
+        blocks = np.arange(len(r))[None, :] - np.arange(len(r))[:, None]
+        t = t + blocks * cm.block_s[d] + cm.stage_s[d]
         t = t + (0.0 if last else cm.xfer_s[d]) + hop
     # Which stages fit is decided in integers (floats lose bytes beyond 2**53): the
     # bytes of [i, j) grow with j, so each i has a last end that fits.
@@ -228,9 +230,9 @@ def _milp(problem: Problem, cm: CostModel, objective: str, time_limit_s: float) 
             (rd * cm.flop_s_per_byte[d], cm.head * cm.flop_s_per_byte[d]),
         ):
             coeffs = {
-                k(d): per_block,
+                k(d): per_block + cm.block_s[d],
                 lv(d): head_rate - cm.xfer_s[d],
-                u(d): cm.xfer_s[d] + (cm.latency_s[d] if lat else 0.0),
+                u(d): cm.xfer_s[d] + cm.stage_s[d] + (cm.latency_s[d] if lat else 0.0),
             }
             coeffs[target] = coeffs.get(target, 0.0) - 1.0
             rows.append((coeffs, -np.inf, 0))
@@ -358,7 +360,9 @@ def fluid_bound(problem: Problem, cm: CostModel, objective: str) -> float:
     rd = min(cm.read_prefix[i + 1] - cm.read_prefix[i] for i in range(nb))
     kvr = min(cm.kv_prefix[i + 1] - cm.kv_prefix[i] for i in range(nb))
     mem = min(cm.mem_prefix[i + 1] - cm.mem_prefix[i] for i in range(nb))
-    rate = [max((rd + kvr) * cm.inv_bw[d], rd * cm.flop_s_per_byte[d]) for d in range(n)]
+    rate = [
+        max((rd + kvr) * cm.inv_bw[d], rd * cm.flop_s_per_byte[d]) + cm.block_s[d] for d in range(n)
+    ]
     window = _max_window(cm)
     room = [min(window[d], nb if mem <= 0 else cm.usable[d] / mem) for d in range(n)]
     single = math.inf

@@ -48,7 +48,7 @@ def _surrogates(cm: CostModel) -> list[_Node]:
     mem = cm.mem_prefix[nb] / nb
     out = []
     for d in range(len(cm.nodes)):
-        slope = max(read * cm.inv_bw[d], weights * cm.flop_s_per_byte[d])
+        slope = max(read * cm.inv_bw[d], weights * cm.flop_s_per_byte[d]) + cm.block_s[d]
         head = max(cm.head * cm.inv_bw[d], cm.head * cm.flop_s_per_byte[d])
         u = cm.usable[d]
 
@@ -64,7 +64,7 @@ def _surrogates(cm: CostModel) -> list[_Node]:
                 slope=slope,
                 head=head,
                 xfer=cm.xfer_s[d],
-                lat=cm.latency_s[d],
+                lat=cm.latency_s[d] + cm.stage_s[d],
                 cap_mid=cap(0),
                 cap_first=cap(cm.embed),
                 cap_last=cap(cm.head),

@@ -171,7 +171,9 @@ def _milp_search(search: _Search) -> str:
     step = [cm.read_prefix[i + 1] - cm.read_prefix[i] for i in range(nb)]
     kv = [cm.kv_prefix[i + 1] - cm.kv_prefix[i] for i in range(nb)]
     rd, kvr = min(step), min(kv)
-    rate = [max((rd + kvr) * cm.inv_bw[d], rd * cm.flop_s_per_byte[d]) for d in range(n)]
+    rate = [
+        max((rd + kvr) * cm.inv_bw[d], rd * cm.flop_s_per_byte[d]) + cm.block_s[d] for d in range(n)
+    ]
     cap = [min(w, nb) for w in _max_window(cm)]
     latency = cm.batch == 1
     slack = 1 + 1e-9
@@ -214,7 +216,7 @@ def _milp_search(search: _Search) -> str:
     if latency:
         head = min(min(cm.head * cm.inv_bw[d], cm.head * cm.flop_s_per_byte[d]) for d in range(n))
         budget = (1.0 / search.target + max(cm.xfer_s) - head) * slack
-        coeffs = {d: cm.latency_s[d] + cm.xfer_s[d] for d in range(n)}
+        coeffs = {d: cm.latency_s[d] + cm.xfer_s[d] + cm.stage_s[d] for d in range(n)}
         coeffs.update({n + d: rate[d] for d in range(n)})
         row(coeffs, -math.inf, budget)
     price = np.array([node.price_per_hour or 0.0 for node in search.nodes] + [0.0] * 3 * n)

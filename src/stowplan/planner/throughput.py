@@ -145,7 +145,7 @@ class _RoleTimes:
         self.k_last: list[int] = []
         self.base: list[list[float]] = []
         self.tail: list[list[float]] = []
-        shared: dict[tuple[float, float, int], list[float]] = {}
+        shared: dict[tuple[float, float, float, float, int], list[float]] = {}
         total_m = mp[nb]
         for d in self.nodes:
             u = cm.usable[d]
@@ -157,10 +157,12 @@ class _RoleTimes:
             k_last = 0 if room < 0 else nb - bisect_left(mp, total_m - room)
             self.k_last.append(max(min(k_last, nb), 0))
             ib, fl = cm.inv_bw[d], cm.flop_s_per_byte[d]
-            key = (ib, fl, self.k_mid[-1])
+            bs, ss = cm.block_s[d], cm.stage_s[d]
+            key = (ib, fl, bs, ss, self.k_mid[-1])
             if key not in shared:
                 shared[key] = [
-                    max((rp[k] + kp[k]) * ib, rp[k] * fl) for k in range(1, self.k_mid[-1] + 1)
+                    max((rp[k] + kp[k]) * ib, rp[k] * fl) + k * bs + ss
+                    for k in range(1, self.k_mid[-1] + 1)
                 ]
             self.base.append(shared[key])
             head = cm.head
@@ -170,6 +172,8 @@ class _RoleTimes:
                         (rp[nb] - rp[nb - k] + head + kp[nb] - kp[nb - k]) * ib,
                         (rp[nb] - rp[nb - k] + head) * fl,
                     )
+                    + k * bs
+                    + ss
                     for k in range(1, self.k_last[-1] + 1)
                 ]
             )
