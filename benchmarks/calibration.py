@@ -31,6 +31,7 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 from statistics import median
+from typing import Any
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -48,7 +49,7 @@ from stowplan.calibration.profile import DeviceCalibration, Figure, Provenance
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "src" / "stowplan" / "calibration" / "data"
 
-Run = dict[str, object]
+Run = dict[str, Any]
 
 # Engines whose shipped profile is fitted from the published runs, in table order.
 FITTED_ENGINES = (
@@ -74,13 +75,13 @@ def load_runs() -> list[Run]:
 
 def tensor_parallel(r: Run) -> int:
     """GPUs every block of the run is split over (1: one GPU, or a layer split)."""
-    return int(r.get("tensor_parallel", 1))  # type: ignore[call-overload]
+    return int(r.get("tensor_parallel", 1))
 
 
 def read_bytes(r: Run) -> int:
     """Bytes one decoded token reads: the weights less the input embedding table, of which
     a step reads one row (what the cost model counts: blocks and head)."""
-    return int(r["read_bytes"]) - int(r.get("embed_bytes", 0))  # type: ignore[call-overload]
+    return int(r["read_bytes"]) - int(r.get("embed_bytes", 0))
 
 
 def _fit(runs: list[Run], prior: DeviceCalibration, device: str, source: str) -> DeviceCalibration:
@@ -93,11 +94,11 @@ def _fit(runs: list[Run], prior: DeviceCalibration, device: str, source: str) ->
     # Each run's bytes are rescaled to a common 1000 GB/s per GPU so one fit spans devices.
     ms = [
         Measurement(
-            tokens_per_s=float(r["tokens_per_s"]),  # type: ignore[arg-type]
-            read_bytes=round(read_bytes(r) * 1000.0 / float(r["bandwidth_gbps"])),  # type: ignore[arg-type]
-            num_blocks=int(r["num_blocks"]),  # type: ignore[call-overload]
+            tokens_per_s=float(r["tokens_per_s"]),
+            read_bytes=round(read_bytes(r) * 1000.0 / float(r["bandwidth_gbps"])),
+            num_blocks=int(r["num_blocks"]),
             dtype=str(r["dtype"]),
-            hops=int(r["hops"]),  # type: ignore[call-overload]
+            hops=int(r["hops"]),
             tensor_parallel=tensor_parallel(r),
             label=f"{r['family']} {r['model']} {r['dtype']}",
         )
@@ -120,11 +121,11 @@ def predict(r: Run, entry: DeviceCalibration | None) -> float:
     t = stage_time_s(
         read_bytes=read_bytes(r),
         params=0,
-        num_blocks=int(r["num_blocks"]),  # type: ignore[call-overload]
-        bandwidth_gbps=float(r["bandwidth_gbps"]) * tp,  # type: ignore[arg-type]
+        num_blocks=int(r["num_blocks"]),
+        bandwidth_gbps=float(r["bandwidth_gbps"]) * tp,
         tflops=0.0,
         dtype=str(r["dtype"]),
-        hops=int(r["hops"]),  # type: ignore[call-overload]
+        hops=int(r["hops"]),
         tensor_parallel=tp,
         device=entry,
     )
@@ -132,9 +133,9 @@ def predict(r: Run, entry: DeviceCalibration | None) -> float:
 
 
 def _label(r: Run) -> str:
-    tp, hops = tensor_parallel(r), int(r["hops"])  # type: ignore[call-overload]
+    tp, hops = tensor_parallel(r), int(r["hops"])
     layout = f" TP{tp}" if tp > 1 else (f" {hops + 1} stages" if hops else "")
-    return f"{r['dtype']}{layout} {float(r['tokens_per_s']):.2f} t/s"  # type: ignore[arg-type]
+    return f"{r['dtype']}{layout} {float(r['tokens_per_s']):.2f} t/s"
 
 
 def _sources(runs: list[Run]) -> str:
@@ -222,7 +223,7 @@ def leave_one_out(runs: list[Run]) -> list[tuple[Run, float, float]]:
         pool = [o for o in rest if o["family"] != r["family"]]
         star = _fit(pool, base, "*", "loo") if pool and r["engine"] != "generic" else base
         entry = _fit(same, star, str(r["family"]), "loo") if same else star
-        measured = float(r["tokens_per_s"])  # type: ignore[arg-type]
+        measured = float(r["tokens_per_s"])
         first, cal = predict(r, None), predict(r, entry)
         out.append((r, (first - measured) / measured, (cal - measured) / measured))
     return out
@@ -231,7 +232,7 @@ def leave_one_out(runs: list[Run]) -> list[tuple[Run, float, float]]:
 def _layout_key(r: Run) -> str:
     if tensor_parallel(r) > 1:
         return "tensor parallel"
-    return "multi-GPU layers" if int(r["num_gpus"]) > 1 else "single GPU"  # type: ignore[call-overload]
+    return "multi-GPU layers" if int(r["num_gpus"]) > 1 else "single GPU"
 
 
 def published_table(runs: list[Run]) -> list[str]:
@@ -240,7 +241,7 @@ def published_table(runs: list[Run]) -> list[str]:
     shipped = {e: shipped_calibration(e) for e in {Engine(str(r["engine"])) for r in runs}}
     rows: dict[tuple[str, str, str], list[tuple[float, float, float]]] = defaultdict(list)
     for r, first, cal in leave_one_out(runs):
-        measured = float(r["tokens_per_s"])  # type: ignore[arg-type]
+        measured = float(r["tokens_per_s"])
         entry = shipped[Engine(str(r["engine"]))].for_device(str(r["gpu_name"]))
         ship = (predict(r, entry) - measured) / measured
         rows[str(r["engine"]), str(r["family"]), _layout_key(r)].append((first, cal, ship))
@@ -276,7 +277,7 @@ def excluded_table(all_runs: list[Run]) -> list[str]:
     for r in all_runs:
         if not r.get("excluded"):
             continue
-        measured = float(r["tokens_per_s"])  # type: ignore[arg-type]
+        measured = float(r["tokens_per_s"])
         first = predict(r, None)
         shipped = shipped_calibration(Engine(str(r["engine"]))).for_device(str(r["gpu_name"]))
         table = predict(r, shipped)
@@ -300,14 +301,14 @@ def runs_table(runs: list[Run]) -> list[str]:
             continue
         engine = Engine(str(r["engine"]))
         shipped = shipped_calibration(engine).for_device(str(r["gpu_name"]))
-        measured = float(r["tokens_per_s"])  # type: ignore[arg-type]
+        measured = float(r["tokens_per_s"])
         table = predict(r, shipped)
         tp = tensor_parallel(r)
         layout = (
             f"TP{tp}"
             if tp > 1
             else ("1 GPU" if int(r["num_gpus"]) == 1 else f"{r['num_gpus']} GPUs")
-        )  # type: ignore[call-overload]
+        )
         rows.append(
             f"| {r['engine']} | {r['family']} | {layout} | {r['model']}, {r['dtype']} "
             f"| {measured:.1f} | {measured * (1 + first_err):.1f} | {first_err:+.0%} "
