@@ -103,3 +103,16 @@ def test_runs_table_reports_first_order_shipped_and_leave_one_out_for_the_vllm_r
     # Weights / peak over-predicts: the first-order model ignores every fixed cost.
     assert first > measured
     assert abs(shipped - measured) / measured < 0.2
+
+
+@pytest.mark.parametrize(
+    "engine", ["llamacpp", "vllm", "trtllm", "sglang", "generic", "transformers"]
+)
+def test_shipped_profiles_are_what_the_published_runs_fit(engine: str) -> None:
+    """``calibration.py --write-profiles`` reproduces every shipped profile byte for byte."""
+    from stowplan.calibration import Engine, calibration_to_json
+
+    bench = _bench()
+    e = Engine(engine)
+    built = calibration_to_json(bench.build_profile(e, FITTED, bench.DESCRIPTIONS[e]))
+    assert built == (bench.DATA / f"{engine}.json").read_text(encoding="utf-8")
