@@ -129,23 +129,31 @@ def test_bandwidth_is_measured_reads_the_measured_label() -> None:
     assert not bandwidth_is_measured(replace(GPU, labels=(("source", "bandwidth"),)))
 
 
+def _rtx3090(
+    engine: Engine, fraction: float, *, block: float, collective: float, hop: float = 0.0
+) -> Calibration:
+    """A one-entry profile for the RTX 3090 with the given figures (all ``table``)."""
+    return Calibration(
+        name="tp" if engine is Engine.VLLM else "layers",
+        engine=engine,
+        devices=(
+            DeviceCalibration(
+                device="rtx-3090",
+                bandwidth_fraction={"default": Figure(value=fraction)},
+                block_overhead_s=Figure(value=block),
+                hop_overhead_s=Figure(value=hop),
+                collective_overhead_s=Figure(value=collective),
+            ),
+        ),
+    )
+
+
 def test_a_tensor_parallel_node_pays_the_collective_cost_on_every_block() -> None:
     from dataclasses import replace
 
     model = lookup("llama3.1:8b")
     assert model is not None
-    cal = Calibration(
-        name="tp",
-        engine=Engine.VLLM,
-        devices=(
-            DeviceCalibration(
-                device="rtx-3090",
-                bandwidth_fraction={"default": Figure(value=0.8)},
-                block_overhead_s=Figure(value=2e-5),
-                collective_overhead_s=Figure(value=3e-5, source="two all-reduces"),
-            ),
-        ),
-    )
+    cal = _rtx3090(Engine.VLLM, 0.8, block=2e-5, collective=3e-5)
     pair = replace(GPU, id="pair", vram_bytes=48 * 2**30, num_gpus=2)
     read = sum(model.block_read_sizes()) + model.head_params_bytes
     one = CostModel(model, [GPU], Constraints(), cal).stage_time(0, 0, 32, True, True)
@@ -176,19 +184,8 @@ def test_an_engine_that_splits_layers_runs_a_multi_gpu_host_as_a_pipeline() -> N
 
     model = lookup("llama3.1:8b-q4_0")
     assert model is not None
-    cal = Calibration(
-        name="layers",
-        engine=Engine.LLAMACPP,
-        devices=(
-            DeviceCalibration(
-                device="rtx-3090",
-                bandwidth_fraction={"default": Figure(value=0.7)},
-                block_overhead_s=Figure(value=2e-5),
-                hop_overhead_s=Figure(value=4e-4),
-                collective_overhead_s=Figure(value=1.0),  # never charged: no tensor split
-            ),
-        ),
-    )
+    # A collective of 1 s per block would show at once: a layer split never pays it.
+    cal = _rtx3090(Engine.LLAMACPP, 0.7, block=2e-5, hop=4e-4, collective=1.0)
     three = replace(GPU, id="three", vram_bytes=72 * 2**30, num_gpus=3)
     read = sum(model.block_read_sizes()) + model.head_params_bytes
     got = CostModel(model, [three], Constraints(), cal).stage_time(0, 0, 32, True, True)
