@@ -421,3 +421,31 @@ def test_every_figure_in_an_expert_plans_notes_is_the_final_plans_own():
     text = console.export_text()
     assert all(n in text for n in stage_notes)
     assert re.findall(r"KV capacity (\d+) tokens", text) == [str(pred.kv_capacity_tokens)]
+
+
+def test_a_calibration_derates_the_expert_reads_as_it_does_the_backbone() -> None:
+    from stowplan.calibration import Calibration, DeviceCalibration, Engine, Figure
+    from stowplan.cost import CostModel, predict
+
+    model = toy_moe()
+    nodes = [node(i, 4, 1000) for i in range(4)]
+    cons = Constraints(strategy="balance-by-vram", min_stages=4)
+    p = plan_with_experts(model, nodes, cons)
+    half = Calibration(
+        name="half",
+        engine=Engine.GENERIC,
+        devices=(DeviceCalibration(device="*", bandwidth_fraction={"default": Figure(value=0.5)}),),
+    )
+    reads = sum(e.compute_s for e in expert_stage_times(p, model, nodes))
+    assert reads > 0
+
+    def backbone(cal: Calibration | None) -> float:
+        cm = CostModel(backbone_layout(model), nodes, cons, cal)
+        return cm.prediction(*cm.plan_order_bounds(p)).time_per_token_s
+
+    plain = predict(model, nodes, cons, p)
+    derated = predict(model, nodes, cons, p, calibration=half)
+    # Half the bandwidth: the backbone's bytes and the experts' reads both take twice as long.
+    assert derated.time_per_token_s - plain.time_per_token_s == pytest.approx(
+        backbone(half) - backbone(None) + reads, rel=1e-9
+    )

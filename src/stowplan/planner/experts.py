@@ -1099,14 +1099,17 @@ def expert_prediction(
     Every stage's time is the cost model's time for its backbone blocks
     (:func:`backbone_layout`) plus its :func:`expert_stage_times`; the KV
     capacity counts the experts each stage holds.  ``calibration`` applies to
-    the backbone's stage times (as in :func:`stowplan.cost.predict`).
+    the backbone's stage times (as in :func:`stowplan.cost.predict`) and its
+    bandwidth fraction to the experts' reads.
     """
     from stowplan.cost import CostModel
 
     cm = CostModel(backbone_layout(model), nodes, constraints, calibration)
     order, bounds = cm.plan_order_bounds(plan)
     base = cm.prediction(order, bounds)
-    bw = {x.id: cm.rates[cm.index[x.id]].bandwidth_bytes_per_s / 1e9 for x in cm.nodes}
+    # The rate the backbone streams at: the datasheet's, or the calibrated one (bandwidth
+    # fraction, a layer-split host's single GPU) when a profile applies.
+    bw = {x.id: 1.0 / cm.inv_bw[cm.index[x.id]] / 1e9 for x in cm.nodes}
     extra = expert_stage_times(
         plan,
         model,
