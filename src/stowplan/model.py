@@ -250,7 +250,8 @@ class NodeDescriptor:
     flops_estimate: float
     link_mbps: float
     mem_bandwidth_gbps: float | None = None
-    """Memory bandwidth in GB/s (decimal); None → spec table."""
+    """Memory bandwidth in GB/s (decimal) of all the node's GPUs together; None → spec table
+    (one GPU's figure times ``num_gpus``)."""
     link_latency_ms: float = 0.0
     """One-way latency of the outbound link."""
     price_per_hour: float | None = None

@@ -449,3 +449,12 @@ def test_a_calibration_derates_the_expert_reads_as_it_does_the_backbone() -> Non
     assert derated.time_per_token_s - plain.time_per_token_s == pytest.approx(
         backbone(half) - backbone(None) + reads, rel=1e-9
     )
+
+
+def test_more_stages_than_blocks_is_infeasible_with_the_numbers() -> None:
+    from stowplan.errors import Infeasible
+
+    model = toy_moe(blocks=3, dense=0)
+    with pytest.raises(Infeasible) as exc:
+        plan_with_experts(model, [node(i, 4, 1000) for i in range(5)], Constraints(min_stages=4))
+    assert "min_stages=4 but at most 3 stages are possible (5 nodes, 3 blocks" in str(exc.value)

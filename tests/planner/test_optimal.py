@@ -229,22 +229,24 @@ def _calibrated(draw: st.DrawFn) -> tuple:
         compute_efficiency=Figure(value=draw(st.sampled_from([0.1, 0.8]))),
     )
     engine = draw(st.sampled_from([Engine.VLLM, Engine.LLAMACPP]))
-    return model, nodes, Calibration(name="t", engine=engine, devices=(entry,))
+    context = draw(st.sampled_from([None, 1024, 100_000]))
+    return model, nodes, Calibration(name="t", engine=engine, devices=(entry,)), context
 
 
 @settings(max_examples=40)
 @given(_calibrated())
 def test_exact_and_the_bound_agree_with_brute_force_under_a_calibration(inst):
-    """The block, collective and in-node hop costs enter every closed form the same way."""
+    """The block, collective and in-host hop costs enter every closed form the same way."""
     from stowplan.planner.exact import _milp, fluid_bound
+    from stowplan.planner.throughput import _RoleTimes, throughput_search
 
-    model, nodes, cal = inst
+    model, nodes, cal, context = inst
     for batch, objective in ((1, "latency"), (4, "throughput")):
-        c = Constraints(batch=batch, calibration=cal)
+        c = Constraints(batch=batch, calibration=cal, context_tokens=context)
         try:
             problem = prepare(model, nodes, c)
         except PlanError:
-            return
+            continue
         cm = CostModel(model, nodes, c)
         opt = solve_exact(problem, cm, objective)
         truth = brute_force(model, nodes, c, objective)
@@ -253,10 +255,15 @@ def test_exact_and_the_bound_agree_with_brute_force_under_a_calibration(inst):
         if cm.uniform:  # the MILP (pools beyond the DP) is exact for uniform blocks
             milp = _milp(problem, cm, objective, 30.0)
             assert milp.value == pytest.approx(truth, rel=1e-6) or milp.value == truth
-        for strategy in (Strategy.LATENCY, Strategy.THROUGHPUT):
-            p = _plan_or_none(model, nodes, Constraints(batch=batch, calibration=cal,
-                                                        strategy=strategy))  # fmt: skip
-            if p is not None and p.rationale.prediction is not None:
-                got = p.rationale.prediction
-                value = got.time_per_token_s if objective == "latency" else batch / got.tokens_per_s
-                assert value >= truth * (1 - 1e-9)
+        # The throughput search's tables are the cost model's stage times, to the last bit.
+        nb = cm.num_blocks
+        times = _RoleTimes(cm, range(len(nodes)))
+        for i, d in enumerate(range(len(nodes))):
+            for k, v in enumerate(times.values(i, 0, 0, times.k_mid[i]), start=1):
+                assert v == cm.stage_time(d, 0, k, False, False)
+            for k, v in enumerate(times.tail[i], start=1):
+                assert v == cm.stage_time(d, nb - k, nb, False, True)
+        if objective == "throughput":
+            found, proven = throughput_search(problem, cm)
+            if proven and found is not None:
+                assert cm.evaluate(*found).bottleneck_s == pytest.approx(truth, rel=1e-9)

@@ -96,6 +96,9 @@ def test_descriptor_takes_link_and_bandwidth_from_the_passport_over_labels(tmp_p
     node = describe("n", labels, {"GPU": 1.0}, report)
     assert (node.link_mbps, node.mem_bandwidth_gbps) == (25_000.0, pytest.approx(800.0))
     assert ("passport", "link_mbps,mem_bandwidth_gbps") in node.labels
+    # The passport measured one GPU; a node of two holds twice the bandwidth in all.
+    pair = describe("n", labels, {"GPU": 2.0}, report)
+    assert pair.num_gpus == 2 and pair.mem_bandwidth_gbps == pytest.approx(1600.0)
     # Without a passport the labels serve.
     plain = describe("n", labels, {"GPU": 1.0}, GpuReport(node_id="n"))
     assert (plain.link_mbps, plain.mem_bandwidth_gbps) == (1000.0, 9.0)

@@ -185,12 +185,12 @@ def fit_device(
             row[i_block] = m.num_blocks * t_ref / t
             if fit_hops:
                 row[i_hop] = m.hops * t_ref / t
-            # A figure kept from the prior still costs its time: it leaves the rest to fit.
-            kept = 0.0 if fit_hops else m.hops * prior.hop_overhead_s.value
+            # A collective kept from the prior still costs its time: it leaves the rest to fit.
+            kept = 0.0
             if fit_coll:
                 row[i_coll] = m.collective_blocks * t_ref / t
             else:
-                kept += m.collective_blocks * prior.collective_overhead_s.value
+                kept = m.collective_blocks * prior.collective_overhead_s.value
             rows.append(row)
             rhs.append(1.0 - kept / t)
         for i, p in enumerate(prior_x):

@@ -163,7 +163,8 @@ def describe(
         link = report.passport_link_mbps
         from_passport.append("link_mbps")
     if report.passport_bandwidth_gbps is not None:
-        bandwidth = report.passport_bandwidth_gbps
+        # The passport measured one circuit (one GPU); the descriptor holds the node's total.
+        bandwidth = report.passport_bandwidth_gbps * num_gpus
         from_passport.append("mem_bandwidth_gbps")
     if from_passport:
         provenance.append(("passport", ",".join(from_passport)))

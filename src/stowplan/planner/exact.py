@@ -65,7 +65,7 @@ def _stage_matrix(cm: CostModel, d: int, first: bool, last: bool, hop: float) ->
     with np.errstate(over="ignore", invalid="ignore"):
         t = np.maximum(read * cm.inv_bw[d], w * cm.flop_s_per_byte[d])
         blocks = np.arange(len(r))[None, :] - np.arange(len(r))[:, None]
-        t = t + blocks * cm.block_s[d] + cm.stage_s[d]
+        t = t + (blocks * cm.block_s[d] + cm.stage_s[d])
         t = t + (0.0 if last else cm.xfer_s[d]) + hop
     # Which stages fit is decided in integers (floats lose bytes beyond 2**53): the
     # bytes of [i, j) grow with j, so each i has a last end that fits.
@@ -389,7 +389,9 @@ def fluid_bound(problem: Problem, cm: CostModel, objective: str) -> float:
         # Every stage of a multi-stage pipeline pays its node's hop latency and all but the
         # last their transfer; the pipeline needs at least ``k`` stages to hold the blocks.
         k = max(2, problem.min_stages, _min_stages_by_room(room, nb))
-        hops = sum(sorted(cm.latency_s)[:k]) + sum(sorted(cm.xfer_s)[: k - 1])
+        # ... and its node's fixed stage cost (in-host hops of a layer-split engine).
+        fixed = sorted(lat + ss for lat, ss in zip(cm.latency_s, cm.stage_s, strict=True))
+        hops = sum(fixed[:k]) + sum(sorted(cm.xfer_s)[: k - 1])
         head = min(cm.head * min(cm.inv_bw[d], cm.flop_s_per_byte[d]) for d in range(n))
         return min(single, total + hops + head)
     top = max(problem.max_stages, 2)
@@ -398,18 +400,22 @@ def fluid_bound(problem: Problem, cm: CostModel, objective: str) -> float:
     lim = [min(room[d], float(nb)) for d in range(n)]
     inv = [1.0 / rate[d] if rate[d] else math.inf for d in range(n)]
     xs = cm.xfer_s
+    ss = cm.stage_s
 
     def capacity(tm: float) -> float:
         mid = [
-            min(max(tm - x, 0.0) * v, c) if v != math.inf else c
-            for x, v, c in zip(xs, inv, lim, strict=True)
+            min(max(tm - x - s, 0.0) * v, c) if v != math.inf else c
+            for x, s, v, c in zip(xs, ss, inv, lim, strict=True)
         ]
-        end = [min(tm * v, c) if v != math.inf else c for v, c in zip(inv, lim, strict=True)]
+        end = [
+            min(max(tm - s, 0.0) * v, c) if v != math.inf else c
+            for s, v, c in zip(ss, inv, lim, strict=True)
+        ]
         mid_sorted = sorted(mid, reverse=True)[:top]
         gain = max(e - m for e, m in zip(end, mid, strict=True))
         return sum(math.floor(x + 1e-9) for x in mid_sorted) + math.floor(gain + 1e-9) + 1
 
-    lo, hi = 0.0, max(nb * r for r in rate) + max(cm.xfer_s) + 1.0
+    lo, hi = 0.0, max(nb * r for r in rate) + max(cm.xfer_s) + max(ss) + 1.0
     for _ in range(60):
         if hi - lo <= 1e-9 * hi:
             break

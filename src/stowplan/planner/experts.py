@@ -60,7 +60,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from stowplan.errors import InputError, InsufficientVram, PlanError
+from stowplan.errors import Infeasible, InputError, InsufficientVram, PlanError
 from stowplan.expert_stats import CoActivation, ExpertLoad
 from stowplan.model import Constraints, ExpertId, ModelLayout, NodeDescriptor, usable_bytes
 from stowplan.plan import Plan, Prediction, Topology
@@ -840,6 +840,11 @@ def _expert_parallel(
     if available < needed:
         raise InsufficientVram(needed, available)
     first = constraints.min_stages or 1
+    if first > max_n:
+        raise Infeasible(
+            f"min_stages={first} but at most {max_n} stages are possible "
+            f"({len(nodes)} nodes, {model.num_blocks} blocks, max_stages={constraints.max_stages})"
+        )
     while first < max_n and sum(ranked[:first]) < needed:
         first += 1
     last_error: InsufficientVram | None = None
@@ -1109,7 +1114,15 @@ def expert_prediction(
     base = cm.prediction(order, bounds)
     # The rate the backbone streams at: the datasheet's, or the calibrated one (bandwidth
     # fraction, a layer-split host's single GPU) when a profile applies.
-    bw = {x.id: 1.0 / cm.inv_bw[cm.index[x.id]] / 1e9 for x in cm.nodes}
+    bw = {
+        x.id: (
+            cm.rates[cm.index[x.id]].bandwidth_bytes_per_s
+            if cm.calibration is None
+            else 1.0 / cm.inv_bw[cm.index[x.id]]
+        )
+        / 1e9
+        for x in cm.nodes
+    }
     extra = expert_stage_times(
         plan,
         model,

@@ -10,9 +10,10 @@ cost model that every pipeline meeting the target satisfies:
 
 * the nodes bought hold every byte; one holds the embed, another the head, and
   each at most the blocks (taken as small as the smallest) that fit beside them;
-* latency (batch 1): Σ k_d·(seconds per smallest block on d) + Σ x_d·(hop
-  latency + outbound transfer) ≤ 1/target + the largest transfer − the least
-  head time (a pipeline pays every hop and every transfer but the last);
+* latency (batch 1): Σ k_d·(seconds per smallest block on d, its fixed block
+  cost included) + Σ x_d·(hop latency + outbound transfer + the node's fixed
+  stage cost) ≤ 1/target + the largest transfer − the least head time (a
+  pipeline pays every hop and every transfer but the last);
 * throughput: k_d·(seconds per smallest block on d) ≤ batch/target.
 
 The planner is the oracle: the MILP's set is planned; if its plan meets the

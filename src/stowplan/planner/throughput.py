@@ -161,7 +161,7 @@ class _RoleTimes:
             key = (ib, fl, bs, ss, self.k_mid[-1])
             if key not in shared:
                 shared[key] = [
-                    max((rp[k] + kp[k]) * ib, rp[k] * fl) + k * bs + ss
+                    max((rp[k] + kp[k]) * ib, rp[k] * fl) + (k * bs + ss)
                     for k in range(1, self.k_mid[-1] + 1)
                 ]
             self.base.append(shared[key])
@@ -172,8 +172,7 @@ class _RoleTimes:
                         (rp[nb] - rp[nb - k] + head + kp[nb] - kp[nb - k]) * ib,
                         (rp[nb] - rp[nb - k] + head) * fl,
                     )
-                    + k * bs
-                    + ss
+                    + (k * bs + ss)
                     for k in range(1, self.k_last[-1] + 1)
                 ]
             )
