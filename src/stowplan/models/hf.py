@@ -14,6 +14,7 @@ read through their ``text_config``; only the text decoder is placed.
 from __future__ import annotations
 
 import fnmatch
+import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -364,15 +365,8 @@ def _skipped(name: str, patterns: tuple[str, ...]) -> bool:
     return False
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 def _price(t: _T, s: _Scheme) -> Iterator[TensorEntry]:
-    n = _numel(t.shape)
+    n = math.prod(t.shape)
     if t.role == "buffer":
         yield TensorEntry(name=t.name, nbytes=4 * n, params=0, dtype="fp32", count=t.count)
         return

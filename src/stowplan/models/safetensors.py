@@ -12,6 +12,7 @@ beside the shards.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from pathlib import Path
 from typing import Any
@@ -100,10 +101,7 @@ def _check_tensor(where: str, name: str, info: Any, data_size: int) -> None:
         raise InputError(
             f"{where}:{name}.data_offsets", offsets, "must be [begin, end] with begin <= end"
         )
-    numel = 1
-    for d in shape:
-        numel *= d
-    expected = -(-numel * DTYPE_BITS[dtype] // 8)
+    expected = -(-math.prod(shape) * DTYPE_BITS[dtype] // 8)
     if offsets[1] - offsets[0] != expected:
         raise InputError(
             f"{where}:{name}.data_offsets",
@@ -176,9 +174,7 @@ def safetensors_report(
     for shard in shards:
         for tname, info in read_header(shard).items():
             nbytes = info["data_offsets"][1] - info["data_offsets"][0]
-            numel = 1
-            for d in info["shape"]:
-                numel *= d
+            numel = math.prod(info["shape"])
             entries.append(
                 TensorEntry(
                     name=tname, nbytes=nbytes, params=_params(tname, info["dtype"], numel),
