@@ -278,6 +278,26 @@ class CostModel:
     def fits(self, d: int, lo: int, hi: int, first: bool, last: bool) -> bool:
         return self.stage_bytes(lo, hi, first, last) <= self.usable[d]
 
+    # -- one block (for the relaxations and surrogates) --------------------------------------
+    def smallest_block(self) -> tuple[int, int, int]:
+        """Weight read, KV read and memory (weights + KV) bytes of the smallest block.
+
+        Each is its own minimum over the blocks: every block's figures when blocks are
+        alike, a lower bound on any block's otherwise.
+        """
+        nb = self.num_blocks
+        rp, kp, mp = self.read_prefix, self.kv_prefix, self.mem_prefix
+        return (
+            min(rp[i + 1] - rp[i] for i in range(nb)),
+            min(kp[i + 1] - kp[i] for i in range(nb)),
+            min(mp[i + 1] - mp[i] for i in range(nb)),
+        )
+
+    def block_seconds(self, d: int, read: float, weights: float) -> float:
+        """Seconds a block reading ``read`` bytes (``weights`` of them weights) adds to a
+        stage on node ``d``, as :meth:`stage_time` counts it (its block cost included)."""
+        return max(read * self.inv_bw[d], weights * self.flop_s_per_byte[d]) + self.block_s[d]
+
     # -- a pipeline -------------------------------------------------------------------
     def evaluate(self, order: Sequence[int], bounds: Sequence[int]) -> Evaluation:
         """Stage times and hops of nodes ``order`` with block boundaries ``bounds``."""

@@ -179,9 +179,7 @@ def _milp(problem: Problem, cm: CostModel, objective: str, time_limit_s: float) 
     single, single_p = _best_single_stage(problem, cm)
     lat = objective == "latency"
     # Smallest block: exact for uniform layouts, a relaxation otherwise.
-    rd = min(cm.read_prefix[i + 1] - cm.read_prefix[i] for i in range(nb))
-    kvr = min(cm.kv_prefix[i + 1] - cm.kv_prefix[i] for i in range(nb))
-    mem = min(cm.mem_prefix[i + 1] - cm.mem_prefix[i] for i in range(nb))
+    rd, kvr, mem = cm.smallest_block()
     window = _max_window(cm)
     # variables: k_d, u_d, f_d, l_d, t_d for d in nodes, then T (throughput only)
     nv = 5 * n + 1
@@ -357,12 +355,8 @@ def fluid_bound(problem: Problem, cm: CostModel, objective: str) -> float:
     """
     nb = cm.num_blocks
     n = len(cm.nodes)
-    rd = min(cm.read_prefix[i + 1] - cm.read_prefix[i] for i in range(nb))
-    kvr = min(cm.kv_prefix[i + 1] - cm.kv_prefix[i] for i in range(nb))
-    mem = min(cm.mem_prefix[i + 1] - cm.mem_prefix[i] for i in range(nb))
-    rate = [
-        max((rd + kvr) * cm.inv_bw[d], rd * cm.flop_s_per_byte[d]) + cm.block_s[d] for d in range(n)
-    ]
+    rd, kvr, mem = cm.smallest_block()
+    rate = [cm.block_seconds(d, rd + kvr, rd) for d in range(n)]
     window = _max_window(cm)
     room = [min(window[d], nb if mem <= 0 else cm.usable[d] / mem) for d in range(n)]
     single = math.inf

@@ -48,7 +48,7 @@ def _surrogates(cm: CostModel) -> list[_Node]:
     mem = cm.mem_prefix[nb] / nb
     out = []
     for d in range(len(cm.nodes)):
-        slope = max(read * cm.inv_bw[d], weights * cm.flop_s_per_byte[d]) + cm.block_s[d]
+        slope = cm.block_seconds(d, read, weights)
         head = max(cm.head * cm.inv_bw[d], cm.head * cm.flop_s_per_byte[d])
         u = cm.usable[d]
 

@@ -169,12 +169,8 @@ def _milp_search(search: _Search) -> str:
     hi_n = min(problem.max_stages, n)
     if hi_n < lo_n:
         return "no set of two or more nodes is allowed"
-    step = [cm.read_prefix[i + 1] - cm.read_prefix[i] for i in range(nb)]
-    kv = [cm.kv_prefix[i + 1] - cm.kv_prefix[i] for i in range(nb)]
-    rd, kvr = min(step), min(kv)
-    rate = [
-        max((rd + kvr) * cm.inv_bw[d], rd * cm.flop_s_per_byte[d]) + cm.block_s[d] for d in range(n)
-    ]
+    rd, kvr, mem = cm.smallest_block()
+    rate = [cm.block_seconds(d, rd + kvr, rd) for d in range(n)]
     cap = [min(w, nb) for w in _max_window(cm)]
     latency = cm.batch == 1
     slack = 1 + 1e-9
@@ -184,7 +180,6 @@ def _milp_search(search: _Search) -> str:
             c if r <= 0 else min(c, math.floor(most / r)) for c, r in zip(cap, rate, strict=True)
         ]
     total = (cm.mem_prefix[nb] + cm.embed + cm.head) * 1e-9
-    mem = min(cm.mem_prefix[i + 1] - cm.mem_prefix[i] for i in range(nb))
     gb = 1e-9
     # Variables: x_d (bought), k_d (blocks), f_d (holds the embed), l_d (holds the head).
     nv = 4 * n
