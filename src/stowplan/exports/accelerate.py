@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from stowplan.errors import InputError
 from stowplan.exports.common import (
@@ -63,22 +63,8 @@ FAMILIES: dict[str, ModuleNames] = {
     "gemma": _DECODER,
     "gemma2": _DECODER,
     "phi3": _DECODER,
-    "mixtral": ModuleNames(
-        embed="model.embed_tokens",
-        block="model.layers.{i}",
-        norm="model.norm",
-        head="lm_head",
-        extra_first=("model.rotary_emb",),
-        expert="model.layers.{i}.block_sparse_moe.experts.{e}",
-    ),
-    "qwen2_moe": ModuleNames(
-        embed="model.embed_tokens",
-        block="model.layers.{i}",
-        norm="model.norm",
-        head="lm_head",
-        extra_first=("model.rotary_emb",),
-        expert="model.layers.{i}.mlp.experts.{e}",
-    ),
+    "mixtral": replace(_DECODER, expert="model.layers.{i}.block_sparse_moe.experts.{e}"),
+    "qwen2_moe": replace(_DECODER, expert="model.layers.{i}.mlp.experts.{e}"),
     "gpt2": ModuleNames(
         embed="transformer.wte",
         block="transformer.h.{i}",
@@ -100,23 +86,10 @@ FAMILIES["qwen3_moe"] = FAMILIES["qwen2_moe"]
 FAMILIES["deepseek_v3"] = FAMILIES["qwen2_moe"]
 FAMILIES["kimi_k2"] = FAMILIES["deepseek_v3"]
 # GptOssForCausalLM: GptOssMLP = router + GptOssExperts, whose weights are 3-D parameters.
-FAMILIES["gpt_oss"] = ModuleNames(
-    embed="model.embed_tokens",
-    block="model.layers.{i}",
-    norm="model.norm",
-    head="lm_head",
-    extra_first=("model.rotary_emb",),
-    fused_experts="model.layers.{i}.mlp.experts",
-)
+FAMILIES["gpt_oss"] = replace(_DECODER, fused_experts="model.layers.{i}.mlp.experts")
 # Gemma3ForCausalLM (the text model; a gemma3 checkpoint with a vision tower loads its text
 # part this way): global and sliding-window layers have a rotary embedding each.
-FAMILIES["gemma3"] = ModuleNames(
-    embed="model.embed_tokens",
-    block="model.layers.{i}",
-    norm="model.norm",
-    head="lm_head",
-    extra_first=("model.rotary_emb", "model.rotary_emb_local"),
-)
+FAMILIES["gemma3"] = replace(_DECODER, extra_first=("model.rotary_emb", "model.rotary_emb_local"))
 
 
 def _family(plan: Plan, layout: ModelLayout | None, family: str | None) -> tuple[str, ModuleNames]:
