@@ -13,6 +13,7 @@ import typer
 
 from stowplan.cli.app import app
 from stowplan.cli.common import err_console, out_console
+from stowplan.cluster._ray import require_ray
 from stowplan.errors import InputError, PlanError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.models import resolve_model
@@ -59,10 +60,10 @@ def _layout(model: str) -> ModelLayout:
 @contextmanager
 def _ray_session(address: str | None) -> Iterator[None]:
     """Connect to ``address``, or start (and finally stop) a local fake cluster."""
-    from stowplan.cluster.local import DEFAULT_FAKE_NODES, ray_module, start_local_cluster
+    from stowplan.cluster.local import DEFAULT_FAKE_NODES, start_local_cluster
 
     if address is not None:
-        ray = ray_module()
+        ray = require_ray()
         if ray.is_initialized():  # already connected (a library caller, a test)
             yield
             return
@@ -159,7 +160,6 @@ def launch_command(
         _plan_debug(layout, given, constraints, as_json)
         return
     with _ray_session(ray_address):
-        from stowplan.cluster.local import ray_module
         from stowplan.cluster.nodes import ray_node_descriptors
         from stowplan.cluster.realise import contract_stage_class, realise_with_replan
 
@@ -177,7 +177,7 @@ def launch_command(
             on_failure=_report_failure,
         )
         with realisation:
-            ray = ray_module()
+            ray = require_ray()
             infos = ray.get([a.info.remote() for a in realisation.actors], timeout=timeout)
             if as_json:
                 doc = {"plan": plan_to_dict(realisation.plan), "stages": infos}

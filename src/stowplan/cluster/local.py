@@ -29,12 +29,7 @@ from stowplan.cluster._ray import (
 )
 from stowplan.errors import InputError
 
-__all__ = ["DEFAULT_FAKE_NODES", "FakeNode", "LocalCluster", "local_cluster", "ray_module"]
-
-
-def ray_module() -> Any:
-    """Import Ray or raise :class:`DependencyError` naming the ``ray`` extra."""
-    return require_ray()
+__all__ = ["DEFAULT_FAKE_NODES", "FakeNode", "LocalCluster", "local_cluster"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,7 +101,7 @@ class LocalCluster:
 
     def shutdown(self) -> None:
         """Disconnect, stop every node, delete the temporary directory, restore the env."""
-        ray = ray_module()
+        ray = require_ray()
         try:
             ray.shutdown()
             if self.cluster is not None:

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stowplan.cluster.local import ray_module
+from stowplan.cluster._ray import require_ray
 from stowplan.errors import InputError, StowplanError
 from stowplan.model import NodeDescriptor
 from stowplan.units import parse_bytes
@@ -188,7 +188,7 @@ def describe(
 
 def alive_nodes() -> list[dict[str, Any]]:
     """``ray.nodes()`` entries of the alive nodes, in node-id order."""
-    ray = ray_module()
+    ray = require_ray()
     return sorted((n for n in ray.nodes() if n.get("Alive")), key=lambda n: str(n["NodeID"]))
 
 
@@ -202,7 +202,7 @@ def ray_node_descriptors(
     passport at ``passport_path`` (default: its own cache dir's
     ``passport.json``, used only when it names that host).
     """
-    ray = ray_module()
+    ray = require_ray()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     probe = ray.remote(num_cpus=0, max_retries=0)(_probe_task)

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stowplan.checks import check_int
+from stowplan.cluster._ray import require_ray
 from stowplan.cluster.errors import PlacementError
 from stowplan.cluster.groups import create_placement_group, remove_groups
-from stowplan.cluster.local import ray_module
 from stowplan.cluster.nodes import NODE_ID_LABEL, alive_nodes
 from stowplan.errors import InputError, PlanError, StowplanError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
@@ -156,7 +156,7 @@ def stage_bundle(node: NodeDescriptor | None, resources: Mapping[str, float]) ->
 
 
 def _cleanup(actors: Sequence[Any], groups: Sequence[Any]) -> None:
-    ray = ray_module()
+    ray = require_ray()
     for actor in actors:
         with contextlib.suppress(Exception):  # already dead: nothing to free
             ray.kill(actor, no_restart=True)
@@ -221,7 +221,7 @@ def realise(
             actor answered.  Nothing is left behind.
         StageStartError: an actor failed in its constructor on a live node.
     """
-    ray = ray_module()
+    ray = require_ray()
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     for name, value in (("timeout_s", timeout_s), ("start_timeout_s", start_timeout_s)):
@@ -383,4 +383,4 @@ class ContractStage:
 
 def contract_stage_class() -> Any:
     """:class:`ContractStage` as a Ray actor class."""
-    return ray_module().remote(ContractStage)
+    return require_ray().remote(ContractStage)

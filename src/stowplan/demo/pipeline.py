@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from stowplan.cluster.local import ray_module
+from stowplan.cluster._ray import require_ray
 from stowplan.demo.model import DemoConfig, Generation, StageModel, check_request
 
 __all__ = [
@@ -82,7 +82,7 @@ class StageWorker:
 
 def stage_worker_class() -> Any:
     """:class:`StageWorker` as a Ray actor class."""
-    ray = ray_module()
+    ray = require_ray()
     return ray.remote(StageWorker)
 
 
@@ -127,7 +127,7 @@ def run_pipeline(
     timeout_s: float = 60.0,
 ) -> PipelineRun:
     """Generate ``num_tokens`` greedily through the stage actors (stage order)."""
-    ray = ray_module()
+    ray = require_ray()
     check_request(config, prompt, num_tokens)
     deadline = time.monotonic() + timeout_s
     ray.get([a.reset.remote() for a in actors], timeout=timeout_s)
