@@ -293,6 +293,19 @@ class CostModel:
             min(mp[i + 1] - mp[i] for i in range(nb)),
         )
 
+    def max_window(self) -> list[int]:
+        """Per node: the most consecutive blocks (weights + KV) that fit its usable VRAM."""
+        mp, nb = self.mem_prefix, self.num_blocks
+        out = []
+        for d in range(len(self.nodes)):
+            best, lo = 0, 0
+            for hi in range(1, nb + 1):
+                while mp[hi] - mp[lo] > self.usable[d]:
+                    lo += 1
+                best = max(best, hi - lo)
+            out.append(best)
+        return out
+
     def block_seconds(self, d: int, read: float, weights: float) -> float:
         """Seconds a block reading ``read`` bytes (``weights`` of them weights) adds to a
         stage on node ``d``, as :meth:`stage_time` counts it (its block cost included)."""

@@ -180,7 +180,7 @@ def _milp(problem: Problem, cm: CostModel, objective: str, time_limit_s: float) 
     lat = objective == "latency"
     # Smallest block: exact for uniform layouts, a relaxation otherwise.
     rd, kvr, mem = cm.smallest_block()
-    window = _max_window(cm)
+    window = cm.max_window()
     # variables: k_d, u_d, f_d, l_d, t_d for d in nodes, then T (throughput only)
     nv = 5 * n + 1
 
@@ -288,20 +288,6 @@ def _milp(problem: Problem, cm: CostModel, objective: str, time_limit_s: float) 
     )
 
 
-def _max_window(cm: CostModel) -> list[int]:
-    """Per node: the most consecutive blocks (weights + KV) that fit its usable VRAM."""
-    mp, nb = cm.mem_prefix, cm.num_blocks
-    out = []
-    for d in range(len(cm.nodes)):
-        best, lo = 0, 0
-        for hi in range(1, nb + 1):
-            while mp[hi] - mp[lo] > cm.usable[d]:
-                lo += 1
-            best = max(best, hi - lo)
-        out.append(best)
-    return out
-
-
 def _milp_pipeline(cm: CostModel, x: Any) -> Pipeline | None:
     n = len(cm.nodes)
     counts = {d: round(x[d]) for d in range(n) if x[n + d] > 0.5 and round(x[d]) > 0}
@@ -357,7 +343,7 @@ def fluid_bound(problem: Problem, cm: CostModel, objective: str) -> float:
     n = len(cm.nodes)
     rd, kvr, mem = cm.smallest_block()
     rate = [cm.block_seconds(d, rd + kvr, rd) for d in range(n)]
-    window = _max_window(cm)
+    window = cm.max_window()
     room = [min(window[d], nb if mem <= 0 else cm.usable[d] / mem) for d in range(n)]
     single = math.inf
     if problem.min_stages <= 1:

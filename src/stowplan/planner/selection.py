@@ -160,8 +160,6 @@ def _milp_search(search: _Search) -> str:
         from scipy.optimize import Bounds, LinearConstraint, milp
     except ImportError:
         raise DependencyError("scipy", "exact") from None
-    from stowplan.planner.exact import _max_window
-
     problem = search.problem
     cm = CostModel(problem.model, search.nodes, search.speed)
     n, nb = len(search.nodes), cm.num_blocks
@@ -171,7 +169,7 @@ def _milp_search(search: _Search) -> str:
         return "no set of two or more nodes is allowed"
     rd, kvr, mem = cm.smallest_block()
     rate = [cm.block_seconds(d, rd + kvr, rd) for d in range(n)]
-    cap = [min(w, nb) for w in _max_window(cm)]
+    cap = [min(w, nb) for w in cm.max_window()]
     latency = cm.batch == 1
     slack = 1 + 1e-9
     if not latency:
