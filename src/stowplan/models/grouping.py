@@ -190,34 +190,31 @@ def assemble(
     others: list[str] = []
     has_head_table = False
     # Step 1: sum bytes and parameters per part.
-    for one in entries:
-        where = classify(one.name, n)
-        e = TensorEntry(
-            name=one.name, nbytes=one.nbytes * one.count, params=one.params * one.count,
-            dtype=one.dtype,
-        )  # fmt: skip
+    for e in entries:
+        where = classify(e.name, n)
+        nbytes, params = e.nbytes * e.count, e.params * e.count
         if where.part is Part.EMBED:
-            embed_b, embed_p = embed_b + e.nbytes, embed_p + e.params
+            embed_b, embed_p = embed_b + nbytes, embed_p + params
         elif where.part is Part.HEAD:
-            head_b, head_p = head_b + e.nbytes, head_p + e.params
+            head_b, head_p = head_b + nbytes, head_p + params
             has_head_table = has_head_table or e.name.endswith(("lm_head.weight", "output.weight"))
         elif where.part is Part.MTP:
-            mtp_b, mtp_p = mtp_b + e.nbytes, mtp_p + e.params
+            mtp_b, mtp_p = mtp_b + nbytes, mtp_p + params
         elif where.part is Part.OTHER:
             others.append(e.name)
-            other_b, other_p = other_b + e.nbytes, other_p + e.params
+            other_b, other_p = other_b + nbytes, other_p + params
         else:
             assert where.block is not None
             i = where.block
             if where.part is Part.ROUTED_EXPERT:
-                routed_b[i] += e.nbytes
-                routed_p[i] += e.params
+                routed_b[i] += nbytes
+                routed_p[i] += params
             elif where.part is Part.SHARED_EXPERT:
-                shared_b[i] += e.nbytes
-                shared_p[i] += e.params
+                shared_b[i] += nbytes
+                shared_p[i] += params
             else:
-                base_b[i] += e.nbytes
-                base_p[i] += e.params
+                base_b[i] += nbytes
+                base_p[i] += params
     # Step 2: a tied head holds a copy of the embedding table.
     tied = arch.tied_embeddings or (not has_head_table and embed_b > 0)
     head_bytes = head_b + (embed_b if tied and not has_head_table else 0)
