@@ -35,7 +35,7 @@ from stowplan.checks import check_int
 from stowplan.cluster._ray import require_ray
 from stowplan.cluster.errors import PlacementError
 from stowplan.cluster.groups import create_placement_group, remove_groups
-from stowplan.cluster.nodes import NODE_ID_LABEL, alive_nodes
+from stowplan.cluster.nodes import NODE_ID_LABEL, alive_nodes, ray_gpu_count
 from stowplan.errors import InputError, PlanError, StowplanError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.plan import Plan, plan_to_json
@@ -144,7 +144,7 @@ class Attempt:
 
 def stage_bundle(node: NodeDescriptor | None, resources: Mapping[str, float]) -> dict[str, float]:
     """The bundle a stage asks of its node: one CPU and every GPU Ray sees there."""
-    gpus = int(resources.get("GPU", 0))
+    gpus = ray_gpu_count(resources)
     if node is not None:
         labels = dict(node.labels)
         if "ray_gpus" in labels:

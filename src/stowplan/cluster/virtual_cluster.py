@@ -19,6 +19,7 @@ from stowplan.cluster.groups import (
     create_placement_group,
     remove_groups,
 )
+from stowplan.cluster.nodes import NODE_ID_LABEL
 from stowplan.cluster.parallelism import ParallelismSpec, validate_parallelism
 from stowplan.cluster.topology import Topology, get_ray_cluster_topology, select_segment_nodes
 from stowplan.errors import InputError
@@ -119,7 +120,7 @@ class RayVirtualCluster:
 
     def _selector(self, node: int) -> dict[str, str]:
         node_id = None if self.node_ids is None else self.node_ids[node]
-        return {} if node_id is None else {"ray.io/node-id": node_id}
+        return {} if node_id is None else {NODE_ID_LABEL: node_id}
 
     def group_requests(self) -> tuple[GroupRequest, ...]:
         """The groups :meth:`_init_placement_groups` creates, in order."""
