@@ -241,28 +241,24 @@ def part2() -> None:
         else "other"
     )
 
-    def expert_terms(p: Plan) -> tuple[float, float]:
+    def accounting(p: Plan, expert_parallel: bool) -> tuple[tuple[int, ...], float, float]:
+        """Per-block reads, and the expert compute and all-to-all seconds (0 when block-local)."""
+        if not expert_parallel:
+            return model.block_read_sizes(), 0.0, 0.0
         times = expert_stage_times(p, model, pool)
-        return sum(t.compute_s for t in times), sum(t.transfer_s for t in times)
-
-    ep_c, ep_x = expert_terms(ep)
-    rows = [
-        ("block-local (experts with their blocks)", local, model.block_read_sizes(), 0.0, 0.0),
-        (
-            "expert-parallel (forced: --expert-parallel)",
-            ep,
+        return (
             backbone_layout(model).block_read_sizes(),
-            ep_c,
-            ep_x,
-        ),
+            sum(t.compute_s for t in times),
+            sum(t.transfer_s for t in times),
+        )
+
+    rows = [
+        ("block-local (experts with their blocks)", local, False),
+        ("expert-parallel (forced: --expert-parallel)", ep, True),
+        (f"automatic (chose {chose})", auto, chose != "block-local"),
     ]
-    if chose == "block-local":
-        rows.append((f"automatic (chose {chose})", auto, model.block_read_sizes(), 0.0, 0.0))
-    else:
-        a_c, a_x = expert_terms(auto)
-        reads = backbone_layout(model).block_read_sizes()
-        rows.append((f"automatic (chose {chose})", auto, reads, a_c, a_x))
-    for label, p, reads, comp, xfer in rows:
+    for label, p, expert_parallel in rows:
+        reads, comp, xfer = accounting(p, expert_parallel)
         pred = predict(model, pool, cons, p)
         r, h, _ = _pipeline_time(p, model, reads, pool)
         parts = {"hop latency": h, "weight reads": r + comp, "expert all-to-all": xfer}
