@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -154,7 +154,7 @@ def models_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List the known models."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in known_names():
         m = lookup(name)
         assert m is not None
@@ -181,7 +181,7 @@ def models_command(
             str(r["blocks"]),
             str(r["hidden_dim"]),
             f"{params / 1e9:.2f}B" if isinstance(params, int) else "-",
-            format_bytes(int(str(r["weight_bytes"]))),
+            format_bytes(r["weight_bytes"]),
             str(r["dtype"]),
         )
     out_console.print(table)
