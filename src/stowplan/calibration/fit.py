@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
 
+from stowplan.calibration.apply import stage_time_s
 from stowplan.calibration.profile import (
     MAX_BANDWIDTH_FRACTION,
     DeviceCalibration,
@@ -245,15 +246,22 @@ def fit_device(
         collective_overhead_s=collective,
         compute_efficiency=prior.compute_efficiency,
     )
-    predicted = []
-    for m in measurements:
-        t = (
-            m.read_bytes / (bw * m.tensor_parallel * entry.fraction(m.dtype).value)
-            + m.num_blocks * block.value
-            + m.hops * hop.value
-            + m.collective_blocks * collective.value
+    # Predict each run as the cost model times it: the fitted entry through stage_time_s.
+    predicted = [
+        1.0
+        / stage_time_s(
+            read_bytes=m.read_bytes,
+            params=0,
+            num_blocks=m.num_blocks,
+            bandwidth_gbps=bandwidth_gbps * m.tensor_parallel,
+            tflops=0.0,
+            dtype=m.dtype,
+            hops=m.hops,
+            tensor_parallel=m.tensor_parallel,
+            device=entry,
         )
-        predicted.append(1.0 / t)
+        for m in measurements
+    ]
     errors = tuple(
         (p - m.tokens_per_s) / m.tokens_per_s for p, m in zip(predicted, measurements, strict=True)
     )
