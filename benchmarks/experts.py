@@ -197,8 +197,8 @@ def consumer_pool(n: int, seed: int) -> list[NodeDescriptor]:
 
 def _pipeline_time(
     p: Plan, model: ModelLayout, reads: tuple[int, ...], nodes: list[NodeDescriptor]
-) -> tuple[float, float, float]:
-    """Weight-read and hop seconds per token, single stream, and their sum.
+) -> tuple[float, float]:
+    """Weight-read and hop seconds per token, single stream.
 
     The embed lookup reads one row (negligible); the head reads all of its bytes.
     """
@@ -212,7 +212,7 @@ def _pipeline_time(
         assert node.mem_bandwidth_gbps is not None
         read_s += w / (node.mem_bandwidth_gbps * 1e9)
         hop_s += node.link_latency_ms / 1e3 + act_bits / (node.link_mbps * 1e6)
-    return read_s, hop_s, read_s + hop_s
+    return read_s, hop_s
 
 
 def part2() -> None:
@@ -260,7 +260,7 @@ def part2() -> None:
     for label, p, expert_parallel in rows:
         reads, comp, xfer = accounting(p, expert_parallel)
         pred = predict(model, pool, cons, p)
-        r, h, _ = _pipeline_time(p, model, reads, pool)
+        r, h = _pipeline_time(p, model, reads, pool)
         parts = {"hop latency": h, "weight reads": r + comp, "expert all-to-all": xfer}
         bound = max(parts, key=lambda k: parts[k])
         total = sum(parts.values())
