@@ -1,17 +1,15 @@
 """MoE layouts from published architecture numbers (each model's config.json).
 
-Used by the expert-placement benchmark; the known-model table supersedes
-these once it lists the same models.
+Used by the expert-placement benchmark for what the known-model table lacks:
+Kimi-K2 at a bits-per-weight other than its FP8 release.
 
-* DeepSeek-V3: 61 layers, first 3 dense (intermediate 18432), 256 routed
-  experts top-8 + 1 shared, hidden 7168, moe_intermediate 2048 (44,040,192
-  parameters per expert), MLA attention (q_lora 1536, kv_lora 512, rope 64,
-  128 heads of 128+64 / 128), vocab 129280, FP8 weights.
+* DeepSeek-V3 (the shapes of :func:`_deepseek_like`): 61 layers, first 3 dense
+  (intermediate 18432), 256 routed experts top-8 + 1 shared, hidden 7168,
+  moe_intermediate 2048 (44,040,192 parameters per expert), MLA attention
+  (q_lora 1536, kv_lora 512, rope 64, 128 heads of 128+64 / 128), vocab
+  129280, FP8 weights.
 * Kimi-K2: the same shapes with 384 routed experts, 64 heads, 1 dense layer,
   vocab 163840, FP8 weights.
-* Qwen3-235B-A22B: 94 layers all MoE, 128 experts top-8, no shared expert,
-  hidden 4096, moe_intermediate 1536, 64 query / 4 KV heads of 128, vocab
-  151936, BF16 weights.
 """
 
 from __future__ import annotations
@@ -67,46 +65,7 @@ def _deepseek_like(
     )
 
 
-def deepseek_v3(bytes_per_param: float = 1.0) -> ModelLayout:
-    return _deepseek_like(
-        "deepseek-v3",
-        experts=256,
-        heads=128,
-        dense=3,
-        vocab=129280,
-        bytes_per_param=bytes_per_param,
-    )
-
-
 def kimi_k2(bytes_per_param: float = 1.0) -> ModelLayout:
     return _deepseek_like(
         "kimi-k2", experts=384, heads=64, dense=1, vocab=163840, bytes_per_param=bytes_per_param
-    )
-
-
-def qwen3_235b_a22b() -> ModelLayout:
-    hidden, layers, experts, inter, vocab = 4096, 94, 128, 1536, 151936
-    expert = 3 * hidden * inter
-    attn = hidden * 64 * 128 * 2 + hidden * 4 * 128 * 2 + 2 * 128 + 2 * hidden
-    block = attn + experts * hidden + experts * expert
-    read = attn + experts * hidden + 8 * expert
-    return ModelLayout(
-        name="qwen3:235b-a22b",
-        num_blocks=layers,
-        hidden_dim=hidden,
-        bytes_per_activation_elem=2,
-        block_params_bytes=2 * block,
-        block_read_bytes=(2 * read,) * layers,
-        head_params_bytes=2 * (vocab * hidden + hidden),
-        embed_params_bytes=2 * vocab * hidden,
-        kv_bytes_per_token=(2 * 4 * 128 * 2,) * layers,
-        experts=ExpertLayout(
-            num_experts=experts,
-            experts_per_token=8,
-            expert_params_bytes=2 * expert,
-            moe_blocks=tuple(range(layers)),
-        ),
-        total_params=layers * block + 2 * vocab * hidden + hidden,
-        dtype="bf16",
-        family="qwen3_moe",
     )
