@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 from typing import Annotated
@@ -32,6 +31,7 @@ from stowplan.calibration import (
     write_calibration,
 )
 from stowplan.calibration.serving_bench import BATCH1_RULE
+from stowplan.checks import check_choice, check_number
 from stowplan.cli.app import app
 from stowplan.cli.common import err_console, out_console
 from stowplan.errors import InputError
@@ -205,8 +205,8 @@ def calibrate_command(
         raise InputError("--gpus", gpus, "must be >= 1")
     if blocks is not None and blocks < 1:
         raise InputError("--blocks", blocks, "must be >= 1")
-    if bandwidth_gbps is not None and not (math.isfinite(bandwidth_gbps) and bandwidth_gbps > 0):
-        raise InputError("--bandwidth-gbps", bandwidth_gbps, "must be a finite number > 0")
+    if bandwidth_gbps is not None:
+        check_number("--bandwidth-gbps", bandwidth_gbps, positive=True)
     if from_serving_bench is not None:
         if from_llama_bench is not None or from_probe:
             raise InputError(
@@ -226,7 +226,7 @@ def calibrate_command(
             as_json=as_json,
         )
         return
-    eng = _engine(engine or Engine.LLAMACPP.value)
+    eng = check_choice("--engine", engine or Engine.LLAMACPP.value, Engine)
     target = out if out is not None else user_calibration_path(eng)
     if from_probe:
         entries = _probe_entries(passport, resolve_calibration(eng))
@@ -316,15 +316,6 @@ def calibrate_command(
     )
 
 
-def _engine(engine: str) -> Engine:
-    try:
-        return Engine(engine)
-    except ValueError:
-        raise InputError(
-            "--engine", engine, f"must be one of {', '.join(e.value for e in Engine)}"
-        ) from None
-
-
 def _device_name(device: str | None, listed: list[str], missing: str) -> str:
     """``--device``, else the one GPU the file names; InputError when neither settles it."""
     if device is None and len(listed) > 1:
@@ -404,7 +395,7 @@ def _calibrate_from_serving_bench(
     default = {"trtllm": Engine.TRTLLM, "sglang": Engine.SGLANG}.get(
         next(iter(tools)) if len(tools) == 1 else "", Engine.VLLM
     )
-    eng = _engine(engine or default.value)
+    eng = check_choice("--engine", engine or default.value, Engine)
     kept = []
     for r in runs:
         why = r.why_not_batch1()
