@@ -185,16 +185,15 @@ def _routing(model: ModelLayout, load: ExpertLoad | None, co: CoActivation | Non
 # -- one MoE block ------------------------------------------------------------------------
 
 
-def _shares(holders: list[int], speeds: Sequence[float]) -> list[float]:
+def _shares(holders: list[int]) -> list[float]:
     """A replicated expert's tokens are split evenly over its copies (EPLB's convention)."""
-    del speeds
     return [1.0 / len(holders)] * len(holders)
 
 
-def _loads(holders: Holders, w: Sequence[float], speeds: Sequence[float], n: int) -> list[float]:
+def _loads(holders: Holders, w: Sequence[float], n: int) -> list[float]:
     loads = [0.0] * n
     for e, hs in enumerate(holders):
-        for j, share in zip(hs, _shares(hs, speeds), strict=True):
+        for j, share in zip(hs, _shares(hs), strict=True):
             loads[j] += w[e] * share
     return loads
 
@@ -396,7 +395,7 @@ def _refine(
 
 
 def _imbalance(holders: Holders, w: Sequence[float], speeds: Sequence[float]) -> float:
-    loads = _loads(holders, w, speeds, len(speeds))
+    loads = _loads(holders, w, len(speeds))
     mean = sum(loads) / sum(speeds)
     return _worst(loads, speeds) / mean if mean > 0 else 1.0
 
@@ -406,16 +405,15 @@ def _node_reach(
     p: Sequence[float],
     pairs: Sequence[tuple[int, int, float]] | None,
     k: int,
-    speeds: Sequence[float],
+    n: int,
 ) -> list[float]:
     """Per node: the estimated probability that a token selects at least one expert there."""
-    n = len(speeds)
     q_sum = [0.0] * n
     q_sq = [0.0] * n
     q_max = [0.0] * n
     share: dict[tuple[int, int], float] = {}
     for e, hs in enumerate(holders):
-        for j, s in zip(hs, _shares(hs, speeds), strict=True):
+        for j, s in zip(hs, _shares(hs), strict=True):
             q = p[e] * s
             q_sum[j] += q
             q_sq[j] += q * q
@@ -437,10 +435,10 @@ def _transfers(
     p: Sequence[float],
     pairs: Sequence[tuple[int, int, float]] | None,
     k: int,
-    speeds: Sequence[float],
+    n: int,
     home: int,
 ) -> float:
-    reach = _node_reach(holders, p, pairs, k, speeds)
+    reach = _node_reach(holders, p, pairs, k, n)
     return sum(r for j, r in enumerate(reach) if j != home)
 
 
@@ -516,13 +514,13 @@ def _assign(
         holders = _place_block(w, speeds, limits, singles, budget)
         if pairs is not None:
             home = home_stage[block]
-            before_t += _transfers(holders, w, pairs, routing.k, speeds, home)
+            before_t += _transfers(holders, w, pairs, routing.k, len(speeds), home)
             before_i += _imbalance(holders, w, speeds)
             groups = _groups(w, pairs, routing.k)
             if any(len(g) > 1 for g in groups):
                 grouped = _place_block(w, speeds, limits, groups, budget)
-                worst_g = _worst(_loads(grouped, w, speeds, len(speeds)), speeds)
-                worst_s = _worst(_loads(holders, w, speeds, len(speeds)), speeds)
+                worst_g = _worst(_loads(grouped, w, len(speeds)), speeds)
+                worst_s = _worst(_loads(holders, w, len(speeds)), speeds)
                 if worst_g <= worst_s * (1 + tolerance) + _EPS:
                     holders = grouped
         for hs in holders:
@@ -951,11 +949,11 @@ def expert_summary(
     transfers = 0.0
     for li, holders in enumerate(all_holders):
         w = routing.p[li]
-        for j, node_load in enumerate(_loads(holders, w, speeds, n)):
+        for j, node_load in enumerate(_loads(holders, w, n)):
             work[j] += node_load
         imbalances.append(_imbalance(holders, w, speeds))
         pairs = routing.pairs[li] if routing.pairs is not None else None
-        transfers += _transfers(holders, w, pairs, routing.k, speeds, home_stage[ex.moe_blocks[li]])
+        transfers += _transfers(holders, w, pairs, routing.k, n, home_stage[ex.moe_blocks[li]])
     total_work = sum(work) or 1.0
     rows = []
     for j, a in enumerate(plan.assignments):
@@ -1043,7 +1041,6 @@ def expert_stage_times(
             ExpertTime(stage=a.stage, compute_s=0.0, transfer_s=0.0) for a in plan.assignments
         )
     ordered = _nodes_in_order(plan, nodes)
-    speeds, _ = expert_speeds(ordered)
     bws = [
         (bandwidth_gbps or {}).get(x.id, bw)
         for x, bw in zip(ordered, _bandwidths_gbps(ordered), strict=True)
@@ -1063,11 +1060,11 @@ def expert_stage_times(
         h = home_stage[ex.moe_blocks[li]]
         hit = [0.0] * n
         for e, hs in enumerate(holders):
-            for j, s in zip(hs, _shares(hs, speeds), strict=True):
+            for j, s in zip(hs, _shares(hs), strict=True):
                 hit[j] += 1.0 - (1.0 - w[e] * s) ** batch
         compute[h] += max(hit[j] * ex.expert_params_bytes / (bws[j] * 1e9) for j in range(n))
         pairs = routing.pairs[li] if routing.pairs is not None else None
-        reach = _node_reach(holders, w, pairs, routing.k, speeds)
+        reach = _node_reach(holders, w, pairs, routing.k, n)
         remote = [j for j in range(n) if j != h and reach[j] > 0]
         if not remote:
             continue
