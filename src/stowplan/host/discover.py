@@ -30,11 +30,12 @@ import shutil
 import socket
 import subprocess
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from stowplan.host.fabric import GpuFabric, parse_fabric
-from stowplan.host.nvidia_smi import SmiReport, parse_nvidia_smi, parse_query_xml, pcie_gbps
+from stowplan.host.nvidia_smi import SmiReport, parse_nvidia_smi, parse_query_xml
 from stowplan.host.rocm_smi import parse_rocm_smi
 from stowplan.host.topology import (
     SYSTEM_POOL,
@@ -248,7 +249,7 @@ def topology_from_smi(
                 uuid=g.uuid,
                 pcie_gen=g.pcie_gen_max,
                 pcie_width=g.pcie_width_max,
-                bus_gbps=pcie_gbps(g.pcie_gen_max, g.pcie_width_max),
+                bus_gbps=g.bus_gbps,
                 fabric=fabric_facts(fabric) if fabric is not None else None,
             )
         )
@@ -321,13 +322,9 @@ def discover() -> HostTopology:
         )
     if not extra_circuits:
         return topo
-    return HostTopology(
-        hostname=topo.hostname,
+    return replace(
+        topo,
         circuits=topo.circuits + tuple(extra_circuits),
         pools=topo.pools + tuple(extra_pools),
-        driver_version=topo.driver_version,
-        cpu_count=topo.cpu_count,
-        link_mbps=topo.link_mbps,
-        source=topo.source,
         notes=(*topo.notes, "AMD GPUs and iGPUs are listed but not benchmarked"),
     )
