@@ -44,6 +44,7 @@ def main() -> None:
     config = DemoConfig()
     prompt = [1, 2, 3]
     whole = StageModel.load(config, (0, config.num_blocks), True, True)
+    reference = generate_local(config, prompt, args.tokens)
     local = start_local_cluster()
     try:
         nodes = ray_node_descriptors(timeout_s=60)
@@ -59,7 +60,6 @@ def main() -> None:
             run_pipeline(realisation.actors, config, prompt, 4, timeout_s=120)  # warm-up
             local_s, dist_s, runs, matches = [], [], [], []
             for _ in range(args.rounds):
-                reference = generate_local(config, prompt, args.tokens)
                 local_s.append(_decode_s(whole, prompt, args.tokens))
                 run = run_pipeline(realisation.actors, config, prompt, args.tokens, timeout_s=120)
                 dist_s.append(run.wall_s)
