@@ -273,6 +273,7 @@ def discover() -> HostTopology:
     source = "nvml"
     if note:
         notes.append(note)
+    text: str | None = None  # ``nvidia-smi -q``, run at most once
     if report is None and "no NVIDIA GPU" not in note:
         xml = _run(["nvidia-smi", "-q", "-x"])
         if xml is not None:
@@ -283,7 +284,7 @@ def discover() -> HostTopology:
             if text is not None:
                 report, source = parse_nvidia_smi(text), "nvidia-smi"
                 fabrics = parse_fabric(text)
-    if report is not None and report.gpus and not fabrics:
+    if report is not None and report.gpus and not fabrics and text is None:
         text = _run(["nvidia-smi", "-q"])
         fabrics = parse_fabric(text) if text is not None else ()
     topo = topology_from_smi(
