@@ -29,6 +29,7 @@ import os
 import sys
 from collections import defaultdict
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -208,7 +209,11 @@ DESCRIPTIONS = {
 }
 
 
-def leave_one_out(runs: list[Run]) -> list[tuple[Run, float, float]]:
+Scored = list[tuple[Run, float, float]]
+"""(run, first-order error, calibrated leave-one-out error) per run: :func:`leave_one_out`."""
+
+
+def leave_one_out(runs: list[Run]) -> Scored:
     """(run, first-order error, calibrated error) with the calibration fitted without the run.
 
     The run's engine and family other runs give the entry when there are any; its prior
@@ -235,15 +240,24 @@ def _layout_key(r: Run) -> str:
     return "multi-GPU layers" if int(r["num_gpus"]) > 1 else "single GPU"
 
 
-def published_table(runs: list[Run]) -> list[str]:
+@cache
+def _shipped_profile(engine: Engine) -> Calibration:
+    return shipped_calibration(engine)
+
+
+def shipped_entry(r: Run) -> DeviceCalibration | None:
+    """The entry the shipped profile of the run's engine has for its GPU."""
+    return _shipped_profile(Engine(str(r["engine"]))).for_device(str(r["gpu_name"]))
+
+
+def published_table(scored: Scored) -> list[str]:
     """Median errors per engine, GPU family and layout, and overall: first-order, the
-    calibration fitted without the run (leave-one-out), and the shipped profile."""
-    shipped = {e: shipped_calibration(e) for e in {Engine(str(r["engine"])) for r in runs}}
+    calibration fitted without the run (``scored``, from :func:`leave_one_out`), and the
+    shipped profile."""
     rows: dict[tuple[str, str, str], list[tuple[float, float, float]]] = defaultdict(list)
-    for r, first, cal in leave_one_out(runs):
+    for r, first, cal in scored:
         measured = float(r["tokens_per_s"])
-        entry = shipped[Engine(str(r["engine"]))].for_device(str(r["gpu_name"]))
-        ship = (predict(r, entry) - measured) / measured
+        ship = (predict(r, shipped_entry(r)) - measured) / measured
         rows[str(r["engine"]), str(r["family"]), _layout_key(r)].append((first, cal, ship))
     out = [
         "| engine | GPU family | layout | runs | first-order median abs error "
@@ -279,8 +293,7 @@ def excluded_table(all_runs: list[Run]) -> list[str]:
             continue
         measured = float(r["tokens_per_s"])
         first = predict(r, None)
-        shipped = shipped_calibration(Engine(str(r["engine"]))).for_device(str(r["gpu_name"]))
-        table = predict(r, shipped)
+        table = predict(r, shipped_entry(r))
         rows.append(
             f"| {r['engine']} | {r['family']} | {r['model']}, {r['dtype']} | {measured:.1f} "
             f"| {(first - measured) / measured:+.0%} | {(table - measured) / measured:+.0%} "
@@ -289,20 +302,19 @@ def excluded_table(all_runs: list[Run]) -> list[str]:
     return rows
 
 
-def runs_table(runs: list[Run]) -> list[str]:
-    """Every non-llama.cpp run: measured, first-order, shipped profile, leave-one-out fit."""
+def runs_table(scored: Scored) -> list[str]:
+    """Every non-llama.cpp run: measured, first-order, shipped profile, leave-one-out fit
+    (``scored``, from :func:`leave_one_out`)."""
     rows = [
         "| engine | GPU | layout | model, dtype | measured tok/s | first-order | error "
         "| shipped profile | error | leave-one-out | error |",
         "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for r, first_err, cal_err in leave_one_out(runs):
+    for r, first_err, cal_err in scored:
         if r["engine"] == "llamacpp":
             continue
-        engine = Engine(str(r["engine"]))
-        shipped = shipped_calibration(engine).for_device(str(r["gpu_name"]))
         measured = float(r["tokens_per_s"])
-        table = predict(r, shipped)
+        table = predict(r, shipped_entry(r))
         tp = tensor_parallel(r)
         layout = (
             f"TP{tp}"
@@ -462,10 +474,11 @@ def main(argv: list[str] | None = None) -> int:
             write_text_atomic(target, calibration_to_json(profile))
             print(f"wrote {target}")
         return 0
+    scored = leave_one_out(runs)
     print("## Published decode speeds (batch 1): leave-one-out median errors\n")
-    print("\n".join(published_table(runs)))
+    print("\n".join(published_table(scored)))
     print("\n## Every run outside llama.cpp\n")
-    print("\n".join(runs_table(runs)))
+    print("\n".join(runs_table(scored)))
     print("\n## Runs left out of the fits\n")
     print("\n".join(excluded_table(load_all_runs())))
     if not args.skip_cpu:
