@@ -331,7 +331,6 @@ def runs_table(scored: Scored) -> list[str]:
 
 
 def cpu_section(quick: bool) -> list[str]:
-    from stowplan.calibration import stage_time_s
     from stowplan.calibration.numpy_decode import (
         block_bytes,
         make_blocks,
@@ -415,7 +414,7 @@ def cpu_section(quick: bool) -> list[str]:
     for k in plans:
         meas = 1 / piped[k]
 
-        def t(dev: DeviceCalibration | None, k: int = k) -> float:
+        def t(f32: DeviceCalibration | None, f64: DeviceCalibration | None, k: int = k) -> float:
             return stage_time_s(
                 read_bytes=k * block_bytes(hidden, 4),
                 params=0,
@@ -423,7 +422,7 @@ def cpu_section(quick: bool) -> list[str]:
                 bandwidth_gbps=bw,
                 tflops=0.0,
                 hops=1,
-                device=dev and fitted["f32"],
+                device=f32,
             ) + stage_time_s(
                 read_bytes=(8 - k) * block_bytes(hidden, 8),
                 params=0,
@@ -431,10 +430,10 @@ def cpu_section(quick: bool) -> list[str]:
                 bandwidth_gbps=bw,
                 tflops=0.0,
                 hops=1,
-                device=dev and fitted["f64"],
+                device=f64,
             )
 
-        first, cal = 1 / t(None), 1 / t(prior)
+        first, cal = 1 / t(None, None), 1 / t(fitted["f32"], fitted["f64"])
         measured[k], predicted[k] = meas, cal
         errors_first.append(abs(first - meas) / meas)
         errors_cal.append(abs(cal - meas) / meas)
