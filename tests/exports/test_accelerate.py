@@ -11,10 +11,21 @@ from stowplan.errors import InputError
 from stowplan.exports import UnsupportedByEngine, export_plan
 from stowplan.model import ExpertId
 from stowplan.models import resolve_model
+from stowplan.plan import Plan
 from tests.conftest import FIXTURES
 from tests.exports.plans import GIB, make_plan
 
 CONFIGS = FIXTURES / "hf-configs"
+
+
+def expert_away_from_its_block(experts_per_layer: int) -> Plan:
+    """Blocks 0-1 on gpu0, an empty cpu stage owning expert 6 of block 1."""
+    return make_plan(
+        [2, 0],
+        ["gpu0", "cpu"],
+        experts={1: [ExpertId(block=1, expert=6)]},
+        experts_per_layer=experts_per_layer,
+    )
 
 
 def counts_per_device(device_map: dict[str, object]) -> dict[object, int]:
@@ -42,9 +53,7 @@ def test_device_map_round_trips_to_the_plans_block_counts():
 
 
 def test_experts_away_from_their_block_get_their_own_entry_in_moe_families():
-    plan = make_plan(
-        [2, 0], ["gpu0", "cpu"], experts={1: [ExpertId(block=1, expert=6)]}, experts_per_layer=8
-    )
+    plan = expert_away_from_its_block(8)
     device_map = export_plan(plan, "accelerate", family="mixtral").data["device_map"]
     assert device_map["model.layers.1.block_sparse_moe.experts.6"] == "cpu"
     assert device_map["model.layers.1"] == 0
@@ -60,9 +69,7 @@ def test_unknown_family_and_fused_experts_are_refused():
         "family (one of deepseek_v3, gemma, gemma2, gemma3, gpt2, gpt_neox, gpt_oss, kimi_k2, "
         "llama, mistral, mixtral, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe)"
     )
-    moe = make_plan(
-        [2, 0], ["gpu0", "cpu"], experts={1: [ExpertId(block=1, expert=6)]}, experts_per_layer=8
-    )
+    moe = expert_away_from_its_block(8)
     with pytest.raises(UnsupportedByEngine) as refused:
         export_plan(moe, "accelerate", family="llama")
     assert str(refused.value) == (
@@ -112,9 +119,7 @@ def test_kimi_and_gemma3_have_module_names():
 
 
 def test_gpt_oss_experts_are_fused_so_they_move_only_with_their_block():
-    plan = make_plan(
-        [2, 0], ["gpu0", "cpu"], experts={1: [ExpertId(block=1, expert=6)]}, experts_per_layer=32
-    )
+    plan = expert_away_from_its_block(32)
     with pytest.raises(UnsupportedByEngine) as refused:
         export_plan(plan, "accelerate", family="gpt_oss")
     assert str(refused.value) == (
