@@ -66,25 +66,28 @@ class ServingBenchResult:
     mean_tpot_ms: float | None = None
     median_itl_ms: float | None = None
 
-    @property
-    def time_per_token_s(self) -> float | None:
-        """Median TPOT, else mean TPOT, else median ITL (seconds); None when none is > 0."""
-        for ms in (self.median_tpot_ms, self.mean_tpot_ms, self.median_itl_ms):
-            if ms is not None and math.isfinite(ms) and ms > 0:
-                return ms / 1e3
-        return None
-
-    @property
-    def time_source(self) -> str:
-        """Which figure :attr:`time_per_token_s` used."""
+    def _time(self) -> tuple[str, float] | None:
+        """The first of median TPOT, mean TPOT, median ITL that is > 0: (its name, ms)."""
         for name, ms in (
             ("median TPOT", self.median_tpot_ms),
             ("mean TPOT", self.mean_tpot_ms),
             ("median ITL", self.median_itl_ms),
         ):
             if ms is not None and math.isfinite(ms) and ms > 0:
-                return name
-        return "none"
+                return name, ms
+        return None
+
+    @property
+    def time_per_token_s(self) -> float | None:
+        """Median TPOT, else mean TPOT, else median ITL (seconds); None when none is > 0."""
+        chosen = self._time()
+        return chosen[1] / 1e3 if chosen is not None else None
+
+    @property
+    def time_source(self) -> str:
+        """Which figure :attr:`time_per_token_s` used."""
+        chosen = self._time()
+        return chosen[0] if chosen is not None else "none"
 
     @property
     def one_at_a_time(self) -> bool:
