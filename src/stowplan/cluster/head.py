@@ -259,15 +259,17 @@ def stop_local_head(tag: str) -> LocalHead | None:
             with contextlib.suppress(Exception):
                 if ray.get_runtime_context().gcs_address == head.address:
                     ray.shutdown()
-        stopped = _stop_processes(head)
-        state_path(tag).unlink(missing_ok=True)
-        shutil.rmtree(head.temp_dir, ignore_errors=True)
+        stopped = discard_local_head(head)
     log.info("stopped the local Ray head %s (%d processes)", tag, len(stopped))
     return head
 
 
-def discard_local_head(head: LocalHead) -> None:
-    """Remove what is left of a stale head: its processes, state file and temp dir."""
-    _stop_processes(head)
+def discard_local_head(head: LocalHead) -> list[int]:
+    """Remove what is left of a head: its processes, state file and temp dir.
+
+    Returns the ids of the processes it stopped.
+    """
+    stopped = _stop_processes(head)
     state_path(head.device_tag).unlink(missing_ok=True)
     shutil.rmtree(head.temp_dir, ignore_errors=True)
+    return stopped
