@@ -50,6 +50,8 @@ __all__ = [
     "NodeRates",
     "node_rates",
     "predict",
+    "served_tokens_per_s",
+    "usd_per_million_tokens",
 ]
 
 DEFAULT_BANDWIDTH_GBPS = 500.0
@@ -132,6 +134,21 @@ def _params_per_byte(model: ModelLayout) -> float:
     return 1.0 / _BYTES_PER_PARAM.get((model.dtype or "bf16").lower(), 2.0)
 
 
+def served_tokens_per_s(batch: int, time_per_token_s: float, tokens_per_s: float) -> float:
+    """What the workload gets: 1/time per token at batch 1, pipelined tokens/s above."""
+    if batch == 1:
+        return 1.0 / time_per_token_s if time_per_token_s > 0 else math.inf
+    return tokens_per_s
+
+
+def usd_per_million_tokens(price_per_hour: float | None, tokens_per_s: float) -> float | None:
+    """Dollars per million tokens served at ``tokens_per_s`` (None without a price or a
+    finite positive rate)."""
+    if price_per_hour is None or not 0 < tokens_per_s < math.inf:
+        return None
+    return price_per_hour / (tokens_per_s * 3600) * 1e6
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Evaluation:
     """The cost model's numbers for one pipeline (nodes in stage order + block bounds)."""
@@ -157,11 +174,8 @@ class Evaluation:
 
     @property
     def served_tokens_per_s(self) -> float:
-        """What the workload gets: 1/time per token at batch 1, pipelined tokens/s above."""
-        if self.batch == 1:
-            t = self.time_per_token_s
-            return 1.0 / t if t > 0 else math.inf
-        return self.tokens_per_s
+        """What the workload gets: see :func:`served_tokens_per_s`."""
+        return served_tokens_per_s(self.batch, self.time_per_token_s, self.tokens_per_s)
 
 
 class CostModel:
@@ -349,10 +363,6 @@ class CostModel:
     def prediction(self, order: Sequence[int], bounds: Sequence[int]) -> Prediction:
         ev = self.evaluate(order, bounds)
         price = self.cost_per_hour(order)
-        served = ev.served_tokens_per_s
-        per_m = None
-        if price is not None and 0 < served < math.inf:
-            per_m = price / (served * 3600) * 1e6
         return Prediction(
             batch=self.batch,
             tokens_per_s=ev.tokens_per_s,
@@ -361,7 +371,7 @@ class CostModel:
             bottleneck_stage=max(range(len(order)), key=lambda s: ev.stage_time_s[s]),
             kv_capacity_tokens=self.kv_capacity_tokens(order, bounds),
             cost_per_hour=price,
-            usd_per_million_tokens=per_m,
+            usd_per_million_tokens=usd_per_million_tokens(price, ev.served_tokens_per_s),
             assumed=tuple(a for d in order for a in self.node_assumed[d]),
             calibration=(
                 describe_calibration(

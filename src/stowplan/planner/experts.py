@@ -1104,7 +1104,7 @@ def expert_prediction(
     the backbone's stage times (as in :func:`stowplan.cost.predict`) and its
     bandwidth fraction to the experts' reads.
     """
-    from stowplan.cost import CostModel
+    from stowplan.cost import CostModel, served_tokens_per_s, usd_per_million_tokens
 
     cm = CostModel(backbone_layout(model), nodes, constraints, calibration)
     order, bounds = cm.plan_order_bounds(plan)
@@ -1132,14 +1132,7 @@ def expert_prediction(
     stage = tuple(t + e.total_s for t, e in zip(base.stage_time_s, extra, strict=True))
     per_token = base.time_per_token_s + sum(e.total_s for e in extra)
     tokens_per_s = constraints.batch / max(stage) if max(stage) > 0 else math.inf
-    served = (
-        (1.0 / per_token if per_token > 0 else math.inf)
-        if constraints.batch == 1
-        else (tokens_per_s)
-    )
-    per_m = None
-    if base.cost_per_hour is not None and 0 < served < math.inf:
-        per_m = base.cost_per_hour / (served * 3600) * 1e6
+    served = served_tokens_per_s(constraints.batch, per_token, tokens_per_s)
     kv = None
     if model.kv_bytes_per_token is not None:
         for a, d in zip(plan.assignments, order, strict=True):
@@ -1155,5 +1148,5 @@ def expert_prediction(
         stage_time_s=stage,
         bottleneck_stage=max(range(len(stage)), key=lambda i: stage[i]),
         kv_capacity_tokens=kv,
-        usd_per_million_tokens=per_m,
+        usd_per_million_tokens=usd_per_million_tokens(base.cost_per_hour, served),
     )

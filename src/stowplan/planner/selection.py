@@ -32,7 +32,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from stowplan.cost import CostModel
+from stowplan.cost import CostModel, served_tokens_per_s
 from stowplan.errors import DependencyError, Infeasible, InputError, PlanError
 from stowplan.model import Constraints, NodeDescriptor, Objective
 from stowplan.plan import Plan, PlanRationale
@@ -52,9 +52,7 @@ def served_rate(plan: Plan) -> float:
     """Tokens/s the workload gets from ``plan`` (see the module docstring)."""
     pred = plan.rationale.prediction
     assert pred is not None
-    if pred.batch == 1:
-        return 1.0 / pred.time_per_token_s if pred.time_per_token_s > 0 else float("inf")
-    return pred.tokens_per_s
+    return served_tokens_per_s(pred.batch, pred.time_per_token_s, pred.tokens_per_s)
 
 
 def _price(plan: Plan) -> float:
@@ -147,8 +145,7 @@ def _singles(search: _Search) -> None:
     nb = cm.num_blocks
     for d in range(len(search.nodes)):  # by price, then id
         if cm.fits(d, 0, nb, True, True):
-            t = cm.stage_time(d, 0, nb, True, True)
-            rate = (1.0 if cm.batch == 1 else cm.batch) / t if t > 0 else math.inf
+            rate = cm.evaluate([d], [0, nb]).served_tokens_per_s
             if rate >= search.target and search.try_set([d]) is not None:
                 return
 
