@@ -14,7 +14,7 @@ from stowplan import (
     stage_env,
     stage_from_env,
 )
-from stowplan.worker import even_split
+from stowplan.worker import CONTRACT_KEYS, even_split
 from tests.expert_plans import ENV_VALUE_LIMIT, deepseek_v3_on_16_nodes
 
 GB = 10**9
@@ -42,6 +42,10 @@ def test_every_stage_finds_its_assignment_from_plan_json() -> None:
             a.owns_head,
         )
         assert got.node_id == a.node_id and got.num_stages == 3
+
+
+def test_every_stage_env_sets_exactly_the_contract_keys() -> None:
+    assert all(set(env) == set(CONTRACT_KEYS) for env in stage_env(_plan()))
 
 
 def test_stage_blocks_override_without_plan_json() -> None:

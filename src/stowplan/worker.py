@@ -22,7 +22,11 @@ from typing import Any
 from stowplan.errors import InputError
 from stowplan.plan import Plan, plan_from_json, plan_to_json
 
-__all__ = ["WorkerStage", "even_split", "stage_env", "stage_from_env"]
+__all__ = ["CONTRACT_KEYS", "WorkerStage", "even_split", "stage_env", "stage_from_env"]
+
+CONTRACT_KEYS = ("PLAN_JSON", "STAGE", "NUM_STAGES", "PLAN_STAGE_BLOCKS", "PLAN_OWNS_EMBED",
+                 "PLAN_OWNS_HEAD")  # fmt: skip
+"""The variables of the contract: every one :func:`stage_env` sets."""
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}

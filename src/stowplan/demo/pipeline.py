@@ -22,6 +22,7 @@ import numpy as np
 
 from stowplan.cluster._ray import require_ray
 from stowplan.demo.model import DemoConfig, Generation, StageModel, check_request
+from stowplan.worker import CONTRACT_KEYS, stage_from_env
 
 __all__ = [
     "PipelineRun",
@@ -32,16 +33,12 @@ __all__ = [
     "stage_worker_class",
 ]
 
-CONTRACT_KEYS = ("PLAN_JSON", "STAGE", "NUM_STAGES", "PLAN_STAGE_BLOCKS", "PLAN_OWNS_EMBED",
-                 "PLAN_OWNS_HEAD")  # fmt: skip
-
 
 class StageWorker:
     """One pipeline stage of the demo model (run as a Ray actor)."""
 
     def __init__(self, config: dict[str, int]) -> None:
         import ray
-        from stowplan.worker import stage_from_env
 
         self.config = DemoConfig(**config)
         self.stage = stage_from_env(os.environ, num_blocks=self.config.num_blocks)
