@@ -15,8 +15,10 @@ For a stage of ``num_blocks`` blocks that reads ``read_bytes`` and does
 each of its blocks pays the all-reduces that join the GPUs' shares.
 
 With no calibration, ``f_dtype = compute_efficiency = 1`` and both overheads
-are 0: the first-order model.  The cost model calls :func:`stage_time_s` in
-one line; :func:`calibrate_stage` returns the terms for reports.
+are 0: the first-order model.  The cost model (:mod:`stowplan.cost`) folds
+:func:`node_calibration`'s factors into its per-node rates; :func:`stage_time_s`
+gives one stage's time and :func:`calibrate_stage` its terms, for fits,
+benchmarks and reports.
 """
 
 from __future__ import annotations
