@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from stowplan.cost import CostModel
 from stowplan.errors import PlanError
@@ -31,12 +32,9 @@ __all__ = ["BASELINES", "BaselineResult", "compare", "compare_plans", "run_basel
 
 
 def _fits(cm: CostModel, p: Pipeline) -> bool:
+    """Every stage holds at least one block and fits its node."""
     order, bounds = p
-    n = len(order)
-    return all(
-        bounds[s] < bounds[s + 1] and cm.fits(d, bounds[s], bounds[s + 1], s == 0, s == n - 1)
-        for s, d in enumerate(order)
-    )
+    return all(lo < hi for lo, hi in pairwise(bounds)) and cm.fits_pipeline(order, bounds)
 
 
 def _exo(problem: Problem, cm: CostModel) -> Pipeline | None:

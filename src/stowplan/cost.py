@@ -292,6 +292,13 @@ class CostModel:
     def fits(self, d: int, lo: int, hi: int, first: bool, last: bool) -> bool:
         return self.stage_bytes(lo, hi, first, last) <= self.usable[d]
 
+    def fits_pipeline(self, order: Sequence[int], bounds: Sequence[int]) -> bool:
+        """Every stage of nodes ``order`` with block boundaries ``bounds`` fits its node."""
+        n = len(order)
+        return all(
+            self.fits(d, bounds[s], bounds[s + 1], s == 0, s == n - 1) for s, d in enumerate(order)
+        )
+
     # -- one block (for the relaxations and surrogates) --------------------------------------
     def smallest_block(self) -> tuple[int, int, int]:
         """Weight read, KV read and memory (weights + KV) bytes of the smallest block.

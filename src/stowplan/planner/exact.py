@@ -314,10 +314,7 @@ def solve_exact(
         opt = _subset_dp(problem, cm, objective)
     else:
         opt = _milp(problem, cm, objective, time_limit_s)
-    p = opt.pipeline
-    if p is not None and not all(
-        cm.fits(d, p[1][s], p[1][s + 1], s == 0, s == len(p[0]) - 1) for s, d in enumerate(p[0])
-    ):
+    if opt.pipeline is not None and not cm.fits_pipeline(*opt.pipeline):
         opt = replace(opt, pipeline=None, exact=False)
     return opt
 

@@ -110,14 +110,6 @@ def _to_pipeline(order: list[int], counts: list[int]) -> Pipeline:
     return order, bounds
 
 
-def _valid(cm: CostModel, p: Pipeline) -> bool:
-    order, bounds = p
-    n = len(order)
-    return all(
-        cm.fits(d, bounds[s], bounds[s + 1], s == 0, s == n - 1) for s, d in enumerate(order)
-    )
-
-
 def latency_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
     """The pipeline with the least time per token this strategy finds; None if none fits."""
     nb = cm.num_blocks
@@ -174,7 +166,7 @@ def latency_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
                     split = latency_split(cm, o)
                     if split is not None and min_n <= len(split[0]) <= max_n:
                         candidates.append(split)
-    candidates = [c for c in candidates if _valid(cm, c)]
+    candidates = [c for c in candidates if cm.fits_pipeline(*c)]
     if not candidates:
         return None
     return min(candidates, key=lambda c: _latency_key(cm, c))
