@@ -342,16 +342,7 @@ def fluid_bound(problem: Problem, cm: CostModel, objective: str) -> float:
     rate = [cm.block_seconds(d, rd + kvr, rd) for d in range(n)]
     window = cm.max_window()
     room = [min(window[d], nb if mem <= 0 else cm.usable[d] / mem) for d in range(n)]
-    single = math.inf
-    if problem.min_stages <= 1:
-        single = min(
-            (
-                cm.stage_time(d, 0, nb, True, True)
-                for d in range(n)
-                if cm.fits(d, 0, nb, True, True)
-            ),
-            default=math.inf,
-        )
+    single, _ = _best_single_stage(problem, cm)
     if problem.max_stages < 2 or n < 2:
         return single
     if objective == "latency":
