@@ -31,6 +31,7 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import cached_property
 
 from stowplan.cost import CostModel, served_tokens_per_s
 from stowplan.errors import DependencyError, Infeasible, InputError, PlanError
@@ -73,6 +74,11 @@ class _Search:
         self.planned = 0
         self.best_rate: float | None = None
         self.found: Plan | None = None
+
+    @cached_property
+    def cm(self) -> CostModel:
+        """The cost model of the offered nodes (by price), for the one-node check and the MILP."""
+        return CostModel(self.problem.model, self.nodes, self.speed)
 
     def try_set(self, members: Sequence[int]) -> Plan | None:
         """The plan of ``members`` when it meets the target (and is the cheapest so far)."""
@@ -141,7 +147,7 @@ def _singles(search: _Search) -> None:
     """The cheapest node that meets the target alone, planned."""
     if search.problem.min_stages > 1:
         return
-    cm = CostModel(search.problem.model, search.nodes, search.speed)
+    cm = search.cm
     nb = cm.num_blocks
     for d in range(len(search.nodes)):  # by price, then id
         if cm.fits(d, 0, nb, True, True):
@@ -158,7 +164,7 @@ def _milp_search(search: _Search) -> str:
     except ImportError:
         raise DependencyError("scipy", "exact") from None
     problem = search.problem
-    cm = CostModel(problem.model, search.nodes, search.speed)
+    cm = search.cm
     n, nb = len(search.nodes), cm.num_blocks
     lo_n = max(2, problem.min_stages)
     hi_n = min(problem.max_stages, n)
