@@ -776,27 +776,14 @@ def _faster(local: Plan, spread: Plan, constraints: Constraints) -> Plan:
     if a is None or b is None:
         return local
     if constraints.batch == 1:
-        unit, va, vb, local_wins = (
-            "ms/token",
-            a.time_per_token_s * 1e3,
-            b.time_per_token_s * 1e3,
-            (a.time_per_token_s <= b.time_per_token_s),
-        )
+        unit, va, vb = "ms/token", a.time_per_token_s * 1e3, b.time_per_token_s * 1e3
+        local_wins = a.time_per_token_s <= b.time_per_token_s
     else:
-        unit, va, vb, local_wins = (
-            "tokens/s",
-            a.tokens_per_s,
-            b.tokens_per_s,
-            (a.tokens_per_s >= b.tokens_per_s),
-        )
-    chosen, other = (
-        ("block-local", "expert-parallel")
-        if local_wins
-        else (
-            "expert-parallel",
-            "block-local",
-        )
-    )
+        unit, va, vb = "tokens/s", a.tokens_per_s, b.tokens_per_s
+        local_wins = a.tokens_per_s >= b.tokens_per_s
+    chosen, other = "block-local", "expert-parallel"
+    if not local_wins:
+        chosen, other = other, chosen
     note = (
         f"experts: {chosen} chosen over {other} by the cost model "
         f"(block-local {va:.4g} {unit}, expert-parallel {vb:.4g} {unit})"
