@@ -54,7 +54,13 @@ def test_unknown_gpu_is_none():
 
 
 @pytest.mark.parametrize(
-    "name", ["NVIDIA GeForce RTX 4080 SUPER", "NVIDIA GeForce RTX 3090 Ti", "RTX 4090 Laptop GPU"]
+    "name",
+    [
+        "NVIDIA GeForce RTX 4080 SUPER",
+        "NVIDIA GeForce RTX 3090 Ti",
+        "RTX 4090 Laptop GPU",
+        "NVIDIA GeForce RTX 4090 Max-Q",
+    ],
 )
 def test_a_ti_super_or_laptop_part_is_not_its_base_part(name):
     assert lookup_gpu(name) is None

@@ -209,5 +209,6 @@ def lookup_gpu(gpu_name: str) -> GpuSpec | None:
     return best
 
 
-_OTHER_PART = frozenset({"ti", "super", "max-q", "laptop", "mobile"})
-"""Suffix words that name a different part, never a variant of the same one."""
+_OTHER_PART = frozenset({"ti", "super", "max", "laptop", "mobile"})
+"""Suffix words (as :func:`normalise_gpu_name` leaves them: ``Max-Q`` → ``max q``) that
+name a different part, never a variant of the same one."""
