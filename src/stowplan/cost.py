@@ -40,8 +40,9 @@ from stowplan.calibration.apply import (
 )
 from stowplan.calibration.profile import Calibration
 from stowplan.gpus import lookup_gpu
-from stowplan.model import Constraints, ModelLayout, NodeDescriptor, usable_bytes
-from stowplan.plan import Plan, Prediction
+from stowplan.interconnect import intra_link
+from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_id, usable_bytes
+from stowplan.plan import Plan, Prediction, StageAssignment
 
 __all__ = [
     "DEFAULT_BANDWIDTH_GBPS",
@@ -73,6 +74,10 @@ class NodeRates:
     latency_s: float
     usable_bytes: int
     price_per_hour: float | None
+    intra_bytes_per_s: float = math.inf
+    """Per direction, between two GPUs of the node (``inf`` for a single-GPU node)."""
+    intra_latency_s: float = 0.0
+    """One collective step between GPUs of the node."""
 
 
 def node_rates(node: NodeDescriptor, headroom: float) -> tuple[NodeRates, tuple[str, ...]]:
@@ -109,8 +114,21 @@ def node_rates(node: NodeDescriptor, headroom: float) -> tuple[NodeRates, tuple[
     else:
         link = math.inf
         assumed.append(f"{node.id}.link_mbps unknown: transfer time not counted")
+    intra_bps, intra_lat = math.inf, 0.0
+    if node.num_gpus > 1 or node.intra_link_gbps is not None:
+        link_in = intra_link(
+            node.gpu_name, gbps=node.intra_link_gbps, latency_us=node.intra_link_latency_us
+        )
+        intra_bps, intra_lat = link_in.gbps * 1e9, link_in.latency_us / 1e6
+        if node.num_gpus > 1 and link_in.source != "given":
+            assumed.append(
+                f"{node.id}.intra_link_gbps={link_in.gbps:g}, intra_link_latency_us="
+                f"{link_in.latency_us:g} ({link_in.kind} default: {link_in.source})"
+            )
     rates = NodeRates(
         node_id=node.id,
+        intra_bytes_per_s=intra_bps,
+        intra_latency_s=intra_lat,
         bandwidth_bytes_per_s=bw,
         flops_per_s=flops,
         link_bytes_per_s=link,
@@ -190,9 +208,15 @@ class CostModel:
         nodes: Sequence[NodeDescriptor],
         constraints: Constraints,
         calibration: Calibration | None = None,
+        *,
+        parents: Sequence[str] | None = None,
     ) -> None:
         self.model = model
         self.nodes = tuple(nodes)
+        self.parent: tuple[str, ...] = (
+            tuple(n.id for n in self.nodes) if parents is None else tuple(parents)
+        )
+        """Per node index, the physical node it is a GPU group of (its own id when whole)."""
         self.batch = constraints.batch
         self.context_tokens = constraints.context_tokens
         rates_assumed = [node_rates(n, constraints.headroom) for n in self.nodes]
@@ -233,11 +257,24 @@ class CostModel:
         )
         self.xfer_s = tuple(act / r.link_bytes_per_s for r in self.rates)
         self.latency_s = tuple(r.latency_s for r in self.rates)
+        self.intra_xfer_s = tuple(act / r.intra_bytes_per_s for r in self.rates)
+        """Seconds to pass the activations to a stage on another GPU group of the same node."""
+        self.intra_latency_s = tuple(r.intra_latency_s for r in self.rates)
         self.usable = tuple(r.usable_bytes for r in self.rates)
         n_nodes = len(self.nodes)
-        self.block_s: tuple[float, ...] = (0.0,) * n_nodes
-        """Fixed seconds every block adds on each node (its calibrated block cost, plus the
-        all-reduces when the node splits every block over its GPUs)."""
+        self.calibration = calibration if calibration is not None else constraints.calibration
+        layers = self.calibration is not None and self.calibration.engine.splits_layers
+        self.tensor_parallel = tuple(1 if layers else n.num_gpus for n in self.nodes)
+        """GPUs that split every block of a stage on each node (1 when the engine runs a
+        multi-GPU node as a pipeline over its GPUs instead)."""
+        self.all_reduce_s = tuple(
+            _all_reduce_s(tp, act, r)
+            for tp, r in zip(self.tensor_parallel, self.rates, strict=True)
+        )
+        """One all-reduce of the activations among the node's tensor-parallel GPUs."""
+        self.block_s: tuple[float, ...] = tuple(2 * ar for ar in self.all_reduce_s)
+        """Fixed seconds every block adds on each node: two all-reduces when the stage is
+        tensor parallel, plus its calibrated block cost."""
         self.stage_s: tuple[float, ...] = (0.0,) * n_nodes
         """Fixed seconds a stage on each node adds whatever its blocks: the hops between
         the node's own GPUs when the engine splits layers across them."""
@@ -247,9 +284,7 @@ class CostModel:
         # up, every block pays the collective) unless the engine splits layers over the
         # GPUs, as llama.cpp and an Accelerate device_map do: then one GPU streams at a
         # time and the token crosses num_gpus - 1 hops inside the node.
-        self.calibration = calibration if calibration is not None else constraints.calibration
         if self.calibration is not None:
-            layers = self.calibration.engine.splits_layers
             cal = [
                 node_calibration(
                     self.calibration,
@@ -270,19 +305,40 @@ class CostModel:
                 for v, c, g in zip(self.flop_s_per_byte, cal, spread, strict=True)
             )
             self.xfer_s = tuple(v + c.hop_overhead_s for v, c in zip(self.xfer_s, cal, strict=True))
-            self.block_s = tuple(c.block_overhead_s for c in cal)
+            self.intra_xfer_s = tuple(
+                v + c.hop_overhead_s for v, c in zip(self.intra_xfer_s, cal, strict=True)
+            )
+            self.block_s = tuple(
+                v + c.block_overhead_s for v, c in zip(self.block_s, cal, strict=True)
+            )
             self.stage_s = tuple(
                 (g - 1) * c.hop_overhead_s for c, g in zip(cal, spread, strict=True)
             )
 
     # -- one stage ------------------------------------------------------------------
-    def stage_time(self, d: int, lo: int, hi: int, first: bool, last: bool) -> float:
-        """Seconds stage ``[lo, hi)`` on node ``d`` takes per step (with its outbound transfer)."""
+    def stage_time(
+        self, d: int, lo: int, hi: int, first: bool, last: bool, next_d: int | None = None
+    ) -> float:
+        """Seconds stage ``[lo, hi)`` on node ``d`` takes per step (with its outbound transfer).
+
+        The transfer goes over the network unless ``next_d``, the next stage's node, is
+        another GPU group of the same node (then over the GPUs' own link).
+        """
         weights = self.read_prefix[hi] - self.read_prefix[lo] + (self.head if last else 0)
         read = weights + self.kv_prefix[hi] - self.kv_prefix[lo]
         t = max(read * self.inv_bw[d], weights * self.flop_s_per_byte[d])
         t += (hi - lo) * self.block_s[d] + self.stage_s[d]
-        return t if last else t + self.xfer_s[d]
+        if last:
+            return t
+        return t + (self.intra_xfer_s[d] if self.same_node(d, next_d) else self.xfer_s[d])
+
+    def same_node(self, d: int, e: int | None) -> bool:
+        """Whether node indices ``d`` and ``e`` are GPU groups of one physical node."""
+        return e is not None and e != d and self.parent[d] == self.parent[e]
+
+    def hop_s(self, d: int, next_d: int) -> float:
+        """Latency of the hop from a stage on ``d`` to the next one (or back to stage 0)."""
+        return self.intra_latency_s[d] if self.same_node(d, next_d) else self.latency_s[d]
 
     def stage_bytes(self, lo: int, hi: int, first: bool, last: bool) -> int:
         """Weights + KV reserve the stage holds."""
@@ -337,10 +393,12 @@ class CostModel:
         """Stage times and hops of nodes ``order`` with block boundaries ``bounds``."""
         n = len(order)
         times = tuple(
-            self.stage_time(d, bounds[s], bounds[s + 1], s == 0, s == n - 1)
+            self.stage_time(
+                d, bounds[s], bounds[s + 1], s == 0, s == n - 1, order[s + 1] if s < n - 1 else None
+            )
             for s, d in enumerate(order)
         )
-        hops = sum(self.latency_s[d] for d in order) if n > 1 else 0.0
+        hops = sum(self.hop_s(d, order[(s + 1) % n]) for s, d in enumerate(order)) if n > 1 else 0.0
         return Evaluation(stage_time_s=times, hops_s=hops, batch=self.batch)
 
     def kv_capacity_tokens(self, order: Sequence[int], bounds: Sequence[int]) -> int | None:
@@ -362,7 +420,9 @@ class CostModel:
         return best
 
     def cost_per_hour(self, order: Sequence[int]) -> float | None:
-        prices = [self.rates[d].price_per_hour for d in order]
+        """Rent of the physical nodes ``order`` runs on (a node split into stages counts once)."""
+        once = {self.parent[d]: d for d in order}
+        prices = [self.rates[d].price_per_hour for d in once.values()]
         if any(p is None for p in prices):
             return None
         return float(sum(p for p in prices if p is not None))
@@ -386,22 +446,41 @@ class CostModel:
                     [self.nodes[d].gpu_name for d in order],
                     self.model.dtype,
                     [bandwidth_is_measured(self.nodes[d]) for d in order],
-                    [
-                        1 if self.calibration.engine.splits_layers else self.nodes[d].num_gpus
-                        for d in order
-                    ],
+                    [self.tensor_parallel[d] for d in order],
                 )
                 if self.calibration is not None
                 else None
             ),
         )
 
+    def planning_id(self, a: StageAssignment) -> str:
+        """The id of the planning node stage ``a`` runs on (its node, or its GPU group)."""
+        return _planning_id_of(self.index, a)
+
     def plan_order_bounds(self, plan: Plan) -> tuple[list[int], list[int]]:
-        order = [self.index[a.node_id] for a in plan.assignments]
+        """Node indices in stage order and block bounds of ``plan`` (a stage on a GPU group
+        of a node is the planning node :func:`~stowplan.model.gpu_group_id` names)."""
+        order = [self.index[self.planning_id(a)] for a in plan.assignments]
         bounds = [a.block_range[0] for a in plan.assignments] + [
             plan.assignments[-1].block_range[1]
         ]
         return order, bounds
+
+
+def _planning_id_of(index: dict[str, int], a: StageAssignment) -> str:
+    if a.node_id in index or not a.gpu_indices:
+        return a.node_id
+    return gpu_group_id(a.node_id, a.gpu_indices[0], len(a.gpu_indices))
+
+
+def _all_reduce_s(tp: int, act_bytes: float, rates: NodeRates) -> float:
+    """AR(tp): one ring all-reduce of ``act_bytes`` over ``tp`` GPUs of one node.
+
+    ``0`` for ``tp == 1``, else ``intra_latency + 2 (tp − 1) / tp × act_bytes / intra_bw``.
+    """
+    if tp <= 1:
+        return 0.0
+    return rates.intra_latency_s + 2 * (tp - 1) / tp * act_bytes / rates.intra_bytes_per_s
 
 
 def predict(

@@ -30,6 +30,7 @@ __all__ = [
     "Objective",
     "Strategy",
     "check_unique_ids",
+    "gpu_group_id",
 ]
 
 DEFAULT_HEADROOM_FRAC = 0.2
@@ -260,6 +261,11 @@ class NodeDescriptor:
     """GPUs behind this node; ``vram_bytes`` and ``flops_estimate`` are their totals."""
     labels: tuple[tuple[str, str], ...] = field(default=())
     """Free-form provenance (``source=vastai``, ``measured=bandwidth`` …)."""
+    intra_link_gbps: float | None = None
+    """GB/s per direction between two GPUs of this node (NVLink, PCIe); None → the GPU's
+    default (see :mod:`stowplan.interconnect`)."""
+    intra_link_latency_us: float | None = None
+    """Microseconds of one collective step between GPUs of this node; None → default."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
@@ -275,6 +281,10 @@ class NodeDescriptor:
         if self.price_per_hour is not None:
             check_number(f"{self.id}.price_per_hour", self.price_per_hour)
         check_int(f"{self.id}.num_gpus", self.num_gpus, minimum=1)
+        if self.intra_link_gbps is not None:
+            check_number(f"{self.id}.intra_link_gbps", self.intra_link_gbps, positive=True)
+        if self.intra_link_latency_us is not None:
+            check_number(f"{self.id}.intra_link_latency_us", self.intra_link_latency_us)
         object.__setattr__(self, "labels", tuple(tuple(kv) for kv in self.labels))
 
     @staticmethod
@@ -285,6 +295,13 @@ class NodeDescriptor:
         from stowplan.host.node import node_from_passport
 
         return node_from_passport(passport, node_id=node_id, circuit=circuit)
+
+
+def gpu_group_id(node_id: str, start: int, size: int) -> str:
+    """The planning id of GPUs ``[start, start + size)`` of node ``node_id``: ``n1/gpu4-7``
+    (``n1/gpu4`` for one GPU)."""
+    last = start + size - 1
+    return f"{node_id}/gpu{start}" if size == 1 else f"{node_id}/gpu{start}-{last}"
 
 
 def check_unique_ids(nodes: Sequence[NodeDescriptor]) -> None:
@@ -319,6 +336,9 @@ class Constraints:
     """With ``objective=cost``: the throughput the cheapest node set must reach."""
     calibration: Calibration | None = None
     """Calibration profile the cost model applies on top of the first-order terms (None: none)."""
+    tensor_parallel: int | None = None
+    """GPUs that split every stage's blocks, the same for every stage (None: the planner
+    chooses per stage, within the engine's rule)."""
 
     def __post_init__(self) -> None:
         if self.min_stages is not None:
@@ -351,6 +371,8 @@ class Constraints:
             check_int("context_tokens", self.context_tokens)
         if self.target_tokens_per_s is not None:
             check_number("target_tokens_per_s", self.target_tokens_per_s, positive=True)
+        if self.tensor_parallel is not None:
+            check_int("tensor_parallel", self.tensor_parallel, minimum=1)
         if self.calibration is not None:
             from stowplan.calibration.profile import Calibration
 

@@ -41,6 +41,8 @@ _FIELDS = {
     "link_latency_ms",
     "price_per_hour",
     "num_gpus",
+    "intra_link_gbps",
+    "intra_link_latency_us",
     "labels",
     "count",
 }
@@ -115,7 +117,13 @@ def _node(index: int, raw: object) -> list[NodeDescriptor]:
         "flops_estimate": _number(f"{where}.flops_estimate", raw.get("flops_estimate", 0.0)),
         "link_mbps": parse_link_mbps(raw.get("link_mbps", 0.0), field=f"{where}.link_mbps"),
     }
-    for key in ("mem_bandwidth_gbps", "link_latency_ms", "price_per_hour"):
+    for key in (
+        "mem_bandwidth_gbps",
+        "link_latency_ms",
+        "price_per_hour",
+        "intra_link_gbps",
+        "intra_link_latency_us",
+    ):
         if raw.get(key) is not None:
             kwargs[key] = _number(f"{where}.{key}", raw[key])
     if "num_gpus" in raw:

@@ -33,7 +33,11 @@ __all__ = [
     "plan_to_json",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""Version 2 adds ``tensor_parallel`` and ``gpu_indices`` per stage.  A plan that uses
+neither (every stage on a whole single-GPU node) is written as version 1, byte for byte
+what version-1 writers wrote; both versions load."""
+_SUPPORTED_VERSIONS = (1, 2)
 _FORBID: dict[str, Any] = {"extra": "forbid"}
 
 
@@ -95,12 +99,31 @@ class StageAssignment:
     owned_experts: tuple[ExpertId, ...] = ()
     kv_reserve_bytes: int = 0
     usable_vram_bytes: int | None = None
-    """The node's VRAM after headroom: the budget ``estimated_vram_bytes`` must respect."""
+    """The VRAM after headroom of the GPUs this stage runs on: the budget
+    ``estimated_vram_bytes`` must respect."""
+    tensor_parallel: int = 1
+    """GPUs of the node that split every block of this stage (tensor parallel)."""
+    gpu_indices: tuple[int, ...] = ()
+    """Which GPUs of the node the stage runs on (empty: the whole node, a single-GPU node's
+    spelling); ``tensor_parallel`` of them, disjoint from other stages on the same node."""
 
     def __post_init__(self) -> None:
         lo, hi = self.block_range
         object.__setattr__(self, "block_range", (lo, hi))
         object.__setattr__(self, "owned_experts", tuple(self.owned_experts))
+        object.__setattr__(self, "gpu_indices", tuple(self.gpu_indices))
+        where = f"assignments[{self.stage}]"
+        check_int(f"{where}.tensor_parallel", self.tensor_parallel, minimum=1)
+        for g in self.gpu_indices:
+            check_int(f"{where}.gpu_indices[]", g)
+        if len(set(self.gpu_indices)) != len(self.gpu_indices):
+            raise InputError(f"{where}.gpu_indices", self.gpu_indices, "must not repeat a GPU")
+        if self.gpu_indices and len(self.gpu_indices) != self.tensor_parallel:
+            raise InputError(
+                f"{where}.gpu_indices",
+                self.gpu_indices,
+                f"must list tensor_parallel={self.tensor_parallel} GPUs (or none: the whole node)",
+            )
         if not 0 <= lo <= hi:
             raise InputError(
                 f"assignments[{self.stage}].block_range", (lo, hi), "must satisfy 0 <= lo <= hi"
@@ -115,6 +138,11 @@ class StageAssignment:
     @property
     def num_blocks(self) -> int:
         return self.block_range[1] - self.block_range[0]
+
+    @property
+    def uses_tensor_parallel_fields(self) -> bool:
+        """Whether this stage needs schema version 2 to be written."""
+        return self.tensor_parallel != 1 or bool(self.gpu_indices)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -191,9 +219,11 @@ class Plan:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "assignments", tuple(self.assignments))
-        if self.schema_version != SCHEMA_VERSION:
+        if self.schema_version not in _SUPPORTED_VERSIONS:
             raise InputError(
-                "schema_version", self.schema_version, f"only version {SCHEMA_VERSION} is supported"
+                "schema_version",
+                self.schema_version,
+                f"must be one of {', '.join(map(str, _SUPPORTED_VERSIONS))}",
             )
         n = self.topology.num_stages
         if len(self.assignments) != n:
@@ -223,15 +253,28 @@ class Plan:
             raise InputError(
                 "assignments", f"blocks [0, {cursor})", f"must cover num_blocks={self.num_blocks}"
             )
-        seen: set[str] = set()
+        taken: dict[str, set[int] | None] = {}
+        """GPUs of each node that earlier stages use (None: the whole node)."""
         for a in self.assignments:
-            if a.node_id in seen:
-                raise InputError(
-                    f"assignments[{a.stage}].node_id",
-                    a.node_id,
-                    "is already an earlier stage's node; each stage needs its own node",
-                )
-            seen.add(a.node_id)
+            if a.node_id in taken:
+                earlier = taken[a.node_id]
+                if earlier is None or not a.gpu_indices:
+                    raise InputError(
+                        f"assignments[{a.stage}].node_id",
+                        a.node_id,
+                        "is already an earlier stage's node; stages share a node only on "
+                        "disjoint gpu_indices",
+                    )
+                overlap = earlier & set(a.gpu_indices)
+                if overlap:
+                    raise InputError(
+                        f"assignments[{a.stage}].gpu_indices",
+                        a.gpu_indices,
+                        f"GPU {min(overlap)} of {a.node_id} is already an earlier stage's",
+                    )
+                earlier.update(a.gpu_indices)
+            else:
+                taken[a.node_id] = set(a.gpu_indices) if a.gpu_indices else None
 
     @property
     def num_stages(self) -> int:
@@ -316,10 +359,15 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     (Linux allows 128 KiB).
     """
     data: dict[str, Any] = _json_safe(_adapter().dump_python(plan, mode="json"))
+    version_1 = not any(a.uses_tensor_parallel_fields for a in plan.assignments)
+    if version_1:
+        data["schema_version"] = 1
     for stage, a in zip(data["assignments"], plan.assignments, strict=True):
         masks = _expert_masks(a.owned_experts)
         if masks is not None:
             stage["owned_experts"] = masks
+        if version_1:
+            del stage["tensor_parallel"], stage["gpu_indices"]
     return data
 
 
@@ -337,8 +385,19 @@ def plan_from_dict(data: object) -> Plan:
     if not isinstance(data, dict):
         raise InputError("plan", type(data).__name__, "must be a JSON object")
     version = data.get("schema_version", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION:
-        raise InputError("schema_version", version, f"only version {SCHEMA_VERSION} is supported")
+    if version not in _SUPPORTED_VERSIONS or isinstance(version, bool):
+        raise InputError(
+            "schema_version", version, f"must be one of {', '.join(map(str, _SUPPORTED_VERSIONS))}"
+        )
+    stages = data.get("assignments")
+    if version == 1 and isinstance(stages, list):
+        for i, a in enumerate(stages):
+            for key in ("tensor_parallel", "gpu_indices"):
+                if isinstance(a, dict) and key in a:
+                    raise InputError(
+                        f"assignments.{i}.{key}", a[key], "needs schema_version 2 (not 1)"
+                    )
+    data = {**data, "schema_version": SCHEMA_VERSION}
     stages = data.get("assignments")
     if isinstance(stages, list) and any(
         isinstance(a, dict) and "owned_experts" in a for a in stages

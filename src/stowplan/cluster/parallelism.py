@@ -20,6 +20,7 @@ from stowplan.cluster.fleet import ENV_PG_STRATEGY, ENV_ROLE, FleetRole, FleetSp
 from stowplan.cluster.fleet import PlacementStrategy as _Strategy
 from stowplan.errors import InputError
 from stowplan.model import ModelLayout
+from stowplan.parallel_rules import kv_heads_allow, tensor_parallel_violation
 
 __all__ = [
     "ParallelismCheck",
@@ -103,39 +104,9 @@ class _Failure:
     for which the whole validation passes, the other degrees unchanged."""
 
 
-def kv_heads_allow(tp: int, num_kv_heads: int) -> bool:
-    """Whether ``tp`` ranks can share ``num_kv_heads`` KV heads, as inference engines do.
-
-    ``tp <= num_kv_heads``: the heads are partitioned, so tp must divide them;
-    ``tp > num_kv_heads``: every head is replicated on ``tp / num_kv_heads`` ranks,
-    so num_kv_heads must divide tp (an MLA model's single latent KV head takes any tp).
-    """
-    if tp <= num_kv_heads:
-        return num_kv_heads % tp == 0
-    return tp % num_kv_heads == 0
-
-
 def _heads_failure(tp: int, layout: ModelLayout) -> _Failure | None:
-    heads = layout.num_attention_heads
-    if heads is not None and heads > 0 and heads % tp:
-        return _Failure(
-            field="tp",
-            value=tp,
-            rule=f"must divide num_attention_heads={heads} of {layout.name} "
-            f"({heads} % {tp} = {heads % tp})",
-            vary="tensor",
-        )
-    kv = layout.num_kv_heads
-    if kv is not None and kv > 0 and not kv_heads_allow(tp, kv):
-        if tp < kv:
-            rule = f"must divide num_kv_heads={kv} of {layout.name} ({kv} % {tp} = {kv % tp})"
-        else:
-            rule = (
-                f"exceeds num_kv_heads={kv} of {layout.name}, so must be a multiple of it "
-                f"(KV heads replicated; {tp} % {kv} = {tp % kv})"
-            )
-        return _Failure(field="tp", value=tp, rule=rule, vary="tensor")
-    return None
+    rule = tensor_parallel_violation(tp, layout)
+    return None if rule is None else _Failure(field="tp", value=tp, rule=rule, vary="tensor")
 
 
 def _world_failure(spec: ParallelismSpec, fleet: FleetSpec) -> _Failure | None:

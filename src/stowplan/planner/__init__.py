@@ -15,6 +15,7 @@ from stowplan.plan import Plan
 from stowplan.planner.certify import finish, key_of, objective_of, pick_best
 from stowplan.planner.common import Problem, prepare
 from stowplan.planner.latency import latency_pipeline
+from stowplan.planner.tensor import plan_with_groups
 from stowplan.planner.throughput import Pipeline, throughput_search
 from stowplan.planner.vram import plan_balance_by_vram
 
@@ -23,7 +24,7 @@ __all__ = ["plan"]
 
 def _balance_by_vram(problem: Problem) -> Plan:
     base = plan_balance_by_vram(problem)
-    cm = CostModel(problem.model, problem.nodes, problem.constraints)
+    cm = problem.cost_model()
     order, bounds = cm.plan_order_bounds(base)
     return finish(problem, cm, Strategy.BALANCE_BY_VRAM, (order, bounds), base.rationale.notes)
 
@@ -79,7 +80,7 @@ _SMALL_NONUNIFORM = 6
 
 
 def _latency(problem: Problem) -> Plan:
-    cm = CostModel(problem.model, problem.nodes, problem.constraints)
+    cm = problem.cost_model()
     found = _need(_heuristic(problem, cm, "latency"))
     return finish(problem, cm, Strategy.LATENCY, found, adopt_optimum=True)
 
@@ -87,7 +88,7 @@ def _latency(problem: Problem) -> Plan:
 def _throughput(problem: Problem) -> Plan:
     from stowplan.planner.exact import Optimum
 
-    cm = CostModel(problem.model, problem.nodes, problem.constraints)
+    cm = problem.cost_model()
     found, proven = _search(problem, cm, "throughput")
     p = _need(found)
     optimum = None
@@ -105,7 +106,7 @@ def _throughput(problem: Problem) -> Plan:
 def _exact(problem: Problem) -> Plan:
     from stowplan.planner.exact import solve_exact
 
-    cm = CostModel(problem.model, problem.nodes, problem.constraints)
+    cm = problem.cost_model()
     objective = objective_of(problem.constraints)
     optimum = solve_exact(problem, cm, objective)
     found = optimum.pipeline or _heuristic(problem, cm, objective)
@@ -116,6 +117,15 @@ def _need(p: Pipeline | None) -> Pipeline:
     if p is None:
         raise Infeasible("no pipeline of the given nodes fits the model within the stage limits")
     return p
+
+
+def _grouped(runner: Callable[[Problem], Plan], objective: str) -> Callable[[Problem], Plan]:
+    """``runner`` over the best GPU groups of the problem's multi-GPU nodes."""
+
+    def run(problem: Problem) -> Plan:
+        return plan_with_groups(problem, runner, objective)
+
+    return run
 
 
 _STRATEGIES: dict[Strategy, Callable[[Problem], Plan]] = {
@@ -153,7 +163,10 @@ def plan(
     """
     constraints = Constraints() if constraints is None else constraints
     problem = prepare(model, nodes, constraints)
-    runner = _STRATEGIES[constraints.resolved_strategy()]
+    strategy = constraints.resolved_strategy()
+    runner = _STRATEGIES[strategy]
+    if strategy is not Strategy.BALANCE_BY_VRAM:
+        runner = _grouped(runner, objective_of(constraints, strategy))
     try:
         if constraints.objective is Objective.COST:
             from stowplan.planner.selection import plan_cheapest

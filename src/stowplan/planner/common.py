@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from itertools import accumulate
 
+from stowplan.cost import CostModel
 from stowplan.errors import Infeasible, InputError, InsufficientVram, NoNodeFitsHead
 from stowplan.model import (
     Constraints,
@@ -16,7 +17,18 @@ from stowplan.model import (
 )
 from stowplan.plan import StageAssignment
 
-__all__ = ["Problem", "build_assignments", "prepare"]
+__all__ = ["GpuGroup", "Problem", "build_assignments", "prepare"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuGroup:
+    """A planning node that is ``tensor_parallel`` GPUs of a physical node."""
+
+    node_id: str
+    """The physical node."""
+    tensor_parallel: int
+    gpu_indices: tuple[int, ...]
+    """Which GPUs of the node (empty for a single-GPU node)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +48,23 @@ class Problem:
     """prefix[i] = sum(block_mem[:i])."""
     min_stages: int
     max_stages: int
+    groups: Mapping[str, GpuGroup] = field(default_factory=dict)
+    """Planning nodes that are GPU groups of a physical node, by their id (a node absent
+    here is a whole physical node)."""
+
+    def parent(self, node_id: str) -> str:
+        """The physical node of planning node ``node_id``."""
+        group = self.groups.get(node_id)
+        return node_id if group is None else group.node_id
+
+    def cost_model(self) -> CostModel:
+        """The cost model of this problem's nodes (GPU groups of one node know each other)."""
+        return CostModel(
+            self.model,
+            self.nodes,
+            self.constraints,
+            parents=[self.parent(n.id) for n in self.nodes],
+        )
 
     @property
     def total_bytes(self) -> int:
@@ -55,7 +84,10 @@ class Problem:
 
 
 def prepare(
-    model: ModelLayout, nodes: Sequence[NodeDescriptor], constraints: Constraints
+    model: ModelLayout,
+    nodes: Sequence[NodeDescriptor],
+    constraints: Constraints,
+    groups: Mapping[str, GpuGroup] | None = None,
 ) -> Problem:
     """Validate inputs and compute the shared numbers; raise ``PlanError`` when hopeless."""
     if not isinstance(model, ModelLayout):
@@ -95,6 +127,7 @@ def prepare(
         prefix=prefix,
         min_stages=min_n,
         max_stages=max_n,
+        groups=_whole_node_groups(nodes, groups or {}),
     )
     anchor = max(model.embed_params_bytes, model.head_params_bytes)
     if max(usable.values()) < anchor:
@@ -103,6 +136,19 @@ def prepare(
     if sum(biggest) < problem.total_bytes:
         raise InsufficientVram(problem.total_bytes, sum(biggest))
     return problem
+
+
+def _whole_node_groups(
+    nodes: Sequence[NodeDescriptor], groups: Mapping[str, GpuGroup]
+) -> dict[str, GpuGroup]:
+    """``groups``, plus every multi-GPU node not in it as one group of all its GPUs."""
+    out = dict(groups)
+    for n in nodes:
+        if n.num_gpus > 1 and n.id not in out:
+            out[n.id] = GpuGroup(
+                node_id=n.id, tensor_parallel=n.num_gpus, gpu_indices=tuple(range(n.num_gpus))
+            )
+    return out
 
 
 def build_assignments(
@@ -120,10 +166,13 @@ def build_assignments(
             est += model.embed_params_bytes
         if s == n - 1:
             est += model.head_params_bytes
+        group = problem.groups.get(node_id)
         out.append(
             StageAssignment(
                 stage=s,
-                node_id=node_id,
+                node_id=node_id if group is None else group.node_id,
+                tensor_parallel=1 if group is None else group.tensor_parallel,
+                gpu_indices=() if group is None else group.gpu_indices,
                 block_range=(lo, hi),
                 owns_embed=s == 0,
                 owns_head=s == n - 1,

@@ -125,12 +125,12 @@ def plan_balance_by_vram(problem: Problem) -> Plan:
 def _utilisation_notes(problem: Problem, assignments: Sequence[object]) -> list[str]:
     from stowplan.plan import StageAssignment
 
-    names = {n.id: n.gpu_name for n in problem.nodes}
+    names = {problem.parent(n.id): n.gpu_name for n in problem.nodes}
     out = []
     tight = None
     for a in assignments:
         assert isinstance(a, StageAssignment)
-        usable = problem.usable[a.node_id]
+        usable = a.usable_vram_bytes or 0
         util = a.estimated_vram_bytes / usable if usable else 1.0
         anchors = "+".join(
             x for x, owned in (("embed", a.owns_embed), ("head", a.owns_head)) if owned
