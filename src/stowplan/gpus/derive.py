@@ -54,11 +54,10 @@ def derive_tensor_tflops(
         return None
     factor = 0.5 if consumer else 1.0
     tflops = tensor_cores * rate * factor * boost_clock_mhz * 1e6 / 1e12
-    per_core = f"{rate * factor:g}"
-    kind = "fp16 (no bf16)" if architecture in _FP16_ONLY else "bf16"
-    half = ", GeForce FP32 accumulate at half rate" if consumer else ""
+    kind = "fp16, no bf16" if architecture in _FP16_ONLY else "bf16"
+    half = ", GeForce: FP32 accumulate at half rate" if consumer else ""
     how = (
-        f"derived: {tensor_cores} tensor cores x {per_core} dense {kind} FLOPs/clock "
-        f"({architecture}{half}) x {boost_clock_mhz:g} MHz boost"
+        f"derived: {tensor_cores} tensor cores x {rate * factor:g} FLOPs/clock x "
+        f"{boost_clock_mhz:g} MHz ({architecture} {kind}{half})"
     )
     return round(tflops, 1), how

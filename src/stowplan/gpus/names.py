@@ -55,6 +55,8 @@ class ParsedName:
     """Normalised name without memory sizes: ``'a100 sxm4'`` for ``A100-SXM4-80GB``."""
     memory_gb: float | None
     """The first memory size the name states (``80`` for ``80GB``), None when none."""
+    truncated: bool = False
+    """The name was cut short (``...``): any known name it starts may be meant."""
 
 
 def parse_gpu_name(name: str) -> ParsedName:
@@ -65,9 +67,10 @@ def parse_gpu_name(name: str) -> ParsedName:
     """
     raw = name.strip()
     truncated = raw.endswith("...")
-    words = normalise_gpu_name(raw.removesuffix("...")).split()
-    if truncated and len(words) > 1:
-        words = words[:-1]
+    head = raw.removesuffix("...")
+    words = normalise_gpu_name(head).split()
+    if truncated and len(words) > 1 and not head.endswith(" "):
+        words = words[:-1]  # the last word is cut: "Ada Gene..."
     if "mig" in words:
         words = words[: words.index("mig")]
     memory: float | None = None
@@ -79,4 +82,4 @@ def parse_gpu_name(name: str) -> ParsedName:
                 memory = float(m.group(1))
             continue
         kept.append(w)
-    return ParsedName(key=" ".join(kept), memory_gb=memory)
+    return ParsedName(key=" ".join(kept), memory_gb=memory, truncated=truncated)

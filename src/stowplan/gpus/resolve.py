@@ -5,7 +5,8 @@ Step 2: the first of these that finds rows wins: the key in the curated table, t
 the database, the longest known name that starts the key (``RTX 4090 D`` → ``RTX 4090``
 unless the next word names another part: ``Ti``, ``SUPER``, ``Laptop`` …) in the curated
 table then the database, and last the known names the key starts (``P100`` → its PCIe
-and SXM2 rows).
+and SXM2 rows).  A name nvidia-smi cut short (``RTX 2080 ...``) may be any known name it
+starts, ``Ti`` and ``SUPER`` parts included (laptop parts not).
 Step 3: among the rows found, the memory stated in the name, then the node's memory,
 picks the closest (``A100`` with 80 GB → the 80 GB rows).  What is still tied goes to
 the lowest-bandwidth row, and the match says so (:attr:`GpuMatch.assumption`).
@@ -20,11 +21,12 @@ from functools import cache
 from stowplan.gpus.curated import CURATED
 from stowplan.gpus.database import database_specs
 from stowplan.gpus.names import OTHER_PART, parse_gpu_name
-from stowplan.gpus.spec import GpuMatch, GpuSpec
+from stowplan.gpus.spec import GpuMatch, GpuOrigin, GpuSpec
 
 __all__ = ["lookup_gpu", "resolve_gpu", "shadowed_by_curated"]
 
 _GIB = 2**30
+_LAPTOP = frozenset({"mobile", "maxq"})
 Index = dict[str, tuple[GpuSpec, ...]]
 
 
@@ -80,6 +82,19 @@ def _candidates_extension(index: Index, key: str) -> tuple[GpuSpec, ...]:
     return tuple(found)
 
 
+def _candidates_truncated(indexes: Sequence[Index], key: str) -> tuple[GpuSpec, ...]:
+    """Every desktop or server row whose name starts ``key``, curated or not (a cut name
+    hides its suffix; laptop parts are left out)."""
+    found: list[GpuSpec] = []
+    for index in indexes:
+        for known, specs in index.items():
+            extra = set(known[len(key) :].split())
+            if known == key or (known.startswith(key + " ") and not extra & _LAPTOP):
+                found += [s for s in specs if s not in found]
+    curated = [s for s in found if s.origin is GpuOrigin.CURATED]
+    return tuple(curated + [s for s in found if s not in curated and not shadowed_by_curated(s)])
+
+
 def _closest(specs: Sequence[GpuSpec], memory_gb: float) -> list[GpuSpec]:
     def distance(s: GpuSpec) -> float:
         return abs(math.log(memory_gb / s.memory_gb))
@@ -127,6 +142,9 @@ def resolve_gpu(
     if not parsed.key:
         return None
     indexes = [_curated(), _database()] if database else [_curated()]
+    if parsed.truncated:
+        found = _candidates_truncated(indexes, parsed.key)
+        return _choose(gpu_name, found, parsed.memory_gb, memory_bytes) if found else None
     for stage in (_candidates_exact, _candidates_prefix, _candidates_extension):
         for index in indexes:
             found = stage(index, parsed.key)
