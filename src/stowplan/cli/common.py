@@ -50,6 +50,6 @@ def warn_about_gpus(fleet: list[NodeDescriptor]) -> None:
         match = resolve_gpu(node.gpu_name, node.vram_bytes // node.num_gpus or None)
         if match is None and node.mem_bandwidth_gbps is None:
             message = unknown_gpu_message(node.gpu_name, DEFAULT_BANDWIDTH_GBPS)
-            err_console.print(f"warning: node {node.id}: {message}")
+            err_console.print(f"warning: node {node.id}: {message}", soft_wrap=True)
         elif match is not None and match.assumption is not None:
-            err_console.print(f"note: node {node.id}: {match.assumption}")
+            err_console.print(f"note: node {node.id}: {match.assumption}", soft_wrap=True)
