@@ -54,16 +54,16 @@ def test_unknown_gpu_is_none():
 
 
 @pytest.mark.parametrize(
-    "name",
+    ("name", "base", "part"),
     [
-        "NVIDIA GeForce RTX 4080 SUPER",
-        "NVIDIA GeForce RTX 3090 Ti",
-        "RTX 4090 Laptop GPU",
-        "NVIDIA GeForce RTX 4090 Max-Q",
+        ("NVIDIA GeForce RTX 4080 SUPER", "RTX 4080", "RTX 4080 Super"),
+        ("NVIDIA GeForce RTX 3090 Ti", "RTX 3090", "RTX 3090 Ti"),
+        ("NVIDIA GeForce RTX 4060 Ti", "RTX 4060", "RTX 4060 Ti 8GB"),
     ],
 )
-def test_a_ti_super_or_laptop_part_is_not_its_base_part(name):
-    assert lookup_gpu(name) is None
+def test_a_ti_super_or_laptop_part_is_not_its_base_part(name, base, part):
+    spec = lookup_gpu(name)
+    assert spec is not None and spec.name == part != base
 
 
 def test_a_bare_a100_is_the_lower_bandwidth_40gb_part():

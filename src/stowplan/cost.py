@@ -39,7 +39,7 @@ from stowplan.calibration.apply import (
     node_calibration,
 )
 from stowplan.calibration.profile import Calibration
-from stowplan.gpus import lookup_gpu
+from stowplan.gpus import resolve_gpu
 from stowplan.interconnect import intra_link
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_id, usable_bytes
 from stowplan.plan import Plan, Prediction, StageAssignment
@@ -83,20 +83,24 @@ class NodeRates:
 def node_rates(node: NodeDescriptor, headroom: float) -> tuple[NodeRates, tuple[str, ...]]:
     """``node`` in SI units, and the list of inputs that were assumed rather than given."""
     assumed: list[str] = []
-    spec = lookup_gpu(node.gpu_name)
+    match = resolve_gpu(node.gpu_name, node.vram_bytes // node.num_gpus or None)
+    spec = match.spec if match is not None else None
+    uses_spec = node.mem_bandwidth_gbps is None or node.flops_estimate <= 0
+    if match is not None and match.assumption is not None and uses_spec:
+        assumed.append(f"{node.id}.gpu_name: {match.assumption}")
     if node.mem_bandwidth_gbps is not None:
         bw = node.mem_bandwidth_gbps * 1e9
     elif spec is not None:
         bw = spec.mem_bandwidth_gbps * 1e9 * node.num_gpus
         assumed.append(
             f"{node.id}.mem_bandwidth_gbps={spec.mem_bandwidth_gbps * node.num_gpus:g} "
-            f"(spec table: {spec.name}, {spec.source})"
+            f"({spec.origin.label}: {spec.name}, {spec.source})"
         )
     else:
         bw = DEFAULT_BANDWIDTH_GBPS * 1e9 * node.num_gpus
         assumed.append(
             f"{node.id}.mem_bandwidth_gbps={DEFAULT_BANDWIDTH_GBPS * node.num_gpus:g} "
-            f"(default: {node.gpu_name!r} is not in the spec table)"
+            f"(default: {node.gpu_name!r} is in neither the spec table nor the GPU database)"
         )
     if node.flops_estimate > 0:
         flops = node.flops_estimate * 1e12
@@ -104,7 +108,7 @@ def node_rates(node: NodeDescriptor, headroom: float) -> tuple[NodeRates, tuple[
         flops = spec.bf16_tflops * 1e12 * node.num_gpus
         assumed.append(
             f"{node.id}.flops_estimate={spec.bf16_tflops * node.num_gpus:g} "
-            f"(spec table: {spec.name}, {spec.source})"
+            f"({spec.origin.label}: {spec.name}, {spec.tflops_source})"
         )
     else:
         flops = math.inf
@@ -117,7 +121,10 @@ def node_rates(node: NodeDescriptor, headroom: float) -> tuple[NodeRates, tuple[
     intra_bps, intra_lat = math.inf, 0.0
     if node.num_gpus > 1 or node.intra_link_gbps is not None:
         link_in = intra_link(
-            node.gpu_name, gbps=node.intra_link_gbps, latency_us=node.intra_link_latency_us
+            node.gpu_name,
+            gbps=node.intra_link_gbps,
+            latency_us=node.intra_link_latency_us,
+            spec=spec,
         )
         intra_bps, intra_lat = link_in.gbps * 1e9, link_in.latency_us / 1e6
         if node.num_gpus > 1 and link_in.source != "given":

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from stowplan.gpus import normalise_gpu_name
+from stowplan.gpus import GpuSpec, normalise_gpu_name
 
 __all__ = [
     "NVLINK_LATENCY_US",
@@ -82,9 +82,33 @@ def nvlink_gbps_per_link(generation: int) -> float:
 
 
 def intra_link(
-    gpu_name: str, *, gbps: float | None = None, latency_us: float | None = None
+    gpu_name: str,
+    *,
+    gbps: float | None = None,
+    latency_us: float | None = None,
+    spec: GpuSpec | None = None,
 ) -> IntraLink:
-    """The GPU-to-GPU link of a node of ``gpu_name`` parts; given figures win."""
+    """The GPU-to-GPU link of a node of ``gpu_name`` parts; given figures win.
+
+    ``spec``, the part ``gpu_name`` resolved to, decides first: its NVLink figure, else
+    its PCIe generation; the name's family (this module's table) only when it has neither.
+    """
+    given = gbps is not None and latency_us is not None
+    if spec is not None and spec.nvlink_gbps is not None:
+        return IntraLink(
+            gbps=spec.nvlink_gbps if gbps is None else gbps,
+            latency_us=NVLINK_LATENCY_US if latency_us is None else latency_us,
+            kind="nvlink",
+            source="given" if given else f"{spec.name}: {spec.interconnect_source or 'NVLink'}",
+        )
+    if spec is not None and spec.pcie_gen in PCIE_GBPS_X16:
+        gen = spec.pcie_gen
+        return IntraLink(
+            gbps=PCIE_GBPS_X16[gen] if gbps is None else gbps,
+            latency_us=PCIE_LATENCY_US if latency_us is None else latency_us,
+            kind="pcie",
+            source="given" if given else f"{spec.name}: PCIe gen {gen} ×16",
+        )
     key = normalise_gpu_name(gpu_name)
     for pattern, nv_gbps, why in _NVLINK:
         if pattern.search(key):

@@ -7,11 +7,13 @@ from pathlib import Path
 
 from rich.console import Console
 
+from stowplan.cost import DEFAULT_BANDWIDTH_GBPS
 from stowplan.errors import InputError
+from stowplan.gpus import resolve_gpu, unknown_gpu_message
 from stowplan.model import NodeDescriptor
 from stowplan.nodefile import load_nodes, load_offers
 
-__all__ = ["err_console", "load_fleet", "out_console"]
+__all__ = ["err_console", "load_fleet", "out_console", "warn_about_gpus"]
 
 # Markup off: node ids, model names and notes come from the user and may hold "[...]".
 # Styling is done with rich Text objects instead.
@@ -36,3 +38,18 @@ def load_fleet(nodes: Path | None, offers: Path | None) -> list[NodeDescriptor]:
             "nodes[].id", dupes[0], "node ids must be unique across --nodes and --offers"
         )
     return fleet
+
+
+def warn_about_gpus(fleet: list[NodeDescriptor]) -> None:
+    """One stderr line per GPU name the plan must guess figures for: ``warning:`` when the
+    name resolves to nothing (the default bandwidth is used), ``note:`` when it names
+    several parts and one was assumed."""
+    for node in fleet:
+        if node.mem_bandwidth_gbps is not None and node.flops_estimate > 0:
+            continue
+        match = resolve_gpu(node.gpu_name, node.vram_bytes // node.num_gpus or None)
+        if match is None and node.mem_bandwidth_gbps is None:
+            message = unknown_gpu_message(node.gpu_name, DEFAULT_BANDWIDTH_GBPS)
+            err_console.print(f"warning: node {node.id}: {message}", soft_wrap=True)
+        elif match is not None and match.assumption is not None:
+            err_console.print(f"note: node {node.id}: {match.assumption}", soft_wrap=True)

@@ -11,7 +11,7 @@ import typer
 from stowplan.baselines import compare_plans as compare_baselines
 from stowplan.calibration.store import resolve_calibration
 from stowplan.cli.app import app
-from stowplan.cli.common import load_fleet, out_console
+from stowplan.cli.common import load_fleet, out_console, warn_about_gpus
 from stowplan.errors import InputError
 from stowplan.expert_stats import load_coactivation, load_expert_load
 from stowplan.fileio import read_text_file
@@ -106,6 +106,7 @@ def plan_command(
     """Plan MODEL on the given nodes and print the plan."""
     layout = resolve_model(model, dtype=dtype)
     fleet = load_fleet(nodes, offers)
+    warn_about_gpus(fleet)
     constraints = Constraints(
         min_stages=min_stages,
         max_stages=max_stages,
