@@ -1,23 +1,157 @@
-"""Files at the edge: atomic writes, and reads whose failures are one-line input errors.
+"""Files at the edge: atomic writes, and bounded reads of user files.
 
 A reader of :func:`write_text_atomic`'s file sees the old file or the new one,
-never half of one. :func:`read_text_file` and :func:`read_json_file` turn a
-missing, unreadable or malformed file into an
-:class:`~stowplan.errors.InputError` naming the flag or field, the path and
-the reason.
+never half of one.
+
+Every file a user names is read through :func:`read_bytes_bounded` (or a
+function built on it): it refuses anything that is not a regular file (a
+folder, a FIFO, ``/dev/zero``) before reading a byte of it, and anything
+larger than the limit for its :class:`FileKind` (:data:`MAX_BYTES`). JSON and
+YAML are then parsed within the limits of :mod:`stowplan.safeload`. Every
+refusal is an :class:`~stowplan.errors.InputError` naming the flag or field,
+the path and the reason.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import stat
 import tempfile
+from collections.abc import Mapping
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Final
 
 from stowplan.errors import InputError
+from stowplan.safeload import parse_json, parse_yaml
 
-__all__ = ["read_json_file", "read_text_file", "write_text_atomic"]
+__all__ = [
+    "MAX_BYTES",
+    "FileKind",
+    "check_regular_file",
+    "open_regular_file",
+    "read_bytes_bounded",
+    "read_document_file",
+    "read_json_file",
+    "read_text_file",
+    "write_text_atomic",
+]
+
+MiB: Final = 2**20
+
+
+class FileKind(StrEnum):
+    """What a user file holds; each kind has its own size limit in :data:`MAX_BYTES`."""
+
+    TEXT = "text"
+    FLEET = "fleet"
+    OFFERS = "offer list"
+    PLAN = "plan"
+    MODEL_CONFIG = "model config"
+    PASSPORT = "passport"
+    CALIBRATION = "calibration profile"
+    EXPERT_STATS = "expert statistics"
+    BENCHMARK = "benchmark output"
+    TOOL_OUTPUT = "tool output"
+
+
+MAX_BYTES: Final[Mapping[FileKind, int]] = {
+    FileKind.TEXT: 16 * MiB,
+    FileKind.FLEET: 16 * MiB,
+    FileKind.OFFERS: 64 * MiB,
+    FileKind.PLAN: 16 * MiB,
+    FileKind.MODEL_CONFIG: 64 * MiB,  # a safetensors index of ~100k tensors is ~10 MB
+    FileKind.PASSPORT: 4 * MiB,
+    FileKind.CALIBRATION: 4 * MiB,
+    FileKind.EXPERT_STATS: 256 * MiB,  # co-activation counts: layers x experts^2 numbers
+    FileKind.BENCHMARK: 16 * MiB,
+    FileKind.TOOL_OUTPUT: 16 * MiB,
+}
+"""The largest file of each kind that is read, in bytes."""
+
+
+def _what(mode: int) -> str:
+    """A file type in words, for a message."""
+    for test, words in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return words
+    return "not a regular file"
+
+
+def _unreadable(field: str, path: Path, exc: OSError) -> InputError:
+    reason = exc.strerror or type(exc).__name__
+    return InputError(field, str(path), f"cannot be read ({reason})")
+
+
+def _not_regular(field: str, path: Path, mode: int) -> InputError:
+    return InputError(field, str(path), f"is {_what(mode)}; give a regular file")
+
+
+def check_regular_file(path: str | Path, *, field: str) -> os.stat_result:
+    """``path``'s status when it is a regular file (after symlinks); else :class:`InputError`."""
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        if isinstance(exc, OSError):
+            raise _unreadable(field, p, exc) from None
+        raise InputError(field, str(p), "is not a valid path") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_regular(field, p, st.st_mode)
+    return st
+
+
+def open_regular_file(path: str | Path, *, field: str) -> IO[bytes]:
+    """``path`` opened for binary reading when it is a regular file; else :class:`InputError`.
+
+    The type is checked before opening (opening a device can have effects) and
+    again on the open descriptor (the path may have changed in between);
+    the open never blocks, even on a FIFO.
+    """
+    p = Path(path)
+    check_regular_file(p, field=field)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(p, flags)
+    except OSError as exc:
+        raise _unreadable(field, p, exc) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(field, p, mode)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def read_bytes_bounded(path: str | Path, *, field: str, kind: FileKind = FileKind.TEXT) -> bytes:
+    """The bytes of the regular file ``path``, at most ``MAX_BYTES[kind]`` of them.
+
+    Raises :class:`InputError` naming ``field`` and the path for a missing,
+    unreadable or non-regular file and for one larger than the limit.
+    """
+    p = Path(path)
+    limit = MAX_BYTES[kind]
+    with open_regular_file(p, field=field) as fh:
+        try:
+            data = fh.read(limit + 1)
+        except OSError as exc:
+            raise _unreadable(field, p, exc) from None
+    if len(data) > limit:
+        raise InputError(
+            field,
+            str(p),
+            f"is larger than {limit // MiB} MiB, the most a {kind.value} file may be",
+        )
+    return data
 
 
 def _mode_for(target: Path) -> int:
@@ -47,31 +181,41 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         raise
 
 
-def _read_or_input_error(path: Path, field: str, errors: str) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors=errors)
-    except OSError as exc:
-        raise InputError(field, str(path), f"cannot be read ({exc.strerror})") from None
+def read_text_file(
+    path: str | Path, *, field: str, kind: FileKind = FileKind.TEXT, errors: str = "strict"
+) -> str:
+    """The UTF-8 text of ``path`` (newlines as ``\\n``), read within ``kind``'s limit.
 
-
-def read_text_file(path: str | Path, *, field: str, errors: str = "strict") -> str:
-    """The UTF-8 text of ``path``; ``field`` names the flag or field in the error.
-
-    ``errors`` is :meth:`bytes.decode`'s (``"replace"`` for tool output that may
-    hold stray bytes). Raises :class:`InputError` when the file cannot be read
-    or is not UTF-8 text.
+    ``field`` names the flag or field in the error; ``errors`` is
+    :meth:`bytes.decode`'s (``"replace"`` for tool output that may hold stray
+    bytes). Raises :class:`InputError` when the file cannot be read, is not a
+    regular file, is too large or is not UTF-8 text.
     """
     p = Path(path)
+    data = read_bytes_bounded(p, field=field, kind=kind)
     try:
-        return _read_or_input_error(p, field, errors)
+        text = data.decode("utf-8", errors=errors)
     except UnicodeDecodeError as exc:
         raise InputError(field, str(p), f"is not UTF-8 text ({exc})") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def read_json_file(path: str | Path, *, field: str) -> Any:
-    """The parsed JSON document in ``path``; :class:`InputError` when unreadable or not JSON."""
+def read_json_file(
+    path: str | Path, *, field: str, kind: FileKind = FileKind.TEXT, nonfinite: bool = False
+) -> Any:
+    """The JSON document in ``path``, read and parsed within the limits.
+
+    ``nonfinite`` accepts ``NaN``/``Infinity`` (see :func:`stowplan.safeload.parse_json`).
+    Raises :class:`InputError` when the file cannot be read or is not JSON.
+    """
     p = Path(path)
-    try:
-        return json.loads(_read_or_input_error(p, field, "strict"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(field, str(p), f"is not valid JSON ({exc})") from None
+    text = read_text_file(p, field=field, kind=kind)
+    return parse_json(text, field=field, source=str(p), nonfinite=nonfinite)
+
+
+def read_document_file(path: str | Path, *, field: str, kind: FileKind = FileKind.TEXT) -> Any:
+    """The YAML (``.yaml``/``.yml``) or else JSON document in ``path``, within the limits."""
+    p = Path(path)
+    if p.suffix.lower() in {".yaml", ".yml"}:
+        return parse_yaml(read_text_file(p, field=field, kind=kind), field=field, source=str(p))
+    return read_json_file(p, field=field, kind=kind)

@@ -15,14 +15,13 @@ as a label and the spec table supplies the bandwidth.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from stowplan.checks import check_int
 from stowplan.errors import InputError
-from stowplan.fileio import read_text_file
+from stowplan.fileio import FileKind, read_document_file
 from stowplan.model import NodeDescriptor, check_unique_ids
 from stowplan.units import parse_bytes, parse_link_mbps
 
@@ -45,34 +44,6 @@ _FIELDS = {
     "count",
 }
 _REQUIRED = ("id", "gpu_name", "vram_bytes")
-
-
-def _read(path: str | Path) -> Any:
-    p = Path(path)
-    text = read_text_file(p, field="file")
-    if p.suffix.lower() in {".yaml", ".yml"}:
-        import yaml
-
-        try:
-            # libyaml's loader when built in: the pure-Python one takes seconds on big fleets.
-            return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-        except yaml.YAMLError as exc:
-            raise InputError(
-                "file", str(path), f"is not valid YAML ({_yaml_reason(exc)})"
-            ) from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError("file", str(path), f"is not valid JSON ({exc})") from None
-
-
-def _yaml_reason(exc: Exception) -> str:
-    """PyYAML's multi-line error as one line: the problem and where it is."""
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    mark = getattr(exc, "problem_mark", None)
-    if mark is not None:
-        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
-    return " ".join(str(problem).split())
 
 
 def _number(where: str, value: object) -> float:
@@ -146,8 +117,8 @@ def nodes_from_data(data: object) -> list[NodeDescriptor]:
 
 
 def load_nodes(path: str | Path) -> list[NodeDescriptor]:
-    """Nodes from a YAML or JSON fleet file."""
-    return nodes_from_data(_read(path))
+    """Nodes from a YAML or JSON fleet file (read within :class:`FileKind` ``FLEET``'s limits)."""
+    return nodes_from_data(read_document_file(path, field="file", kind=FileKind.FLEET))
 
 
 def _offer(index: int, raw: object) -> NodeDescriptor:
@@ -201,4 +172,4 @@ def nodes_from_offers(data: object) -> list[NodeDescriptor]:
 
 def load_offers(path: str | Path) -> list[NodeDescriptor]:
     """Nodes from a vast.ai ``search offers --raw`` JSON file."""
-    return nodes_from_offers(_read(path))
+    return nodes_from_offers(read_document_file(path, field="file", kind=FileKind.OFFERS))
