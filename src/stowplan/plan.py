@@ -373,8 +373,6 @@ def plan_from_dict(data: object) -> Plan:
 
 def plan_from_json(text: str | bytes) -> Plan:
     """Parse and validate plan JSON."""
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError("plan", f"<{len(text)} bytes>", f"is not valid JSON ({exc})") from None
-    return plan_from_dict(data)
+    from stowplan.safeload import parse_json
+
+    return plan_from_dict(parse_json(text, field="plan", source=f"<{len(text)} bytes>"))

@@ -27,7 +27,14 @@ from typing import Any
 
 from stowplan.errors import InputError
 
-__all__ = ["MAX_DEPTH", "MAX_NUMBER_CHARS", "MAX_YAML_NODES", "parse_json", "parse_yaml"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_NUMBER_CHARS",
+    "MAX_YAML_NODES",
+    "MalformedJson",
+    "parse_json",
+    "parse_yaml",
+]
 
 MAX_DEPTH = 64
 """Deepest nesting of arrays/objects (JSON) or collections (YAML) accepted."""
@@ -37,6 +44,11 @@ MAX_NUMBER_CHARS = 40
 
 MAX_YAML_NODES = 1_000_000
 """Most YAML nodes a document may expand to, each alias counted as a full copy."""
+
+
+class MalformedJson(InputError):
+    """The text is not JSON at all (a syntax error), as opposed to JSON breaking a limit."""
+
 
 _BRACKETS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
 
@@ -104,7 +116,7 @@ def parse_json(text: str | bytes, *, field: str, source: str, nonfinite: bool = 
             parse_constant=constant,
         )
     except json.JSONDecodeError as exc:
-        raise InputError(field, source, f"is not valid JSON ({exc})") from None
+        raise MalformedJson(field, source, f"is not valid JSON ({exc})") from None
     except RecursionError:  # a limit below MAX_DEPTH on this interpreter's stack
         raise InputError(field, source, "nests arrays/objects too deeply") from None
 

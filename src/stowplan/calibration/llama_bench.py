@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from stowplan.errors import InputError
+from stowplan.safeload import parse_json
 
 __all__ = [
     "LlamaBenchResult",
@@ -244,10 +244,7 @@ def parse_llama_bench(text: str, *, origin: str = "llama-bench output") -> list[
     stripped = text.lstrip()
     results: list[LlamaBenchResult] = []
     if stripped.startswith("["):
-        try:
-            data = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            raise InputError(origin, f"<{len(text)} chars>", f"is not valid JSON ({exc})") from None
+        data = parse_json(stripped, field=origin, source=f"<{len(text)} chars>")
         if not isinstance(data, list):
             raise InputError(origin, type(data).__name__, "must be a JSON array of results")
         results = [
@@ -256,12 +253,7 @@ def parse_llama_bench(text: str, *, origin: str = "llama-bench output") -> list[
     elif stripped.startswith("{"):
         for i, line in enumerate(stripped.splitlines()):
             if line.strip():
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise InputError(
-                        f"{origin}:{i + 1}", line[:40], f"is not JSON ({exc})"
-                    ) from None
+                obj = parse_json(line, field=f"{origin}:{i + 1}", source=line[:40])
                 results.append(_from_record(obj, f"{origin}:{i + 1}"))
     else:
         lines = text.splitlines()

@@ -35,7 +35,7 @@ from stowplan.checks import check_choice, check_number
 from stowplan.cli.app import app
 from stowplan.cli.common import err_console, out_console
 from stowplan.errors import InputError
-from stowplan.fileio import read_text_file
+from stowplan.fileio import FileKind, read_text_file
 from stowplan.gpus import lookup_gpu
 from stowplan.model import ModelLayout
 from stowplan.models import resolve_model
@@ -250,7 +250,8 @@ def calibrate_command(
             "--from-llama-bench", None, "give llama-bench output (or --from-probe) to fit from"
         )
     results = parse_llama_bench(
-        read_text_file(from_llama_bench, field="--from-llama-bench"), origin=str(from_llama_bench)
+        read_text_file(from_llama_bench, field="--from-llama-bench", kind=FileKind.BENCHMARK),
+        origin=str(from_llama_bench),
     )
     decode = [r for r in results if r.is_decode and r.n_depth == 0] or [
         r for r in results if r.is_decode
@@ -390,7 +391,8 @@ def _calibrate_from_serving_bench(
     as_json: bool,
 ) -> None:
     """Fit from the concurrency-1 runs of a vLLM / SGLang / trtllm-bench result file."""
-    runs = parse_serving_bench(read_text_file(path, field="--from-serving-bench"), origin=path.name)
+    text = read_text_file(path, field="--from-serving-bench", kind=FileKind.BENCHMARK)
+    runs = parse_serving_bench(text, origin=path.name)
     tools = {r.tool for r in runs}
     default = {"trtllm": Engine.TRTLLM, "sglang": Engine.SGLANG}.get(
         next(iter(tools)) if len(tools) == 1 else "", Engine.VLLM

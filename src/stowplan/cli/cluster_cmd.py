@@ -28,7 +28,7 @@ from stowplan.cluster.topology import (
     select_segment_nodes,
 )
 from stowplan.errors import InputError
-from stowplan.fileio import read_text_file
+from stowplan.fileio import FileKind, read_text_file
 from stowplan.models import resolve_model
 
 cluster_app = typer.Typer(
@@ -108,7 +108,9 @@ def resources_command(
     if nvidia_smi is None:
         found = local_node_resources(os.environ)
     else:
-        text = read_text_file(nvidia_smi, field="--nvidia-smi", errors="replace")
+        text = read_text_file(
+            nvidia_smi, field="--nvidia-smi", kind=FileKind.TOOL_OUTPUT, errors="replace"
+        )
         found = node_resources(text, os.environ, socket.gethostname())
     resources = {k: int(v) for k, v in found.as_resources().items()}
     payload = json.dumps(resources, sort_keys=True)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from stowplan.errors import InputError, StowplanError
-from stowplan.fileio import write_text_atomic
+from stowplan.fileio import FileKind, read_json_file, write_text_atomic
 from stowplan.host.topology import CapabilityMatrix, HostTopology
 
 __all__ = [
@@ -162,11 +162,9 @@ def read_passport(path: str | Path) -> Passport:
     """Read a passport; raise :class:`PassportUnreadable` naming the file and the reason."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise PassportUnreadable(p, f"cannot be read ({exc.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise PassportUnreadable(p, f"not valid JSON ({exc})") from None
+        data = read_json_file(p, field="passport", kind=FileKind.PASSPORT, nonfinite=True)
+    except InputError as exc:
+        raise PassportUnreadable(p, exc.rule.removeprefix("is ")) from None
     version = data.get("schema_version") if isinstance(data, dict) else None
     if not isinstance(data, dict) or type(version) is not int or version != PASSPORT_SCHEMA_VERSION:
         raise PassportUnreadable(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from stowplan.errors import DependencyError, InputError
+from stowplan.fileio import check_regular_file
 from stowplan.models.grouping import ArchInfo, ModelReport, TensorEntry, assemble, classify_gguf
 
 __all__ = ["gguf_report"]
@@ -24,6 +25,7 @@ def _load(path: Path) -> Any:
         import gguf
     except ImportError:
         raise DependencyError("gguf", "formats") from None
+    check_regular_file(path, field="MODEL")
     try:
         return gguf.GGUFReader(path)
     except OSError as exc:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from stowplan.errors import InputError
-from stowplan.fileio import read_json_file
+from stowplan.fileio import FileKind, read_json_file
 from stowplan.model import ModelLayout
 from stowplan.models.dtypes import parse_dtype, storage_format, tensor_bytes
 from stowplan.models.grouping import ArchInfo, ModelReport, TensorEntry, assemble, classify_hf
@@ -42,7 +42,7 @@ Config = Mapping[str, Any]
 # -- reading and normalising ------------------------------------------------------------
 def load_config(path: Path) -> dict[str, Any]:
     """Parse a ``config.json`` file; raise ``InputError`` when it is unreadable or not JSON."""
-    data = read_json_file(path, field="MODEL")
+    data = read_json_file(path, field="MODEL", kind=FileKind.MODEL_CONFIG)
     if not isinstance(data, dict):
         raise InputError("MODEL", str(path), "must hold a JSON object (a config.json)")
     return data
