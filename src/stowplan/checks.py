@@ -33,7 +33,7 @@ def check_number(
     """``value`` as a float when it is a finite ``int``/``float`` (not a ``bool``) and ``>= 0``.
 
     ``positive`` also rejects 0; ``upper`` rejects values above it (the rule
-    then reads ``in [0, upper]``).
+    then reads ``in [0, upper]``, or ``in (0, upper]`` when ``positive``).
     """
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(field, value, "must be a finite number")
@@ -41,7 +41,7 @@ def check_number(
     if not math.isfinite(v) or v < 0 or (positive and v == 0) or (upper is not None and v > upper):
         rule = ">= 0" if not positive else "> 0"
         if upper is not None:
-            rule = f"in [0, {upper}]"
+            rule = f"in (0, {upper}]" if positive else f"in [0, {upper}]"
         raise InputError(field, value, f"must be a finite number {rule}")
     return v
 

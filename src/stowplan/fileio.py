@@ -28,6 +28,7 @@ from stowplan.safeload import parse_json, parse_yaml
 __all__ = [
     "MAX_BYTES",
     "FileKind",
+    "check_output_file",
     "check_regular_file",
     "open_regular_file",
     "read_bytes_bounded",
@@ -105,6 +106,29 @@ def check_regular_file(path: str | Path, *, field: str) -> os.stat_result:
     if not stat.S_ISREG(st.st_mode):
         raise _not_regular(field, p, st.st_mode)
     return st
+
+
+def check_output_file(path: str | Path, *, field: str) -> None:
+    """Refuse, before any work, a path :func:`write_text_atomic` could not replace.
+
+    An existing path must be a regular file; an existing ancestor must be a
+    folder. Raises :class:`InputError` naming ``field`` and the path.
+    """
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        st = None
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not a valid path"
+        raise InputError(field, str(p), f"cannot be written ({reason})") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise InputError(field, str(p), f"is {_what(st.st_mode)}; give a file name to write")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(field, str(p), f"cannot be written: {parent} is not a folder")
+            break
 
 
 def open_regular_file(path: str | Path, *, field: str) -> IO[bytes]:

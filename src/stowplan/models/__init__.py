@@ -30,6 +30,15 @@ __all__ = [
 ]
 
 
+def _existing(spec: str) -> Path | None:
+    """``spec`` as an existing path, or None (also for a name no file system accepts)."""
+    try:
+        path = Path(spec).expanduser()
+        return path if path.exists() else None
+    except (OSError, ValueError, RuntimeError):  # too long, a NUL byte, an unknown ~user
+        return None
+
+
 def _looks_like_path(spec: str) -> bool:
     return spec.endswith((".json", ".gguf", ".safetensors")) or spec.startswith(("/", "./", "~"))
 
@@ -40,10 +49,12 @@ def inspect_model(spec: str, *, dtype: str | None = None) -> ModelReport:
     ``dtype`` re-prices a known model or a config (``bf16``, ``fp8``, ``q4_k_m`` …);
     files with stored tensors keep their exact bytes and reject it.
     """
+    if not isinstance(spec, str) or not spec.strip():
+        raise InputError("MODEL", spec, "must be a model name or a path")
     if dtype is not None:
         dtype = parse_dtype(dtype)
-    path = Path(spec).expanduser()
-    if path.exists():
+    path = _existing(spec)
+    if path is not None:
         return _from_path(path, dtype)
     if _looks_like_path(spec):
         raise InputError("MODEL", spec, "does not exist")
@@ -96,7 +107,7 @@ def resolve_model(spec: str, *, dtype: str | None = None) -> ModelLayout:
 
     Raises ``InputError`` naming the known models when ``spec`` is none of these.
     """
-    if dtype is None and not Path(spec).expanduser().exists():
+    if dtype is None and isinstance(spec, str) and _existing(spec) is None:
         layout = lookup(spec)
         if layout is not None:
             return layout

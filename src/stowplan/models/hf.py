@@ -23,6 +23,7 @@ from typing import Any
 
 from stowplan.errors import InputError
 from stowplan.fileio import FileKind, read_json_file
+from stowplan.limits import MAX_BLOCKS, MAX_CONFIG_INT, MAX_EXPERTS
 from stowplan.model import ModelLayout
 from stowplan.models.dtypes import parse_dtype, storage_format, tensor_bytes
 from stowplan.models.grouping import ArchInfo, ModelReport, TensorEntry, assemble, classify_hf
@@ -76,16 +77,46 @@ def _model_type(cfg: Config) -> str:
     return str(mt)
 
 
+_UPPER = {"num_hidden_layers": MAX_BLOCKS, "num_nextn_predict_layers": MAX_BLOCKS} | {
+    key: MAX_EXPERTS
+    for key in ("num_local_experts", "num_experts", "n_routed_experts", "n_shared_experts")
+}
+"""Caps tighter than :data:`~stowplan.limits.MAX_CONFIG_INT` for some config integers."""
+
+
 def _int(cfg: Config, key: str, default: int | None = None) -> int:
     v = cfg.get(key, default)
     if v is None:
         v = default
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+    upper = _UPPER.get(key, MAX_CONFIG_INT)
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= upper:
         if v is None:
             rule = f"is required for model_type {cfg.get('model_type')!r}"
         else:
-            rule = "must be an integer >= 0"
+            rule = f"must be an integer in [0, {upper}]"
         raise InputError(f"config.{key}", v, rule)
+    return v
+
+
+def _int_list(cfg: Config, key: str) -> list[int]:
+    """An optional list of integers (``[]`` when absent)."""
+    v = cfg.get(key)
+    if v is None:
+        return []
+    if not isinstance(v, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in v
+    ):
+        raise InputError(f"config.{key}", v, "must be a list of integers")
+    return v
+
+
+def _str_list(cfg: Config, key: str, where: str = "config") -> list[str]:
+    """An optional list of strings (``[]`` when absent)."""
+    v = cfg.get(key)
+    if v is None:
+        return []
+    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
+        raise InputError(f"{where}.{key}", v, "must be a list of strings")
     return v
 
 
@@ -127,7 +158,7 @@ def _is_moe_layer(cfg: Config, mt: str, i: int) -> bool:
         return True
     if mt in ("qwen2_moe", "qwen3_moe"):
         step = _int(cfg, "decoder_sparse_step", 1) or 1
-        only = cfg.get("mlp_only_layers") or []
+        only = _int_list(cfg, "mlp_only_layers")
         return _first_int(cfg, ("num_experts",), 0) > 0 and i not in only and (i + 1) % step == 0
     if mt in ("deepseek_v3", "kimi_k2"):
         freq = _int(cfg, "moe_layer_freq", 1) or 1
@@ -174,11 +205,11 @@ def _mla(cfg: Config, p: str) -> Iterator[_T]:
     h, heads = _int(cfg, "hidden_size"), _int(cfg, "num_attention_heads")
     nope, rope = _int(cfg, "qk_nope_head_dim"), _int(cfg, "qk_rope_head_dim")
     v, kv_rank = _int(cfg, "v_head_dim"), _int(cfg, "kv_lora_rank")
-    q_rank = cfg.get("q_lora_rank")
+    q_rank = _int(cfg, "q_lora_rank", 0)
     if q_rank:
-        yield _T(f"{p}.q_a_proj.weight", (int(q_rank), h), "linear")
-        yield _T(f"{p}.q_a_layernorm.weight", (int(q_rank),), "small")
-        yield _T(f"{p}.q_b_proj.weight", (heads * (nope + rope), int(q_rank)), "linear")
+        yield _T(f"{p}.q_a_proj.weight", (q_rank, h), "linear")
+        yield _T(f"{p}.q_a_layernorm.weight", (q_rank,), "small")
+        yield _T(f"{p}.q_b_proj.weight", (heads * (nope + rope), q_rank), "linear")
     else:
         yield _T(f"{p}.q_proj.weight", (heads * (nope + rope), h), "linear")
     yield _T(f"{p}.kv_a_proj_with_mqa.weight", (kv_rank + rope, h), "linear")
@@ -311,10 +342,20 @@ def _scheme(cfg: Config, override: str | None) -> _Scheme:
     if not isinstance(q, Mapping):
         raise InputError("config.quantization_config", q, "must be an object")
     method = str(q.get("quant_method", "")).lower()
-    skip = tuple(str(s) for s in (q.get("modules_to_not_convert") or q.get("ignore") or []))
+    key = "modules_to_not_convert" if q.get("modules_to_not_convert") else "ignore"
+    skip = tuple(_str_list(q, key, "config.quantization_config"))
+    for pattern in skip:
+        if pattern.startswith("re:"):
+            try:
+                re.compile(pattern[3:])
+            except re.error as exc:
+                raise InputError(
+                    f"config.quantization_config.{key}",
+                    pattern,
+                    f"is not a valid regular expression ({exc})",
+                ) from None
     if method == "fp8":
-        block = q.get("weight_block_size")
-        bs = (int(block[0]), int(block[1])) if isinstance(block, list) and len(block) == 2 else None
+        bs = _block_size(q.get("weight_block_size"))
         return _Scheme(
             dense=dense, linear="fp8", expert="fp8", table=dense, small=dense,
             block_scale=bs, skip=skip, label="fp8",
@@ -348,6 +389,26 @@ def _scheme(cfg: Config, override: str | None) -> _Scheme:
         method,
         "is not supported; supported: awq, bitsandbytes, compressed-tensors, fp8, gptq, mxfp4",
     )
+
+
+def _block_size(block: object) -> tuple[int, int] | None:
+    """``weight_block_size`` as (rows, columns) of at least 1 each, or None when absent."""
+    if block is None:
+        return None
+    if (
+        not isinstance(block, list)
+        or len(block) != 2
+        or not all(
+            isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= MAX_CONFIG_INT
+            for b in block
+        )
+    ):
+        raise InputError(
+            "config.quantization_config.weight_block_size",
+            block,
+            "must be [rows, columns] of integers >= 1, e.g. [128, 128]",
+        )
+    return block[0], block[1]
 
 
 def _skipped(name: str, patterns: tuple[str, ...]) -> bool:
@@ -398,8 +459,14 @@ def _price(t: _T, s: _Scheme) -> Iterator[TensorEntry]:
 # -- the layout ---------------------------------------------------------------------------
 def _windows(cfg: Config, mt: str, n: int) -> tuple[int | None, ...]:
     window = cfg.get("sliding_window")
-    kinds = cfg.get("layer_types")
-    if isinstance(kinds, list) and len(kinds) == n:
+    if window is not None and (
+        isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= MAX_CONFIG_INT
+    ):
+        raise InputError(
+            "config.sliding_window", window, f"must be an integer in [1, {MAX_CONFIG_INT}] or null"
+        )
+    kinds = _str_list(cfg, "layer_types")
+    if len(kinds) == n:
         return tuple(window if k == "sliding_attention" else None for k in kinds)
     if window is None:
         return (None,) * n

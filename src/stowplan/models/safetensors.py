@@ -84,7 +84,7 @@ def _check_tensor(where: str, name: str, info: Any, data_size: int) -> None:
     if not isinstance(info, dict):
         raise InputError(f"{where}:{name}", info, "must be an object with dtype/shape/offsets")
     dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-    if dtype not in DTYPE_BITS:
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
         raise InputError(
             f"{where}:{name}.dtype",
             dtype,
