@@ -56,6 +56,7 @@ _FIELDS = {
     "count",
 }
 _REQUIRED = ("id", "gpu_name", "vram_bytes")
+_MAX_MIB = MAX_BYTE_COUNT // 2**20
 
 
 def _number(where: str, value: object) -> float:
@@ -193,6 +194,10 @@ def _offer(index: int, raw: object) -> NodeDescriptor:
     per_gpu_mib = _number(f"{where}.gpu_ram", raw["gpu_ram"])
     if per_gpu_mib < 0:
         raise InputError(f"{where}.gpu_ram", per_gpu_mib, "must be >= 0 MB")
+    if per_gpu_mib * max(num_gpus, 1) * 2**20 > MAX_BYTE_COUNT:
+        raise InputError(
+            f"{where}.gpu_ram", raw["gpu_ram"], f"times num_gpus must be at most {_MAX_MIB} MB"
+        )
     total_mib = raw.get("gpu_total_ram")
     total_mib = (
         _number(f"{where}.gpu_total_ram", total_mib)
@@ -202,9 +207,7 @@ def _offer(index: int, raw: object) -> NodeDescriptor:
     if total_mib < 0:
         raise InputError(f"{where}.gpu_total_ram", total_mib, "must be >= 0 MB")
     if total_mib * 2**20 > MAX_BYTE_COUNT:
-        raise InputError(
-            f"{where}.gpu_total_ram", total_mib, f"must be at most {MAX_BYTE_COUNT // 2**20} MB"
-        )
+        raise InputError(f"{where}.gpu_total_ram", total_mib, f"must be at most {_MAX_MIB} MB")
 
     labels = [("source", "vastai")]
     if raw.get("gpu_mem_bw") is not None:

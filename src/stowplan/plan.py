@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from stowplan.checks import check_int
 from stowplan.errors import InputError
+from stowplan.limits import MAX_BLOCKS
 from stowplan.model import ExpertId
 
 __all__ = [
@@ -339,6 +340,9 @@ def plan_from_dict(data: object) -> Plan:
     version = data.get("schema_version", SCHEMA_VERSION)
     if version != SCHEMA_VERSION:
         raise InputError("schema_version", version, f"only version {SCHEMA_VERSION} is supported")
+    blocks = data.get("num_blocks")
+    if isinstance(blocks, int) and blocks > MAX_BLOCKS:  # before anything walks the blocks
+        raise InputError("num_blocks", blocks, f"must be at most {MAX_BLOCKS}")
     stages = data.get("assignments")
     if isinstance(stages, list) and any(
         isinstance(a, dict) and "owned_experts" in a for a in stages
