@@ -20,10 +20,19 @@ __all__ = ["check_choice", "check_int", "check_number"]
 E = TypeVar("E", bound=StrEnum)
 
 
-def check_int(field: str, value: object, *, minimum: int = 0) -> int:
-    """``value`` when it is an ``int`` (not a ``bool``) and ``>= minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(field, value, f"must be an integer >= {minimum}")
+def check_int(field: str, value: object, *, minimum: int = 0, maximum: int | None = None) -> int:
+    """``value`` when it is an ``int`` (not a ``bool``), ``>= minimum`` and ``<= maximum``.
+
+    Without ``maximum`` the rule reads ``>= minimum``; with it, ``in [minimum, maximum]``.
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
+        rule = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise InputError(field, value, f"must be an integer {rule}")
     return value
 
 

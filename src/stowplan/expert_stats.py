@@ -64,7 +64,10 @@ Pair = tuple[int, int, float]
 def _count(where: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(where, value, "must be a finite number >= 0")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:
+        v = math.inf
     if not math.isfinite(v) or v < 0:
         raise InputError(where, value, "must be a finite number >= 0")
     return v

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from stowplan.checks import check_int
-from stowplan.errors import InputError
+from stowplan.errors import InputError, show_value
 from stowplan.fileio import FileKind, read_document_file
 from stowplan.limits import (
     MAX_BYTE_COUNT,
@@ -83,9 +83,14 @@ def _rate_range(where: str, number: float, raw: object) -> float:
     return number
 
 
+def _label(value: object) -> str:
+    """A label key or value as text: a string as given, anything else as a bounded repr."""
+    return value if isinstance(value, str) else show_value(value)
+
+
 def _name(where: str, value: object) -> str:
     """An id or GPU name: a non-empty string (an integer is taken as its digits)."""
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 10**MAX_NAME_CHARS:
         value = str(value)
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME_CHARS:
         raise InputError(
@@ -134,7 +139,7 @@ def _node(index: int, raw: object) -> list[NodeDescriptor]:
         labels = raw["labels"]
         if not isinstance(labels, dict):
             raise InputError(f"{where}.labels", labels, "must be a mapping of strings")
-        kwargs["labels"] = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+        kwargs["labels"] = tuple(sorted((_label(k), _label(v)) for k, v in labels.items()))
     count = raw.get("count", 1)
     check_int(f"{where}.count", count, minimum=1)
     if count > MAX_COUNT:
@@ -211,9 +216,9 @@ def _offer(index: int, raw: object) -> NodeDescriptor:
 
     labels = [("source", "vastai")]
     if raw.get("gpu_mem_bw") is not None:
-        labels.append(("vast_gpu_mem_bw_gbps", str(raw["gpu_mem_bw"])))
+        labels.append(("vast_gpu_mem_bw_gbps", _label(raw["gpu_mem_bw"])))
     if raw.get("geolocation"):
-        labels.append(("geolocation", str(raw["geolocation"])))
+        labels.append(("geolocation", _label(raw["geolocation"])))
     price = raw.get("dph_total")
     return NodeDescriptor(
         id=f"offer-{offer_id}",

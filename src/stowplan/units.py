@@ -51,6 +51,14 @@ def _finite_non_negative(
     return value
 
 
+def _float(value: int | float) -> float:
+    """``float(value)``; an integer beyond a float's range is infinity (then refused)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
 def _scaled_bytes(field: str, number: str, multiplier: int, raw: object) -> int:
     """``number * multiplier`` rounded to whole bytes, exactly; within the byte-count cap."""
     if not math.isfinite(float(number)):
@@ -95,7 +103,7 @@ def parse_link_mbps(value: object, *, field: str = "link_mbps") -> float:
     if isinstance(value, bool):
         raise InputError(field, value, "must be Mbit/s as a number or a string like '1Gbit'")
     if isinstance(value, int | float):
-        return _finite_non_negative(field, float(value), value)
+        return _finite_non_negative(field, _float(value), value)
     if isinstance(value, str):
         m = _BITS_RE.match(value.strip())
         if m is not None:
@@ -116,7 +124,7 @@ def parse_tokens_per_s(value: object, *, field: str = "target") -> float:
     """Return tokens per second from a number or ``"20tok/s"``."""
     rule = "must be a finite number > 0 tokens/s"
     if isinstance(value, int | float) and not isinstance(value, bool):
-        rate = _finite_non_negative(field, float(value), value, rule)
+        rate = _finite_non_negative(field, _float(value), value, rule)
     elif isinstance(value, str) and (m := _TOKS_RE.match(value.strip())) is not None:
         rate = _finite_non_negative(field, float(m.group("num")), value, rule)
     else:

@@ -267,8 +267,8 @@ def parse_llama_bench(text: str, *, origin: str = "llama-bench output") -> list[
                 # Schemas drift between builds: a row may have more or fewer fields than
                 # the header. Identity fields lead and timing fields trail, so align both ends.
                 record = dict(zip(header, row, strict=False))
-                if len(row) != len(header):
-                    tail = min(len(row), len(header)) // 2
+                tail = min(len(row), len(header)) // 2
+                if len(row) != len(header) and tail:
                     record.update(zip(header[-tail:], row[-tail:], strict=True))
                 results.append(_from_record(record, f"{origin}:{start + 2 + i}"))
         else:

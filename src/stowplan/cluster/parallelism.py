@@ -19,6 +19,7 @@ from stowplan.checks import check_int
 from stowplan.cluster.fleet import ENV_PG_STRATEGY, ENV_ROLE, FleetRole, FleetSpec
 from stowplan.cluster.fleet import PlacementStrategy as _Strategy
 from stowplan.errors import InputError
+from stowplan.limits import MAX_GPUS_PER_NODE, MAX_NODES
 from stowplan.model import ModelLayout
 
 __all__ = [
@@ -50,7 +51,7 @@ class ParallelismSpec:
             ("dp", self.data),
             ("ep", self.expert),
         ):
-            check_int(name, value, minimum=1)
+            check_int(name, value, minimum=1, maximum=MAX_NODES * MAX_GPUS_PER_NODE)
 
     @property
     def replica_gpus(self) -> int:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from stowplan.checks import check_int
 from stowplan.errors import Infeasible, InputError
 from stowplan.host.fabric import DOMAIN_RESOURCE_PREFIX, domain_resource, node_domain, parse_fabric
+from stowplan.limits import MAX_NODES
 
 __all__ = [
     "TOPO_RANK_RESOURCE",
@@ -102,7 +103,7 @@ def select_segment_nodes(topology: Topology, segment_size: int, num_nodes: int) 
     ``num_nodes`` and :class:`Infeasible` when too few complete segments exist.
     """
     for name, value in (("segment_size", segment_size), ("num_nodes", num_nodes)):
-        check_int(name, value, minimum=1)
+        check_int(name, value, minimum=1, maximum=MAX_NODES)
     _check_topology(topology)
     if num_nodes % segment_size:
         raise InputError(

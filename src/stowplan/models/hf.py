@@ -60,7 +60,8 @@ def text_config(config: Config) -> dict[str, Any]:
         if "quantization_config" in config and "quantization_config" not in inner:
             merged["quantization_config"] = config["quantization_config"]
         if "model_type" not in inner or inner["model_type"] not in SUPPORTED:
-            outer = str(config.get("model_type", ""))
+            outer = config.get("model_type", "")
+            outer = outer if isinstance(outer, str) else ""
             merged["model_type"] = {"gemma3": "gemma3_text"}.get(outer, outer)
         if "tie_word_embeddings" not in inner and "tie_word_embeddings" in config:
             merged["tie_word_embeddings"] = config["tie_word_embeddings"]
@@ -324,7 +325,9 @@ class _Scheme:
 
 def _scheme(cfg: Config, override: str | None) -> _Scheme:
     raw = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
-    dense = parse_dtype(str(raw), field="config.torch_dtype")
+    if not isinstance(raw, str):
+        raise InputError("config.torch_dtype", raw, "must be a dtype name such as 'bfloat16'")
+    dense = parse_dtype(raw, field="config.torch_dtype")
     if storage_format(dense).quantised:
         dense = "bf16"
     if override is not None:
@@ -341,7 +344,10 @@ def _scheme(cfg: Config, override: str | None) -> _Scheme:
         )
     if not isinstance(q, Mapping):
         raise InputError("config.quantization_config", q, "must be an object")
-    method = str(q.get("quant_method", "")).lower()
+    method = q.get("quant_method", "")
+    if not isinstance(method, str):
+        raise InputError("config.quantization_config.quant_method", method, "must be a string")
+    method = method.lower()
     key = "modules_to_not_convert" if q.get("modules_to_not_convert") else "ignore"
     skip = tuple(_str_list(q, key, "config.quantization_config"))
     for pattern in skip:
@@ -515,7 +521,8 @@ def arch_info(config: Config, *, name: str | None = None, dtype: str | None = No
         shared = _int(cfg, "n_shared_experts", 0) if mla else 0
         if mt == "qwen2_moe" and _int(cfg, "shared_expert_intermediate_size", 0):
             shared = 1
-    label = name or str(cfg.get("_name_or_path") or mt)
+    given = cfg.get("_name_or_path")
+    label = name or (given if isinstance(given, str) and given else mt)
     return ArchInfo(
         name=label,
         family={"kimi_k2": "deepseek_v3", "gemma3_text": "gemma3"}.get(mt, mt),
