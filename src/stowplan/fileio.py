@@ -1,7 +1,8 @@
 """Files at the edge: atomic writes, and bounded reads of user files.
 
 A reader of :func:`write_text_atomic`'s file sees the old file or the new one,
-never half of one.
+never half of one; a writer killed midway leaves a temporary file named after
+the target and its pid, which the next write removes.
 
 Every file a user names is read through :func:`read_bytes_bounded` (or a
 function built on it): it refuses anything that is not a regular file (a
@@ -15,8 +16,10 @@ the path and the reason.
 from __future__ import annotations
 
 import os
+import re
+import secrets
 import stat
-import tempfile
+import time
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
@@ -31,10 +34,12 @@ __all__ = [
     "check_output_file",
     "check_regular_file",
     "open_regular_file",
+    "path_exists",
     "read_bytes_bounded",
     "read_document_file",
     "read_json_file",
     "read_text_file",
+    "remove_stale_temps",
     "write_text_atomic",
 ]
 
@@ -92,6 +97,15 @@ def _unreadable(field: str, path: Path, exc: OSError) -> InputError:
 
 def _not_regular(field: str, path: Path, mode: int) -> InputError:
     return InputError(field, str(path), f"is {_what(mode)}; give a regular file")
+
+
+def path_exists(path: str | Path) -> bool:
+    """Whether ``path`` names something; False (never an error) for a name no file system
+    accepts (too long, a NUL byte) or a broken link."""
+    try:
+        return Path(path).exists()
+    except (OSError, ValueError):
+        return False
 
 
 def check_regular_file(path: str | Path, *, field: str) -> os.stat_result:
@@ -178,30 +192,91 @@ def read_bytes_bounded(path: str | Path, *, field: str, kind: FileKind = FileKin
     return data
 
 
-def _mode_for(target: Path) -> int:
-    """Keep an existing file's mode; a new file gets 0o666 less the umask, as open() would."""
+_TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]+\.tmp$")
+STALE_TEMP_S: Final = 3600.0
+"""Age after which a temporary file is stale even when its writer's pid is running again."""
+
+
+def _temp_path(target: Path) -> Path:
+    """``.<name>.<pid>.<random>.tmp`` beside ``target``: the writer is told by name."""
+    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+
+
+def _pid_running(pid: int) -> bool:
     try:
-        return target.stat().st_mode & 0o777
-    except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # running, as another user
+        return True
+    except (OverflowError, ValueError):  # no process can have this pid
+        return False
+    return True
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+def remove_stale_temps(target: str | Path) -> int:
+    """Delete the temporary files killed writers of ``target`` left behind; return how many.
+
+    Only files named as :func:`write_text_atomic` names them for this target
+    are touched: those whose writer's process is gone, or older than
+    :data:`STALE_TEMP_S` (its pid may have been reused). Errors are ignored:
+    this is housekeeping.
+    """
+    p = Path(target)
+    removed = 0
+    try:
+        entries = list(os.scandir(p.parent))
+    except OSError:
+        return 0
+    now = time.time()
+    for entry in entries:
+        m = _TEMP_NAME.match(entry.name)
+        if m is None or m.group("name") != p.name:
+            continue
+        try:
+            age = now - entry.stat(follow_symlinks=False).st_mtime
+            pid = int(m.group("pid"))
+            if pid != os.getpid() and _pid_running(pid) and age < STALE_TEMP_S:
+                continue
+            if pid == os.getpid() and age < STALE_TEMP_S:
+                continue  # another thread of this process may be writing it
+            os.unlink(entry.path)
+            removed += 1
+        except OSError:
+            continue
+    return removed
+
+
+def write_text_atomic(path: str | Path, text: str, *, mode: int | None = None) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename.
+
+    The file gets ``mode`` when given, else the mode of the file it replaces,
+    else ``0o666`` less the process umask (as :func:`open` would): the
+    temporary file is created with that mode by :func:`os.open`, never by
+    changing the umask. Stale temporary files of earlier, killed writers of
+    ``path`` are removed first (:func:`remove_stale_temps`).
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    remove_stale_temps(target)
     try:
-        os.fchmod(fd, _mode_for(target))
+        keep: int | None = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        keep = None
+    exact = mode if mode is not None else keep
+    tmp = _temp_path(target)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(tmp, flags, 0o666 if exact is None else exact)
+    try:
+        if exact is not None:
+            os.fchmod(fd, exact)  # the umask may have cleared bits of an exact mode
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

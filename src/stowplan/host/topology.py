@@ -83,7 +83,11 @@ def _strings(d: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
 
 
 def _unique(field: str, ids: list[str]) -> None:
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    seen: set[str] = set()
+    repeated: set[str] = set()
+    for i in ids:  # one pass: linear in the ids
+        (repeated if i in seen else seen).add(i)
+    dupes = sorted(repeated)
     if dupes:
         raise InputError(field, dupes, "ids must be unique")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stowplan.errors import InputError
+from stowplan.fileio import path_exists
 from stowplan.model import ModelLayout
 from stowplan.models.dtypes import format_names, parse_dtype
 from stowplan.models.grouping import ModelReport
@@ -34,9 +35,9 @@ def _existing(spec: str) -> Path | None:
     """``spec`` as an existing path, or None (also for a name no file system accepts)."""
     try:
         path = Path(spec).expanduser()
-        return path if path.exists() else None
-    except (OSError, ValueError, RuntimeError):  # too long, a NUL byte, an unknown ~user
+    except RuntimeError:  # ~user of no user
         return None
+    return path if path_exists(path) else None
 
 
 def _looks_like_path(spec: str) -> bool:
