@@ -16,7 +16,14 @@ from stowplan.model import ModelLayout
 from stowplan.models.dtypes import format_names, parse_dtype
 from stowplan.models.grouping import ModelReport
 from stowplan.models.hf import SUPPORTED, from_hf_config, hf_report
-from stowplan.models.known import known_model, known_names, known_report, lookup
+from stowplan.models.known import (
+    known_model,
+    known_names,
+    known_report,
+    known_with_dtype,
+    lookup,
+    suggest,
+)
 
 __all__ = [
     "SUPPORTED",
@@ -63,14 +70,20 @@ def inspect_model(spec: str, *, dtype: str | None = None) -> ModelReport:
         report = known_report(spec)
         if report is not None:
             return report
+        tagged = known_with_dtype(spec)
+        if tagged is not None:
+            row, tag = tagged
+            return hf_report(row.config, name=f"{row.name}@{tag}", dtype=tag)
     else:
-        row = known_model(spec)
-        if row is not None:
-            return hf_report(row.config, name=f"{row.name}@{dtype}", dtype=dtype)
+        found = known_model(spec)
+        if found is not None:
+            return hf_report(found.config, name=f"{found.name}@{dtype}", dtype=dtype)
+    close = suggest(spec)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
     raise InputError(
         "MODEL",
         spec,
-        f"is not a known model; known: {', '.join(known_names())}; "
+        f"is not a known model; {hint}known: {', '.join(known_names())}; "
         "or give a config.json, a checkpoint folder or a .gguf file",
     )
 
