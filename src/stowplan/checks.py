@@ -46,7 +46,10 @@ def check_number(
     """
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(field, value, "must be a finite number")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an int beyond a float's range
+        v = math.inf
     if not math.isfinite(v) or v < 0 or (positive and v == 0) or (upper is not None and v > upper):
         rule = ">= 0" if not positive else "> 0"
         if upper is not None:

@@ -254,6 +254,8 @@ def parse_llama_bench(text: str, *, origin: str = "llama-bench output") -> list[
         for i, line in enumerate(stripped.splitlines()):
             if line.strip():
                 obj = parse_json(line, field=f"{origin}:{i + 1}", source=line[:40])
+                if not isinstance(obj, dict):
+                    raise InputError(f"{origin}:{i + 1}", line[:40], "must be a JSON object")
                 results.append(_from_record(obj, f"{origin}:{i + 1}"))
     else:
         lines = text.splitlines()

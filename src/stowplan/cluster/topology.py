@@ -186,14 +186,14 @@ def topo_rank_from(env: Mapping[str, str], hostname: str) -> tuple[int, str]:
     """
     addr = env.get("SLURM_TOPOLOGY_ADDR", "").strip()
     if addr:
-        parts = [re.findall(r"\d+", p) for p in addr.split(".")]
+        parts = [re.findall(r"[0-9]+", p) for p in addr.split(".")]
         if any(parts):
             digits = "".join(f"{p[-1].lstrip('0') or '0':0>4}" if p else "0000" for p in parts)
             return _rank("SLURM_TOPOLOGY_ADDR", addr, digits), "SLURM_TOPOLOGY_ADDR"
     procid = env.get("SLURM_PROCID", "").strip()
-    if procid.isdigit():
+    if re.fullmatch(r"[0-9]+", procid):
         return _rank("SLURM_PROCID", procid, procid), "SLURM_PROCID"
-    found = re.findall(r"\d+", hostname)
+    found = re.findall(r"[0-9]+", hostname)
     if found and len(found[-1].lstrip("0")) <= 15:  # a longer number is no position
         return 1 + int(found[-1]), "hostname"
     return 1, "default"

@@ -34,6 +34,9 @@ SYSTEM_POOL = "system"
 MAX_BYTES_PER_S = 1e15
 """Upper bound of a plausible measured GEMV rate (1 PB/s, well above any memory system)."""
 
+MAX_GEMV_N = 2**20
+"""Largest GEMV side a passport may record (the probe uses a few thousand)."""
+
 
 def _field(d: Any, key: str, where: str) -> Any:
     """``d[key]``; InputError naming ``where.key`` when ``d`` is no object or lacks it."""
@@ -317,7 +320,7 @@ class CircuitCapability:
     """Fixed seconds per block of that run (kernel launches and sync), None when not measured."""
 
     def __post_init__(self) -> None:
-        check_int(f"{self.circuit}.gemv_n", self.gemv_n, minimum=1)
+        check_int(f"{self.circuit}.gemv_n", self.gemv_n, minimum=1, maximum=MAX_GEMV_N)
         if self.decode_gbps is not None:
             check_number(f"{self.circuit}.decode_gbps", self.decode_gbps, positive=True)
         if self.decode_block_s is not None:
