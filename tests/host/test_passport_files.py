@@ -3,7 +3,9 @@ changes, and every corrupt cache a warning and a new probe (never a raw error)."
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
 import signal
 import stat
@@ -174,3 +176,28 @@ def test_every_corrupt_cache_is_a_warning_and_a_new_probe(
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 3 and all(str(path) in w for w in warnings)
     assert load_passport(path) == got  # the new probe replaced the corrupt file
+
+
+def test_an_in_pool_upload_rate_is_a_json_null_and_the_older_inf_string_still_reads(
+    tmp_path: Path,
+) -> None:
+    path = save_passport(_passport(), tmp_path / "passport.json")
+    text = path.read_text()
+    assert '"inf"' not in text and "Infinity" not in text
+    data = json.loads(text)
+    entry = next(e for e in data["matrix"]["entries"] if e["circuit"] == "cpu")
+    assert entry["upload_gbps"] is None
+    entry["upload_gbps"] = "inf"
+    path.write_text(json.dumps(data))
+    assert load_passport(path) == _passport().__class__.from_dict(data)
+    assert math.isinf(load_passport(path).matrix.entries[1].upload_gbps)  # type: ignore[union-attr]
+
+
+def test_a_host_without_gpus_is_described_in_words(capsys: pytest.CaptureFixture[str]) -> None:
+    from stowplan.cli.host_cmd import _render_passport
+    from tests.host.helpers import host
+
+    cpu_only = Passport.create(host(), matrix(cap("cpu", 20.0)))
+    _render_passport(cpu_only, reused=False)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert ": 1 circuit, " in first and "no GPU found" in first and "via none" not in first

@@ -23,6 +23,7 @@ from stowplan.plan import plan_to_dict
 from stowplan.planner import plan as make_plan
 from stowplan.report.terminal import render_plan
 from stowplan.units import format_bytes
+from stowplan.wording import plural
 
 DEMO_NAMES = ("demo", "stowplan-demo")
 
@@ -208,7 +209,7 @@ def launch_command(
                         f"from {info['source']}"
                     )
         if not as_json:
-            out_console.print(f"released {realisation.plan.num_stages} stage(s)")
+            out_console.print(f"released {plural(realisation.plan.num_stages, 'stage')}")
 
 
 def _parse_prompt(raw: str) -> list[int]:
@@ -293,7 +294,9 @@ def demo_run_command(
     else:
         from rich.table import Table
 
-        table = Table(title=f"demo pipeline: {len(run.stages)} stage(s)", title_justify="left")
+        table = Table(
+            title=f"demo pipeline: {plural(len(run.stages), 'stage')}", title_justify="left"
+        )
         for col in ("stage", "node", "gpu", "blocks", "weights", "steps", "busy", "tok/s"):
             table.add_column(col, justify="left" if col in {"node", "gpu", "blocks"} else "right")
         for s in run.stages:

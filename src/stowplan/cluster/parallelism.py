@@ -21,6 +21,7 @@ from stowplan.cluster.fleet import PlacementStrategy as _Strategy
 from stowplan.errors import InputError
 from stowplan.limits import MAX_GPUS_PER_NODE, MAX_NODES
 from stowplan.model import ModelLayout
+from stowplan.wording import plural
 
 __all__ = [
     "ParallelismCheck",
@@ -142,7 +143,7 @@ def _heads_failure(tp: int, layout: ModelLayout) -> _Failure | None:
 def _world_failure(spec: ParallelismSpec, fleet: FleetSpec) -> _Failure | None:
     tp, pp, dp = spec.tensor, spec.pipeline, spec.data
     total = fleet.total_gpus
-    shape = f"{fleet.num_nodes} nodes × {fleet.gpus_per_node} GPUs"
+    shape = f"{plural(fleet.num_nodes, 'node')} × {plural(fleet.gpus_per_node, 'GPU')}"
     if spec.replica_gpus > total:
         return _Failure(
             field="tp×pp",

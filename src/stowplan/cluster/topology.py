@@ -24,6 +24,7 @@ from stowplan.checks import check_int
 from stowplan.errors import Infeasible, InputError
 from stowplan.host.fabric import DOMAIN_RESOURCE_PREFIX, domain_resource, node_domain, parse_fabric
 from stowplan.limits import MAX_NODES
+from stowplan.wording import plural
 
 __all__ = [
     "TOPO_RANK_RESOURCE",
@@ -138,12 +139,14 @@ def select_segment_nodes(topology: Topology, segment_size: int, num_nodes: int) 
         remainder.extend(nodes[taken:])
     if len(segments) < wanted:
         counts = ", ".join(
-            f"{d}: {len(by_domain[d])} nodes → {len(by_domain[d]) // segment_size}" for d in domains
+            f"{d}: {plural(len(by_domain[d]), 'node')} → {len(by_domain[d]) // segment_size}"
+            for d in domains
         )
         raise Infeasible(
-            f"{num_nodes} nodes need {wanted} complete NVLink segments of {segment_size}; "
+            f"{plural(num_nodes, 'node')} need {wanted} complete NVLink segments of "
+            f"{segment_size}; "
             f"only {len(segments)} can be formed ({counts or 'no NVLink domain registered'}; "
-            f"{len(unknown)} nodes without a known domain excluded)"
+            f"{plural(len(unknown), 'node')} without a known domain excluded)"
         )
     return SegmentSelection(
         segments=tuple(segments),

@@ -289,8 +289,9 @@ class HostTopology:
         )
 
 
-def _gbps_to_json(v: float) -> float | str:
-    return "inf" if math.isinf(v) else v
+def _gbps_to_json(v: float) -> float | None:
+    """A rate as a JSON number; an unbounded one (in-pool: no transfer) as null."""
+    return None if math.isinf(v) else v
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -312,7 +313,7 @@ class CircuitCapability:
     """(max - min) / median of the repeats; 0.1 means the repeats differed by 10 %."""
     repeats: int = 1
     upload_gbps: float = math.inf
-    """Measured host→device GB/s (pinned copies); ``inf`` for an in-pool circuit."""
+    """Measured host→device GB/s (pinned copies); ``inf`` for an in-pool circuit (JSON: null)."""
     decode_gbps: float | None = None
     """GB/s of a decode-shaped run (f16 GEMVs of transformer-block shapes), net of the
     per-block cost; None when not measured (CPU, or no torch)."""
@@ -377,8 +378,8 @@ class CircuitCapability:
             ),
             ms_spread=_num(d.get("ms_spread", 0.0), f"{where}.ms_spread"),
             repeats=check_int(f"{where}.repeats", d.get("repeats", 1), minimum=1),
-            upload_gbps=math.inf
-            if up == "inf"
+            upload_gbps=math.inf  # null: in pool; "inf": as passports before it wrote null
+            if up is None or up == "inf"
             else _num(up, f"{where}.upload_gbps", positive=True),
             decode_gbps=d.get("decode_gbps"),
             decode_block_s=d.get("decode_block_s"),
