@@ -12,7 +12,7 @@ from stowplan.calibration import calibration_from_json, shipped_calibration
 from stowplan.calibration.profile import calibration_to_dict
 from stowplan.expert_stats import coactivation_from_data, expert_load_from_data
 from stowplan.host.passport import Passport
-from stowplan.host.residency import employment_from_json
+from stowplan.host.residency import employment_from_json, employment_to_json, plan_employment
 from stowplan.limits import MAX_BYTE_COUNT, MAX_NODES, MAX_RATE
 from stowplan.nodefile import nodes_from_data, nodes_from_offers
 from stowplan.plan import plan_from_dict, plan_from_json, plan_to_json
@@ -142,7 +142,15 @@ def test_expert_statistics_give_a_value_or_an_input_error(data: object) -> None:
     typed(coactivation_from_data, data)
 
 
+_HOST = Passport.from_dict(PASSPORT)
+EMPLOYMENT = json.loads(employment_to_json(plan_employment(_HOST.topology, _HOST.matrix, 10**10)))
+
+
 @fuzz
-@given(st.one_of(json_texts, strings))
+@given(
+    st.one_of(json_texts, strings, st.just(EMPLOYMENT), mutated(EMPLOYMENT)).map(
+        lambda v: v if isinstance(v, str) else dumps(v)
+    )
+)
 def test_employment_json_gives_a_plan_or_an_input_error(text: str) -> None:
     typed(employment_from_json, text)
