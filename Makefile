@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test check fmt lint types bench clean
+.PHONY: venv demo test check fmt lint types bench fuzz clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -21,6 +21,12 @@ demo: $(STAMP)
 ## The whole test suite (Ray tests included).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+## The fuzz suite at length: FUZZ_EXAMPLES examples per target (the normal run uses 25).
+FUZZ_EXAMPLES ?= 2000
+fuzz: $(STAMP)
+	STOWPLAN_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/fuzz -q \
+		-p no:cacheprovider --timeout 3600 --hypothesis-show-statistics
 
 fmt: $(STAMP)
 	$(BIN)/ruff format src tests benchmarks

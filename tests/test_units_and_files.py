@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from stowplan import InputError, load_nodes, load_offers
+from stowplan.nodefile import nodes_from_offers
 from stowplan.units import format_bytes, parse_bytes, parse_link_mbps, parse_tokens_per_s
 from tests.conftest import EXAMPLES, FIXTURES
 
@@ -140,11 +141,19 @@ def test_offers_with_non_finite_numbers_name_the_field(
     tmp_path: Path, offer: dict[str, object], message: str
 ) -> None:
     raw = {"id": 1, "gpu_name": "RTX 4090", "gpu_ram": 24564, **offer}
+    with pytest.raises(InputError) as info:
+        nodes_from_offers([raw])
+    assert str(info.value) == message
+
+
+def test_an_offer_file_writing_infinity_is_refused_as_not_json(tmp_path: Path) -> None:
     path = tmp_path / "offers.json"
-    path.write_text(json.dumps([raw]), encoding="utf-8")
+    path.write_text(json.dumps([{"id": 1, "gpu_name": "RTX 4090", "gpu_ram": 1e400}]))
     with pytest.raises(InputError) as info:
         load_offers(path)
-    assert str(info.value) == message
+    assert str(info.value) == (
+        f"file='{path}': holds Infinity, which is not JSON; use a finite number"
+    )
 
 
 def test_invalid_yaml_is_reported_on_one_line(tmp_path: Path) -> None:

@@ -20,10 +20,19 @@ __all__ = ["check_choice", "check_int", "check_number"]
 E = TypeVar("E", bound=StrEnum)
 
 
-def check_int(field: str, value: object, *, minimum: int = 0) -> int:
-    """``value`` when it is an ``int`` (not a ``bool``) and ``>= minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(field, value, f"must be an integer >= {minimum}")
+def check_int(field: str, value: object, *, minimum: int = 0, maximum: int | None = None) -> int:
+    """``value`` when it is an ``int`` (not a ``bool``), ``>= minimum`` and ``<= maximum``.
+
+    Without ``maximum`` the rule reads ``>= minimum``; with it, ``in [minimum, maximum]``.
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
+        rule = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise InputError(field, value, f"must be an integer {rule}")
     return value
 
 
@@ -33,15 +42,18 @@ def check_number(
     """``value`` as a float when it is a finite ``int``/``float`` (not a ``bool``) and ``>= 0``.
 
     ``positive`` also rejects 0; ``upper`` rejects values above it (the rule
-    then reads ``in [0, upper]``).
+    then reads ``in [0, upper]``, or ``in (0, upper]`` when ``positive``).
     """
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(field, value, "must be a finite number")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an int beyond a float's range
+        v = math.inf
     if not math.isfinite(v) or v < 0 or (positive and v == 0) or (upper is not None and v > upper):
         rule = ">= 0" if not positive else "> 0"
         if upper is not None:
-            rule = f"in [0, {upper}]"
+            rule = f"in (0, {upper}]" if positive else f"in [0, {upper}]"
         raise InputError(field, value, f"must be a finite number {rule}")
     return v
 

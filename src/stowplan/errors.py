@@ -25,7 +25,30 @@ __all__ = [
     "NoNodeFitsHead",
     "PlanError",
     "StowplanError",
+    "show_value",
 ]
+
+
+_MAX_SHOWN = 300
+"""Most characters of a value echoed in a message; the rest is summarised by its length."""
+
+
+def show_value(value: object) -> str:
+    """``repr(value)`` for a message, bounded: a huge value never makes a huge (or failing) line.
+
+    An integer too long for :func:`repr` (Python refuses over 4,300 digits) is
+    described by its digit count; any other repr longer than the bound is cut
+    and its length given.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 1000:
+        return f"<an integer of about {int(value.bit_length() * 0.30103) + 1} digits>"
+    try:
+        text = repr(value)
+    except Exception:  # a repr that fails is not the user's message
+        return f"<{type(value).__name__}>"
+    if len(text) > _MAX_SHOWN:
+        return f"{text[: _MAX_SHOWN - 40]}…({len(text)} characters)"
+    return text
 
 
 class StowplanError(Exception):
@@ -43,7 +66,7 @@ class InputError(StowplanError, ValueError):
         self.field = field
         self.value = value
         self.rule = rule
-        super().__init__(f"{field}={value!r}: {rule}")
+        super().__init__(f"{field}={show_value(value)}: {rule}")
 
 
 class DependencyError(StowplanError, ImportError):

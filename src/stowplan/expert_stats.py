@@ -39,7 +39,13 @@ from pathlib import Path
 from typing import Any
 
 from stowplan.errors import DependencyError, InputError
-from stowplan.fileio import read_json_file
+from stowplan.fileio import (
+    MAX_BYTES,
+    FileKind,
+    check_regular_file,
+    open_regular_file,
+    read_json_file,
+)
 from stowplan.model import ExpertLayout
 
 __all__ = [
@@ -58,7 +64,10 @@ Pair = tuple[int, int, float]
 def _count(where: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(where, value, "must be a finite number >= 0")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:
+        v = math.inf
     if not math.isfinite(v) or v < 0:
         raise InputError(where, value, "must be a finite number >= 0")
     return v
@@ -234,8 +243,17 @@ def _read_npy(field: str, path: Path, ndim: int) -> Any:
         import numpy as np
     except ImportError:
         raise DependencyError("numpy", "formats") from None
+    size = check_regular_file(path, field=field).st_size
+    if size > MAX_BYTES[FileKind.EXPERT_STATS]:
+        raise InputError(
+            field,
+            str(path),
+            f"is larger than {MAX_BYTES[FileKind.EXPERT_STATS] // 2**20} MiB, the most an "
+            f"{FileKind.EXPERT_STATS.value} file may be",
+        )
     try:
-        array = np.load(path, allow_pickle=False)
+        with open_regular_file(path, field=field) as fh:
+            array = np.load(fh, allow_pickle=False)
     except OSError as exc:
         raise InputError(field, str(path), f"cannot be read ({exc})") from None
     except ValueError as exc:
@@ -266,7 +284,7 @@ def load_expert_load(path: str | Path) -> ExpertLoad:
     if p.suffix.lower() == ".npy":
         array = _read_npy("--expert-load", p, 2)
         return ExpertLoad(rows=tuple(tuple(float(v) for v in row) for row in array.tolist()))
-    data = read_json_file(p, field="--expert-load")
+    data = read_json_file(p, field="--expert-load", kind=FileKind.EXPERT_STATS)
     try:
         return expert_load_from_data(data)
     except InputError as exc:
@@ -292,7 +310,7 @@ def load_coactivation(path: str | Path) -> CoActivation:
                 tuple((int(e), int(f), float(sym[e, f])) for e, f in zip(es, fs, strict=True))
             )
         return CoActivation(rows=tuple(rows))
-    data = read_json_file(p, field="--coactivation")
+    data = read_json_file(p, field="--coactivation", kind=FileKind.EXPERT_STATS)
     try:
         return coactivation_from_data(data)
     except InputError as exc:

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from stowplan.checks import check_int
 from stowplan.errors import InputError
+from stowplan.limits import MAX_BLOCKS
 from stowplan.model import ExpertId
 
 __all__ = [
@@ -389,6 +390,9 @@ def plan_from_dict(data: object) -> Plan:
         raise InputError(
             "schema_version", version, f"must be one of {', '.join(map(str, _SUPPORTED_VERSIONS))}"
         )
+    blocks = data.get("num_blocks")
+    if isinstance(blocks, int) and blocks > MAX_BLOCKS:  # before anything walks the blocks
+        raise InputError("num_blocks", blocks, f"must be at most {MAX_BLOCKS}")
     stages = data.get("assignments")
     if version == 1 and isinstance(stages, list):
         for i, a in enumerate(stages):
@@ -432,8 +436,6 @@ def plan_from_dict(data: object) -> Plan:
 
 def plan_from_json(text: str | bytes) -> Plan:
     """Parse and validate plan JSON."""
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError("plan", f"<{len(text)} bytes>", f"is not valid JSON ({exc})") from None
-    return plan_from_dict(data)
+    from stowplan.safeload import parse_json
+
+    return plan_from_dict(parse_json(text, field="plan", source=f"<{len(text)} bytes>"))

@@ -1,15 +1,21 @@
 """Parsing of human-written quantities: ``"24GiB"``, ``"20tok/s"``, ``"1Gbit"``.
 
 Bytes are integers. Decimal prefixes (k, M, G, T) are powers of 1000, binary
-prefixes (Ki, Mi, Gi, Ti) powers of 1024. ``"24GB"`` is 24e9 bytes.
+prefixes (Ki, Mi, Gi, Ti) powers of 1024 (``kiB`` is read as ``KiB``).
+``"24GB"`` is 24e9 bytes, computed in decimal arithmetic so that sizes beyond
+2**53 are exact. Byte counts are at most
+:data:`~stowplan.limits.MAX_BYTE_COUNT`, rates at most
+:data:`~stowplan.limits.MAX_RATE`.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from decimal import ROUND_HALF_EVEN, Decimal
 
 from stowplan.errors import InputError
+from stowplan.limits import MAX_BYTE_COUNT, MAX_RATE
 
 __all__ = ["format_bytes", "parse_bytes", "parse_link_mbps", "parse_tokens_per_s"]
 
@@ -21,6 +27,7 @@ _PREFIX = {
     "G": 10**9,
     "T": 10**12,
     "Ki": 2**10,
+    "ki": 2**10,
     "Mi": 2**20,
     "Gi": 2**30,
     "Ti": 2**40,
@@ -31,12 +38,35 @@ _BITS_RE = re.compile(_NUMBER + r"(?P<prefix>[kKMGT])?(?P<unit>bit|bps|bit/s|b/s
 _TOKS_RE = re.compile(_NUMBER + r"(?:tok/s|tokens/s|t/s)?$")
 
 
+_BYTES_RULE = f"must be a byte count in [0, {MAX_BYTE_COUNT}] (8 EiB)"
+
+
 def _finite_non_negative(
     field: str, value: float, raw: object, rule: str = "must be a finite number >= 0"
 ) -> float:
     if not math.isfinite(value) or value < 0:
         raise InputError(field, raw, rule)
+    if value > MAX_RATE:
+        raise InputError(field, raw, f"must be at most {MAX_RATE:g}")
     return value
+
+
+def _float(value: int | float) -> float:
+    """``float(value)``; an integer beyond a float's range is infinity (then refused)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def _scaled_bytes(field: str, number: str, multiplier: int, raw: object) -> int:
+    """``number * multiplier`` rounded to whole bytes, exactly; within the byte-count cap."""
+    if not math.isfinite(float(number)):
+        raise InputError(field, raw, _BYTES_RULE)
+    exact = Decimal(number) * multiplier
+    if exact > MAX_BYTE_COUNT:
+        raise InputError(field, raw, _BYTES_RULE)
+    return int(exact.to_integral_value(rounding=ROUND_HALF_EVEN))
 
 
 def parse_bytes(value: object, *, field: str = "bytes") -> int:
@@ -50,16 +80,19 @@ def parse_bytes(value: object, *, field: str = "bytes") -> int:
     if isinstance(value, int):
         if value < 0:
             raise InputError(field, value, "must be >= 0")
+        if value > MAX_BYTE_COUNT:
+            raise InputError(field, value, _BYTES_RULE)
         return value
     if isinstance(value, float):
-        _finite_non_negative(field, value, value)
+        if not math.isfinite(value) or value < 0:
+            raise InputError(field, value, "must be a finite number >= 0")
+        if value > MAX_BYTE_COUNT:
+            raise InputError(field, value, _BYTES_RULE)
         return int(value)
-    if isinstance(value, str):
+    if isinstance(value, str) and len(value) <= 64:
         m = _BYTES_RE.match(value.strip())
         if m is not None and m.group("unit") != "b":
-            number = float(m.group("num"))
-            _finite_non_negative(field, number, value)
-            return round(number * _PREFIX[m.group("prefix") or ""])
+            return _scaled_bytes(field, m.group("num"), _PREFIX[m.group("prefix") or ""], value)
     raise InputError(
         field, value, "must be a byte count such as 25769803776, '24GiB', '24GB' or '512MiB'"
     )
@@ -70,16 +103,20 @@ def parse_link_mbps(value: object, *, field: str = "link_mbps") -> float:
     if isinstance(value, bool):
         raise InputError(field, value, "must be Mbit/s as a number or a string like '1Gbit'")
     if isinstance(value, int | float):
-        return _finite_non_negative(field, float(value), value)
+        return _finite_non_negative(field, _float(value), value)
     if isinstance(value, str):
         m = _BITS_RE.match(value.strip())
         if m is not None:
             number = _finite_non_negative(field, float(m.group("num")), value)
-            return number * _PREFIX[m.group("prefix") or ""] / 1e6
+            return _finite_non_negative(
+                field, number * _PREFIX[m.group("prefix") or ""] / 1e6, value
+            )
         try:
-            return _finite_non_negative(field, float(value), value)
+            number = float(value)
         except ValueError:
             pass
+        else:
+            return _finite_non_negative(field, number, value)
     raise InputError(field, value, "must be Mbit/s as a number or a string like '1Gbit', '100Mbps'")
 
 
@@ -87,7 +124,7 @@ def parse_tokens_per_s(value: object, *, field: str = "target") -> float:
     """Return tokens per second from a number or ``"20tok/s"``."""
     rule = "must be a finite number > 0 tokens/s"
     if isinstance(value, int | float) and not isinstance(value, bool):
-        rate = _finite_non_negative(field, float(value), value, rule)
+        rate = _finite_non_negative(field, _float(value), value, rule)
     elif isinstance(value, str) and (m := _TOKS_RE.match(value.strip())) is not None:
         rate = _finite_non_negative(field, float(m.group("num")), value, rule)
     else:

@@ -68,7 +68,10 @@ def test_fleet_spec_is_frozen() -> None:
             "STOWPLAN_NUM_NODES=None: is required (an integer >= 1)",
         ),
         (BASE | {"STOWPLAN_NUM_NODES": "four"}, "STOWPLAN_NUM_NODES='four': must be an integer"),
-        (BASE | {"STOWPLAN_NUM_NODES": "0"}, "STOWPLAN_NUM_NODES=0: must be an integer >= 1"),
+        (
+            BASE | {"STOWPLAN_NUM_NODES": "0"},
+            "STOWPLAN_NUM_NODES=0: must be an integer in [1, 16384]",
+        ),
         (
             {"STOWPLAN_FLEET_ROLE": "inference", "STOWPLAN_NUM_NODES": "2"},
             "STOWPLAN_GPUS_PER_NODE=None: is required for the inference fleet (> 0)",
@@ -87,7 +90,7 @@ def test_fleet_spec_is_frozen() -> None:
         ),
         (
             BASE | {"STOWPLAN_MAX_COLOCATED_WORKER_GROUPS": "0"},
-            "STOWPLAN_MAX_COLOCATED_WORKER_GROUPS=0: must be an integer >= 1",
+            "STOWPLAN_MAX_COLOCATED_WORKER_GROUPS=0: must be an integer in [1, 16384]",
         ),
         (
             BASE | {"STOWPLAN_SEGMENT_SIZE": "3"},

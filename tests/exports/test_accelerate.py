@@ -130,7 +130,7 @@ def test_gpt_oss_experts_are_fused_so_they_move_only_with_their_block():
 
 
 def test_a_plan_made_from_a_config_path_exports_with_model_path_and_no_family(tmp_path, capsys):
-    config = tmp_path / "gpt-oss-20b" / "config.json"
+    config = tmp_path / "local-moe" / "config.json"
     config.parent.mkdir()
     config.write_text((CONFIGS / "gpt-oss-20b.json").read_text())
     fleet = tmp_path / "fleet.json"

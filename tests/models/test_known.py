@@ -92,8 +92,42 @@ def test_every_known_name_builds_and_resolves() -> None:
 
 def test_unknown_name_lists_the_choices() -> None:
     with pytest.raises(InputError) as err:
-        resolve_model("llama9:1t")
+        resolve_model("zephyr:1t")
     assert str(err.value) == (
-        f"MODEL='llama9:1t': is not a known model; known: {', '.join(known_names())}; "
+        f"MODEL='zephyr:1t': is not a known model; known: {', '.join(known_names())}; "
         "or give a config.json, a checkpoint folder or a .gguf file"
     )
+
+
+def test_a_near_miss_names_the_closest_known_models_first() -> None:
+    with pytest.raises(InputError) as err:
+        resolve_model("lama3.1:70b")
+    assert str(err.value).startswith(
+        "MODEL='lama3.1:70b': is not a known model; did you mean llama3.1:70b or "
+    )
+
+
+@pytest.mark.parametrize(
+    ("spelled", "name"),
+    [
+        ("gpt-oss-120b", "gpt-oss:120b"),
+        ("GPT-OSS-20B", "gpt-oss:20b"),
+        ("meta-llama/Llama-3.3-70B-Instruct", "llama3.3:70b"),
+        ("llama3.1-70b", "llama3.1:70b"),
+        ("meta-llama/Llama-3.1-8B-Instruct", "llama3.1:8b"),
+        ("qwen3:30b-a3b-q4", "qwen3:30b-a3b@q4_0"),
+        ("qwen3:30b-a3b-q4_K_M", "qwen3:30b-a3b@q4_k_m"),
+        ("llama3.1:8b-q4", "llama3.1:8b-q4_0"),
+    ],
+)
+def test_common_spellings_resolve_to_their_model(spelled: str, name: str) -> None:
+    assert resolve_model(spelled).name == name
+
+
+def test_a_tagged_name_is_priced_in_its_dtype() -> None:
+    base, tagged = resolve_model("qwen3:30b-a3b"), resolve_model("qwen3:30b-a3b-q4")
+    assert tagged.num_blocks == base.num_blocks and tagged.weight_bytes < base.weight_bytes / 3
+
+
+def test_llama_3_3_70b_has_the_bytes_of_llama_3_1_70b() -> None:
+    assert resolve_model("llama3.3:70b").weight_bytes == resolve_model("llama3.1:70b").weight_bytes

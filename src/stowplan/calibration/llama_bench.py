@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from stowplan.errors import InputError
+from stowplan.safeload import parse_json
 
 __all__ = [
     "LlamaBenchResult",
@@ -244,10 +244,7 @@ def parse_llama_bench(text: str, *, origin: str = "llama-bench output") -> list[
     stripped = text.lstrip()
     results: list[LlamaBenchResult] = []
     if stripped.startswith("["):
-        try:
-            data = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            raise InputError(origin, f"<{len(text)} chars>", f"is not valid JSON ({exc})") from None
+        data = parse_json(stripped, field=origin, source=f"<{len(text)} chars>")
         if not isinstance(data, list):
             raise InputError(origin, type(data).__name__, "must be a JSON array of results")
         results = [
@@ -256,12 +253,9 @@ def parse_llama_bench(text: str, *, origin: str = "llama-bench output") -> list[
     elif stripped.startswith("{"):
         for i, line in enumerate(stripped.splitlines()):
             if line.strip():
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise InputError(
-                        f"{origin}:{i + 1}", line[:40], f"is not JSON ({exc})"
-                    ) from None
+                obj = parse_json(line, field=f"{origin}:{i + 1}", source=line[:40])
+                if not isinstance(obj, dict):
+                    raise InputError(f"{origin}:{i + 1}", line[:40], "must be a JSON object")
                 results.append(_from_record(obj, f"{origin}:{i + 1}"))
     else:
         lines = text.splitlines()
@@ -275,8 +269,8 @@ def parse_llama_bench(text: str, *, origin: str = "llama-bench output") -> list[
                 # Schemas drift between builds: a row may have more or fewer fields than
                 # the header. Identity fields lead and timing fields trail, so align both ends.
                 record = dict(zip(header, row, strict=False))
-                if len(row) != len(header):
-                    tail = min(len(row), len(header)) // 2
+                tail = min(len(row), len(header)) // 2
+                if len(row) != len(header) and tail:
                     record.update(zip(header[-tail:], row[-tail:], strict=True))
                 results.append(_from_record(record, f"{origin}:{start + 2 + i}"))
         else:

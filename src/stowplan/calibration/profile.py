@@ -45,6 +45,7 @@ from typing import Any
 
 from stowplan.checks import check_choice, check_number
 from stowplan.errors import InputError
+from stowplan.safeload import parse_json
 
 __all__ = [
     "CALIBRATION_SCHEMA_VERSION",
@@ -382,10 +383,7 @@ def calibration_from_dict(data: object) -> Calibration:
 
 def calibration_from_json(text: str | bytes, *, origin: str = "calibration") -> Calibration:
     """Parse and validate profile JSON; ``origin`` names the file in messages."""
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(origin, f"<{len(text)} bytes>", f"is not valid JSON ({exc})") from None
+    data = parse_json(text, field=origin, source=f"<{len(text)} bytes>")
     return calibration_from_dict(data)
 
 

@@ -19,12 +19,12 @@ see :meth:`ServingBenchResult.why_not_batch1`.  Pure: it parses text.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from stowplan.errors import InputError
+from stowplan.safeload import MalformedJson, parse_json
 
 __all__ = [
     "BATCH1_RULE",
@@ -217,9 +217,8 @@ def parse_serving_bench(
     if not stripped:
         raise InputError(origin, "<empty>", "is empty; expected benchmark result JSON or JSONL")
     try:
-        data = json.loads(stripped)
-    except json.JSONDecodeError:
-        data = None
+        data = parse_json(stripped, field=origin, source=f"<{len(text)} chars>", nonfinite=True)
+    except MalformedJson:
         lines = [(i, ln) for i, ln in enumerate(stripped.splitlines()) if ln.strip()]
         if len(lines) < 2 or not stripped.startswith("{"):
             raise InputError(
@@ -227,12 +226,7 @@ def parse_serving_bench(
             ) from None
         out = []
         for i, line in lines:
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(
-                    f"{origin}:{i + 1}", line[:40], f"is not JSON ({exc.msg})"
-                ) from None
+            obj = parse_json(line, field=f"{origin}:{i + 1}", source=line[:40], nonfinite=True)
             out.append(_record(obj, f"{origin}:{i + 1}"))
         return out
     if isinstance(data, list):

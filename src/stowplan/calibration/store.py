@@ -21,7 +21,7 @@ from stowplan.calibration.profile import (
 )
 from stowplan.checks import check_choice
 from stowplan.errors import InputError
-from stowplan.fileio import read_text_file, write_text_atomic
+from stowplan.fileio import FileKind, read_text_file, write_text_atomic
 
 __all__ = [
     "load_calibration_file",
@@ -50,7 +50,7 @@ def shipped_calibration(engine: str | Engine) -> Calibration:
 def load_calibration_file(path: str | Path) -> Calibration:
     """Read and validate a profile file; errors name the file."""
     p = Path(path)
-    text = read_text_file(p, field="--calibration")
+    text = read_text_file(p, field="--calibration", kind=FileKind.CALIBRATION)
     try:
         return calibration_from_json(text, origin=str(p))
     except InputError as exc:

@@ -35,7 +35,7 @@ from stowplan.checks import check_choice, check_number
 from stowplan.cli.app import app
 from stowplan.cli.common import err_console, out_console
 from stowplan.errors import InputError
-from stowplan.fileio import read_text_file
+from stowplan.fileio import FileKind, check_output_file, read_text_file
 from stowplan.gpus import lookup_gpu
 from stowplan.model import ModelLayout
 from stowplan.models import resolve_model
@@ -137,7 +137,12 @@ def _save(entries: list[DeviceCalibration], eng: Engine, target: Path) -> Calibr
     )
     for entry in reversed(entries):
         profile = profile.with_device(entry)
-    write_calibration(profile, target)
+    try:
+        write_calibration(profile, target)
+    except OSError as exc:
+        raise InputError(
+            "--out", str(target), f"cannot be written ({exc.strerror or type(exc).__name__})"
+        ) from None
     return profile
 
 
@@ -207,6 +212,14 @@ def calibrate_command(
         raise InputError("--blocks", blocks, "must be >= 1")
     if bandwidth_gbps is not None:
         check_number("--bandwidth-gbps", bandwidth_gbps, positive=True)
+    if out is not None:
+        check_output_file(out, field="--out")
+    if from_llama_bench is not None and from_probe:
+        raise InputError(
+            "--from-llama-bench",
+            str(from_llama_bench),
+            "fit from one source at a time (not with --from-probe)",
+        )
     if from_serving_bench is not None:
         if from_llama_bench is not None or from_probe:
             raise InputError(
@@ -250,7 +263,8 @@ def calibrate_command(
             "--from-llama-bench", None, "give llama-bench output (or --from-probe) to fit from"
         )
     results = parse_llama_bench(
-        read_text_file(from_llama_bench, field="--from-llama-bench"), origin=str(from_llama_bench)
+        read_text_file(from_llama_bench, field="--from-llama-bench", kind=FileKind.BENCHMARK),
+        origin=str(from_llama_bench),
     )
     decode = [r for r in results if r.is_decode and r.n_depth == 0] or [
         r for r in results if r.is_decode
@@ -390,7 +404,8 @@ def _calibrate_from_serving_bench(
     as_json: bool,
 ) -> None:
     """Fit from the concurrency-1 runs of a vLLM / SGLang / trtllm-bench result file."""
-    runs = parse_serving_bench(read_text_file(path, field="--from-serving-bench"), origin=path.name)
+    text = read_text_file(path, field="--from-serving-bench", kind=FileKind.BENCHMARK)
+    runs = parse_serving_bench(text, origin=path.name)
     tools = {r.tool for r in runs}
     default = {"trtllm": Engine.TRTLLM, "sglang": Engine.SGLANG}.get(
         next(iter(tools)) if len(tools) == 1 else "", Engine.VLLM

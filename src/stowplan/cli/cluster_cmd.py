@@ -28,8 +28,9 @@ from stowplan.cluster.topology import (
     select_segment_nodes,
 )
 from stowplan.errors import InputError
-from stowplan.fileio import read_text_file
+from stowplan.fileio import FileKind, read_text_file
 from stowplan.models import resolve_model
+from stowplan.wording import plural
 
 cluster_app = typer.Typer(
     help="Ray cluster: NVLink topology and node resources.", no_args_is_help=True
@@ -90,7 +91,8 @@ def validate_command(
         return
     out_console.file.write(
         f"ok: tp×pp×dp = {tp}×{pp}×{dp} = {check.world_size} of {check.fleet_gpus} GPUs "
-        f"({fleet.role.value}, {fleet.num_nodes} nodes × {fleet.gpus_per_node}), ep={ep}\n"
+        f"({fleet.role.value}, {plural(fleet.num_nodes, 'node')} × {fleet.gpus_per_node}), "
+        f"ep={ep}\n"
     )
     for note in check.notes:
         out_console.file.write(f"  {note}\n")
@@ -108,7 +110,9 @@ def resources_command(
     if nvidia_smi is None:
         found = local_node_resources(os.environ)
     else:
-        text = read_text_file(nvidia_smi, field="--nvidia-smi", errors="replace")
+        text = read_text_file(
+            nvidia_smi, field="--nvidia-smi", kind=FileKind.TOOL_OUTPUT, errors="replace"
+        )
         found = node_resources(text, os.environ, socket.gethostname())
     resources = {k: int(v) for k, v in found.as_resources().items()}
     payload = json.dumps(resources, sort_keys=True)

@@ -23,6 +23,7 @@ from stowplan.host.residency import DEFAULT_KV_RESERVE, employment_to_json, plan
 from stowplan.host.topology import HostTopology
 from stowplan.models import resolve_model
 from stowplan.units import format_bytes
+from stowplan.wording import plural
 
 
 def _probe(current: HostTopology, quick: bool, threads: int | None = None) -> Passport:
@@ -66,9 +67,10 @@ def _passport(
 def _render_passport(p: Passport, reused: bool) -> None:
     topo = p.topology
     origin = "cached passport" if reused else "fresh probe"
+    gpus = f"GPUs found by {topo.source}" if topo.source != "none" else "no GPU found"
     out_console.print(
-        f"host {topo.hostname}: {len(topo.circuits)} circuit(s), "
-        f"RAM {format_bytes(topo.ram_bytes)}, GPUs via {topo.source} ({origin}, {p.created_at})"
+        f"host {topo.hostname}: {plural(len(topo.circuits), 'circuit')}, "
+        f"RAM {format_bytes(topo.ram_bytes)}, {gpus} ({origin}, {p.created_at})"
     )
     circuits = Table("circuit", "kind", "name", "pool", "capacity", "bus")
     for c in topo.circuits:

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from stowplan.checks import check_int, check_number
 from stowplan.cli.app import app
 from stowplan.cli.common import err_console, out_console
 from stowplan.cluster._ray import require_ray
@@ -22,6 +23,7 @@ from stowplan.plan import plan_to_dict
 from stowplan.planner import plan as make_plan
 from stowplan.report.terminal import render_plan
 from stowplan.units import format_bytes
+from stowplan.wording import plural
 
 DEMO_NAMES = ("demo", "stowplan-demo")
 
@@ -98,6 +100,16 @@ def _print_stage_env(envs: list[dict[str, str]], node_ids: list[str]) -> None:
             out_console.print(f"{key}={value}")
 
 
+MAX_TIMEOUT_S = 86_400.0
+"""Longest ``--timeout`` accepted (a day)."""
+
+
+def _check_attempts(timeout: float, max_attempts: int) -> None:
+    """``--timeout`` in (0, a day] and ``--max-attempts`` >= 1, before anything starts."""
+    check_int("--max-attempts", max_attempts, minimum=1)
+    check_number("--timeout", timeout, positive=True, upper=MAX_TIMEOUT_S)
+
+
 def _constraints(
     min_stages: int | None, max_stages: int | None, headroom: float | None, strategy: str | None
 ) -> Constraints:
@@ -152,6 +164,7 @@ def launch_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Plan MODEL on the Ray cluster's nodes and start one stage actor per stage."""
+    _check_attempts(timeout, max_attempts)
     layout = _layout(model)
     constraints = _constraints(min_stages, max_stages, headroom, strategy)
     # Read the fleet file before any cluster starts: a bad file fails at once.
@@ -196,7 +209,7 @@ def launch_command(
                         f"from {info['source']}"
                     )
         if not as_json:
-            out_console.print(f"released {realisation.plan.num_stages} stage(s)")
+            out_console.print(f"released {plural(realisation.plan.num_stages, 'stage')}")
 
 
 def _parse_prompt(raw: str) -> list[int]:
@@ -226,6 +239,7 @@ def demo_run_command(
     """
     from stowplan.demo.model import DemoConfig, check_request, demo_layout, generate_local
 
+    _check_attempts(timeout, max_attempts)
     config = DemoConfig()
     ids = _parse_prompt(prompt)
     check_request(config, ids, tokens)
@@ -280,7 +294,9 @@ def demo_run_command(
     else:
         from rich.table import Table
 
-        table = Table(title=f"demo pipeline: {len(run.stages)} stage(s)", title_justify="left")
+        table = Table(
+            title=f"demo pipeline: {plural(len(run.stages), 'stage')}", title_justify="left"
+        )
         for col in ("stage", "node", "gpu", "blocks", "weights", "steps", "busy", "tok/s"):
             table.add_column(col, justify="left" if col in {"node", "gpu", "blocks"} else "right")
         for s in run.stages:

@@ -192,15 +192,16 @@ def models_command(
 def stage_env_command(
     plan_file: Annotated[Path, typer.Argument(help="A plan JSON file (stowplan plan --json).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    fmt: Annotated[
+        str,
+        typer.Option("--format", help="text, shell (export lines to source) or json (as --json)."),
+    ] = "text",
+    stage: Annotated[int | None, typer.Option("--stage", help="Only this stage.")] = None,
 ) -> None:
     """Print the environment each stage's worker receives."""
+    from stowplan.cli.stage_env_render import render_stage_env
+
     p = plan_from_json(read_text_file(plan_file, field="PLAN"))
-    envs = stage_env(p)
-    if as_json:
-        out_console.file.write(json.dumps(envs, indent=2, sort_keys=True) + "\n")
-        return
-    for a, env in zip(p.assignments, envs, strict=True):
-        out_console.print(f"# stage {a.stage} on {a.node_id}")
-        for key in sorted(env):
-            value = env[key] if key != "PLAN_JSON" else f"<{len(env[key])} bytes of plan JSON>"
-            out_console.print(f"{key}={value}")
+    ids = [a.node_id for a in p.assignments]
+    text = render_stage_env(stage_env(p), ids, "json" if as_json else fmt, stage)
+    out_console.file.write(text)

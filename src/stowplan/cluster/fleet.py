@@ -22,6 +22,7 @@ from enum import StrEnum
 
 from stowplan.checks import check_choice, check_int
 from stowplan.errors import InputError
+from stowplan.limits import MAX_GPUS_PER_NODE, MAX_NODES
 
 __all__ = [
     "ENV_GPUS_PER_NODE",
@@ -121,8 +122,8 @@ class FleetSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "role", _role(self.role))
-        check_int(ENV_NUM_NODES, self.num_nodes, minimum=1)
-        check_int(ENV_GPUS_PER_NODE, self.gpus_per_node, minimum=0)
+        check_int(ENV_NUM_NODES, self.num_nodes, minimum=1, maximum=MAX_NODES)
+        check_int(ENV_GPUS_PER_NODE, self.gpus_per_node, minimum=0, maximum=MAX_GPUS_PER_NODE)
         if self.role is FleetRole.SANDBOX and self.gpus_per_node != 0:
             raise InputError(
                 ENV_GPUS_PER_NODE,
@@ -145,9 +146,9 @@ class FleetSpec:
                 normalise=lambda v: v.strip().upper(),
             )
             object.__setattr__(self, "placement_strategy", strategy)
-        check_int(ENV_MAX_COLOCATED, self.max_colocated_worker_groups, minimum=1)
+        check_int(ENV_MAX_COLOCATED, self.max_colocated_worker_groups, minimum=1, maximum=MAX_NODES)
         if self.segment_size is not None:
-            check_int(ENV_SEGMENT_SIZE, self.segment_size, minimum=1)
+            check_int(ENV_SEGMENT_SIZE, self.segment_size, minimum=1, maximum=MAX_NODES)
             if self.role is FleetRole.SANDBOX:
                 raise InputError(
                     ENV_SEGMENT_SIZE,

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from stowplan.cluster._ray import LOCAL_START_ENV, OBJECT_STORE_BYTES
 from stowplan.errors import StowplanError
-from stowplan.fileio import write_text_atomic
+from stowplan.fileio import FileKind, read_json_file, write_text_atomic
 from stowplan.host.passport import cache_dir
 
 __all__ = [
@@ -93,7 +93,7 @@ def read_local_head(tag: str) -> LocalHead | None:
     """The recorded head of ``tag``, or None when there is no readable state file."""
     path = state_path(tag)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json_file(path, field="state", kind=FileKind.TEXT)
         if data.get("schema") != STATE_SCHEMA or data.get("device_tag") != tag:
             return None
         return LocalHead(
@@ -102,7 +102,7 @@ def read_local_head(tag: str) -> LocalHead | None:
             temp_dir=str(data["temp_dir"]),
             started_at=float(data["started_at"]),
         )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # InputError: a ValueError
         return None
 
 

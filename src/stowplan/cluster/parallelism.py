@@ -19,8 +19,10 @@ from stowplan.checks import check_int
 from stowplan.cluster.fleet import ENV_PG_STRATEGY, ENV_ROLE, FleetRole, FleetSpec
 from stowplan.cluster.fleet import PlacementStrategy as _Strategy
 from stowplan.errors import InputError
+from stowplan.limits import MAX_GPUS_PER_NODE, MAX_NODES
 from stowplan.model import ModelLayout
 from stowplan.parallel_rules import kv_heads_allow, tensor_parallel_violation
+from stowplan.wording import plural
 
 __all__ = [
     "ParallelismCheck",
@@ -51,7 +53,7 @@ class ParallelismSpec:
             ("dp", self.data),
             ("ep", self.expert),
         ):
-            check_int(name, value, minimum=1)
+            check_int(name, value, minimum=1, maximum=MAX_NODES * MAX_GPUS_PER_NODE)
 
     @property
     def replica_gpus(self) -> int:
@@ -112,7 +114,7 @@ def _heads_failure(tp: int, layout: ModelLayout) -> _Failure | None:
 def _world_failure(spec: ParallelismSpec, fleet: FleetSpec) -> _Failure | None:
     tp, pp, dp = spec.tensor, spec.pipeline, spec.data
     total = fleet.total_gpus
-    shape = f"{fleet.num_nodes} nodes × {fleet.gpus_per_node} GPUs"
+    shape = f"{plural(fleet.num_nodes, 'node')} × {plural(fleet.gpus_per_node, 'GPU')}"
     if spec.replica_gpus > total:
         return _Failure(
             field="tp×pp",

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from stowplan.checks import check_int
 from stowplan.errors import Infeasible, InputError
 from stowplan.host.fabric import DOMAIN_RESOURCE_PREFIX, domain_resource, node_domain, parse_fabric
+from stowplan.limits import MAX_NODES
+from stowplan.wording import plural
 
 __all__ = [
     "TOPO_RANK_RESOURCE",
@@ -61,6 +63,28 @@ class SegmentSelection:
         return tuple(n for seg in self.segments for n in seg)
 
 
+MAX_RANK = 2**53
+"""Largest topological rank: a Ray resource is a float, exact up to 2**53."""
+
+
+def _check_topology(topology: object) -> None:
+    """Each entry ``node id -> (domain or None, rank >= 0 or None)``; else :class:`InputError`."""
+    if not isinstance(topology, Mapping):
+        raise InputError("topology", topology, "must map node ids to (domain, rank)")
+    for node, entry in topology.items():
+        if not isinstance(node, str) or not isinstance(entry, tuple) or len(entry) != 2:
+            raise InputError(f"topology[{node!r}]", entry, "must be a (domain, rank) pair")
+        domain, rank = entry
+        if domain is not None and not isinstance(domain, str):
+            raise InputError(f"topology[{node!r}].domain", domain, "must be a string or None")
+        if rank is not None and (
+            isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank <= MAX_RANK
+        ):
+            raise InputError(
+                f"topology[{node!r}].rank", rank, "must be an integer in [0, 2**53] or None"
+            )
+
+
 def _order(topology: Topology, node: str) -> tuple[bool, int, str]:
     rank = topology[node][1]
     return (rank is None, rank or 0, node)
@@ -80,7 +104,8 @@ def select_segment_nodes(topology: Topology, segment_size: int, num_nodes: int) 
     ``num_nodes`` and :class:`Infeasible` when too few complete segments exist.
     """
     for name, value in (("segment_size", segment_size), ("num_nodes", num_nodes)):
-        check_int(name, value, minimum=1)
+        check_int(name, value, minimum=1, maximum=MAX_NODES)
+    _check_topology(topology)
     if num_nodes % segment_size:
         raise InputError(
             "segment_size",
@@ -114,12 +139,14 @@ def select_segment_nodes(topology: Topology, segment_size: int, num_nodes: int) 
         remainder.extend(nodes[taken:])
     if len(segments) < wanted:
         counts = ", ".join(
-            f"{d}: {len(by_domain[d])} nodes → {len(by_domain[d]) // segment_size}" for d in domains
+            f"{d}: {plural(len(by_domain[d]), 'node')} → {len(by_domain[d]) // segment_size}"
+            for d in domains
         )
         raise Infeasible(
-            f"{num_nodes} nodes need {wanted} complete NVLink segments of {segment_size}; "
+            f"{plural(num_nodes, 'node')} need {wanted} complete NVLink segments of "
+            f"{segment_size}; "
             f"only {len(segments)} can be formed ({counts or 'no NVLink domain registered'}; "
-            f"{len(unknown)} nodes without a known domain excluded)"
+            f"{plural(len(unknown), 'node')} without a known domain excluded)"
         )
     return SegmentSelection(
         segments=tuple(segments),
@@ -155,23 +182,32 @@ def topo_rank_from(env: Mapping[str, str], hostname: str) -> tuple[int, str]:
 
     ``SLURM_TOPOLOGY_ADDR`` (``s1.s12.node3``): the numbers of its components,
     each padded to four digits and concatenated, so switch order comes first;
-    else ``SLURM_PROCID``; else the last number in the host name; else 0.
-    Ray drops zero-valued resources, so the result is that number plus one.
+    else ``SLURM_PROCID``; else the last number in the host name (of at most
+    15 digits); else 0. Ray drops zero-valued resources, so the result is that
+    number plus one. Raises :class:`InputError` when a SLURM variable gives a
+    rank above :data:`MAX_RANK`.
     """
     addr = env.get("SLURM_TOPOLOGY_ADDR", "").strip()
     if addr:
-        parts = [re.findall(r"\d+", p) for p in addr.split(".")]
+        parts = [re.findall(r"[0-9]+", p) for p in addr.split(".")]
         if any(parts):
-            return 1 + int("".join(f"{int(p[-1]) if p else 0:04d}" for p in parts)), (
-                "SLURM_TOPOLOGY_ADDR"
-            )
+            digits = "".join(f"{p[-1].lstrip('0') or '0':0>4}" if p else "0000" for p in parts)
+            return _rank("SLURM_TOPOLOGY_ADDR", addr, digits), "SLURM_TOPOLOGY_ADDR"
     procid = env.get("SLURM_PROCID", "").strip()
-    if procid.isdigit():
-        return 1 + int(procid), "SLURM_PROCID"
-    digits = re.findall(r"\d+", hostname)
-    if digits:
-        return 1 + int(digits[-1]), "hostname"
+    if re.fullmatch(r"[0-9]+", procid):
+        return _rank("SLURM_PROCID", procid, procid), "SLURM_PROCID"
+    found = re.findall(r"[0-9]+", hostname)
+    if found and len(found[-1].lstrip("0")) <= 15:  # a longer number is no position
+        return 1 + int(found[-1]), "hostname"
     return 1, "default"
+
+
+def _rank(source: str, raw: str, digits: str) -> int:
+    """``1 + int(digits)`` when that is at most :data:`MAX_RANK`; else :class:`InputError`."""
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > 16 or int(digits) + 1 > MAX_RANK:
+        raise InputError(source, raw, "gives a topological rank above 2**53; Ray cannot hold it")
+    return 1 + int(digits)
 
 
 def node_resources(

@@ -21,12 +21,12 @@ as the custom resource ``nvlink_domain_<key>``.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from stowplan.errors import InputError
+from stowplan.safeload import parse_json
 
 __all__ = [
     "DOMAIN_RESOURCE_PREFIX",
@@ -194,8 +194,8 @@ def parse_fabric_json_lines(lines: Iterable[str]) -> tuple[GpuFabric, ...]:
         if not line.startswith("{"):
             continue
         try:
-            record = json.loads(line.replace(",...}", "}"))
-        except json.JSONDecodeError:
+            record = parse_json(line.replace(",...}", "}"), field="fabric record", source=line)
+        except InputError:
             continue
         if not isinstance(record, dict) or "cluster_uuid" not in record:
             continue

@@ -102,12 +102,15 @@ def _clean(value: str | None) -> str | None:
 
 
 def _int(value: str | None) -> int | None:
-    """The leading integer of ``value`` (``"81559 MiB"`` → 81559, ``"16x"`` → 16)."""
+    """The leading integer of ``value`` (``"81559 MiB"`` → 81559, ``"16x"`` → 16).
+
+    None when there is none, or when it has more than 18 digits (no count nvidia-smi prints).
+    """
     v = _clean(value)
     if v is None:
         return None
     m = re.match(r"\s*(\d+)", v)
-    return int(m.group(1)) if m else None
+    return int(m.group(1)) if m and len(m.group(1)) <= 18 else None
 
 
 # -- XML -------------------------------------------------------------------------------
@@ -232,7 +235,11 @@ def parse_query_csv(text: str) -> SmiReport:
     ``memory.total``, ``memory.free``, ``pcie.link.gen.max``,
     ``pcie.link.gen.current``, ``pcie.link.width.max``, ``pcie.link.width.current``.
     """
-    rows = [r for r in csv.reader(io.StringIO(text.strip()), skipinitialspace=True) if r]
+    try:
+        reader = csv.reader(io.StringIO(text.strip(), newline=""), skipinitialspace=True)
+        rows = [r for r in reader if r]
+    except csv.Error as exc:
+        raise InputError("nvidia-smi --query-gpu", text[:40], f"is not CSV ({exc})") from None
     if not rows:
         raise InputError("nvidia-smi --query-gpu", text[:40], "is empty")
     header = [re.sub(r"\s*\[.*\]$", "", h.strip()) for h in rows[0]]

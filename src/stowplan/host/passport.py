@@ -15,7 +15,13 @@ again); a full one serves a quick request. Before probing, the passport's
 folder is checked to be writable, so a bad ``STOWPLAN_CACHE_DIR`` fails at once
 with the path named.
 Writes go through a temporary file and a rename, so a reader — or a second
-writer — never sees half a file.
+writer — never sees half a file. The temporary file is named after the
+passport and the writer's pid; one left by a killed writer is removed when the
+cache is next used (:func:`obtain_passport`) or written. The file is created
+with its mode given to :func:`os.open` (the umask is never changed). Every
+unusable file — not JSON, nested or sized past the reader's limits, not a
+regular file, ill-typed or inconsistent — is treated the same way: a warning
+and a new probe; :func:`load_passport` returns None and never raises.
 """
 
 from __future__ import annotations
@@ -31,7 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from stowplan.errors import InputError, StowplanError
-from stowplan.fileio import write_text_atomic
+from stowplan.fileio import (
+    FileKind,
+    path_exists,
+    read_json_file,
+    remove_stale_temps,
+    write_text_atomic,
+)
 from stowplan.host.topology import CapabilityMatrix, HostTopology
 
 __all__ = [
@@ -93,8 +105,9 @@ class Passport:
 
     def __post_init__(self) -> None:
         circuits = [c.id for c in self.topology.circuits]
+        known = set(circuits)
         for e in self.matrix.entries:
-            if e.circuit not in circuits:
+            if e.circuit not in known:
                 raise InputError(
                     f"matrix entry {e.circuit}.circuit",
                     e.circuit,
@@ -125,7 +138,7 @@ class Passport:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n"
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Passport:
@@ -162,11 +175,9 @@ def read_passport(path: str | Path) -> Passport:
     """Read a passport; raise :class:`PassportUnreadable` naming the file and the reason."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise PassportUnreadable(p, f"cannot be read ({exc.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise PassportUnreadable(p, f"not valid JSON ({exc})") from None
+        data = read_json_file(p, field="passport", kind=FileKind.PASSPORT, nonfinite=True)
+    except InputError as exc:
+        raise PassportUnreadable(p, exc.rule.removeprefix("is ")) from None
     version = data.get("schema_version") if isinstance(data, dict) else None
     if not isinstance(data, dict) or type(version) is not int or version != PASSPORT_SCHEMA_VERSION:
         raise PassportUnreadable(
@@ -184,7 +195,7 @@ def load_passport(path: str | Path | None = None) -> Passport | None:
     Probes nothing; the warning says only that the file was ignored.
     """
     p = Path(path) if path is not None else default_passport_path()
-    if not p.exists():
+    if not path_exists(p):
         return None
     try:
         return read_passport(p)
@@ -248,7 +259,8 @@ def obtain_passport(
     saved to ``path``.
     """
     p = Path(path) if path is not None else default_passport_path()
-    if not refresh and p.exists():
+    remove_stale_temps(p)
+    if not refresh and path_exists(p):
         try:
             cached: Passport | None = read_passport(p)
         except PassportUnreadable as exc:

@@ -37,6 +37,7 @@ from typing import Any
 
 from stowplan.errors import InputError, InsufficientVram
 from stowplan.host.topology import SYSTEM_POOL, CapabilityMatrix, HostTopology
+from stowplan.safeload import parse_json
 
 __all__ = [
     "DEFAULT_KV_RESERVE",
@@ -204,8 +205,19 @@ def employment_to_json(plan: EmploymentPlan) -> str:
 
 
 def employment_from_json(text: str) -> EmploymentPlan:
-    """Inverse of :func:`employment_to_json`."""
-    return EmploymentPlan.from_dict(json.loads(text))
+    """Inverse of :func:`employment_to_json`; :class:`InputError` for text it did not write."""
+    data = parse_json(text, field="employment", source=f"<{len(text)} chars>", nonfinite=True)
+    if not isinstance(data, dict):
+        raise InputError("employment", type(data).__name__, "must be a JSON object")
+    try:
+        return EmploymentPlan.from_dict(data)
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        reason = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise InputError(
+            "employment", f"<{len(text)} chars>", f"is not an employment plan ({reason})"
+        ) from None
 
 
 def _fmt_ms(seconds: float) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stowplan.errors import StowplanError
+from stowplan.fileio import path_exists
 from stowplan.host.passport import (
     Passport,
     PassportUnreadable,
@@ -135,7 +136,7 @@ def route_employment_from_passport(
     if not route_enabled():
         return None
     p = Path(path) if path is not None else default_passport_path()
-    if not p.exists():
+    if not path_exists(p):
         log.info("residency route: no hardware passport yet; run `stowplan probe` to make one")
         return None
     try:

@@ -34,6 +34,9 @@ SYSTEM_POOL = "system"
 MAX_BYTES_PER_S = 1e15
 """Upper bound of a plausible measured GEMV rate (1 PB/s, well above any memory system)."""
 
+MAX_GEMV_N = 2**20
+"""Largest GEMV side a passport may record (the probe uses a few thousand)."""
+
 
 def _field(d: Any, key: str, where: str) -> Any:
     """``d[key]``; InputError naming ``where.key`` when ``d`` is no object or lacks it."""
@@ -83,7 +86,11 @@ def _strings(d: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
 
 
 def _unique(field: str, ids: list[str]) -> None:
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    seen: set[str] = set()
+    repeated: set[str] = set()
+    for i in ids:  # one pass: linear in the ids
+        (repeated if i in seen else seen).add(i)
+    dupes = sorted(repeated)
     if dupes:
         raise InputError(field, dupes, "ids must be unique")
 
@@ -282,8 +289,9 @@ class HostTopology:
         )
 
 
-def _gbps_to_json(v: float) -> float | str:
-    return "inf" if math.isinf(v) else v
+def _gbps_to_json(v: float) -> float | None:
+    """A rate as a JSON number; an unbounded one (in-pool: no transfer) as null."""
+    return None if math.isinf(v) else v
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -305,7 +313,7 @@ class CircuitCapability:
     """(max - min) / median of the repeats; 0.1 means the repeats differed by 10 %."""
     repeats: int = 1
     upload_gbps: float = math.inf
-    """Measured host→device GB/s (pinned copies); ``inf`` for an in-pool circuit."""
+    """Measured host→device GB/s (pinned copies); ``inf`` for an in-pool circuit (JSON: null)."""
     decode_gbps: float | None = None
     """GB/s of a decode-shaped run (f16 GEMVs of transformer-block shapes), net of the
     per-block cost; None when not measured (CPU, or no torch)."""
@@ -313,7 +321,7 @@ class CircuitCapability:
     """Fixed seconds per block of that run (kernel launches and sync), None when not measured."""
 
     def __post_init__(self) -> None:
-        check_int(f"{self.circuit}.gemv_n", self.gemv_n, minimum=1)
+        check_int(f"{self.circuit}.gemv_n", self.gemv_n, minimum=1, maximum=MAX_GEMV_N)
         if self.decode_gbps is not None:
             check_number(f"{self.circuit}.decode_gbps", self.decode_gbps, positive=True)
         if self.decode_block_s is not None:
@@ -370,8 +378,8 @@ class CircuitCapability:
             ),
             ms_spread=_num(d.get("ms_spread", 0.0), f"{where}.ms_spread"),
             repeats=check_int(f"{where}.repeats", d.get("repeats", 1), minimum=1),
-            upload_gbps=math.inf
-            if up == "inf"
+            upload_gbps=math.inf  # null: in pool; "inf": as passports before it wrote null
+            if up is None or up == "inf"
             else _num(up, f"{where}.upload_gbps", positive=True),
             decode_gbps=d.get("decode_gbps"),
             decode_block_s=d.get("decode_block_s"),

@@ -11,11 +11,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from stowplan.errors import InputError
+from stowplan.fileio import path_exists
 from stowplan.model import ModelLayout
 from stowplan.models.dtypes import format_names, parse_dtype
 from stowplan.models.grouping import ModelReport
 from stowplan.models.hf import SUPPORTED, from_hf_config, hf_report
-from stowplan.models.known import known_model, known_names, known_report, lookup
+from stowplan.models.known import (
+    known_model,
+    known_names,
+    known_report,
+    known_with_dtype,
+    lookup,
+    suggest,
+)
 
 __all__ = [
     "SUPPORTED",
@@ -30,6 +38,15 @@ __all__ = [
 ]
 
 
+def _existing(spec: str) -> Path | None:
+    """``spec`` as an existing path, or None (also for a name no file system accepts)."""
+    try:
+        path = Path(spec).expanduser()
+    except RuntimeError:  # ~user of no user
+        return None
+    return path if path_exists(path) else None
+
+
 def _looks_like_path(spec: str) -> bool:
     return spec.endswith((".json", ".gguf", ".safetensors")) or spec.startswith(("/", "./", "~"))
 
@@ -40,10 +57,12 @@ def inspect_model(spec: str, *, dtype: str | None = None) -> ModelReport:
     ``dtype`` re-prices a known model or a config (``bf16``, ``fp8``, ``q4_k_m`` …);
     files with stored tensors keep their exact bytes and reject it.
     """
+    if not isinstance(spec, str) or not spec.strip():
+        raise InputError("MODEL", spec, "must be a model name or a path")
     if dtype is not None:
         dtype = parse_dtype(dtype)
-    path = Path(spec).expanduser()
-    if path.exists():
+    path = _existing(spec)
+    if path is not None:
         return _from_path(path, dtype)
     if _looks_like_path(spec):
         raise InputError("MODEL", spec, "does not exist")
@@ -51,14 +70,20 @@ def inspect_model(spec: str, *, dtype: str | None = None) -> ModelReport:
         report = known_report(spec)
         if report is not None:
             return report
+        tagged = known_with_dtype(spec)
+        if tagged is not None:
+            row, tag = tagged
+            return hf_report(row.config, name=f"{row.name}@{tag}", dtype=tag)
     else:
-        row = known_model(spec)
-        if row is not None:
-            return hf_report(row.config, name=f"{row.name}@{dtype}", dtype=dtype)
+        found = known_model(spec)
+        if found is not None:
+            return hf_report(found.config, name=f"{found.name}@{dtype}", dtype=dtype)
+    close = suggest(spec)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
     raise InputError(
         "MODEL",
         spec,
-        f"is not a known model; known: {', '.join(known_names())}; "
+        f"is not a known model; {hint}known: {', '.join(known_names())}; "
         "or give a config.json, a checkpoint folder or a .gguf file",
     )
 
@@ -96,7 +121,7 @@ def resolve_model(spec: str, *, dtype: str | None = None) -> ModelLayout:
 
     Raises ``InputError`` naming the known models when ``spec`` is none of these.
     """
-    if dtype is None and not Path(spec).expanduser().exists():
+    if dtype is None and isinstance(spec, str) and _existing(spec) is None:
         layout = lookup(spec)
         if layout is not None:
             return layout

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from stowplan.errors import DependencyError, InputError
+from stowplan.fileio import check_regular_file
+from stowplan.limits import MAX_BLOCKS, MAX_CONFIG_INT, MAX_EXPERTS
 from stowplan.models.grouping import ArchInfo, ModelReport, TensorEntry, assemble, classify_gguf
 
 __all__ = ["gguf_report"]
@@ -24,6 +26,7 @@ def _load(path: Path) -> Any:
         import gguf
     except ImportError:
         raise DependencyError("gguf", "formats") from None
+    check_regular_file(path, field="MODEL")
     try:
         return gguf.GGUFReader(path)
     except OSError as exc:
@@ -40,15 +43,33 @@ def _field(reader: Any, key: str) -> Any:
     return value
 
 
+def _whole(v: object) -> int | None:
+    """``v`` as an int when it is an integer (numpy's included), else None."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - gguf depends on numpy
+        return None
+    return int(v) if isinstance(v, np.integer) else None
+
+
 def _int_field(reader: Any, key: str, path: Path, *, required: bool = False) -> int | None:
+    """An integer metadata value (a list: its largest) in [0, its cap], or None when absent."""
     v = _field(reader, key)
-    if isinstance(v, list):
-        v = max(v) if v else None
-    if v is None:
+    if v is None or (isinstance(v, list) and not v):
         if required:
             raise InputError("MODEL", str(path), f"GGUF metadata lacks {key!r}")
         return None
-    return int(v)
+    values = [_whole(x) for x in (v if isinstance(v, list) else [v])]
+    upper = MAX_BLOCKS if key.endswith(".block_count") else MAX_CONFIG_INT
+    if key.endswith((".expert_count", ".expert_used_count", ".expert_shared_count")):
+        upper = MAX_EXPERTS
+    if any(x is None or not 0 <= x <= upper for x in values):
+        raise InputError(key, v, f"must be an integer in [0, {upper}] (GGUF file {path})")
+    return max(x for x in values if x is not None)
 
 
 def _file_type(reader: Any) -> str | None:

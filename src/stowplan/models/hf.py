@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from stowplan.errors import InputError
-from stowplan.fileio import read_json_file
+from stowplan.fileio import FileKind, read_json_file
+from stowplan.limits import MAX_BLOCKS, MAX_CONFIG_INT, MAX_EXPERTS
 from stowplan.model import ModelLayout
 from stowplan.models.dtypes import parse_dtype, storage_format, tensor_bytes
 from stowplan.models.grouping import ArchInfo, ModelReport, TensorEntry, assemble, classify_hf
@@ -42,7 +43,7 @@ Config = Mapping[str, Any]
 # -- reading and normalising ------------------------------------------------------------
 def load_config(path: Path) -> dict[str, Any]:
     """Parse a ``config.json`` file; raise ``InputError`` when it is unreadable or not JSON."""
-    data = read_json_file(path, field="MODEL")
+    data = read_json_file(path, field="MODEL", kind=FileKind.MODEL_CONFIG)
     if not isinstance(data, dict):
         raise InputError("MODEL", str(path), "must hold a JSON object (a config.json)")
     return data
@@ -59,7 +60,8 @@ def text_config(config: Config) -> dict[str, Any]:
         if "quantization_config" in config and "quantization_config" not in inner:
             merged["quantization_config"] = config["quantization_config"]
         if "model_type" not in inner or inner["model_type"] not in SUPPORTED:
-            outer = str(config.get("model_type", ""))
+            outer = config.get("model_type", "")
+            outer = outer if isinstance(outer, str) else ""
             merged["model_type"] = {"gemma3": "gemma3_text"}.get(outer, outer)
         if "tie_word_embeddings" not in inner and "tie_word_embeddings" in config:
             merged["tie_word_embeddings"] = config["tie_word_embeddings"]
@@ -76,16 +78,46 @@ def _model_type(cfg: Config) -> str:
     return str(mt)
 
 
+_UPPER = {"num_hidden_layers": MAX_BLOCKS, "num_nextn_predict_layers": MAX_BLOCKS} | {
+    key: MAX_EXPERTS
+    for key in ("num_local_experts", "num_experts", "n_routed_experts", "n_shared_experts")
+}
+"""Caps tighter than :data:`~stowplan.limits.MAX_CONFIG_INT` for some config integers."""
+
+
 def _int(cfg: Config, key: str, default: int | None = None) -> int:
     v = cfg.get(key, default)
     if v is None:
         v = default
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+    upper = _UPPER.get(key, MAX_CONFIG_INT)
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= upper:
         if v is None:
             rule = f"is required for model_type {cfg.get('model_type')!r}"
         else:
-            rule = "must be an integer >= 0"
+            rule = f"must be an integer in [0, {upper}]"
         raise InputError(f"config.{key}", v, rule)
+    return v
+
+
+def _int_list(cfg: Config, key: str) -> list[int]:
+    """An optional list of integers (``[]`` when absent)."""
+    v = cfg.get(key)
+    if v is None:
+        return []
+    if not isinstance(v, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in v
+    ):
+        raise InputError(f"config.{key}", v, "must be a list of integers")
+    return v
+
+
+def _str_list(cfg: Config, key: str, where: str = "config") -> list[str]:
+    """An optional list of strings (``[]`` when absent)."""
+    v = cfg.get(key)
+    if v is None:
+        return []
+    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
+        raise InputError(f"{where}.{key}", v, "must be a list of strings")
     return v
 
 
@@ -127,7 +159,7 @@ def _is_moe_layer(cfg: Config, mt: str, i: int) -> bool:
         return True
     if mt in ("qwen2_moe", "qwen3_moe"):
         step = _int(cfg, "decoder_sparse_step", 1) or 1
-        only = cfg.get("mlp_only_layers") or []
+        only = _int_list(cfg, "mlp_only_layers")
         return _first_int(cfg, ("num_experts",), 0) > 0 and i not in only and (i + 1) % step == 0
     if mt in ("deepseek_v3", "kimi_k2"):
         freq = _int(cfg, "moe_layer_freq", 1) or 1
@@ -174,11 +206,11 @@ def _mla(cfg: Config, p: str) -> Iterator[_T]:
     h, heads = _int(cfg, "hidden_size"), _int(cfg, "num_attention_heads")
     nope, rope = _int(cfg, "qk_nope_head_dim"), _int(cfg, "qk_rope_head_dim")
     v, kv_rank = _int(cfg, "v_head_dim"), _int(cfg, "kv_lora_rank")
-    q_rank = cfg.get("q_lora_rank")
+    q_rank = _int(cfg, "q_lora_rank", 0)
     if q_rank:
-        yield _T(f"{p}.q_a_proj.weight", (int(q_rank), h), "linear")
-        yield _T(f"{p}.q_a_layernorm.weight", (int(q_rank),), "small")
-        yield _T(f"{p}.q_b_proj.weight", (heads * (nope + rope), int(q_rank)), "linear")
+        yield _T(f"{p}.q_a_proj.weight", (q_rank, h), "linear")
+        yield _T(f"{p}.q_a_layernorm.weight", (q_rank,), "small")
+        yield _T(f"{p}.q_b_proj.weight", (heads * (nope + rope), q_rank), "linear")
     else:
         yield _T(f"{p}.q_proj.weight", (heads * (nope + rope), h), "linear")
     yield _T(f"{p}.kv_a_proj_with_mqa.weight", (kv_rank + rope, h), "linear")
@@ -293,7 +325,9 @@ class _Scheme:
 
 def _scheme(cfg: Config, override: str | None) -> _Scheme:
     raw = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
-    dense = parse_dtype(str(raw), field="config.torch_dtype")
+    if not isinstance(raw, str):
+        raise InputError("config.torch_dtype", raw, "must be a dtype name such as 'bfloat16'")
+    dense = parse_dtype(raw, field="config.torch_dtype")
     if storage_format(dense).quantised:
         dense = "bf16"
     if override is not None:
@@ -310,11 +344,24 @@ def _scheme(cfg: Config, override: str | None) -> _Scheme:
         )
     if not isinstance(q, Mapping):
         raise InputError("config.quantization_config", q, "must be an object")
-    method = str(q.get("quant_method", "")).lower()
-    skip = tuple(str(s) for s in (q.get("modules_to_not_convert") or q.get("ignore") or []))
+    method = q.get("quant_method", "")
+    if not isinstance(method, str):
+        raise InputError("config.quantization_config.quant_method", method, "must be a string")
+    method = method.lower()
+    key = "modules_to_not_convert" if q.get("modules_to_not_convert") else "ignore"
+    skip = tuple(_str_list(q, key, "config.quantization_config"))
+    for pattern in skip:
+        if pattern.startswith("re:"):
+            try:
+                re.compile(pattern[3:])
+            except re.error as exc:
+                raise InputError(
+                    f"config.quantization_config.{key}",
+                    pattern,
+                    f"is not a valid regular expression ({exc})",
+                ) from None
     if method == "fp8":
-        block = q.get("weight_block_size")
-        bs = (int(block[0]), int(block[1])) if isinstance(block, list) and len(block) == 2 else None
+        bs = _block_size(q.get("weight_block_size"))
         return _Scheme(
             dense=dense, linear="fp8", expert="fp8", table=dense, small=dense,
             block_scale=bs, skip=skip, label="fp8",
@@ -348,6 +395,26 @@ def _scheme(cfg: Config, override: str | None) -> _Scheme:
         method,
         "is not supported; supported: awq, bitsandbytes, compressed-tensors, fp8, gptq, mxfp4",
     )
+
+
+def _block_size(block: object) -> tuple[int, int] | None:
+    """``weight_block_size`` as (rows, columns) of at least 1 each, or None when absent."""
+    if block is None:
+        return None
+    if (
+        not isinstance(block, list)
+        or len(block) != 2
+        or not all(
+            isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= MAX_CONFIG_INT
+            for b in block
+        )
+    ):
+        raise InputError(
+            "config.quantization_config.weight_block_size",
+            block,
+            "must be [rows, columns] of integers >= 1, e.g. [128, 128]",
+        )
+    return block[0], block[1]
 
 
 def _skipped(name: str, patterns: tuple[str, ...]) -> bool:
@@ -398,8 +465,14 @@ def _price(t: _T, s: _Scheme) -> Iterator[TensorEntry]:
 # -- the layout ---------------------------------------------------------------------------
 def _windows(cfg: Config, mt: str, n: int) -> tuple[int | None, ...]:
     window = cfg.get("sliding_window")
-    kinds = cfg.get("layer_types")
-    if isinstance(kinds, list) and len(kinds) == n:
+    if window is not None and (
+        isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= MAX_CONFIG_INT
+    ):
+        raise InputError(
+            "config.sliding_window", window, f"must be an integer in [1, {MAX_CONFIG_INT}] or null"
+        )
+    kinds = _str_list(cfg, "layer_types")
+    if len(kinds) == n:
         return tuple(window if k == "sliding_attention" else None for k in kinds)
     if window is None:
         return (None,) * n
@@ -448,7 +521,8 @@ def arch_info(config: Config, *, name: str | None = None, dtype: str | None = No
         shared = _int(cfg, "n_shared_experts", 0) if mla else 0
         if mt == "qwen2_moe" and _int(cfg, "shared_expert_intermediate_size", 0):
             shared = 1
-    label = name or str(cfg.get("_name_or_path") or mt)
+    given = cfg.get("_name_or_path")
+    label = name or (given if isinstance(given, str) and given else mt)
     return ArchInfo(
         name=label,
         family={"kimi_k2": "deepseek_v3", "gemma3_text": "gemma3"}.get(mt, mt),

@@ -5,18 +5,35 @@ determine its bytes, kept here as data with the repository they come from),
 turned into a layout by :func:`stowplan.models.hf.from_hf_config`: the table
 and the config path are one code path and cannot disagree.  Names are short
 lower-case tags in the style ``llama3.1:70b``; Hugging Face ids are aliases.
+
+A name is found by, in order: the name or an alias (case-insensitive); the
+same with punctuation ignored (``gpt-oss-120b`` is ``gpt-oss:120b``) and an
+``-instruct`` or ``:latest`` tag dropped, when that matches one model only.
+:func:`known_with_dtype` also reads a trailing storage tag
+(``qwen3:30b-a3b-q4`` is ``qwen3:30b-a3b`` stored as ``q4_0``), and
+:func:`suggest` names the closest known names for a message.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import difflib
+import re
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
 from stowplan.model import ModelLayout
 from stowplan.models.grouping import ModelReport
 
-__all__ = ["KnownModel", "known_model", "known_names", "known_report", "lookup"]
+__all__ = [
+    "KnownModel",
+    "known_model",
+    "known_names",
+    "known_report",
+    "known_with_dtype",
+    "lookup",
+    "suggest",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,6 +163,8 @@ _ROWS: tuple[KnownModel, ...] = (
     KnownModel(name="llama3.1:405b", source="meta-llama/Llama-3.1-405B", config=_L31_405B,
                aliases=("meta-llama/llama-3.1-405b-instruct", "meta-llama/meta-llama-3.1-405b",
                         "meta-llama/meta-llama-3.1-405b-instruct")),
+    KnownModel(name="llama3.3:70b", source="meta-llama/Llama-3.3-70B-Instruct",
+               config=_L31_70B, aliases=("llama3.3",)),
     KnownModel(name="llama3.1:8b-q4_0", source="meta-llama/Llama-3.1-8B", config=_L31_8B,
                dtype="q4_0", aliases=("llama3.1:8b-q4",)),
     KnownModel(name="llama3.1:70b-q4_0", source="meta-llama/Llama-3.1-70B", config=_L31_70B,
@@ -199,29 +218,87 @@ _ALIASES: dict[str, str] = {
 """Lower-case Hugging Face ids and short forms; a repository id names its own dtype."""
 
 
+def _squash(name: str) -> str:
+    """``name`` without case, punctuation other than dots, or an instruct/latest tag."""
+    key = re.sub(r"(?:[-_]instruct|:latest)$", "", name.strip().lower())
+    return re.sub(r"[^a-z0-9.]", "", key)
+
+
+def _squashed() -> dict[str, str]:
+    """Squashed name or alias → canonical name, for keys that point at one model only."""
+    targets: dict[str, set[str]] = {}
+    for key, name in [*((n, n) for n in _BY_NAME), *_ALIASES.items()]:
+        targets.setdefault(_squash(key), set()).add(name)
+    return {k: next(iter(v)) for k, v in targets.items() if len(v) == 1 and k}
+
+
+_SQUASHED = _squashed()
+_DTYPE_TAG = re.compile(r"^(?P<base>.+?)[-_@](?P<dtype>q\d\w*|int[48]|fp8|fp16|bf16|fp32|mxfp4)$")
+
+
 def known_names() -> list[str]:
     """The canonical names of every known model, sorted."""
     return sorted(_BY_NAME)
 
 
 def known_model(name: str) -> KnownModel | None:
+    """The row ``name`` names (see the module docstring for how), or None."""
+    if not isinstance(name, str):
+        return None
     key = name.strip().lower()
-    return _BY_NAME.get(_ALIASES.get(key, key))
+    found = _BY_NAME.get(_ALIASES.get(key, key))
+    if found is None:
+        found = _BY_NAME.get(_SQUASHED.get(_squash(key), ""))
+    return found
+
+
+def known_with_dtype(name: str) -> tuple[KnownModel, str] | None:
+    """``(row, dtype)`` for a known name with a trailing storage tag (``-q4``, ``-fp8`` …).
+
+    None when ``name`` has no such tag, its stem is not known, or the tag is no dtype.
+    """
+    from stowplan.errors import InputError
+    from stowplan.models.dtypes import parse_dtype
+
+    m = _DTYPE_TAG.match(name.strip().lower()) if isinstance(name, str) else None
+    if m is None:
+        return None
+    row = known_model(m.group("base"))
+    if row is None:
+        return None
+    try:
+        return row, parse_dtype(m.group("dtype"))
+    except InputError:
+        return None
+
+
+def suggest(name: str, limit: int = 3) -> list[str]:
+    """Up to ``limit`` known names closest to ``name`` (by name or alias), closest first."""
+    if not isinstance(name, str) or len(name) > 200:
+        return []
+    keys = {n: n for n in _BY_NAME} | dict(_ALIASES)
+    close = difflib.get_close_matches(name.strip().lower(), list(keys), n=3 * limit, cutoff=0.6)
+    out: list[str] = []
+    for key in close:
+        if keys[key] not in out:
+            out.append(keys[key])
+    return out[:limit]
 
 
 @cache
-def known_report(name: str) -> ModelReport | None:
-    """The full report of a known model (None when unknown)."""
+def _row_report(name: str) -> ModelReport:
     from stowplan.models.hf import hf_report
 
-    row = known_model(name)
-    if row is None:
-        return None
+    row = _BY_NAME[name]
     report = hf_report(row.config, name=row.name, dtype=row.dtype)
     notes = (f"known model; config numbers from {row.source}", *report.notes[1:])
-    from dataclasses import replace
-
     return replace(report, source="known", notes=notes)
+
+
+def known_report(name: str) -> ModelReport | None:
+    """The full report of a known model (None when unknown)."""
+    row = known_model(name)
+    return None if row is None else _row_report(row.name)
 
 
 def lookup(name: str) -> ModelLayout | None:

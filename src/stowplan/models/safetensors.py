@@ -11,15 +11,17 @@ beside the shards.
 
 from __future__ import annotations
 
-import json
 import math
+import os
 import struct
 from pathlib import Path
 from typing import Any
 
 from stowplan.errors import InputError
+from stowplan.fileio import open_regular_file
 from stowplan.models.grouping import ModelReport, TensorEntry, assemble, classify_hf
 from stowplan.models.hf import arch_info, load_config, text_config
+from stowplan.safeload import MalformedJson, parse_json
 
 __all__ = ["DTYPE_BITS", "read_header", "safetensors_report", "shard_paths"]
 
@@ -42,8 +44,8 @@ def read_header(path: Path) -> dict[str, dict[str, Any]]:
     """
     where = str(path)
     try:
-        size = path.stat().st_size
-        with path.open("rb") as fh:
+        with open_regular_file(path, field="MODEL") as fh:
+            size = os.fstat(fh.fileno()).st_size
             prefix = fh.read(8)
             if len(prefix) < 8:
                 raise InputError(
@@ -61,8 +63,8 @@ def read_header(path: Path) -> dict[str, dict[str, Any]]:
     except OSError as exc:
         raise InputError("MODEL", where, f"cannot be read ({exc.strerror})") from None
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        header = parse_json(raw, field="MODEL", source=where)
+    except MalformedJson:
         raise InputError(
             "MODEL", where, "has a safetensors header that is not valid JSON"
         ) from None
@@ -82,7 +84,7 @@ def _check_tensor(where: str, name: str, info: Any, data_size: int) -> None:
     if not isinstance(info, dict):
         raise InputError(f"{where}:{name}", info, "must be an object with dtype/shape/offsets")
     dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-    if dtype not in DTYPE_BITS:
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
         raise InputError(
             f"{where}:{name}.dtype",
             dtype,

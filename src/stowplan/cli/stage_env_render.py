@@ -1,0 +1,58 @@
+"""How ``stowplan stage-env`` prints the worker environments: text, shell or JSON.
+
+``text`` is for reading (``PLAN_JSON`` shortened to its length); ``shell`` is
+``export KEY='value'`` lines a POSIX shell can source (every value quoted,
+``PLAN_JSON`` in full); ``json`` is one object per stage. ``stage`` picks one
+stage, which is what a worker's shell should source.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from enum import StrEnum
+
+from stowplan.checks import check_choice, check_int
+
+__all__ = ["EnvFormat", "render_stage_env"]
+
+
+class EnvFormat(StrEnum):
+    """Output formats of ``stage-env``."""
+
+    TEXT = "text"
+    SHELL = "shell"
+    JSON = "json"
+
+
+def render_stage_env(
+    envs: list[dict[str, str]],
+    node_ids: list[str],
+    fmt: str | EnvFormat = EnvFormat.TEXT,
+    stage: int | None = None,
+) -> str:
+    """The environments of every stage (or of ``stage`` only) in ``fmt``, newline-terminated.
+
+    Raises :class:`~stowplan.errors.InputError` for an unknown format or a
+    stage the plan does not have.
+    """
+    form = check_choice("--format", fmt, EnvFormat, normalise=str.lower)
+    chosen = list(range(len(envs)))
+    if stage is not None:
+        check_int("--stage", stage, minimum=0, maximum=len(envs) - 1)
+        chosen = [stage]
+    if form is EnvFormat.JSON:
+        doc: object = envs[stage] if stage is not None else envs
+        return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    lines: list[str] = []
+    for i in chosen:
+        lines.append(f"# stage {i} on {node_ids[i]}")
+        for key in sorted(envs[i]):
+            value = envs[i][key]
+            if form is EnvFormat.SHELL:
+                lines.append(f"export {key}={shlex.quote(value)}")
+            elif key == "PLAN_JSON":
+                lines.append(f"{key}=<{len(value)} bytes of plan JSON>")
+            else:
+                lines.append(f"{key}={value}")
+    return "\n".join(lines) + "\n"
