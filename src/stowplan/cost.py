@@ -1,29 +1,38 @@
 """The cost model: stage times, hops, tokens/s, KV capacity and $, in one place.
 
 Decode is memory-bound to first order: a token reads every weight it uses once.
-For a stage ``s`` on node ``d`` holding blocks ``[lo, hi)`` with batch ``b``::
+A planning node is a whole node or a group of ``tp`` of its GPUs (``num_gpus`` of
+the descriptor); its bandwidth and FLOPs are the sum of its GPUs'.  For a stage
+``s`` on node ``d`` holding blocks ``[lo, hi)`` with batch ``b``::
 
     read(s)    = Σ block read bytes + head bytes if last + KV bytes read (with a context)
     compute(s) = 2 * params_read(s) * b / flops(d)
-    t(s)       = max(read(s) / bandwidth(d), compute(s))
-                 + [s < N-1] * b * hidden_dim * bytes_per_activation_elem / link(d)
-    hops       = Σ_{s < N-1} latency(d_s) + [N > 1] * latency(d_{N-1})
+    AR(tp)     = 0 if tp == 1 else intra_latency + 2 (tp − 1) / tp · b · hidden · act_bytes
+                                                    / intra_bw
+    t(s)       = max(read(s) / bandwidth(d), compute(s)) + (hi − lo) · 2 · AR(tp)
+                 + [s < N-1] · b · hidden · act_bytes / link(s → s+1)
+    hops       = Σ_s latency(s → s+1 mod N)   (N > 1)
 
-The embedding table is held by stage 0 but a token reads one row of it, so it
-counts for memory only.  ``params_read`` converts weight bytes to parameters
-with the layout's own ratio (``active_params`` over the bytes one token reads).
-With ``context_tokens`` set, each stage also reads its KV reserve for every
-token (the worst case: a full context).
+The link from a stage to the next (and the return from the last to the first) is
+the GPUs' own link (NVLink/PCIe: ``intra_link_gbps``, ``intra_link_latency_us``)
+when both stages are GPU groups of one node, else the sender's network link
+(``link_mbps``, ``link_latency_ms``).  The embedding table is held by stage 0 but a
+token reads one row of it, so it counts for memory only.  ``params_read`` converts
+weight bytes to parameters with the layout's own ratio.  With ``context_tokens``
+set, each stage also reads its KV reserve for every token (the worst case).
 
 * pipelined throughput = b / max_s t(s) tokens/s (sequences in flight hide the hops);
 * single-stream time per token = Σ_s t(s) + hops;
-* served rate: 1 / time per token at batch 1 (one user), the pipelined throughput above;
-* KV capacity = min over stages of (usable − weights) / KV bytes per token of the stage.
+* KV capacity = min over stages of (usable − weights) / KV bytes per token of the stage;
+* $/hour counts each physical node once, however many of its GPU groups are stages.
 
-Inputs come from the node descriptor when given and from :mod:`stowplan.gpus`
-otherwise; every value taken from the table (or defaulted) is listed in
-``assumed``.  The model is first-order and optimistic (peak bandwidth, no
-fixed per-block or per-hop costs).
+Calibration (:mod:`stowplan.calibration.apply`) adds on top: a bandwidth fraction
+and compute efficiency scaling the rates, a fixed cost per block (plus a collective
+cost per block when tensor parallel), one per hop, and, for engines that run a
+multi-GPU node as a pipeline over its GPUs, that node's in-host hops.  Inputs come
+from the node descriptor when given and from :mod:`stowplan.gpus` and
+:mod:`stowplan.interconnect` otherwise; every value taken from a table (or
+defaulted) is listed in ``assumed``.
 """
 
 from __future__ import annotations
@@ -75,7 +84,7 @@ class NodeRates:
     usable_bytes: int
     price_per_hour: float | None
     intra_bytes_per_s: float = math.inf
-    """Per direction, between two GPUs of the node (``inf`` for a single-GPU node)."""
+    """Per direction, between two GPUs of the node."""
     intra_latency_s: float = 0.0
     """One collective step between GPUs of the node."""
 
@@ -118,24 +127,22 @@ def node_rates(node: NodeDescriptor, headroom: float) -> tuple[NodeRates, tuple[
     else:
         link = math.inf
         assumed.append(f"{node.id}.link_mbps unknown: transfer time not counted")
-    intra_bps, intra_lat = math.inf, 0.0
-    if node.num_gpus > 1 or node.intra_link_gbps is not None:
-        link_in = intra_link(
-            node.gpu_name,
-            gbps=node.intra_link_gbps,
-            latency_us=node.intra_link_latency_us,
-            spec=spec,
+    # A one-GPU group of a bigger node reaches its siblings over this link too.
+    link_in = intra_link(
+        node.gpu_name,
+        gbps=node.intra_link_gbps,
+        latency_us=node.intra_link_latency_us,
+        spec=spec,
+    )
+    if node.num_gpus > 1 and link_in.source != "given":
+        assumed.append(
+            f"{node.id}.intra_link_gbps={link_in.gbps:g}, intra_link_latency_us="
+            f"{link_in.latency_us:g} ({link_in.kind} default: {link_in.source})"
         )
-        intra_bps, intra_lat = link_in.gbps * 1e9, link_in.latency_us / 1e6
-        if node.num_gpus > 1 and link_in.source != "given":
-            assumed.append(
-                f"{node.id}.intra_link_gbps={link_in.gbps:g}, intra_link_latency_us="
-                f"{link_in.latency_us:g} ({link_in.kind} default: {link_in.source})"
-            )
     rates = NodeRates(
         node_id=node.id,
-        intra_bytes_per_s=intra_bps,
-        intra_latency_s=intra_lat,
+        intra_bytes_per_s=link_in.gbps * 1e9,
+        intra_latency_s=link_in.latency_us / 1e6,
         bandwidth_bytes_per_s=bw,
         flops_per_s=flops,
         link_bytes_per_s=link,
@@ -322,6 +329,30 @@ class CostModel:
                 (g - 1) * c.hop_overhead_s for c, g in zip(cal, spread, strict=True)
             )
 
+    def relax_groups(self) -> None:
+        """Make every node as fast as any grouping of its GPUs could be (for bounds).
+
+        Its full bandwidth and FLOPs with no all-reduce or collective (a tp-1 group pays
+        none, and a smaller group never streams faster), no in-host hop, and the cheaper
+        of its network and intra-node transfer and hop.
+        """
+        cal = [
+            node_calibration(
+                self.calibration,
+                n.gpu_name,
+                self.model.dtype,
+                bandwidth_measured=bandwidth_is_measured(n),
+                tensor_parallel=1,
+            ).block_overhead_s
+            if self.calibration is not None
+            else 0.0
+            for n in self.nodes
+        ]
+        self.block_s = tuple(cal)
+        self.stage_s = (0.0,) * len(self.nodes)
+        self.xfer_s = tuple(map(min, self.xfer_s, self.intra_xfer_s))
+        self.latency_s = tuple(map(min, self.latency_s, self.intra_latency_s))
+
     # -- one stage ------------------------------------------------------------------
     def stage_time(
         self, d: int, lo: int, hi: int, first: bool, last: bool, next_d: int | None = None
@@ -380,15 +411,17 @@ class CostModel:
     def max_window(self) -> list[int]:
         """Per node: the most consecutive blocks (weights + KV) that fit its usable VRAM."""
         mp, nb = self.mem_prefix, self.num_blocks
-        out = []
-        for d in range(len(self.nodes)):
+        by_room: dict[int, int] = {}  # nodes alike (GPU groups of one kind) share a window
+        for room in self.usable:
+            if room in by_room:
+                continue
             best, lo = 0, 0
             for hi in range(1, nb + 1):
-                while mp[hi] - mp[lo] > self.usable[d]:
+                while mp[hi] - mp[lo] > room:
                     lo += 1
                 best = max(best, hi - lo)
-            out.append(best)
-        return out
+            by_room[room] = best
+        return [by_room[room] for room in self.usable]
 
     def block_seconds(self, d: int, read: float, weights: float) -> float:
         """Seconds a block reading ``read`` bytes (``weights`` of them weights) adds to a

@@ -49,6 +49,14 @@ def plan_command(
     ] = None,
     min_stages: Annotated[int | None, typer.Option(help="Fewest pipeline stages.")] = None,
     max_stages: Annotated[int | None, typer.Option(help="Most pipeline stages.")] = None,
+    tp: Annotated[
+        int | None,
+        typer.Option(
+            "--tp",
+            help="GPUs that split every stage's blocks, the same for every stage "
+            "(default: chosen per stage within the engine's rule).",
+        ),
+    ] = None,
     headroom: Annotated[
         float | None, typer.Option(help="VRAM fraction kept free per node, in [0, 1).")
     ] = None,
@@ -110,6 +118,7 @@ def plan_command(
     constraints = Constraints(
         min_stages=min_stages,
         max_stages=max_stages,
+        tensor_parallel=tp,
         vram_headroom_frac=headroom,
         strategy=strategy,  # type: ignore[arg-type]  # validated by Constraints
         batch=batch,

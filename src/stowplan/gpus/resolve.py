@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from functools import cache
+from functools import cache, lru_cache
 
 from stowplan.gpus.curated import CURATED
 from stowplan.gpus.database import database_specs
@@ -126,6 +126,20 @@ def _choose(
 
 
 def resolve_gpu(
+    gpu_name: str, memory_bytes: int | None = None, *, database: bool = True
+) -> GpuMatch | None:
+    """See :func:`_resolve_gpu`; answers are remembered (a fleet names few parts)."""
+    if not isinstance(gpu_name, str):
+        return _resolve_gpu(gpu_name, memory_bytes, database=database)
+    return _resolve_cached(gpu_name, memory_bytes, database)
+
+
+@lru_cache(maxsize=4096)
+def _resolve_cached(gpu_name: str, memory_bytes: int | None, database: bool) -> GpuMatch | None:
+    return _resolve_gpu(gpu_name, memory_bytes, database=database)
+
+
+def _resolve_gpu(
     gpu_name: str, memory_bytes: int | None = None, *, database: bool = True
 ) -> GpuMatch | None:
     """The spec row ``gpu_name`` names, and any assumption made; None when unknown.

@@ -119,11 +119,13 @@ def _need(p: Pipeline | None) -> Pipeline:
     return p
 
 
-def _grouped(runner: Callable[[Problem], Plan], objective: str) -> Callable[[Problem], Plan]:
+def _grouped(
+    runner: Callable[[Problem], Plan], objective: str, strategy: Strategy
+) -> Callable[[Problem], Plan]:
     """``runner`` over the best GPU groups of the problem's multi-GPU nodes."""
 
     def run(problem: Problem) -> Plan:
-        return plan_with_groups(problem, runner, objective)
+        return plan_with_groups(problem, runner, objective, strategy)
 
     return run
 
@@ -166,7 +168,7 @@ def plan(
     strategy = constraints.resolved_strategy()
     runner = _STRATEGIES[strategy]
     if strategy is not Strategy.BALANCE_BY_VRAM:
-        runner = _grouped(runner, objective_of(constraints, strategy))
+        runner = _grouped(runner, objective_of(constraints, strategy), strategy)
     try:
         if constraints.objective is Objective.COST:
             from stowplan.planner.selection import plan_cheapest

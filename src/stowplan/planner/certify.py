@@ -204,6 +204,7 @@ def finish(
     """
     from stowplan.planner.exact import Optimum
 
+    before = after = 0.0
     objective = objective_of(problem.constraints, strategy)
     opt = optimum if isinstance(optimum, Optimum) else inline_optimum(problem, cm, objective)
     if (
@@ -214,6 +215,8 @@ def finish(
         before = _objective_value(cm, objective, p)
         p = opt.pipeline
         after = _objective_value(cm, objective, p)
+    if adopt_optimum and opt.pipeline is p and after < before * (1 - 1e-9):
+        # Only a better value is news; an equal one won on a tie-break.
         notes = (
             *notes,
             f"the exact solve ({opt.method}) found a better pipeline than the "

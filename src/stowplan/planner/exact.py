@@ -54,8 +54,13 @@ def _np() -> Any:
     return np
 
 
-def _stage_matrix(cm: CostModel, d: int, first: bool, last: bool, hop: float) -> Any:
-    """M[i, j]: time of blocks [i, j) on node d (inf when empty or not fitting)."""
+def _stage_matrix(
+    cm: CostModel, d: int, first: bool, last: bool, hop: float, xfer: float | None = None
+) -> Any:
+    """M[i, j]: time of blocks [i, j) on node d (inf when empty or not fitting), plus ``hop``.
+
+    A stage that is not the last sends its activations on at ``xfer`` seconds (default:
+    over node d's network link)."""
     np = _np()
     r = np.asarray(cm.read_prefix, dtype=float)
     kv = np.asarray(cm.kv_prefix, dtype=float)
@@ -66,7 +71,8 @@ def _stage_matrix(cm: CostModel, d: int, first: bool, last: bool, hop: float) ->
         t = np.maximum(read * cm.inv_bw[d], w * cm.flop_s_per_byte[d])
         blocks = np.arange(len(r))[None, :] - np.arange(len(r))[:, None]
         t = t + (blocks * cm.block_s[d] + cm.stage_s[d])
-        t = t + (0.0 if last else cm.xfer_s[d]) + hop
+        out = cm.xfer_s[d] if xfer is None else xfer
+        t = t + (0.0 if last else out) + hop
     # Which stages fit is decided in integers (floats lose bytes beyond 2**53): the
     # bytes of [i, j) grow with j, so each i has a last end that fits.
     mp = cm.mem_prefix

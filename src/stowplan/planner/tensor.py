@@ -24,14 +24,27 @@ Steps of :func:`plan_with_groups`:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from stowplan.errors import PlanError
-from stowplan.model import NodeDescriptor, gpu_group_id
-from stowplan.parallel_rules import legal_tensor_parallel
-from stowplan.plan import Plan, PlanRationale
+from stowplan.errors import DependencyError, Infeasible, InputError, PlanError
+from stowplan.model import NodeDescriptor, Strategy, gpu_group_id
+from stowplan.parallel_rules import legal_tensor_parallel, tensor_parallel_violation
+from stowplan.plan import Plan
+from stowplan.planner.certify import finish
 from stowplan.planner.common import GpuGroup, Problem, prepare
+from stowplan.planner.exact import Optimum
+from stowplan.planner.tensor_exact import (
+    GROUPED_NODE_LIMIT,
+    GroupedOptimum,
+    degrees,
+    group_node,
+    grouped_bound,
+    grouped_work,
+    solve_grouped,
+)
+from stowplan.planner.throughput import Pipeline
 
 __all__ = [
     "LOCAL_SEARCH_NODES",
@@ -48,6 +61,9 @@ Layout = Mapping[str, tuple[int, ...]]
 
 LOCAL_SEARCH_NODES = 16
 """Step 3 runs on fleets of up to this many multi-GPU nodes."""
+INLINE_GROUPED_WORK = 60_000_000
+"""Every plan is certified by the exact joint solve while its work (element operations,
+:func:`~stowplan.planner.tensor_exact.grouped_work`) stays within this; beyond, a bound."""
 
 Runner = Callable[[Problem], Plan]
 
@@ -83,19 +99,6 @@ def engine_rule(problem: Problem) -> EngineRule:
     return EngineRule("generic", None, False)
 
 
-def _group_node(node: NodeDescriptor, new_id: str, size: int) -> NodeDescriptor:
-    g = node.num_gpus
-    bw = node.mem_bandwidth_gbps
-    return replace(
-        node,
-        id=new_id,
-        num_gpus=size,
-        vram_bytes=node.vram_bytes * size // g,
-        flops_estimate=node.flops_estimate * size / g,
-        mem_bandwidth_gbps=None if bw is None else bw * size / g,
-    )
-
-
 def expand(problem: Problem, layout: Layout) -> Problem:
     """The problem whose planning nodes are ``layout``'s GPU groups (nodes absent from
     ``layout`` stay whole; a node given no group is left out)."""
@@ -110,7 +113,7 @@ def expand(problem: Problem, layout: Layout) -> Problem:
         for size in sorted(sizes, reverse=True):
             whole = size == node.num_gpus
             gid = node.id if whole else gpu_group_id(node.id, start, size)
-            nodes.append(node if whole else _group_node(node, gid, size))
+            nodes.append(node if whole else group_node(node, gid, size))
             if node.num_gpus > 1:
                 groups[gid] = GpuGroup(
                     node_id=node.id,
@@ -124,7 +127,8 @@ def expand(problem: Problem, layout: Layout) -> Problem:
 def _groups(problem: Problem, node: NodeDescriptor, tp: int) -> tuple[int, ...]:
     """``node`` split into groups of ``tp`` GPUs: as many as fit, but never more than
     there can be stages."""
-    most = min(node.num_gpus // tp, problem.model.num_blocks, problem.max_stages)
+    cap = problem.constraints.max_stages
+    most = min(node.num_gpus // tp, problem.model.num_blocks, cap or problem.model.num_blocks)
     return (tp,) * most
 
 
@@ -214,51 +218,157 @@ def describe_groups(plan: Plan) -> str:
     for a in plan.assignments:
         per_node.setdefault(a.node_id, []).append(a.tensor_parallel)
     parts = []
-    for node_id, degrees in per_node.items():
-        kinds = sorted(set(degrees), reverse=True)
-        text = " + ".join(
-            f"{degrees.count(t)}×tp{t}" if degrees.count(t) > 1 else f"tp{t}" for t in kinds
-        )
+    for node_id, tps in per_node.items():
+        kinds = sorted(set(tps), reverse=True)
+        text = " + ".join(f"{tps.count(t)}×tp{t}" if tps.count(t) > 1 else f"tp{t}" for t in kinds)
         parts.append(f"{node_id} {text}")
     return ", ".join(parts)
 
 
-def plan_with_groups(problem: Problem, runner: Runner, objective: str) -> Plan:
+def _exact_allowed(rule: EngineRule, problem: Problem) -> list[tuple[int, ...] | None]:
+    """The degree sets the joint solve runs with: one per degree under a uniform rule."""
+    if not rule.uniform:
+        return [rule.degrees]
+    if rule.degrees is not None:
+        return [rule.degrees]
+    return [(t,) for t in sorted({t for n in problem.nodes for t in degrees(problem, n, None)})]
+
+
+def _joint_optimum(
+    problem: Problem, rule: EngineRule, objective: str, exact_strategy: bool
+) -> tuple[float, bool, str, GroupedOptimum | None]:
+    """The optimum over every grouping the rule allows (exact on small fleets), or a bound:
+    (seconds, exact?, method, its pipeline)."""
+    c = problem.constraints
+    sets = _exact_allowed(rule, problem)
+    small = len(problem.nodes) <= GROUPED_NODE_LIMIT and (c.min_stages or 1) <= 1
+    work = sum(grouped_work(problem, a) for a in sets)
+    if small and c.max_stages is None and (exact_strategy or work <= INLINE_GROUPED_WORK):
+        try:
+            found = [solve_grouped(problem, objective, a) for a in sets]
+        except DependencyError:
+            found = []
+        else:
+            got = [f for f in found if f is not None]
+            best = min(got, key=lambda f: f.value) if got else None
+            value = best.value if best is not None else math.inf
+            method = (
+                f"joint dynamic programme over GPU groups and pipelines of {len(problem.nodes)} "
+                "nodes (a node's stages adjacent)"
+            )
+            return value, True, method, best
+    bound = min(grouped_bound(problem, objective, a) for a in sets)
+    return (
+        bound,
+        False,
+        "bound: fractional relaxation, every node at full bandwidth, no all-reduce",
+        None,
+    )
+
+
+def _as_pipeline(
+    problem: Problem, stages: Sequence[tuple[str, int, int, int]]
+) -> tuple[Problem, Pipeline]:
+    """The planning problem of these stages' GPU groups and the pipeline over it."""
+    layout: dict[str, tuple[int, ...]] = {}
+    for node_id, t, _, _ in stages:
+        layout[node_id] = (*layout.get(node_id, ()), t)
+    vp = expand(problem, layout)
+    free: dict[tuple[str, int], list[str]] = {}
+    for n in vp.nodes:
+        group = vp.groups.get(n.id)
+        key = (n.id, n.num_gpus) if group is None else (group.node_id, group.tensor_parallel)
+        free.setdefault(key, []).append(n.id)
+    index = {n.id: i for i, n in enumerate(vp.nodes)}
+    order = [index[free[(node_id, t)].pop(0)] for node_id, t, _, _ in stages]
+    bounds = [stages[0][2], *(hi for _, _, _, hi in stages)]
+    return vp, (order, bounds)
+
+
+def _of_plan(problem: Problem, plan: Plan) -> tuple[Problem, Pipeline]:
+    return _as_pipeline(
+        problem,
+        [(a.node_id, a.tensor_parallel, *a.block_range) for a in plan.assignments],
+    )
+
+
+def _seconds(vp: Problem, p: Pipeline, objective: str) -> float:
+    ev = vp.cost_model().evaluate(*p)
+    return ev.time_per_token_s if objective == "latency" else ev.bottleneck_s
+
+
+def _check_degree(problem: Problem) -> None:
+    """A fixed ``tensor_parallel`` must be legal for the model and fit some node."""
+    tp = problem.constraints.tensor_parallel
+    if tp is None:
+        return
+    rule = tensor_parallel_violation(tp, problem.model)
+    if rule is not None:
+        most = max(n.num_gpus for n in problem.nodes)
+        legal = ", ".join(map(str, legal_tensor_parallel(problem.model, max(most, tp))))
+        raise InputError("tensor_parallel", tp, f"{rule}; use one of {legal}")
+    most = max(n.num_gpus for n in problem.nodes)
+    if tp > most:
+        raise Infeasible(
+            f"tensor_parallel={tp} but the largest node has {most} GPU(s); a stage's GPUs "
+            "are on one node"
+        )
+
+
+def plan_with_groups(problem: Problem, runner: Runner, objective: str, strategy: Strategy) -> Plan:
     """``runner``'s plan over the best GPU grouping of ``problem``'s multi-GPU nodes.
 
     ``problem`` holds physical nodes; a fleet of single-GPU nodes is planned as it is.
+    The plan's certificate is against the optimum over every grouping the engine rule
+    allows (exact on small fleets, a bound beyond), and that optimum's pipeline is the
+    plan when it is better than the search's.
     Raises the strategy's :class:`PlanError` when no grouping has a plan.
     """
+    _check_degree(problem)
     if all(n.num_gpus == 1 for n in problem.nodes):
         return runner(problem)
     rule = engine_rule(problem)
     found, layout = _search(problem, runner, rule, objective)
     if found is None or layout is None:
         return runner(expand(problem, _uniform(problem, 1)) if rule.degrees == (1,) else problem)
-    notes = [f"GPU groups ({rule.name} rule): {describe_groups(found)}"]
-    if rule.name != "generic":
-        free, _ = _search(problem, runner, EngineRule("generic", None, False), objective)
-        if free is not None:
-            mine, other = _value(found, objective), _value(free, objective)
-            if objective == "latency" and other < mine:
-                notes.append(
-                    f"{rule.name}-expressible: {mine / other - 1:.0%} slower than the best "
-                    "per-stage tensor-parallel plan"
-                )
-            elif objective != "latency" and other < mine:
-                notes.append(
-                    f"{rule.name}-expressible: {1 - mine / other:.0%} less throughput than the "
-                    "best per-stage tensor-parallel plan"
-                )
-            else:
-                notes.append(f"{rule.name}-expressible and as fast as any per-stage layout")
-    r = found.rationale
-    return replace(
-        found,
-        rationale=PlanRationale(
-            strategy=r.strategy,
-            notes=(*notes, *r.notes),
-            prediction=r.prediction,
-            certificate=r.certificate,
-        ),
+    vp, pipeline = _of_plan(problem, found)
+    value, exact, method, best = _joint_optimum(
+        problem, rule, objective, strategy is Strategy.EXACT
     )
+    notes: list[str] = []
+    if best is not None and best.stages:
+        bp, bpipe = _as_pipeline(problem, best.stages)
+        mine, theirs = _seconds(vp, pipeline, objective), _seconds(bp, bpipe, objective)
+        if theirs < mine * (1 - 1e-12):
+            notes.append(
+                f"the joint solve over GPU groups found a better pipeline than the "
+                f"{strategy.value} search ({theirs:.6g} vs {mine:.6g} "
+                f"{'s/token' if objective == 'latency' else 's at the slowest stage'}): "
+                "it is the plan"
+            )
+            vp, pipeline = bp, bpipe
+    cm = vp.cost_model()
+    value = min(value, _seconds(vp, pipeline, objective))
+    optimum = Optimum(objective=objective, value=value, exact=exact, method=method)
+    plan = finish(vp, cm, strategy, pipeline, optimum=optimum)
+    notes.insert(0, f"GPU groups ({rule.name} rule): {describe_groups(plan)}")
+    if rule.name != "generic":
+        notes += _engine_gap(problem, runner, objective, plan)
+    r = plan.rationale
+    return replace(plan, rationale=replace(r, notes=(*notes, *r.notes)))
+
+
+def _engine_gap(problem: Problem, runner: Runner, objective: str, plan: Plan) -> list[str]:
+    """How far the engine's plan is from the best per-stage layout."""
+    free, _ = _search(problem, runner, EngineRule("generic", None, False), objective)
+    if free is None:
+        return []
+    mine, other = _value(plan, objective), _value(free, objective)
+    name = engine_rule(problem).name
+    if other >= mine:
+        return [f"{name}-expressible and as fast as any per-stage layout found"]
+    if objective == "latency":
+        return [f"{name}-expressible: {mine / other - 1:.1%} slower than the best per-stage plan"]
+    return [
+        f"{name}-expressible: {1 - mine / other:.1%} less throughput than the best per-stage plan"
+    ]

@@ -1,0 +1,338 @@
+"""Tensor parallel inside nodes: legal degrees, GPU groups, engine rules, the joint optimum."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stowplan import Constraints, NodeDescriptor, plan
+from stowplan.calibration.profile import Engine
+from stowplan.cost import CostModel
+from stowplan.errors import InputError
+from stowplan.model import ModelLayout, gpu_group_id
+from stowplan.models.known import lookup
+from stowplan.parallel_rules import legal_tensor_parallel, tensor_parallel_violation
+from stowplan.plan import plan_from_json, plan_to_json
+from stowplan.planner.common import prepare
+from stowplan.planner.tensor_exact import group_node, grouped_bound, solve_grouped
+
+GB = 10**9
+
+
+def _h100(node_id: str, gpus: int = 8) -> NodeDescriptor:
+    return NodeDescriptor(
+        id=node_id,
+        gpu_name="H100 SXM",
+        vram_bytes=gpus * 80 * GB,
+        flops_estimate=0,
+        link_mbps=400_000,
+        link_latency_ms=0.01,
+        num_gpus=gpus,
+    )
+
+
+def _model(name: str) -> ModelLayout:
+    model = lookup(name)
+    assert model is not None
+    return model
+
+
+def _calibration(engine: Engine):  # type: ignore[no-untyped-def]
+    from stowplan.calibration.store import resolve_calibration
+
+    return resolve_calibration(engine.value, None)
+
+
+# -- legal degrees ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("heads", "kv", "tp", "legal"),
+    [
+        (64, 8, 8, True),
+        (64, 8, 4, True),
+        (64, 8, 16, True),  # KV heads replicated twice
+        (64, 8, 3, False),  # does not divide the heads
+        (64, 8, 12, False),
+        (40, 8, 8, True),
+        (40, 8, 5, False),  # divides the heads but not the KV heads, nor a multiple of them
+        (32, 32, 32, True),
+        (128, 1, 64, True),  # one latent KV head (MLA): any divisor of the heads
+        (28, 4, 8, False),
+    ],
+)
+def test_legal_degrees_divide_the_heads_and_split_or_replicate_the_kv_heads(
+    heads: int, kv: int, tp: int, legal: bool
+) -> None:
+    model = replace(_model("llama3.1:8b"), num_attention_heads=heads, num_kv_heads=kv)
+    assert (tensor_parallel_violation(tp, model) is None) is legal
+    assert (tp in legal_tensor_parallel(model, 128)) is legal
+
+
+def test_the_planner_and_the_validator_share_one_rule() -> None:
+    from stowplan.cluster.fleet import FleetRole, FleetSpec
+    from stowplan.cluster.parallelism import ParallelismSpec, validate_parallelism
+
+    model = _model("llama3.1:70b")
+    fleet = FleetSpec(role=FleetRole.INFERENCE, num_nodes=2, gpus_per_node=16)
+    for tp in range(1, 17):
+        try:
+            validate_parallelism(ParallelismSpec(tensor=tp), fleet, model)
+            ok = True
+        except InputError:
+            ok = False
+        assert ok == (tp in legal_tensor_parallel(model, 16)), tp
+
+
+def test_a_node_with_a_million_gpus_is_planned_without_walking_them() -> None:
+    model = _model("llama3.1:8b")
+    assert legal_tensor_parallel(model, 10**6) == (1, 2, 4, 8, 16, 32)  # 32 heads, 8 KV
+    no_heads = replace(model, num_attention_heads=None, num_kv_heads=None)
+    assert legal_tensor_parallel(no_heads, 10**6)[-1] == 10**6
+    assert len(legal_tensor_parallel(no_heads, 10**6)) == 21
+
+
+# -- the cost model's terms ---------------------------------------------------------------
+
+
+def test_a_tensor_parallel_stage_pays_two_all_reduces_per_block_by_the_formula() -> None:
+    model = _model("llama3.1:8b")
+    node = _h100("n", 8)
+    cm = CostModel(model, [node], Constraints(batch=4))
+    act = 4 * model.hidden_dim * model.bytes_per_activation_elem
+    ar = 3e-6 + 2 * 7 / 8 * act / 450e9  # NVLink 4: 450 GB/s per direction, 3 µs a step
+    read = sum(model.block_read_sizes()) + model.head_params_bytes
+    expected = read / (8 * 3350e9) + 32 * 2 * ar
+    assert cm.stage_time(0, 0, 32, True, True) == pytest.approx(expected, rel=1e-12)
+    assert any("intra_link_gbps=450" in a for a in cm.assumed)
+
+
+def test_given_intra_link_figures_replace_the_defaults_and_are_not_assumed() -> None:
+    model = _model("llama3.1:8b")
+    node = replace(_h100("n", 4), intra_link_gbps=100.0, intra_link_latency_us=10.0)
+    cm = CostModel(model, [node], Constraints())
+    act = model.hidden_dim * model.bytes_per_activation_elem
+    assert cm.all_reduce_s[0] == pytest.approx(10e-6 + 2 * 3 / 4 * act / 100e9)
+    assert not any("intra_link" in a for a in cm.assumed)
+
+
+def test_stages_on_one_node_pass_on_over_its_gpu_link_and_pay_its_hop() -> None:
+    model = _model("llama3.1:8b")
+    node = _h100("n", 2)
+    a, b = (group_node(node, gpu_group_id("n", i, 1), 1) for i in (0, 1))
+    far = replace(b, id="m")
+    same = CostModel(model, [a, b], Constraints(), parents=["n", "n"])
+    apart = CostModel(model, [a, far], Constraints())
+    act = model.hidden_dim * model.bytes_per_activation_elem
+    ev_same, ev_apart = same.evaluate([0, 1], [0, 16, 32]), apart.evaluate([0, 1], [0, 16, 32])
+    base = same.stage_time(0, 0, 16, True, False, None) - same.xfer_s[0]
+    assert ev_same.stage_time_s[0] == pytest.approx(base + act / 450e9)
+    assert ev_apart.stage_time_s[0] == pytest.approx(base + act / (400_000e6 / 8))
+    assert ev_same.hops_s == pytest.approx(2 * 3e-6)  # both hops inside the node
+    assert ev_apart.hops_s == pytest.approx(2 * 0.01e-3)
+
+
+def test_a_node_split_into_stages_is_rented_once() -> None:
+    model = _model("llama3.1:8b")
+    node = replace(_h100("n", 2), price_per_hour=10.0)
+    a, b = (group_node(node, gpu_group_id("n", i, 1), 1) for i in (0, 1))
+    cm = CostModel(model, [a, b], Constraints(), parents=["n", "n"])
+    assert cm.cost_per_hour([0, 1]) == 10.0
+
+
+# -- plans ------------------------------------------------------------------------------
+
+
+def test_405b_on_two_8_gpu_nodes_runs_tensor_parallel_8_on_each_for_one_stream() -> None:
+    p = plan(_model("llama3.1:405b"), [_h100("n0"), _h100("n1")], Constraints())
+    assert [(a.node_id, a.tensor_parallel, a.gpu_indices) for a in p.assignments] == [
+        ("n0", 8, tuple(range(8))),
+        ("n1", 8, tuple(range(8))),
+    ]
+    cert = p.rationale.certificate
+    assert cert is not None and cert.exact and cert.gap == 0.0
+    assert p.rationale.notes[0] == "GPU groups (generic rule): n0 tp8, n1 tp8"
+
+
+def test_a_node_is_split_into_stages_on_disjoint_gpus_when_that_is_faster() -> None:
+    p = plan(_model("llama3.1:405b"), [_h100("n0"), _h100("n1")], Constraints(batch=8))
+    assert p.num_stages > 2
+    by_node: dict[str, list[int]] = {}
+    for a in p.assignments:
+        assert len(a.gpu_indices) == a.tensor_parallel
+        by_node.setdefault(a.node_id, []).extend(a.gpu_indices)
+    assert any(len(set(g)) > 1 and len(g) == len(set(g)) for g in by_node.values())
+    pred, cert = p.rationale.prediction, p.rationale.certificate
+    assert pred is not None and cert is not None and cert.exact and cert.gap == 0.0
+    # Better than one stage per node: no all-reduces, and the split stages still stream
+    # every GPU's bandwidth at once.
+    whole = plan(
+        _model("llama3.1:405b"), [_h100("n0"), _h100("n1")], Constraints(batch=8, tensor_parallel=8)
+    )
+    assert whole.num_stages == 2
+    assert whole.rationale.prediction is not None
+    assert pred.tokens_per_s > whole.rationale.prediction.tokens_per_s
+    again = plan_from_json(plan_to_json(p))
+    assert again == p and '"schema_version": 2' in plan_to_json(p)
+
+
+def test_vllm_plans_use_one_degree_for_every_stage_and_say_how_far_that_is() -> None:
+    nodes = [_h100("n0"), _h100("n1", 4)]
+    c = Constraints(batch=8, calibration=_calibration(Engine.VLLM))
+    p = plan(_model("llama3.1:70b"), nodes, c)
+    assert len({a.tensor_parallel for a in p.assignments}) == 1
+    assert p.rationale.notes[0].startswith("GPU groups (vLLM rule): ")
+    assert any(n.startswith("vLLM-expressible") for n in p.rationale.notes)
+
+
+def test_layer_split_engines_plan_one_gpu_per_stage() -> None:
+    c = Constraints(calibration=_calibration(Engine.LLAMACPP))
+    p = plan(_model("llama3.1:70b"), [_h100("n0", 4)], c)
+    assert {a.tensor_parallel for a in p.assignments} == {1}
+    assert p.num_stages >= 2
+    assert p.rationale.notes[0].startswith("GPU groups (llama.cpp (layer split) rule)")
+
+
+def test_a_fixed_degree_is_obeyed_and_a_node_with_fewer_gpus_is_left_out() -> None:
+    nodes = [_h100("n0"), _h100("n1", 2)]
+    p = plan(_model("llama3.1:70b"), nodes, Constraints(tensor_parallel=4))
+    assert {a.tensor_parallel for a in p.assignments} == {4}
+    assert {a.node_id for a in p.assignments} == {"n0"}
+
+
+def test_single_gpu_fleets_are_planned_exactly_as_before() -> None:
+    model = _model("llama3.1:8b")
+    nodes = [replace(_h100(f"n{i}", 1), gpu_name="RTX 4090", vram_bytes=24 * GB) for i in range(3)]
+    p = plan(model, nodes, Constraints())
+    assert all(a.tensor_parallel == 1 and a.gpu_indices == () for a in p.assignments)
+    assert '"schema_version": 1' in plan_to_json(p)
+    assert "tensor_parallel" not in plan_to_json(p)
+    assert not any(n.startswith("GPU groups") for n in p.rationale.notes)
+
+
+# -- the joint optimum against brute force ---------------------------------------------------
+
+
+def _partitions(g: int, allowed: list[int]) -> list[tuple[int, ...]]:
+    """Multisets of group sizes from ``allowed`` whose sum is at most ``g`` (none included)."""
+    out: set[tuple[int, ...]] = {()}
+    frontier = [()]
+    while frontier:
+        nxt = []
+        for part in frontier:
+            for t in allowed:
+                if sum(part) + t <= g and (not part or t <= part[-1]):
+                    q = (*part, t)
+                    if q not in out:
+                        out.add(q)
+                        nxt.append(q)
+        frontier = nxt
+    return sorted(out)
+
+
+def _brute_force(model: ModelLayout, nodes: list[NodeDescriptor], c: Constraints, objective: str):  # type: ignore[no-untyped-def]
+    """Every grouping of every node, every order of the groups, every split."""
+    nb = model.num_blocks
+    best = math.inf
+    options = [
+        _partitions(n.num_gpus, list(legal_tensor_parallel(model, n.num_gpus))) for n in nodes
+    ]
+    for choice in itertools.product(*options):
+        units, parents = [], []
+        for node, sizes in zip(nodes, choice, strict=True):
+            start = 0
+            for t in sizes:
+                units.append(group_node(node, gpu_group_id(node.id, start, t), t))
+                parents.append(node.id)
+                start += t
+        if not units:
+            continue
+        cm = CostModel(model, units, c, parents=parents)
+        for k in range(1, min(len(units), nb) + 1):
+            for order in itertools.permutations(range(len(units)), k):
+                for cuts in itertools.combinations(range(1, nb), k - 1):
+                    bounds = [0, *cuts, nb]
+                    if not cm.fits_pipeline(order, bounds):
+                        continue
+                    ev = cm.evaluate(order, bounds)
+                    v = ev.time_per_token_s if objective == "latency" else ev.bottleneck_s
+                    best = min(best, v)
+    return best
+
+
+def _tiny_model(blocks: int) -> ModelLayout:
+    return ModelLayout(
+        name="tiny",
+        num_blocks=blocks,
+        hidden_dim=4096,
+        bytes_per_activation_elem=2,
+        block_params_bytes=400 * 2**20,
+        head_params_bytes=500 * 2**20,
+        embed_params_bytes=500 * 2**20,
+        num_attention_heads=8,
+        num_kv_heads=2,
+        kv_bytes_per_token=(2**17,) * blocks,
+    )
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([1, 2, 3, 4]),
+            st.sampled_from([1, 2, 4]),  # GiB per GPU
+            st.sampled_from([300.0, 1000.0, 3000.0]),
+            st.sampled_from([(450.0, 3.0), (32.0, 12.0)]),
+            st.sampled_from([0.0, 0.05, 2.0]),
+        ),
+        min_size=1,
+        max_size=2,
+    ),
+    st.integers(min_value=3, max_value=5),
+    st.sampled_from([1, 4]),
+)
+def test_the_joint_solve_equals_brute_force_over_groupings_orders_and_splits(
+    specs: list[tuple[int, int, float, tuple[float, float], float]], blocks: int, batch: int
+) -> None:
+    nodes = [
+        NodeDescriptor(
+            id=f"n{i}",
+            gpu_name="custom",
+            vram_bytes=gpus * gib * 2**30,
+            flops_estimate=100.0 * gpus,
+            link_mbps=10_000,
+            mem_bandwidth_gbps=bw * gpus,
+            link_latency_ms=lat,
+            num_gpus=gpus,
+            intra_link_gbps=intra[0],
+            intra_link_latency_us=intra[1],
+        )
+        for i, (gpus, gib, bw, intra, lat) in enumerate(specs)
+    ]
+    model = _tiny_model(blocks)
+    c = Constraints(batch=batch, context_tokens=256)
+    objective = "latency" if batch == 1 else "throughput"
+    truth = _brute_force(model, nodes, c, objective)
+    try:
+        problem = prepare(model, nodes, c)
+    except Exception:
+        assert truth == math.inf
+        return
+    got = solve_grouped(problem, objective)
+    if truth == math.inf:
+        assert got is None
+        return
+    assert got is not None
+    assert got.value == pytest.approx(truth, rel=1e-9)
+    assert grouped_bound(problem, objective) <= truth * (1 + 1e-9)
+    # The plan is never worse than the optimum and says so.
+    p = plan(model, nodes, c)
+    pred = p.rationale.prediction
+    assert pred is not None
+    value = pred.time_per_token_s if objective == "latency" else max(pred.stage_time_s)
+    assert value == pytest.approx(truth, rel=1e-9)
