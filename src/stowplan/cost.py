@@ -27,8 +27,9 @@ set, each stage also reads its KV reserve for every token (the worst case).
 * $/hour counts each physical node once, however many of its GPU groups are stages.
 
 Calibration (:mod:`stowplan.calibration.apply`) adds on top: a bandwidth fraction
-and compute efficiency scaling the rates, a fixed cost per block (plus a collective
-cost per block when tensor parallel), one per hop, and, for engines that run a
+and compute efficiency scaling the rates, a fixed cost per block, one per hop, the
+part of a measured collective cost per block (tensor parallel) that 2·AR(tp) does not
+already charge, and, for engines that run a
 multi-GPU node as a pipeline over its GPUs, that node's in-host hops.  Inputs come
 from the node descriptor when given and from :mod:`stowplan.gpus` and
 :mod:`stowplan.interconnect` otherwise; every value taken from a table (or
@@ -322,8 +323,21 @@ class CostModel:
             self.intra_xfer_s = tuple(
                 v + c.hop_overhead_s for v, c in zip(self.intra_xfer_s, cal, strict=True)
             )
+            # A profile's collective figure is the measured cost of a block's two
+            # all-reduces; the first-order 2·AR(tp) already charges part of it, so the
+            # calibration adds the rest: a block pays max(2·AR, collective).
+            base = [
+                node_calibration(
+                    self.calibration,
+                    n.gpu_name,
+                    model.dtype,
+                    bandwidth_measured=bandwidth_is_measured(n),
+                ).block_overhead_s
+                for n in nodes
+            ]
             self.block_s = tuple(
-                v + c.block_overhead_s for v, c in zip(self.block_s, cal, strict=True)
+                v + b + max(0.0, c.block_overhead_s - b - v)
+                for v, c, b in zip(self.block_s, cal, base, strict=True)
             )
             self.stage_s = tuple(
                 (g - 1) * c.hop_overhead_s for c, g in zip(cal, spread, strict=True)

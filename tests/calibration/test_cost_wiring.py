@@ -160,16 +160,17 @@ def test_a_tensor_parallel_node_pays_the_collective_cost_on_every_block() -> Non
     two = CostModel(model, [pair], Constraints(), cal).stage_time(0, 0, 32, True, True)
     assert one == pytest.approx(read / (936e9 * 0.8) + 2e-5 * 32)
     # Twice the bandwidth, but every block also pays its all-reduces: the first-order two
-    # all-reduces over PCIe gen 4 (31.5 GB/s, 12 µs a step) and the calibrated collective.
+    # all-reduces over PCIe gen 4 (31.5 GB/s, 12 µs a step), raised to the calibrated
+    # collective where that measured more.
     ar = 12e-6 + 2 * (2 - 1) / 2 * model.hidden_dim * 2 / 31.5e9
-    assert two == pytest.approx(read / (2 * 936e9 * 0.8) + (2e-5 + 3e-5 + 2 * ar) * 32)
+    assert two == pytest.approx(read / (2 * 936e9 * 0.8) + (2e-5 + max(3e-5, 2 * ar)) * 32)
     # A long context's KV reads pay bandwidth only, never a block cost.
     ctx = Constraints(context_tokens=32_768)
     kv = CostModel(model, [pair], ctx, cal)
     kv_read = kv.kv_prefix[-1]
     assert kv_read > 10**9
     assert kv.stage_time(0, 0, 32, True, True) == pytest.approx(
-        (read + kv_read) / (2 * 936e9 * 0.8) + (2e-5 + 3e-5 + 2 * ar) * 32
+        (read + kv_read) / (2 * 936e9 * 0.8) + (2e-5 + max(3e-5, 2 * ar)) * 32
     )
     pred = CostModel(model, [pair], Constraints(), cal).prediction([0], [0, 32])
     assert pred.calibration == (
@@ -196,7 +197,7 @@ def test_an_engine_that_splits_layers_runs_a_multi_gpu_host_as_a_pipeline() -> N
     tp = replace(cal, engine=Engine.VLLM)
     got_tp = CostModel(model, [three], Constraints(), tp).stage_time(0, 0, 32, True, True)
     ar = 12e-6 + 2 * (3 - 1) / 3 * model.hidden_dim * 2 / 31.5e9  # PCIe gen 4 all-reduce
-    assert got_tp == pytest.approx(read / (3 * 936e9 * 0.7) + (2e-5 + 1.0 + 2 * ar) * 32)
+    assert got_tp == pytest.approx(read / (3 * 936e9 * 0.7) + (2e-5 + max(1.0, 2 * ar)) * 32)
     # Planned under the layer-split rule, the 4.4 GiB model stays on one GPU of the host:
     # spreading it over three would only add the two hops.
     planned = plan(model, [three], Constraints(calibration=cal))
@@ -206,3 +207,16 @@ def test_an_engine_that_splits_layers_runs_a_multi_gpu_host_as_a_pipeline() -> N
     pred = planned.rationale.prediction
     assert pred is not None and pred.tokens_per_s == pytest.approx(1 / (got - 2 * 4e-4))
     assert pred.calibration is not None and "collective" not in pred.calibration
+
+
+def test_a_collective_figure_below_the_first_order_all_reduces_adds_nothing() -> None:
+    from dataclasses import replace
+
+    model = lookup("llama3.1:8b")
+    assert model is not None
+    pair = replace(GPU, id="pair", vram_bytes=48 * 2**30, num_gpus=2)
+    low = _rtx3090(Engine.VLLM, 0.8, block=2e-5, collective=1e-6)
+    first_order = CostModel(model, [pair], Constraints())
+    calibrated = CostModel(model, [pair], Constraints(), low)
+    # 2·AR over PCIe (≈ 24.5 µs) already exceeds the 1 µs measured: only the block cost adds.
+    assert calibrated.block_s[0] == pytest.approx(first_order.block_s[0] + 2e-5)
