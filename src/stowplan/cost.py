@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import accumulate
 
 from stowplan.calibration.apply import (
@@ -92,6 +93,11 @@ class NodeRates:
 
 def node_rates(node: NodeDescriptor, headroom: float) -> tuple[NodeRates, tuple[str, ...]]:
     """``node`` in SI units, and the list of inputs that were assumed rather than given."""
+    return _node_rates(node, headroom)
+
+
+@lru_cache(maxsize=8192)
+def _node_rates(node: NodeDescriptor, headroom: float) -> tuple[NodeRates, tuple[str, ...]]:
     assumed: list[str] = []
     match = resolve_gpu(node.gpu_name, node.vram_bytes // node.num_gpus or None)
     spec = match.spec if match is not None else None

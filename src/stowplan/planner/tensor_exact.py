@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from stowplan.cost import CostModel
@@ -64,6 +65,7 @@ def degrees(problem: Problem, node: NodeDescriptor, allowed: Sequence[int] | Non
     return [t for t in legal if allowed is None or t in allowed]
 
 
+@lru_cache(maxsize=16384)
 def group_node(node: NodeDescriptor, new_id: str, size: int) -> NodeDescriptor:
     """``size`` of ``node``'s GPUs as a node of their own (their share of its figures)."""
     from dataclasses import replace
