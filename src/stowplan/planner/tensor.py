@@ -18,7 +18,10 @@ Steps of :func:`plan_with_groups`:
    planned by the strategy; the best by the workload's objective is kept.
 3. Under the generic rule, nodes then change their degree one at a time while
    that improves the plan (bounded by :data:`LOCAL_SEARCH_NODES`).
-4. Under an engine rule the unconstrained plan is found too, and the plan says
+4. The optimum over every grouping the rule allows and every pipeline of the
+   groups (:mod:`stowplan.planner.tensor_exact`: exact on small fleets, a bound
+   beyond) certifies the plan, and replaces it when its pipeline is faster.
+5. Under an engine rule the unconstrained plan is found too, and the plan says
    how far the engine's layout is from it.
 """
 
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from stowplan.errors import DependencyError, Infeasible, InputError, PlanError
 from stowplan.model import NodeDescriptor, Strategy, gpu_group_id
@@ -68,15 +71,15 @@ INLINE_GROUPED_WORK = 60_000_000
 Runner = Callable[[Problem], Plan]
 
 
+@dataclass(frozen=True, slots=True)
 class EngineRule:
     """What layouts an engine runs: the degrees a stage may use, uniform or per node."""
 
-    def __init__(self, name: str, degrees: tuple[int, ...] | None, uniform: bool) -> None:
-        self.name = name
-        self.degrees = degrees
-        """Allowed degrees (None: every legal one)."""
-        self.uniform = uniform
-        """One degree for every stage of the plan."""
+    name: str
+    degrees: tuple[int, ...] | None
+    """Allowed degrees (None: every legal one)."""
+    uniform: bool
+    """One degree for every stage of the plan."""
 
     def allows(self, tp: int) -> bool:
         return self.degrees is None or tp in self.degrees
