@@ -64,7 +64,7 @@ Layout = Mapping[str, tuple[int, ...]]
 
 LOCAL_SEARCH_NODES = 16
 """Step 3 runs on fleets of up to this many multi-GPU nodes."""
-INLINE_GROUPED_WORK = 60_000_000
+INLINE_GROUPED_WORK = 200_000_000
 """Every plan is certified by the exact joint solve while its work (element operations,
 :func:`~stowplan.planner.tensor_exact.grouped_work`) stays within this; beyond, a bound."""
 
@@ -141,9 +141,24 @@ def _uniform(problem: Problem, tp: int) -> dict[str, tuple[int, ...]]:
 
 
 def _options(problem: Problem, rule: EngineRule, node: NodeDescriptor) -> list[tuple[int, ...]]:
-    """The uniform splits of ``node`` the rule and the model allow, whole node first."""
-    legal = [t for t in legal_tensor_parallel(problem.model, node.num_gpus) if rule.allows(t)]
-    return [_groups(problem, node, t) for t in sorted(legal, reverse=True)]
+    """The splits of ``node`` the rule and the model allow, largest groups first: groups of
+    one degree, and (without a uniform rule) the GPUs they leave over in the largest
+    smaller groups (3 GPUs of a model that takes 1, 2, 4: groups of 2 and 1)."""
+    legal = sorted(
+        (t for t in legal_tensor_parallel(problem.model, node.num_gpus) if rule.allows(t)),
+        reverse=True,
+    )
+    out = []
+    for t in legal:
+        sizes = list(_groups(problem, node, t))
+        left = node.num_gpus - sum(sizes)
+        if not rule.uniform and len(sizes) == node.num_gpus // t:
+            for smaller in legal:
+                while smaller < t and smaller <= left:
+                    sizes.append(smaller)
+                    left -= smaller
+        out.append(tuple(sizes))
+    return list(dict.fromkeys(out))
 
 
 def _value(plan: Plan, objective: str) -> float:
@@ -331,15 +346,22 @@ def plan_with_groups(problem: Problem, runner: Runner, objective: str, strategy:
     if all(n.num_gpus == 1 for n in problem.nodes):
         return runner(problem)
     rule = engine_rule(problem)
-    found, layout = _search(problem, runner, rule, objective)
-    if found is None or layout is None:
-        return runner(expand(problem, _uniform(problem, 1)) if rule.degrees == (1,) else problem)
-    vp, pipeline = _of_plan(problem, found)
+    found, _ = _search(problem, runner, rule, objective)
     value, exact, method, best = _joint_optimum(
         problem, rule, objective, strategy is Strategy.EXACT
     )
+    if found is None and (best is None or not best.stages):
+        raise Infeasible(
+            "no split of the nodes' GPUs into stages of tensor-parallel degrees the model "
+            f"allows ({rule.name} rule) fits the model within the stage limits"
+        )
     notes: list[str] = []
-    if best is not None and best.stages:
+    if found is None:
+        assert best is not None
+        vp, pipeline = _as_pipeline(problem, best.stages)
+    else:
+        vp, pipeline = _of_plan(problem, found)
+    if found is not None and best is not None and best.stages:
         bp, bpipe = _as_pipeline(problem, best.stages)
         mine, theirs = _seconds(vp, pipeline, objective), _seconds(bp, bpipe, objective)
         if theirs < mine * (1 - 1e-12):

@@ -91,9 +91,19 @@ def grouped_work(problem: Problem, allowed: Sequence[int] | None) -> int:
         (_signature(node), len(degrees(problem, node, allowed)), node.num_gpus)
         for node in problem.nodes
     }
-    cube = len(problem.nodes) >= 3  # interior nodes need whole matrices
+    nodes = len(problem.nodes)
+    runs = 1 + sum(node.num_gpus - 1 for node in problem.nodes)
+    passes = runs * (1 << nodes) * nodes  # rows carried through interior nodes
+    cube = _interior(problem) and runs * (1 << (nodes - 1)) > problem.model.num_blocks
     per_node = sum(2 * g * k * (n**3 if cube else 4 * n * n) for _, k, g in kinds)
-    return per_node + (1 << len(problem.nodes)) * len(problem.nodes) * n * n
+    per_pass = 1 if cube else 2 * max((g * k for _, k, g in kinds), default=1)
+    return per_node + passes * per_pass * n * n
+
+
+def _interior(problem: Problem) -> bool:
+    """Whether a pipeline of these nodes can have a node strictly inside it."""
+    n = len(problem.nodes)
+    return n >= 3 or (n == 2 and any(node.num_gpus > 1 for node in problem.nodes))
 
 
 def _signature(node: NodeDescriptor) -> tuple[object, ...]:
@@ -138,8 +148,63 @@ class _NodeSolver:
         self.gpus = gpus
         self.add = add
         self.np = _np()
+        self._memo: dict[tuple[int, bool, bool, str, float], Any] = {}
+
+    def apply_mid(self, row: Any) -> Any:
+        """``row ⊗ N_mid``: per end block j, the best over i of ``row[i]`` then an interior
+        sub-pipeline of [i, j) on this node (vector-matrix steps only)."""
+        np = self.np
+        vec = row[None, :]
+        p: list[Any] = [None] * (self.gpus + 1)
+        best = np.full(row.shape, np.inf)
+        for u in range(1, self.gpus + 1):
+            for t, v in self.kinds.items():
+                if t > u:
+                    continue
+                src = vec if t == u else p[u - t]
+                if src is None:
+                    continue
+                cand = self.combine(src, self._stage(v, False, False, "intra"))
+                p[u] = cand if p[u] is None else np.minimum(p[u], cand)
+        for t, v in self.kinds.items():
+            end = self._stage(v, False, False, "net")
+            best = np.minimum(best, self.combine(vec, end)[0])
+            for u in range(1, self.gpus - t + 1):
+                if p[u] is not None:
+                    best = np.minimum(best, self.combine(p[u], end)[0])
+        return best
+
+    def column_mid(self, j: int) -> Any:
+        """``N_mid[:, j]``: per start block, the best interior sub-pipeline ending at j."""
+        np = self.np
+        q: list[Any] = [None] * (self.gpus + 1)
+        for u in range(1, self.gpus + 1):
+            for t, v in self.kinds.items():
+                if t > u:
+                    continue
+                if t == u:
+                    cand = self._stage(v, False, False, "net")[:, j]
+                elif q[u - t] is not None:
+                    s = self._stage(v, False, False, "intra")
+                    with np.errstate(invalid="ignore"):
+                        both = (
+                            s + q[u - t][None, :] if self.add else np.maximum(s, q[u - t][None, :])
+                        )
+                    cand = both.min(axis=1)
+                else:
+                    continue
+                q[u] = cand if q[u] is None else np.minimum(q[u], cand)
+        got = [x for x in q if x is not None]
+        return np.minimum.reduce(got) if got else np.full(self.cm.num_blocks + 1, np.inf)
 
     def _stage(self, v: int, first: bool, last: bool, out: str, ret: float = 0.0) -> Any:
+        key = (v, first, last, out, ret)
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = self._stage_matrix(v, first, last, out, ret)
+        return got
+
+    def _stage_matrix(self, v: int, first: bool, last: bool, out: str, ret: float) -> Any:
         from stowplan.planner.exact import _stage_matrix
 
         cm = self.cm
@@ -217,11 +282,13 @@ class _NodeSolver:
                     best = self.np.minimum(best, self.combine(p[u], end))
         return best, p, fin
 
-    def suffixes(self, nb: int) -> list[Any]:
+    def suffixes(self, nb: int, wrap: bool = False) -> list[Any]:
         """``Q[u]``: per start block, the best chain of groups on u GPUs that ends the
         pipeline (its last group owns the head and sends the token back over the
-        network), the others passing on inside the node.  Vectors only: O(G · k · nb²)."""
+        network, or to a group of this node with ``wrap``), the others passing on inside
+        the node.  Vectors only: O(G · k · nb²)."""
         np, cm = self.np, self.cm
+        ret = cm.intra_latency_s if wrap else cm.latency_s
         q: list[Any] = [None] * (self.gpus + 1)
         for u in range(1, self.gpus + 1):
             best = None
@@ -229,7 +296,7 @@ class _NodeSolver:
                 if t > u:
                     continue
                 if t == u:
-                    cand = self._stage(v, False, True, "", cm.latency_s[v])[:, nb]
+                    cand = self._stage(v, False, True, "", ret[v])[:, nb]
                 elif q[u - t] is not None:
                     s = self._stage(v, False, False, "intra")
                     with np.errstate(invalid="ignore"):
@@ -248,12 +315,16 @@ class _NodeSolver:
         q = [x for x in self.suffixes(nb) if x is not None]
         return self.np.minimum.reduce(q) if q else self.np.full(nb + 1, self.np.inf)
 
-    def backtrack_last(self, i: int, nb: int, value: float) -> list[tuple[int, int, int]]:
-        """The groups (degree, lo, hi) of the best ending sub-pipeline from block ``i``."""
-        q = self.suffixes(nb)
+    def backtrack_last(
+        self, i: int, nb: int, value: float, budget: int | None = None, wrap: bool = False
+    ) -> list[tuple[int, int, int]]:
+        """The groups (degree, lo, hi) of the best ending sub-pipeline from block ``i`` on
+        at most ``budget`` GPUs."""
+        q = self.suffixes(nb, wrap)
         tol = 1e-12 * max(abs(value), 1e-300)
         np, cm = self.np, self.cm
-        for u in range(1, self.gpus + 1):
+        ret = cm.intra_latency_s if wrap else cm.latency_s
+        for u in range(1, (budget or self.gpus) + 1):
             if q[u] is None or abs(q[u][i] - value) > tol:
                 continue
             out: list[tuple[int, int, int]] = []
@@ -262,7 +333,7 @@ class _NodeSolver:
                     if t > u:
                         continue
                     if t == u:
-                        lone = self._stage(v, False, True, "", cm.latency_s[v])[i, nb]
+                        lone = self._stage(v, False, True, "", ret[v])[i, nb]
                         if abs(lone - value) <= tol:
                             return [*out, (t, i, nb)]
                         continue
@@ -279,19 +350,53 @@ class _NodeSolver:
                     raise AssertionError("no ending chain attains its value")
         raise AssertionError("no ending sub-pipeline attains the node's value")
 
+    def prefixes(self) -> list[Any]:
+        """``R[b]``: per end block, the best chain of groups on at most b GPUs that starts
+        the pipeline (its first group owns the embed) and passes on over the network."""
+        np = self.np
+        rows = slice(0, 1)
+        p = self.chains(True, rows)
+        fin = self.finals(True, False, False, rows)
+        exact: list[Any] = [None] * (self.gpus + 1)
+        for t, lone, end in fin:
+            cands = [(t, lone[0])]
+            cands += [
+                (u + t, self.combine(p[u], end)[0])
+                for u in range(1, self.gpus - t + 1)
+                if p[u] is not None
+            ]
+            for used, vec in cands:
+                exact[used] = vec if exact[used] is None else np.minimum(exact[used], vec)
+        out: list[Any] = [None] * (self.gpus + 1)
+        for b in range(1, self.gpus + 1):
+            got = [x for x in exact[1 : b + 1] if x is not None]
+            out[b] = np.minimum.reduce(got) if got else None
+        return out
+
     def backtrack(
-        self, first: bool, last: bool, alone: bool, i: int, j: int, value: float
+        self,
+        first: bool,
+        last: bool,
+        alone: bool,
+        i: int,
+        j: int,
+        value: float,
+        budget: int | None = None,
     ) -> list[tuple[int, int, int]]:
-        """The groups (degree, lo, hi) of the best sub-pipeline of [i, j)."""
+        """The groups (degree, lo, hi) of the best sub-pipeline of [i, j) on at most
+        ``budget`` GPUs (default: all of them)."""
         if last and not alone:
-            return self.backtrack_last(i, j, value)
+            return self.backtrack_last(i, j, value, budget)
+        most = self.gpus if budget is None else budget
         _, p, fin = self.node_matrix(first, last, alone)
         r = 0 if first else i
         tol = 1e-12 * max(abs(value), 1e-300)
         for t, lone, end in fin:
+            if t > most:
+                continue
             if abs(lone[r, j] - value) <= tol:
                 return [(t, i, j)]
-            for u in range(1, self.gpus - t + 1):
+            for u in range(1, most - t + 1):
                 if p[u] is None:
                     continue
                 vals = (p[u][r] + end[:, j]) if self.add else self.np.maximum(p[u][r], end[:, j])
@@ -341,8 +446,13 @@ def solve_grouped(
         _NodeSolver(groups, d, node.num_gpus, add) if groups.kinds[d] else None
         for d, node in enumerate(problem.nodes)
     ]
+    comb = np.add if add else np.maximum
+    runs = 1 + sum(node.num_gpus - 1 for node in problem.nodes)
+    whole_matrices = _interior(problem) and runs * (1 << (n - 1)) > nb
     cache: dict[tuple[object, ...], tuple[Any, Any, Any, float]] = {}
-    first, mid, last = [], [], []
+    first: list[Any] = []
+    mid: list[_Interior] = []
+    last: list[Any] = []
     best_val = math.inf
     best_alone: int | None = None
     best_chain: tuple[int, int] | None = None
@@ -350,45 +460,72 @@ def solve_grouped(
         solver = solvers[d]
         if solver is None:
             first.append(np.full(nb + 1, np.inf))
-            mid.append(np.full((nb + 1, nb + 1), np.inf))
+            mid.append(_Interior(None, None, nb, comb))
             last.append(np.full(nb + 1, np.inf))
             continue
         key = (_signature(node), tuple(solver.kinds))
         if key not in cache:
             f = solver.node_matrix(True, False, False)[0][0]
-            # Interior nodes exist from three nodes on; only they need whole matrices.
-            m = (
-                solver.node_matrix(False, False, False)[0]
-                if n >= 3
-                else np.full((nb + 1, nb + 1), np.inf)
-            )
+            # Only interior nodes need whole matrices, and only when many rows pass through
+            # them (otherwise each row is carried through the node vector by vector).
+            m = solver.node_matrix(False, False, False)[0] if whole_matrices else None
             la = solver.last_vector(nb)
             alone = float(solver.node_matrix(True, True, True)[0][0, nb])
             cache[key] = (f, m, la, alone)
         f, m, la, alone = cache[key]
         first.append(f)
-        mid.append(m)
+        interior = _interior(problem)
+        mid.append(_Interior(solver if interior else None, m if interior else None, nb, comb))
         last.append(la)
         if alone < best_val:
             best_val, best_alone = alone, d
-    comb = np.add if add else np.maximum
-    size = 1 << n
-    g = np.full((size, nb + 1), np.inf)
-    for d in range(n):
-        g[1 << d] = first[d]
-    for mask in range(1, size):
-        row = g[mask]
-        if not np.isfinite(row).any():
+    g, chain_val, best_chain = _chain_dp(first, mid, last, comb, nb, None)
+    if chain_val < best_val:
+        best_val = chain_val
+    else:
+        best_chain = None
+    # A node may hold both ends of the pipeline: its groups are then next to each other
+    # around the cycle (the last sends the token back inside the node).  One run per
+    # node and split of its GPUs between the two ends.
+    best_wrap: tuple[int, int, Any, int, int, Any, Any] | None = None
+    for w, solver in enumerate(solvers):
+        if solver is None or solver.gpus < 2 or n < 2:
             continue
-        for e in range(n):
-            if mask >> e & 1:
+        prefix = solver.prefixes()
+        ends = solver.suffixes(nb, wrap=True)
+        for u1 in range(1, solver.gpus):
+            head = prefix[u1]
+            tails = [x for x in ends[1 : solver.gpus - u1 + 1] if x is not None]
+            if head is None or not tails:
                 continue
-            v = float(comb(row, last[e]).min())
-            if v < best_val:
-                best_val, best_chain = v, (mask, e)
-            cand = comb(row[:, None], mid[e]).min(axis=0)
-            np.minimum(g[mask | 1 << e], cand, out=g[mask | 1 << e])
+            tail = np.minimum.reduce(tails)
+            firsts = [np.full(nb + 1, np.inf) for _ in range(n)]
+            firsts[w] = head
+            mids = [_Interior(None, None, nb, comb) if d == w else mid[d] for d in range(n)]
+            gw, val, end = _chain_dp(firsts, mids, None, comb, nb, (w, tail))
+            if val < best_val:
+                best_val, best_chain = val, None
+                assert end is not None
+                lasts = [tail if d == w else last[d] for d in range(n)]
+                best_wrap = (w, u1, gw, end[0], end[1], firsts, (mids, lasts))
     # Step 3: the nodes' ranges, then each node's groups.
+    stages: list[tuple[str, int, int, int]] = []
+    if best_wrap is not None:
+        w, u1, gw, mask, _, firsts, (mids, lasts) = best_wrap
+        parts = _backtrack_nodes(gw, mask, w, firsts, mids, lasts, comb, nb, best_val)
+        solver = solvers[w]
+        assert solver is not None
+        for d, is_first, is_last, _alone, i, j, val in parts:
+            sd = solvers[d]
+            assert sd is not None
+            if d == w and is_first:
+                groups_ = sd.backtrack(True, False, False, i, j, val, budget=u1)
+            elif d == w:
+                groups_ = sd.backtrack_last(i, nb, val, budget=sd.gpus - u1, wrap=True)
+            else:
+                groups_ = sd.backtrack(is_first, is_last, False, i, j, val)
+            stages += [(problem.nodes[d].id, t, lo, hi) for t, lo, hi in groups_]
+        return GroupedOptimum(value=best_val, stages=tuple(stages))
     if best_chain is not None:
         mask, e = best_chain
         parts = _backtrack_nodes(g, mask, e, first, mid, last, comb, nb, best_val)
@@ -396,13 +533,80 @@ def solve_grouped(
         parts = [(best_alone, True, True, True, 0, nb, best_val)]
     else:
         return None
-    stages: list[tuple[str, int, int, int]] = []
     for d, is_first, is_last, alone_, i, j, val in parts:
         solver = solvers[d]
         assert solver is not None
         for t, lo, hi in solver.backtrack(is_first, is_last, alone_, i, j, val):
             stages.append((problem.nodes[d].id, t, lo, hi))
     return GroupedOptimum(value=best_val, stages=tuple(stages))
+
+
+def _chain_dp(
+    first: Sequence[Any],
+    mid: Sequence[Any],
+    last: Sequence[Any] | None,
+    comb: Any,
+    nb: int,
+    wrap: tuple[int, Any] | None,
+) -> tuple[Any, float, tuple[int, int] | None]:
+    """Step 2: chain whole-node sub-pipelines over (set of nodes used, blocks placed).
+
+    Closes with another node's ``last`` vector, or with ``wrap = (w, tail)``: node w,
+    already first, takes the last blocks too (then at least one other node between).
+    Returns the table, the best value and where it closes (mask, closing node)."""
+    np = _np()
+    n = len(first)
+    size = 1 << n
+    g = np.full((size, nb + 1), np.inf)
+    for d in range(n):
+        g[1 << d] = first[d]
+    best, at = math.inf, None
+    for mask in range(1, size):
+        row = g[mask]
+        if not np.isfinite(row).any():
+            continue
+        if wrap is not None:
+            w, tail = wrap
+            if mask != 1 << w:
+                v = float(comb(row, tail).min())
+                if v < best:
+                    best, at = v, (mask, w)
+        for e in range(n):
+            if mask >> e & 1:
+                continue
+            if last is not None:
+                v = float(comb(row, last[e]).min())
+                if v < best:
+                    best, at = v, (mask, e)
+            if mid[e].empty:
+                continue
+            np.minimum(g[mask | 1 << e], mid[e].apply(row), out=g[mask | 1 << e])
+    return g, best, at
+
+
+class _Interior:
+    """A node as an interior part of the pipeline: ``row ⊗ N_mid`` and ``N_mid[:, j]``,
+    from its whole matrix when many rows will pass through it, else vector by vector."""
+
+    def __init__(self, solver: _NodeSolver | None, matrix: Any, nb: int, comb: Any) -> None:
+        self.solver = solver
+        self.matrix = matrix
+        self.nb = nb
+        self.comb = comb
+        self.empty = solver is None and matrix is None
+
+    def apply(self, row: Any) -> Any:
+        if self.matrix is not None:
+            return self.comb(row[:, None], self.matrix).min(axis=0)
+        assert self.solver is not None
+        return self.solver.apply_mid(row)
+
+    def column(self, j: int) -> Any:
+        if self.matrix is not None:
+            return self.matrix[:, j]
+        if self.solver is None:
+            return _np().full(self.nb + 1, _np().inf)
+        return self.solver.column_mid(j)
 
 
 def _backtrack_nodes(
@@ -421,11 +625,14 @@ def _backtrack_nodes(
         for d in range(len(first)):
             if not mask >> d & 1:
                 continue
+            if mid[d].empty:
+                continue
             prev = g[mask ^ (1 << d)]
-            vals = comb(prev, mid[d][:, j])
+            col = mid[d].column(j)
+            vals = comb(prev, col)
             k = int(np.argmin(vals))
             if np.isfinite(vals[k]) and vals[k] <= target * (1 + 1e-12):
-                out.append((d, False, False, False, k, j, float(mid[d][k, j])))
+                out.append((d, False, False, False, k, j, float(col[k])))
                 mask ^= 1 << d
                 j = k
                 target = float(prev[k])
