@@ -50,9 +50,17 @@ from stowplan.calibration.apply import (
     node_calibration,
 )
 from stowplan.calibration.profile import Calibration
+from stowplan.errors import InputError
 from stowplan.gpus import resolve_gpu
 from stowplan.interconnect import intra_link
-from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_id, usable_bytes
+from stowplan.model import (
+    Constraints,
+    ModelLayout,
+    NodeDescriptor,
+    gpu_group_id,
+    gpu_group_node,
+    usable_bytes,
+)
 from stowplan.plan import Plan, Prediction, StageAssignment
 
 __all__ = [
@@ -559,6 +567,25 @@ def predict(
         from stowplan.planner.experts import expert_prediction  # the expert term lives there
 
         return expert_prediction(model, nodes, constraints, plan, calibration=calibration)
-    cm = CostModel(model, nodes, constraints, calibration)
+    by_id = {n.id: n for n in nodes}
+    if any(_on_part_of_node(a, by_id) for a in plan.assignments):
+        # Stages on GPU groups: each group is a planning node of its own.
+        units = [
+            gpu_group_node(by_id[a.node_id], a.gpu_indices[0], a.tensor_parallel)
+            if _on_part_of_node(a, by_id)
+            else by_id[a.node_id]
+            for a in plan.assignments
+        ]
+        parents = [a.node_id for a in plan.assignments]
+        cm = CostModel(model, units, constraints, calibration, parents=parents)
+    else:
+        cm = CostModel(model, nodes, constraints, calibration)
     order, bounds = cm.plan_order_bounds(plan)
     return cm.prediction(order, bounds)
+
+
+def _on_part_of_node(a: StageAssignment, by_id: dict[str, NodeDescriptor]) -> bool:
+    node = by_id.get(a.node_id)
+    if node is None:
+        raise InputError("plan.assignments[].node_id", a.node_id, "is not one of the nodes given")
+    return bool(a.gpu_indices) and a.tensor_parallel < node.num_gpus

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from stowplan.checks import check_choice, check_int, check_number
@@ -31,6 +32,7 @@ __all__ = [
     "Strategy",
     "check_unique_ids",
     "gpu_group_id",
+    "gpu_group_node",
 ]
 
 DEFAULT_HEADROOM_FRAC = 0.2
@@ -302,6 +304,25 @@ def gpu_group_id(node_id: str, start: int, size: int) -> str:
     (``n1/gpu4`` for one GPU)."""
     last = start + size - 1
     return f"{node_id}/gpu{start}" if size == 1 else f"{node_id}/gpu{start}-{last}"
+
+
+@lru_cache(maxsize=16384)
+def gpu_group_node(node: NodeDescriptor, start: int, size: int) -> NodeDescriptor:
+    """GPUs ``[start, start + size)`` of ``node`` as a planning node of their own: their
+    share of its VRAM, bandwidth and FLOPs, ``num_gpus = size``, id
+    :func:`gpu_group_id` (the node itself when ``size`` is all its GPUs)."""
+    if size == node.num_gpus:
+        return node
+    g = node.num_gpus
+    bw = node.mem_bandwidth_gbps
+    return replace(
+        node,
+        id=gpu_group_id(node.id, start, size),
+        num_gpus=size,
+        vram_bytes=node.vram_bytes * size // g,
+        flops_estimate=node.flops_estimate * size / g,
+        mem_bandwidth_gbps=None if bw is None else bw * size / g,
+    )
 
 
 def check_unique_ids(nodes: Sequence[NodeDescriptor]) -> None:

@@ -15,7 +15,7 @@ from stowplan.plan import Plan
 from stowplan.planner.certify import finish, key_of, objective_of, pick_best
 from stowplan.planner.common import Problem, prepare
 from stowplan.planner.latency import latency_pipeline
-from stowplan.planner.tensor import plan_with_groups
+from stowplan.planner.tensor import plan_with_groups, with_fixed_degree
 from stowplan.planner.throughput import Pipeline, throughput_search
 from stowplan.planner.vram import plan_balance_by_vram
 
@@ -23,6 +23,7 @@ __all__ = ["plan"]
 
 
 def _balance_by_vram(problem: Problem) -> Plan:
+    problem = with_fixed_degree(problem)
     base = plan_balance_by_vram(problem)
     cm = problem.cost_model()
     order, bounds = cm.plan_order_bounds(base)

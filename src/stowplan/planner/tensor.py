@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from stowplan.errors import DependencyError, Infeasible, InputError, PlanError
-from stowplan.model import NodeDescriptor, Strategy, gpu_group_id
+from stowplan.model import NodeDescriptor, Strategy, gpu_group_id, gpu_group_node
 from stowplan.parallel_rules import legal_tensor_parallel, tensor_parallel_violation
 from stowplan.plan import Plan
 from stowplan.planner.certify import finish
@@ -42,9 +42,9 @@ from stowplan.planner.tensor_exact import (
     GROUPED_NODE_LIMIT,
     GroupedOptimum,
     degrees,
-    group_node,
     grouped_bound,
     grouped_work,
+    node_signature,
     solve_grouped,
 )
 from stowplan.planner.throughput import Pipeline
@@ -57,13 +57,17 @@ __all__ = [
     "engine_rule",
     "expand",
     "plan_with_groups",
+    "with_fixed_degree",
 ]
 
 Layout = Mapping[str, tuple[int, ...]]
 """Per physical node id, the sizes of its GPU groups (their sum at most its GPUs)."""
 
 LOCAL_SEARCH_NODES = 16
-"""Step 3 runs on fleets of up to this many multi-GPU nodes."""
+"""Step 3 runs on fleets of up to this many multi-GPU nodes (when the joint solve of
+step 4 is not exact on them)."""
+LOCAL_SEARCH_TRIALS = 24
+"""Most plans step 3 tries."""
 INLINE_GROUPED_WORK = 200_000_000
 """Every plan is certified by the exact joint solve while its work (element operations,
 :func:`~stowplan.planner.tensor_exact.grouped_work`) stays within this; beyond, a bound."""
@@ -116,7 +120,7 @@ def expand(problem: Problem, layout: Layout) -> Problem:
         for size in sorted(sizes, reverse=True):
             whole = size == node.num_gpus
             gid = node.id if whole else gpu_group_id(node.id, start, size)
-            nodes.append(node if whole else group_node(node, gid, size))
+            nodes.append(gpu_group_node(node, start, size))
             if node.num_gpus > 1:
                 groups[gid] = GpuGroup(
                     node_id=node.id,
@@ -178,7 +182,7 @@ def _try(problem: Problem, runner: Runner, layout: Layout) -> Plan | None:
 
 
 def _search(
-    problem: Problem, runner: Runner, rule: EngineRule, objective: str
+    problem: Problem, runner: Runner, rule: EngineRule, objective: str, local: bool = True
 ) -> tuple[Plan | None, Layout | None]:
     multi = [n for n in problem.nodes if n.num_gpus > 1]
     degrees = sorted(
@@ -198,7 +202,7 @@ def _search(
         got = _try(problem, runner, layout)
         if got is not None and (best is None or _value(got, objective) < best[0]):
             best = (_value(got, objective), got, layout)
-    if best is not None and not rule.uniform and len(multi) <= LOCAL_SEARCH_NODES:
+    if best is not None and local and not rule.uniform and len(multi) <= LOCAL_SEARCH_NODES:
         best = _improve(problem, runner, rule, objective, best, multi, seen)
     return (None, None) if best is None else (best[1], best[2])
 
@@ -212,17 +216,27 @@ def _improve(
     multi: Sequence[NodeDescriptor],
     seen: set[tuple[tuple[str, tuple[int, ...]], ...]],
 ) -> tuple[float, Plan, Layout]:
-    """Change one node's split at a time while that lowers the objective."""
+    """Change one node's split at a time while that lowers the objective (at most
+    :data:`LOCAL_SEARCH_TRIALS` plans; nodes alike are tried once per round)."""
+    trials = 0
     improved = True
     while improved:
         improved = False
+        kinds: set[tuple[object, ...]] = set()
         for node in multi:
+            kind = (node_signature(node), best[2].get(node.id))
+            if kind in kinds:
+                continue
+            kinds.add(kind)
             for option in _options(problem, rule, node):
                 layout = {**best[2], node.id: option}
                 key = tuple(sorted(layout.items()))
                 if key in seen:
                     continue
                 seen.add(key)
+                trials += 1
+                if trials > LOCAL_SEARCH_TRIALS:
+                    return best
                 got = _try(problem, runner, layout)
                 if got is not None and _value(got, objective) < best[0] * (1 - 1e-9):
                     best = (_value(got, objective), got, layout)
@@ -257,11 +271,8 @@ def _joint_optimum(
 ) -> tuple[float, bool, str, GroupedOptimum | None]:
     """The optimum over every grouping the rule allows (exact on small fleets), or a bound:
     (seconds, exact?, method, its pipeline)."""
-    c = problem.constraints
     sets = _exact_allowed(rule, problem)
-    small = len(problem.nodes) <= GROUPED_NODE_LIMIT and (c.min_stages or 1) <= 1
-    work = sum(grouped_work(problem, a) for a in sets)
-    if small and c.max_stages is None and (exact_strategy or work <= INLINE_GROUPED_WORK):
+    if _joint_runs(problem, rule, exact_strategy):
         try:
             found = [solve_grouped(problem, objective, a) for a in sets]
         except DependencyError:
@@ -270,17 +281,53 @@ def _joint_optimum(
             got = [f for f in found if f is not None]
             best = min(got, key=lambda f: f.value) if got else None
             value = best.value if best is not None else math.inf
-            method = (
-                f"joint dynamic programme over GPU groups and pipelines of {len(problem.nodes)} "
-                "nodes (a node's stages adjacent)"
-            )
-            return value, True, method, best
+            if _adjacency_loses_nothing(problem):
+                method = (
+                    "joint dynamic programme over GPU groups and pipelines of "
+                    f"{len(problem.nodes)} nodes"
+                )
+                return value, True, method, best
+            # Blocks differ or a GPU link is dearer than the network: a pipeline that
+            # interleaves nodes may be better, so the solve's value is no bound.
+            bound = min(grouped_bound(problem, objective, a) for a in sets)
+            method = "bound: fractional relaxation, every node at full bandwidth, no all-reduce"
+            return min(bound, value), False, method, best
     bound = min(grouped_bound(problem, objective, a) for a in sets)
     return (
         bound,
         False,
         "bound: fractional relaxation, every node at full bandwidth, no all-reduce",
         None,
+    )
+
+
+def _joint_runs(problem: Problem, rule: EngineRule, exact_strategy: bool) -> bool:
+    """Whether step 4 solves exactly (small fleet, free stage count, affordable work)."""
+    c = problem.constraints
+    if len(problem.nodes) > GROUPED_NODE_LIMIT or (c.min_stages or 1) > 1:
+        return False
+    if c.max_stages is not None:
+        return False
+    work = sum(grouped_work(problem, a) for a in _exact_allowed(rule, problem))
+    return exact_strategy or work <= INLINE_GROUPED_WORK
+
+
+def _adjacency_loses_nothing(problem: Problem) -> bool:
+    """Whether some optimal pipeline keeps each node's stages together around the cycle.
+
+    With blocks alike a stage's time and memory depend on its block count and role only,
+    so the stages between the first and the last can be reordered node by node; each
+    node then sends over the network once, which costs no more than before whenever its
+    GPU link is no dearer than its network link (transfer and hop).
+    """
+    cm = problem.cost_model()
+    if not cm.uniform:
+        return False
+    return all(
+        ix <= x and il <= lat
+        for ix, x, il, lat in zip(
+            cm.intra_xfer_s, cm.xfer_s, cm.intra_latency_s, cm.latency_s, strict=True
+        )
     )
 
 
@@ -333,6 +380,16 @@ def _check_degree(problem: Problem) -> None:
         )
 
 
+def with_fixed_degree(problem: Problem) -> Problem:
+    """``problem`` with its nodes split into groups of ``constraints.tensor_parallel`` GPUs
+    (unchanged without one): for strategies that plan the nodes as given."""
+    _check_degree(problem)
+    tp = problem.constraints.tensor_parallel
+    if tp is None or all(n.num_gpus == 1 for n in problem.nodes):
+        return problem
+    return expand(problem, _uniform(problem, tp))
+
+
 def plan_with_groups(problem: Problem, runner: Runner, objective: str, strategy: Strategy) -> Plan:
     """``runner``'s plan over the best GPU grouping of ``problem``'s multi-GPU nodes.
 
@@ -346,10 +403,11 @@ def plan_with_groups(problem: Problem, runner: Runner, objective: str, strategy:
     if all(n.num_gpus == 1 for n in problem.nodes):
         return runner(problem)
     rule = engine_rule(problem)
-    found, _ = _search(problem, runner, rule, objective)
-    value, exact, method, best = _joint_optimum(
-        problem, rule, objective, strategy is Strategy.EXACT
+    exact_strategy = strategy is Strategy.EXACT
+    found, _ = _search(
+        problem, runner, rule, objective, local=not _joint_runs(problem, rule, exact_strategy)
     )
+    value, exact, method, best = _joint_optimum(problem, rule, objective, exact_strategy)
     if found is None and (best is None or not best.stages):
         raise Infeasible(
             "no split of the nodes' GPUs into stages of tensor-parallel degrees the model "

@@ -29,15 +29,21 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from stowplan.cost import CostModel
-from stowplan.model import NodeDescriptor, gpu_group_id
+from stowplan.model import NodeDescriptor, gpu_group_node
 from stowplan.parallel_rules import legal_tensor_parallel
 from stowplan.planner.common import Problem
 
-__all__ = ["GROUPED_NODE_LIMIT", "GroupedOptimum", "grouped_bound", "grouped_work", "solve_grouped"]
+__all__ = [
+    "GROUPED_NODE_LIMIT",
+    "GroupedOptimum",
+    "grouped_bound",
+    "grouped_work",
+    "node_signature",
+    "solve_grouped",
+]
 
 GROUPED_NODE_LIMIT = 8
 """Largest fleet (in nodes) the exact grouped solve takes."""
@@ -65,30 +71,11 @@ def degrees(problem: Problem, node: NodeDescriptor, allowed: Sequence[int] | Non
     return [t for t in legal if allowed is None or t in allowed]
 
 
-@lru_cache(maxsize=16384)
-def group_node(node: NodeDescriptor, new_id: str, size: int) -> NodeDescriptor:
-    """``size`` of ``node``'s GPUs as a node of their own (their share of its figures)."""
-    from dataclasses import replace
-
-    if size == node.num_gpus:
-        return node if new_id == node.id else replace(node, id=new_id)
-    g = node.num_gpus
-    bw = node.mem_bandwidth_gbps
-    return replace(
-        node,
-        id=new_id,
-        num_gpus=size,
-        vram_bytes=node.vram_bytes * size // g,
-        flops_estimate=node.flops_estimate * size / g,
-        mem_bandwidth_gbps=None if bw is None else bw * size / g,
-    )
-
-
 def grouped_work(problem: Problem, allowed: Sequence[int] | None) -> int:
     """Element operations the exact solve needs (to decide whether to run it inline)."""
     n = problem.model.num_blocks + 1
     kinds = {
-        (_signature(node), len(degrees(problem, node, allowed)), node.num_gpus)
+        (node_signature(node), len(degrees(problem, node, allowed)), node.num_gpus)
         for node in problem.nodes
     }
     nodes = len(problem.nodes)
@@ -106,7 +93,7 @@ def _interior(problem: Problem) -> bool:
     return n >= 3 or (n == 2 and any(node.num_gpus > 1 for node in problem.nodes))
 
 
-def _signature(node: NodeDescriptor) -> tuple[object, ...]:
+def node_signature(node: NodeDescriptor) -> tuple[object, ...]:
     return (
         node.gpu_name,
         node.vram_bytes,
@@ -131,9 +118,8 @@ class _Groups:
         for node in problem.nodes:
             kinds: dict[int, int] = {}
             for t in degrees(problem, node, allowed):
-                gid = node.id if t == node.num_gpus else gpu_group_id(node.id, 0, t)
                 kinds[t] = len(vnodes)
-                vnodes.append(group_node(node, gid, t))
+                vnodes.append(gpu_group_node(node, 0, t))
                 parents.append(node.id)
             self.kinds.append(kinds)
         self.cm = CostModel(problem.model, vnodes, problem.constraints, parents=parents)
@@ -463,7 +449,7 @@ def solve_grouped(
             mid.append(_Interior(None, None, nb, comb))
             last.append(np.full(nb + 1, np.inf))
             continue
-        key = (_signature(node), tuple(solver.kinds))
+        key = (node_signature(node), tuple(solver.kinds))
         if key not in cache:
             f = solver.node_matrix(True, False, False)[0][0]
             # Only interior nodes need whole matrices, and only when many rows pass through
