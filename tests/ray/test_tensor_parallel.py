@@ -129,8 +129,9 @@ def test_nodes_report_four_gpus_and_the_probed_nvlink(cluster: dict[str, str]) -
 
 
 def test_two_tp2_stages_share_a_node_on_disjoint_gpus(cluster: dict[str, str]) -> None:
-    import ray
     from ray.util.placement_group import placement_group_table
+
+    import ray
 
     a, b = cluster["a"], cluster["b"]
     plan = tp_plan(LAYOUT, [(a, (2, 3)), (a, (0, 1)), (b, (0, 1))])
