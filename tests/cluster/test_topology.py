@@ -130,3 +130,20 @@ def test_live_topology_skips_dead_nodes_and_defaults_to_unknown() -> None:
         {"NodeID": "n3", "Alive": False, "Resources": {"nvlink_domain_x_1": 1.0}},
     ]
     assert topology_from_nodes(nodes) == {"n1": ("x_1", 3), "n2": (UNKNOWN_DOMAIN, None)}
+
+
+def test_a_topo_rank_label_serves_when_the_resource_is_absent() -> None:
+    nodes = [
+        {
+            "NodeID": "n1",
+            "Alive": True,
+            "Resources": {"topo_rank": 3.0},
+            "Labels": {"topo_rank": "9"},
+        },
+        {"NodeID": "n2", "Alive": True, "Resources": {}, "Labels": {"topo_rank": "7"}},
+    ]
+    assert topology_from_nodes(nodes) == {"n1": (UNKNOWN_DOMAIN, 3), "n2": (UNKNOWN_DOMAIN, 7)}
+    bad = [{"NodeID": "n3", "Alive": True, "Resources": {}, "Labels": {"topo_rank": "-1"}}]
+    with pytest.raises(InputError) as info:
+        topology_from_nodes(bad)
+    assert str(info.value) == "node n3.labels.topo_rank='-1': must be an integer in [0, 2**53]"

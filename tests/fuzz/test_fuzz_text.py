@@ -14,6 +14,7 @@ from stowplan.host.nvidia_smi import (
     parse_query_xml,
     parse_summary_table,
 )
+from stowplan.host.nvidia_topo import parse_topo_matrix, probed_intra_link
 from stowplan.host.rocm_smi import parse_rocm_smi
 from stowplan.limits import MAX_BYTE_COUNT, MAX_RATE
 from stowplan.units import format_bytes, parse_bytes, parse_link_mbps, parse_tokens_per_s
@@ -28,6 +29,7 @@ SMI_TEXTS = [
     (SMI / "issue_excerpts" / "gb200_fabric_q_snippets.txt").read_text(),
 ]
 ROCM = (SMI / "thamada_nvsim" / "MI300X_x4_smi.txt").read_text()
+TOPO_TEXTS = [p.read_text() for p in sorted((SMI / "topo").iterdir())]
 BENCH_TEXTS = [
     p.read_text()
     for p in sorted((FIXTURES / "llama-bench").iterdir())
@@ -89,6 +91,16 @@ def test_nvidia_smi_parsers_give_a_report_or_an_input_error(text: str) -> None:
         report = typed(parse, text)
         for gpu in report.gpus if report is not None else ():
             assert gpu.memory_total_bytes is None or gpu.memory_total_bytes >= 0
+
+
+@fuzz
+@given(st.one_of(st.text(max_size=300), st.sampled_from(TOPO_TEXTS).flatmap(mutated_text)))
+@example("\tGPU0\tGPU1\nGPU0\t X \tNV99999999999999999999\nGPU1\tNV1\t X \n")
+def test_topo_matrix_gives_links_or_an_input_error(text: str) -> None:
+    topology = typed(parse_topo_matrix, text)
+    if topology is not None:
+        link = probed_intra_link(topology)
+        assert link is None or (link.gbps > 0 and link.latency_us > 0)
 
 
 @fuzz

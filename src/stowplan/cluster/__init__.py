@@ -16,6 +16,7 @@ from stowplan.cluster.fleet import FleetRole, FleetSpec, PlacementStrategy, get_
 from stowplan.cluster.groups import create_placement_group, live_groups, remove_groups
 from stowplan.cluster.head import LocalHead, stop_local_head
 from stowplan.cluster.parallelism import ParallelismCheck, ParallelismSpec, validate_parallelism
+from stowplan.cluster.ranks import BundlePlace, rank_order
 from stowplan.cluster.topology import (
     UNKNOWN_DOMAIN,
     NodeResources,
@@ -23,10 +24,11 @@ from stowplan.cluster.topology import (
     get_ray_cluster_topology,
     select_segment_nodes,
 )
-from stowplan.cluster.virtual_cluster import RayVirtualCluster, build_cluster
+from stowplan.cluster.virtual_cluster import RayVirtualCluster, build_cluster, bundle_places
 
 __all__ = [
     "UNKNOWN_DOMAIN",
+    "BundlePlace",
     "FleetRole",
     "FleetSpec",
     "InitMode",
@@ -43,12 +45,14 @@ __all__ = [
     "RayVirtualCluster",
     "SegmentSelection",
     "build_cluster",
+    "bundle_places",
     "create_placement_group",
     "device_tag",
     "get_fleet_role",
     "get_ray_cluster_topology",
     "init_ray",
     "live_groups",
+    "rank_order",
     "remove_groups",
     "select_segment_nodes",
     "stop_local_head",

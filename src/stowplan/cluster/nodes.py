@@ -12,6 +12,12 @@ otherwise nothing.  The descriptor then takes, in order of precedence,
   :func:`stowplan.host.node_from_passport` turns it into figures) when one is
   there, else the labels ``link_mbps`` and ``mem_bandwidth_gbps``;
 * ``flops_estimate``: the label ``flops_tflops``;
+* ``intra_link_gbps`` / ``intra_link_latency_us`` (nodes of two or more GPUs):
+  the node's ``nvidia-smi topo -m`` read on the node itself
+  (:func:`stowplan.host.discover.probe_gpu_links`: the weakest GPU pair), else
+  the passport's probe of the same; recorded in the ``measured`` label
+  (``intra_link``) and the ``intra_link`` label (how it was read).  A matrix
+  listing another number of GPUs than the node has is not used;
 
   a figure given by neither is 0 (the label ``assumed`` lists which).
 
@@ -63,12 +69,18 @@ class GpuReport:
     """The fastest network link of the node's passport, Mbit/s (None: no passport)."""
     passport_bandwidth_gbps: float | None = None
     """The measured memory bandwidth of the passport's best circuit, GB/s."""
+    intra_link_gbps: float | None = None
+    """GB/s per direction of the node's weakest GPU pair, probed (None: not probed)."""
+    intra_link_latency_us: float | None = None
+    intra_link_source: str = ""
+    """How the link was read (``nvidia-smi topo -m: weakest pair …``)."""
+    intra_link_gpus: int = 0
+    """GPUs in the matrix that was read (0: none read, or read by the passport's probe)."""
 
 
-def passport_figures(path: str | None) -> tuple[float | None, float | None]:
-    """``(link_mbps, mem_bandwidth_gbps)`` of the passport at ``path`` (default: this host's
-    cache), or ``(None, None)`` when there is none, it is unreadable, or the default one
-    names another host."""
+def _passport_node(path: str | None) -> NodeDescriptor | None:
+    """The passport at ``path`` (default: this host's cache) as a node, or None when there
+    is none, it is unreadable, or the default one names another host."""
     import socket
 
     from stowplan.host.node import node_from_passport
@@ -76,12 +88,21 @@ def passport_figures(path: str | None) -> tuple[float | None, float | None]:
 
     passport = load_passport(path)
     if passport is None:
-        return None, None
+        return None
     if path is None and passport.topology.hostname != socket.gethostname():
-        return None, None
+        return None
     try:
-        node = node_from_passport(passport)
+        return node_from_passport(passport)
     except StowplanError:
+        return None
+
+
+def passport_figures(path: str | None) -> tuple[float | None, float | None]:
+    """``(link_mbps, mem_bandwidth_gbps)`` of the passport at ``path`` (default: this host's
+    cache), or ``(None, None)`` when there is none, it is unreadable, or the default one
+    names another host."""
+    node = _passport_node(path)
+    if node is None:
         return None, None
     link = node.link_mbps if node.link_mbps > 0 else None
     return link, node.mem_bandwidth_gbps
@@ -109,17 +130,37 @@ def _probe_nvml() -> tuple[tuple[str, ...], tuple[int, ...]]:
         pynvml.nvmlShutdown()
 
 
-def _probe_task(passport_path: str | None) -> GpuReport:
+def _probe_task(passport_path: str | None, gpu_name: str) -> GpuReport:
     import ray
+    from stowplan.host.discover import probe_gpu_links
 
     names, memory = _probe_nvml()
-    link, bandwidth = passport_figures(passport_path)
+    passport = _passport_node(passport_path)
+    probed = probe_gpu_links(names[0] if names else gpu_name)
+    intra: dict[str, Any] = {}
+    if probed is not None:
+        count, found = probed
+        intra = {
+            "intra_link_gbps": found.gbps,
+            "intra_link_latency_us": found.latency_us,
+            "intra_link_source": found.source,
+            "intra_link_gpus": count,
+        }
+    elif passport is not None and passport.intra_link_gbps is not None:
+        intra = {
+            "intra_link_gbps": passport.intra_link_gbps,
+            "intra_link_latency_us": passport.intra_link_latency_us,
+            "intra_link_source": "passport: " + dict(passport.labels).get("intra_link", "probed"),
+        }
     return GpuReport(
         node_id=ray.get_runtime_context().get_node_id(),
         gpu_names=names,
         gpu_memory_bytes=memory,
-        passport_link_mbps=link,
-        passport_bandwidth_gbps=bandwidth,
+        passport_link_mbps=None
+        if passport is None or passport.link_mbps <= 0
+        else passport.link_mbps,
+        passport_bandwidth_gbps=None if passport is None else passport.mem_bandwidth_gbps,
+        **intra,
     )
 
 
@@ -143,13 +184,14 @@ def describe(
 ) -> NodeDescriptor:
     """One node's descriptor from its labels, its Ray resources and its probe report."""
     provenance = [("source", "ray")]
+    measured: list[str] = []
     assumed = []
     ray_gpus = ray_gpu_count(resources)
     if report.gpu_names:
         gpu_name = report.gpu_names[0]
         vram = sum(report.gpu_memory_bytes)
         num_gpus = len(report.gpu_names)
-        provenance.append(("measured", "nvml"))
+        measured.append("nvml")
     else:
         gpu_name = labels.get("gpu_name", "")
         raw = labels.get("vram_bytes")
@@ -166,8 +208,17 @@ def describe(
         # The passport measured one circuit (one GPU); the descriptor holds the node's total.
         bandwidth = report.passport_bandwidth_gbps * num_gpus
         from_passport.append("mem_bandwidth_gbps")
+    intra_gbps, intra_us = report.intra_link_gbps, report.intra_link_latency_us
+    if intra_gbps is not None and report.intra_link_gpus not in (0, max(1, num_gpus)):
+        intra_gbps = intra_us = None  # the matrix of another set of GPUs (MIG, masked devices)
+    if intra_gbps is not None:
+        measured.append("intra_link")
+    if measured:
+        provenance.append(("measured", ",".join(measured)))
     if from_passport:
         provenance.append(("passport", ",".join(from_passport)))
+    if intra_gbps is not None:
+        provenance.append(("intra_link", report.intra_link_source))
     for key, value in (("flops_tflops", flops), ("link_mbps", link)):
         if value is None:
             assumed.append(key)
@@ -183,6 +234,8 @@ def describe(
         mem_bandwidth_gbps=bandwidth if bandwidth else None,
         num_gpus=max(1, num_gpus),
         labels=tuple(provenance),
+        intra_link_gbps=intra_gbps,
+        intra_link_latency_us=intra_us,
     )
 
 
@@ -210,7 +263,7 @@ def ray_node_descriptors(
     refs = {
         str(n["NodeID"]): probe.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(str(n["NodeID"]), soft=False)
-        ).remote(passport_path)
+        ).remote(passport_path, str(n.get("Labels", {}).get("gpu_name", "")))
         for n in nodes
     }
     out = []

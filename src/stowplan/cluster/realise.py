@@ -3,15 +3,19 @@
 :func:`realise` turns a :class:`~stowplan.plan.Plan` into running stage
 actors, in four steps:
 
-1. pre-check: every node the plan names is alive and offers the stage's
-   bundle (``CPU: 1`` plus all its GPUs) in total;
-2. one ``STRICT_PACK`` placement group per stage, its bundle pinned to the
-   plan's node by the ``ray.io/node-id`` label selector, made by
+1. pre-check: every node the plan names is alive, has the GPUs its stages
+   name, and holds the bundles of all its stages (``CPU: 1`` plus the stage's
+   ``tp`` GPUs each, :mod:`stowplan.cluster.stage_gpus`) in total;
+2. one ``STRICT_PACK`` placement group per stage, its one bundle pinned to the
+   plan's node by the ``ray.io/node-id`` label selector (several stages on one
+   node: several bundles there), made by
    :func:`stowplan.cluster.groups.create_placement_group` (pre-check, bounded
    wait, fail-fast when infeasible), all within one deadline;
-3. one actor per stage inside its group, ``PLAN_JSON``/``STAGE``/… in its
-   runtime env (the worker contract, :func:`stowplan.worker.stage_env`), no
-   restarts; each must answer within the same deadline;
+3. one actor per stage inside its group, holding the bundle's GPUs,
+   ``PLAN_JSON``/``STAGE``/… in its runtime env (the worker contract,
+   :func:`stowplan.worker.stage_env`) with ``PLAN_TP_SIZE`` and
+   ``CUDA_VISIBLE_DEVICES`` (:func:`stowplan.cluster.stage_gpus.stage_device_env`),
+   no restarts; each must answer within the same deadline;
 4. on any failure every actor is killed and every group removed before the
    error is raised: nothing is left behind.
 
@@ -35,11 +39,13 @@ from stowplan.checks import check_int
 from stowplan.cluster._ray import require_ray
 from stowplan.cluster.errors import PlacementError
 from stowplan.cluster.groups import create_placement_group, remove_groups
-from stowplan.cluster.nodes import NODE_ID_LABEL, alive_nodes, ray_gpu_count
+from stowplan.cluster.nodes import NODE_ID_LABEL, alive_nodes
+from stowplan.cluster.stage_gpus import gpu_shortfalls, stage_bundle, stage_device_env, stage_gpus
 from stowplan.errors import InputError, PlanError, StowplanError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
-from stowplan.plan import Plan, plan_to_json
+from stowplan.plan import Plan, StageAssignment, plan_to_json
 from stowplan.planner import plan as make_plan
+from stowplan.wording import plural
 from stowplan.worker import stage_env
 
 __all__ = [
@@ -53,7 +59,6 @@ __all__ = [
     "realise",
     "realise_with_replan",
     "stage_actor_env",
-    "stage_bundle",
 ]
 
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -63,11 +68,16 @@ WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 def stage_actor_env(plan: Plan, extra_env: Mapping[str, str] | None = None) -> list[dict[str, str]]:
     """The exact env each stage actor of ``plan`` receives, in stage order.
 
-    :data:`WORKER_ENV`, then ``extra_env``, then the worker-contract variables
+    :data:`WORKER_ENV`, then ``extra_env``, then the stage's GPUs
+    (:func:`~stowplan.cluster.stage_gpus.stage_device_env`: ``PLAN_TP_SIZE``,
+    ``CUDA_VISIBLE_DEVICES``), then the worker-contract variables
     (:func:`stowplan.worker.stage_env`), later ones winning.  :func:`realise`
     starts the actors with it and ``stowplan launch --plan-debug`` prints it.
     """
-    return [{**WORKER_ENV, **(extra_env or {}), **env} for env in stage_env(plan)]
+    return [
+        {**WORKER_ENV, **(extra_env or {}), **stage_device_env(a), **env}
+        for a, env in zip(plan.assignments, stage_env(plan), strict=True)
+    ]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -142,19 +152,6 @@ class Attempt:
     failures: tuple[StageFailure, ...]
 
 
-def stage_bundle(node: NodeDescriptor | None, resources: Mapping[str, float]) -> dict[str, float]:
-    """The bundle a stage asks of its node: one CPU and every GPU Ray sees there."""
-    gpus = ray_gpu_count(resources)
-    if node is not None:
-        labels = dict(node.labels)
-        if "ray_gpus" in labels:
-            gpus = int(labels["ray_gpus"])
-    bundle = {"CPU": 1.0}
-    if gpus > 0:
-        bundle["GPU"] = float(gpus)
-    return bundle
-
-
 def _cleanup(actors: Sequence[Any], groups: Sequence[Any]) -> None:
     ray = require_ray()
     for actor in actors:
@@ -167,31 +164,40 @@ def _plan_tag(plan: Plan) -> str:
     return hashlib.sha256(plan_to_json(plan, indent=None).encode()).hexdigest()[:10]
 
 
-def _precheck(
-    plan: Plan, nodes: Mapping[str, NodeDescriptor]
-) -> tuple[list[dict[str, float]], list[StageFailure]]:
+def _free_gpus() -> dict[str, float]:
+    """Node id → GPUs not held now (empty when Ray's state API cannot say)."""
+    try:
+        from ray._private.state import available_resources_per_node
+
+        per_node: dict[str, dict[str, float]] = available_resources_per_node()  # type: ignore[no-untyped-call]
+    except Exception:  # a private API: without it, reasons omit the free count
+        return {}
+    return {str(k): float(v.get("GPU", 0.0)) for k, v in per_node.items()}
+
+
+def _with_gpus(a: StageAssignment, reason: str, resources: Mapping[str, float]) -> str:
+    """``reason``, then the GPUs the stage needs and the node's free ones."""
+    need = plural(len(stage_gpus(a)), "GPU")
+    free = _free_gpus().get(a.node_id)
+    have = float(resources.get("GPU", 0.0))
+    tail = "" if free is None else f" ({free:g} of {have:g} free now)"
+    return f"{reason}; the stage needs {need} of the node{tail}"
+
+
+def _precheck(plan: Plan) -> tuple[list[dict[str, float]], list[StageFailure]]:
     alive = {str(n["NodeID"]): n for n in alive_nodes()}
+    resources = {k: dict(n.get("Resources", {})) for k, n in alive.items()}
+    short = gpu_shortfalls(plan, resources, _free_gpus())
     bundles, failures = [], []
     for a in plan.assignments:
-        info = alive.get(a.node_id)
-        resources = info.get("Resources", {}) if info else {}
-        bundle = stage_bundle(nodes.get(a.node_id), resources)
-        bundles.append(bundle)
-        if info is None:
-            failures.append(
-                StageFailure(stage=a.stage, node_id=a.node_id, reason="node is not alive")
-            )
+        bundles.append(stage_bundle(a, resources.get(a.node_id, {})))
+        if a.node_id not in alive:
+            reason = "node is not alive"
+        elif a.stage in short:
+            reason = short[a.stage]
+        else:
             continue
-        short = {k: v for k, v in bundle.items() if resources.get(k, 0.0) < v}
-        if short:
-            offered = {k: resources.get(k, 0.0) for k in short}
-            failures.append(
-                StageFailure(
-                    stage=a.stage,
-                    node_id=a.node_id,
-                    reason=f"node offers {offered} but the stage needs {short}",
-                )
-            )
+        failures.append(StageFailure(stage=a.stage, node_id=a.node_id, reason=reason))
     return bundles, failures
 
 
@@ -200,25 +206,24 @@ def realise(
     actor_class: Any,
     *,
     actor_args: Sequence[Any] = (),
-    nodes: Sequence[NodeDescriptor] = (),
     timeout_s: float = 30.0,
     start_timeout_s: float = 60.0,
     extra_env: Mapping[str, str] | None = None,
 ) -> Realisation:
     """Start one ``actor_class`` actor per stage of ``plan`` on the node the plan names.
 
-    ``actor_class`` is a Ray actor class (``ray.remote(cls)``); each actor gets
-    ``actor_args`` and, in its runtime env, the stage's worker-contract
-    variables plus :data:`WORKER_ENV` and ``extra_env``.  ``nodes`` (optional)
-    are the descriptors the plan was made from; their ``ray_gpus`` label sets
-    the GPUs a stage claims.  Every group must be placed within ``timeout_s``,
+    ``actor_class`` is a Ray actor class (``ray.remote(cls)``); each actor holds
+    its stage's ``tp`` GPUs and gets ``actor_args`` and, in its runtime env,
+    :func:`stage_actor_env` (the worker contract, the stage's GPUs,
+    :data:`WORKER_ENV` and ``extra_env``).  Every group must be placed within ``timeout_s``,
     then every actor must answer within ``start_timeout_s`` (its process
     starts and builds its share of the model).
 
     Raises:
-        StageUnplaceable: a node is gone or lacks the bundle, a group was
-            infeasible or not placed in time, or a node died before its
-            actor answered.  Nothing is left behind.
+        StageUnplaceable: a node is gone, lacks the GPUs its stages name or
+            need (each failure names the stage, the node, the GPUs needed and
+            free), a group was infeasible or not placed in time, or a node died
+            before its actor answered.  Nothing is left behind.
         StageStartError: an actor failed in its constructor on a live node.
     """
     ray = require_ray()
@@ -230,7 +235,7 @@ def realise(
     start = time.monotonic()
     deadline = start + timeout_s
     # Step 1: pre-check nodes and resources before anything is created.
-    bundles, failures = _precheck(plan, {n.id: n for n in nodes})
+    bundles, failures = _precheck(plan)
     if failures:
         raise StageUnplaceable(failures, 0.0)
     envs = stage_actor_env(plan, extra_env)
@@ -251,7 +256,9 @@ def realise(
                     )
                 )
             except PlacementError as exc:
-                failure = StageFailure(stage=a.stage, node_id=a.node_id, reason=str(exc))
+                node = next((n for n in alive_nodes() if n["NodeID"] == a.node_id), {})
+                reason = _with_gpus(a, str(exc), node.get("Resources", {}))
+                failure = StageFailure(stage=a.stage, node_id=a.node_id, reason=reason)
                 raise StageUnplaceable([failure], time.monotonic() - start) from None
         # Step 3: one actor per stage in its group, the plan in its env.
         for a, bundle, env, group in zip(plan.assignments, bundles, envs, groups, strict=True):
@@ -339,7 +346,6 @@ def realise_with_replan(
                 current,
                 actor_class,
                 actor_args=actor_args,
-                nodes=survivors,
                 timeout_s=timeout_s,
                 start_timeout_s=start_timeout_s,
                 extra_env=extra_env,

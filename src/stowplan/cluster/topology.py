@@ -240,8 +240,27 @@ def local_node_resources(env: Mapping[str, str], timeout_s: float = 20.0) -> Nod
 # -- live Ray ----------------------------------------------------------------------------
 
 
+def _label_rank(node: dict[str, object]) -> int | None:
+    """The ``topo_rank`` label of a ``ray.nodes()`` record (``ray start --labels``), if any."""
+    labels = node.get("Labels") or {}
+    raw = labels.get(TOPO_RANK_RESOURCE) if isinstance(labels, dict) else None
+    if raw is None:
+        return None
+    text = str(raw).strip()
+    if not re.fullmatch(r"[0-9]{1,16}", text) or int(text) > MAX_RANK:
+        raise InputError(
+            f"node {node.get('NodeID')}.labels.{TOPO_RANK_RESOURCE}",
+            raw,
+            "must be an integer in [0, 2**53]",
+        )
+    return int(text)
+
+
 def topology_from_nodes(nodes: list[dict[str, object]]) -> dict[str, tuple[str, int | None]]:
-    """node id → (domain, rank) from ``ray.nodes()`` records; dead nodes skipped."""
+    """node id → (domain, rank) from ``ray.nodes()`` records; dead nodes skipped.
+
+    The rank is the ``topo_rank`` resource, else the ``topo_rank`` label.
+    """
     topology: dict[str, tuple[str, int | None]] = {}
     for node in nodes:
         if not node.get("Alive"):
@@ -251,7 +270,8 @@ def topology_from_nodes(nodes: list[dict[str, object]]) -> dict[str, tuple[str, 
         domains = sorted(k for k in resources if k.startswith(DOMAIN_RESOURCE_PREFIX))
         domain = domains[0][len(DOMAIN_RESOURCE_PREFIX) :] if len(domains) == 1 else UNKNOWN_DOMAIN
         rank = resources.get(TOPO_RANK_RESOURCE)
-        topology[str(node["NodeID"])] = (domain, None if rank is None else int(rank))
+        found = _label_rank(node) if rank is None else int(rank)
+        topology[str(node["NodeID"])] = (domain, found)
     return topology
 
 
@@ -259,7 +279,7 @@ def get_ray_cluster_topology() -> dict[str, tuple[str, int | None]]:
     """node id → (NVLink domain, topo_rank) of every live node of the connected cluster.
 
     A node without a domain resource (or with several) is in ``unknown``;
-    without ``topo_rank`` its rank is None (ordered last).
+    without a ``topo_rank`` resource or label its rank is None (ordered last).
     """
     from stowplan.cluster._ray import require_ray
 

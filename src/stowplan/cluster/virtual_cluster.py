@@ -3,7 +3,12 @@
 One ``STRICT_PACK`` group per logical node keeps every bundle of that node on
 one physical node (NVLink locality), whatever the fleet-level strategy.  When
 a model replica (tp × pp) exceeds one node's GPUs, the replica gets one
-*unified* group spanning nodes, with the fleet's strategy instead.
+*unified* group spanning nodes, with the fleet's strategy instead; once it is
+placed, each bundle's node, GPU, NVLink domain and topological rank are read
+back (:func:`bundle_places`) and ranks are handed out in
+:func:`~stowplan.cluster.ranks.rank_order` (:meth:`RayVirtualCluster.rank_orders`),
+so tensor-parallel peers sit on one domain and one node wherever Ray put the
+bundles.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stowplan.cluster._ray import require_ray
+from stowplan.cluster.errors import PlacementTimeout
 from stowplan.cluster.fleet import FleetRole, FleetSpec, PlacementStrategy
 from stowplan.cluster.groups import (
     check_available,
@@ -21,11 +28,23 @@ from stowplan.cluster.groups import (
 )
 from stowplan.cluster.nodes import NODE_ID_LABEL
 from stowplan.cluster.parallelism import ParallelismSpec, validate_parallelism
-from stowplan.cluster.topology import Topology, get_ray_cluster_topology, select_segment_nodes
+from stowplan.cluster.ranks import BundlePlace, rank_order
+from stowplan.cluster.topology import (
+    Topology,
+    get_ray_cluster_topology,
+    select_segment_nodes,
+    topology_from_nodes,
+)
 from stowplan.errors import InputError
 from stowplan.host.fabric import domain_resource
 
-__all__ = ["DOMAIN_PIN_AMOUNT", "GroupRequest", "RayVirtualCluster", "build_cluster"]
+__all__ = [
+    "DOMAIN_PIN_AMOUNT",
+    "GroupRequest",
+    "RayVirtualCluster",
+    "build_cluster",
+    "bundle_places",
+]
 
 log = logging.getLogger("stowplan.cluster")
 
@@ -107,6 +126,7 @@ class RayVirtualCluster:
         self.timeout_s = timeout_s
         self.log_every_s = log_every_s
         self._groups: list[Any] | None = None
+        self._rank_orders: tuple[tuple[int, ...], ...] = ()
 
     # -- the plan of groups (pure) -----------------------------------------------------
     def _bundle(self, node: int) -> dict[str, float]:
@@ -176,12 +196,41 @@ class RayVirtualCluster:
                         log_every_s=self.log_every_s,
                     )
                 )
+            orders = tuple(
+                self._rank_order(pg, request) for pg, request in zip(created, requests, strict=True)
+            )
         except BaseException:
             remove_groups(created)
             raise
         self._groups = created
+        self._rank_orders = orders
         log.info("virtual cluster %r: %d placement groups ready", self.name, len(created))
         return created
+
+    def _rank_order(self, pg: Any, request: GroupRequest) -> tuple[int, ...]:
+        """Bundle order of a placed group: by topology for a unified GPU group, else as asked."""
+        if self.unified_group_size is None or not self.use_gpus:
+            return tuple(range(len(request.bundles)))
+        places = bundle_places(pg, timeout_s=self.timeout_s)
+        order = rank_order(places)
+        log.info(
+            "virtual cluster %r, group %r ranks: %s",
+            self.name,
+            request.name,
+            ", ".join(
+                f"{r}→{places[i].node_id[:8]}:GPU{places[i].gpu_id}" for r, i in enumerate(order)
+            ),
+        )
+        return order
+
+    def rank_orders(self) -> tuple[tuple[int, ...], ...]:
+        """Per group, its bundle indices in rank order: rank ``r`` of group ``g`` runs on
+        bundle ``rank_orders()[g][r]``.  A unified GPU group is ordered by NVLink domain,
+        topological rank, node and GPU (:func:`~stowplan.cluster.ranks.rank_order`); per-node
+        groups keep their bundle order.  :class:`InputError` before
+        :meth:`_init_placement_groups`."""
+        self.get_placement_groups()
+        return self._rank_orders
 
     def get_placement_groups(self) -> list[Any]:
         """The ready groups; :class:`InputError` before :meth:`_init_placement_groups`."""
@@ -199,8 +248,65 @@ class RayVirtualCluster:
     def shutdown(self) -> None:
         """Remove every group; safe to call twice (and before init)."""
         groups, self._groups = self._groups, None
+        self._rank_orders = ()
         if groups:
             remove_groups(groups)
+
+
+def _gpu_of_bundle() -> int:
+    """The lowest GPU id Ray gave this task (its bundle's first GPU); 0 when not a number."""
+    import ray
+
+    ids = [str(g) for g in ray.get_gpu_ids()]
+    numbers = [int(g) for g in ids if g.isdigit()]
+    return min(numbers, default=0)
+
+
+def bundle_places(pg: Any, *, timeout_s: float = 30.0) -> list[BundlePlace]:
+    """Where each bundle of a ready placement group landed: node, GPU, NVLink domain, rank.
+
+    The node comes from Ray's placement table and the domain and topological rank
+    from that node's resources (or ``topo_rank`` label); the GPU id from one
+    zero-CPU task per GPU bundle that holds the bundle's GPUs, so call this before
+    anything else runs in the group.  Raises :class:`PlacementTimeout` when the
+    tasks do not answer within ``timeout_s``.
+    """
+    ray = require_ray()
+    from ray.util.placement_group import placement_group_table
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    table = placement_group_table(pg)
+    bundles: dict[int, dict[str, float]] = table["bundles"]
+    where: dict[int, str] = table["bundles_to_node_id"]
+    topology = topology_from_nodes(ray.nodes())
+    probe = ray.remote(num_cpus=0, max_retries=0)(_gpu_of_bundle)
+    refs = {
+        i: probe.options(
+            num_gpus=float(b["GPU"]),
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=pg, placement_group_bundle_index=i
+            ),
+        ).remote()
+        for i, b in sorted(bundles.items())
+        if float(b.get("GPU", 0.0)) > 0
+    }
+    try:
+        gpu_ids = dict(zip(refs, ray.get(list(refs.values()), timeout=timeout_s), strict=True))
+    except ray.exceptions.GetTimeoutError:
+        for ref in refs.values():
+            ray.cancel(ref, force=True)
+        name = table.get("name", "")
+        raise PlacementTimeout(
+            name, timeout_s, f"placement group {name!r}: bundles' GPUs not read in {timeout_s:g} s"
+        ) from None
+    places = []
+    for i in sorted(bundles):
+        node = str(where[i])
+        domain, rank = topology.get(node, (None, None))
+        places.append(
+            BundlePlace(node_id=node, gpu_id=gpu_ids.get(i, 0), domain=domain, topo_rank=rank)
+        )
+    return places
 
 
 def build_cluster(

@@ -12,6 +12,9 @@ Sources, in order:
   Each NVIDIA circuit's ``fabric`` then holds ``state``, ``status``,
   ``clique_id``, ``cluster_uuid`` and, when it is in a real NVLink domain,
   ``domain``.
+* The links between its NVIDIA GPUs through ``nvidia-smi topo -m`` when it has
+  two or more (:func:`with_intra_link`): ``intra_link_gbps`` and
+  ``intra_link_latency_us`` of the weakest pair, recorded as probed.
 * CPU and RAM through ``psutil`` (``os`` when psutil is missing).
 * AMD GPUs through ``rocm-smi`` when that tool is on PATH (best effort:
   listed with their VRAM, not benchmarked).
@@ -34,8 +37,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from stowplan.errors import InputError
 from stowplan.host.fabric import GpuFabric, parse_fabric
 from stowplan.host.nvidia_smi import SmiReport, parse_nvidia_smi, parse_query_xml
+from stowplan.host.nvidia_topo import ProbedIntraLink, parse_topo_matrix, probed_intra_link
 from stowplan.host.rocm_smi import parse_rocm_smi
 from stowplan.host.topology import (
     SYSTEM_POOL,
@@ -46,7 +51,7 @@ from stowplan.host.topology import (
     PoolKind,
 )
 
-__all__ = ["discover", "fabric_facts", "topology_from_smi"]
+__all__ = ["discover", "fabric_facts", "probe_gpu_links", "topology_from_smi", "with_intra_link"]
 
 _TOOL_TIMEOUT_S = 10.0
 
@@ -265,6 +270,54 @@ def topology_from_smi(
     )
 
 
+def probe_gpu_links(gpu_name: str = "") -> tuple[int, ProbedIntraLink] | None:
+    """(GPUs in the matrix, the weakest pair's figures) from this host's ``nvidia-smi topo
+    -m``; None without the tool, with fewer than two GPUs, or when its output is unreadable."""
+    text = _run(["nvidia-smi", "topo", "-m"])
+    if text is None:
+        return None
+    try:
+        matrix = parse_topo_matrix(text)
+    except InputError:
+        return None
+    link = probed_intra_link(matrix, gpu_name=gpu_name)
+    return None if link is None else (matrix.num_gpus, link)
+
+
+def with_intra_link(topology: HostTopology, topo_text: str | None) -> HostTopology:
+    """``topology`` with the GPU-to-GPU figures read from ``nvidia-smi topo -m`` output.
+
+    Unchanged when there is no output or fewer than two NVIDIA GPUs; a note (and
+    no figures) when the output cannot be read or lists another number of GPUs.
+    PCIe pairs take the GPUs' host link (their slowest ``bus_gbps``) when every
+    GPU reported one.
+    """
+    gpus = [c for c in topology.circuits if c.kind is CircuitKind.DGPU and c.id.startswith("gpu")]
+    if topo_text is None or len(gpus) < 2:
+        return topology
+    try:
+        matrix = parse_topo_matrix(topo_text)
+    except InputError as exc:
+        return replace(topology, notes=(*topology.notes, f"GPU links not probed: {exc}"))
+    if matrix.num_gpus != len(gpus):
+        note = (
+            f"GPU links not probed: nvidia-smi topo -m lists {matrix.num_gpus} GPUs, "
+            f"discovery found {len(gpus)}"
+        )
+        return replace(topology, notes=(*topology.notes, note))
+    buses = [c.bus_gbps for c in gpus if c.bus_gbps]
+    link = probed_intra_link(
+        matrix, gpu_name=gpus[0].name, pcie_gbps=min(buses) if len(buses) == len(gpus) else None
+    )
+    assert link is not None  # two or more GPUs
+    return replace(
+        topology,
+        intra_link_gbps=link.gbps,
+        intra_link_latency_us=link.latency_us,
+        intra_link_source=link.source,
+    )
+
+
 def discover() -> HostTopology:
     """Discover this host's circuits and pools (cheap: no benchmark, no GPU memory touched)."""
     cpus, ram, ram_free, link = _cpu_and_ram()
@@ -299,6 +352,8 @@ def discover() -> HostTopology:
         extra_notes=tuple(notes),
         fabrics=fabrics,
     )
+    if report is not None and len(report.gpus) > 1:
+        topo = with_intra_link(topo, _run(["nvidia-smi", "topo", "-m"]))
     extra_circuits: list[Circuit] = []
     extra_pools: list[MemoryPool] = []
     rocm = _run(["rocm-smi", "--showproductname", "--showmeminfo", "vram", "--showuniqueid"])

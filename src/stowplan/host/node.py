@@ -18,7 +18,10 @@ def node_from_passport(
     ``vram_bytes`` is the capacity of the circuit's pool; ``mem_bandwidth_gbps``
     its measured GEMV throughput in GB/s; ``flops_estimate`` the f32 TFLOPs of
     those GEMVs (2 flops per matrix element: a lower bound, decode being
-    memory-bound); ``link_mbps`` the fastest network interface discovery saw.
+    memory-bound); ``link_mbps`` the fastest network interface discovery saw;
+    ``intra_link_gbps`` / ``intra_link_latency_us`` the host's probed GPU-to-GPU
+    link when discovery read one (``nvidia-smi topo -m``; the ``measured`` label
+    then lists ``intra_link`` and the label ``intra_link`` says how).
     """
     matrix = passport.matrix
     cid = circuit if circuit is not None else (matrix.order[0] if matrix.order else None)
@@ -29,6 +32,11 @@ def node_from_passport(
     c = topo.circuit(entry.circuit)
     pool = topo.pool(c.pool)
     bytes_per_s = entry.compute_bytes_per_s
+    measured = "bandwidth,flops"
+    probed: tuple[tuple[str, str], ...] = ()
+    if topo.intra_link_gbps is not None:
+        measured += ",intra_link"
+        probed = (("intra_link", topo.intra_link_source or "probed"),)
     return NodeDescriptor(
         id=node_id or f"{topo.hostname}:{c.id}",
         gpu_name=c.name,
@@ -38,8 +46,11 @@ def node_from_passport(
         mem_bandwidth_gbps=bytes_per_s / 1e9,
         labels=(
             ("source", "passport"),
-            (MEASURED_LABEL, "bandwidth,flops"),
+            (MEASURED_LABEL, measured),
             ("fingerprint", passport.fingerprint[:12]),
             ("circuit", c.id),
+            *probed,
         ),
+        intra_link_gbps=topo.intra_link_gbps,
+        intra_link_latency_us=topo.intra_link_latency_us,
     )

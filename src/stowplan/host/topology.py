@@ -71,6 +71,11 @@ def _num(v: Any, field: str, *, positive: bool = False) -> float:
     return check_number(field, v, positive=positive)
 
 
+def _opt_num(d: dict[str, Any], key: str, where: str, *, positive: bool = False) -> float | None:
+    v = d.get(key)
+    return None if v is None else _num(v, f"{where}.{key}", positive=positive)
+
+
 def _list(d: Any, key: str, where: str) -> list[Any]:
     v = _field(d, key, where)
     if not isinstance(v, list):
@@ -223,8 +228,19 @@ class HostTopology:
     """How GPUs were discovered: ``nvml``, ``nvidia-smi``, ``fixture`` or ``none``."""
     notes: tuple[str, ...] = field(default=())
     """What discovery could not see, one line each."""
+    intra_link_gbps: float | None = None
+    """GB/s per direction between two of its GPUs, probed (``nvidia-smi topo -m``); None: not
+    probed (fewer than two GPUs, or no tool)."""
+    intra_link_latency_us: float | None = None
+    """One collective step between two of its GPUs, from the same probe."""
+    intra_link_source: str | None = None
+    """How the probe read them (the weakest GPU pair and its path)."""
 
     def __post_init__(self) -> None:
+        if self.intra_link_gbps is not None:
+            check_number("topology.intra_link_gbps", self.intra_link_gbps, positive=True)
+        if self.intra_link_latency_us is not None:
+            check_number("topology.intra_link_latency_us", self.intra_link_latency_us)
         _unique("topology.circuits", [c.id for c in self.circuits])
         _unique("topology.pools", [p.id for p in self.pools])
         pools = [p.id for p in self.pools]
@@ -268,6 +284,15 @@ class HostTopology:
             "link_mbps": self.link_mbps,
             "source": self.source,
             "notes": list(self.notes),
+            **{
+                key: value
+                for key, value in (
+                    ("intra_link_gbps", self.intra_link_gbps),
+                    ("intra_link_latency_us", self.intra_link_latency_us),
+                    ("intra_link_source", self.intra_link_source),
+                )
+                if value is not None
+            },
         }
 
     @classmethod
@@ -286,6 +311,9 @@ class HostTopology:
             link_mbps=_num(d.get("link_mbps", 0.0), f"{where}.link_mbps"),
             source=source,
             notes=_strings(d, "notes", where),
+            intra_link_gbps=_opt_num(d, "intra_link_gbps", where, positive=True),
+            intra_link_latency_us=_opt_num(d, "intra_link_latency_us", where),
+            intra_link_source=_opt_str(d, "intra_link_source", where),
         )
 
 
