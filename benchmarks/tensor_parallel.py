@@ -348,7 +348,11 @@ def solve(spec: Spec, objective: Objective, rule: Rule) -> tuple[float, Layout] 
 
 # -- referee 2: every stage sequence, each split by dynamic programming ----------------------
 def solve_by_sequences(
-    spec: Spec, objective: Objective, degrees: list[list[int]]
+    spec: Spec,
+    objective: Objective,
+    degrees: list[list[int]],
+    *,
+    gpus: Sequence[int] | None = None,
 ) -> tuple[float, Layout] | None:
     """The best pipeline whose stages use ``degrees``, for models of many blocks.
 
@@ -393,7 +397,7 @@ def solve_by_sequences(
         arg = both.argmin(axis=0)
         return both[arg, np.arange(nb + 1)], arg
 
-    budget = [n.gpus for n in spec.nodes]
+    budget = [n.gpus for n in spec.nodes] if gpus is None else list(gpus)
     best: list[object] = [math.inf, None]
     seq: list[tuple[int, int]] = []
     args: list[np.ndarray] = []
@@ -594,7 +598,10 @@ class Instance:
             for n in self.nodes
         )
         m = self.model
-        ctx = f", context {self.context_tokens}" if self.context_tokens else ""
+        ctx = ""
+        if self.context_tokens and m.kv_bytes_per_token:
+            kv = m.kv_bytes_per_token[0] * self.context_tokens * self.batch
+            ctx = f", context {self.context_tokens} (KV {kv / m.block_params_bytes:.0%} of a block)"
         return (
             f"{m.num_blocks} blocks of {m.block_params_bytes / 1e9:.3g} GB, heads "
             f"{m.num_attention_heads}/{m.num_kv_heads}, batch {self.batch}{ctx}; {fleet}"
@@ -618,10 +625,8 @@ def draw(seed: int, max_blocks: int = 8) -> Instance:
     hidden = rng.choice([4096, 8192])
     total = rng.uniform(0.1, 0.85) * usable
     unit = total / (nb + rng.uniform(0.2, 2.0))
-    sizes = [
-        2 * int(unit * (rng.uniform(0.7, 1.3) if rng.random() < 0.5 else 1.0) / 2)
-        for _ in range(nb)
-    ]
+    alike = rng.random() < 0.5  # else blocks differ by up to ±30 %
+    sizes = [2 * int(unit * (1.0 if alike else rng.uniform(0.7, 1.3)) / 2) for _ in range(nb)]
     head = 2 * int(unit * rng.uniform(0.1, 1.0) / 2)
     embed = 2 * int(unit * rng.uniform(0.1, 1.0) / 2)
     batch = rng.choice([4, 8, 16, 32])
@@ -817,7 +822,8 @@ CASE_WORKLOADS = [
 
 
 def _planned(spec: Spec, objective: Objective, c: Constraints) -> tuple[float | None, str]:
-    """stowplan's plan under ``c`` scored by the referee (None: no plan), and its layout."""
+    """stowplan's plan under ``c`` scored by the referee (None: no plan), and its layout
+    (with whatever the referee finds wrong: legality, prediction, certificate)."""
     try:
         p = plan(spec.model, spec.descriptors, c)
     except PlanError:
@@ -827,6 +833,12 @@ def _planned(spec: Spec, objective: Objective, c: Constraints) -> tuple[float | 
     gap = disagreement(spec, p.rationale.prediction, s)
     note = ("; ".join(bad) + " ") if bad else ""
     note += f"(prediction differs by {gap:.1e}) " if gap > 1e-9 else ""
+    if not bad:
+        degrees, gpus = groups_of(spec, layout)
+        own = solve_by_sequences(spec, objective, degrees, gpus=gpus)
+        cert = own and broken_certificate(p, objective, own[0], spec.batch)
+        if cert:
+            note += f"(certificate: {cert}, on the plan's own GPU groups) "
     return (None if bad else s.value(objective)), note + describe(spec, layout)
 
 
