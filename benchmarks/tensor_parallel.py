@@ -24,7 +24,8 @@ multiset of legal degrees using at most its GPUs; a node may be left out), every
 order and every contiguous block split (a depth-first search with exact pruning:
 partial costs never decrease), for four rules: ``free`` (the optimum), ``whole`` (every
 used node one group of all its GPUs), ``uniform`` (one degree for every stage, as vLLM
-and SGLang run) and ``adjacent`` (the stages of one node next to each other).  Large models (the case study) use a second exact method: every
+and SGLang run) and ``adjacent`` (the stages of one node next to each other around the
+pipeline's cycle).  Large models (the case study) use a second exact method: every
 stage sequence, each with its optimal split by dynamic programming over the blocks.
 """
 
@@ -268,7 +269,8 @@ def search(
     (or ``gpus``, per node; stages of one node on the same degree are interchangeable GPU
     groups, so sequences cover every layout once), every contiguous split.  ``counts``
     limits how many groups of each (node, tp) there are; ``adjacent`` keeps the stages of
-    one node next to each other.  ``prune`` skips a branch once its partial cost — which
+    one node next to each other around the cycle (the token returns from the last stage to
+    the first, so one node may hold both ends).  ``prune`` skips a branch once its partial cost — which
     later stages can only raise — reaches the best found.
     """
     nb, lat = spec.nb, objective == "latency"
@@ -296,7 +298,7 @@ def search(
         for d, t in items:
             if budget[d] < t or not left[d, t]:
                 continue
-            if adjacent and d != prev and any(e == d for e, _ in seq):
+            if adjacent and seq and not _adjacent_next(seq, d):
                 continue
             link = 0.0
             if seq:
@@ -336,10 +338,20 @@ def search(
     return float(best[0]), Layout(stages=best[1], bounds=best[2])  # type: ignore[arg-type]
 
 
+def _adjacent_next(seq: Sequence[tuple[int, int]], d: int) -> bool:
+    """Whether a stage on node ``d`` may follow ``seq`` with every node's stages adjacent
+    around the pipeline's cycle (the first node's may also close it)."""
+    first = seq[0][0]
+    wrapped = any(seq[i][0] == first != seq[i - 1][0] for i in range(1, len(seq)))
+    if wrapped:
+        return d == first
+    return d == seq[-1][0] or d == first or all(e != d for e, _ in seq)
+
+
 def solve(spec: Spec, objective: Objective, rule: Rule) -> tuple[float, Layout] | None:
     """The referee's optimum under ``rule``: ``free``, ``whole``, ``uniform`` (the best
     over every degree) or ``adjacent`` (any groups, but the stages of one node next to each
-    other)."""
+    other around the cycle)."""
     found = []
     if rule == "uniform":
         for t in sorted({t for d in range(len(spec.nodes)) for t in spec.degrees(d)}):
@@ -790,7 +802,7 @@ def quality_table(outcomes: list[Outcome]) -> list[str]:
     ]
     names = {
         "stowplan": "stowplan (per-stage tp)",
-        "adjacent": "a node's stages adjacent (best such)",
+        "adjacent": "a node's stages adjacent around the cycle (best such)",
         "whole": "every node one tp group (best such)",
         "uniform": "one tp for all stages (best such)",
     }
@@ -986,11 +998,12 @@ def report(outcomes: list[Outcome], worst: int) -> list[str]:
             f"below 1 on {sum(1 for x in r if x < 1 - 1e-9)} of {len(r)}, min {min(r, default=1):.3f}"
         )
     bad = [o for o in outcomes if o.illegal]
-    lines.append(
-        f"illegal or missing plans: {len(bad)} ({len({o.seed for o in bad})} fleets), though "
-        "the referee found a legal pipeline for every one (with a node's stages adjacent: "
-        f"{sum(1 for o in bad if o.ratios['adjacent'] > 0)})"
-    )
+    lines.append(f"illegal or missing plans: {len(bad)} ({len({o.seed for o in bad})} fleets)")
+    if bad:
+        lines[-1] += (
+            ", though the referee found a legal pipeline for every one (with a node's stages "
+            f"adjacent around the cycle: {sum(1 for o in bad if o.ratios['adjacent'] > 0)})"
+        )
     for o in bad[:worst]:
         lines.append(f"  seed {o.seed} {o.objective}: {'; '.join(o.illegal)}: {o.ours}")
     for objective in ("latency", "throughput"):
@@ -1001,12 +1014,12 @@ def report(outcomes: list[Outcome], worst: int) -> list[str]:
         inside = sum(1 for o in below if o.ratios["stowplan"] < o.ratios["adjacent"] - 1e-9)
         lines.append(
             f"{objective}: legal plans below the optimum: {len(below)} of {len(mine)} "
-            f"({inside} below the best pipeline with a node's stages adjacent, "
-            f"{len(below) - inside} at it: the optimum interleaves nodes)"
+            f"({inside} below the best pipeline with a node's stages adjacent around the cycle, "
+            f"{len(below) - inside} at or above it: the optimum interleaves nodes)"
         )
         for o in below[:worst]:
             lines.append(
-                f"  seed {o.seed}: {o.ratios['stowplan']:.3f} of the optimum; {o.text}\n"
+                f"  seed {o.seed}: {o.ratios['stowplan']:.4f} of the optimum; {o.text}\n"
                 f"    stowplan: {o.ours}\n    optimum:  {o.best}"
             )
     return lines
