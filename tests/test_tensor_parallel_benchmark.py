@@ -131,3 +131,16 @@ def test_the_quick_run_prints_the_tables(capsys: pytest.CaptureFixture[str]) -> 
     text = "\n".join(lines)
     assert "| latency | stowplan (per-stage tp) |" in text
     assert "| throughput | one tp for all stages (best such) |" in text
+
+
+def test_adjacent_stages_may_wrap_around_the_cycle_only_through_the_first_node() -> None:
+    ok = tp._adjacent_next
+    assert ok([(0, 1), (1, 1)], 0)  # back to the first node: it holds both ends
+    assert not ok([(0, 1), (1, 1), (0, 1)], 1)  # after that, only the first node
+    assert not ok([(0, 1), (1, 1), (2, 1)], 1)  # node 1 left: it cannot come back
+    assert ok([(0, 1), (1, 1)], 1) and ok([(0, 1), (1, 1)], 2)
+    inst = tp.draw(72000)
+    spec = inst.spec("throughput")
+    free = tp.solve(spec, "throughput", "free")
+    adjacent = tp.solve(spec, "throughput", "adjacent")
+    assert free is not None and adjacent is not None and adjacent[0] >= free[0]
