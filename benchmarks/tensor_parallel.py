@@ -876,7 +876,7 @@ def case_study() -> tuple[list[str], list[str]]:
     degrees = [t for t in degrees if any(t in spec0.degrees(d) for d in range(len(nodes)))]
     rows = [
         "| workload | optimum (referee) | stowplan | "
-        + " | ".join(f"best uniform tp {t} (stowplan tp={t})" for t in degrees)
+        + " | ".join(f"best uniform tp {t}" for t in degrees)
         + " | best whole nodes |",
         "|---|---|---|" + "---|" * len(degrees) + "---|",
     ]
@@ -894,19 +894,20 @@ def case_study() -> tuple[list[str], list[str]]:
             objective: str = objective,
             best: float = opt[0],
             b: int = batch_size,
+            more: str = "",
         ) -> str:
             if value is None:
                 return "does not fit"
             if objective == "latency":
-                return f"{value * 1e3:.1f} ms ({best / value:.3f})"
-            return f"{b / value:.1f} tok/s ({best / value:.3f})"
+                return f"{value * 1e3:.1f} ms ({best / value:.3f}{more})"
+            return f"{b / value:.1f} tok/s ({best / value:.3f}{more})"
 
         cells = [shown(opt[0]), shown(ours)]
         for t in degrees:
             got = solve_by_sequences(spec, objective, allowed(spec, "uniform", t))
             fixed, _ = _planned(spec, objective, replace(c, tensor_parallel=t))
             theirs = "no plan" if fixed is None else f"{opt[0] / fixed:.3f}"
-            cells.append(f"{shown(got[0] if got else None)} ({theirs})" if got else shown(None))
+            cells.append(shown(got[0], more=f"; stowplan {theirs}") if got else shown(None))
         whole = solve_by_sequences(spec, objective, allowed(spec, "whole"))
         cells.append(shown(whole[0] if whole else None))
         label = f"{objective}, batch {batch_size}, context {ctx}"
@@ -1060,8 +1061,8 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
         out(
             f"\nLlama-2-70B (bf16) on 4 × RTX A6000 + 2 × RTX A5000 + 2 × RTX A4000 (one node "
             f"per kind, PCIe 4 inside: 31.5 GB/s, 12 µs; {CASE_LINK_MBPS / 1000:g} Gbit/s and "
-            f"{CASE_LATENCY_MS:g} ms between nodes); value (value / optimum), and in brackets "
-            "stowplan's plan with tensor_parallel fixed, / optimum:\n"
+            f"{CASE_LATENCY_MS:g} ms between nodes); value (value / optimum; for a uniform "
+            "degree t also stowplan's plan with tensor_parallel=t / optimum):\n"
         )
         rows, details = case_study()
         for row in rows:
