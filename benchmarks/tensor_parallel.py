@@ -36,7 +36,6 @@ import itertools
 import math
 import random
 import statistics
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -439,7 +438,7 @@ def solve_by_sequences(
             else np.maximum(cost, matrix(d, t, first, True)[:, nb])
         )
         lo = int(end.argmin())
-        if end[lo] < best[0]:  # type: ignore[operator]
+        if end[lo] < best[0]:
             finish(float(end[lo]), lo)
         if len(seq) == nb:
             return
@@ -452,7 +451,7 @@ def solve_by_sequences(
                 extra = spec.transfer(d, same) + (spec.hop(d, same) if lat else 0.0)
                 after[same] = step(cost, matrix(d, t, first, False), extra)
             nxt, arg = after[same]
-            if not nxt.min() < best[0]:  # type: ignore[operator]
+            if not nxt.min() < best[0]:
                 continue  # later stages only add
             budget[e] -= t2
             left[e, t2] -= 1
@@ -1078,4 +1077,4 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
