@@ -1,0 +1,1080 @@
+"""Per-stage tensor parallel inside nodes × pipeline across them, against an exact referee.
+
+python benchmarks/tensor_parallel.py            # the README tables (≈ 1 min on 2 shared cores)
+python benchmarks/tensor_parallel.py --quick    # smoke run (≈ 10 s)
+
+The referee is written here from the first-order cost model's formula alone; it calls
+neither stowplan's planner nor its cost model (only the model layouts and the node
+descriptors it generates, every figure explicit so no spec table is involved).  A stage
+on ``tp`` GPUs of node d holding blocks [lo, hi), batch b:
+
+* memory: (block bytes + KV + embed if first + head if last) / tp ≤ the GPU's VRAM × 0.8
+* time: max(read / (tp · bw_gpu), 2 · params read · b / (tp · flops_gpu))
+  + (hi − lo) · 2 · AR(tp) + the transfer to the next stage, where
+  AR(tp) = 0 for tp = 1, else intra_latency + 2 (tp − 1) / tp · b · hidden · act / intra_bw;
+  the transfer is b · hidden · act / intra_bw when the next stage is on the same node,
+  else over the sender's network link;
+* hops: the intra-node latency between two stages on one node, else the sender's link
+  latency, the return from the last stage to the first included;
+* single stream (batch 1): Σ stage times + hops; throughput: b / slowest stage.
+
+Legal degrees: tp ≤ the node's GPUs, tp divides the attention heads, and tp divides the
+KV heads or is a multiple of them.  The referee enumerates every layout (per node any
+multiset of legal degrees using at most its GPUs; a node may be left out), every stage
+order and every contiguous block split (a depth-first search with exact pruning:
+partial costs never decrease), for four rules: ``free`` (the optimum), ``whole`` (every
+used node one group of all its GPUs), ``uniform`` (one degree for every stage, as vLLM
+and SGLang run) and ``adjacent`` (the stages of one node next to each other around the
+pipeline's cycle).  Large models (the case study) use a second exact method: every
+stage sequence, each with its optimal split by dynamic programming over the blocks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import random
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+
+import numpy as np
+
+from stowplan import (
+    Constraints,
+    ModelLayout,
+    NodeDescriptor,
+    Plan,
+    PlanError,
+    Prediction,
+    lookup,
+    plan,
+)
+from stowplan.cost import predict
+from stowplan.models.hf import from_hf_config
+
+HEADROOM = Fraction(1, 5)
+"""Constraints' default VRAM headroom (20 %), kept exact."""
+
+Objective = str  # "latency" | "throughput"
+Rule = str  # "free" | "whole" | "uniform" | "adjacent"
+
+
+# -- the instance, in the referee's own terms -----------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One node's per-GPU figures in SI units, read from its descriptor."""
+
+    id: str
+    gpus: int
+    vram_gpu: Fraction
+    bw_gpu: float
+    flops_gpu: float
+    link: float
+    link_lat: float
+    intra: float
+    intra_lat: float
+
+
+def node_of(d: NodeDescriptor) -> Node:
+    """``d``'s figures; every one must be given (no table is consulted)."""
+    assert d.mem_bandwidth_gbps is not None and d.flops_estimate > 0
+    assert d.intra_link_gbps is not None and d.intra_link_latency_us is not None
+    g = d.num_gpus
+    return Node(
+        id=d.id,
+        gpus=g,
+        vram_gpu=Fraction(d.vram_bytes, g),
+        bw_gpu=d.mem_bandwidth_gbps * 1e9 / g,
+        flops_gpu=d.flops_estimate * 1e12 / g,
+        link=d.link_mbps * 1e6 / 8 if d.link_mbps > 0 else math.inf,
+        link_lat=d.link_latency_ms / 1e3,
+        intra=d.intra_link_gbps * 1e9,
+        intra_lat=d.intra_link_latency_us / 1e6,
+    )
+
+
+def legal(tp: int, heads: int | None, kv: int | None) -> bool:
+    """Whether ``tp`` GPUs can split every block of a model with these heads."""
+    if heads and heads % tp:
+        return False
+    return not kv or (kv % tp == 0 if tp <= kv else tp % kv == 0)
+
+
+@dataclass
+class Spec:
+    """A planning problem: model figures, nodes, batch, context."""
+
+    model: ModelLayout
+    descriptors: list[NodeDescriptor]
+    batch: int
+    context_tokens: int | None
+    nodes: list[Node] = field(init=False)
+    nb: int = field(init=False)
+    mem: list[int] = field(init=False)
+    """Bytes each block holds: weights + its KV."""
+    read: list[int] = field(init=False)
+    """Bytes a token reads in each block: weights read + its KV."""
+    wread: list[int] = field(init=False)
+    """Weight bytes a token reads in each block."""
+    ppb: float = field(init=False)
+    act: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        m = self.model
+        self.nodes = [node_of(d) for d in self.descriptors]
+        self.nb = m.num_blocks
+        sizes = list(m.block_bytes or (m.block_params_bytes,) * self.nb)
+        wread = list(m.block_read_bytes or sizes)
+        ctx = self.context_tokens or 0
+        kv = [k * ctx * self.batch for k in (m.kv_bytes_per_token or (0,) * self.nb)]
+        self.mem = [s + k for s, k in zip(sizes, kv, strict=True)]
+        self.read = [w + k for w, k in zip(wread, kv, strict=True)]
+        self.wread = wread
+        self._mem_prefix = [0, *itertools.accumulate(self.mem)]
+        self._cap: dict[tuple[int, int], int] = {}
+        assert m.active_params, "the referee needs the layout's active parameters"
+        self.ppb = m.active_params / (sum(wread) + m.head_params_bytes + m.embed_params_bytes)
+        self.act = self.batch * m.hidden_dim * m.bytes_per_activation_elem
+
+    # -- one stage ---------------------------------------------------------------------------
+    def fits(self, d: int, tp: int, lo: int, hi: int, first: bool, last: bool) -> bool:
+        m = self.model
+        held = self._mem_prefix[hi] - self._mem_prefix[lo]
+        held += (m.embed_params_bytes if first else 0) + (m.head_params_bytes if last else 0)
+        cap = self._cap.get((d, tp))
+        if cap is None:  # held is an integer: held <= x exactly when held <= floor(x)
+            cap = self._cap[d, tp] = math.floor(tp * self.nodes[d].vram_gpu * (1 - HEADROOM))
+        return held <= cap
+
+    def base(self, d: int, tp: int, lo: int, hi: int, last: bool) -> float:
+        """The stage's time without its outbound transfer."""
+        n, m = self.nodes[d], self.model
+        head = m.head_params_bytes if last else 0
+        read = sum(self.read[lo:hi]) + head
+        weights = sum(self.wread[lo:hi]) + head
+        t = max(read / (tp * n.bw_gpu), 2 * self.ppb * weights * self.batch / (tp * n.flops_gpu))
+        return t + (hi - lo) * 2 * self.all_reduce(d, tp)
+
+    def all_reduce(self, d: int, tp: int) -> float:
+        n = self.nodes[d]
+        return 0.0 if tp == 1 else n.intra_lat + 2 * (tp - 1) / tp * self.act / n.intra
+
+    def transfer(self, d: int, same_node: bool) -> float:
+        n = self.nodes[d]
+        return self.act / (n.intra if same_node else n.link)
+
+    def hop(self, d: int, same_node: bool) -> float:
+        n = self.nodes[d]
+        return n.intra_lat if same_node else n.link_lat
+
+    def degrees(self, d: int) -> list[int]:
+        m = self.model
+        g = self.nodes[d].gpus
+        return [t for t in range(1, g + 1) if legal(t, m.num_attention_heads, m.num_kv_heads)]
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A pipeline: (node index, tp) per stage and the block bounds."""
+
+    stages: tuple[tuple[int, int], ...]
+    bounds: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    stage_time_s: tuple[float, ...]
+    hops_s: float
+    batch: int
+
+    @property
+    def time_per_token_s(self) -> float:
+        return sum(self.stage_time_s) + self.hops_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.batch / max(self.stage_time_s)
+
+    def value(self, objective: Objective) -> float:
+        """Lower is better: seconds per token, or the slowest stage."""
+        return self.time_per_token_s if objective == "latency" else max(self.stage_time_s)
+
+
+def score(spec: Spec, layout: Layout) -> Score:
+    """The formula applied to one pipeline (no legality or memory check)."""
+    st, b = layout.stages, layout.bounds
+    n = len(st)
+    times = []
+    for s, (d, tp) in enumerate(st):
+        t = spec.base(d, tp, b[s], b[s + 1], s == n - 1)
+        if s < n - 1:
+            t += spec.transfer(d, st[s + 1][0] == d)
+        times.append(t)
+    hops = sum(spec.hop(d, st[(s + 1) % n][0] == d) for s, (d, _) in enumerate(st)) if n > 1 else 0
+    return Score(stage_time_s=tuple(times), hops_s=float(hops), batch=spec.batch)
+
+
+def violations(spec: Spec, layout: Layout) -> list[str]:
+    """Why ``layout`` is not a legal pipeline (empty: it is)."""
+    out = []
+    st, b = layout.stages, layout.bounds
+    if b[0] != 0 or b[-1] != spec.nb or any(x >= y for x, y in itertools.pairwise(b)):
+        out.append(f"bounds {b} are not a split of {spec.nb} blocks")
+    used = [0] * len(spec.nodes)
+    for s, (d, tp) in enumerate(st):
+        used[d] += tp
+        if tp not in spec.degrees(d):
+            out.append(f"stage {s}: tp {tp} is not legal on {spec.nodes[d].id}")
+        if not spec.fits(d, tp, b[s], b[s + 1], s == 0, s == len(st) - 1):
+            out.append(f"stage {s}: does not fit {tp} GPU(s) of {spec.nodes[d].id}")
+    out += [
+        f"{spec.nodes[d].id}: {u} GPUs used" for d, u in enumerate(used) if u > spec.nodes[d].gpus
+    ]
+    return out
+
+
+# -- referee 1: depth-first search over layouts, orders and splits --------------------------
+def allowed(spec: Spec, rule: Rule, degree: int | None = None) -> list[list[int]]:
+    """Per node, the degrees a stage may use under ``rule``."""
+    out = []
+    for d, n in enumerate(spec.nodes):
+        legal_here = spec.degrees(d)
+        if rule == "whole":
+            out.append([n.gpus] if n.gpus in legal_here else [])
+        elif rule == "uniform":
+            out.append([degree] if degree in legal_here else [])
+        else:
+            out.append(legal_here)
+    return out
+
+
+def search(
+    spec: Spec,
+    objective: Objective,
+    degrees: list[list[int]],
+    *,
+    prune: bool = True,
+    gpus: Sequence[int] | None = None,
+    counts: Mapping[tuple[int, int], int] | None = None,
+    adjacent: bool = False,
+) -> tuple[float, Layout] | None:
+    """The best pipeline whose stages use ``degrees`` (value, layout); None if none fits.
+
+    Every sequence of (node, tp) stages whose degrees per node sum to at most its GPUs
+    (or ``gpus``, per node; stages of one node on the same degree are interchangeable GPU
+    groups, so sequences cover every layout once), every contiguous split.  ``counts``
+    limits how many groups of each (node, tp) there are; ``adjacent`` keeps the stages of
+    one node next to each other around the cycle (the token returns from the last stage to
+    the first, so one node may hold both ends).  ``prune`` skips a branch once its partial cost — which
+    later stages can only raise — reaches the best found.
+    """
+    nb, lat = spec.nb, objective == "latency"
+    items = [(d, t) for d, ts in enumerate(degrees) for t in ts]
+    budget = [n.gpus for n in spec.nodes] if gpus is None else list(gpus)
+    left = {i: (counts or {}).get(i, spec.nb) for i in items}
+    base: dict[tuple[int, int, int, int], float] = {}
+    for d, t in items:
+        for lo in range(nb):
+            for hi in range(lo + 1, nb + 1):
+                base[d, t, lo, hi] = spec.base(d, t, lo, hi, hi == nb)
+    xfer = [[spec.transfer(d, s) for s in (False, True)] for d in range(len(spec.nodes))]
+    hopc = [[spec.hop(d, s) for s in (False, True)] for d in range(len(spec.nodes))]
+    best: list[float | tuple[tuple[int, int], ...] | tuple[int, ...] | None] = [
+        math.inf,
+        None,
+        None,
+    ]
+    seq: list[tuple[int, int]] = []
+    bounds = [0]
+
+    def rec(pos: int, acc: float, pending: float) -> None:
+        first_d = seq[0][0] if seq else -1
+        prev = seq[-1][0] if seq else -1
+        for d, t in items:
+            if budget[d] < t or not left[d, t]:
+                continue
+            if adjacent and seq and not _adjacent_next(seq, d):
+                continue
+            link = 0.0
+            if seq:
+                same = prev == d
+                link = xfer[prev][same] + (hopc[prev][same] if lat else 0.0)
+            new_acc = (acc + pending + link) if lat else max(acc, pending + link)
+            if seq and prune and new_acc >= best[0]:  # type: ignore[operator]
+                continue
+            budget[d] -= t
+            left[d, t] -= 1
+            seq.append((d, t))
+            for hi in range(pos + 1, nb + 1):
+                last = hi == nb
+                if not spec.fits(d, t, pos, hi, pos == 0, last):
+                    break  # more blocks hold more bytes
+                b = base[d, t, pos, hi]
+                partial = new_acc + b if lat else max(new_acc, b)
+                if prune and partial >= best[0]:  # type: ignore[operator]
+                    break  # more blocks take longer
+                bounds.append(hi)
+                if last:
+                    total = partial
+                    if lat and len(seq) > 1:
+                        total += hopc[d][first_d == d]
+                    if total < best[0]:  # type: ignore[operator]
+                        best[:] = [total, tuple(seq), tuple(bounds)]
+                else:
+                    rec(hi, new_acc, b)
+                bounds.pop()
+            seq.pop()
+            left[d, t] += 1
+            budget[d] += t
+
+    rec(0, 0.0, 0.0)
+    if best[1] is None:
+        return None
+    return float(best[0]), Layout(stages=best[1], bounds=best[2])  # type: ignore[arg-type]
+
+
+def _adjacent_next(seq: Sequence[tuple[int, int]], d: int) -> bool:
+    """Whether a stage on node ``d`` may follow ``seq`` with every node's stages adjacent
+    around the pipeline's cycle (the first node's may also close it)."""
+    first = seq[0][0]
+    wrapped = any(seq[i][0] == first != seq[i - 1][0] for i in range(1, len(seq)))
+    if wrapped:
+        return d == first
+    return d == seq[-1][0] or d == first or all(e != d for e, _ in seq)
+
+
+def solve(spec: Spec, objective: Objective, rule: Rule) -> tuple[float, Layout] | None:
+    """The referee's optimum under ``rule``: ``free``, ``whole``, ``uniform`` (the best
+    over every degree) or ``adjacent`` (any groups, but the stages of one node next to each
+    other around the cycle)."""
+    found = []
+    if rule == "uniform":
+        for t in sorted({t for d in range(len(spec.nodes)) for t in spec.degrees(d)}):
+            found.append(search(spec, objective, allowed(spec, "uniform", t)))
+    elif rule == "adjacent":
+        found.append(search(spec, objective, allowed(spec, "free"), adjacent=True))
+    else:
+        found.append(search(spec, objective, allowed(spec, rule)))
+    got = [f for f in found if f is not None]
+    return min(got, key=lambda f: f[0]) if got else None
+
+
+# -- referee 2: every stage sequence, each split by dynamic programming ----------------------
+def solve_by_sequences(
+    spec: Spec,
+    objective: Objective,
+    degrees: list[list[int]],
+    *,
+    gpus: Sequence[int] | None = None,
+    counts: Mapping[tuple[int, int], int] | None = None,
+) -> tuple[float, Layout] | None:
+    """The best pipeline whose stages use ``degrees``, for models of many blocks.
+
+    Every sequence of (node, tp) stages (as :func:`search`), each with its optimal
+    contiguous split: a dynamic programme over the blocks, one stage at a time, shared by
+    every sequence with the same prefix.  ``cost[pos]`` is the best cost of the stages so
+    far ending at block ``pos`` (their sum, or their slowest); a stage's outbound transfer
+    and hop join it once the next stage's node is known.
+    """
+    nb, lat = spec.nb, objective == "latency"
+    m = spec.model
+    items = [(d, t) for d, ts in enumerate(degrees) for t in ts]
+    mem = np.array([0, *itertools.accumulate(spec.mem)], dtype=np.int64)
+    read = np.array([0, *itertools.accumulate(spec.read)], dtype=np.float64)
+    wread = np.array([0, *itertools.accumulate(spec.wread)], dtype=np.float64)
+    lo_i, hi_i = np.meshgrid(np.arange(nb + 1), np.arange(nb + 1), indexing="ij")
+    valid = lo_i < hi_i
+    matrices: dict[tuple[int, int, bool, bool], np.ndarray] = {}
+
+    def matrix(d: int, t: int, first: bool, last: bool) -> np.ndarray:
+        """Stage times (no outbound transfer) by [lo, hi]; inf where it does not fit."""
+        key = (d, t, first, last)
+        if key not in matrices:
+            n = spec.nodes[d]
+            head = m.head_params_bytes if last else 0
+            held = mem[hi_i] - mem[lo_i] + (m.embed_params_bytes if first else 0) + head
+            cap = math.floor(t * n.vram_gpu * (1 - HEADROOM))
+            r = read[hi_i] - read[lo_i] + head
+            w = wread[hi_i] - wread[lo_i] + head
+            with np.errstate(invalid="ignore"):
+                base = np.maximum(
+                    r / (t * n.bw_gpu), 2 * spec.ppb * w * spec.batch / (t * n.flops_gpu)
+                ) + (hi_i - lo_i) * 2 * spec.all_reduce(d, t)
+            ok = valid & (held <= cap)
+            if not last:
+                ok[:, nb] = False  # a stage before the last leaves it a block
+            matrices[key] = np.where(ok, base, np.inf)
+        return matrices[key]
+
+    def step(cost: np.ndarray, stage: np.ndarray, extra: float) -> tuple[np.ndarray, np.ndarray]:
+        both = cost[:, None] + (stage + extra) if lat else np.maximum(cost[:, None], stage + extra)
+        arg = both.argmin(axis=0)
+        return both[arg, np.arange(nb + 1)], arg
+
+    budget = [n.gpus for n in spec.nodes] if gpus is None else list(gpus)
+    left = {i: (counts or {}).get(i, nb) for i in items}
+    best: list[object] = [math.inf, None]
+    seq: list[tuple[int, int]] = []
+    args: list[np.ndarray] = []
+
+    def finish(value: float, last_arg: int) -> None:
+        bounds = [nb, last_arg]
+        for arg in reversed(args):
+            bounds.append(int(arg[bounds[-1]]))
+        best[:] = [value, Layout(stages=tuple(seq), bounds=tuple(reversed(bounds)))]
+
+    def rec(cost: np.ndarray) -> None:
+        """``seq[-1]`` is pending; ``cost`` covers the stages before it, by their end."""
+        d, t = seq[-1]
+        first = len(seq) == 1
+        back = spec.hop(d, seq[0][0] == d) if lat and not first else 0.0
+        end = (
+            (cost + matrix(d, t, first, True)[:, nb] + back)
+            if lat
+            else np.maximum(cost, matrix(d, t, first, True)[:, nb])
+        )
+        lo = int(end.argmin())
+        if end[lo] < best[0]:
+            finish(float(end[lo]), lo)
+        if len(seq) == nb:
+            return
+        after: dict[bool, tuple[np.ndarray, np.ndarray]] = {}
+        for e, t2 in items:
+            if budget[e] < t2 or not left[e, t2]:
+                continue
+            same = e == d
+            if same not in after:
+                extra = spec.transfer(d, same) + (spec.hop(d, same) if lat else 0.0)
+                after[same] = step(cost, matrix(d, t, first, False), extra)
+            nxt, arg = after[same]
+            if not nxt.min() < best[0]:
+                continue  # later stages only add
+            budget[e] -= t2
+            left[e, t2] -= 1
+            seq.append((e, t2))
+            args.append(arg)
+            rec(nxt)
+            args.pop()
+            seq.pop()
+            left[e, t2] += 1
+            budget[e] += t2
+
+    start = np.full(nb + 1, np.inf)
+    start[0] = 0.0
+    for d, t in items:
+        if budget[d] >= t and left[d, t]:
+            budget[d] -= t
+            left[d, t] -= 1
+            seq.append((d, t))
+            rec(start)
+            seq.pop()
+            left[d, t] += 1
+            budget[d] += t
+    if best[1] is None:
+        return None
+    return float(best[0]), best[1]  # type: ignore[arg-type,return-value]
+
+
+# -- stowplan's plan, scored by the referee ---------------------------------------------------
+def layout_of(spec: Spec, p: Plan) -> tuple[Layout, list[str]]:
+    """``p`` as a referee layout, and whatever makes it illegal (GPU indices included)."""
+    index = {n.id: d for d, n in enumerate(spec.nodes)}
+    problems: list[str] = []
+    gpus_taken: dict[int, set[int]] = {}
+    stages = []
+    for a in p.assignments:
+        d = index[a.node_id]
+        g = spec.nodes[d].gpus
+        ids = a.gpu_indices or tuple(range(g))
+        if len(ids) != a.tensor_parallel or any(not 0 <= i < g for i in ids):
+            problems.append(f"stage {a.stage}: gpu_indices {ids} for tp {a.tensor_parallel}")
+        taken = gpus_taken.setdefault(d, set())
+        if taken & set(ids):
+            problems.append(f"stage {a.stage}: GPUs {sorted(taken & set(ids))} used twice")
+        taken |= set(ids)
+        stages.append((d, a.tensor_parallel))
+    bounds = (*(a.block_range[0] for a in p.assignments), p.assignments[-1].block_range[1])
+    layout = Layout(stages=tuple(stages), bounds=bounds)
+    return layout, problems + violations(spec, layout)
+
+
+def rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(a), abs(b), 1e-300)
+
+
+def disagreement(spec: Spec, pred: Prediction | None, mine: Score) -> float:
+    """The largest relative gap between the referee's score and stowplan's prediction."""
+    assert pred is not None
+    gaps = [
+        rel(mine.time_per_token_s, pred.time_per_token_s),
+        rel(mine.tokens_per_s, pred.tokens_per_s),
+    ]
+    gaps += [rel(a, b) for a, b in zip(mine.stage_time_s, pred.stage_time_s, strict=True)]
+    if len(pred.stage_time_s) != len(mine.stage_time_s):
+        gaps.append(1.0)
+    return max(gaps)
+
+
+def groups_of(spec: Spec, layout: Layout) -> tuple[list[list[int]], dict[tuple[int, int], int]]:
+    """The degrees per node of ``layout``'s GPU groups and how many groups of each, for
+    :func:`search` and :func:`solve_by_sequences` restricted to those groups."""
+    counts: dict[tuple[int, int], int] = {}
+    for stage in layout.stages:
+        counts[stage] = counts.get(stage, 0) + 1
+    degrees = [sorted(t for e, t in counts if e == d) for d in range(len(spec.nodes))]
+    return degrees, counts
+
+
+def broken_certificate(p: Plan, objective: Objective, optimum: float, batch: int) -> str | None:
+    """``p``'s certificate, described, when the referee's optimum beats its bound."""
+    cert = p.rationale.certificate
+    if cert is None:
+        return None
+    if objective == "latency":
+        beaten, best = optimum < cert.bound * (1 - 1e-9), f"{optimum:.6g} s/token"
+    else:
+        beaten, best = batch / optimum > cert.bound * (1 + 1e-9), f"{batch / optimum:.6g} tokens/s"
+    if not beaten:
+        return None
+    kind = "optimum" if cert.exact else "bound"
+    return f"{kind} {cert.bound:.6g} [{cert.method}] but the referee finds {best}"
+
+
+def describe(spec: Spec, layout: Layout) -> str:
+    """``a:tp4[0,3) → b:tp2[3,8)``."""
+    return " → ".join(
+        f"{spec.nodes[d].id}:tp{t}[{layout.bounds[s]},{layout.bounds[s + 1]})"
+        for s, (d, t) in enumerate(layout.stages)
+    )
+
+
+# -- random fleets --------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Kind:
+    name: str
+    memory_gb: int
+    bw_gbps: float
+    tflops: float
+    intra_gbps: float
+    intra_us: float
+
+
+NVLINK = [
+    Kind("H100 SXM5", 80, 3350, 989, 450, 3),
+    Kind("H200", 141, 4800, 989, 450, 3),
+    Kind("A100 80GB SXM4", 80, 2039, 312, 300, 3),
+    Kind("A100 40GB SXM4", 40, 1555, 312, 300, 3),
+]
+PCIE = [
+    Kind("L40S", 48, 864, 362, 31.5, 12),
+    Kind("RTX A6000", 48, 768, 154.8, 31.5, 12),
+    Kind("RTX 4090", 24, 1008, 165, 31.5, 12),
+    Kind("A10G", 24, 600, 125, 31.5, 12),
+    Kind("L4", 24, 300, 121, 31.5, 12),
+    Kind("RTX 3090", 24, 936, 71, 15.8, 15),
+]
+HEADS = [(32, 8), (64, 8), (48, 48), (24, 24), (56, 1), (40, 8), (16, 2)]
+"""(attention heads, KV heads) of the synthetic models: degrees {1,2,4,8}, {1,2,3,4,6,8},
+{1,2,4,7,8} … up to 8 GPUs."""
+
+
+def descriptor(
+    kind: Kind, node_id: str, gpus: int, link_mbps: float, latency_ms: float
+) -> NodeDescriptor:
+    return NodeDescriptor(
+        id=node_id,
+        gpu_name=kind.name,
+        num_gpus=gpus,
+        vram_bytes=kind.memory_gb * 10**9 * gpus,
+        mem_bandwidth_gbps=kind.bw_gbps * gpus,
+        flops_estimate=kind.tflops * gpus,
+        link_mbps=link_mbps,
+        link_latency_ms=latency_ms,
+        intra_link_gbps=kind.intra_gbps,
+        intra_link_latency_us=kind.intra_us,
+    )
+
+
+@dataclass(slots=True)
+class Instance:
+    seed: int
+    model: ModelLayout
+    nodes: list[NodeDescriptor]
+    batch: int
+    """The throughput workload's batch (latency runs at 1)."""
+    context_tokens: int | None
+
+    def spec(self, objective: Objective) -> Spec:
+        b = 1 if objective == "latency" else self.batch
+        return Spec(self.model, self.nodes, b, self.context_tokens)
+
+    def text(self) -> str:
+        fleet = ", ".join(
+            f"{n.id} {n.num_gpus}×{n.gpu_name} "
+            f"({n.link_mbps / 1000:.3g} Gbit/s, {n.link_latency_ms:.2g} ms)"
+            for n in self.nodes
+        )
+        m = self.model
+        ctx = ""
+        if self.context_tokens and m.kv_bytes_per_token:
+            kv = m.kv_bytes_per_token[0] * self.context_tokens * self.batch
+            ctx = f", context {self.context_tokens} (KV {kv / m.block_params_bytes:.0%} of a block)"
+        return (
+            f"{m.num_blocks} blocks of {m.block_params_bytes / 1e9:.3g} GB, heads "
+            f"{m.num_attention_heads}/{m.num_kv_heads}, batch {self.batch}{ctx}; {fleet}"
+        )
+
+
+def draw(seed: int, max_blocks: int = 8) -> Instance:
+    """Instance ``seed``: 2–3 nodes of 1–8 GPUs (NVLink or PCIe), a synthetic model of
+    3–``max_blocks`` blocks sized to 10–85 % of the fleet's usable VRAM."""
+    rng = random.Random(f"tp-{seed}")
+    wan = rng.random() < 0.3
+    nodes = []
+    for i in range(rng.randint(2, 3)):
+        kind = rng.choice(NVLINK if rng.random() < 0.4 else PCIE)
+        link = rng.uniform(100, 1000) if wan else rng.uniform(10_000, 100_000)
+        lat = rng.uniform(5, 40) if wan else rng.uniform(0.05, 0.5)
+        nodes.append(descriptor(kind, f"n{i}", rng.randint(1, 8), round(link, 1), round(lat, 3)))
+    usable = sum(n.vram_bytes for n in nodes) * 0.8
+    nb = rng.randint(3, max_blocks)
+    heads, kv_heads = rng.choice(HEADS)
+    hidden = rng.choice([4096, 8192])
+    total = rng.uniform(0.1, 0.85) * usable
+    unit = total / (nb + rng.uniform(0.2, 2.0))
+    alike = rng.random() < 0.5  # else blocks differ by up to ±30 %
+    sizes = [2 * int(unit * (1.0 if alike else rng.uniform(0.7, 1.3)) / 2) for _ in range(nb)]
+    head = 2 * int(unit * rng.uniform(0.1, 1.0) / 2)
+    embed = 2 * int(unit * rng.uniform(0.1, 1.0) / 2)
+    batch = rng.choice([4, 8, 16, 32])
+    kv_per_token = 2 * kv_heads * (hidden // heads) * 2
+    ctx = None
+    if rng.random() < 0.5:  # KV at 5–40 % of a block's bytes for the throughput batch
+        ctx = max(1, round(rng.uniform(0.05, 0.4) * unit / (kv_per_token * batch)))
+    total_bytes = sum(sizes) + head + embed
+    model = ModelLayout(
+        name=f"synthetic-{seed}",
+        num_blocks=nb,
+        hidden_dim=hidden,
+        bytes_per_activation_elem=2,
+        block_params_bytes=round(sum(sizes) / nb),
+        block_bytes=tuple(sizes),
+        head_params_bytes=head,
+        embed_params_bytes=embed,
+        kv_bytes_per_token=(kv_per_token,) * nb,
+        total_params=total_bytes // 2,
+        active_params=total_bytes // 2,
+        dtype="bf16",
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+    )
+    return Instance(seed=seed, model=model, nodes=nodes, batch=batch, context_tokens=ctx)
+
+
+# -- part 1: quality on random fleets -------------------------------------------------------
+@dataclass(slots=True)
+class Outcome:
+    seed: int
+    objective: Objective
+    ratios: dict[str, float]
+    """stowplan, adjacent, whole, uniform: value / optimum (1.0 optimal, 0.0 no plan)."""
+    whole_legal: bool
+    """Every node's GPU count is a legal degree (so every node can run as one group)."""
+    disagreement: float | None
+    """Referee vs the plan's own prediction (largest relative gap)."""
+    repredicted: float | None
+    """Referee vs ``stowplan.cost.predict`` re-scoring the plan."""
+    illegal: list[str]
+    certificate: str | None
+    """The plan's certificate when the referee's optimum beats its bound (else None)."""
+    own_groups: float | None
+    """stowplan's value / the referee's optimum on the GPU groups the plan uses."""
+    own_certificate: str | None
+    """The certificate when the referee's optimum on those groups beats its bound."""
+    ours: str
+    best: str
+    text: str
+    seconds: dict[str, float]
+
+
+def ratio(objective: Objective, optimum: float, value: float | None) -> float:
+    """Higher is better, 1.0 optimal: optimum time / time or tokens/s / optimum tokens/s
+    (both: the optimum's slowest stage or time per token over this one's)."""
+    if value is None or value <= 0:
+        return 0.0
+    return optimum / value
+
+
+def run_instance(inst: Instance, objective: Objective) -> Outcome | None:
+    spec = inst.spec(objective)
+    t0 = time.perf_counter()
+    opt = solve(spec, objective, "free")
+    t_ref = time.perf_counter() - t0
+    if opt is None:
+        return None
+    others = {rule: solve(spec, objective, rule) for rule in ("adjacent", "whole", "uniform")}
+    c = Constraints(batch=spec.batch, context_tokens=inst.context_tokens)
+    t0 = time.perf_counter()
+    illegal: list[str] = []
+    gap: float | None = None
+    again: float | None = None
+    cert: str | None = None
+    own_ratio: float | None = None
+    own_cert: str | None = None
+    ours_value: float | None = None
+    ours_text = "no plan (PlanError)"
+    try:
+        p = plan(inst.model, inst.nodes, c)
+    except PlanError as exc:
+        p = None
+        illegal.append(f"PlanError: {exc}")
+    t_plan = time.perf_counter() - t0
+    if p is not None:
+        layout, illegal = layout_of(spec, p)
+        mine = score(spec, layout)
+        gap = disagreement(spec, p.rationale.prediction, mine)
+        again = disagreement(spec, predict(inst.model, inst.nodes, c, p), mine)
+        cert = broken_certificate(p, objective, opt[0], spec.batch)
+        ours_value = None if illegal else mine.value(objective)
+        if not illegal:
+            degrees, counts = groups_of(spec, layout)
+            own = search(spec, objective, degrees, counts=counts)
+            assert own is not None
+            own_ratio = ratio(objective, own[0], ours_value)
+            own_cert = broken_certificate(p, objective, own[0], spec.batch)
+        ours_text = describe(spec, layout)
+    return Outcome(
+        seed=inst.seed,
+        objective=objective,
+        ratios={
+            "stowplan": ratio(objective, opt[0], ours_value),
+            **{
+                rule: ratio(objective, opt[0], got[0] if got else None)
+                for rule, got in others.items()
+            },
+        },
+        whole_legal=all(n.gpus in spec.degrees(d) for d, n in enumerate(spec.nodes)),
+        disagreement=gap,
+        repredicted=again,
+        illegal=illegal,
+        certificate=cert,
+        own_groups=own_ratio,
+        own_certificate=own_cert,
+        ours=ours_text,
+        best=describe(spec, opt[1]),
+        text=inst.text(),
+        seconds={"referee": t_ref, "plan": t_plan},
+    )
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-quantile by the nearest-rank rule (p10 of 200: the 20th smallest)."""
+    s = sorted(values)
+    return s[max(0, math.ceil(q * len(s)) - 1)]
+
+
+def quality(instances: int, max_blocks: int) -> list[Outcome]:
+    out: list[Outcome] = []
+    for i in range(instances):
+        for objective in ("latency", "throughput"):
+            attempt = 0
+            while True:  # redraw a fleet too small for its model
+                got = run_instance(draw(i * 1000 + attempt, max_blocks), objective)
+                if got is not None:
+                    out.append(got)
+                    break
+                attempt += 1
+    return out
+
+
+def quality_table(outcomes: list[Outcome]) -> list[str]:
+    subset = [o for o in outcomes if o.whole_legal]
+    k = sum(1 for o in subset if o.objective == "latency")
+    rows = [
+        "| objective | layouts | median / optimum | p10 / optimum | min / optimum | no plan "
+        f"| median, p10 on the {k} fleets whose nodes' GPU counts are legal degrees |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    names = {
+        "stowplan": "stowplan (per-stage tp)",
+        "adjacent": "a node's stages adjacent around the cycle (best such)",
+        "whole": "every node one tp group (best such)",
+        "uniform": "one tp for all stages (best such)",
+    }
+    for objective in ("latency", "throughput"):
+        mine = [o for o in outcomes if o.objective == objective]
+        for key, label in names.items():
+            r = [o.ratios[key] for o in mine]
+            none = sum(1 for x in r if x == 0.0)
+            sub = [o.ratios[key] for o in mine if o.whole_legal] or [math.nan]
+            rows.append(
+                f"| {objective} | {label} | {statistics.median(r):.3f} | {pct(r, 0.1):.3f} | "
+                f"{min(r):.3f} | {none} of {len(r)} | "
+                f"{statistics.median(sub):.3f}, {pct(sub, 0.1):.3f} |"
+            )
+    return rows
+
+
+# -- part 2: the HexGen case study ----------------------------------------------------------
+LLAMA2_70B = {
+    "model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672,
+    "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+    "vocab_size": 32000, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}  # fmt: skip
+"""meta-llama/Llama-2-70b-hf's config.json (the known-model table has Llama 3.1 only)."""
+
+CASE_KINDS = [
+    (Kind("RTX A6000", 48, 768, 154.8, 31.5, 12), 4),
+    (Kind("RTX A5000", 24, 768, 111.1, 31.5, 12), 2),
+    (Kind("RTX A4000", 16, 448, 76.7, 31.5, 12), 2),
+]
+CASE_LINK_MBPS, CASE_LATENCY_MS = 1000.0, 0.1
+CASE_WORKLOADS = [
+    ("latency", 1, 4096),
+    ("latency", 1, 65536),
+    ("throughput", 16, 4096),
+    ("throughput", 32, 4096),
+]
+"""(objective, batch, context tokens) of the case study."""
+
+
+def _planned(spec: Spec, objective: Objective, c: Constraints) -> tuple[float | None, str]:
+    """stowplan's plan under ``c`` scored by the referee (None: no plan), and its layout
+    (with whatever the referee finds wrong: legality, prediction, certificate)."""
+    try:
+        p = plan(spec.model, spec.descriptors, c)
+    except PlanError:
+        return None, "no plan"
+    layout, bad = layout_of(spec, p)
+    s = score(spec, layout)
+    gap = disagreement(spec, p.rationale.prediction, s)
+    note = ("; ".join(bad) + " ") if bad else ""
+    note += f"(prediction differs by {gap:.1e}) " if gap > 1e-9 else ""
+    if not bad:
+        degrees, counts = groups_of(spec, layout)
+        own = solve_by_sequences(spec, objective, degrees, counts=counts)
+        cert = own and broken_certificate(p, objective, own[0], spec.batch)
+        if cert:
+            note += f"(certificate: {cert}, on the plan's own GPU groups) "
+    return (None if bad else s.value(objective)), note + describe(spec, layout)
+
+
+def case_study() -> tuple[list[str], list[str]]:
+    """The case-study table, and the layouts behind it (one line per workload)."""
+    model = lookup("llama2:70b") or from_hf_config(LLAMA2_70B, name="llama2:70b")
+    nodes = [
+        descriptor(k, k.name.split()[-1].lower(), g, CASE_LINK_MBPS, CASE_LATENCY_MS)
+        for k, g in CASE_KINDS
+    ]
+    degrees = sorted({t for n in nodes for t in range(1, n.num_gpus + 1)})
+    spec0 = Spec(model, nodes, 1, None)
+    degrees = [t for t in degrees if any(t in spec0.degrees(d) for d in range(len(nodes)))]
+    rows = [
+        "| workload | optimum (referee) | stowplan | "
+        + " | ".join(f"best uniform tp {t}" for t in degrees)
+        + " | best whole nodes |",
+        "|---|---|---|" + "---|" * len(degrees) + "---|",
+    ]
+    details = []
+    for objective, batch_size, ctx in CASE_WORKLOADS:
+        spec = Spec(model, nodes, batch_size, ctx)
+        c = Constraints(batch=batch_size, context_tokens=ctx)
+        opt = solve_by_sequences(spec, objective, allowed(spec, "free"))
+        assert opt is not None
+
+        ours, ours_text = _planned(spec, objective, c)
+
+        def shown(
+            value: float | None,
+            objective: str = objective,
+            best: float = opt[0],
+            b: int = batch_size,
+            more: str = "",
+        ) -> str:
+            if value is None:
+                return "does not fit"
+            if objective == "latency":
+                return f"{value * 1e3:.1f} ms ({best / value:.3f}{more})"
+            return f"{b / value:.1f} tok/s ({best / value:.3f}{more})"
+
+        cells = [shown(opt[0]), shown(ours)]
+        for t in degrees:
+            got = solve_by_sequences(spec, objective, allowed(spec, "uniform", t))
+            fixed, _ = _planned(spec, objective, replace(c, tensor_parallel=t))
+            theirs = "no plan" if fixed is None else f"{opt[0] / fixed:.3f}"
+            cells.append(shown(got[0], more=f"; stowplan {theirs}") if got else shown(None))
+        whole = solve_by_sequences(spec, objective, allowed(spec, "whole"))
+        cells.append(shown(whole[0] if whole else None))
+        label = f"{objective}, batch {batch_size}, context {ctx}"
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+        details.append(f"{label}: optimum {describe(spec, opt[1])}; stowplan {ours_text}")
+    return rows, details
+
+
+# -- part 3: planning time -----------------------------------------------------------------
+def big_fleet(rng: random.Random, n: int) -> list[NodeDescriptor]:
+    kinds = rng.sample([*NVLINK, *PCIE[:3]], k=4)
+    return [
+        descriptor(
+            rng.choice(kinds),
+            f"n{i:04d}",
+            8,
+            round(rng.uniform(10_000, 100_000), 1),
+            round(rng.uniform(0.05, 0.5), 3),
+        )
+        for i in range(n)
+    ]
+
+
+def planning_time(sizes: Sequence[int], repeats: int) -> list[str]:
+    """plan() wall and CPU time per fleet size and objective (fleet r of size n seeded by
+    (n, objective, r), so no plan reuses what another one of the same fleet remembered)."""
+    model = lookup("llama3.1:70b")
+    assert model is not None
+    plan(model, big_fleet(random.Random("warm-up"), 8), Constraints())  # imports
+    rows = [
+        f"| nodes × GPUs | objective | plan() median ms ({repeats} fleet{'s' * (repeats != 1)}) "
+        "| max ms "
+        "| median CPU ms |",
+        "|---|---|---|---|---|",
+    ]
+    for n in sizes:
+        for objective, batch in (("latency", 1), ("throughput", 16)):
+            wall, cpu = [], []
+            for r in range(repeats):
+                nodes = big_fleet(random.Random(f"{n}-{objective}-{r}"), n)
+                t0, c0 = time.perf_counter(), time.process_time()
+                plan(model, nodes, Constraints(batch=batch))
+                wall.append((time.perf_counter() - t0) * 1e3)
+                cpu.append((time.process_time() - c0) * 1e3)
+            rows.append(
+                f"| {n} × 8 | {objective} | {statistics.median(wall):.1f} | {max(wall):.1f} "
+                f"| {statistics.median(cpu):.1f} |"
+            )
+    return rows
+
+
+# -- main -----------------------------------------------------------------------------------
+def report(outcomes: list[Outcome], worst: int) -> list[str]:
+    lines = []
+    gaps = [o for o in outcomes if o.disagreement is not None and o.disagreement > 1e-9]
+    lines.append(
+        f"referee vs stowplan's own prediction: {len(gaps)} of {len(outcomes)} plans differ "
+        f"by more than 1e-9 (relative)"
+        + (f"; largest {max(o.disagreement or 0 for o in gaps):.2e}" if gaps else "")
+    )
+    for o in gaps[:worst]:
+        lines.append(f"  seed {o.seed} {o.objective}: {o.disagreement:.2e}: {o.ours}")
+    again = [o for o in outcomes if o.repredicted is not None and o.repredicted > 1e-9]
+    lines.append(
+        f"referee vs stowplan.cost.predict(model, nodes, constraints, plan): {len(again)} of "
+        f"{len(outcomes)} plans differ by more than 1e-9"
+        + (f"; largest {max(o.repredicted or 0 for o in again):.2e}" if again else "")
+    )
+    for o in again[:worst]:
+        lines.append(f"  seed {o.seed} {o.objective}: {o.repredicted:.2e}: {o.ours}")
+    certs = [o for o in outcomes if o.certificate]
+    lines.append(
+        f"certificates whose bound the referee's optimum beats: {len(certs)} of {len(outcomes)} "
+        f"({sum(1 for o in certs if o.certificate and o.certificate.startswith('optimum'))} "
+        "claim an exact optimum)"
+    )
+    for o in certs[:worst]:
+        lines.append(f"  seed {o.seed} {o.objective}: {o.certificate}")
+    own = [o for o in outcomes if o.own_certificate]
+    lines.append(
+        f"... beaten even on the GPU groups the plan itself uses: {len(own)} of {len(outcomes)}"
+    )
+    for o in own[:worst]:
+        lines.append(f"  seed {o.seed} {o.objective}: {o.own_certificate}; stowplan {o.ours}")
+    for objective in ("latency", "throughput"):
+        r = [o.own_groups for o in outcomes if o.objective == objective and o.own_groups]
+        lines.append(
+            f"{objective}: stowplan / the referee's optimum on the plan's own GPU groups: "
+            f"below 1 on {sum(1 for x in r if x < 1 - 1e-9)} of {len(r)}, min {min(r, default=1):.3f}"
+        )
+    bad = [o for o in outcomes if o.illegal]
+    lines.append(f"illegal or missing plans: {len(bad)} ({len({o.seed for o in bad})} fleets)")
+    if bad:
+        lines[-1] += (
+            ", though the referee found a legal pipeline for every one (with a node's stages "
+            f"adjacent around the cycle: {sum(1 for o in bad if o.ratios['adjacent'] > 0)})"
+        )
+    for o in bad[:worst]:
+        lines.append(f"  seed {o.seed} {o.objective}: {'; '.join(o.illegal)}: {o.ours}")
+    for objective in ("latency", "throughput"):
+        mine = [o for o in outcomes if o.objective == objective and not o.illegal]
+        below = sorted(
+            (o for o in mine if o.ratios["stowplan"] < 1 - 1e-9), key=lambda o: o.ratios["stowplan"]
+        )
+        inside = sum(1 for o in below if o.ratios["stowplan"] < o.ratios["adjacent"] - 1e-9)
+        lines.append(
+            f"{objective}: legal plans below the optimum: {len(below)} of {len(mine)} "
+            f"({inside} below the best pipeline with a node's stages adjacent around the cycle, "
+            f"{len(below) - inside} at or above it: the optimum interleaves nodes)"
+        )
+        for o in below[:worst]:
+            lines.append(
+                f"  seed {o.seed}: {o.ratios['stowplan']:.4f} of the optimum; {o.text}\n"
+                f"    stowplan: {o.ours}\n    optimum:  {o.best}"
+            )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--instances", type=int, default=200, help="random fleets per objective")
+    ap.add_argument("--max-blocks", type=int, default=8)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[8, 64, 256])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--worst", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="smoke run: 10 fleets, 8 and 64 nodes")
+    ap.add_argument("--skip", nargs="*", default=[], choices=["quality", "case", "speed"])
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.instances, args.sizes, args.repeats = 10, [8, 64], 1
+    t0 = time.perf_counter()
+    if "quality" not in args.skip:
+        outcomes = quality(args.instances, args.max_blocks)
+        out(
+            f"\n{args.instances} random fleets per objective (2–3 nodes of 1–8 GPUs, NVLink or "
+            f"PCIe; 3–{args.max_blocks} blocks) against the referee's optimum:\n"
+        )
+        for row in quality_table(outcomes):
+            out(row)
+        out("")
+        for line in report(outcomes, args.worst):
+            out(line)
+        ref = [o.seconds["referee"] for o in outcomes]
+        pl = [o.seconds["plan"] for o in outcomes]
+        out(
+            f"referee (free rule) median {statistics.median(ref) * 1e3:.1f} ms, max "
+            f"{max(ref):.2f} s; plan() median {statistics.median(pl) * 1e3:.1f} ms, max "
+            f"{max(pl) * 1e3:.0f} ms"
+        )
+    if "case" not in args.skip:
+        out(
+            f"\nLlama-2-70B (bf16) on 4 × RTX A6000 + 2 × RTX A5000 + 2 × RTX A4000 (one node "
+            f"per kind, PCIe 4 inside: 31.5 GB/s, 12 µs; {CASE_LINK_MBPS / 1000:g} Gbit/s and "
+            f"{CASE_LATENCY_MS:g} ms between nodes); value (value / optimum; for a uniform "
+            "degree t also stowplan's plan with tensor_parallel=t / optimum):\n"
+        )
+        rows, details = case_study()
+        for row in rows:
+            out(row)
+        out("")
+        for line in details:
+            out(line)
+    if "speed" not in args.skip:
+        out("\nplan() time, llama3.1:70b, nodes of 8 GPUs (4 kinds per fleet):\n")
+        for row in planning_time(args.sizes, args.repeats):
+            out(row)
+    out(f"\n(total {time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
