@@ -85,6 +85,17 @@ def test_without_the_fleet_every_node_gets_its_device_list_before_ray_start(
     assert result.data["visible_devices"] == {"n0": "0,1,2,3,4,5,6,7", "n1": "0,1,2,3,4,5,6,7"}
 
 
+def test_nodes_the_plan_leaves_out_are_kept_out_of_the_ray_cluster() -> None:
+    p = make_tp_plan([("n0", (0, 1, 2, 3), 20), ("n1", (0, 1, 2, 3), 12)])
+    nodes = [h100_node("n0", 4), h100_node("n1", 4), h100_node("n2", 4)]
+    result = export_plan(p, "vllm", nodes=nodes)
+    assert (
+        "keep n2 out of this Ray cluster: the plan does not use it, and vLLM places workers on "
+        "any GPU Ray has" in result.notes
+    )
+    assert len(result.commands) == 1 and "--tensor-parallel-size 4" in result.commands[0]
+
+
 def test_a_node_split_into_two_stages_runs_on_one_host_without_ray() -> None:
     p = make_tp_plan([("n0", (0, 1, 2, 3), 20), ("n0", (4, 5, 6, 7), 12)])
     result = export_plan(p, "vllm", nodes=[h100_node("n0", 8)], model="meta-llama/Llama-3.1-8B")

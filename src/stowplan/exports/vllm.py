@@ -119,6 +119,12 @@ def export_vllm(
             f"`ray start` uses the node id {plan.assignments[0].node_id!r} as the head's host "
             "name: replace it with that node's address if the name does not resolve"
         )
+    unused = [n for n in by_id if runs and n not in runs]
+    if hosts > 1 and unused:
+        notes.append(
+            f"keep {', '.join(unused)} out of this Ray cluster: the plan does not use "
+            f"{'it' if len(unused) == 1 else 'them'}, and vLLM places workers on any GPU Ray has"
+        )
     if devices:
         notes.append(
             "CUDA_VISIBLE_DEVICES gives vLLM exactly the plan's GPUs of "
