@@ -138,9 +138,10 @@ def test_node_ids_with_brackets_are_printed_as_given(
     args = ["plan", "llama3.1:8b", "--nodes", str(fleet), "--min-stages", "2"]
     assert main([*args, "--strategy", "balance-by-vram"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    cells = [line.split("│") for line in lines if line.startswith("│")]
-    stage_rows = [c for c in cells if c[1].strip().isdigit()]
-    assert [c[2].strip() for c in stage_rows] == ["n[bold]1", "n[red]0"]
+    rule = next(i for i, line in enumerate(lines) if line.startswith("──"))
+    stage_rows = [line.split() for line in lines[rule + 1 : rule + 3]]
+    assert [c[0] for c in stage_rows] == ["0", "1"]
+    assert [c[1] for c in stage_rows] == ["n[bold]1", "n[red]0"]
     bars = [line.split()[0] for line in lines if "█" in line and "GiB" in line]
     assert bars == ["n[bold]1", "n[red]0"]
 

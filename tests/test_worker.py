@@ -14,7 +14,7 @@ from stowplan import (
     stage_env,
     stage_from_env,
 )
-from stowplan.worker import CONTRACT_KEYS, even_split
+from stowplan.worker import CONTRACT_KEYS, VISIBLE_DEVICES, even_split
 from tests.expert_plans import ENV_VALUE_LIMIT, deepseek_v3_on_16_nodes
 
 GB = 10**9
@@ -125,3 +125,69 @@ def test_a_deepseek_v3_expert_plan_fits_one_environment_variable_and_every_stage
         assert got.source == "PLAN_JSON"
         assert got.block_range == a.block_range and got.node_id == a.node_id
         assert plan_from_json(env["PLAN_JSON"]) == p
+
+
+def _split_plan():  # type: ignore[no-untyped-def]
+    from tests.exports.plans import make_tp_plan
+
+    return make_tp_plan([("n0", (0, 1, 2, 3), 20), ("n0", (4, 5, 6, 7), 10), ("n1", (), 2)])
+
+
+def test_a_stage_on_listed_gpus_gets_its_tp_size_and_device_list() -> None:
+    envs = stage_env(_split_plan())
+    assert [(e["PLAN_TP_SIZE"], e.get("CUDA_VISIBLE_DEVICES")) for e in envs] == [
+        ("4", "0,1,2,3"),
+        ("4", "4,5,6,7"),
+        ("1", None),
+    ]
+    assert all(set(e) - {VISIBLE_DEVICES} == set(CONTRACT_KEYS) for e in envs)
+
+
+def test_a_plan_of_single_gpu_nodes_leaves_cuda_visible_devices_alone() -> None:
+    envs = stage_env(_plan())
+    assert all(VISIBLE_DEVICES not in e and e["PLAN_TP_SIZE"] == "1" for e in envs)
+
+
+def test_every_stage_reads_back_its_tensor_parallel_degree_and_gpus() -> None:
+    p = _split_plan()
+    for env, a in zip(stage_env(p), p.assignments, strict=True):
+        got = stage_from_env(env)
+        assert (got.tensor_parallel, got.gpu_indices) == (a.tensor_parallel, a.gpu_indices)
+        info = got.placement_info("ray-node")
+        assert info["tensor_parallel"] == a.tensor_parallel
+        assert info["gpu_indices"] == list(a.gpu_indices)
+        bare = {k: v for k, v in env.items() if k != "PLAN_JSON"}
+        assert stage_from_env(bare).tensor_parallel == a.tensor_parallel
+
+
+def test_the_planned_405b_stages_on_two_h100_nodes_see_all_eight_gpus() -> None:
+    from stowplan import load_nodes
+    from tests.conftest import EXAMPLES
+
+    model = lookup("llama3.1:405b")
+    assert model is not None
+    p = plan(model, load_nodes(EXAMPLES / "fleets" / "two-h100-nodes.yaml"), Constraints())
+    envs = stage_env(p)
+    assert [(e["PLAN_TP_SIZE"], e["CUDA_VISIBLE_DEVICES"]) for e in envs] == [
+        ("8", "0,1,2,3,4,5,6,7"),
+        ("8", "0,1,2,3,4,5,6,7"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"PLAN_TP_SIZE": "four"}, "PLAN_TP_SIZE='four': must be an integer >= 1"),
+        ({"PLAN_TP_SIZE": "0"}, "PLAN_TP_SIZE='0': must be an integer >= 1"),
+        (
+            {"PLAN_TP_SIZE": "2"},
+            "PLAN_TP_SIZE='2': must equal the tensor_parallel=4 of stage 0 in PLAN_JSON "
+            "(or be unset)",
+        ),
+    ],
+)
+def test_a_bad_tp_size_is_refused_naming_the_variable(extra: dict[str, str], message: str) -> None:
+    env = stage_env(_split_plan())[0] | extra
+    with pytest.raises(InputError) as info:
+        stage_from_env(env)
+    assert str(info.value) == message

@@ -9,6 +9,20 @@ Worker side: :func:`stage_from_env` reads, in order of precedence,
    ``PLAN_OWNS_HEAD=1``; default: stage 0 owns the embed, the last the head);
 3. ``STAGE`` + ``NUM_STAGES`` alone: the even split ``[s*B//N, (s+1)*B//N)``.
 
+``PLAN_TP_SIZE`` is the stage's tensor-parallel degree (how many GPUs split each
+of its blocks; 1 when absent). With ``PLAN_JSON`` it must agree with the plan.
+
+``CUDA_VISIBLE_DEVICES``: :func:`stage_env` sets it to the stage's
+``gpu_indices`` (comma-joined, ``0,1,2,3``) for a stage that lists GPUs, and
+leaves it out for a stage on a whole node that lists none (every stage of a plan
+of single-GPU nodes): such a node may be one GPU of a bigger host, described on
+its own, and only the host knows which, so the worker keeps whatever the host or
+the scheduler gave it. It is read by CUDA, not by :func:`stage_from_env`, so it
+is not one of :data:`CONTRACT_KEYS`. Under Ray, an actor that reserves GPUs gets
+``CUDA_VISIBLE_DEVICES`` from Ray (the GPUs of its bundle), which replaces the
+plan's list; a process started by hand from ``stowplan stage-env --format
+shell`` keeps the plan's.
+
 Malformed values raise :class:`~stowplan.errors.InputError` naming the variable.
 """
 
@@ -20,13 +34,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from stowplan.errors import InputError
+from stowplan.gpu_lists import visible_devices
 from stowplan.plan import Plan, plan_from_json, plan_to_json
 
-__all__ = ["CONTRACT_KEYS", "WorkerStage", "even_split", "stage_env", "stage_from_env"]
+__all__ = [
+    "CONTRACT_KEYS",
+    "VISIBLE_DEVICES",
+    "WorkerStage",
+    "even_split",
+    "stage_env",
+    "stage_from_env",
+]
 
 CONTRACT_KEYS = ("PLAN_JSON", "STAGE", "NUM_STAGES", "PLAN_STAGE_BLOCKS", "PLAN_OWNS_EMBED",
-                 "PLAN_OWNS_HEAD")  # fmt: skip
-"""The variables of the contract: every one :func:`stage_env` sets."""
+                 "PLAN_OWNS_HEAD", "PLAN_TP_SIZE")  # fmt: skip
+"""The variables of the contract: every one :func:`stage_env` sets for every stage."""
+
+VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+"""Set by :func:`stage_env` only for a stage that lists its GPUs (see the module notes)."""
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -44,6 +69,11 @@ class WorkerStage:
     source: str
     """Which contract supplied it: ``PLAN_JSON``, ``PLAN_STAGE_BLOCKS`` or ``NUM_STAGES``."""
     node_id: str | None = None
+    tensor_parallel: int = 1
+    """GPUs that split each block of the stage (``PLAN_TP_SIZE``)."""
+    gpu_indices: tuple[int, ...] = ()
+    """The plan's GPUs of the node for this stage (from ``PLAN_JSON`` only; empty: the
+    whole node, or not known)."""
 
     def placement_info(self, running_node_id: str) -> dict[str, Any]:
         """JSON-ready: the node the stage runs on next to the one its plan named, and what
@@ -56,6 +86,8 @@ class WorkerStage:
             "owns_embed": self.owns_embed,
             "owns_head": self.owns_head,
             "source": self.source,
+            "tensor_parallel": self.tensor_parallel,
+            "gpu_indices": list(self.gpu_indices),
         }
 
 
@@ -97,9 +129,17 @@ def stage_from_env(
     if "STAGE" not in env:
         raise InputError("STAGE", None, "must be set to this worker's stage index")
     stage = _int(env, "STAGE")
+    tp = _int(env, "PLAN_TP_SIZE", 1) if "PLAN_TP_SIZE" in env else None
     if env.get("PLAN_JSON"):
         plan = plan_from_json(env["PLAN_JSON"])
         a = plan.stage(stage)
+        if tp is not None and tp != a.tensor_parallel:
+            raise InputError(
+                "PLAN_TP_SIZE",
+                env["PLAN_TP_SIZE"],
+                f"must equal the tensor_parallel={a.tensor_parallel} of stage {stage} in "
+                "PLAN_JSON (or be unset)",
+            )
         return WorkerStage(
             stage=stage,
             num_stages=plan.num_stages,
@@ -108,6 +148,8 @@ def stage_from_env(
             owns_head=a.owns_head,
             source="PLAN_JSON",
             node_id=a.node_id,
+            tensor_parallel=a.tensor_parallel,
+            gpu_indices=a.gpu_indices,
         )
     num_stages = _int(env, "NUM_STAGES", 1) if "NUM_STAGES" in env else None
     if num_stages is not None and stage >= num_stages:
@@ -134,6 +176,7 @@ def stage_from_env(
             owns_embed=_flag(env, "PLAN_OWNS_EMBED", stage == 0),
             owns_head=_flag(env, "PLAN_OWNS_HEAD", last),
             source="PLAN_STAGE_BLOCKS",
+            tensor_parallel=tp or 1,
         )
     if num_stages is None:
         raise InputError(
@@ -150,22 +193,26 @@ def stage_from_env(
         owns_embed=stage == 0,
         owns_head=stage == num_stages - 1,
         source="NUM_STAGES",
+        tensor_parallel=tp or 1,
     )
 
 
 def stage_env(plan: Plan) -> list[dict[str, str]]:
-    """The environment each stage's process receives, in stage order."""
+    """The environment each stage's process receives, in stage order: every one of
+    :data:`CONTRACT_KEYS`, and ``CUDA_VISIBLE_DEVICES`` for a stage that lists its GPUs."""
     plan_json = plan_to_json(plan, indent=None)
     out = []
     for a in plan.assignments:
-        out.append(
-            {
-                "PLAN_JSON": plan_json,
-                "STAGE": str(a.stage),
-                "NUM_STAGES": str(plan.num_stages),
-                "PLAN_STAGE_BLOCKS": f"{a.block_range[0]},{a.block_range[1]}",
-                "PLAN_OWNS_EMBED": "1" if a.owns_embed else "0",
-                "PLAN_OWNS_HEAD": "1" if a.owns_head else "0",
-            }
-        )
+        env = {
+            "PLAN_JSON": plan_json,
+            "STAGE": str(a.stage),
+            "NUM_STAGES": str(plan.num_stages),
+            "PLAN_STAGE_BLOCKS": f"{a.block_range[0]},{a.block_range[1]}",
+            "PLAN_OWNS_EMBED": "1" if a.owns_embed else "0",
+            "PLAN_OWNS_HEAD": "1" if a.owns_head else "0",
+            "PLAN_TP_SIZE": str(a.tensor_parallel),
+        }
+        if a.gpu_indices:
+            env[VISIBLE_DEVICES] = visible_devices(a.gpu_indices)
+        out.append(env)
     return out

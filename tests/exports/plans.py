@@ -52,3 +52,40 @@ def make_plan(
         num_blocks=lo,
         context_tokens=context_tokens,
     )
+
+
+def make_tp_plan(
+    stages: Sequence[tuple[str, Sequence[int], int]],
+    *,
+    context_tokens: int | None = 4096,
+    model_name: str = "llama3.1:8b",
+) -> Plan:
+    """A plan whose stage ``i`` runs ``stages[i] = (node, gpu_indices, blocks)``, its
+    tensor-parallel degree the number of GPUs listed."""
+    n = len(stages)
+    lo = 0
+    out = []
+    for i, (node_id, gpus, count) in enumerate(stages):
+        out.append(
+            StageAssignment(
+                stage=i,
+                node_id=node_id,
+                block_range=(lo, lo + count),
+                owns_embed=i == 0,
+                owns_head=i == n - 1,
+                estimated_vram_bytes=count * GIB // 4 + GIB,
+                kv_reserve_bytes=GIB // 2,
+                usable_vram_bytes=20 * GIB * max(len(gpus), 1),
+                tensor_parallel=max(len(gpus), 1),
+                gpu_indices=tuple(gpus),
+            )
+        )
+        lo += count
+    return Plan(
+        topology=Topology.PipelineChain(n),
+        assignments=tuple(out),
+        rationale=PlanRationale(strategy="test"),
+        model_name=model_name,
+        num_blocks=lo,
+        context_tokens=context_tokens,
+    )

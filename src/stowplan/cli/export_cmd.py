@@ -42,7 +42,14 @@ def export_command(
     """Print the settings that run PLAN on an engine: env, flags, command lines, files."""
     text = read_text_file(plan_file, field="PLAN")
     fleet: list[NodeDescriptor] | None = load_nodes(nodes) if nodes is not None else None
-    result = export_plan(plan_from_json(text), to, nodes=fleet, model=model, family=family)
+    result = export_plan(
+        plan_from_json(text),
+        to,
+        nodes=fleet,
+        model=model,
+        family=family,
+        nodes_file=str(nodes) if nodes is not None else None,
+    )
     if as_json:
         out_console.file.write(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n")
         return

@@ -16,6 +16,7 @@ from stowplan.cli.app import app
 from stowplan.cli.common import err_console, out_console
 from stowplan.cluster._ray import require_ray
 from stowplan.errors import InputError, PlanError
+from stowplan.gpu_lists import stage_place_text
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.models import resolve_model
 from stowplan.nodefile import load_nodes
@@ -92,12 +93,11 @@ def _report_failure(attempt: Any) -> None:
         err_console.print(f"stage could not start: {f}; excluding node {f.node_id}, replanning")
 
 
-def _print_stage_env(envs: list[dict[str, str]], node_ids: list[str]) -> None:
-    for stage, (env, node) in enumerate(zip(envs, node_ids, strict=True)):
-        out_console.print(f"# stage {stage} on {node}")
-        for key in sorted(env):
-            value = env[key] if key != "PLAN_JSON" else f"<{len(env[key])} bytes of plan JSON>"
-            out_console.print(f"{key}={value}")
+def _print_stage_env(envs: list[dict[str, str]], places: list[str]) -> None:
+    """Every stage's env as ``stowplan stage-env`` prints it, headed by its node and GPUs."""
+    from stowplan.cli.stage_env_render import render_stage_env
+
+    out_console.file.write(render_stage_env(envs, places))
 
 
 MAX_TIMEOUT_S = 86_400.0
@@ -133,7 +133,7 @@ def _plan_debug(
         out_console.file.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         return
     render_plan(result, fleet, out_console)
-    _print_stage_env(envs, [a.node_id for a in result.assignments])
+    _print_stage_env(envs, [stage_place_text(a) for a in result.assignments])
     out_console.print("plan-debug: nothing was provisioned")
 
 

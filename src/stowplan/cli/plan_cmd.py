@@ -15,6 +15,7 @@ from stowplan.cli.common import load_fleet, out_console, warn_about_gpus
 from stowplan.errors import InputError
 from stowplan.expert_stats import load_coactivation, load_expert_load
 from stowplan.fileio import read_text_file
+from stowplan.gpu_lists import stage_place_text
 from stowplan.model import Constraints, Objective
 from stowplan.models import known_names, lookup, resolve_model
 from stowplan.plan import plan_from_json, plan_to_json
@@ -211,6 +212,6 @@ def stage_env_command(
     from stowplan.cli.stage_env_render import render_stage_env
 
     p = plan_from_json(read_text_file(plan_file, field="PLAN"))
-    ids = [a.node_id for a in p.assignments]
-    text = render_stage_env(stage_env(p), ids, "json" if as_json else fmt, stage)
+    places = [stage_place_text(a) for a in p.assignments]
+    text = render_stage_env(stage_env(p), places, "json" if as_json else fmt, stage)
     out_console.file.write(text)

@@ -3,7 +3,10 @@
 ``text`` is for reading (``PLAN_JSON`` shortened to its length); ``shell`` is
 ``export KEY='value'`` lines a POSIX shell can source (every value quoted,
 ``PLAN_JSON`` in full); ``json`` is one object per stage. ``stage`` picks one
-stage, which is what a worker's shell should source.
+stage, which is what a worker's shell should source. Each stage is headed by
+its place (``# stage 0 on n0 gpu0-3 tp4``); ``CUDA_VISIBLE_DEVICES`` appears for
+a stage that lists its GPUs, and for one on a whole node the shell's own value is
+left as it is.
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ class EnvFormat(StrEnum):
 
 def render_stage_env(
     envs: list[dict[str, str]],
-    node_ids: list[str],
+    places: list[str],
     fmt: str | EnvFormat = EnvFormat.TEXT,
     stage: int | None = None,
 ) -> str:
-    """The environments of every stage (or of ``stage`` only) in ``fmt``, newline-terminated.
+    """The environments of every stage (or of ``stage`` only) in ``fmt``, newline-terminated;
+    ``places`` name where each stage runs (its node, and GPUs when it lists them).
 
     Raises :class:`~stowplan.errors.InputError` for an unknown format or a
     stage the plan does not have.
@@ -46,7 +50,7 @@ def render_stage_env(
         return json.dumps(doc, indent=2, sort_keys=True) + "\n"
     lines: list[str] = []
     for i in chosen:
-        lines.append(f"# stage {i} on {node_ids[i]}")
+        lines.append(f"# stage {i} on {places[i]}")
         for key in sorted(envs[i]):
             value = envs[i][key]
             if form is EnvFormat.SHELL:

@@ -18,8 +18,10 @@ from collections.abc import Sequence
 from stowplan.checks import check_choice
 from stowplan.exports.accelerate import FAMILIES, export_accelerate
 from stowplan.exports.llamacpp import export_llamacpp
+from stowplan.exports.pipeline import partition_string
 from stowplan.exports.result import Engine, EngineExport, UnsupportedByEngine
-from stowplan.exports.vllm import export_sglang, export_vllm, partition_string
+from stowplan.exports.sglang import export_sglang
+from stowplan.exports.vllm import export_vllm
 from stowplan.model import ModelLayout, NodeDescriptor
 from stowplan.plan import Plan
 
@@ -45,24 +47,31 @@ def export_plan(
     model: str | None = None,
     layout: ModelLayout | None = None,
     family: str | None = None,
+    nodes_file: str | None = None,
 ) -> EngineExport:
     """Translate ``plan`` into the settings of engine ``to``.
 
     ``nodes`` (optional) tell GPU counts and which nodes are the CPU; ``model`` is the
     path or id to put on the command line (default: the plan's model name);
     ``layout``/``family`` give the module names for Accelerate (default: the model file
-    ``model`` points at when it is a path, else the known model of the plan's name).
-    Raises :class:`InputError` for an unknown engine or family and
-    :class:`UnsupportedByEngine` for a placement the engine cannot run.
+    ``model`` points at when it is a path, else the known model of the plan's name);
+    ``nodes_file`` is the fleet file a refusal's replanning command names (default
+    ``FLEET``). Raises :class:`InputError` for an unknown engine or family and
+    :class:`UnsupportedByEngine` for a placement the engine cannot run; when the planner
+    can avoid it, the message ends with the ``stowplan plan … --engine …`` line that does.
     """
     from stowplan.exports.common import resolve_layout
 
     engine = check_choice("--to", to, Engine, normalise=lambda v: v.strip().lower())
     if engine is Engine.VLLM:
-        return export_vllm(plan, nodes=nodes, model=model)
+        return export_vllm(plan, nodes=nodes, model=model, nodes_file=nodes_file)
     if engine is Engine.SGLANG:
-        return export_sglang(plan, nodes=nodes, model=model)
+        return export_sglang(plan, nodes=nodes, model=model, nodes_file=nodes_file)
     resolved = resolve_layout(plan, layout, model)
     if engine is Engine.LLAMACPP:
-        return export_llamacpp(plan, nodes=nodes, model=model, layout=resolved)
-    return export_accelerate(plan, nodes=nodes, model=model, layout=resolved, family=family)
+        return export_llamacpp(
+            plan, nodes=nodes, model=model, layout=resolved, nodes_file=nodes_file
+        )
+    return export_accelerate(
+        plan, nodes=nodes, model=model, layout=resolved, family=family, nodes_file=nodes_file
+    )

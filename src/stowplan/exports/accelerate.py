@@ -1,6 +1,10 @@
 """Accelerate / transformers: a ``device_map`` keyed by the family's module names.
 
-GPU stages get CUDA indices 0, 1, … in stage order; CPU stages get ``"cpu"``.
+GPU stages get CUDA indices 0, 1, … in stage order; CPU stages get ``"cpu"``. A
+plan that lists GPUs (one multi-GPU node) puts each stage on ``cuda:<its GPU>``;
+a ``device_map`` puts every module on one device, so a stage on several GPUs
+(tensor parallel) or GPUs of several nodes are refused, naming the ``stowplan
+plan … --engine transformers`` line that plans one GPU per stage.
 ``max_memory`` gives each device the plan's usable bytes. Routed experts the
 plan keeps on another stage than their block are mapped one module each, for
 the families whose experts are separate modules (``nn.ModuleList`` of per-expert MLPs
@@ -21,9 +25,11 @@ from stowplan.exports.common import (
     is_cpu_node,
     model_argument,
     nodes_by_id,
+    replan_command,
     stage_of_block,
 )
 from stowplan.exports.result import Engine, EngineExport, UnsupportedByEngine
+from stowplan.gpu_lists import stage_place_text, uses_gpu_lists
 from stowplan.model import ModelLayout, NodeDescriptor
 from stowplan.plan import Plan
 
@@ -108,6 +114,32 @@ def _family(plan: Plan, layout: ModelLayout | None, family: str | None) -> tuple
     return key, FAMILIES[key]
 
 
+def _listed_devices(plan: Plan, cpu: list[bool], nodes_file: str | None) -> list[int | str]:
+    """Each stage's device in a plan that lists GPUs: ``cuda:<its GPU>`` or ``"cpu"``."""
+    hosts = list(
+        dict.fromkeys(a.node_id for a, c in zip(plan.assignments, cpu, strict=True) if not c)
+    )
+    if len(hosts) > 1:
+        raise UnsupportedByEngine(
+            Engine.ACCELERATE,
+            f"the plan uses GPUs of {len(hosts)} nodes ({', '.join(hosts)}) and a device_map "
+            "runs on one host; plan for one node: "
+            + replan_command(plan, "transformers", "ONE_NODE_FLEET"),
+        )
+    devices: list[int | str] = []
+    for a, c in zip(plan.assignments, cpu, strict=True):
+        if a.tensor_parallel > 1:
+            raise UnsupportedByEngine(
+                Engine.ACCELERATE,
+                f"stage {a.stage} splits its blocks over {a.tensor_parallel} GPUs "
+                f"({stage_place_text(a)}); a device_map puts each module on one device; "
+                "replan with one GPU per stage: "
+                + replan_command(plan, "transformers", nodes_file),
+            )
+        devices.append("cpu" if c else (a.gpu_indices[0] if a.gpu_indices else 0))
+    return devices
+
+
 def export_accelerate(
     plan: Plan,
     *,
@@ -115,22 +147,27 @@ def export_accelerate(
     model: str | None = None,
     layout: ModelLayout | None = None,
     family: str | None = None,
+    nodes_file: str | None = None,
 ) -> EngineExport:
     """``device_map`` + ``max_memory`` for ``from_pretrained`` on one host.
 
     Raises :class:`InputError` when the family is unknown and :class:`UnsupportedByEngine`
-    for experts away from their block in a family whose experts are fused.
+    for experts away from their block in a family whose experts are fused, and for a
+    stage on several GPUs or GPUs of several nodes (naming the ``stowplan plan`` line,
+    fleet ``nodes_file``, that plans one GPU per stage).
     """
     key, names = _family(plan, layout, family)
     by_id = nodes_by_id(nodes)
+    cpu = [is_cpu_node(a.node_id, by_id) for a in plan.assignments]
+    lists = uses_gpu_lists(plan)
     devices: list[int | str] = []
-    next_gpu = 0
-    for a in plan.assignments:
-        if is_cpu_node(a.node_id, by_id):
-            devices.append("cpu")
-        else:
-            devices.append(next_gpu)
-            next_gpu += 1
+    if lists:
+        devices = _listed_devices(plan, cpu, nodes_file)
+    else:
+        next_gpu = 0
+        for c in cpu:
+            devices.append("cpu" if c else next_gpu)
+            next_gpu += 0 if c else 1
     device_map: dict[str, int | str] = {}
     first, last = plan.assignments[0], plan.assignments[-1]
     device_map[names.embed] = devices[first.stage]
@@ -166,7 +203,16 @@ def export_accelerate(
     model_arg, model_notes = model_argument(plan, model)
     notes = list(model_notes)
     gpu_nodes = [a.node_id for a, d in zip(plan.assignments, devices, strict=True) if d != "cpu"]
-    if gpu_nodes:
+    if lists and gpu_nodes:
+        notes.append(
+            "CUDA indices are the plan's GPUs (with CUDA_VISIBLE_DEVICES unset): "
+            + ", ".join(
+                f"cuda:{d} = {stage_place_text(a)} (stage {a.stage})"
+                for a, d in zip(plan.assignments, devices, strict=True)
+                if d != "cpu"
+            )
+        )
+    elif gpu_nodes:
         notes.append(
             "CUDA indices follow the stage order: "
             + ", ".join(f"cuda:{i} = {n}" for i, n in enumerate(gpu_nodes))
@@ -176,7 +222,7 @@ def export_accelerate(
             "tied embeddings: transformers keeps one table for embed and head; expect it on "
             "the embedding's device and a copy of the activations to the head's"
         )
-    if plan.num_stages > 1:
+    if plan.num_stages > 1 and not lists:
         notes.append(ONE_HOST)
     if plan.context_tokens is not None:
         notes.append(

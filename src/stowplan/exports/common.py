@@ -1,7 +1,9 @@
-"""Helpers shared by the exporters: node kinds, expert ownership, the model argument."""
+"""Helpers shared by the exporters: node kinds, expert ownership, the model argument,
+GPU lists and the replanning command a refusal names."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,8 +16,11 @@ __all__ = [
     "expert_owners",
     "is_cpu_node",
     "model_argument",
+    "node_devices",
     "nodes_by_id",
+    "replan_command",
     "resolve_layout",
+    "stage_degree",
 ]
 
 ONE_HOST = "this engine runs on one host: every node of the plan must be a device of it"
@@ -87,3 +92,42 @@ def model_argument(plan: Plan, model: str | None) -> tuple[str, tuple[str, ...]]
         f"'{name}' is stowplan's short name: replace it with the model's path or "
         "Hugging Face id (or pass --model)",
     )
+
+
+def stage_degree(a: StageAssignment, nodes: dict[str, NodeDescriptor]) -> int:
+    """The GPUs that split ``a``'s blocks: its ``tensor_parallel`` when it lists GPUs or
+    a degree above 1, else every GPU of its node (a whole node), else 1."""
+    if a.gpu_indices or a.tensor_parallel > 1:
+        return a.tensor_parallel
+    node = nodes.get(a.node_id)
+    return node.num_gpus if node is not None else 1
+
+
+def node_devices(
+    stages: Sequence[StageAssignment], nodes: dict[str, NodeDescriptor], *, ordered: bool
+) -> str | None:
+    """``CUDA_VISIBLE_DEVICES`` for one node's ``stages``: their GPUs in stage order (or
+    ascending when not ``ordered``), or None when the list would change nothing (no stage
+    lists GPUs, or they are all of the node's GPUs in their own order, as its fleet entry
+    says)."""
+    gpus = [g for a in stages for g in a.gpu_indices]
+    if not gpus:
+        return None
+    if not ordered:
+        gpus.sort()
+    node = nodes.get(stages[0].node_id)
+    if node is not None and gpus == list(range(node.num_gpus)):
+        return None
+    return ",".join(str(g) for g in gpus)
+
+
+def replan_command(plan: Plan, engine: str, nodes_file: str | None = None) -> str:
+    """The ``stowplan plan`` line that plans the same model for ``engine``'s rule.
+
+    ``nodes_file`` is the fleet file (``FLEET`` when unknown); the plan's context is kept.
+    """
+    words = ["stowplan", "plan", plan.model_name or "MODEL", "--nodes", nodes_file or "FLEET"]
+    words += ["--engine", engine]
+    if plan.context_tokens is not None:
+        words += ["--context", str(plan.context_tokens)]
+    return shlex.join(words)

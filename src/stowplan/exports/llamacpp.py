@@ -21,6 +21,21 @@ The export therefore places blocks identically under both rules:
 
 Refused: routed experts of one block split between stages, or placed on a GPU
 other than their block's (llama.cpp stores a block's experts as one tensor).
+
+GPUs of one multi-GPU node (a plan that lists GPUs): llama.cpp splits a model
+either by whole layers (``-sm layer``: each GPU its share of ``--tensor-split``)
+or every weight matrix by rows (``-sm row``: tensor parallel over all its GPUs),
+one way for the whole model. So the export gives
+
+* one stage on ``tp`` GPUs: ``-sm row --tensor-split 1,1,…`` (equal rows, as the
+  plan divides the stage) with ``CUDA_VISIBLE_DEVICES`` the stage's GPUs;
+* several stages of one GPU each (and CPU stages): ``-sm layer`` and the split
+  above, with ``CUDA_VISIBLE_DEVICES`` listing the stages' GPUs in stage order, so
+  the ``i``-th share is the ``i``-th GPU stage's;
+
+and refuses a plan mixing the two (a stage on several GPUs among several stages)
+or using GPUs of more than one node, naming the ``stowplan plan`` line that
+plans what llama.cpp runs.
 """
 
 from __future__ import annotations
@@ -33,11 +48,13 @@ from stowplan.exports.common import (
     is_cpu_node,
     model_argument,
     nodes_by_id,
+    replan_command,
     stage_of_block,
 )
 from stowplan.exports.result import Engine, EngineExport, UnsupportedByEngine, shell_line
+from stowplan.gpu_lists import stage_place_text, uses_gpu_lists, visible_devices
 from stowplan.model import ModelLayout, NodeDescriptor
-from stowplan.plan import Plan
+from stowplan.plan import Plan, StageAssignment
 
 __all__ = ["EXPERT_TENSORS", "block_regex", "export_llamacpp"]
 
@@ -79,29 +96,93 @@ def _experts_to_cpu(plan: Plan, cpu: list[bool], experts_per_block: int | None) 
     return out
 
 
+def _split_mode(plan: Plan, gpu_stages: list[StageAssignment], nodes_file: str | None) -> str:
+    """``row`` or ``layer`` for a plan that lists GPUs; refuse what llama.cpp cannot run."""
+    hosts = list(dict.fromkeys(a.node_id for a in gpu_stages))
+    if len(hosts) > 1:
+        raise UnsupportedByEngine(
+            Engine.LLAMACPP,
+            f"the plan uses GPUs of {len(hosts)} nodes ({', '.join(hosts)}) and llama.cpp "
+            "runs on one host; plan for one node: "
+            + replan_command(plan, "llamacpp", "ONE_NODE_FLEET"),
+        )
+    wide = [a for a in gpu_stages if a.tensor_parallel > 1]
+    if not wide:
+        return "layer"
+    if plan.num_stages == 1:
+        return "row"
+    a = wide[0]
+    raise UnsupportedByEngine(
+        Engine.LLAMACPP,
+        f"stage {a.stage} splits its blocks over {a.tensor_parallel} GPUs "
+        f"({stage_place_text(a)}) and the plan has {plan.num_stages} stages; llama.cpp "
+        "splits the whole model either by rows over all its GPUs (-sm row) or by whole "
+        "layers per GPU (-sm layer), not both; replan for it: "
+        + replan_command(plan, "llamacpp", nodes_file),
+    )
+
+
+def _row_split(
+    plan: Plan, a: StageAssignment, n: int, model_arg: str, notes: list[str]
+) -> EngineExport:
+    """One stage on ``tp`` GPUs: every weight matrix split by rows over them."""
+    tp = a.tensor_parallel
+    env = (("CUDA_VISIBLE_DEVICES", visible_devices(a.gpu_indices)),) if a.gpu_indices else ()
+    args = ["-m", model_arg, "-ngl", str(n + 1), "-sm", "row", "--tensor-split"]
+    args.append(",".join(["1"] * tp))
+    notes = [
+        *notes,
+        f"-sm row splits every weight matrix by rows over the {tp} GPUs of {stage_place_text(a)}"
+        ", in equal shares as the plan does",
+        "llama.cpp keeps the KV cache and the intermediate results on the main GPU (-mg 0, "
+        f"the first listed); the plan divides the KV cache over all {tp}",
+    ]
+    if plan.context_tokens is not None:
+        args += ["-c", str(plan.context_tokens)]
+    else:
+        notes.append("the plan has no context_tokens: llama.cpp uses the model's trained context")
+    notes.append("llama.cpp keeps the token embedding table in host memory, not on stage 0")
+    return EngineExport(
+        engine=Engine.LLAMACPP,
+        block_counts=plan.block_counts(),
+        env=env,
+        args=tuple(args),
+        commands=(shell_line(env, ["llama-server", *args]),),
+        notes=tuple(notes),
+    )
+
+
 def export_llamacpp(
     plan: Plan,
     *,
     nodes: Sequence[NodeDescriptor] | None = None,
     model: str | None = None,
     layout: ModelLayout | None = None,
+    nodes_file: str | None = None,
 ) -> EngineExport:
     """``llama-server`` arguments reproducing the plan's blocks per device of one host.
 
     CPU stages are recognised by :func:`~stowplan.exports.common.is_cpu_node`.
-    Raises :class:`UnsupportedByEngine` for expert placements llama.cpp cannot express.
+    Raises :class:`UnsupportedByEngine` for expert placements llama.cpp cannot express,
+    and for GPU lists it cannot run (see the module notes), naming the ``stowplan plan``
+    line (fleet ``nodes_file``) that plans what it runs.
     """
     by_id = nodes_by_id(nodes)
     n = plan.num_blocks if plan.num_blocks is not None else plan.assignments[-1].block_range[1]
     cpu = [is_cpu_node(a.node_id, by_id) for a in plan.assignments]
+    model_arg, _ = model_argument(plan, model)
+    notes = [] if model else [f"replace {model_arg!r} after -m with the model's GGUF file"]
+    gpu_stages = [a for a, c in zip(plan.assignments, cpu, strict=True) if not c]
+    lists = uses_gpu_lists(plan)
+    mode = _split_mode(plan, gpu_stages, nodes_file) if lists else None
+    if mode == "row":
+        return _row_split(plan, plan.assignments[0], n, model_arg, notes)
     experts_per_block = plan.topology.experts_per_layer or (
         layout.experts.num_experts if layout is not None and layout.experts is not None else None
     )
     exps_on_cpu = _experts_to_cpu(plan, cpu, experts_per_block)
-    model_arg, _ = model_argument(plan, model)
-    notes = [] if model else [f"replace {model_arg!r} after -m with the model's GGUF file"]
-    gpu_stages = [a for a, c in zip(plan.assignments, cpu, strict=True) if not c]
     args: list[str] = ["-m", model_arg]
+    env: tuple[tuple[str, str], ...] = ()
 
     if not gpu_stages:
         args += ["-ngl", "0"]
@@ -110,6 +191,8 @@ def export_llamacpp(
         # either rule llama.cpp builds use for i_gpu_start (n + 1 - ngl, or n - ngl): both
         # give 0, and the split is taken over all n + 1 layers.
         args += ["-ngl", str(n + 1)]
+        if mode == "layer":
+            args += ["-sm", "layer"]
         # Step 2: one proportion per GPU; CPU blocks count on the GPU before them (the
         # first GPU for CPU stages ahead of every GPU), so split points fall on the plan's
         # stage boundaries.
@@ -125,6 +208,13 @@ def export_llamacpp(
         shares[gpu_stages[-1].stage] += 1  # the output layer
         if len(gpu_stages) > 1:
             args += ["--tensor-split", ",".join(str(shares[a.stage]) for a in gpu_stages)]
+        if mode == "layer" and all(a.gpu_indices for a in gpu_stages):
+            env = (
+                ("CUDA_VISIBLE_DEVICES", visible_devices([a.gpu_indices[0] for a in gpu_stages])),
+            )
+            order = ", ".join(f"{stage_place_text(a)} (stage {a.stage})" for a in gpu_stages)
+            notes.append(f"CUDA_VISIBLE_DEVICES lists the stages' GPUs in stage order: {order}")
+        elif len(gpu_stages) > 1:
             order = ", ".join(f"{a.node_id} (stage {a.stage})" for a in gpu_stages)
             notes.append(
                 f"--tensor-split follows llama.cpp's GPU order: make it list exactly {order} "
@@ -145,14 +235,15 @@ def export_llamacpp(
         args += ["-c", str(plan.context_tokens)]
     else:
         notes.append("the plan has no context_tokens: llama.cpp uses the model's trained context")
-    if plan.num_stages > 1:
+    if plan.num_stages > 1 and not lists:
         notes.append(ONE_HOST)
     if plan.assignments[0].owns_embed and not cpu[0]:
         notes.append("llama.cpp keeps the token embedding table in host memory, not on stage 0")
     return EngineExport(
         engine=Engine.LLAMACPP,
         block_counts=plan.block_counts(),
+        env=env,
         args=tuple(args),
-        commands=(shell_line((), ["llama-server", *args]),),
+        commands=(shell_line(env, ["llama-server", *args]),),
         notes=tuple(notes),
     )

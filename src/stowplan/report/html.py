@@ -16,6 +16,7 @@ from typing import Any
 
 from stowplan.baselines import BaselineResult
 from stowplan.fileio import write_text_atomic
+from stowplan.gpu_lists import stage_place_text, uses_gpu_lists
 from stowplan.model import ModelLayout, NodeDescriptor
 from stowplan.plan import Plan
 from stowplan.report.segments import MemoryPart, NodeMemory, node_memory
@@ -116,16 +117,18 @@ def _segment(part: MemoryPart, n_bytes: int, total: int, bar_pct: float) -> str:
     )
 
 
-def _node_row(row: NodeMemory, widest: int) -> str:
+def _node_row(row: NodeMemory, widest: int, tp: int) -> str:
     total = row.capacity_bytes
     width = 100.0 * total / widest if widest else 100.0
     segs = "".join(_segment(s.part, s.bytes, total, width) for s in row.segments)
     lo, hi = row.block_range
     who = f"stage {row.stage}" + (f" · {escape(row.gpu_name)}" if row.gpu_name else "")
+    who += f" · tp{tp}" if tp > 1 else ""
+    place = f"{row.node_id} {row.gpus}" if row.gpus else row.node_id
     experts = f" + {row.num_experts} experts" if row.num_experts else ""
     usable = f" of {format_bytes(row.usable_bytes)}" if row.usable_bytes else ""
     return (
-        f'<div class="row"><div class="who"><b>{escape(row.node_id)}</b><span>{who}</span></div>'
+        f'<div class="row"><div class="who"><b>{escape(place)}</b><span>{who}</span></div>'
         f'<div class="track"><div class="node-bar" data-node="{escape(row.node_id)}" '
         f'style="width:{width:.3f}%">{segs}</div></div>'
         f'<div class="fig">{format_bytes(row.used_bytes)}{usable} used<br>'
@@ -133,13 +136,14 @@ def _node_row(row: NodeMemory, widest: int) -> str:
     )
 
 
-def _memory_section(rows: list[NodeMemory]) -> str:
+def _memory_section(plan: Plan, rows: list[NodeMemory]) -> str:
     widest = max(r.capacity_bytes for r in rows)
     legend = "".join(
         f'<span><i style="background:{_COLOURS[p]}"></i>{escape(p.value)}</span>'
         for p in MemoryPart
     )
-    body = "".join(_node_row(r, widest) for r in rows)
+    degrees = [a.tensor_parallel for a in plan.assignments]
+    body = "".join(_node_row(r, widest, tp) for r, tp in zip(rows, degrees, strict=True))
     return f'<section><h2>Memory per node</h2><div class="legend">{legend}</div>{body}</section>'
 
 
@@ -151,7 +155,7 @@ def _time_section(plan: Plan) -> str:
     top = max(times) or 1.0
     rows = []
     for i, t in enumerate(times):
-        node = plan.assignments[i].node_id if i < len(plan.assignments) else "?"
+        node = stage_place_text(plan.assignments[i]) if i < len(plan.assignments) else "?"
         slow = i == prediction.bottleneck_stage
         cls = "time-bar bottleneck" if slow else "time-bar"
         tag = " · bottleneck" if slow else ""
@@ -231,8 +235,10 @@ def _baselines_section(plan: Plan, baselines: Sequence[BaselineResult]) -> str:
 
 
 def _cards(plan: Plan, rows: list[NodeMemory]) -> str:
-    cards = [
-        ("stages", str(plan.num_stages)),
+    cards = [("stages", str(plan.num_stages))]
+    if uses_gpu_lists(plan):
+        cards.append(("GPUs", str(sum(a.tensor_parallel for a in plan.assignments))))
+    cards += [
         ("blocks", str(sum(plan.block_counts()))),
         ("memory used", format_bytes(sum(r.used_bytes for r in rows))),
     ]
@@ -257,6 +263,16 @@ def _cards(plan: Plan, rows: list[NodeMemory]) -> str:
     )
 
 
+def _heading(plan: Plan, name: str) -> str:
+    """``llama3.1:8b on 3 nodes``; with GPU lists ``… on 2 nodes (16 GPUs, 2 stages)``."""
+    if not uses_gpu_lists(plan):
+        return f"{name} on {plan.num_stages} node{'s' * (plan.num_stages != 1)}"
+    nodes = len({a.node_id for a in plan.assignments})
+    gpus = sum(a.tensor_parallel for a in plan.assignments)
+    stages = f"{plan.num_stages} stage{'s' * (plan.num_stages != 1)}"
+    return f"{name} on {nodes} node{'s' * (nodes != 1)} ({gpus} GPUs, {stages})"
+
+
 def render_html(
     plan: Plan,
     nodes: Sequence[NodeDescriptor] = (),
@@ -272,8 +288,8 @@ def render_html(
     """
     rows = node_memory(plan, nodes, layout)
     name = plan.model_name or "model"
-    heading = title or f"{name} on {plan.num_stages} node{'s' * (plan.num_stages != 1)}"
-    order = " → ".join(a.node_id for a in plan.assignments)
+    heading = title or _heading(plan, name)
+    order = " → ".join(stage_place_text(a) for a in plan.assignments)
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "
@@ -284,7 +300,7 @@ def render_html(
         f"<h1>{escape(heading)}</h1>"
         f"<p class='sub'>{escape(plan.rationale.strategy)} · pipeline {escape(order)}</p>"
         + _cards(plan, rows)
-        + _memory_section(rows)
+        + _memory_section(plan, rows)
         + _time_section(plan)
         + _baselines_section(plan, baselines)
         + _rationale_section(plan)

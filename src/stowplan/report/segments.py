@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from stowplan.gpu_lists import gpu_range_text
 from stowplan.model import ModelLayout, NodeDescriptor
 from stowplan.models import lookup
 from stowplan.plan import Plan
@@ -37,10 +38,13 @@ class NodeMemory:
 
     stage: int
     node_id: str
+    gpus: str
+    """The GPUs of the node the stage runs on (``gpu0-3``; empty: the whole node)."""
     gpu_name: str | None
     block_range: tuple[int, int]
     capacity_bytes: int
-    """The node's VRAM when known, else the plan's usable bytes, else what the stage uses."""
+    """The VRAM of the stage's GPUs when the node is known (all of the node's, or its
+    listed GPUs' share), else the plan's usable bytes, else what the stage uses."""
     used_bytes: int
     usable_bytes: int | None
     num_experts: int
@@ -76,7 +80,11 @@ def node_memory(
         experts = min(experts, weights - embed - head)
         blocks = weights - embed - head - experts
         usable = a.usable_vram_bytes
-        capacity = node.vram_bytes if node is not None else (usable or a.estimated_vram_bytes)
+        capacity = usable or a.estimated_vram_bytes
+        if node is not None:
+            listed = len(a.gpu_indices)
+            share = listed < node.num_gpus and listed > 0
+            capacity = node.vram_bytes * listed // node.num_gpus if share else node.vram_bytes
         capacity = max(capacity, a.estimated_vram_bytes)
         free = max((usable if usable is not None else capacity) - a.estimated_vram_bytes, 0)
         headroom = max(capacity - a.estimated_vram_bytes - free, 0)
@@ -93,6 +101,7 @@ def node_memory(
             NodeMemory(
                 stage=a.stage,
                 node_id=a.node_id,
+                gpus=gpu_range_text(a.gpu_indices) if a.gpu_indices else "",
                 gpu_name=node.gpu_name if node is not None else None,
                 block_range=a.block_range,
                 capacity_bytes=capacity,

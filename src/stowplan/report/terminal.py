@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from stowplan.baselines import BaselineResult
+from stowplan.gpu_lists import stage_place_text
 from stowplan.model import NodeDescriptor
 from stowplan.plan import Plan
 from stowplan.report.segments import MemoryPart, node_memory
@@ -22,12 +24,36 @@ from stowplan.units import format_bytes
 __all__ = ["render_comparison", "render_node_bars", "render_plan"]
 
 
+def used_of(used: int, usable: int | None) -> str:
+    """``300.8/476.8 GiB`` (one unit when both share it), ``900 MiB/1.2 GiB``, or the used
+    bytes alone when the budget is unknown."""
+    left = format_bytes(used)
+    if usable is None:
+        return left
+    right = format_bytes(usable)
+    number, _, unit = left.partition(" ")
+    if right.endswith(f" {unit}"):
+        return f"{number}/{right}"
+    return f"{left}/{right}"
+
+
 def render_plan(plan: Plan, nodes: Sequence[NodeDescriptor], console: Console) -> None:
-    """Print the plan: one row per stage, then the rationale notes."""
+    """Print the plan: one row per stage (its node, and the GPUs of the node it runs on
+    when it lists them: ``n0 gpu0-3 tp4``), then the memory bars and the rationale notes.
+
+    The table stays within 80 columns for the usual node names.
+    """
     by_id = {n.id: n for n in nodes}
     title = f"{plan.model_name or 'model'}: {plan.num_stages} stage(s), {plan.rationale.strategy}"
-    table = Table(title=Text(title), title_justify="left")
-    for col in ("stage", "node", "gpu", "blocks", "anchors", "vram used", "usable", "util"):
+    table = Table(
+        title=Text(title),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    for col in ("stage", "node", "gpu", "blocks", "anchors", "vram used/usable", "util"):
         table.add_column(col, justify="right" if col in {"stage", "util"} else "left")
     for a in plan.assignments:
         node = by_id.get(a.node_id)
@@ -36,12 +62,11 @@ def render_plan(plan: Plan, nodes: Sequence[NodeDescriptor], console: Console) -
         anchors = ",".join(x for x, o in (("embed", a.owns_embed), ("head", a.owns_head)) if o)
         table.add_row(
             str(a.stage),
-            Text(a.node_id),
+            Text(stage_place_text(a)),
             Text(node.gpu_name if node else "?"),
-            Text(f"[{a.block_range[0]}, {a.block_range[1]}) ×{a.num_blocks}"),
+            Text(f"[{a.block_range[0]},{a.block_range[1]}) ×{a.num_blocks}"),
             anchors or "-",
-            format_bytes(a.estimated_vram_bytes),
-            format_bytes(usable) if usable is not None else "-",
+            used_of(a.estimated_vram_bytes, usable),
             util,
         )
     console.print(table)
@@ -106,14 +131,16 @@ def _bar(segments: Sequence[tuple[MemoryPart, int]], scale: float) -> Text:
 
 
 def render_node_bars(plan: Plan, nodes: Sequence[NodeDescriptor], console: Console) -> None:
-    """One bar per node: what its memory holds, drawn to one scale, with a legend."""
+    """One bar per stage: what the memory of its node (or of its GPUs of the node) holds,
+    drawn to one scale, with a legend."""
     rows = node_memory(plan, nodes)
-    width = max(len(r.node_id) for r in rows)
+    labels = [f"{r.node_id} {r.gpus}" if r.gpus else r.node_id for r in rows]
+    width = max(len(label) for label in labels)
     bar_width = max(12, min(BAR_WIDTH, console.width - width - 34))
     scale = max(r.capacity_bytes for r in rows) / bar_width
     console.print()
-    for r in rows:
-        line = Text(f"  {r.node_id:<{width}} ")
+    for r, label in zip(rows, labels, strict=True):
+        line = Text(f"  {label:<{width}} ")
         bar = _bar([(s.part, s.bytes) for s in r.segments], scale)
         bar.pad_right(bar_width - len(bar))
         line.append_text(bar)
