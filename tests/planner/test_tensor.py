@@ -377,3 +377,42 @@ def test_predict_scores_stages_on_their_own_gpu_groups() -> None:
     pred = p.rationale.prediction
     assert pred is not None
     assert predict(model, nodes, c, p).stage_time_s == pytest.approx(pred.stage_time_s)
+
+
+def _mixed() -> list[NodeDescriptor]:
+    return [
+        _h100("n0", 8),
+        replace(_h100("n1", 4), gpu_name="A100 80GB SXM4"),
+        replace(_h100("n2", 2), gpu_name="L40S", vram_bytes=96 * GB),
+    ]
+
+
+@pytest.mark.parametrize("batch", [1, 16])
+def test_vllm_plans_keep_a_nodes_stages_together_and_rank_nodes_by_gpus(batch: int) -> None:
+    from stowplan.exports import export_plan
+
+    c = Constraints(batch=batch, calibration=_calibration(Engine.VLLM))
+    p = plan(_model("llama3.1:405b"), _mixed(), c)
+    runs: list[tuple[str, int]] = []
+    for a in p.assignments:
+        if runs and runs[-1][0] == a.node_id:
+            runs[-1] = (a.node_id, runs[-1][1] + a.tensor_parallel)
+        else:
+            runs.append((a.node_id, a.tensor_parallel))
+    assert len({n for n, _ in runs}) == len(runs)  # each node's stages together
+    gpus = [g for _, g in runs[1:]]
+    assert gpus == sorted(gpus)  # after the first node, fewest GPUs first
+    assert export_plan(p, "vllm", nodes=_mixed()).commands  # vLLM runs it
+
+
+def test_sglang_refuses_a_fleet_where_no_equal_split_of_stages_fits() -> None:
+    from stowplan.errors import Infeasible
+
+    c = Constraints(calibration=_calibration(Engine.SGLANG))
+    with pytest.raises(Infeasible, match="every node with as many stages"):
+        plan(_model("llama3.1:405b"), _mixed(), c)
+    small = plan(_model("llama3.1:70b"), _mixed(), replace(c, batch=64))
+    counts: dict[str, int] = {}
+    for a in small.assignments:
+        counts[a.node_id] = counts.get(a.node_id, 0) + 1
+    assert len(set(counts.values())) == 1

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import pairwise
 
 from stowplan.errors import DependencyError, Infeasible, InputError, PlanError
 from stowplan.model import NodeDescriptor, Strategy, gpu_group_id, gpu_group_node
@@ -84,11 +85,16 @@ class EngineRule:
     """Allowed degrees (None: every legal one)."""
     uniform: bool
     """One degree for every stage of the plan."""
+    consecutive: bool = False
+    """A node's stages follow each other in pipeline order (the engine ranks a node's GPUs
+    together)."""
 
     def allows(self, tp: int) -> bool:
         return self.degrees is None or tp in self.degrees
 
 
+_ENGINE_EXPORTS = {"vLLM": "vllm", "SGLang": "sglang"}
+"""Engines whose exports need a node order of their own (see :func:`_engine_fit`)."""
 _UNIFORM_ENGINES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 _LAYER_ENGINES = {"llamacpp": "llama.cpp (layer split)", "transformers": "Accelerate device_map"}
 
@@ -100,7 +106,7 @@ def engine_rule(problem: Problem) -> EngineRule:
         return EngineRule(f"tensor_parallel={c.tensor_parallel}", (c.tensor_parallel,), True)
     engine = c.calibration.engine.value if c.calibration is not None else "generic"
     if engine in _UNIFORM_ENGINES:
-        return EngineRule(_UNIFORM_ENGINES[engine], None, True)
+        return EngineRule(_UNIFORM_ENGINES[engine], None, True, consecutive=True)
     if engine in _LAYER_ENGINES:
         return EngineRule(_LAYER_ENGINES[engine], (1,), True)
     return EngineRule("generic", None, False)
@@ -274,7 +280,7 @@ def _joint_optimum(
     sets = _exact_allowed(rule, problem)
     if _joint_runs(problem, rule, exact_strategy):
         try:
-            found = [solve_grouped(problem, objective, a) for a in sets]
+            found = [solve_grouped(problem, objective, a, wrap=not rule.consecutive) for a in sets]
         except DependencyError:
             found = []
         else:
@@ -350,6 +356,132 @@ def _as_pipeline(
     return vp, (order, bounds)
 
 
+def _runs(vp: Problem, order: Sequence[int]) -> list[tuple[str, list[int]]]:
+    """The pipeline's nodes in order, each with its consecutive stages' planning nodes."""
+    out: list[tuple[str, list[int]]] = []
+    for d in order:
+        parent = vp.parent(vp.nodes[d].id)
+        if out and out[-1][0] == parent:
+            out[-1][1].append(d)
+        else:
+            out.append((parent, [d]))
+    return out
+
+
+def _engine_accepts(vp: Problem, order: Sequence[int], engine: str) -> bool:
+    """Whether the engine ranks these stages as the plan orders them."""
+    runs = _runs(vp, order)
+    if len({parent for parent, _ in runs}) != len(runs):
+        return False  # a node's stages apart
+    sizes = [len(ds) * vp.nodes[ds[0]].num_gpus for _, ds in runs]
+    if engine == "vllm":  # after the first node, fewest GPUs first
+        return all(a <= b for a, b in pairwise(sizes[1:]))
+    if engine == "sglang":  # every node the same number of stages
+        return len({len(ds) for _, ds in runs}) == 1
+    return True
+
+
+def _split(vp: Problem, order: list[int], objective: str) -> Pipeline | None:
+    from stowplan.planner.latency import latency_split
+    from stowplan.planner.throughput import min_bottleneck_split
+
+    cm = vp.cost_model()
+    if objective == "latency" and len(order) > 1:
+        return latency_split(cm, order)
+    return min_bottleneck_split(cm, order, vp.min_stages)
+
+
+def _engine_fit(
+    vp: Problem, pipeline: Pipeline, objective: str, engine: str
+) -> tuple[Pipeline, bool]:
+    """``pipeline``, or the best rearrangement of its stages the engine runs: vLLM's nodes
+    after the first by GPUs used, fewest first; SGLang's nodes with equally many stages
+    (the surplus left out).  The flag says whether it changed."""
+    order = list(pipeline[0])
+    if _engine_accepts(vp, order, engine):
+        return pipeline, False
+    best = _best_engine_split(vp, _engine_orders(vp, _runs(vp, order), engine), objective, engine)
+    return (best, True) if best is not None else (pipeline, False)
+
+
+def _engine_orders(vp: Problem, runs: list[tuple[str, list[int]]], engine: str) -> list[list[int]]:
+    """Stage orders of these node runs the engine ranks as given."""
+    if engine == "vllm":
+        out = []
+        for i, first in enumerate(runs):
+            rest = sorted(
+                runs[:i] + runs[i + 1 :], key=lambda r: len(r[1]) * vp.nodes[r[1][0]].num_gpus
+            )
+            out.append([d for _, ds in [first, *rest] for d in ds])
+        return out
+    if engine == "sglang":
+        return [
+            [d for _, ds in runs if len(ds) >= k for d in ds[:k]]
+            for k in sorted({len(ds) for _, ds in runs})
+        ]
+    return [[d for _, ds in runs for d in ds]]
+
+
+def _best_engine_split(
+    vp: Problem, orders: list[list[int]], objective: str, engine: str
+) -> Pipeline | None:
+    cm = vp.cost_model()
+    best: tuple[float, Pipeline] | None = None
+    for o in orders:
+        got = _split(vp, o, objective)
+        if got is None or not _engine_accepts(vp, got[0], engine) or not cm.fits_pipeline(*got):
+            continue
+        value = _seconds(vp, got, objective)
+        if best is None or value < best[0]:
+            best = (value, got)
+    return None if best is None else best[1]
+
+
+def _engine_candidates(
+    problem: Problem, rule: EngineRule, objective: str, engine: str
+) -> tuple[Problem, Pipeline] | None:
+    """The best pipeline the engine runs over every uniform degree, its stages in the
+    fleet's node order rearranged as :func:`_engine_fit` does (None: none fits)."""
+    best: tuple[float, Problem, Pipeline] | None = None
+    for t in sorted({t for n in problem.nodes for t in degrees(problem, n, rule.degrees)}):
+        layout = _uniform(problem, t)
+        if not any(layout.values()):
+            continue
+        try:
+            vp = expand(problem, layout)
+        except PlanError:
+            continue
+        runs = _runs(vp, list(range(len(vp.nodes))))
+        got = _best_engine_split(vp, _engine_orders(vp, runs, engine), objective, engine)
+        if got is None:
+            continue
+        value = _seconds(vp, got, objective)
+        if best is None or value < best[0]:
+            best = (value, vp, got)
+    return None if best is None else (best[1], best[2])
+
+
+def _consecutive(vp: Problem, pipeline: Pipeline, objective: str) -> tuple[Problem, Pipeline]:
+    """``pipeline`` with each node's stages brought together (in the order the nodes first
+    appear) and its blocks split again for that order."""
+    from stowplan.planner.latency import latency_split
+    from stowplan.planner.throughput import min_bottleneck_split
+
+    order, _ = pipeline
+    parents = [vp.parent(vp.nodes[d].id) for d in order]
+    rank = {p: i for i, p in reversed(list(enumerate(parents)))}
+    regrouped = sorted(order, key=lambda d: rank[vp.parent(vp.nodes[d].id)])
+    if regrouped == list(order):
+        return vp, pipeline
+    cm = vp.cost_model()
+    split = (
+        latency_split(cm, regrouped)
+        if objective == "latency" and len(regrouped) > 1
+        else min_bottleneck_split(cm, regrouped, vp.min_stages)
+    )
+    return (vp, split) if split is not None else (vp, pipeline)
+
+
 def _of_plan(problem: Problem, plan: Plan) -> tuple[Problem, Pipeline]:
     return _as_pipeline(
         problem,
@@ -419,6 +551,8 @@ def plan_with_groups(problem: Problem, runner: Runner, objective: str, strategy:
         vp, pipeline = _as_pipeline(problem, best.stages)
     else:
         vp, pipeline = _of_plan(problem, found)
+        if rule.consecutive:
+            vp, pipeline = _consecutive(vp, pipeline, objective)
     if found is not None and best is not None and best.stages:
         bp, bpipe = _as_pipeline(problem, best.stages)
         mine, theirs = _seconds(vp, pipeline, objective), _seconds(bp, bpipe, objective)
@@ -430,6 +564,21 @@ def plan_with_groups(problem: Problem, runner: Runner, objective: str, strategy:
                 "it is the plan"
             )
             vp, pipeline = bp, bpipe
+    engine = _ENGINE_EXPORTS.get(rule.name)
+    if engine is not None:
+        pipeline, changed = _engine_fit(vp, pipeline, objective, engine)
+        if not _engine_accepts(vp, pipeline[0], engine):
+            other = _engine_candidates(problem, rule, objective, engine)
+            if other is None:
+                raise Infeasible(
+                    f"no plan {rule.name} can run fits: one tensor-parallel degree for every "
+                    "stage, each node's stages together"
+                    + (", and every node with as many stages" if engine == "sglang" else "")
+                )
+            (vp, pipeline), changed = other, True
+        if changed:
+            exact = False  # the solve's space is wider than the engine's: a bound
+            notes.append(f"stages arranged as {rule.name} ranks its nodes")
     cm = vp.cost_model()
     value = min(value, _seconds(vp, pipeline, objective))
     optimum = Optimum(objective=objective, value=value, exact=exact, method=method)

@@ -416,12 +416,15 @@ class _NodeSolver:
 
 
 def solve_grouped(
-    problem: Problem, objective: str, allowed: Sequence[int] | None = None
+    problem: Problem, objective: str, allowed: Sequence[int] | None = None, *, wrap: bool = True
 ) -> GroupedOptimum | None:
     """The best pipeline over every grouping of ``problem``'s nodes into GPU groups of the
     ``allowed`` degrees (None: every legal one); None when nothing fits.
 
     ``problem`` holds whole nodes; the stage count is free (1 to the number of groups).
+    Without ``wrap`` a node's stages are consecutive in pipeline order (no node holds
+    both ends unless it is the only one), as engines that rank a node's GPUs together
+    need.
     """
     np = _np()
     add = objective == "latency"
@@ -475,7 +478,7 @@ def solve_grouped(
     # node and split of its GPUs between the two ends.
     best_wrap: tuple[int, int, Any, int, int, Any, Any] | None = None
     for w, solver in enumerate(solvers):
-        if solver is None or solver.gpus < 2 or n < 2:
+        if not wrap or solver is None or solver.gpus < 2 or n < 2:
             continue
         prefix = solver.prefixes()
         ends = solver.suffixes(nb, wrap=True)
