@@ -536,9 +536,9 @@ def plan_with_groups(problem: Problem, runner: Runner, objective: str, strategy:
         return runner(problem)
     rule = engine_rule(problem)
     exact_strategy = strategy is Strategy.EXACT
-    found, _ = _search(
-        problem, runner, rule, objective, local=not _joint_runs(problem, rule, exact_strategy)
-    )
+    # The local search is needed where the joint solve is not the optimum.
+    proven = _joint_runs(problem, rule, exact_strategy) and _adjacency_loses_nothing(problem)
+    found, _ = _search(problem, runner, rule, objective, local=not proven)
     value, exact, method, best = _joint_optimum(problem, rule, objective, exact_strategy)
     if found is None and (best is None or not best.stages):
         raise Infeasible(
