@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from stowplan.limits import MIN_RATE
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 
 GiB = 2**30
@@ -26,6 +27,11 @@ models = st.builds(
 )
 
 
+def rates(upper: float) -> st.SearchStrategy[float]:
+    """A node's rate: 0 (unknown) or a number in [MIN_RATE, upper]."""
+    return st.one_of(st.just(0.0), st.floats(MIN_RATE, upper))
+
+
 @st.composite
 def node_lists(draw: st.DrawFn, max_size: int = 8) -> list[NodeDescriptor]:
     n = draw(st.integers(1, max_size))
@@ -34,8 +40,8 @@ def node_lists(draw: st.DrawFn, max_size: int = 8) -> list[NodeDescriptor]:
             id=f"n{i}",
             gpu_name=draw(st.sampled_from(["RTX 3090", "RTX 4090", "RTX 5090", "A100", "L4"])),
             vram_bytes=draw(st.integers(0, 96 * GiB)),
-            flops_estimate=draw(st.floats(0, 1000)),
-            link_mbps=draw(st.floats(0, 100_000)),
+            flops_estimate=draw(rates(1000)),
+            link_mbps=draw(rates(100_000)),
         )
         for i in range(n)
     ]

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from stowplan.errors import InputError
 
-__all__ = ["check_choice", "check_int", "check_number"]
+__all__ = ["check_choice", "check_int", "check_number", "check_rate"]
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -55,6 +55,27 @@ def check_number(
         if upper is not None:
             rule = f"in (0, {upper}]" if positive else f"in [0, {upper}]"
         raise InputError(field, value, f"must be a finite number {rule}")
+    return v
+
+
+def check_rate(
+    field: str, value: object, *, lower: float, upper: float, zero: bool = False
+) -> float:
+    """``value`` as a float when it is a finite number in ``[lower, upper]`` (or 0 with ``zero``).
+
+    ``zero`` admits 0 as "unknown": the rule then reads ``must be 0 (unknown) or a
+    number in [lower, upper]``.
+    """
+    v = math.nan
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            v = float(value)
+        except OverflowError:  # an int beyond a float's range
+            v = math.inf
+    if not (lower <= v <= upper or (zero and v == 0)):
+        span = f"[{lower:g}, {upper:g}]"
+        rule = f"0 (unknown) or a number in {span}" if zero else f"a finite number in {span}"
+        raise InputError(field, value, f"must be {rule}")
     return v
 
 

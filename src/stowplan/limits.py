@@ -10,15 +10,19 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "MAX_BATCH",
     "MAX_BLOCKS",
     "MAX_BYTE_COUNT",
     "MAX_CONFIG_INT",
+    "MAX_CONTEXT_TOKENS",
     "MAX_EXPERTS",
     "MAX_GPUS_PER_NODE",
     "MAX_NAME_CHARS",
     "MAX_NODES",
+    "MAX_OWNED_EXPERTS",
     "MAX_RATE",
     "MIN_RATE",
+    "MIN_SHARE_RATE",
 ]
 
 MAX_BLOCKS: Final = 4096
@@ -47,3 +51,17 @@ MAX_GPUS_PER_NODE: Final = 1024
 
 MAX_NAME_CHARS: Final = 255
 """Longest node id, GPU name or model name (a file name's limit on most file systems)."""
+
+MIN_SHARE_RATE: Final = MIN_RATE / MAX_GPUS_PER_NODE
+"""Smallest non-zero rate a node descriptor holds: a user's smallest rate split over the
+most GPUs (the planner describes one GPU group of a node by its share of the node's rates)."""
+
+MAX_CONTEXT_TOKENS: Final = 2**30
+"""Most tokens of context per sequence to budget KV cache for (about 1.07 billion)."""
+
+MAX_BATCH: Final = 2**20
+"""Most concurrent sequences in flight."""
+
+MAX_OWNED_EXPERTS: Final = 2**20
+"""Most (block, expert) ownerships in one plan, replicas included (the largest published
+MoE model has 61 x 384 = 23,424 routed experts)."""

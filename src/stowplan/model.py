@@ -1,7 +1,11 @@
 """Inputs of the planners: the model's layout, the candidate nodes, the constraints.
 
 All three are frozen values validated at construction. Units are in the field
-names; bytes are integers. The first fields of each type are exactly those of
+names; bytes are integers. Every size is capped (see :mod:`stowplan.limits`):
+byte counts within a signed 64-bit integer, blocks and experts at
+``MAX_BLOCKS``/``MAX_EXPERTS``, GPUs per node at ``MAX_GPUS_PER_NODE``, rates
+finite and at most ``MAX_RATE``, contexts and batches at
+``MAX_CONTEXT_TOKENS``/``MAX_BATCH``. The first fields of each type are exactly those of
 the topology-planner specification (seed 000 §5.1); later fields are optional
 and defaulted so the seed's constructors keep working.
 """
@@ -9,14 +13,29 @@ and defaulted so the seed's constructors keep working.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from stowplan.checks import check_choice, check_int, check_number
+from stowplan.checks import check_choice, check_int, check_number, check_rate
 from stowplan.errors import InputError
+from stowplan.limits import (
+    MAX_BATCH,
+    MAX_BLOCKS,
+    MAX_BYTE_COUNT,
+    MAX_CONFIG_INT,
+    MAX_CONTEXT_TOKENS,
+    MAX_EXPERTS,
+    MAX_GPUS_PER_NODE,
+    MAX_NAME_CHARS,
+    MAX_NODES,
+    MAX_RATE,
+    MIN_RATE,
+    MIN_SHARE_RATE,
+)
+from stowplan.units import parse_bytes, parse_link_mbps
 
 if TYPE_CHECKING:
     from stowplan.calibration.profile import Calibration
@@ -37,6 +56,11 @@ __all__ = [
 
 DEFAULT_HEADROOM_FRAC = 0.2
 """Seed §5.1: reserve 20 % of every node's VRAM unless told otherwise."""
+
+
+def _check_bytes(field: str, value: object) -> int:
+    """A byte count: an integer in ``[0, MAX_BYTE_COUNT]``."""
+    return check_int(field, value, maximum=MAX_BYTE_COUNT)
 
 
 class Strategy(StrEnum):
@@ -69,6 +93,8 @@ class ExpertId:
     expert: int
 
     def __post_init__(self) -> None:
+        if type(self.block) is int and type(self.expert) is int and self.block >= 0 <= self.expert:
+            return  # the common case, checked without a call (plans hold many experts)
         check_int("ExpertId.block", self.block)
         check_int("ExpertId.expert", self.expert)
 
@@ -90,24 +116,36 @@ class ExpertLayout:
     """Bytes of all shared experts of one MoE block together."""
 
     def __post_init__(self) -> None:
-        check_int("experts.num_experts", self.num_experts, minimum=1)
-        check_int("experts.experts_per_token", self.experts_per_token, minimum=1)
+        check_int("experts.num_experts", self.num_experts, minimum=1, maximum=MAX_EXPERTS)
+        check_int(
+            "experts.experts_per_token", self.experts_per_token, minimum=1, maximum=MAX_EXPERTS
+        )
         if self.experts_per_token > self.num_experts:
             raise InputError(
                 "experts.experts_per_token",
                 self.experts_per_token,
                 f"must be <= num_experts ({self.num_experts})",
             )
-        check_int("experts.expert_params_bytes", self.expert_params_bytes)
-        check_int("experts.num_shared_experts", self.num_shared_experts)
-        check_int("experts.shared_expert_params_bytes", self.shared_expert_params_bytes)
+        _check_bytes("experts.expert_params_bytes", self.expert_params_bytes)
+        check_int("experts.num_shared_experts", self.num_shared_experts, maximum=MAX_EXPERTS)
+        _check_bytes("experts.shared_expert_params_bytes", self.shared_expert_params_bytes)
+        if isinstance(self.moe_blocks, str | bytes) or not isinstance(self.moe_blocks, Sequence):
+            raise InputError(
+                "experts.moe_blocks", self.moe_blocks, "must be a list of block indices"
+            )
+        if len(self.moe_blocks) > MAX_BLOCKS:
+            raise InputError(
+                "experts.moe_blocks",
+                f"<{len(self.moe_blocks)} values>",
+                f"must hold at most {MAX_BLOCKS} block indices",
+            )
         object.__setattr__(self, "moe_blocks", tuple(self.moe_blocks))
-        if list(self.moe_blocks) != sorted(set(self.moe_blocks)):
+        for b in self.moe_blocks:
+            check_int("experts.moe_blocks[]", b, maximum=MAX_BLOCKS - 1)
+        if any(a >= b for a, b in zip(self.moe_blocks, self.moe_blocks[1:], strict=False)):
             raise InputError(
                 "experts.moe_blocks", self.moe_blocks, "must be strictly increasing block indices"
             )
-        for b in self.moe_blocks:
-            check_int("experts.moe_blocks[]", b)
 
     @property
     def routed_bytes_per_block(self) -> int:
@@ -156,35 +194,37 @@ class ModelLayout:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise InputError("name", self.name, "must be a non-empty string")
-        check_int("num_blocks", self.num_blocks, minimum=1)
-        check_int("hidden_dim", self.hidden_dim, minimum=1)
-        check_int("bytes_per_activation_elem", self.bytes_per_activation_elem, minimum=1)
-        check_int("block_params_bytes", self.block_params_bytes)
-        check_int("head_params_bytes", self.head_params_bytes)
-        check_int("embed_params_bytes", self.embed_params_bytes)
-        for name in ("block_bytes", "block_read_bytes", "kv_bytes_per_token"):
+        check_int("num_blocks", self.num_blocks, minimum=1, maximum=MAX_BLOCKS)
+        check_int("hidden_dim", self.hidden_dim, minimum=1, maximum=MAX_CONFIG_INT)
+        check_int(
+            "bytes_per_activation_elem",
+            self.bytes_per_activation_elem,
+            minimum=1,
+            maximum=MAX_CONFIG_INT,
+        )
+        _check_bytes("block_params_bytes", self.block_params_bytes)
+        _check_bytes("head_params_bytes", self.head_params_bytes)
+        _check_bytes("embed_params_bytes", self.embed_params_bytes)
+        for name in ("block_bytes", "block_read_bytes", "kv_bytes_per_token", "kv_window_tokens"):
             values = getattr(self, name)
             if values is None:
                 continue
-            values = tuple(values)
-            object.__setattr__(self, name, values)
+            if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+                raise InputError(name, values, "must be a list with one value per block")
             if len(values) != self.num_blocks:
                 raise InputError(
                     name,
                     f"<{len(values)} values>",
                     f"must have num_blocks={self.num_blocks} values",
                 )
+            values = tuple(values)
+            object.__setattr__(self, name, values)
             for v in values:
-                check_int(f"{name}[]", v)
-        if self.kv_window_tokens is not None:
-            windows = tuple(self.kv_window_tokens)
-            object.__setattr__(self, "kv_window_tokens", windows)
-            if len(windows) != self.num_blocks:
-                raise InputError(
-                    "kv_window_tokens",
-                    f"<{len(windows)} values>",
-                    f"must have num_blocks={self.num_blocks} values",
-                )
+                if name == "kv_window_tokens":
+                    if v is not None:
+                        check_int(f"{name}[]", v, minimum=1, maximum=MAX_CONTEXT_TOKENS)
+                else:
+                    _check_bytes(f"{name}[]", v)
         if self.block_bytes is not None:
             # Integers throughout: a float mean loses bytes beyond 2**53.
             total = sum(self.block_bytes)
@@ -203,10 +243,15 @@ class ModelLayout:
                 raise InputError(
                     "experts.moe_blocks", bad[0], f"must be < num_blocks={self.num_blocks}"
                 )
-        for name in ("total_params", "active_params", "num_attention_heads", "num_kv_heads"):
+        for name, upper in (
+            ("total_params", MAX_BYTE_COUNT),
+            ("active_params", MAX_BYTE_COUNT),
+            ("num_attention_heads", MAX_CONFIG_INT),
+            ("num_kv_heads", MAX_CONFIG_INT),
+        ):
             v = getattr(self, name)
             if v is not None:
-                check_int(name, v)
+                check_int(name, v, maximum=upper)
 
     # -- derived sizes ------------------------------------------------------------------
     def block_sizes(self) -> tuple[int, ...]:
@@ -243,15 +288,26 @@ class NodeDescriptor:
     """One placement target (seed 000 §5.1, extended).
 
     ``flops_estimate`` is dense bf16 TFLOPs; ``link_mbps`` is the best-effort
-    outbound link in Mbit/s.  The optional fields, when absent, are filled from
-    the GPU spec table by ``gpu_name`` (see :mod:`stowplan.gpus`).
+    outbound link in Mbit/s; either may be left out or 0 (unknown), as in a
+    fleet file.  ``vram_bytes`` may be given as a unit string (``"24GiB"``) and
+    ``link_mbps`` as one (``"1Gbit"``); both are stored as numbers.  The
+    optional fields, when absent, are filled from the GPU spec table by
+    ``gpu_name`` (see :mod:`stowplan.gpus`).
+
+    Rates are finite and at most :data:`~stowplan.limits.MAX_RATE`; a non-zero
+    bandwidth, FLOPs or link figure is at least
+    :data:`~stowplan.limits.MIN_SHARE_RATE`; ``num_gpus`` is at most
+    :data:`~stowplan.limits.MAX_GPUS_PER_NODE`.
     """
 
     id: str
     gpu_name: str
     vram_bytes: int
-    flops_estimate: float
-    link_mbps: float
+    """All the node's GPU memory; an integer or a unit string such as ``"24GiB"``."""
+    flops_estimate: float = 0.0
+    """Dense bf16 TFLOPs of all the node's GPUs; 0 → unknown (spec table, else not counted)."""
+    link_mbps: float = 0.0
+    """Outbound link in Mbit/s, or a string such as ``"1Gbit"``; 0 → unknown (not counted)."""
     mem_bandwidth_gbps: float | None = None
     """Memory bandwidth in GB/s (decimal) of all the node's GPUs together; None → spec table
     (one GPU's figure times ``num_gpus``)."""
@@ -262,32 +318,66 @@ class NodeDescriptor:
     num_gpus: int = 1
     """GPUs behind this node; ``vram_bytes`` and ``flops_estimate`` are their totals."""
     labels: tuple[tuple[str, str], ...] = field(default=())
-    """Free-form provenance (``source=vastai``, ``measured=bandwidth`` …)."""
+    """Free-form provenance (``source=vastai``, ``measured=bandwidth`` …); a mapping is
+    stored as its sorted pairs."""
     intra_link_gbps: float | None = None
     """GB/s per direction between two GPUs of this node (NVLink, PCIe); None → the GPU's
     default (see :mod:`stowplan.interconnect`)."""
     intra_link_latency_us: float | None = None
     """Microseconds of one collective step between GPUs of this node; None → default."""
 
+    if TYPE_CHECKING:  # the constructor as callers see it: unit strings accepted
+
+        def __init__(
+            self,
+            *,
+            id: str,
+            gpu_name: str,
+            vram_bytes: int | str,
+            flops_estimate: float = 0.0,
+            link_mbps: float | str = 0.0,
+            mem_bandwidth_gbps: float | None = None,
+            link_latency_ms: float = 0.0,
+            price_per_hour: float | None = None,
+            num_gpus: int = 1,
+            labels: tuple[tuple[str, str], ...] | Mapping[str, str] = (),
+            intra_link_gbps: float | None = None,
+            intra_link_latency_us: float | None = None,
+        ) -> None: ...
+
     def __post_init__(self) -> None:
-        if not isinstance(self.id, str) or not self.id:
-            raise InputError("id", self.id, "must be a non-empty string")
-        if not isinstance(self.gpu_name, str):
-            raise InputError(f"{self.id}.gpu_name", self.gpu_name, "must be a string")
-        check_int(f"{self.id}.vram_bytes", self.vram_bytes)
-        check_number(f"{self.id}.flops_estimate", self.flops_estimate)
-        check_number(f"{self.id}.link_mbps", self.link_mbps)
-        if self.mem_bandwidth_gbps is not None:
-            check_number(f"{self.id}.mem_bandwidth_gbps", self.mem_bandwidth_gbps, positive=True)
-        check_number(f"{self.id}.link_latency_ms", self.link_latency_ms)
-        if self.price_per_hour is not None:
-            check_number(f"{self.id}.price_per_hour", self.price_per_hour)
-        check_int(f"{self.id}.num_gpus", self.num_gpus, minimum=1)
-        if self.intra_link_gbps is not None:
-            check_number(f"{self.id}.intra_link_gbps", self.intra_link_gbps, positive=True)
-        if self.intra_link_latency_us is not None:
-            check_number(f"{self.id}.intra_link_latency_us", self.intra_link_latency_us)
-        object.__setattr__(self, "labels", tuple(tuple(kv) for kv in self.labels))
+        if not isinstance(self.id, str) or not self.id or len(self.id) > MAX_NAME_CHARS:
+            raise InputError(
+                "id", self.id, f"must be a non-empty string of at most {MAX_NAME_CHARS} characters"
+            )
+        if not isinstance(self.gpu_name, str) or len(self.gpu_name) > MAX_NAME_CHARS:
+            raise InputError(
+                f"{self.id}.gpu_name",
+                self.gpu_name,
+                f"must be a string of at most {MAX_NAME_CHARS} characters",
+            )
+        vram: object = self.vram_bytes
+        if isinstance(vram, str):
+            vram = parse_bytes(vram, field=f"{self.id}.vram_bytes")
+        object.__setattr__(self, "vram_bytes", _check_bytes(f"{self.id}.vram_bytes", vram))
+        link: object = self.link_mbps
+        if isinstance(link, str):
+            link = parse_link_mbps(link, field=f"{self.id}.link_mbps")
+        for name, value in (("flops_estimate", self.flops_estimate), ("link_mbps", link)):
+            rate = check_rate(
+                f"{self.id}.{name}", value, lower=MIN_SHARE_RATE, upper=MAX_RATE, zero=True
+            )
+            object.__setattr__(self, name, rate)
+        for name in ("mem_bandwidth_gbps", "intra_link_gbps"):
+            value = getattr(self, name)
+            if value is not None:
+                check_rate(f"{self.id}.{name}", value, lower=MIN_SHARE_RATE, upper=MAX_RATE)
+        for name in ("link_latency_ms", "price_per_hour", "intra_link_latency_us"):
+            value = getattr(self, name)
+            if value is not None:
+                check_number(f"{self.id}.{name}", value, upper=MAX_RATE)
+        check_int(f"{self.id}.num_gpus", self.num_gpus, minimum=1, maximum=MAX_GPUS_PER_NODE)
+        object.__setattr__(self, "labels", _labels(f"{self.id}.labels", self.labels))
 
     @staticmethod
     def from_passport(
@@ -297,6 +387,24 @@ class NodeDescriptor:
         from stowplan.host.node import node_from_passport
 
         return node_from_passport(passport, node_id=node_id, circuit=circuit)
+
+
+def _labels(field: str, labels: object) -> tuple[tuple[str, str], ...]:
+    """Labels as ``(key, value)`` string pairs; a mapping becomes its sorted pairs."""
+    rule = "must be (key, value) pairs of strings or a mapping of strings"
+    if isinstance(labels, Mapping):
+        labels = sorted(labels.items(), key=lambda kv: str(kv[0]))
+    if isinstance(labels, str | bytes) or not isinstance(labels, Sequence):
+        raise InputError(field, labels, rule)
+    pairs = tuple(tuple(kv) if isinstance(kv, Sequence) else kv for kv in labels)
+    for kv in pairs:
+        if (
+            not isinstance(kv, tuple)
+            or len(kv) != 2
+            or not all(isinstance(part, str) for part in kv)
+        ):
+            raise InputError(f"{field}[]", kv, rule)
+    return pairs
 
 
 def gpu_group_id(node_id: str, start: int, size: int) -> str:
@@ -362,10 +470,11 @@ class Constraints:
     chooses per stage, within the engine's rule)."""
 
     def __post_init__(self) -> None:
+        stages_cap = MAX_NODES * MAX_GPUS_PER_NODE
         if self.min_stages is not None:
-            check_int("min_stages", self.min_stages, minimum=1)
+            check_int("min_stages", self.min_stages, minimum=1, maximum=stages_cap)
         if self.max_stages is not None:
-            check_int("max_stages", self.max_stages, minimum=1)
+            check_int("max_stages", self.max_stages, minimum=1, maximum=stages_cap)
         if (
             self.min_stages is not None
             and self.max_stages is not None
@@ -387,13 +496,15 @@ class Constraints:
         if self.strategy is not None:
             object.__setattr__(self, "strategy", check_choice("strategy", self.strategy, Strategy))
         object.__setattr__(self, "objective", check_choice("objective", self.objective, Objective))
-        check_int("batch", self.batch, minimum=1)
+        check_int("batch", self.batch, minimum=1, maximum=MAX_BATCH)
         if self.context_tokens is not None:
-            check_int("context_tokens", self.context_tokens)
+            check_int("context_tokens", self.context_tokens, maximum=MAX_CONTEXT_TOKENS)
         if self.target_tokens_per_s is not None:
-            check_number("target_tokens_per_s", self.target_tokens_per_s, positive=True)
+            check_rate(
+                "target_tokens_per_s", self.target_tokens_per_s, lower=MIN_RATE, upper=MAX_RATE
+            )
         if self.tensor_parallel is not None:
-            check_int("tensor_parallel", self.tensor_parallel, minimum=1)
+            check_int("tensor_parallel", self.tensor_parallel, minimum=1, maximum=MAX_GPUS_PER_NODE)
         if self.calibration is not None:
             from stowplan.calibration.profile import Calibration
 
