@@ -148,9 +148,50 @@ def test_a_malformed_expert_mask_is_an_input_error() -> None:
     with pytest.raises(InputError) as info:
         plan_from_json(json.dumps(data))
     assert str(info.value) == (
-        "assignments.0.owned_experts[0]=[3, 'xyz']: must be [block, HEX] with bit e of the "
-        'lower-case hexadecimal HEX set for each owned expert e, or {"block": b, "expert": e}'
+        "assignments.0.owned_experts[0]=[3, 'xyz']: must be [block, HEX] with block < 4096 "
+        "and bit e of the lower-case hexadecimal HEX (at most 1024 digits) set for each owned "
+        'expert e, or {"block": b, "expert": e}'
     )
+
+
+@pytest.mark.parametrize(
+    ("masks", "message"),
+    [
+        ([[0, "f" * 1025]], "at most 1024 digits"),
+        ([[4096, "f"]], "with block < 4096"),
+        ([[1, "f"], [1, "1"]], "repeats block 1: one mask per block"),
+    ],
+)
+def test_expert_masks_beyond_the_caps_are_refused(masks: list, message: str) -> None:
+    data = plan_to_dict(_plan())
+    data["assignments"][0]["owned_experts"] = masks
+    with pytest.raises(InputError, match=message):
+        plan_from_json(json.dumps(data))
+
+
+def test_a_plan_owns_at_most_the_capped_number_of_experts() -> None:
+    data = plan_to_dict(_plan())
+    data["assignments"][0]["owned_experts"] = [[b, "f" * 1024] for b in range(257)]
+    with pytest.raises(InputError, match="a plan owns at most 1048576 experts"):
+        plan_from_json(json.dumps(data))
+
+
+def test_a_two_megabyte_expert_plan_is_read_in_linear_time() -> None:
+    # 64 blocks of 1024-digit masks, repeated over stages' worth of text: 2 MB of masks took
+    # minutes when each bit was found by shifting the whole mask.
+    import time
+
+    data = plan_to_dict(_plan())
+    first, last = data["assignments"][0], data["assignments"][-1]
+    first["owned_experts"] = [[b, "f" * 1024] for b in range(64)]
+    last["owned_experts"] = [{"block": b, "expert": e} for b in range(32) for e in range(2400)]
+    text = json.dumps(data)
+    assert len(text) > 2_000_000
+    t0 = time.perf_counter()
+    loaded = plan_from_json(text)
+    elapsed = time.perf_counter() - t0
+    assert sum(len(a.owned_experts) for a in loaded.assignments) == 64 * 4096 + 32 * 2400
+    assert elapsed < 10  # < 1 s on an idle core; the bound leaves room for a loaded machine
 
 
 def test_a_node_used_twice_is_named() -> None:

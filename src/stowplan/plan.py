@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from stowplan.checks import check_int
 from stowplan.errors import InputError
-from stowplan.limits import MAX_BLOCKS
+from stowplan.limits import MAX_BLOCKS, MAX_EXPERTS, MAX_OWNED_EXPERTS
 from stowplan.model import ExpertId
 
 __all__ = [
@@ -323,31 +323,62 @@ def _expert_masks(experts: tuple[ExpertId, ...]) -> list[Any] | None:
     return [[block, format(mask, "x")] for block, mask in masks.items()]
 
 
-def _expand_masks(where: str, items: object) -> object:
+_MASK_RULE = (
+    f"must be [block, HEX] with block < {MAX_BLOCKS} and bit e of the lower-case hexadecimal "
+    f"HEX (at most {MAX_EXPERTS // 4} digits) set for each owned expert e, or "
+    '{"block": b, "expert": e}'
+)
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def _mask_experts(mask: str) -> list[int]:
+    """The set bits of a hexadecimal mask, lowest first; linear in the mask's length."""
+    return [e for e, bit in enumerate(reversed(bin(int(mask, 16)))) if bit == "1"]
+
+
+def _expand_masks(where: str, items: object, budget: list[int]) -> object:
     """The schema's ``{"block", "expert"}`` objects for every ``[block, HEX]`` pair.
 
     Objects pass through unchanged (plans written before masks existed); anything else is
-    left for validation to report.
+    left for validation to report. Linear in the input: a mask has at most
+    ``MAX_EXPERTS / 4`` digits, a block appears in one pair per stage, and the plan's
+    ownerships together stay within ``budget[0]`` (decremented here).
     """
     if not isinstance(items, list):
         return items
     out: list[object] = []
+    blocks: set[int] = set()
     for j, item in enumerate(items):
         if not isinstance(item, list):
+            budget[0] -= 1
+            if budget[0] < 0:
+                raise InputError(
+                    where,
+                    f"<{len(items)} items>",
+                    f"a plan owns at most {MAX_OWNED_EXPERTS} experts",
+                )
             out.append(item)
             continue
         block, mask = item if len(item) == 2 else (None, None)
-        if not (isinstance(block, int) and not isinstance(block, bool) and block >= 0) or not (
-            isinstance(mask, str) and mask and all(c in "0123456789abcdef" for c in mask)
+        if (
+            not (isinstance(block, int) and not isinstance(block, bool) and 0 <= block < MAX_BLOCKS)
+            or not isinstance(mask, str)
+            or not 0 < len(mask) <= MAX_EXPERTS // 4
+            or not _HEX.issuperset(mask)
         ):
+            raise InputError(f"{where}[{j}]", item, _MASK_RULE)
+        if block in blocks:
+            raise InputError(f"{where}[{j}]", item, f"repeats block {block}: one mask per block")
+        blocks.add(block)
+        experts = _mask_experts(mask)
+        budget[0] -= len(experts)
+        if budget[0] < 0:
             raise InputError(
-                f"{where}[{j}]",
-                item,
-                "must be [block, HEX] with bit e of the lower-case hexadecimal HEX set for "
-                'each owned expert e, or {"block": b, "expert": e}',
+                where, f"<{len(items)} masks>", f"a plan owns at most {MAX_OWNED_EXPERTS} experts"
             )
-        bits = int(mask, 16)
-        out += [{"block": block, "expert": e} for e in range(bits.bit_length()) if bits >> e & 1]
+        out += [ExpertId(block=block, expert=e) for e in experts]
     return out
 
 
@@ -406,13 +437,14 @@ def plan_from_dict(data: object) -> Plan:
     if isinstance(stages, list) and any(
         isinstance(a, dict) and "owned_experts" in a for a in stages
     ):
+        budget = [MAX_OWNED_EXPERTS]
         data = {
             **data,
             "assignments": [
                 {
                     **a,
                     "owned_experts": _expand_masks(
-                        f"assignments.{i}.owned_experts", a["owned_experts"]
+                        f"assignments.{i}.owned_experts", a["owned_experts"], budget
                     ),
                 }
                 if isinstance(a, dict) and "owned_experts" in a
