@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stowplan.cluster.fleet import FleetRole, FleetSpec, PlacementStrategy
-from stowplan.cluster.parallelism import ParallelismSpec, validate_parallelism
+from stowplan.cluster.parallelism import ParallelismSpec, nearest_valid, validate_parallelism
 from stowplan.errors import InputError
 from stowplan.model import ExpertLayout, ModelLayout
 
@@ -278,3 +278,84 @@ def test_every_suggested_tp_divides_attention_heads_and_suits_kv_heads(
             kv = layout.num_kv_heads
             assert (kv % value == 0) if value <= kv else (value % kv == 0)
             validate_parallelism(P(tp=value), fleet, layout)
+
+
+KV_ONLY = ModelLayout(
+    name="kv-only",
+    num_blocks=2,
+    hidden_dim=1024,
+    bytes_per_activation_elem=2,
+    block_params_bytes=100,
+    head_params_bytes=10,
+    embed_params_bytes=10,
+    num_kv_heads=4,
+)
+
+
+def _walked(
+    spec: ParallelismSpec, fleet: FleetSpec, layout: ModelLayout | None, degree: str
+) -> tuple[int | None, int | None]:
+    """The nearest valid values found by trying every value up to the fleet's GPUs."""
+    value = int(getattr(spec, degree))
+    valid = []
+    for v in range(1, fleet.total_gpus + 1):
+        try:
+            validate_parallelism(replace(spec, **{degree: v}), fleet, layout)
+        except InputError:
+            continue
+        valid.append(v)
+    below = [v for v in valid if v < value]
+    above = [v for v in valid if v > value]
+    return (below[-1] if below else None, above[0] if above else None)
+
+
+@given(
+    tp=st.integers(1, 20),
+    pp=st.integers(1, 4),
+    dp=st.integers(1, 12),
+    ep=st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16]),
+    nodes=st.integers(1, 4),
+    gpn=st.sampled_from([1, 2, 4, 6, 8]),
+    layout=st.sampled_from([None, DENSE, MOE, GQA, GQA_ODD, KV_ONLY]),
+    strict=st.booleans(),
+    degree=st.sampled_from(["tensor", "data", "expert"]),
+)
+def test_closed_form_suggestions_equal_the_walk_over_every_value(
+    tp: int,
+    pp: int,
+    dp: int,
+    ep: int,
+    nodes: int,
+    gpn: int,
+    layout: ModelLayout | None,
+    strict: bool,
+    degree: str,
+) -> None:
+    fleet = FleetSpec(
+        role=FleetRole.TRAINER,
+        num_nodes=nodes,
+        gpus_per_node=gpn,
+        placement_strategy=PlacementStrategy.STRICT_PACK if strict else PlacementStrategy.PACK,
+    )
+    spec = P(tp=tp, pp=pp, dp=dp, ep=ep)
+    got = nearest_valid(spec, fleet, layout, degree)
+    if degree == "expert" and ep > fleet.total_gpus:
+        return  # the walk stops at the fleet's GPUs; ep may be larger
+    assert got == _walked(spec, fleet, layout, degree)
+
+
+def test_suggestions_on_sixteen_million_gpus_take_no_time() -> None:
+    import time
+
+    from stowplan.models import resolve_model
+
+    fleet = FleetSpec(role=FleetRole.INFERENCE, num_nodes=16384, gpus_per_node=1024)
+    t0 = time.perf_counter()
+    with pytest.raises(InputError) as info:
+        validate_parallelism(P(tp=3), fleet, resolve_model("llama3.1:8b"))
+    with pytest.raises(InputError):
+        validate_parallelism(P(tp=1, dp=2 * 10**7), fleet, KV_ONLY)
+    with pytest.raises(InputError):
+        validate_parallelism(P(tp=3, dp=2), fleet, KV_ONLY)
+    assert time.perf_counter() - t0 < 1.0
+    assert str(info.value).endswith("nearest valid: 2, 4")

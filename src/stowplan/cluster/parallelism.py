@@ -12,7 +12,7 @@ spans nodes instead of per-node groups.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
 from dataclasses import dataclass, replace
 
 from stowplan.checks import check_int
@@ -28,7 +28,7 @@ __all__ = [
     "ParallelismCheck",
     "ParallelismSpec",
     "kv_heads_allow",
-    "valid_values",
+    "nearest_valid",
     "validate_parallelism",
 ]
 
@@ -85,15 +85,6 @@ class ParallelismCheck:
     notes: tuple[str, ...]
 
 
-def _nearest(value: int, candidates: Iterable[int]) -> str:
-    """The closest valid values below and above ``value``, e.g. ``'4, 8'``."""
-    pool = sorted(set(candidates))
-    below = [c for c in pool if c < value]
-    above = [c for c in pool if c > value]
-    picks = ([below[-1]] if below else []) + ([above[0]] if above else [])
-    return ", ".join(str(p) for p in picks) if picks else "none"
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Failure:
     """The first rule a configuration breaks; ``vary`` names the degree to suggest values for."""
@@ -103,7 +94,8 @@ class _Failure:
     rule: str
     vary: str | None = None
     """``tensor``, ``data`` or ``expert``: the suggestions are the values of that degree
-    for which the whole validation passes, the other degrees unchanged."""
+    for which the whole validation passes, the other degrees unchanged (see
+    :func:`nearest_valid`)."""
 
 
 def _heads_failure(tp: int, layout: ModelLayout) -> _Failure | None:
@@ -202,21 +194,89 @@ def _first_failure(
     )
 
 
-def valid_values(
+def _divisors(n: int) -> list[int]:
+    """Every divisor of ``n`` (at most a few thousand for the degrees accepted)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
+
+
+def _edges(lo: int, hi: int, step: int, value: int) -> list[int]:
+    """In ``[lo, hi]``, the multiples of ``step`` nearest below and above ``value``."""
+    out: list[int] = []
+    below = min(value - 1, hi) // step * step
+    if below >= lo:
+        out.append(below)
+    above = -(-max(value + 1, lo) // step) * step
+    if above <= hi:
+        out.append(above)
+    return out
+
+
+def _candidates(
     spec: ParallelismSpec, fleet: FleetSpec, layout: ModelLayout | None, degree: str
 ) -> list[int]:
-    """The values of ``degree`` (``tensor``, ``data`` or ``expert``) that pass the whole
-    validation with the other degrees of ``spec`` unchanged, ascending.
+    """Values of ``degree`` among which the valid ones nearest to its current value lie.
 
-    Every valid tp or dp fits the fleet's GPUs and every valid ep the world size, so
-    the search is bounded by those.
+    Closed form: the divisibility rules give a finite set (divisors of the heads, of
+    ``ep`` or of the expert count), and the size rules give at most two ranges, in which
+    only the multiples nearest the current value are taken.
     """
-    bound = spec.world_size if degree == "expert" else fleet.total_gpus
-    return [
-        v
-        for v in range(1, bound + 1)
-        if _first_failure(replace(spec, **{degree: v}), fleet, layout) is None
-    ]
+    tp, pp, dp, ep = spec.tensor, spec.pipeline, spec.data, spec.expert
+    gpn, total = fleet.gpus_per_node, fleet.total_gpus
+    value = int(getattr(spec, degree))
+    if degree == "data":
+        lo = 1 if ep == 1 else -(-ep // spec.replica_gpus)
+        hi = total // spec.replica_gpus
+        if spec.replica_gpus <= gpn:
+            hi = min(hi, gpn // spec.replica_gpus * fleet.num_nodes)
+        return _edges(lo, hi, 1, value)
+    if degree == "expert":
+        experts = None if layout is None or layout.experts is None else layout.experts.num_experts
+        if experts is not None:
+            return _divisors(experts)
+        return [1, *_edges(2, spec.world_size, tp, value)]
+    # degree == "tensor"
+    heads = None if layout is None else layout.num_attention_heads
+    if ep > 1:
+        return _divisors(ep)
+    if heads:
+        return _divisors(heads)
+    kv = None if layout is None else layout.num_kv_heads
+    step = kv if kv else 1
+    per_node = -(-dp // fleet.num_nodes)  # replicas each node must hold when one fits a node
+    ranges = [(1, gpn // per_node // pp)]  # tp × pp <= gpn // per_node
+    if fleet.strategy is not _Strategy.STRICT_PACK:
+        ranges.append((gpn // pp + 1, total // (pp * dp)))  # a replica spans nodes
+    out = _divisors(kv) if kv else []
+    for lo, hi in ranges:
+        out += _edges(lo, hi, step, value)
+    return out
+
+
+def nearest_valid(
+    spec: ParallelismSpec, fleet: FleetSpec, layout: ModelLayout | None, degree: str
+) -> tuple[int | None, int | None]:
+    """The values of ``degree`` (``tensor``, ``data`` or ``expert``) nearest below and above
+    its value in ``spec`` that pass the whole validation with the other degrees unchanged
+    (None where there is none).
+
+    Computed in closed form from divisors and ranges, not by walking the fleet's GPUs, so it
+    costs the same on 16 GPUs and on 16 million; every value returned is checked against
+    every rule.
+    """
+    value = int(getattr(spec, degree))
+    below: int | None = None
+    above: int | None = None
+    for v in _candidates(spec, fleet, layout, degree):
+        if v == value or (below is not None and below >= v) or (above is not None and v >= above):
+            continue
+        if _first_failure(replace(spec, **{degree: v}), fleet, layout) is not None:
+            continue
+        if v < value:
+            below = v
+        else:
+            above = v
+    return below, above
 
 
 def _message(
@@ -224,13 +284,13 @@ def _message(
 ) -> str:
     if failure.vary is None:
         return failure.rule
-    valid = valid_values(spec, fleet, layout, failure.vary)
-    if failure.vary == "data":
-        if valid:
-            return f"{failure.rule}; the largest dp that fits is {valid[-1]}"
+    below, above = nearest_valid(spec, fleet, layout, failure.vary)
+    if failure.vary == "data":  # dp is too large: the largest that fits is below it
+        if below is not None:
+            return f"{failure.rule}; the largest dp that fits is {below}"
         return f"{failure.rule}; no dp fits with the other degrees unchanged"
-    current = int(getattr(spec, failure.vary))
-    return f"{failure.rule}; nearest valid: {_nearest(current, valid)}"
+    picks = [str(v) for v in (below, above) if v is not None]
+    return f"{failure.rule}; nearest valid: {', '.join(picks) if picks else 'none'}"
 
 
 def validate_parallelism(
