@@ -49,7 +49,7 @@ def test_validate_reports_a_unified_group(
 def test_validate_flags_override_the_environment(
     fleet_env: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = ["validate", "--tp", "8", "--dp", "4", "--nodes", "4", "--role", "trainer", "--json"]
+    args = ["validate", "--tp", "8", "--dp", "4", "--num-nodes", "4", "--role", "trainer", "--json"]
     assert main(args) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["world_size"] == doc["fleet_gpus"] == 32
@@ -60,7 +60,17 @@ def test_validate_flags_override_the_environment(
 def test_validate_suggests_a_dp_that_then_passes(
     fleet_env: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    base = ["validate", "--role", "trainer", "--nodes", "2", "--gpus-per-node", "8", "--tp", "3"]
+    base = [
+        "validate",
+        "--role",
+        "trainer",
+        "--num-nodes",
+        "2",
+        "--gpus-per-node",
+        "8",
+        "--tp",
+        "3",
+    ]
     assert main([*base, "--dp", "6"]) == 2
     assert capsys.readouterr().err.endswith("; the largest dp that fits is 4\n")
     assert main([*base, "--dp", "4"]) == 0
@@ -81,14 +91,38 @@ def test_validate_checks_the_model_heads(
     assert "tp=3: must divide num_attention_heads=32 of llama3.1:8b" in capsys.readouterr().err
 
 
-def test_validate_without_a_fleet_names_the_variable(
+def test_validate_without_a_fleet_names_the_flag_and_the_variable(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv("STOWPLAN_FLEET_ROLE", raising=False)
     assert main(["validate", "--tp", "2"]) == 2
     assert capsys.readouterr().err == (
-        "stowplan: error: STOWPLAN_FLEET_ROLE=None: is required; "
-        "set it to one of trainer, inference, sandbox\n"
+        "stowplan: error: --role=None: is required: pass --role trainer, inference or "
+        "sandbox or set $STOWPLAN_FLEET_ROLE\n"
+    )
+
+
+def test_validate_counts_nodes_with_num_nodes_and_reads_a_fleet_file_with_nodes(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for key in ("STOWPLAN_FLEET_ROLE", "STOWPLAN_NUM_NODES", "STOWPLAN_GPUS_PER_NODE"):
+        monkeypatch.delenv(key, raising=False)
+    base = ["validate", "--role", "inference", "--tp", "2", "--json"]
+    assert main([*base, "--num-nodes", "2", "--gpus-per-node", "8"]) == 0
+    assert json.loads(capsys.readouterr().out)["fleet_gpus"] == 16
+    assert main([*base, "--nodes", "examples/fleets/mixed-consumer.yaml"]) == 0
+    assert json.loads(capsys.readouterr().out)["fleet_gpus"] == 6
+    assert main([*base, "--nodes", "2", "--gpus-per-node", "8"]) == 0  # the old spelling
+    out = capsys.readouterr()
+    assert json.loads(out.out)["fleet_gpus"] == 16
+    assert out.err == (
+        "stowplan: note: validate --nodes N is deprecated; use --num-nodes N "
+        "(--nodes takes a fleet file, as in plan)\n"
+    )
+    assert main([*base, "--gpus-per-node", "8"]) == 2
+    assert capsys.readouterr().err == (
+        "stowplan: error: --num-nodes=None: is required: pass --num-nodes N (or --nodes "
+        "FLEET_FILE) or set $STOWPLAN_NUM_NODES\n"
     )
 
 

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from stowplan.cli.app import app
-from stowplan.cli.common import out_console
+from stowplan.cli.common import err_console, out_console
 from stowplan.cluster.fleet import (
     ENV_GPUS_PER_NODE,
     ENV_NUM_NODES,
@@ -30,12 +30,39 @@ from stowplan.cluster.topology import (
 from stowplan.errors import InputError
 from stowplan.fileio import FileKind, read_text_file
 from stowplan.models import resolve_model
+from stowplan.nodefile import load_nodes
 from stowplan.wording import plural
 
 cluster_app = typer.Typer(
     help="Ray cluster: NVLink topology and node resources.", no_args_is_help=True
 )
 app.add_typer(cluster_app, name="cluster")
+
+
+def _fleet_shape(
+    nodes: str, num_nodes: int | None, gpus_per_node: int | None
+) -> tuple[int, int | None]:
+    """``--nodes``: a count (deprecated spelling of ``--num-nodes``) or a fleet file, read as
+    its node count and its GPUs per node (which must be the same on every node)."""
+    if num_nodes is not None:
+        raise InputError("--nodes", nodes, "and --num-nodes are the same count; pass one")
+    if nodes.strip().isascii() and nodes.strip().isdigit():
+        err_console.print(
+            "stowplan: note: validate --nodes N is deprecated; use --num-nodes N "
+            "(--nodes takes a fleet file, as in plan)",
+            soft_wrap=True,
+        )
+        return int(nodes), gpus_per_node
+    fleet = load_nodes(nodes)
+    counts = sorted({n.num_gpus for n in fleet})
+    if gpus_per_node is None and len(counts) > 1:
+        raise InputError(
+            "--nodes",
+            nodes,
+            f"has nodes of {', '.join(map(str, counts))} GPUs; pass --gpus-per-node to "
+            "validate against one size",
+        )
+    return len(fleet), counts[0] if gpus_per_node is None else gpus_per_node
 
 
 @app.command("validate")
@@ -47,8 +74,21 @@ def validate_command(
     model: Annotated[
         str | None, typer.Option("--model", help="Known model: checks heads and experts.")
     ] = None,
-    role: Annotated[str | None, typer.Option(help=f"Fleet role (else ${ENV_ROLE}).")] = None,
-    nodes: Annotated[int | None, typer.Option(help=f"Nodes (else ${ENV_NUM_NODES}).")] = None,
+    role: Annotated[
+        str | None,
+        typer.Option(help=f"Fleet role: trainer, inference or sandbox (else ${ENV_ROLE})."),
+    ] = None,
+    num_nodes: Annotated[
+        int | None, typer.Option("--num-nodes", help=f"Number of nodes (else ${ENV_NUM_NODES}).")
+    ] = None,
+    nodes: Annotated[
+        str | None,
+        typer.Option(
+            "--nodes",
+            help="Fleet file, as for plan --nodes: its node count and GPUs per node "
+            "(a number here is read as --num-nodes, deprecated).",
+        ),
+    ] = None,
     gpus_per_node: Annotated[
         int | None, typer.Option(help=f"GPUs per node (else ${ENV_GPUS_PER_NODE}).")
     ] = None,
@@ -62,9 +102,19 @@ def validate_command(
 ) -> None:
     """Check parallel degrees against the fleet before any placement group exists."""
     env = dict(os.environ)
+    if nodes is not None:
+        num_nodes, gpus_per_node = _fleet_shape(nodes, num_nodes, gpus_per_node)
+    for key, flag, value in (
+        (ENV_ROLE, "--role trainer, inference or sandbox", role),
+        (ENV_NUM_NODES, "--num-nodes N (or --nodes FLEET_FILE)", num_nodes),
+        (ENV_GPUS_PER_NODE, "--gpus-per-node N", gpus_per_node),
+    ):
+        sandbox = (role or env.get(ENV_ROLE, "")).strip().lower() == "sandbox"
+        if value is None and not env.get(key) and not (sandbox and key == ENV_GPUS_PER_NODE):
+            raise InputError(flag.split()[0], None, f"is required: pass {flag} or set ${key}")
     for key, value in (
         (ENV_ROLE, role),
-        (ENV_NUM_NODES, nodes),
+        (ENV_NUM_NODES, num_nodes),
         (ENV_GPUS_PER_NODE, gpus_per_node),
         (ENV_PG_STRATEGY, strategy),
         (ENV_SEGMENT_SIZE, segment_size),

@@ -322,7 +322,8 @@ def validate_parallelism(
     notes: list[str] = []
     if unified:
         notes.append(
-            f"replica tp×pp = {spec.replica_gpus} GPUs > {fleet.gpus_per_node} GPUs per node: "
+            f"replica tp×pp = {spec.replica_gpus} GPUs > {plural(fleet.gpus_per_node, 'GPU')} "
+            "per node: "
             f"one unified {fleet.strategy.value} group per replica over {nodes_per_replica} nodes"
         )
         if fleet.segment_size is not None and nodes_per_replica > fleet.segment_size:
