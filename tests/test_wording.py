@@ -34,3 +34,12 @@ def test_a_one_node_fleet_is_not_called_1_nodes() -> None:
         code = main(["validate", "--role", "inference", "--nodes", "1", "--gpus-per-node", "1"])
     assert code == 0
     assert "1 node ×" in out.getvalue() and "1 nodes" not in out.getvalue()
+
+
+def test_ray_node_ids_are_shortened_for_display_and_other_ids_kept() -> None:
+    from stowplan.wording import short_node_id
+
+    ray_id = "3f2a9c1b" + "0" * 48
+    assert short_node_id(ray_id) == "3f2a9c1b…"
+    assert short_node_id("offer-123") == "offer-123"
+    assert short_node_id("X" * 56) == "X" * 56

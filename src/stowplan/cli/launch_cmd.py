@@ -24,7 +24,7 @@ from stowplan.plan import plan_to_dict
 from stowplan.planner import plan as make_plan
 from stowplan.report.terminal import render_plan
 from stowplan.units import format_bytes
-from stowplan.wording import plural
+from stowplan.wording import plural, short_node_id
 
 DEMO_NAMES = ("demo", "stowplan-demo")
 
@@ -60,9 +60,41 @@ def _layout(model: str) -> ModelLayout:
     return resolve_model(model)
 
 
+def _this_host(model: str) -> list[NodeDescriptor]:
+    """This host as one node, from its cached passport (``stowplan probe`` writes it)."""
+    from stowplan.host.node import node_from_passport
+    from stowplan.host.passport import default_passport_path, read_passport
+
+    path = default_passport_path()
+    if not path.is_file():
+        raise InputError(
+            "--plan-debug",
+            model,
+            f"plans on this host from its passport, and {path} does not exist: run "
+            "`stowplan probe` first, or pass --nodes FLEET_FILE or --ray ADDRESS",
+        )
+    return [node_from_passport(read_passport(path))]
+
+
+def _no_cluster(model: str) -> InputError:
+    """Why ``launch MODEL`` needs ``--ray``: the fake local cluster only fits the demo."""
+    return InputError(
+        "--ray",
+        None,
+        f"is needed to launch {model}: pass --ray ADDRESS of a running Ray cluster "
+        "(--plan-debug shows the plan on this host, or with --nodes FLEET_FILE, starting "
+        "nothing; `stowplan launch demo` runs the demo model on a local fake cluster)",
+    )
+
+
 @contextmanager
-def _ray_session(address: str | None) -> Iterator[None]:
-    """Connect to ``address``, or start (and finally stop) a local fake cluster."""
+def _ray_session(address: str | None, verbose: bool = False) -> Iterator[None]:
+    """Connect to ``address``, or start (and finally stop) a local fake cluster.
+
+    Ray's log lines are shown only when ``verbose``.
+    """
+    import logging
+
     from stowplan.cluster.local import DEFAULT_FAKE_NODES, start_local_cluster
 
     if address is not None:
@@ -70,13 +102,17 @@ def _ray_session(address: str | None) -> Iterator[None]:
         if ray.is_initialized():  # already connected (a library caller, a test)
             yield
             return
-        ray.init(address=address, log_to_driver=False)
+        ray.init(
+            address=address,
+            log_to_driver=verbose,
+            logging_level=logging.INFO if verbose else logging.WARNING,
+        )
         try:
             yield
         finally:
             ray.shutdown()
         return
-    local = start_local_cluster(DEFAULT_FAKE_NODES)
+    local = start_local_cluster(DEFAULT_FAKE_NODES, verbose=verbose)
     err_console.print(
         f"started a local Ray cluster at {local.address} with {len(DEFAULT_FAKE_NODES)} "
         "fake GPU nodes: "
@@ -90,7 +126,9 @@ def _ray_session(address: str | None) -> Iterator[None]:
 
 def _report_failure(attempt: Any) -> None:
     for f in attempt.failures:
-        err_console.print(f"stage could not start: {f}; excluding node {f.node_id}, replanning")
+        err_console.print(
+            f"stage could not start: {f}; excluding node {short_node_id(f.node_id)}, replanning"
+        )
 
 
 def _print_stage_env(envs: list[dict[str, str]], places: list[str]) -> None:
@@ -162,17 +200,29 @@ def launch_command(
     timeout: Timeout = 30.0,
     max_attempts: Attempts = 3,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Ray's log lines.")] = False,
 ) -> None:
-    """Plan MODEL on the Ray cluster's nodes and start one stage actor per stage."""
+    """Plan MODEL on the Ray cluster's nodes and start one stage actor per stage.
+
+    Without --ray only the demo model launches (on a local fake cluster); --plan-debug
+    prints the plan and every stage's environment and starts nothing: on --nodes, on
+    the demo's fake nodes, or on this host (its cached passport).
+    """
     _check_attempts(timeout, max_attempts)
     layout = _layout(model)
     constraints = _constraints(min_stages, max_stages, headroom, strategy)
     # Read the fleet file before any cluster starts: a bad file fails at once.
     given = load_nodes(nodes) if nodes is not None else None
-    if given is not None and plan_debug and ray_address is None:
-        _plan_debug(layout, given, constraints, as_json)
+    if ray_address is None and plan_debug:  # start nothing: plan on what is described here
+        if given is None and model in DEMO_NAMES:
+            from stowplan.cluster.local import fake_node_descriptors
+
+            given = fake_node_descriptors()
+        _plan_debug(layout, given if given is not None else _this_host(model), constraints, as_json)
         return
-    with _ray_session(ray_address):
+    if ray_address is None and model not in DEMO_NAMES:
+        raise _no_cluster(model)
+    with _ray_session(ray_address, verbose):
         from stowplan.cluster.nodes import ray_node_descriptors
         from stowplan.cluster.realise import contract_stage_class, realise_with_replan
 
@@ -201,7 +251,7 @@ def launch_command(
                     where = (
                         "on its planned node"
                         if info["node_id"] == info["plan_node_id"]
-                        else (f"on {info['node_id']}, NOT its planned node")
+                        else (f"on {short_node_id(info['node_id'])}, NOT its planned node")
                     )
                     lo, hi = info["block_range"]
                     out_console.print(

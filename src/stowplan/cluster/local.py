@@ -11,6 +11,7 @@ the user set wins) and restores the environment at shutdown.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -28,8 +29,15 @@ from stowplan.cluster._ray import (
     require_ray,
 )
 from stowplan.errors import InputError
+from stowplan.model import NodeDescriptor
 
-__all__ = ["DEFAULT_FAKE_NODES", "FakeNode", "LocalCluster", "local_cluster"]
+__all__ = [
+    "DEFAULT_FAKE_NODES",
+    "FakeNode",
+    "LocalCluster",
+    "fake_node_descriptors",
+    "local_cluster",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,8 +123,13 @@ class LocalCluster:
                     os.environ[key] = value
 
 
-def start_local_cluster(nodes: Sequence[FakeNode] = DEFAULT_FAKE_NODES) -> LocalCluster:
-    """Start a head (no GPU) plus one fake node per entry and connect this process to it."""
+def start_local_cluster(
+    nodes: Sequence[FakeNode] = DEFAULT_FAKE_NODES, *, verbose: bool = False
+) -> LocalCluster:
+    """Start a head (no GPU) plus one fake node per entry and connect this process to it.
+
+    Ray's own log lines (INFO and its workers' output) are shown only when ``verbose``.
+    """
     tmpdir = tempfile.mkdtemp(prefix="stowplan-ray-")
     saved = {key: os.environ.get(key) for key in (*LOCAL_START_ENV, "RAY_TMPDIR")}
     os.environ["RAY_TMPDIR"] = tmpdir
@@ -132,7 +145,11 @@ def start_local_cluster(nodes: Sequence[FakeNode] = DEFAULT_FAKE_NODES) -> Local
         for node in nodes:
             local.workers.append(local.cluster.add_node(**node.node_args()))
         local.cluster.wait_for_nodes()
-        ray.init(address=local.cluster.address, log_to_driver=False)
+        ray.init(
+            address=local.cluster.address,
+            log_to_driver=verbose,
+            logging_level=logging.INFO if verbose else logging.WARNING,
+        )
     except BaseException:
         local.shutdown()
         raise
@@ -147,3 +164,18 @@ def local_cluster(nodes: Sequence[FakeNode] = DEFAULT_FAKE_NODES) -> Iterator[Lo
         yield lc
     finally:
         lc.shutdown()
+
+
+def fake_node_descriptors(nodes: Sequence[FakeNode] = DEFAULT_FAKE_NODES) -> list[NodeDescriptor]:
+    """The planner's view of ``nodes`` without starting Ray (ids ``fake-0``, ``fake-1`` …;
+    a started cluster names them by Ray node id instead)."""
+    return [
+        NodeDescriptor(
+            id=f"fake-{i}",
+            gpu_name=n.gpu_name,
+            vram_bytes=n.vram_bytes,
+            num_gpus=n.num_gpus,
+            labels=(("source", "fake"),),
+        )
+        for i, n in enumerate(nodes)
+    ]
