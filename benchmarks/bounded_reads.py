@@ -1,4 +1,5 @@
-"""How fast hostile inputs are refused: /dev/zero, a FIFO, an alias bomb, deep JSON, huge numbers.
+"""How fast hostile inputs are refused (/dev/zero, a FIFO, an alias bomb, deep JSON, huge
+numbers) and large valid ones read (a 2 MB expert plan).
 
 python benchmarks/bounded_reads.py --repeats 5
 
@@ -13,6 +14,7 @@ anything else says so.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from stowplan.errors import InputError
 from stowplan.nodefile import load_nodes
+from stowplan.plan import plan_from_json
 from stowplan.safeload import parse_json, parse_yaml
 
 STOWPLAN = str(Path(sys.executable).with_name("stowplan"))
@@ -35,13 +38,42 @@ def _alias_bomb() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _library(label: str, call: Callable[[], object], repeats: int) -> str:
+def _two_megabyte_plan() -> str:
+    """A valid 2-stage plan of 64 blocks whose stages own every one of 4096 experts per block:
+    stage 0 as expert masks, stage 1 as the objects earlier plans wrote (> 2 MB in all)."""
+    masks = [[b, "f" * 1024] for b in range(64)]
+    objects = [{"block": b, "expert": e} for b in range(24) for e in range(3000)]
+    stages = [
+        {
+            "stage": i,
+            "node_id": f"n{i}",
+            "block_range": [32 * i, 32 * (i + 1)],
+            "owns_embed": i == 0,
+            "owns_head": i == 1,
+            "estimated_vram_bytes": 1,
+            "owned_experts": owned,
+        }
+        for i, owned in enumerate((masks, objects))
+    ]
+    doc = {
+        "schema_version": 1,
+        "topology": {"kind": "PipelineWithExperts", "num_stages": 2, "experts_per_layer": 4096},
+        "assignments": stages,
+        "rationale": {"strategy": "bench"},
+        "num_blocks": 64,
+    }
+    return json.dumps(doc)
+
+
+def _library(
+    label: str, call: Callable[[], object], repeats: int, accepted: str = "ACCEPTED"
+) -> str:
     times, outcome = [], ""
     for _ in range(repeats):
         t0 = time.perf_counter()
         try:
             call()
-            outcome = "ACCEPTED"
+            outcome = accepted
         except InputError as exc:
             outcome = f"InputError: {exc.rule[:48]}"
         except Exception as exc:  # reported, not hidden: the row then shows the failure
@@ -72,6 +104,7 @@ def main() -> None:
         bomb = _alias_bomb()
         deep = "[" * 1_000_000
         digits = "[" + "9" * 5000 + "]"
+        big_plan = _two_megabyte_plan()
         rows = [
             _library("load_nodes('/dev/zero')", lambda: load_nodes("/dev/zero"), args.repeats),
             _library("load_nodes(FIFO)", lambda: load_nodes(fifo), args.repeats),
@@ -89,6 +122,12 @@ def main() -> None:
                 "JSON 5,000-digit integer",
                 lambda: parse_json(digits, field="f", source="digits"),
                 args.repeats,
+            ),
+            _library(
+                f"expert plan of {len(big_plan) / 1e6:.1f} MB (loads, not refused)",
+                lambda: plan_from_json(big_plan),
+                args.repeats,
+                accepted="loaded",
             ),
             _cli(
                 "plan llama3.1:8b --nodes /dev/zero",
