@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from stowplan.errors import StowplanError
@@ -55,8 +55,22 @@ def gguf_files(draw: st.DrawFn) -> bytes:
     return bytes(blob)
 
 
+NOT_UTF8_ARCH = (
+    b"GGUF\x03\x00\x00\x00"
+    + (0).to_bytes(8, "little")
+    + (1).to_bytes(8, "little")
+    + (20).to_bytes(8, "little")
+    + b"general.architecture"
+    + (8).to_bytes(4, "little")
+    + (5).to_bytes(8, "little")
+    + b"\x80lama"
+    + bytes(24)
+)
+
+
 @fuzz
 @given(st.one_of(gguf_files(), st.binary(max_size=64)))
+@example(NOT_UTF8_ARCH)  # a metadata string that is not UTF-8
 def test_a_gguf_file_gives_a_bounded_report_or_a_stowplan_error(blob: bytes) -> None:
     from stowplan.models.gguf import gguf_report
 

@@ -39,8 +39,10 @@ def _field(reader: Any, key: str) -> Any:
     f = reader.fields.get(key)
     if f is None:
         return None
-    value = f.contents()
-    return value
+    try:
+        return f.contents()
+    except (ValueError, IndexError, TypeError) as exc:  # e.g. a string that is not UTF-8
+        raise InputError(key, None, f"is not readable GGUF metadata ({exc})") from None
 
 
 def _whole(v: object) -> int | None:
