@@ -104,3 +104,20 @@ def test_the_html_report_names_every_stages_gpus() -> None:
     assert "pipeline n0 gpu0-3 tp4 → n0 gpu4-7 tp4 → n1 gpu0" in page
     assert "<title>stowplan · llama3.1:8b on 2 nodes (9 GPUs, 3 stages)</title>" in page
     assert "<div class='card'><b>9</b><span>GPUs</span></div>" in page
+
+
+def test_unused_nodes_and_idle_gpus_are_listed() -> None:
+    from stowplan import Constraints, NodeDescriptor, plan
+    from stowplan.models.known import lookup
+    from stowplan.report.terminal import idle_note
+
+    model = lookup("llama3.1:8b")
+    assert model is not None
+    big = NodeDescriptor(
+        id="big", gpu_name="H100 SXM", vram_bytes=3 * 80 * 10**9, link_mbps=1000, num_gpus=3
+    )
+    small = NodeDescriptor(id="small", gpu_name="RTX 3060", vram_bytes=2 * 10**9, link_mbps=1000)
+    p = plan(model, [big, small], Constraints(tensor_parallel=2))
+    note = idle_note(p, [big, small])
+    assert note is not None
+    assert note.startswith("unused: small, big GPU 2 (")

@@ -73,6 +73,33 @@ def render_plan(plan: Plan, nodes: Sequence[NodeDescriptor], console: Console) -
     render_node_bars(plan, nodes, console)
     for note in plan.rationale.notes:
         console.print(f"  • {note}", highlight=False, markup=False)
+    idle = idle_note(plan, nodes)
+    if idle:
+        console.print(f"  • {idle}", highlight=False, markup=False)
+
+
+def idle_note(plan: Plan, nodes: Sequence[NodeDescriptor]) -> str | None:
+    """Which nodes (and GPUs of used nodes) the plan leaves idle, and why; None if none."""
+    used: dict[str, set[int] | None] = {}
+    for a in plan.assignments:
+        gpus = used.setdefault(a.node_id, set())
+        if gpus is not None:
+            if a.gpu_indices:
+                gpus.update(a.gpu_indices)
+            else:
+                used[a.node_id] = None  # the whole node
+    parts = [n.id for n in nodes if n.id not in used]
+    for n in nodes:
+        gpus = used.get(n.id)
+        if gpus and n.num_gpus > len(gpus):
+            free = sorted(set(range(n.num_gpus)) - gpus)
+            parts.append(f"{n.id} GPU{'s' if len(free) > 1 else ''} {','.join(map(str, free))}")
+    if not parts:
+        return None
+    return (
+        f"unused: {', '.join(parts)} (the plan's {plan.rationale.strategy} objective is no "
+        "better with them, or they cannot hold a stage)"
+    )
 
 
 def render_comparison(plan: Plan, baselines: Sequence[BaselineResult], console: Console) -> None:
