@@ -45,6 +45,7 @@ from functools import lru_cache
 from itertools import accumulate
 
 from stowplan.calibration.apply import (
+    NodeCalibration,
     bandwidth_is_measured,
     describe_calibration,
     node_calibration,
@@ -314,16 +315,7 @@ class CostModel:
         # GPUs, as llama.cpp and an Accelerate device_map do: then one GPU streams at a
         # time and the token crosses num_gpus - 1 hops inside the node.
         if self.calibration is not None:
-            cal = [
-                node_calibration(
-                    self.calibration,
-                    n.gpu_name,
-                    model.dtype,
-                    bandwidth_measured=bandwidth_is_measured(n),
-                    tensor_parallel=1 if layers else n.num_gpus,
-                )
-                for n in nodes
-            ]
+            cal = self._node_calibrations(layers)
             spread = [n.num_gpus if layers else 1 for n in nodes]
             self.inv_bw = tuple(
                 min(v * g / c.bandwidth_fraction, _SLOWEST)
@@ -340,15 +332,7 @@ class CostModel:
             # A profile's collective figure is the measured cost of a block's two
             # all-reduces; the first-order 2·AR(tp) already charges part of it, so the
             # calibration adds the rest: a block pays max(2·AR, collective).
-            base = [
-                node_calibration(
-                    self.calibration,
-                    n.gpu_name,
-                    model.dtype,
-                    bandwidth_measured=bandwidth_is_measured(n),
-                ).block_overhead_s
-                for n in nodes
-            ]
+            base = [c.block_overhead_s for c in self._node_calibrations(single_gpu=True)]
             self.block_s = tuple(
                 v + b + max(0.0, c.block_overhead_s - b - v)
                 for v, c, b in zip(self.block_s, cal, base, strict=True)
@@ -356,6 +340,20 @@ class CostModel:
             self.stage_s = tuple(
                 (g - 1) * c.hop_overhead_s for c, g in zip(cal, spread, strict=True)
             )
+
+    def _node_calibrations(self, single_gpu: bool) -> list[NodeCalibration]:
+        """Each node's calibration factors, as tensor parallel over its GPUs unless
+        ``single_gpu``."""
+        return [
+            node_calibration(
+                self.calibration,
+                n.gpu_name,
+                self.model.dtype,
+                bandwidth_measured=bandwidth_is_measured(n),
+                tensor_parallel=1 if single_gpu else n.num_gpus,
+            )
+            for n in self.nodes
+        ]
 
     def relax_groups(self) -> None:
         """Make every node as fast as any grouping of its GPUs could be (for bounds).
@@ -365,16 +363,8 @@ class CostModel:
         of its network and intra-node transfer and hop.
         """
         cal = [
-            node_calibration(
-                self.calibration,
-                n.gpu_name,
-                self.model.dtype,
-                bandwidth_measured=bandwidth_is_measured(n),
-                tensor_parallel=1,
-            ).block_overhead_s
-            if self.calibration is not None
-            else 0.0
-            for n in self.nodes
+            c.block_overhead_s if self.calibration is not None else 0.0
+            for c in self._node_calibrations(single_gpu=True)
         ]
         self.block_s = tuple(cal)
         self.stage_s = (0.0,) * len(self.nodes)

@@ -27,7 +27,7 @@ intra-node hop: no grouping of any node is faster.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,13 +163,21 @@ class _NodeSolver:
     def column_mid(self, j: int) -> Any:
         """``N_mid[:, j]``: per start block, the best interior sub-pipeline ending at j."""
         np = self.np
+        q = self._backward(lambda v: self._stage(v, False, False, "net")[:, j])
+        got = [x for x in q if x is not None]
+        return np.minimum.reduce(got) if got else np.full(self.cm.num_blocks + 1, np.inf)
+
+    def _backward(self, end: Callable[[int], Any]) -> list[Any]:
+        """``Q[u]``: per start block, the best chain of groups on u GPUs whose last group's
+        times (per start block) are ``end(v)`` and whose others pass on inside the node."""
+        np = self.np
         q: list[Any] = [None] * (self.gpus + 1)
         for u in range(1, self.gpus + 1):
             for t, v in self.kinds.items():
                 if t > u:
                     continue
                 if t == u:
-                    cand = self._stage(v, False, False, "net")[:, j]
+                    cand = end(v)
                 elif q[u - t] is not None:
                     s = self._stage(v, False, False, "intra")
                     with np.errstate(invalid="ignore"):
@@ -180,8 +188,7 @@ class _NodeSolver:
                 else:
                     continue
                 q[u] = cand if q[u] is None else np.minimum(q[u], cand)
-        got = [x for x in q if x is not None]
-        return np.minimum.reduce(got) if got else np.full(self.cm.num_blocks + 1, np.inf)
+        return q
 
     def _stage(self, v: int, first: bool, last: bool, out: str, ret: float = 0.0) -> Any:
         key = (v, first, last, out, ret)
@@ -273,28 +280,8 @@ class _NodeSolver:
         pipeline (its last group owns the head and sends the token back over the
         network, or to a group of this node with ``wrap``), the others passing on inside
         the node.  Vectors only: O(G · k · nb²)."""
-        np, cm = self.np, self.cm
-        ret = cm.intra_latency_s if wrap else cm.latency_s
-        q: list[Any] = [None] * (self.gpus + 1)
-        for u in range(1, self.gpus + 1):
-            best = None
-            for t, v in self.kinds.items():
-                if t > u:
-                    continue
-                if t == u:
-                    cand = self._stage(v, False, True, "", ret[v])[:, nb]
-                elif q[u - t] is not None:
-                    s = self._stage(v, False, False, "intra")
-                    with np.errstate(invalid="ignore"):
-                        both = (
-                            s + q[u - t][None, :] if self.add else np.maximum(s, q[u - t][None, :])
-                        )
-                    cand = both.min(axis=1)
-                else:
-                    continue
-                best = cand if best is None else np.minimum(best, cand)
-            q[u] = best
-        return q
+        ret = self.cm.intra_latency_s if wrap else self.cm.latency_s
+        return self._backward(lambda v: self._stage(v, False, True, "", ret[v])[:, nb])
 
     def last_vector(self, nb: int) -> Any:
         """N[i, nb] for the pipeline's last node (not alone)."""
