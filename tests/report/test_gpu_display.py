@@ -121,3 +121,17 @@ def test_unused_nodes_and_idle_gpus_are_listed() -> None:
     note = idle_note(p, [big, small])
     assert note is not None
     assert note.startswith("unused: small, big GPU 2 (")
+
+
+def test_the_html_report_names_fields_for_people_with_their_units() -> None:
+    from stowplan import Constraints, NodeDescriptor, plan
+    from stowplan.models.known import lookup
+    from stowplan.report.html import render_html
+
+    model = lookup("llama3.1:8b")
+    assert model is not None
+    node = NodeDescriptor(id="a", gpu_name="RTX 4090", vram_bytes=24 * 2**30, link_mbps=1000)
+    page = render_html(plan(model, [node], Constraints()), [node])
+    assert "time per token (one stream)" in page and "gap to the bound" in page
+    assert "time_per_token_s" not in page and "e-16" not in page
+    assert "0.00%" in page

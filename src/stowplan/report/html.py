@@ -97,6 +97,43 @@ def _fmt(value: object, key: str = "") -> str:
     return str(value)
 
 
+_LABELS = {
+    "batch": "sequences in flight",
+    "tokens_per_s": "tokens/s (pipelined)",
+    "time_per_token_s": "time per token (one stream)",
+    "stage_time_s": "time per step, by stage",
+    "bottleneck_stage": "slowest stage",
+    "kv_capacity_tokens": "KV capacity (tokens)",
+    "cost_per_hour": "$ per hour",
+    "usd_per_million_tokens": "$ per million tokens",
+    "assumed": "inputs assumed",
+    "calibration": "calibration",
+    "objective": "objective",
+    "value": "plan's value",
+    "bound": "optimum or bound",
+    "exact": "exact optimum",
+    "gap": "gap to the bound",
+    "method": "how the bound was found",
+}
+"""Human names of the prediction's and certificate's fields."""
+
+
+def _field_rows(item: object) -> list[tuple[str, str]]:
+    """``item``'s fields as (human name, value with its unit) rows."""
+    rows = []
+    for k, v in _as_mapping(item).items():
+        if k == "gap" and isinstance(v, float):
+            text = f"{v:.2%}"
+        elif k in {"cost_per_hour", "usd_per_million_tokens"} and isinstance(v, float):
+            text = f"${v:,.2f}"
+        elif k == "tokens_per_s" and isinstance(v, float):
+            text = f"{v:,.2f}"
+        else:
+            text = _fmt(v, k)
+        rows.append((_LABELS.get(k, k.replace("_", " ")), text))
+    return rows
+
+
 def _as_mapping(item: object) -> dict[str, Any]:
     if dataclasses.is_dataclass(item) and not isinstance(item, type):
         return {f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
@@ -184,12 +221,12 @@ def _rationale_section(plan: Plan) -> str:
         parts.append("<ul>" + "".join(f"<li>{escape(n)}</li>" for n in r.notes) + "</ul>")
     if r.prediction is not None:
         parts.append("<h2>Prediction</h2>")
-        parts.append(_table([(k, _fmt(v, k)) for k, v in _as_mapping(r.prediction).items()]))
+        parts.append(_table(_field_rows(r.prediction)))
     if r.certificate is not None:
         c = r.certificate
         verdict = "provably optimal" if c.exact and c.gap == 0 else f"within {c.gap:.2%} of bound"
         parts.append(f"<h2>Certificate · {escape(verdict)}</h2>")
-        parts.append(_table([(k, _fmt(v, k)) for k, v in _as_mapping(c).items()]))
+        parts.append(_table(_field_rows(c)))
     parts.append("</section>")
     return "".join(parts)
 
