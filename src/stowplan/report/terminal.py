@@ -28,7 +28,12 @@ def render_plan(plan: Plan, nodes: Sequence[NodeDescriptor], console: Console) -
     title = f"{plan.model_name or 'model'}: {plan.num_stages} stage(s), {plan.rationale.strategy}"
     table = Table(title=Text(title), title_justify="left")
     for col in ("stage", "node", "gpu", "blocks", "anchors", "vram used", "usable", "util"):
-        table.add_column(col, justify="right" if col in {"stage", "util"} else "left")
+        # Node ids (an offer's id) fold rather than lose characters in a narrow terminal.
+        table.add_column(
+            col,
+            justify="right" if col in {"stage", "util"} else "left",
+            overflow="fold" if col == "node" else "ellipsis",
+        )
     for a in plan.assignments:
         node = by_id.get(a.node_id)
         usable = a.usable_vram_bytes
@@ -37,7 +42,7 @@ def render_plan(plan: Plan, nodes: Sequence[NodeDescriptor], console: Console) -
         table.add_row(
             str(a.stage),
             Text(a.node_id),
-            Text(node.gpu_name if node else "?"),
+            Text(_gpus(node)),
             Text(f"[{a.block_range[0]}, {a.block_range[1]}) ×{a.num_blocks}"),
             anchors or "-",
             format_bytes(a.estimated_vram_bytes),
@@ -48,6 +53,13 @@ def render_plan(plan: Plan, nodes: Sequence[NodeDescriptor], console: Console) -
     render_node_bars(plan, nodes, console)
     for note in plan.rationale.notes:
         console.print(f"  • {note}", highlight=False, markup=False)
+
+
+def _gpus(node: NodeDescriptor | None) -> str:
+    """The node's GPU, with their count when it has several (``4× RTX 4090``)."""
+    if node is None:
+        return "?"
+    return f"{node.num_gpus}× {node.gpu_name}" if node.num_gpus > 1 else node.gpu_name
 
 
 def render_comparison(plan: Plan, baselines: Sequence[BaselineResult], console: Console) -> None:
