@@ -20,7 +20,7 @@ import time
 
 import scipy.optimize  # noqa: F401  (imported once, outside the timings)
 
-from stowplan import Constraints, NodeDescriptor, Objective, plan
+from stowplan import Constraints, NodeDescriptor, Objective, PlanError, plan
 from stowplan.models import resolve_model
 
 # (GPU, MiB per GPU, $/hour per GPU around which offers are drawn)
@@ -79,6 +79,7 @@ def main() -> None:
     model = resolve_model(args.model, dtype=args.dtype) if args.dtype else resolve_model(args.model)
     times: dict[float, list[float]] = {f: [] for f in FRACTIONS}
     planned: dict[float, list[int]] = {f: [] for f in FRACTIONS}
+    refused = dict.fromkeys(FRACTIONS, 0)
     reach = []
     for seed in range(args.seeds):
         nodes = offers(args.offers, seed, consumer=args.consumer)
@@ -89,7 +90,12 @@ def main() -> None:
                 batch=args.batch, objective=Objective.COST, target_tokens_per_s=rate * f
             )
             t0 = time.perf_counter()
-            p = plan(model, nodes, c)
+            try:
+                p = plan(model, nodes, c)
+            except PlanError:  # every target here is reachable: a refusal is a miss
+                times[f].append(time.perf_counter() - t0)
+                refused[f] += 1
+                continue
             times[f].append(time.perf_counter() - t0)
             note = p.rationale.notes[0]
             planned[f].append(int(note.rsplit("(", 1)[1].split(", ")[-1].split(" ")[0]))
@@ -99,12 +105,13 @@ def main() -> None:
         f"batch {args.batch}, {args.seeds} seeds; fastest plan on all offers: "
         f"{statistics.median(reach):.1f} tokens/s (median)"
     )
-    print("| target (share of fastest) | median s | max s | most sets planned |")
-    print("|---|---|---|---|")
+    print("| target (share of fastest) | median s | max s | most sets planned | refused |")
+    print("|---|---|---|---|---|")
     for f in FRACTIONS:
+        most = max(planned[f]) if planned[f] else "-"
         print(
             f"| {f:.0%} | {statistics.median(times[f]):.2f} | {max(times[f]):.2f} "
-            f"| {max(planned[f])} |"
+            f"| {most} | {refused[f]} |"
         )
 
 

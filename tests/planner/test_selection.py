@@ -303,7 +303,7 @@ def _sets_planned(p) -> int:
 
 def test_near_miss_sets_no_longer_cost_one_cut_each():
     # 72 offers without hop latency, a target just above what a 3090 + 4090 pair gives:
-    # the earlier relaxation let ~200 such pairs through one cut at a time (minutes).
+    # a looser relaxation lets ~200 such pairs through, one planner run and cut each.
     from stowplan import lookup
     from stowplan.planner.selection import served_rate
 

@@ -14,10 +14,8 @@ The planner is the oracle: the MILP's set is planned; if its plan meets the
 target it is the answer (no cheaper set satisfies the MILP, so none can meet
 the target); otherwise every set within it is cut off (the planner may leave
 nodes of a set unused, so none of them does better) and the MILP is solved
-again.  The plan's own price is reported.  An earlier relaxation (smallest
-block everywhere, the largest transfer and the fastest head time of any
-node) let near-miss sets through one at a time: 72 WAN offers at a target
-just above what two cheap cards give took minutes and 200 cuts.
+again.  The plan's own price is reported.  Because the MILP is exact for
+alike blocks, the first set it gives is almost always the answer.
 
 Without scipy the sets are visited best-first by price instead, within a
 budget.  :func:`reporting_progress` lets a caller watch the search.
