@@ -94,6 +94,10 @@ def test_cli_residency_takes_dtype_and_context(tmp_path, capsys) -> None:
     assert data["kv_bytes"] == GIB and data["protocol"] == "resident"
     assert main([*args, "--dtype", "q9"]) == 2
     assert capsys.readouterr().err.startswith("stowplan: error: --dtype='q9': is not a known dtype")
+    assert main([*args, "--context", "-5"]) == 2
+    assert capsys.readouterr().err == (
+        "stowplan: error: --context=-5: must be an integer >= 0 (tokens)\n"
+    )
 
 
 def test_cli_refusal_is_one_line_with_the_numbers_and_a_dtype_that_fits(tmp_path, capsys) -> None:

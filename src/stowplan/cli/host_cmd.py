@@ -190,6 +190,8 @@ def residency_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan JSON.")] = False,
 ) -> None:
     """Choose Resident, HeterogeneousOverflow or Streaming for MODEL on this host."""
+    if context is not None and context < 0:
+        raise InputError("--context", context, "must be an integer >= 0 (tokens)")
     layout = resolve_model(model, dtype=dtype)
     if passport is not None:
         try:
