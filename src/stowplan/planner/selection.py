@@ -24,6 +24,7 @@ budget.  :func:`reporting_progress` lets a caller watch the search.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -33,9 +34,11 @@ from functools import cached_property
 from stowplan.cost import CostModel, served_tokens_per_s
 from stowplan.errors import DependencyError, Infeasible, InputError, PlanError
 from stowplan.model import Constraints, NodeDescriptor, Objective
+from stowplan.parallel_rules import legal_tensor_parallel
 from stowplan.plan import Plan, PlanRationale
 from stowplan.planner.common import Problem, prepare
 from stowplan.planner.set_milp import SetMilp
+from stowplan.planner.tensor_exact import group_node
 
 __all__ = [
     "MAX_PLANNED",
@@ -127,8 +130,24 @@ class _Search:
 
     @cached_property
     def cm(self) -> CostModel:
-        """The cost model of the offered nodes (by price), for the one-node check and the MILP."""
+        """The cost model of the offered nodes (by price), each node one stage on all its GPUs."""
         return CostModel(self.problem.model, self.nodes, self.speed)
+
+    @cached_property
+    def grouped(self) -> bool:
+        """Some node has several GPUs, which the planner may split into stages of GPU groups."""
+        return any(n.num_gpus > 1 for n in self.nodes)
+
+    @cached_property
+    def bound_cm(self) -> CostModel:
+        """:attr:`cm`, or with GPU groups every node as fast as any grouping of its GPUs could
+        be: what the one-node check and the MILP use, so neither rules out a set the planner
+        could make meet the target."""
+        if not self.grouped:
+            return self.cm
+        relaxed = CostModel(self.problem.model, self.nodes, self.speed)
+        relaxed.relax_groups()
+        return relaxed
 
     def try_set(self, members: Sequence[int]) -> Plan | None:
         """The plan of ``members`` when it meets the target (and is the cheapest so far)."""
@@ -199,12 +218,13 @@ def plan_cheapest(problem: Problem, runner: Runner) -> Plan:
 
 
 def _singles(search: _Search) -> None:
-    """The cheapest node that meets the target alone, planned."""
-    if search.problem.min_stages > 1:
-        return
-    cm = search.cm
+    """The cheapest node that meets the target alone (on its GPU groups, if it has several),
+    planned."""
+    cm = search.bound_cm
     nb = cm.num_blocks
     for d in range(len(search.nodes)):  # by price, then id
+        if search.problem.min_stages > search.nodes[d].num_gpus:
+            continue  # it cannot run that many stages
         if cm.fits(d, 0, nb, True, True):
             rate = cm.evaluate([d], [0, nb]).served_tokens_per_s
             if rate >= search.target and search.try_set([d]) is not None:
@@ -215,16 +235,18 @@ def _milp_search(search: _Search) -> str:
     """Sets of two or more nodes from the MILP, cheapest first, each checked by the planner."""
     problem = search.problem
     n = len(search.nodes)
-    lo_n = max(2, problem.min_stages)
     hi_n = min(problem.max_stages, n)
-    if hi_n < lo_n:
+    if hi_n < 2:
         return "no set of two or more nodes is allowed"
     sets = SetMilp(
-        search.cm,
+        search.bound_cm,
         [node.price_per_hour or 0.0 for node in search.nodes],
         search.target,
-        min_stages=lo_n,
+        min_stages=problem.min_stages,
         max_stages=hi_n,
+        stages_per_node=[n.num_gpus if search.grouped else 1 for n in search.nodes],
+        split_block_s=_group_block_bounds(search) if search.grouped else None,
+        dominance=search.cm,
     )
     cuts, proven = 0, True
     while search.planned < MAX_PLANNED:
@@ -244,6 +266,27 @@ def _milp_search(search: _Search) -> str:
         cuts += 1
     unproven = "" if proven else "; HiGHS stopped at its time limit, cheapest not proven"
     return f"MILP over node sets, {cuts} cut off{unproven}"
+
+
+def _group_block_bounds(search: _Search) -> list[float]:
+    """Per node, the least seconds its smallest block takes on any GPU group of it (above
+    batch 1, per share of the node: the group's time × its GPUs / the node's)."""
+    cm = search.cm
+    nb = cm.num_blocks
+    read = min(
+        cm.read_prefix[i + 1] - cm.read_prefix[i] + cm.kv_prefix[i + 1] - cm.kv_prefix[i]
+        for i in range(nb)
+    )
+    weight = min(cm.read_prefix[i + 1] - cm.read_prefix[i] for i in range(nb))
+    out = []
+    for node in search.nodes:
+        best = math.inf
+        for tp in legal_tensor_parallel(search.problem.model, node.num_gpus) or (1,):
+            group = CostModel(search.problem.model, [group_node(node, node.id, tp)], search.speed)
+            seconds = group.block_seconds(0, read, weight)
+            best = min(best, seconds if cm.batch == 1 else seconds * tp / node.num_gpus)
+        out.append(best)
+    return out
 
 
 def _best_first(search: _Search) -> str:

@@ -67,11 +67,15 @@ def _larger(a: dict[int, float], b: dict[int, float]) -> dict[int, float] | None
     return None
 
 
-def _fit(left: float, seconds: float, cap: int) -> int:
-    """Blocks of ``seconds`` each that fit in ``left`` seconds, at most ``cap``."""
+def _fit(left: float, seconds: float, cap: float, whole: bool) -> float:
+    """Blocks of ``seconds`` each that fit in ``left`` seconds, at most ``cap`` (whole
+    blocks, or as a fraction for a bound)."""
     if left < 0:
         return 0
-    return cap if seconds <= 0 else min(cap, math.floor(left / seconds))
+    if seconds <= 0:
+        return cap
+    fit = left / seconds
+    return min(cap, math.floor(fit) if whole else fit)
 
 
 class SetMilp:
@@ -85,12 +89,26 @@ class SetMilp:
         *,
         min_stages: int,
         max_stages: int,
+        stages_per_node: Sequence[int] | None = None,
+        split_block_s: Sequence[float] | None = None,
+        dominance: CostModel | None = None,
     ) -> None:
+        """``stages_per_node``: most stages each node can run (its GPUs when the planner may
+        split it into GPU groups; ``cm`` must then be as fast as any grouping, see
+        :meth:`~stowplan.cost.CostModel.relax_groups`).  ``split_block_s``: for such a
+        node, the least seconds one (smallest) block costs it on any of its groups (above
+        batch 1, per share of the node: a group of ``tp`` of its ``G`` GPUs runs beside
+        ``G/tp - 1`` others).  ``dominance``: the cost model whose terms decide which node
+        dominates which (default ``cm``)."""
         try:
             import scipy.optimize  # noqa: F401
         except ImportError:
             raise DependencyError("scipy", "exact") from None
         self.n = n = len(prices)
+        self.stages = list(stages_per_node) if stages_per_node is not None else [1] * n
+        self.split = [g > 1 for g in self.stages]
+        """Nodes that may run several stages: bounds, not exact figures, for them."""
+        self.split_block_s = list(split_block_s) if split_block_s is not None else [0.0] * n
         self.prices = [float(p) for p in prices]
         self._rows: list[Row] = []
         self._integer: list[bool] = []
@@ -104,7 +122,7 @@ class SetMilp:
         self._shape(cm, min_stages, max_stages)
         if not (cm.uniform and self._pooled(cm)):
             self._per_node(cm)
-        self._dominance(cm)
+        self._dominance(dominance or cm)
 
     # -- variables and rows -------------------------------------------------------------
     def _var(self, upper: float, *, integer: bool = True, cost: float = 0.0) -> int:
@@ -127,7 +145,7 @@ class SetMilp:
         # (alike blocks: exactly its usable bytes over one block's); none when even one
         # block on it takes longer than the whole budget.
         window = [min(w, nb) for w in cm.max_window()]
-        self.cap: list[tuple[int, int, int]] = []
+        self.cap: list[tuple[float, float, float]] = []
         for d in range(n):
             one = cm.block_seconds(d, min(self.reads), min(self.weights))
             if not one <= self.budget_s:
@@ -135,19 +153,28 @@ class SetMilp:
                 continue
             if cm.uniform:
                 mb = self.mems[0]
-                room = [cm.usable[d] - a for a in (0, cm.embed, cm.head)]
-                self.cap.append(
-                    tuple(min(nb, max(r, 0) // mb) if mb else nb for r in room)  # type: ignore[arg-type]
-                )
+                room = [max(cm.usable[d] - a, 0) for a in (0, cm.embed, cm.head)]
+                # Whole blocks per stage; a node split into groups holds at most its bytes'
+                # worth (its groups' floors add up to no more).
+                per = [r / mb if self.split[d] else r // mb for r in room] if mb else [nb] * 3
+                self.cap.append((min(nb, per[0]), min(nb, per[1]), min(nb, per[2])))
             else:
                 self.cap.append((window[d], window[d], window[d]))
-        self._row({self.x[d]: 1.0 for d in range(n)}, lo_n, hi_n)
+        # Sets of two nodes or more (one node alone is checked outright), each running at
+        # least one stage and a split node up to one per GPU.
+        self._row({self.x[d]: 1.0 for d in range(n)}, 2, hi_n)
+        if lo_n > 2:
+            self._row({self.x[d]: float(self.stages[d]) for d in range(n)}, lo_n, math.inf)
         self._row({self.f[d]: 1.0 for d in range(n)}, 1, 1)
         self._row({self.last[d]: 1.0 for d in range(n)}, 1, 1)
         for d in range(n):
-            self._row({self.f[d]: 1.0, self.last[d]: 1.0, self.x[d]: -1.0}, -math.inf, 0.0)
+            if self.split[d]:  # its groups may hold both ends
+                self._row({self.f[d]: 1.0, self.x[d]: -1.0}, -math.inf, 0.0)
+                self._row({self.last[d]: 1.0, self.x[d]: -1.0}, -math.inf, 0.0)
+            else:
+                self._row({self.f[d]: 1.0, self.last[d]: 1.0, self.x[d]: -1.0}, -math.inf, 0.0)
 
-    def _roles_that_fit(self, d: int, caps: tuple[int, int, int]) -> None:
+    def _roles_that_fit(self, d: int, caps: tuple[float, float, float]) -> None:
         """Node ``d`` takes no role in which it cannot hold one block (caps: mid, first, last)."""
         mid, first, last = caps
         if first < 1:
@@ -180,7 +207,8 @@ class SetMilp:
             larger = _larger(by_memory, by_compute)
             if larger is None:
                 return False
-            per_block.append(larger[0] + cm.block_s[d])
+            seconds = larger[0] + cm.block_s[d]
+            per_block.append(max(seconds, self.split_block_s[d]) if self.split[d] else seconds)
             head_s.append(larger[1])
         kinds: dict[float, list[int]] = {}
         for d in range(n):
@@ -199,7 +227,7 @@ class SetMilp:
             for d in members:
                 caps = self.cap[d] if cm.batch == 1 else self._time_caps(cm, d, seconds, head_s[d])
                 self._roles_that_fit(d, caps)
-                mid, first, last = (max(c, 1) for c in caps)
+                mid, first, last = (max(c, 1.0) for c in caps)
                 room[self.x[d]] = -float(mid)
                 room[self.f[d]] = float(mid - first)
                 room[self.last[d]] = float(mid - last)
@@ -216,12 +244,13 @@ class SetMilp:
 
     def _time_caps(
         self, cm: CostModel, d: int, seconds: float, head_s: float
-    ) -> tuple[int, int, int]:
+    ) -> tuple[float, float, float]:
         """Blocks node ``d`` holds (mid, first, last) within memory and batch/target."""
         mid_left = self.budget_s - cm.stage_s[d] - cm.xfer_s[d]
         last_left = self.budget_s - cm.stage_s[d] - head_s
-        mid = _fit(mid_left, seconds, self.cap[d][0])
-        return (mid, min(mid, self.cap[d][1]), _fit(last_left, seconds, self.cap[d][2]))
+        whole = not self.split[d]
+        mid = _fit(mid_left, seconds, self.cap[d][0], whole)
+        return (mid, min(mid, self.cap[d][1]), _fit(last_left, seconds, self.cap[d][2], whole))
 
     # -- the general form: a block count and byte totals per node ---------------------------
     def _per_node(self, cm: CostModel) -> None:
@@ -266,6 +295,9 @@ class SetMilp:
             self._row(
                 {t: 1.0, totals["weight"][d]: -cm.flop_s_per_byte[d] / _GB * _MS}, 0.0, math.inf
             )
+            if self.split[d]:
+                # each block at least as long as on its node's best group
+                self._row({t: 1.0, k[d]: -self.split_block_s[d] * _MS}, 0.0, math.inf)
             stage = {t: 1.0, k[d]: cm.block_s[d] * _MS, **self._stage_fixed(cm, d)}
             stage_ms.append(stage)
         if cm.batch == 1:
@@ -283,10 +315,11 @@ class SetMilp:
     def _dominance(self, cm: CostModel) -> None:
         """A node is bought only if every node that dominates it is.
 
-        ``d`` dominates ``e`` when it costs no more and is no worse in any term of the
-        cost model (bandwidth, compute, fixed block and stage costs, transfer, hop
-        latency, usable memory), ties going to the lower index: ``e``'s stage can move
-        to ``d`` unchanged or faster, so some cheapest set is closed under dominance.
+        ``d`` dominates ``e`` when it costs no more, has as many GPUs to split and is no
+        worse in any term of the cost model (bandwidth, compute, fixed block and stage
+        costs, transfers and hop latencies, usable memory), ties going to the lower
+        index: ``e``'s stages can move to ``d`` unchanged or faster, so some cheapest set
+        is closed under dominance.
         """
         n = self.n
         terms = [
@@ -298,7 +331,11 @@ class SetMilp:
                 cm.stage_s[d],
                 cm.xfer_s[d],
                 cm.latency_s[d],
+                cm.intra_xfer_s[d],
+                cm.intra_latency_s[d],
                 -cm.usable[d],
+                self.stages[d],  # as many GPUs to split, no more and no fewer
+                -self.stages[d],
             )
             for d in range(n)
         ]
