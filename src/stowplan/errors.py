@@ -88,10 +88,12 @@ class PlanError(StowplanError):
 class InsufficientVram(PlanError):
     """The model needs ``needed`` bytes; the usable VRAM of all candidates is ``available``."""
 
-    def __init__(self, needed: int, available: int) -> None:
+    def __init__(self, needed: int, available: int, detail: str = "") -> None:
         self.needed = needed
         self.available = available
-        super().__init__(f"model does not fit: needs {needed} bytes, total available {available}")
+        self.detail = detail
+        message = f"model does not fit: needs {needed} bytes, total available {available}"
+        super().__init__(f"{message}; {detail}" if detail else message)
 
 
 class NoNodeFitsHead(PlanError):

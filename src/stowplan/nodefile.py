@@ -1,6 +1,7 @@
 """Reading candidate nodes from files: fleet files (YAML/JSON) and provider offer lists.
 
-A fleet file is a list of node objects, or an object with a ``nodes`` list.
+A fleet file is a list of node objects, or an object with a ``nodes`` list;
+:func:`load_nodes` also takes an offer file in its place.
 Each node object has :class:`~stowplan.model.NodeDescriptor`'s fields; sizes
 may be integers (bytes) or strings (``"24GiB"``), link speeds numbers (Mbit/s)
 or strings (``"1Gbit"``); ``count: N`` repeats a node as ``<id>-0 … <id>-N-1``.
@@ -187,8 +188,20 @@ def nodes_from_data(data: object) -> list[NodeDescriptor]:
 
 
 def load_nodes(path: str | Path) -> list[NodeDescriptor]:
-    """Nodes from a YAML or JSON fleet file (read within :class:`FileKind` ``FLEET``'s limits)."""
-    return nodes_from_data(read_document_file(path, field="file", kind=FileKind.FLEET))
+    """Nodes from a YAML or JSON fleet file, or a vast.ai offer file (told apart by its keys),
+    read within :class:`FileKind` ``FLEET``'s limits."""
+    data = read_document_file(path, field="file", kind=FileKind.FLEET)
+    return nodes_from_offers(data) if _is_offer_list(data) else nodes_from_data(data)
+
+
+def _is_offer_list(data: object) -> bool:
+    """vast.ai offers: ``{"offers": [...]}``, or objects with ``gpu_ram`` and no ``vram_bytes``."""
+    if isinstance(data, dict) and "offers" in data:
+        return True
+    items = data if isinstance(data, list) else [data]
+    return bool(items) and all(
+        isinstance(i, dict) and "gpu_ram" in i and "vram_bytes" not in i for i in items
+    )
 
 
 def _offer(index: int, raw: object) -> NodeDescriptor:

@@ -118,7 +118,12 @@ def test_cpu_only_host_too_small_raises_insufficient_vram() -> None:
     with pytest.raises(InsufficientVram) as err:
         plan_employment(topo, matrix(cap("cpu", 20.0)), 32 * GIB)
     budget = math.floor(16 * GIB * 0.9)
-    assert str(err.value) == f"model does not fit: needs {32 * GIB} bytes, total available {budget}"
+    assert str(err.value) == (
+        f"model does not fit: needs {32 * GIB} bytes, total available {budget}; "
+        "weights 32.0 GiB + KV 0.0 GiB + headroom 1.6 GiB (kv_reserve 0.1) on cpu's 16.0 GiB "
+        "leave 17.6 GiB of weights over, and no other pool holds it (largest other: none); "
+        "needs weights of at most 14.4 GiB (a smaller --dtype or model), or a lower --kv-reserve"
+    )
 
 
 def test_real_fixture_host_8x4090_streams_a_70b_model() -> None:
@@ -138,6 +143,9 @@ def test_real_fixture_host_8x4090_streams_a_70b_model() -> None:
         ({"model_bytes": 1.5}, "model_bytes=1.5: must be an integer > 0"),
         ({"model_bytes": 1, "kv_reserve": 1.0}, "kv_reserve=1.0: must be a fraction in [0, 1)"),
         ({"model_bytes": 1, "kv_reserve": -0.1}, "kv_reserve=-0.1: must be a fraction in [0, 1)"),
+        ({"model_bytes": 10, "read_bytes": 0}, "read_bytes=0: must be an integer >= 1"),
+        ({"model_bytes": 10, "read_bytes": 11}, "read_bytes=11: must be at most model_bytes (10)"),
+        ({"model_bytes": 10, "kv_bytes": -1}, "kv_bytes=-1: must be an integer >= 0"),
     ],
 )
 def test_bad_arguments_are_refused_with_exact_messages(kwargs: dict, message: str) -> None:

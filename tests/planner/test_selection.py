@@ -104,7 +104,12 @@ def _brute_force_price(model, nodes, c):
     from stowplan.errors import PlanError
     from stowplan.planner.selection import served_rate
 
-    speed = Constraints(batch=c.batch, strategy=c.strategy, vram_headroom_frac=0.0)
+    speed = Constraints(
+        batch=c.batch,
+        strategy=c.strategy,
+        vram_headroom_frac=0.0,
+        context_tokens=c.context_tokens,
+    )
     best = None
     for size in range(1, len(nodes) + 1):
         for subset in itertools.combinations(nodes, size):
@@ -191,3 +196,159 @@ def test_a_model_needing_ten_nodes_out_of_24_offers_is_planned_or_honestly_refus
     assert info.value.reason == (
         f"no node set reaches 3 tokens/s: the fastest plan on all 24 nodes gives {fastest:.2f} tokens/s"
     )
+
+
+# -- the MILP over node sets and the fast search ------------------------------------------
+
+
+def _served(model, nodes, batch, **kw):
+    from stowplan.planner.selection import served_rate
+
+    c = Constraints(batch=batch, strategy="exact", vram_headroom_frac=0.0, **kw)
+    try:
+        return served_rate(plan(model, nodes, c))
+    except PlanError:
+        return None
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    instances(max_nodes=5, max_blocks=6),
+    st.sampled_from([1, 3]),
+    st.sampled_from([0.5, 0.999, 1.001, 2.0]),
+)
+def test_the_milp_allows_a_set_exactly_when_a_pipeline_of_it_meets_the_target(inst, batch, scale):
+    from hypothesis import assume
+
+    from stowplan.cost import CostModel
+    from stowplan.planner.set_milp import SetMilp
+
+    model, nodes = inst
+    assume(len(nodes) >= 2)
+    cm = CostModel(model, nodes, Constraints(batch=batch, vram_headroom_frac=0.0))
+    assume(cm.uniform)
+    best = _served(model, nodes, batch, min_stages=2)
+    assume(best is not None and best > 0)
+    target = best * scale
+    sets = SetMilp(
+        cm, [n.price_per_hour for n in nodes], target, min_stages=2, max_stages=len(nodes)
+    )
+    assert (sets.solve() is not None) == (scale < 1)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    instances(max_nodes=5, max_blocks=6),
+    st.sampled_from([1, 3]),
+    st.floats(0.3, 1.0),
+    st.sampled_from([None, 2048]),
+    st.lists(st.sampled_from([1, 2, 4]), min_size=5, max_size=5),
+)
+def test_the_cheapest_set_matches_brute_force_with_context_and_multi_gpu_nodes(
+    inst, batch, scale, context, gpus
+):
+    from dataclasses import replace
+
+    model, nodes = inst
+    nodes = [
+        replace(n, num_gpus=g, vram_bytes=n.vram_bytes * g)
+        for n, g in zip(nodes, gpus[: len(nodes)], strict=True)
+    ]
+    best = _served(model, nodes, batch, context_tokens=context)
+    if best is None:
+        return
+    c = Constraints(
+        batch=batch,
+        strategy="exact",
+        vram_headroom_frac=0.0,
+        context_tokens=context,
+        objective=Objective.COST,
+        target_tokens_per_s=best * scale,
+    )
+    truth = _brute_force_price(model, nodes, c)
+    try:
+        got = plan(model, nodes, c).rationale.prediction.cost_per_hour
+    except Infeasible:
+        got = None
+    assert (got is None) == (truth is None)
+    if truth is not None:
+        assert got == pytest.approx(truth, rel=1e-9)
+
+
+def _vast_like(count: int, seed: int, *, latency: bool) -> list[NodeDescriptor]:
+    import random
+
+    kinds = [("RTX 3090", 24576, 0.20), ("RTX 4090", 24564, 0.35), ("RTX 5090", 32607, 0.65)]
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        gpu, mib, price = rng.choice(kinds)
+        out.append(
+            NodeDescriptor(
+                id=f"offer-{i:03d}",
+                gpu_name=gpu,
+                vram_bytes=mib * 2**20,
+                flops_estimate=0.0,
+                link_mbps=rng.uniform(100, 1000),
+                link_latency_ms=rng.uniform(10, 60) if latency else 0.0,
+                price_per_hour=round(price * rng.uniform(0.8, 1.2), 3),
+            )
+        )
+    return out
+
+
+def _sets_planned(p) -> int:
+    return int(p.rationale.notes[0].rsplit(", ", 1)[1].split(" ")[0])
+
+
+def test_near_miss_sets_no_longer_cost_one_cut_each():
+    # 72 offers without hop latency, a target just above what a 3090 + 4090 pair gives:
+    # a looser relaxation lets ~200 such pairs through, one planner run and cut each.
+    from stowplan import lookup
+    from stowplan.planner.selection import served_rate
+
+    model, nodes = lookup("llama3.1:70b-q4_0"), _vast_like(72, 0, latency=False)
+    p = plan(model, nodes, Constraints(objective=Objective.COST, target_tokens_per_s=25))
+    assert served_rate(p) >= 25 and _sets_planned(p) == 1
+    assert "0 cut off" in p.rationale.notes[0]
+
+
+@pytest.mark.parametrize("fraction", [0.05, 0.5, 0.9, 0.99])
+def test_100_offers_need_at_most_two_sets_planned_at_any_reachable_target(fraction):
+    from stowplan import lookup
+    from stowplan.planner.selection import served_rate
+
+    model, nodes = lookup("llama3.1:70b"), _vast_like(100, 1, latency=False)
+    fastest = served_rate(plan(model, nodes))
+    target = fastest * fraction
+    p = plan(model, nodes, Constraints(objective=Objective.COST, target_tokens_per_s=target))
+    assert served_rate(p) >= target
+    assert _sets_planned(p) <= 2
+
+
+def test_search_progress_reaches_the_callback():
+    from stowplan import lookup
+    from stowplan.planner.selection import SearchProgress, reporting_progress
+
+    seen: list[SearchProgress] = []
+    model, nodes = lookup("llama3.1:70b-q4_0"), _vast_like(24, 2, latency=True)
+    with reporting_progress(seen.append):
+        p = plan(model, nodes, Constraints(objective=Objective.COST, target_tokens_per_s=5))
+    assert seen and seen[-1].planned >= 1 and seen[-1].budget == 200
+    assert any(s.bound is not None for s in seen)
+    assert seen[-1].best == pytest.approx(p.rationale.prediction.cost_per_hour)
+    reported = len(seen)
+    plan(model, nodes, Constraints(objective=Objective.COST, target_tokens_per_s=5))
+    assert len(seen) == reported  # outside the block nothing is reported
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0.5, 0.9])
+def test_a_moe_plan_bought_for_a_target_meets_it(fraction):
+    from stowplan import lookup
+    from stowplan.planner.experts import plan_with_experts
+    from stowplan.planner.selection import served_rate
+
+    model, nodes = lookup("mixtral:8x7b"), _vast_like(40, 0, latency=False)
+    target = served_rate(plan_with_experts(model, nodes)) * fraction
+    c = Constraints(objective=Objective.COST, target_tokens_per_s=target)
+    assert served_rate(plan_with_experts(model, nodes, c)) >= target

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from stowplan.cli.app import app
 from stowplan.cli.common import err_console, out_console
-from stowplan.errors import InputError
+from stowplan.errors import InputError, InsufficientVram
 from stowplan.host.passport import (
     Passport,
     PassportUnreadable,
@@ -19,7 +19,7 @@ from stowplan.host.passport import (
     obtain_passport,
     read_passport,
 )
-from stowplan.host.residency import DEFAULT_KV_RESERVE, employment_to_json, plan_employment
+from stowplan.host.residency import DEFAULT_KV_RESERVE, employment_to_json, plan_residency
 from stowplan.host.topology import HostTopology
 from stowplan.models import resolve_model
 from stowplan.units import format_bytes
@@ -130,6 +130,33 @@ def probe_command(
     out_console.print(f"passport: {passport or default_passport_path()}")
 
 
+_SMALLER_DTYPES = ("q8_0", "q6_k", "q5_k_m", "q4_k_m", "q3_k_m", "q2_k")
+"""GGUF file types tried, largest first, when a model does not fit: the error names one."""
+
+
+def _smaller_dtype(
+    model: str, p: Passport, kv_reserve: float, context: int | None, weight_bytes: int
+) -> str:
+    """``; --dtype D (X GiB) runs as P`` for the largest GGUF file type that fits, else ``""``."""
+    for dtype in _SMALLER_DTYPES:
+        try:
+            layout = resolve_model(model, dtype=dtype)
+        except InputError:
+            return ""  # a checkpoint or GGUF file: its bytes are what they are
+        if layout.weight_bytes >= weight_bytes:
+            continue
+        try:
+            plan = plan_residency(
+                p.topology, p.matrix, layout, kv_reserve=kv_reserve, context_tokens=context
+            )
+        except InsufficientVram:
+            continue
+        return (
+            f"; --dtype {dtype} ({format_bytes(layout.weight_bytes)}) runs as {plan.protocol.value}"
+        )
+    return ""
+
+
 @app.command("residency")
 def residency_command(
     model: Annotated[
@@ -142,8 +169,20 @@ def residency_command(
         Path | None,
         typer.Option("--passport", help="Plan against this passport file (no probe)."),
     ] = None,
+    dtype: Annotated[
+        str | None,
+        typer.Option("--dtype", help="Plan the model stored in this dtype: bf16, q4_k_m, q2_k …"),
+    ] = None,
+    context: Annotated[
+        int | None,
+        typer.Option(help="Context tokens to hold the KV cache of (beside the reserve)."),
+    ] = None,
     kv_reserve: Annotated[
-        float, typer.Option(help="Fraction of the primary pool kept for the KV cache.")
+        float,
+        typer.Option(
+            help="Fraction of the primary pool kept free (KV cache and buffers; headroom "
+            "when --context is given)."
+        ),
     ] = DEFAULT_KV_RESERVE,
     quick: Annotated[
         bool, typer.Option("--quick", help="When a probe is needed, run the quick one.")
@@ -151,7 +190,9 @@ def residency_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan JSON.")] = False,
 ) -> None:
     """Choose Resident, HeterogeneousOverflow or Streaming for MODEL on this host."""
-    layout = resolve_model(model)
+    if context is not None and context < 0:
+        raise InputError("--context", context, "must be an integer >= 0 (tokens)")
+    layout = resolve_model(model, dtype=dtype)
     if passport is not None:
         try:
             p = read_passport(passport)
@@ -159,13 +200,26 @@ def residency_command(
             raise InputError("--passport", str(passport), str(exc)) from None
     else:
         p, _ = _passport(None, quick=quick, refresh=False)
-    plan = plan_employment(p.topology, p.matrix, layout.weight_bytes, kv_reserve)
+    try:
+        plan = plan_residency(
+            p.topology, p.matrix, layout, kv_reserve=kv_reserve, context_tokens=context
+        )
+    except InsufficientVram as exc:
+        hint = _smaller_dtype(model, p, kv_reserve, context, layout.weight_bytes)
+        raise InsufficientVram(exc.needed, exc.available, exc.detail + hint) from None
     if as_json:
         out_console.file.write(employment_to_json(plan))
         return
+    reads = (
+        f", reads {format_bytes(plan.read_bytes)} per token"
+        if plan.read_bytes < plan.model_bytes
+        else ""
+    )
+    kv = f", KV {format_bytes(plan.kv_bytes)}" if plan.kv_bytes else ""
     out_console.print(
         Text.assemble(
-            f"{layout.name} ({format_bytes(plan.model_bytes)}) on {p.topology.hostname}: ",
+            f"{layout.name} ({format_bytes(plan.model_bytes)}{reads}{kv}) "
+            f"on {p.topology.hostname}: ",
             (plan.protocol.value, "bold"),
             f", predicted {plan.predicted_s_per_token:.4f} s/token "
             f"({plan.predicted_tokens_per_s:.2f} tok/s)",

@@ -11,7 +11,8 @@ import typer
 from stowplan.baselines import compare_plans as compare_baselines
 from stowplan.calibration.store import resolve_calibration
 from stowplan.cli.app import app
-from stowplan.cli.common import load_fleet, out_console, warn_about_gpus
+from stowplan.cli.common import err_console, load_fleet, out_console, warn_about_gpus
+from stowplan.cli.progress import search_progress
 from stowplan.errors import InputError
 from stowplan.expert_stats import load_coactivation, load_expert_load
 from stowplan.fileio import read_text_file
@@ -135,12 +136,13 @@ def plan_command(
     load = load_expert_load(expert_load) if expert_load is not None else None
     co = load_coactivation(coactivation) if coactivation is not None else None
     moe = layout.experts is not None or load is not None or co is not None
-    if moe:
-        result = plan_with_experts(
-            layout, fleet, constraints, load, co, expert_parallel=expert_parallel
-        )
-    else:
-        result = make_plan(layout, fleet, constraints)
+    with search_progress(err_console, constraints.target_tokens_per_s):
+        if moe:
+            result = plan_with_experts(
+                layout, fleet, constraints, load, co, expert_parallel=expert_parallel
+            )
+        else:
+            result = make_plan(layout, fleet, constraints)
     baselines = compare_baselines(layout, fleet, constraints) if compare or html is not None else ()
     if html is not None:
         try:

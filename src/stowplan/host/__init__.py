@@ -34,6 +34,8 @@ from stowplan.host.residency import (
     employment_from_json,
     employment_to_json,
     plan_employment,
+    plan_residency,
+    read_bytes_per_token,
 )
 from stowplan.host.route import (
     ROUTE_ENV,
@@ -86,7 +88,9 @@ __all__ = [
     "pcie_gbps",
     "plan_employment",
     "plan_for_model",
+    "plan_residency",
     "probe_host",
+    "read_bytes_per_token",
     "route_employment_for_model",
     "route_employment_from_passport",
     "route_enabled",

@@ -22,9 +22,16 @@ Decision D31:
    Ties go to ``HeterogeneousOverflow`` (it leaves the bus idle), then to the
    better-ranked circuit.
 
-The estimate is first order: decode is memory-bound, each weight is read once
-per token, there is no attention/activation cost and no overlap of compute
-with transfer.
+The estimate is first order: decode is memory-bound, each weight a token uses
+is read once per token, there is no attention/activation cost and no overlap
+of compute with transfer.  A mixture-of-experts model stores every expert but
+a token reads only the ones it is routed to: with ``read_bytes`` (the bytes
+one token reads) every segment is read in that share (experts spread evenly
+over the blocks), and Streaming uploads only that share of the overflow (the
+experts a token uses, as expert-offloading runtimes fetch them).
+
+:func:`plan_residency` takes a :class:`~stowplan.model.ModelLayout` and a
+context and derives the bytes: weights, what a token reads, the KV cache.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from typing import Any
 
 from stowplan.errors import InputError, InsufficientVram
 from stowplan.host.topology import SYSTEM_POOL, CapabilityMatrix, HostTopology
+from stowplan.model import ModelLayout
 from stowplan.safeload import parse_json
 
 __all__ = [
@@ -49,6 +57,8 @@ __all__ = [
     "employment_from_json",
     "employment_to_json",
     "plan_employment",
+    "plan_residency",
+    "read_bytes_per_token",
 ]
 
 DEFAULT_KV_RESERVE = 0.10
@@ -114,6 +124,10 @@ class EmploymentPlan:
 
     protocol: ResidencyProtocol
     model_bytes: int
+    read_bytes: int
+    """Bytes one token reads (all of ``model_bytes`` for a dense model)."""
+    kv_bytes: int
+    """KV cache bytes the primary holds beside the weights (0: none asked for)."""
     kv_reserve: float
     primary: str
     resident_bytes: int
@@ -136,6 +150,8 @@ class EmploymentPlan:
         return {
             "protocol": self.protocol.value,
             "model_bytes": self.model_bytes,
+            "read_bytes": self.read_bytes,
+            "kv_bytes": self.kv_bytes,
             "kv_reserve": self.kv_reserve,
             "primary": self.primary,
             "resident_bytes": self.resident_bytes,
@@ -170,6 +186,8 @@ class EmploymentPlan:
         return cls(
             protocol=ResidencyProtocol(d["protocol"]),
             model_bytes=int(d["model_bytes"]),
+            read_bytes=int(d.get("read_bytes", d["model_bytes"])),
+            kv_bytes=int(d.get("kv_bytes", 0)),
             kv_reserve=float(d["kv_reserve"]),
             primary=str(d["primary"]),
             resident_bytes=int(d["resident_bytes"]),
@@ -224,17 +242,34 @@ def _fmt_ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3f} ms"
 
 
+def _check_bytes(field: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InputError(field, value, f"must be an integer >= {minimum}")
+    return value
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
 def plan_employment(
     topology: HostTopology,
     matrix: CapabilityMatrix,
     model_bytes: int,
     kv_reserve: float = DEFAULT_KV_RESERVE,
+    *,
+    read_bytes: int | None = None,
+    kv_bytes: int = 0,
 ) -> EmploymentPlan:
     """Derive the employment plan for ``model_bytes`` of weights on this host (D31).
 
-    ``kv_reserve`` is the fraction of the primary's pool kept free for the KV
-    cache, in [0, 1). Raises :class:`InputError` for bad arguments and
-    :class:`InsufficientVram` when no candidate can hold the overflow.
+    ``kv_reserve`` is the fraction of the primary's pool kept free (for the KV
+    cache and runtime buffers; headroom when ``kv_bytes`` is given), in [0, 1).
+    ``read_bytes`` is what one token reads (MoE: the routed experts; default
+    ``model_bytes``); ``kv_bytes`` the KV cache the primary holds beside the
+    weights.  Raises :class:`InputError` for bad arguments and
+    :class:`InsufficientVram` (weights, KV and headroom in GiB, and what to
+    change) when no candidate can hold the overflow.
     """
     if isinstance(model_bytes, bool) or not isinstance(model_bytes, int) or model_bytes <= 0:
         raise InputError("model_bytes", model_bytes, "must be an integer > 0")
@@ -242,6 +277,11 @@ def plan_employment(
         isinstance(kv_reserve, int | float) and 0 <= kv_reserve < 1
     ):
         raise InputError("kv_reserve", kv_reserve, "must be a fraction in [0, 1)")
+    read = model_bytes if read_bytes is None else _check_bytes("read_bytes", read_bytes, 1)
+    if read > model_bytes:
+        raise InputError("read_bytes", read, f"must be at most model_bytes ({model_bytes})")
+    kv = _check_bytes("kv_bytes", kv_bytes, 0)
+    share = read / model_bytes
     ranked = [e for e in matrix.entries if any(c.id == e.circuit for c in topology.circuits)]
     if not ranked:
         raise InputError("matrix", matrix.order, "measures no circuit of this topology")
@@ -251,19 +291,28 @@ def plan_employment(
     # Step 1: the primary is the best-ranked circuit; Resident when the model fits its budget.
     top = ranked[0]
     top_pool = topology.pool(topology.circuit(top.circuit).pool)
-    budget = math.floor(top_pool.capacity_bytes * (1.0 - kv_reserve))
+    headroom = math.ceil(top_pool.capacity_bytes * kv_reserve)
+    budget = max(top_pool.capacity_bytes - headroom - kv, 0)
     notes = [
         "priority by measured GEMV throughput: "
         + ", ".join(f"{e.circuit} {e.compute_bytes_per_s / 1e9:.2f} GB/s" for e in ranked),
         f"{top.circuit} budget: {top_pool.capacity_bytes} bytes of pool {top_pool.id} "
-        f"minus kv_reserve {kv_reserve:g} = {budget} bytes",
+        f"minus kv_reserve {kv_reserve:g}"
+        + (f" and KV cache {kv} bytes" if kv else "")
+        + f" = {budget} bytes",
     ]
+    if read < model_bytes:
+        notes.append(
+            f"a token reads {read} of the {model_bytes} weight bytes ({share:.1%}: the experts "
+            "it is routed to); every segment is read in that share"
+        )
+    common = {"model_bytes": model_bytes, "read_bytes": read, "kv_bytes": kv}
     if model_bytes <= budget:
-        t = model_bytes / top.compute_bytes_per_s
+        t = read / top.compute_bytes_per_s
         notes.append(f"model {model_bytes} bytes fits {top.circuit}: Resident, {_fmt_ms(t)}/token")
         return EmploymentPlan(
             protocol=ResidencyProtocol.RESIDENT,
-            model_bytes=model_bytes,
+            **common,
             kv_reserve=float(kv_reserve),
             primary=top.circuit,
             resident_bytes=model_bytes,
@@ -277,6 +326,7 @@ def plan_employment(
 
     # Step 2: the overflow goes to the argmin of compute + transfer over the candidates.
     overflow = model_bytes - budget
+    overflow_read = overflow * share
     notes.append(f"model {model_bytes} bytes exceeds it by {overflow} bytes of overflow")
     candidates: list[OverflowEstimate] = []
     for e in ranked[1:]:
@@ -286,7 +336,7 @@ def plan_employment(
                 OverflowEstimate(
                     protocol=ResidencyProtocol.HETEROGENEOUS_OVERFLOW,
                     circuit=e.circuit,
-                    compute_s=overflow / e.compute_bytes_per_s,
+                    compute_s=overflow_read / e.compute_bytes_per_s,
                     transfer_s=0.0,
                 )
             )
@@ -296,14 +346,20 @@ def plan_employment(
             OverflowEstimate(
                 protocol=ResidencyProtocol.STREAMING,
                 circuit=top.circuit,
-                compute_s=overflow / top.compute_bytes_per_s,
-                transfer_s=overflow / (top.upload_gbps * 1e9),
+                compute_s=overflow_read / top.compute_bytes_per_s,
+                transfer_s=overflow_read / (top.upload_gbps * 1e9),
             )
         )
     if not candidates:
+        largest = _largest_other(topology, top_pool.id)
         raise InsufficientVram(
-            needed=model_bytes, available=budget + _largest_other(topology, top_pool.id)
-        )
+            needed=model_bytes,
+            available=budget + largest,
+            detail=_does_not_fit(
+                top.circuit, top_pool.capacity_bytes, model_bytes, kv, headroom, kv_reserve,
+                overflow, largest,
+            ),
+        )  # fmt: skip
     candidates.sort(
         key=lambda c: (
             c.total_s,
@@ -317,7 +373,7 @@ def plan_employment(
             f"{c.protocol.value} on {c.circuit}: compute {_fmt_ms(c.compute_s)} + "
             f"transfer {_fmt_ms(c.transfer_s)} = {_fmt_ms(c.total_s)}/token"
         )
-    resident_s = budget / top.compute_bytes_per_s
+    resident_s = budget * share / top.compute_bytes_per_s
     predicted = resident_s + best.total_s
     notes.append(
         f"chose {best.protocol.value} on {best.circuit}: resident part {_fmt_ms(resident_s)} "
@@ -331,7 +387,7 @@ def plan_employment(
         streamed = {SYSTEM_POOL: overflow}
     return EmploymentPlan(
         protocol=best.protocol,
-        model_bytes=model_bytes,
+        **common,
         kv_reserve=float(kv_reserve),
         primary=top.circuit,
         resident_bytes=budget,
@@ -341,6 +397,62 @@ def plan_employment(
         estimates=tuple(candidates),
         predicted_s_per_token=predicted,
         rationale=tuple(notes),
+    )
+
+
+def _does_not_fit(
+    primary: str,
+    capacity: int,
+    weights: int,
+    kv: int,
+    headroom: int,
+    kv_reserve: float,
+    overflow: int,
+    largest_other: int,
+) -> str:
+    """The numbers of a model that fits no pool, and what to change."""
+    fits = max(capacity - kv - headroom, 0) + largest_other
+    changes = [f"weights of at most {_gib(fits)} (a smaller --dtype or model)"]
+    if kv:
+        changes.append("a shorter --context")
+    if kv_reserve > 0:
+        changes.append("a lower --kv-reserve")
+    return (
+        f"weights {_gib(weights)} + KV {_gib(kv)} + headroom {_gib(headroom)} "
+        f"(kv_reserve {kv_reserve:g}) on {primary}'s {_gib(capacity)} leave "
+        f"{_gib(overflow)} of weights over, and no other pool holds it "
+        f"(largest other: {_gib(largest_other) if largest_other else 'none'}); needs "
+        + ", or ".join(changes)
+    )
+
+
+def read_bytes_per_token(model: ModelLayout) -> int:
+    """Weight bytes one decoded token reads: every block's (MoE: its routed experts) and
+    the head; of the embedding table a token reads one row, so it is not counted."""
+    return sum(model.block_read_sizes()) + model.head_params_bytes
+
+
+def plan_residency(
+    topology: HostTopology,
+    matrix: CapabilityMatrix,
+    model: ModelLayout,
+    *,
+    kv_reserve: float = DEFAULT_KV_RESERVE,
+    context_tokens: int | None = None,
+) -> EmploymentPlan:
+    """:func:`plan_employment` for ``model``: its weights, what a token reads, and the KV
+    cache of ``context_tokens`` (none without a context)."""
+    ctx = context_tokens or 0
+    if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 0:
+        raise InputError("context_tokens", context_tokens, "must be an integer >= 0")
+    kv = sum(model.kv_bytes(b, ctx) for b in range(model.num_blocks))
+    return plan_employment(
+        topology,
+        matrix,
+        model.weight_bytes,
+        kv_reserve,
+        read_bytes=min(read_bytes_per_token(model), model.weight_bytes),
+        kv_bytes=kv,
     )
 
 

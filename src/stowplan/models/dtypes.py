@@ -8,10 +8,11 @@ Conventions (stated once, used everywhere):
   ``block_bytes`` per ``block_size`` parameters, scales included; a tensor
   whose size is not a multiple of the block is rounded up to whole blocks.
 * ``int4`` is 4-bit weights with one bf16 scale per 128 (GPTQ/AWQ style).
-* Mixed GGUF recipes (``q4_k_m`` …) quantise tensors with different types;
-  priced from a config they use the recipe's main type for 2-D weights, which
-  the llama.cpp recipes raise for some tensors, so the estimate is a lower
-  bound (a GGUF file gives the exact bytes).
+* GGUF dtypes name llama.cpp file types (``q4_k_m``, ``q2_k``, ``q8_0``,
+  ``iq4_xs`` …): priced from a config, each tensor gets the block type
+  llama.cpp's mix assigns it (:mod:`stowplan.models.quant_mix`); a GGUF file
+  gives the exact bytes.  ``q3_k``, ``q4_k`` and ``q5_k`` mean the ``_m``
+  mixes, as ``llama-quantize`` reads them.
 * 1-D tensors (norms, biases) stay in the checkpoint's dense dtype under
   ``fp8``/``int8``/``int4``/``mxfp4`` and in ``fp32`` under GGUF formats.
 """
@@ -21,8 +22,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stowplan.errors import InputError
+from stowplan.models.quant_mix import FILE_TYPES
 
-__all__ = ["Format", "format_names", "parse_dtype", "storage_format", "tensor_bytes"]
+__all__ = [
+    "Format",
+    "format_names",
+    "is_file_type",
+    "parse_dtype",
+    "storage_format",
+    "tensor_bytes",
+    "type_bytes",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,20 +77,23 @@ _FORMATS: dict[str, Format] = {
         _f("q4_k", 256, 144, gguf=True, q=True),
         _f("q5_k", 256, 176, gguf=True, q=True),
         _f("q6_k", 256, 210, gguf=True, q=True),
+        _f("iq1_s", 256, 50, gguf=True, q=True),
+        _f("iq1_m", 256, 56, gguf=True, q=True),
+        _f("iq2_xxs", 256, 66, gguf=True, q=True),
+        _f("iq2_xs", 256, 74, gguf=True, q=True),
+        _f("iq2_s", 256, 82, gguf=True, q=True),
+        _f("iq3_xxs", 256, 98, gguf=True, q=True),
+        _f("iq3_s", 256, 110, gguf=True, q=True),
+        _f("iq4_nl", 32, 18, gguf=True, q=True),
+        _f("iq4_xs", 256, 136, gguf=True, q=True),
     )
 }
+"""Storage formats by block type (ggml's block structures: Q4_K 4.5 bits, Q6_K 6.5625 …)."""
 
 _RECIPES: dict[str, str] = {
-    "q2_k_s": "q2_k",
-    "q3_k_s": "q3_k",
-    "q3_k_m": "q3_k",
-    "q3_k_l": "q3_k",
-    "q4_k_s": "q4_k",
-    "q4_k_m": "q4_k",
-    "q5_k_s": "q5_k",
-    "q5_k_m": "q5_k",
+    name: main for name, main in FILE_TYPES.items() if name != main or name not in _FORMATS
 }
-"""llama.cpp mixed recipes → their main block type."""
+"""llama.cpp file types whose name is not their main block type → that type."""
 
 _ALIASES: dict[str, str] = {
     "float32": "fp32",
@@ -97,19 +110,26 @@ _ALIASES: dict[str, str] = {
     "i8": "int8",
     "q8": "q8_0",
     "q4": "q4_0",
+    "q3_k": "q3_k_m",
+    "q4_k": "q4_k_m",
+    "q5_k": "q5_k_m",
 }
 
 
+_NAMES = frozenset({n for n, f in _FORMATS.items() if not f.gguf} | set(FILE_TYPES))
+"""Accepted dtype names: dense formats, ``int4``/``mxfp4`` and llama.cpp file types."""
+
+
 def format_names() -> list[str]:
-    """Every accepted dtype name (formats and llama.cpp recipes), sorted."""
-    return sorted([*_FORMATS, *_RECIPES])
+    """Every accepted dtype name (formats and llama.cpp file types), sorted."""
+    return sorted(_NAMES)
 
 
 def parse_dtype(text: str, *, field: str = "--dtype") -> str:
     """The canonical dtype name for ``text`` (``bfloat16`` → ``bf16``, ``Q4_K_M`` → ``q4_k_m``)."""
     key = str(text).strip().lower().replace("-", "_")
     key = _ALIASES.get(key, key)
-    if key in _FORMATS or key in _RECIPES:
+    if key in _NAMES:
         return key
     raise InputError(field, text, f"is not a known dtype; use one of {', '.join(format_names())}")
 
@@ -120,8 +140,26 @@ def storage_format(dtype: str) -> Format:
     return _FORMATS[_RECIPES.get(name, name)]
 
 
+def is_file_type(dtype: str) -> bool:
+    """Whether canonical ``dtype`` is a llama.cpp file type (priced per tensor by its mix)."""
+    return dtype in FILE_TYPES
+
+
 def tensor_bytes(num_params: int, dtype: str) -> int:
-    """Bytes of a tensor of ``num_params`` parameters stored as ``dtype``."""
-    fmt = storage_format(dtype)
+    """Bytes of a tensor of ``num_params`` parameters stored as ``dtype`` (its main format)."""
+    return _bytes(num_params, storage_format(dtype))
+
+
+def type_bytes(num_params: int, block_type: str) -> int:
+    """Bytes of a tensor stored as one block type (``q6_k``, ``iq2_s``, ``fp16`` …)."""
+    fmt = _FORMATS.get(block_type)
+    if fmt is None:
+        raise InputError(
+            "block_type", block_type, f"is not a block type; use one of {sorted(_FORMATS)}"
+        )
+    return _bytes(num_params, fmt)
+
+
+def _bytes(num_params: int, fmt: Format) -> int:
     blocks = -(-num_params // fmt.block_size)
     return blocks * fmt.block_bytes

@@ -25,10 +25,25 @@ from stowplan.errors import InputError
 from stowplan.fileio import FileKind, read_json_file
 from stowplan.limits import MAX_BLOCKS, MAX_CONFIG_INT, MAX_EXPERTS
 from stowplan.model import ModelLayout
-from stowplan.models.dtypes import parse_dtype, storage_format, tensor_bytes
+from stowplan.models.dtypes import (
+    is_file_type,
+    parse_dtype,
+    storage_format,
+    tensor_bytes,
+    type_bytes,
+)
 from stowplan.models.grouping import ArchInfo, ModelReport, TensorEntry, assemble, classify_hf
+from stowplan.models.quant_mix import MixModel, role_of, tensor_type
 
-__all__ = ["SUPPORTED", "arch_info", "from_hf_config", "hf_report", "load_config", "text_config"]
+__all__ = [
+    "SUPPORTED",
+    "arch_info",
+    "from_hf_config",
+    "hf_report",
+    "load_config",
+    "mix_model",
+    "text_config",
+]
 
 _DENSE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gemma3_text")
 _MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "kimi_k2", "gpt_oss")
@@ -321,6 +336,8 @@ class _Scheme:
     skip: tuple[str, ...] = ()
     """Module name patterns left unquantised (``modules_to_not_convert``)."""
     label: str
+    mix: MixModel | None = None
+    """A llama.cpp file type (``label``): each 2-D weight gets the type its mix assigns."""
 
 
 def _scheme(cfg: Config, override: str | None) -> _Scheme:
@@ -335,8 +352,9 @@ def _scheme(cfg: Config, override: str | None) -> _Scheme:
         small = "fp32" if fmt.gguf else (override if not fmt.quantised else dense)
         table = override if (fmt.gguf or not fmt.quantised) else dense
         return _Scheme(
-            dense=dense, linear=override, expert=override, table=table, small=small, label=override
-        )
+            dense=dense, linear=override, expert=override, table=table, small=small,
+            label=override, mix=mix_model(cfg) if is_file_type(override) else None,
+        )  # fmt: skip
     q = cfg.get("quantization_config")
     if not q:
         return _Scheme(
@@ -417,6 +435,37 @@ def _block_size(block: object) -> tuple[int, int] | None:
     return block[0], block[1]
 
 
+def mix_model(config: Config) -> MixModel:
+    """The facts llama.cpp's quantisation mixes read from a model's config."""
+    cfg = text_config(config)
+    mt = _model_type(cfg)
+    n, heads = _int(cfg, "num_hidden_layers"), _int(cfg, "num_attention_heads")
+    kv = heads if mt in ("deepseek_v3", "kimi_k2") else _int(cfg, "num_key_value_heads", heads)
+    experts = 0
+    if mt in _MOE:
+        experts = _first_int(cfg, ("num_local_experts", "num_experts", "n_routed_experts"), 0)
+    return MixModel(
+        num_blocks=n,
+        heads_per_kv_head=heads // kv if kv else 1,
+        num_experts=experts,
+        seventy_b=mt in ("llama", "mistral", "qwen2") and n == 80 and kv < heads,
+        tied_embeddings=_tied(cfg, mt),
+    )
+
+
+_BLOCK_OF = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def _mixed_type(t: _T, s: _Scheme) -> str:
+    """The block type llama.cpp's mix ``s.label`` gives tensor ``t`` (a 2-D or expert weight)."""
+    assert s.mix is not None
+    m = _BLOCK_OF.search(t.name)
+    ncols = t.shape[1] if len(t.shape) == 3 else t.shape[-1]
+    return tensor_type(
+        s.label, role_of(t.name), block=int(m.group(1)) if m else 0, ncols=ncols, model=s.mix
+    )
+
+
 def _skipped(name: str, patterns: tuple[str, ...]) -> bool:
     module = name.rsplit(".", 1)[0]
     for pat in patterns:
@@ -450,6 +499,13 @@ def _price(t: _T, s: _Scheme) -> Iterator[TensorEntry]:
         yield TensorEntry(
             name=f"{t.name}_scales", nbytes=-(-n // 32), params=0, dtype="u8", count=t.count
         )
+        return
+    if s.mix is not None and dtype == s.label and len(t.shape) >= 2:
+        block_type = _mixed_type(t, s)
+        yield TensorEntry(
+            name=t.name, nbytes=type_bytes(n, block_type), params=n, dtype=block_type,
+            count=t.count,
+        )  # fmt: skip
         return
     yield TensorEntry(
         name=t.name, nbytes=tensor_bytes(n, dtype), params=n, dtype=dtype, count=t.count
@@ -552,7 +608,12 @@ def hf_report(
     scheme = _scheme(cfg, parse_dtype(dtype) if dtype is not None else None)
     mt = _model_type(cfg)
     entries = (e for t in _tensors(cfg, mt, with_mtp=True) for e in _price(t, scheme))
-    notes = [f"estimated from config.json ({mt}); weights priced as {scheme.label}"]
+    priced = (
+        f"each tensor priced as llama.cpp's {scheme.label} mix assigns it"
+        if scheme.mix is not None
+        else f"weights priced as {scheme.label}"
+    )
+    notes = [f"estimated from config.json ({mt}); {priced}"]
     if "text_config" in raw:
         notes.append("text decoder only (read from text_config)")
     return assemble(arch, entries, classify_hf, source="config", exact=False, notes=tuple(notes))

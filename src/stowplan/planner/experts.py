@@ -56,13 +56,20 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from stowplan.errors import Infeasible, InputError, InsufficientVram, PlanError
 from stowplan.expert_stats import CoActivation, ExpertLoad
-from stowplan.model import Constraints, ExpertId, ModelLayout, NodeDescriptor, usable_bytes
+from stowplan.model import (
+    Constraints,
+    ExpertId,
+    ModelLayout,
+    NodeDescriptor,
+    Objective,
+    usable_bytes,
+)
 from stowplan.plan import Plan, Prediction, Topology
 
 if TYPE_CHECKING:
@@ -735,13 +742,78 @@ def plan_with_experts(
     spread = _expert_parallel(
         model, nodes, constraints, load, coactivation, redundant_per_block, locality_tolerance
     )
+    if constraints.objective is Objective.COST:
+        spread = _meeting_target(
+            spread,
+            lambda c: _expert_parallel(
+                model, nodes, c, load, coactivation, redundant_per_block, locality_tolerance
+            ),
+            constraints,
+            len(nodes),
+        )
     if expert_parallel is True:
         return spread
     try:
         local = _block_local(plan_blocks(model, nodes, constraints), model)
     except PlanError:
         return spread
+    if constraints.objective is Objective.COST:
+        return _cheaper(local, spread)
     return _faster(local, spread, constraints)
+
+
+def _served(p: Plan) -> float:
+    from stowplan.planner.selection import served_rate
+
+    return served_rate(p)
+
+
+def _meeting_target(
+    spread: Plan, spread_with: Callable[[Constraints], Plan], constraints: Constraints, n: int
+) -> Plan:
+    """The expert-parallel plan of a cost search, when it meets the target.
+
+    Its nodes are the cheapest backbone meeting the target; the experts' traffic may
+    then slow it below.  The expert-parallel plan on every node is then taken when it
+    meets the target (its price not minimised, as a note says); otherwise Infeasible.
+    """
+    target = constraints.target_tokens_per_s or 0.0
+    rate = _served(spread)
+    if rate >= target:
+        return spread
+    speed = replace(constraints, objective=Objective.SPEED, target_tokens_per_s=None)
+    fastest = spread_with(speed)
+    if _served(fastest) < target:
+        raise Infeasible(
+            f"expert-parallel: {_served(fastest):.2f} tokens/s on all {n} nodes, below {target:g}"
+        )
+    note = (
+        f"experts: the cheapest backbone for {target:g} tokens/s gives {rate:.2f} tokens/s "
+        "with its experts; this expert-parallel plan on every node meets it (price not "
+        "minimised)"
+    )
+    return replace(
+        fastest, rationale=replace(fastest.rationale, notes=(*fastest.rationale.notes, note))
+    )
+
+
+def _cheaper(local: Plan, spread: Plan) -> Plan:
+    """The cheaper of two plans that both meet the target (the faster on a tie), noted."""
+    a, b = local.rationale.prediction, spread.rationale.prediction
+    if a is None or b is None or a.cost_per_hour is None or b.cost_per_hour is None:
+        return local
+    local_wins = (a.cost_per_hour, -_served(local)) <= (b.cost_per_hour, -_served(spread))
+    chosen, other = (
+        ("block-local", "expert-parallel") if local_wins else ("expert-parallel", "block-local")
+    )
+    note = (
+        f"experts: {chosen} chosen over {other} by price "
+        f"(block-local ${a.cost_per_hour:.2f}/h, expert-parallel ${b.cost_per_hour:.2f}/h)"
+    )
+    winner = local if local_wins else spread
+    return replace(
+        winner, rationale=replace(winner.rationale, notes=(*winner.rationale.notes, note))
+    )
 
 
 def _block_local(plan: Plan, model: ModelLayout) -> Plan:

@@ -4,42 +4,49 @@ The target is the rate the workload gets: tokens/s of one stream at batch 1
 (1 / time per token), pipelined tokens/s above.
 
 One node alone is checked outright.  Sets of two or more come from a MILP
-(HiGHS via ``scipy.optimize.milp``) over which nodes to buy: binary ``x_d``,
-integer blocks ``k_d``, minimising Σ price·x subject to a relaxation of the
-cost model that every pipeline meeting the target satisfies:
-
-* the nodes bought hold every byte; one holds the embed, another the head, and
-  each at most the blocks (taken as small as the smallest) that fit beside them;
-* latency (batch 1): Σ k_d·(seconds per smallest block on d, its fixed block
-  cost included) + Σ x_d·(hop latency + outbound transfer + the node's fixed
-  stage cost) ≤ 1/target + the largest transfer − the least head time (a
-  pipeline pays every hop and every transfer but the last);
-* throughput: k_d·(seconds per smallest block on d) ≤ batch/target.
+(HiGHS via ``scipy.optimize.milp``, :mod:`stowplan.planner.set_milp`) over
+which nodes to buy, minimising their price subject to the cost model's own
+stage-time, hop and memory terms: exact when blocks are alike (a set is
+allowed exactly when a pipeline of its nodes meets the target), a relaxation
+otherwise.
 
 The planner is the oracle: the MILP's set is planned; if its plan meets the
-target it is the answer (the MILP is a relaxation, so no cheaper set can meet
-it); otherwise every set within it is cut off (the planner may leave nodes of
-a set unused, so none of them does better) and the MILP is solved again.  The
-plan's own price is reported.
+target it is the answer (no cheaper set satisfies the MILP, so none can meet
+the target); otherwise every set within it is cut off (the planner may leave
+nodes of a set unused, so none of them does better) and the MILP is solved
+again.  The plan's own price is reported.  Because the MILP is exact for
+alike blocks, the first set it gives is almost always the answer.
+
 Without scipy the sets are visited best-first by price instead, within a
-budget.
+budget.  :func:`reporting_progress` lets a caller watch the search.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from stowplan.cost import CostModel, served_tokens_per_s
 from stowplan.errors import DependencyError, Infeasible, InputError, PlanError
-from stowplan.model import Constraints, NodeDescriptor, Objective
+from stowplan.model import Constraints, NodeDescriptor, Objective, gpu_group_node
+from stowplan.parallel_rules import legal_tensor_parallel
 from stowplan.plan import Plan, PlanRationale
 from stowplan.planner.common import Problem, prepare
+from stowplan.planner.set_milp import SetMilp
 
-__all__ = ["MAX_PLANNED", "MAX_VISITED", "plan_cheapest", "served_rate"]
+__all__ = [
+    "MAX_PLANNED",
+    "MAX_VISITED",
+    "SearchProgress",
+    "plan_cheapest",
+    "reporting_progress",
+    "served_rate",
+]
 
 MAX_VISITED = 20000
 """Most node sets the best-first search (without scipy) visits."""
@@ -47,6 +54,35 @@ MAX_PLANNED = 200
 """Most node sets either search plans."""
 
 Runner = Callable[[Problem], Plan]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchProgress:
+    """Where a cheapest-set search stands."""
+
+    planned: int
+    """Node sets planned so far."""
+    budget: int
+    """Most node sets the search plans (:data:`MAX_PLANNED`)."""
+    bound: float | None
+    """$/hour no set meeting the target can cost less than (None: not known yet)."""
+    best: float | None
+    """$/hour of the cheapest set found meeting the target (None: none yet)."""
+
+
+_PROGRESS: ContextVar[Callable[[SearchProgress], None] | None] = ContextVar(
+    "stowplan_search_progress", default=None
+)
+
+
+@contextmanager
+def reporting_progress(callback: Callable[[SearchProgress], None]) -> Iterator[None]:
+    """Within the block, cheapest-set searches call ``callback`` as they go."""
+    token = _PROGRESS.set(callback)
+    try:
+        yield
+    finally:
+        _PROGRESS.reset(token)
 
 
 def served_rate(plan: Plan) -> float:
@@ -74,22 +110,59 @@ class _Search:
         self.planned = 0
         self.best_rate: float | None = None
         self.found: Plan | None = None
+        self.bound: float | None = None
+
+    def report(self, *, bound: float | None = None) -> None:
+        """Tell the caller's progress callback (if any) where the search stands."""
+        if bound is not None:
+            self.bound = bound
+        callback = _PROGRESS.get()
+        if callback is not None:
+            callback(
+                SearchProgress(
+                    planned=self.planned,
+                    budget=MAX_PLANNED,
+                    bound=self.bound,
+                    best=None if self.found is None else _price(self.found),
+                )
+            )
 
     @cached_property
     def cm(self) -> CostModel:
-        """The cost model of the offered nodes (by price), for the one-node check and the MILP."""
+        """The cost model of the offered nodes (by price), each node one stage on all its GPUs."""
         return CostModel(self.problem.model, self.nodes, self.speed)
+
+    @cached_property
+    def grouped(self) -> bool:
+        """Some node has several GPUs, which the planner may split into stages of GPU groups."""
+        return any(n.num_gpus > 1 for n in self.nodes)
+
+    @cached_property
+    def bound_cm(self) -> CostModel:
+        """:attr:`cm`, or with GPU groups every node as fast as any grouping of its GPUs could
+        be: what the one-node check and the MILP use, so neither rules out a set the planner
+        could make meet the target."""
+        if not self.grouped:
+            return self.cm
+        relaxed = CostModel(self.problem.model, self.nodes, self.speed)
+        relaxed.relax_groups()
+        return relaxed
 
     def try_set(self, members: Sequence[int]) -> Plan | None:
         """The plan of ``members`` when it meets the target (and is the cheapest so far)."""
+        try:
+            return self._try(members)
+        finally:
+            self.report()
+
+    def _try(self, members: Sequence[int]) -> Plan | None:
+        self.planned += 1
         try:
             plan = self.runner(
                 prepare(self.problem.model, [self.nodes[i] for i in members], self.speed)
             )
         except PlanError:
             return None
-        finally:
-            self.planned += 1
         rate = served_rate(plan)
         self.best_rate = rate if self.best_rate is None else max(self.best_rate, rate)
         if rate < self.target:
@@ -144,12 +217,13 @@ def plan_cheapest(problem: Problem, runner: Runner) -> Plan:
 
 
 def _singles(search: _Search) -> None:
-    """The cheapest node that meets the target alone, planned."""
-    if search.problem.min_stages > 1:
-        return
-    cm = search.cm
+    """The cheapest node that meets the target alone (on its GPU groups, if it has several),
+    planned."""
+    cm = search.bound_cm
     nb = cm.num_blocks
     for d in range(len(search.nodes)):  # by price, then id
+        if search.problem.min_stages > search.nodes[d].num_gpus:
+            continue  # it cannot run that many stages
         if cm.fits(d, 0, nb, True, True):
             rate = cm.evaluate([d], [0, nb]).served_tokens_per_s
             if rate >= search.target and search.try_set([d]) is not None:
@@ -158,88 +232,60 @@ def _singles(search: _Search) -> None:
 
 def _milp_search(search: _Search) -> str:
     """Sets of two or more nodes from the MILP, cheapest first, each checked by the planner."""
-    try:
-        import numpy as np
-        from scipy.optimize import Bounds, LinearConstraint, milp
-    except ImportError:
-        raise DependencyError("scipy", "exact") from None
     problem = search.problem
-    cm = search.cm
-    n, nb = len(search.nodes), cm.num_blocks
-    lo_n = max(2, problem.min_stages)
+    n = len(search.nodes)
     hi_n = min(problem.max_stages, n)
-    if hi_n < lo_n:
+    if hi_n < 2:
         return "no set of two or more nodes is allowed"
-    rd, kvr, mem = cm.smallest_block()
-    rate = [cm.block_seconds(d, rd + kvr, rd) for d in range(n)]
-    cap = [min(w, nb) for w in cm.max_window()]
-    latency = cm.batch == 1
-    slack = 1 + 1e-9
-    if not latency:
-        most = cm.batch / search.target * slack  # the slowest stage may take this long
-        cap = [
-            c if r <= 0 else min(c, math.floor(most / r)) for c, r in zip(cap, rate, strict=True)
-        ]
-    total = (cm.mem_prefix[nb] + cm.embed + cm.head) * 1e-9
-    gb = 1e-9
-    # Variables: x_d (bought), k_d (blocks), f_d (holds the embed), l_d (holds the head).
-    nv = 4 * n
-    rows: list[Sequence[float]] = []
-    lower: list[float] = []
-    upper: list[float] = []
-
-    def row(coeffs: dict[int, float], lo: float, hi: float) -> None:
-        r = [0.0] * nv
-        for col, v in coeffs.items():
-            r[col] = v
-        rows.append(r)
-        lower.append(lo)
-        upper.append(hi)
-
-    row({n + d: 1.0 for d in range(n)}, nb, nb)
-    row(dict.fromkeys(range(n), 1.0), lo_n, hi_n)
-    row({d: cm.usable[d] * 1e-9 for d in range(n)}, total * (1 - 1e-12), math.inf)
-    row({2 * n + d: 1.0 for d in range(n)}, 1, 1)
-    row({3 * n + d: 1.0 for d in range(n)}, 1, 1)
-    for d in range(n):
-        row({n + d: 1.0, d: -float(cap[d])}, -math.inf, 0.0)
-        row({2 * n + d: 1.0, 3 * n + d: 1.0, d: -1.0}, -math.inf, 0.0)
-        # Every block at least as big as the smallest, plus the anchors the node holds.
-        row(
-            {n + d: mem * gb, 2 * n + d: cm.embed * gb, 3 * n + d: cm.head * gb},
-            -math.inf,
-            cm.usable[d] * gb * (1 + 1e-12),
-        )
-    if latency:
-        head = min(min(cm.head * cm.inv_bw[d], cm.head * cm.flop_s_per_byte[d]) for d in range(n))
-        budget = (1.0 / search.target + max(cm.xfer_s) - head) * slack
-        coeffs = {d: cm.latency_s[d] + cm.xfer_s[d] + cm.stage_s[d] for d in range(n)}
-        coeffs.update({n + d: rate[d] for d in range(n)})
-        row(coeffs, -math.inf, budget)
-    price = np.array([node.price_per_hour or 0.0 for node in search.nodes] + [0.0] * 3 * n)
-    bounds = Bounds(np.zeros(nv), np.array([1.0] * n + [float(c) for c in cap] + [1.0] * 2 * n))
-    cuts = 0
+    sets = SetMilp(
+        search.bound_cm,
+        [node.price_per_hour or 0.0 for node in search.nodes],
+        search.target,
+        min_stages=problem.min_stages,
+        max_stages=hi_n,
+        stages_per_node=[n.num_gpus if search.grouped else 1 for n in search.nodes],
+        split_block_s=_group_block_bounds(search) if search.grouped else None,
+        dominance=search.cm,
+    )
+    cuts, proven = 0, True
     while search.planned < MAX_PLANNED:
-        res = milp(
-            price,
-            integrality=np.ones(nv),
-            bounds=bounds,
-            constraints=LinearConstraint(np.array(rows), np.array(lower), np.array(upper)),
-            options={"time_limit": 10.0},
-        )
-        if res.status != 0 or res.x is None:
-            break  # no further set can meet the target (or HiGHS ran out of time)
-        if search.found is not None and res.fun >= _price(search.found) - 1e-9:
+        search.report(bound=None)
+        choice = sets.solve()
+        if choice is None:
+            break  # no further set can meet the target
+        proven = proven and choice.proven
+        search.report(bound=choice.bound)
+        if search.found is not None and choice.price >= _price(search.found) - 1e-9:
             break  # the cheapest remaining set costs at least what is found
-        members = [d for d in range(n) if res.x[d] > 0.5]
-        if search.try_set(members) is not None:
+        if search.try_set(choice.members) is not None:
             break
         # The planner may leave nodes unused, so no set within this one does better:
         # cut them all off (at least one node from outside it).
-        inside = set(members)
-        row({d: 1.0 for d in range(n) if d not in inside}, 1.0, math.inf)
+        sets.cut(choice.members)
         cuts += 1
-    return f"MILP over node sets, {cuts} cut off"
+    unproven = "" if proven else "; HiGHS stopped at its time limit, cheapest not proven"
+    return f"MILP over node sets, {cuts} cut off{unproven}"
+
+
+def _group_block_bounds(search: _Search) -> list[float]:
+    """Per node, the least seconds its smallest block takes on any GPU group of it (above
+    batch 1, per share of the node: the group's time × its GPUs / the node's)."""
+    cm = search.cm
+    nb = cm.num_blocks
+    read = min(
+        cm.read_prefix[i + 1] - cm.read_prefix[i] + cm.kv_prefix[i + 1] - cm.kv_prefix[i]
+        for i in range(nb)
+    )
+    weight = min(cm.read_prefix[i + 1] - cm.read_prefix[i] for i in range(nb))
+    out = []
+    for node in search.nodes:
+        best = math.inf
+        for tp in legal_tensor_parallel(search.problem.model, node.num_gpus) or (1,):
+            group = CostModel(search.problem.model, [gpu_group_node(node, 0, tp)], search.speed)
+            seconds = group.block_seconds(0, read, weight)
+            best = min(best, seconds if cm.batch == 1 else seconds * tp / node.num_gpus)
+        out.append(best)
+    return out
 
 
 def _best_first(search: _Search) -> str:

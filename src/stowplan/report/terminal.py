@@ -54,7 +54,12 @@ def render_plan(plan: Plan, nodes: Sequence[NodeDescriptor], console: Console) -
         collapse_padding=True,
     )
     for col in ("stage", "node", "gpu", "blocks", "anchors", "vram used/usable", "util"):
-        table.add_column(col, justify="right" if col in {"stage", "util"} else "left")
+        # Node ids (an offer's id) fold rather than lose characters in a narrow terminal.
+        table.add_column(
+            col,
+            justify="right" if col in {"stage", "util"} else "left",
+            overflow="fold" if col == "node" else "ellipsis",
+        )
     for a in plan.assignments:
         node = by_id.get(a.node_id)
         usable = a.usable_vram_bytes
