@@ -120,7 +120,7 @@ def test_unused_nodes_and_idle_gpus_are_listed() -> None:
     p = plan(model, [big, small], Constraints(tensor_parallel=2))
     note = idle_note(p, [big, small])
     assert note is not None
-    assert note.startswith("unused: small, big GPU 2 (")
+    assert note.startswith("unused: small, big GPU 2 (") and "with them" in note
 
 
 def test_the_html_report_names_fields_for_people_with_their_units() -> None:

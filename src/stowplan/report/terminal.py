@@ -101,9 +101,11 @@ def idle_note(plan: Plan, nodes: Sequence[NodeDescriptor]) -> str | None:
             parts.append(f"{n.id} GPU{'s' if len(free) > 1 else ''} {','.join(map(str, free))}")
     if not parts:
         return None
+    one = len(parts) == 1
     return (
         f"unused: {', '.join(parts)} (the plan's {plan.rationale.strategy} objective is no "
-        "better with them, or they cannot hold a stage)"
+        f"better with {'it' if one else 'them'}, or {'it' if one else 'they'} cannot hold a "
+        "stage)"
     )
 
 
