@@ -149,5 +149,7 @@ def test_experts_split_inside_a_block_are_refused():
         export_plan(plan, "llamacpp")
     assert str(info.value) == (
         "llamacpp cannot run this plan: the routed experts of block 0 are split between stages "
-        "[0, 1]; llama.cpp stores a block's experts as one tensor, so they can only move together"
+        "[0, 1]; llama.cpp stores a block's experts as one tensor, so they can only move "
+        "together; replan with every expert beside its block: stowplan plan llama3.1:8b "
+        "--nodes FLEET --engine llamacpp --block-local --context 4096"
     )

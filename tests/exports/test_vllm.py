@@ -116,7 +116,9 @@ def test_equal_gpu_counts_become_the_tensor_parallel_degree():
             None,
             "sglang cannot run this plan: experts of block 0 are placed on stage 1 but the block "
             "is on stage 0; a pipeline stage keeps every expert of its own layers (use an "
-            "expert-parallel plan for the engine's own EP)",
+            "expert-parallel plan for the engine's own EP); replan with every expert beside "
+            "its block: stowplan plan llama3.1:8b --nodes FLEET --engine sglang --block-local "
+            "--context 4096",
         ),
         (
             "vllm",
@@ -129,7 +131,9 @@ def test_equal_gpu_counts_become_the_tensor_parallel_degree():
             None,
             "vllm cannot run this plan: experts of block 0 are placed on stage 1 but the block "
             "is on stage 0; a pipeline stage keeps every expert of its own layers (use an "
-            "expert-parallel plan for the engine's own EP, or --to llamacpp)",
+            "expert-parallel plan for the engine's own EP, or --to llamacpp); replan with "
+            "every expert beside its block: stowplan plan llama3.1:8b --nodes FLEET --engine "
+            "vllm --block-local --context 4096",
         ),
         (
             "vllm",
@@ -143,7 +147,9 @@ def test_equal_gpu_counts_become_the_tensor_parallel_degree():
             None,
             "vllm cannot run this plan: experts of block 0 are placed on stage 1 but the block "
             "is on stage 0; a pipeline stage keeps every expert of its own layers (use an "
-            "expert-parallel plan for the engine's own EP, or --to accelerate)",
+            "expert-parallel plan for the engine's own EP, or --to accelerate); replan with "
+            "every expert beside its block: stowplan plan mixtral:8x7b --nodes FLEET --engine "
+            "vllm --block-local --context 4096",
         ),
     ],
 )

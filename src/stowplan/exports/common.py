@@ -121,13 +121,18 @@ def node_devices(
     return ",".join(str(g) for g in gpus)
 
 
-def replan_command(plan: Plan, engine: str, nodes_file: str | None = None) -> str:
-    """The ``stowplan plan`` line that plans the same model for ``engine``'s rule.
+def replan_command(
+    plan: Plan, engine: str | None, nodes_file: str | None = None, *extra: str
+) -> str:
+    """The ``stowplan plan`` line that plans the same model for ``engine``'s rule (and the
+    ``extra`` options, e.g. ``--block-local``).
 
     ``nodes_file`` is the fleet file (``FLEET`` when unknown); the plan's context is kept.
     """
     words = ["stowplan", "plan", plan.model_name or "MODEL", "--nodes", nodes_file or "FLEET"]
-    words += ["--engine", engine]
+    if engine is not None:
+        words += ["--engine", engine]
+    words += extra
     if plan.context_tokens is not None:
         words += ["--context", str(plan.context_tokens)]
     return shlex.join(words)

@@ -69,7 +69,9 @@ def block_regex(blocks: Sequence[int], suffix: str = "") -> str:
     return f"blk\\.{group}\\.{suffix}"
 
 
-def _experts_to_cpu(plan: Plan, cpu: list[bool], experts_per_block: int | None) -> list[int]:
+def _experts_to_cpu(
+    plan: Plan, cpu: list[bool], experts_per_block: int | None, nodes_file: str | None = None
+) -> list[int]:
     """GPU blocks whose routed experts the plan keeps on a CPU stage; refuse the rest."""
     out = []
     for block, per_stage in sorted(expert_owners(plan).items()):
@@ -83,7 +85,8 @@ def _experts_to_cpu(plan: Plan, cpu: list[bool], experts_per_block: int | None) 
                 Engine.LLAMACPP,
                 f"the routed experts of block {block} are split between stages "
                 f"{sorted({home, *owners})}; llama.cpp stores a block's experts as one tensor, "
-                "so they can only move together",
+                "so they can only move together; replan with every expert beside its block: "
+                + replan_command(plan, "llamacpp", nodes_file, "--block-local"),
             )
         owner = owners[0]
         if not cpu[owner] or cpu[home]:
@@ -180,7 +183,7 @@ def export_llamacpp(
     experts_per_block = plan.topology.experts_per_layer or (
         layout.experts.num_experts if layout is not None and layout.experts is not None else None
     )
-    exps_on_cpu = _experts_to_cpu(plan, cpu, experts_per_block)
+    exps_on_cpu = _experts_to_cpu(plan, cpu, experts_per_block, nodes_file)
     args: list[str] = ["-m", model_arg]
     env: tuple[tuple[str, str], ...] = ()
 

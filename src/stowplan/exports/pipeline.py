@@ -71,7 +71,9 @@ def _engines_that_accept(plan: Plan, nodes: Sequence[NodeDescriptor]) -> list[st
     return out
 
 
-def _refuse_unless_pipeline(plan: Plan, engine: Engine, nodes: dict[str, NodeDescriptor]) -> None:
+def _refuse_unless_pipeline(
+    plan: Plan, engine: Engine, nodes: dict[str, NodeDescriptor], nodes_file: str | None = None
+) -> None:
     """Refuse anchors on inner stages and experts away from their block."""
     last = plan.num_stages - 1
     for a in plan.assignments:
@@ -91,7 +93,9 @@ def _refuse_unless_pipeline(plan: Plan, engine: Engine, nodes: dict[str, NodeDes
                 engine,
                 f"experts of block {block} are placed on stage {away[0]} but the block is on "
                 f"stage {home}; a pipeline stage keeps every expert of its own layers "
-                f"(use an expert-parallel plan for the engine's own EP{also})",
+                f"(use an expert-parallel plan for the engine's own EP{also}); replan with "
+                "every expert beside its block: "
+                + replan_command(plan, engine.value, nodes_file, "--block-local"),
             )
 
 
@@ -99,7 +103,7 @@ def check_pipeline(
     plan: Plan, engine: Engine, nodes: dict[str, NodeDescriptor], nodes_file: str | None
 ) -> int:
     """Refuse what a plain pipeline cannot run; return the tensor-parallel degree."""
-    _refuse_unless_pipeline(plan, engine, nodes)
+    _refuse_unless_pipeline(plan, engine, nodes, nodes_file)
     if uses_gpu_lists(plan):
         return _one_degree(plan, engine, nodes, nodes_file)
     degrees = {nodes[a.node_id].num_gpus for a in plan.assignments if a.node_id in nodes}
