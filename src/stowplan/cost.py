@@ -362,11 +362,7 @@ class CostModel:
         none, and a smaller group never streams faster), no in-host hop, and the cheaper
         of its network and intra-node transfer and hop.
         """
-        cal = [
-            c.block_overhead_s if self.calibration is not None else 0.0
-            for c in self._node_calibrations(single_gpu=True)
-        ]
-        self.block_s = tuple(cal)
+        self.block_s = tuple(c.block_overhead_s for c in self._node_calibrations(single_gpu=True))
         self.stage_s = (0.0,) * len(self.nodes)
         self.xfer_s = tuple(map(min, self.xfer_s, self.intra_xfer_s))
         self.latency_s = tuple(map(min, self.latency_s, self.intra_latency_s))

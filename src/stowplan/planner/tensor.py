@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from itertools import pairwise
 
 from stowplan.errors import DependencyError, Infeasible, InputError, PlanError
-from stowplan.model import NodeDescriptor, Strategy, gpu_group_id, gpu_group_node
+from stowplan.model import NodeDescriptor, Strategy, gpu_group_node
 from stowplan.parallel_rules import legal_tensor_parallel, tensor_parallel_violation
 from stowplan.plan import Plan
 from stowplan.planner.certify import finish
@@ -124,9 +124,9 @@ def expand(problem: Problem, layout: Layout) -> Problem:
             continue
         start = 0
         for size in sorted(sizes, reverse=True):
-            whole = size == node.num_gpus
-            gid = node.id if whole else gpu_group_id(node.id, start, size)
-            nodes.append(gpu_group_node(node, start, size))
+            group = gpu_group_node(node, start, size)
+            gid = group.id
+            nodes.append(group)
             if node.num_gpus > 1:
                 groups[gid] = GpuGroup(
                     node_id=node.id,
@@ -273,12 +273,13 @@ def _exact_allowed(rule: EngineRule, problem: Problem) -> list[tuple[int, ...] |
 
 
 def _joint_optimum(
-    problem: Problem, rule: EngineRule, objective: str, exact_strategy: bool
+    problem: Problem, rule: EngineRule, objective: str, runs: bool, lossless: bool
 ) -> tuple[float, bool, str, GroupedOptimum | None]:
     """The optimum over every grouping the rule allows (exact on small fleets), or a bound:
-    (seconds, exact?, method, its pipeline)."""
+    (seconds, exact?, method, its pipeline).  ``runs``: :func:`_joint_runs`; ``lossless``:
+    :func:`_adjacency_loses_nothing`."""
     sets = _exact_allowed(rule, problem)
-    if _joint_runs(problem, rule, exact_strategy):
+    if runs:
         try:
             found = [solve_grouped(problem, objective, a, wrap=not rule.consecutive) for a in sets]
         except DependencyError:
@@ -287,7 +288,7 @@ def _joint_optimum(
             got = [f for f in found if f is not None]
             best = min(got, key=lambda f: f.value) if got else None
             value = best.value if best is not None else math.inf
-            if _adjacency_loses_nothing(problem):
+            if lossless:
                 method = (
                     "joint dynamic programme over GPU groups and pipelines of "
                     f"{len(problem.nodes)} nodes"
@@ -536,10 +537,11 @@ def plan_with_groups(problem: Problem, runner: Runner, objective: str, strategy:
         return runner(problem)
     rule = engine_rule(problem)
     exact_strategy = strategy is Strategy.EXACT
+    runs = _joint_runs(problem, rule, exact_strategy)
+    lossless = _adjacency_loses_nothing(problem)
     # The local search is needed where the joint solve is not the optimum.
-    proven = _joint_runs(problem, rule, exact_strategy) and _adjacency_loses_nothing(problem)
-    found, _ = _search(problem, runner, rule, objective, local=not proven)
-    value, exact, method, best = _joint_optimum(problem, rule, objective, exact_strategy)
+    found, _ = _search(problem, runner, rule, objective, local=not (runs and lossless))
+    value, exact, method, best = _joint_optimum(problem, rule, objective, runs, lossless)
     if found is None and (best is None or not best.stages):
         raise Infeasible(
             "no split of the nodes' GPUs into stages of tensor-parallel degrees the model "

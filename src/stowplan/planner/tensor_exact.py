@@ -424,7 +424,8 @@ def solve_grouped(
     ]
     comb = np.add if add else np.maximum
     runs = 1 + sum(node.num_gpus - 1 for node in problem.nodes)
-    whole_matrices = _interior(problem) and runs * (1 << (n - 1)) > nb
+    interior = _interior(problem)
+    whole_matrices = interior and runs * (1 << (n - 1)) > nb
     cache: dict[tuple[object, ...], tuple[Any, Any, Any, float]] = {}
     first: list[Any] = []
     mid: list[_Interior] = []
@@ -450,7 +451,6 @@ def solve_grouped(
             cache[key] = (f, m, la, alone)
         f, m, la, alone = cache[key]
         first.append(f)
-        interior = _interior(problem)
         mid.append(_Interior(solver if interior else None, m if interior else None, nb, comb))
         last.append(la)
         if alone < best_val:
