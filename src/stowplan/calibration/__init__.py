@@ -6,6 +6,12 @@
 * :mod:`.llama_bench` — parser of ``llama-bench`` output.
 * :mod:`.serving_bench` — parser of vLLM / SGLang / TensorRT-LLM serving-benchmark results.
 * :mod:`.store` — the shipped profiles (``data/*.json``) and the user's fitted ones.
+* :mod:`.run` — :func:`calibrate`, one calibration run (what ``stowplan calibrate`` calls),
+  with its value objects in :mod:`.request`.
+* :mod:`.sources` — decode measurements from llama-bench or serving-benchmark files.
+* :mod:`.probe` — device entries from the host probe's passport.
+* :mod:`.merge` — a fit on top of an engine's profile; new entries merged into a profile file.
+* :mod:`.device` — a device's profile key and its datasheet peak bandwidth.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from stowplan.calibration.apply import (
     node_calibration,
     stage_time_s,
 )
+from stowplan.calibration.device import device_key, peak_bandwidth_gbps
 from stowplan.calibration.fit import FitResult, Measurement, fit_device
 from stowplan.calibration.llama_bench import (
     LlamaBenchResult,
@@ -25,6 +32,8 @@ from stowplan.calibration.llama_bench import (
     parse_llama_bench,
     partial_offload,
 )
+from stowplan.calibration.merge import fit_on_profile, merge_entries, save_entries
+from stowplan.calibration.probe import PassportReading, probe_entries
 from stowplan.calibration.profile import (
     CALIBRATION_SCHEMA_VERSION,
     MAX_BANDWIDTH_FRACTION,
@@ -40,10 +49,13 @@ from stowplan.calibration.profile import (
     dtype_class,
     normalise_gpu_name,
 )
+from stowplan.calibration.request import CalibrationOutcome, CalibrationRequest, DeviceFit
+from stowplan.calibration.run import PassportReader, calibrate
 from stowplan.calibration.serving_bench import (
     ServingBenchResult,
     parse_serving_bench,
 )
+from stowplan.calibration.sources import DecodeRuns, llama_bench_runs, serving_bench_runs
 from stowplan.calibration.store import (
     load_calibration_file,
     resolve_calibration,
@@ -56,32 +68,47 @@ __all__ = [
     "CALIBRATION_SCHEMA_VERSION",
     "MAX_BANDWIDTH_FRACTION",
     "Calibration",
+    "CalibrationOutcome",
+    "CalibrationRequest",
+    "DecodeRuns",
     "DeviceCalibration",
+    "DeviceFit",
     "Engine",
     "Figure",
     "FitResult",
     "LlamaBenchResult",
     "Measurement",
     "NodeCalibration",
+    "PassportReader",
+    "PassportReading",
     "Provenance",
     "ServingBenchResult",
     "StageEstimate",
+    "calibrate",
     "calibrate_stage",
     "calibration_from_dict",
     "calibration_from_json",
     "calibration_to_dict",
     "calibration_to_json",
     "describe_calibration",
+    "device_key",
     "dtype_class",
     "estimate_num_blocks",
     "fit_device",
+    "fit_on_profile",
+    "llama_bench_runs",
     "load_calibration_file",
+    "merge_entries",
     "node_calibration",
     "normalise_gpu_name",
     "parse_llama_bench",
     "parse_serving_bench",
     "partial_offload",
+    "peak_bandwidth_gbps",
+    "probe_entries",
     "resolve_calibration",
+    "save_entries",
+    "serving_bench_runs",
     "shipped_calibration",
     "stage_time_s",
     "user_calibration_path",
