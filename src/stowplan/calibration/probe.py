@@ -72,7 +72,6 @@ class ProbeTopology(Protocol):
 
     def circuit(self, circuit_id: str) -> ProbeCircuit:
         """The circuit with ``circuit_id``."""
-        ...
 
 
 class ProbeMatrix(Protocol):
