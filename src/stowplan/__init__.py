@@ -19,13 +19,26 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from stowplan.errors import (
+    ClusterError,
     DependencyError,
+    HeadStartError,
     Infeasible,
     InputError,
+    InsufficientResources,
     InsufficientVram,
+    MalformedJson,
+    NodeProbeError,
     NoNodeFitsHead,
+    PassportUnreadable,
+    PlacementError,
+    PlacementInfeasible,
+    PlacementTimeout,
     PlanError,
+    StageFailure,
+    StageStartError,
+    StageUnplaceable,
     StowplanError,
+    UnsupportedByEngine,
 )
 from stowplan.model import (
     Constraints,
@@ -62,7 +75,7 @@ if TYPE_CHECKING:
         load_coactivation,
         load_expert_load,
     )
-    from stowplan.exports import EngineExport, UnsupportedByEngine, export_plan
+    from stowplan.exports import EngineExport, export_plan
     from stowplan.host import EmploymentPlan, plan_employment, probe_host
     from stowplan.planner.experts import plan_with_experts
 
@@ -76,7 +89,6 @@ _LAZY = {
     "FleetRole": "stowplan.cluster",
     "FleetSpec": "stowplan.cluster",
     "Realisation": "stowplan.cluster.realise",
-    "UnsupportedByEngine": "stowplan.exports",
     "export_plan": "stowplan.exports",
     "init_ray": "stowplan.cluster",
     "load_coactivation": "stowplan.expert_stats",
@@ -106,6 +118,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "SCHEMA_VERSION",
     "Certificate",
+    "ClusterError",
     "CoActivation",
     "Constraints",
     "DependencyError",
@@ -116,19 +129,30 @@ __all__ = [
     "ExpertLoad",
     "FleetRole",
     "FleetSpec",
+    "HeadStartError",
     "Infeasible",
     "InputError",
+    "InsufficientResources",
     "InsufficientVram",
+    "MalformedJson",
     "ModelLayout",
     "NoNodeFitsHead",
     "NodeDescriptor",
+    "NodeProbeError",
     "Objective",
+    "PassportUnreadable",
+    "PlacementError",
+    "PlacementInfeasible",
+    "PlacementTimeout",
     "Plan",
     "PlanError",
     "PlanRationale",
     "Prediction",
     "Realisation",
     "StageAssignment",
+    "StageFailure",
+    "StageStartError",
+    "StageUnplaceable",
     "StowplanError",
     "Strategy",
     "Topology",
