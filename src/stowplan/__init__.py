@@ -2,8 +2,8 @@
 
 The public API::
 
-    from stowplan import Constraints, plan, lookup
-    layout = lookup("llama3.1:70b")
+    from stowplan import Constraints, plan, resolve_model
+    layout = resolve_model("llama3.1:70b")    # unknown: InputError naming the near matches
     p = plan(layout, nodes, Constraints(min_stages=2))
 
 The newer parts are reachable from here too and are imported on first use, so
@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from stowplan.calibration.profile import Calibration
 from stowplan.errors import (
     ClusterError,
     DependencyError,
@@ -117,6 +118,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Calibration",
     "Certificate",
     "ClusterError",
     "CoActivation",
