@@ -49,6 +49,7 @@ PURE_MODULES = (
     "stowplan.exports",
     "stowplan.exports.accelerate",
     "stowplan.exports.llamacpp",
+    "stowplan.exports.llamacpp_rpc",
     "stowplan.exports.pipeline",
     "stowplan.exports.sglang",
     "stowplan.exports.vllm",

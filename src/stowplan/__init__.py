@@ -2,8 +2,8 @@
 
 The public API::
 
-    from stowplan import Constraints, plan, lookup
-    layout = lookup("llama3.1:70b")
+    from stowplan import Constraints, plan, resolve_model
+    layout = resolve_model("llama3.1:70b")    # unknown: InputError naming the near matches
     p = plan(layout, nodes, Constraints(min_stages=2))
 
 The newer parts are reachable from here too and are imported on first use, so
@@ -18,14 +18,28 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from stowplan.calibration.profile import Calibration
 from stowplan.errors import (
+    ClusterError,
     DependencyError,
+    HeadStartError,
     Infeasible,
     InputError,
+    InsufficientResources,
     InsufficientVram,
+    MalformedJson,
+    NodeProbeError,
     NoNodeFitsHead,
+    PassportUnreadable,
+    PlacementError,
+    PlacementInfeasible,
+    PlacementTimeout,
     PlanError,
+    StageFailure,
+    StageStartError,
+    StageUnplaceable,
     StowplanError,
+    UnsupportedByEngine,
 )
 from stowplan.model import (
     Constraints,
@@ -62,7 +76,7 @@ if TYPE_CHECKING:
         load_coactivation,
         load_expert_load,
     )
-    from stowplan.exports import EngineExport, UnsupportedByEngine, export_plan
+    from stowplan.exports import EngineExport, export_plan
     from stowplan.host import EmploymentPlan, plan_employment, probe_host
     from stowplan.planner.experts import plan_with_experts
 
@@ -76,7 +90,6 @@ _LAZY = {
     "FleetRole": "stowplan.cluster",
     "FleetSpec": "stowplan.cluster",
     "Realisation": "stowplan.cluster.realise",
-    "UnsupportedByEngine": "stowplan.exports",
     "export_plan": "stowplan.exports",
     "init_ray": "stowplan.cluster",
     "load_coactivation": "stowplan.expert_stats",
@@ -105,7 +118,9 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Calibration",
     "Certificate",
+    "ClusterError",
     "CoActivation",
     "Constraints",
     "DependencyError",
@@ -116,19 +131,30 @@ __all__ = [
     "ExpertLoad",
     "FleetRole",
     "FleetSpec",
+    "HeadStartError",
     "Infeasible",
     "InputError",
+    "InsufficientResources",
     "InsufficientVram",
+    "MalformedJson",
     "ModelLayout",
     "NoNodeFitsHead",
     "NodeDescriptor",
+    "NodeProbeError",
     "Objective",
+    "PassportUnreadable",
+    "PlacementError",
+    "PlacementInfeasible",
+    "PlacementTimeout",
     "Plan",
     "PlanError",
     "PlanRationale",
     "Prediction",
     "Realisation",
     "StageAssignment",
+    "StageFailure",
+    "StageStartError",
+    "StageUnplaceable",
     "StowplanError",
     "Strategy",
     "Topology",

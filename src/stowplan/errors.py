@@ -1,30 +1,63 @@
-"""The stowplan error tree.
+"""The stowplan error tree: every error stowplan raises on purpose, in one place.
 
 ::
 
     StowplanError
-    ├── InputError            bad user input: names the field, the value and what is accepted
-    ├── DependencyError       an optional extra is not installed
-    └── PlanError             no placement satisfies the model, the nodes and the constraints
-        ├── InsufficientVram  the model needs more bytes than the nodes offer
-        ├── NoNodeFitsHead    no node can hold the largest indivisible component
-        └── Infeasible        the constraints cannot be met (reason says which)
+    ├── InputError              bad user input: names the field, the value and what is accepted
+    │   └── MalformedJson       the text is not JSON at all (a syntax error, not a limit)
+    ├── DependencyError         an optional extra is not installed
+    ├── PassportUnreadable      a host passport file exists but cannot be used
+    ├── PlanError               no placement satisfies the model, the nodes and the constraints
+    │   ├── InsufficientVram    the model needs more bytes than the nodes offer
+    │   ├── NoNodeFitsHead      no node can hold the largest indivisible component
+    │   ├── Infeasible          the constraints cannot be met (reason says which)
+    │   └── UnsupportedByEngine the plan asks for a placement the engine cannot express
+    └── ClusterError            running a plan on a Ray cluster failed
+        ├── HeadStartError      ``ray start --head`` failed
+        ├── NodeProbeError      a node's probe task did not answer in time
+        ├── PlacementError      a placement group could not be made (none is left behind)
+        │   ├── InsufficientResources  the cluster lacks what the groups ask for
+        │   ├── PlacementInfeasible    Ray: no live node can ever hold a bundle (also an
+        │   │                          ``Infeasible``)
+        │   └── PlacementTimeout       not ready within the timeout (also a ``TimeoutError``)
+        ├── StageUnplaceable    stages could not be placed, or their node died first
+        └── StageStartError     a placed stage failed while starting
 
-``InputError`` also subclasses :class:`ValueError` so callers that catch
-``ValueError`` keep working.  The CLI turns every ``StowplanError`` into one
-line on stderr and exit code 2.
+``InputError`` also subclasses :class:`ValueError` and ``DependencyError``
+:class:`ImportError`, so callers that catch those keep working.  The CLI turns
+every ``StowplanError`` into one line on stderr and exit code 2.  The classes
+are importable from ``stowplan`` and, as before, from the modules that raise
+them (``stowplan.cluster.errors``, ``stowplan.exports`` …).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
 __all__ = [
+    "ClusterError",
     "DependencyError",
+    "HeadStartError",
     "Infeasible",
     "InputError",
+    "InsufficientResources",
     "InsufficientVram",
+    "MalformedJson",
     "NoNodeFitsHead",
+    "NodeProbeError",
+    "PassportUnreadable",
+    "PlacementError",
+    "PlacementInfeasible",
+    "PlacementTimeout",
     "PlanError",
+    "StageFailure",
+    "StageStartError",
+    "StageUnplaceable",
     "StowplanError",
+    "UnsupportedByEngine",
     "show_value",
 ]
 
@@ -69,6 +102,10 @@ class InputError(StowplanError, ValueError):
         super().__init__(f"{field}={show_value(value)}: {rule}")
 
 
+class MalformedJson(InputError):
+    """The text is not JSON at all (a syntax error), as opposed to JSON breaking a limit."""
+
+
 class DependencyError(StowplanError, ImportError):
     """An optional dependency is missing; the message names the extra to install."""
 
@@ -79,6 +116,15 @@ class DependencyError(StowplanError, ImportError):
             f"this needs the optional package {module!r}; install it with "
             f"`pip install 'stowplan[{extra}]'`"
         )
+
+
+class PassportUnreadable(StowplanError):
+    """The passport file exists but cannot be used: ``path`` and ``reason`` say why."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
 
 
 class PlanError(StowplanError):
@@ -110,3 +156,103 @@ class Infeasible(PlanError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(f"constraints unsatisfiable: {reason}")
+
+
+class UnsupportedByEngine(PlanError):
+    """The plan asks for a placement the engine cannot express; ``reason`` says which part.
+
+    ``engine`` is a :class:`stowplan.exports.Engine`.
+    """
+
+    def __init__(self, engine: StrEnum, reason: str) -> None:
+        self.engine = engine
+        self.reason = reason
+        super().__init__(f"{engine.value} cannot run this plan: {reason}")
+
+
+class ClusterError(StowplanError):
+    """Running a plan on a Ray cluster failed (see the subclasses for which step)."""
+
+
+class HeadStartError(ClusterError):
+    """``ray start --head`` failed; the message carries the end of its output."""
+
+
+class NodeProbeError(ClusterError):
+    """The probe task on a node did not answer in time."""
+
+    def __init__(self, node_id: str, timeout_s: float) -> None:
+        self.node_id = node_id
+        self.timeout_s = timeout_s
+        super().__init__(f"node {node_id} did not answer the GPU probe within {timeout_s:g} s")
+
+
+class PlacementError(ClusterError):
+    """A placement group could not be created; no group of the request is left behind."""
+
+
+class InsufficientResources(PlacementError):
+    """``missing`` maps each short resource to ``(needed, available)``."""
+
+    def __init__(self, what: str, missing: dict[str, tuple[float, float]], detail: str) -> None:
+        self.what = what
+        self.missing = missing
+        super().__init__(f"{what} cannot be placed: {detail}")
+
+
+class PlacementInfeasible(PlacementError, Infeasible):
+    """Ray marked the group INFEASIBLE: no live node (set) can ever satisfy it.
+
+    Also an :class:`Infeasible` (the one name for constraints that cannot be met);
+    ``reason`` is the message.
+    """
+
+    def __init__(self, name: str, waited_s: float, detail: str) -> None:
+        self.name = name
+        self.waited_s = waited_s
+        self.reason = detail
+        StowplanError.__init__(self, detail)
+
+
+class PlacementTimeout(PlacementError, TimeoutError):
+    """The group was not ready after ``timeout_s`` seconds."""
+
+    def __init__(self, name: str, timeout_s: float, detail: str) -> None:
+        self.name = name
+        self.timeout_s = timeout_s
+        super().__init__(detail)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageFailure:
+    """Why one stage did not start on its node (carried by :class:`StageUnplaceable`)."""
+
+    stage: int
+    node_id: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"stage {self.stage} on node {self.node_id}: {self.reason}"
+
+
+class StageUnplaceable(ClusterError):
+    """One or more stages could not be placed (or their node died before they started)."""
+
+    def __init__(self, failures: Sequence[StageFailure], waited_s: float) -> None:
+        self.failures = tuple(failures)
+        self.waited_s = waited_s
+        listed = "; ".join(str(f) for f in self.failures)
+        super().__init__(f"stages could not start after {waited_s:.1f} s: {listed}")
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        return tuple(f.node_id for f in self.failures)
+
+
+class StageStartError(ClusterError):
+    """A stage actor was placed but failed while starting (its node is alive)."""
+
+    def __init__(self, stage: int, node_id: str, cause: str) -> None:
+        self.stage = stage
+        self.node_id = node_id
+        super().__init__(f"stage {stage} on node {node_id} failed to start: {cause}")

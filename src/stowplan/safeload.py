@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from stowplan.errors import InputError
+from stowplan.errors import InputError, MalformedJson
 
 __all__ = [
     "MAX_DEPTH",
@@ -45,10 +45,6 @@ MAX_NUMBER_CHARS = 40
 
 MAX_YAML_NODES = 1_000_000
 """Most YAML nodes a document may expand to, each alias counted as a full copy."""
-
-
-class MalformedJson(InputError):
-    """The text is not JSON at all (a syntax error), as opposed to JSON breaking a limit."""
 
 
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')

@@ -281,10 +281,10 @@ REPLAN = "replan for it: stowplan plan llama3.1:8b --nodes fleet.yaml --engine"
         ),
         (
             "llamacpp",
-            [("n0", (0,), 16), ("n1", (0,), 16)],
-            "llamacpp cannot run this plan: the plan uses GPUs of 2 nodes (n0, n1) and llama.cpp "
-            "runs on one host; plan for one node: stowplan plan llama3.1:8b --nodes "
-            "ONE_NODE_FLEET --engine llamacpp --context 4096",
+            [("n0", (0, 1), 16), ("n1", (0,), 16)],
+            "llamacpp cannot run this plan: stage 0 splits its blocks over 2 GPUs (n0 gpu0-1 tp2) "
+            "and the plan spans 2 hosts; across hosts llama.cpp gives each GPU whole layers "
+            f"(-sm layer), one GPU per stage; {REPLAN} llamacpp --context 4096",
         ),
         (
             "accelerate",

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stowplan.cluster._ray import LOCAL_START_ENV, OBJECT_STORE_BYTES
-from stowplan.errors import StowplanError
+from stowplan.errors import HeadStartError
 from stowplan.fileio import FileKind, read_json_file, write_text_atomic
 from stowplan.host.passport import cache_dir
 
@@ -61,10 +61,6 @@ STATE_DIR = "ray-local"
 STATE_SCHEMA = 1
 CONNECT_TIMEOUT_S = 2.0
 """How long a recorded head may take to accept a TCP connection before it is stale."""
-
-
-class HeadStartError(StowplanError):
-    """``ray start --head`` failed; the message carries the end of its output."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stowplan.cluster._ray import require_ray
-from stowplan.errors import InputError, StowplanError
+from stowplan.errors import InputError, NodeProbeError, StowplanError
 from stowplan.model import NodeDescriptor
 from stowplan.units import parse_bytes
 
@@ -47,15 +47,6 @@ __all__ = [
 ]
 
 NODE_ID_LABEL = "ray.io/node-id"
-
-
-class NodeProbeError(StowplanError):
-    """The probe task on a node did not answer in time."""
-
-    def __init__(self, node_id: str, timeout_s: float) -> None:
-        self.node_id = node_id
-        self.timeout_s = timeout_s
-        super().__init__(f"node {node_id} did not answer the GPU probe within {timeout_s:g} s")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

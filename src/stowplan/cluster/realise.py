@@ -41,7 +41,13 @@ from stowplan.cluster.errors import PlacementError
 from stowplan.cluster.groups import create_placement_group, remove_groups
 from stowplan.cluster.nodes import NODE_ID_LABEL, alive_nodes
 from stowplan.cluster.stage_gpus import gpu_shortfalls, stage_bundle, stage_device_env, stage_gpus
-from stowplan.errors import InputError, PlanError, StowplanError
+from stowplan.errors import (
+    InputError,
+    PlanError,
+    StageFailure,
+    StageStartError,
+    StageUnplaceable,
+)
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.plan import Plan, StageAssignment, plan_to_json
 from stowplan.planner import plan as make_plan
@@ -78,41 +84,6 @@ def stage_actor_env(plan: Plan, extra_env: Mapping[str, str] | None = None) -> l
         {**WORKER_ENV, **(extra_env or {}), **stage_device_env(a), **env}
         for a, env in zip(plan.assignments, stage_env(plan), strict=True)
     ]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StageFailure:
-    """Why one stage did not start on its node."""
-
-    stage: int
-    node_id: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"stage {self.stage} on node {self.node_id}: {self.reason}"
-
-
-class StageUnplaceable(StowplanError):
-    """One or more stages could not be placed (or their node died before they started)."""
-
-    def __init__(self, failures: Sequence[StageFailure], waited_s: float) -> None:
-        self.failures = tuple(failures)
-        self.waited_s = waited_s
-        listed = "; ".join(str(f) for f in self.failures)
-        super().__init__(f"stages could not start after {waited_s:.1f} s: {listed}")
-
-    @property
-    def node_ids(self) -> tuple[str, ...]:
-        return tuple(f.node_id for f in self.failures)
-
-
-class StageStartError(StowplanError):
-    """A stage actor was placed but failed while starting (its node is alive)."""
-
-    def __init__(self, stage: int, node_id: str, cause: str) -> None:
-        self.stage = stage
-        self.node_id = node_id
-        super().__init__(f"stage {stage} on node {node_id} failed to start: {cause}")
 
 
 @dataclass(slots=True)

@@ -1,4 +1,4 @@
-"""llama.cpp: ``-ngl``, ``--tensor-split``, ``-ot`` and ``-c`` for a plan of one host.
+"""llama.cpp: ``-ngl``, ``--tensor-split``, ``-ot`` and ``-c``; ``--rpc`` across hosts.
 
 How llama.cpp places layers (``llama_model::load_tensors``): with ``-ngl k`` on an
 ``n``-block model, blocks below ``i_gpu_start`` stay on the CPU — ``max(n + 1 - k, 0)``
@@ -20,7 +20,8 @@ The export therefore places blocks identically under both rules:
   ``blk\\.N\\.ffn_.*_exps\\.=CPU`` when the plan puts them on a CPU stage.
 
 Refused: routed experts of one block split between stages, or placed on a GPU
-other than their block's (llama.cpp stores a block's experts as one tensor).
+other than their block's or the CPU of another host (llama.cpp stores a block's
+experts as one tensor, and ``-ot`` names llama-server's own memory).
 
 GPUs of one multi-GPU node (a plan that lists GPUs): llama.cpp splits a model
 either by whole layers (``-sm layer``: each GPU its share of ``--tensor-split``)
@@ -33,9 +34,13 @@ one way for the whole model. So the export gives
   above, with ``CUDA_VISIBLE_DEVICES`` listing the stages' GPUs in stage order, so
   the ``i``-th share is the ``i``-th GPU stage's;
 
-and refuses a plan mixing the two (a stage on several GPUs among several stages)
-or using GPUs of more than one node, naming the ``stowplan plan`` line that
-plans what llama.cpp runs.
+and refuses a plan mixing the two (a stage on several GPUs among several stages),
+naming the ``stowplan plan`` line that plans what llama.cpp runs.
+
+Several hosts (a plan that lists GPUs of several nodes, or whose nodes' descriptors
+are given): ``rpc-server`` for the stages of the other hosts and ``llama-server
+--rpc …`` on the last stage's host, the split over the devices in stage order (how
+llama.cpp orders RPC and local devices: :mod:`~stowplan.exports.llamacpp_rpc`).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from stowplan.exports.common import (
     replan_command,
     stage_of_block,
 )
+from stowplan.exports.llamacpp_rpc import RpcLayout, RpcServer, rpc_layout, rpc_notes, rpc_servers
 from stowplan.exports.result import Engine, EngineExport, UnsupportedByEngine, shell_line
 from stowplan.gpu_lists import stage_place_text, uses_gpu_lists, visible_devices
 from stowplan.model import ModelLayout, NodeDescriptor
@@ -72,7 +78,9 @@ def block_regex(blocks: Sequence[int], suffix: str = "") -> str:
 def _experts_to_cpu(
     plan: Plan, cpu: list[bool], experts_per_block: int | None, nodes_file: str | None = None
 ) -> list[int]:
-    """GPU blocks whose routed experts the plan keeps on a CPU stage; refuse the rest."""
+    """Device blocks whose routed experts the plan keeps on a CPU stage of llama-server's
+    host (``cpu``); refuse the rest, naming the ``--block-local`` replan."""
+    replan = replan_command(plan, "llamacpp", nodes_file, "--block-local")
     out = []
     for block, per_stage in sorted(expert_owners(plan).items()):
         home = stage_of_block(plan, block).stage
@@ -86,14 +94,15 @@ def _experts_to_cpu(
                 f"the routed experts of block {block} are split between stages "
                 f"{sorted({home, *owners})}; llama.cpp stores a block's experts as one tensor, "
                 "so they can only move together; replan with every expert beside its block: "
-                + replan_command(plan, "llamacpp", nodes_file, "--block-local"),
+                + replan,
             )
         owner = owners[0]
         if not cpu[owner] or cpu[home]:
             raise UnsupportedByEngine(
                 Engine.LLAMACPP,
                 f"the routed experts of block {block} are on stage {owner} and the block on "
-                f"stage {home}; the export moves experts only from a GPU block to the CPU",
+                f"stage {home}; the export moves experts only from a GPU block to the CPU of "
+                "llama-server's host; replan with every expert beside its block: " + replan,
             )
         out.append(block)
     return out
@@ -102,12 +111,12 @@ def _experts_to_cpu(
 def _split_mode(plan: Plan, gpu_stages: list[StageAssignment], nodes_file: str | None) -> str:
     """``row`` or ``layer`` for a plan that lists GPUs; refuse what llama.cpp cannot run."""
     hosts = list(dict.fromkeys(a.node_id for a in gpu_stages))
-    if len(hosts) > 1:
+    if len(hosts) > 1:  # reached only when their descriptors give them one address
         raise UnsupportedByEngine(
             Engine.LLAMACPP,
-            f"the plan uses GPUs of {len(hosts)} nodes ({', '.join(hosts)}) and llama.cpp "
-            "runs on one host; plan for one node: "
-            + replan_command(plan, "llamacpp", "ONE_NODE_FLEET"),
+            f"the plan uses GPUs of {len(hosts)} nodes ({', '.join(hosts)}) with one address; "
+            "llama.cpp numbers the GPUs of one host once: give each node its own address "
+            "label, or plan for one node: " + replan_command(plan, "llamacpp", "ONE_NODE_FLEET"),
         )
     wide = [a for a in gpu_stages if a.tensor_parallel > 1]
     if not wide:
@@ -163,7 +172,9 @@ def export_llamacpp(
     layout: ModelLayout | None = None,
     nodes_file: str | None = None,
 ) -> EngineExport:
-    """``llama-server`` arguments reproducing the plan's blocks per device of one host.
+    """``llama-server`` arguments reproducing the plan's blocks per device: of one host,
+    or across hosts with an ``rpc-server`` per stage on the others
+    (:mod:`~stowplan.exports.llamacpp_rpc`).
 
     CPU stages are recognised by :func:`~stowplan.exports.common.is_cpu_node`.
     Raises :class:`UnsupportedByEngine` for expert placements llama.cpp cannot express,
@@ -175,78 +186,140 @@ def export_llamacpp(
     cpu = [is_cpu_node(a.node_id, by_id) for a in plan.assignments]
     model_arg, _ = model_argument(plan, model)
     notes = [] if model else [f"replace {model_arg!r} after -m with the model's GGUF file"]
-    gpu_stages = [a for a, c in zip(plan.assignments, cpu, strict=True) if not c]
     lists = uses_gpu_lists(plan)
-    mode = _split_mode(plan, gpu_stages, nodes_file) if lists else None
-    if mode == "row":
-        return _row_split(plan, plan.assignments[0], n, model_arg, notes)
+    rpc = rpc_layout(plan, by_id, cpu, lists)
+    servers: list[RpcServer] = []
+    if rpc is None:
+        gpu_stages = [a for a, c in zip(plan.assignments, cpu, strict=True) if not c]
+        mode = _split_mode(plan, gpu_stages, nodes_file) if lists else None
+        if mode == "row":
+            return _row_split(plan, plan.assignments[0], n, model_arg, notes)
+        local_cpu = cpu
+    else:
+        servers = rpc_servers(plan, rpc, by_id, cpu, nodes_file)
+        mode = "layer" if lists else None
+        local_cpu = [c and here for c, here in zip(cpu, rpc.local, strict=True)]
     experts_per_block = plan.topology.experts_per_layer or (
         layout.experts.num_experts if layout is not None and layout.experts is not None else None
     )
-    exps_on_cpu = _experts_to_cpu(plan, cpu, experts_per_block, nodes_file)
+    exps_on_cpu = _experts_to_cpu(plan, local_cpu, experts_per_block, nodes_file)
     args: list[str] = ["-m", model_arg]
-    env: tuple[tuple[str, str], ...] = ()
-
-    if not gpu_stages:
-        args += ["-ngl", "0"]
-    else:
-        # Step 1: -ngl n+1 puts every block and the output layer in the GPU range under
-        # either rule llama.cpp builds use for i_gpu_start (n + 1 - ngl, or n - ngl): both
-        # give 0, and the split is taken over all n + 1 layers.
-        args += ["-ngl", str(n + 1)]
-        if mode == "layer":
-            args += ["-sm", "layer"]
-        # Step 2: one proportion per GPU; CPU blocks count on the GPU before them (the
-        # first GPU for CPU stages ahead of every GPU), so split points fall on the plan's
-        # stage boundaries.
-        shares = {a.stage: a.num_blocks for a in gpu_stages}
-        owner = None
-        cpu_blocks: list[int] = []
-        for a, c in zip(plan.assignments, cpu, strict=True):
-            if not c:
-                owner = a.stage
-            else:
-                shares[gpu_stages[0].stage if owner is None else owner] += a.num_blocks
-                cpu_blocks += range(*a.block_range)
-        shares[gpu_stages[-1].stage] += 1  # the output layer
-        if len(gpu_stages) > 1:
-            args += ["--tensor-split", ",".join(str(shares[a.stage]) for a in gpu_stages)]
-        if mode == "layer" and all(a.gpu_indices for a in gpu_stages):
-            env = (
-                ("CUDA_VISIBLE_DEVICES", visible_devices([a.gpu_indices[0] for a in gpu_stages])),
-            )
-            order = ", ".join(f"{stage_place_text(a)} (stage {a.stage})" for a in gpu_stages)
-            notes.append(f"CUDA_VISIBLE_DEVICES lists the stages' GPUs in stage order: {order}")
-        elif len(gpu_stages) > 1:
-            order = ", ".join(f"{a.node_id} (stage {a.stage})" for a in gpu_stages)
-            notes.append(
-                f"--tensor-split follows llama.cpp's GPU order: make it list exactly {order} "
-                "in this order (CUDA_VISIBLE_DEVICES or --device)"
-            )
-        # Step 3: -ot keeps every CPU-stage tensor (and the output on a CPU tail) in host memory.
-        if cpu_blocks:
-            args += ["-ot", f"{block_regex(cpu_blocks)}=CPU"]
-            notes.append(
-                "blocks kept on the CPU with -ot keep their KV cache on the GPU their split "
-                "share belongs to"
-            )
-        if cpu[-1]:
-            args += ["-ot", "^output(_norm)?\\.=CPU"]
+    if servers:
+        args += ["--rpc", ",".join(s.endpoint for s in servers)]
+    env = _layer_split(plan, n, local_cpu, mode, rpc, args, notes)
     if exps_on_cpu:
         args += ["-ot", block_regex(exps_on_cpu, EXPERT_TENSORS) + "=CPU"]
     if plan.context_tokens is not None:
         args += ["-c", str(plan.context_tokens)]
     else:
         notes.append("the plan has no context_tokens: llama.cpp uses the model's trained context")
-    if plan.num_stages > 1 and not lists:
+    if plan.num_stages > 1 and not lists and rpc is None:
         notes.append(ONE_HOST)
     if plan.assignments[0].owns_embed and not cpu[0]:
-        notes.append("llama.cpp keeps the token embedding table in host memory, not on stage 0")
+        where = "" if rpc is None else f" of {rpc.main_node(plan)}"
+        notes.append(
+            f"llama.cpp keeps the token embedding table in host memory{where}, not on stage 0"
+        )
+    server_line = shell_line(env, ["llama-server", *args])
+    commands = [server_line]
+    data: dict[str, object] = {}
+    if rpc is not None:
+        notes += rpc_notes(plan, rpc, servers)
+        commands = []
+        for s in servers:
+            commands += [f"# on {s.stage.node_id} (stage {s.stage.stage})", s.command]
+        mine = [a.stage for a, here in zip(plan.assignments, rpc.local, strict=True) if here]
+        commands += [f"# on {rpc.main_node(plan)} ({_stages_text(mine)})", server_line]
+        data = {
+            "rpc_servers": [
+                {"node": s.stage.node_id, "stage": s.stage.stage, "endpoint": s.endpoint}
+                for s in servers
+            ],
+            "llama_server_node": rpc.main_node(plan),
+        }
     return EngineExport(
         engine=Engine.LLAMACPP,
         block_counts=plan.block_counts(),
         env=env,
         args=tuple(args),
-        commands=(shell_line(env, ["llama-server", *args]),),
+        commands=tuple(commands),
         notes=tuple(notes),
+        data=data,
     )
+
+
+def _stages_text(stages: list[int]) -> str:
+    """``stage 3`` or ``stages 3, 4``."""
+    return f"stage {stages[0]}" if len(stages) == 1 else f"stages {', '.join(map(str, stages))}"
+
+
+def _layer_split(
+    plan: Plan,
+    n: int,
+    cpu: list[bool],
+    mode: str | None,
+    rpc: RpcLayout | None,
+    args: list[str],
+    notes: list[str],
+) -> tuple[tuple[str, str], ...]:
+    """Append ``-ngl``, ``-sm``, ``--tensor-split`` and the CPU overrides to ``args`` for
+    a plan whose devices are its stages not on llama-server's CPU (``cpu``), in stage
+    order; return llama-server's environment."""
+    devices = [a for a, c in zip(plan.assignments, cpu, strict=True) if not c]
+    if not devices:
+        args += ["-ngl", "0"]
+        return ()
+    # Step 1: -ngl n+1 puts every block and the output layer in the GPU range under
+    # either rule llama.cpp builds use for i_gpu_start (n + 1 - ngl, or n - ngl): both
+    # give 0, and the split is taken over all n + 1 layers.
+    args += ["-ngl", str(n + 1)]
+    if mode == "layer":
+        args += ["-sm", "layer"]
+    # Step 2: one proportion per device (RPC devices first, then local GPUs: stage order,
+    # see llamacpp_rpc); CPU blocks count on the device before them (the first device for
+    # CPU stages ahead of every device), so split points fall on the plan's stage boundaries.
+    shares = {a.stage: a.num_blocks for a in devices}
+    owner = None
+    cpu_blocks: list[int] = []
+    for a, c in zip(plan.assignments, cpu, strict=True):
+        if not c:
+            owner = a.stage
+        else:
+            shares[devices[0].stage if owner is None else owner] += a.num_blocks
+            cpu_blocks += range(*a.block_range)
+    shares[devices[-1].stage] += 1  # the output layer
+    if len(devices) > 1:
+        args += ["--tensor-split", ",".join(str(shares[a.stage]) for a in devices)]
+    env = _local_gpu_order(plan, devices, mode, rpc, notes)
+    # Step 3: -ot keeps every CPU-stage tensor (and the output on a CPU tail) in host memory.
+    if cpu_blocks:
+        args += ["-ot", f"{block_regex(cpu_blocks)}=CPU"]
+        notes.append(
+            "blocks kept on the CPU with -ot keep their KV cache on the GPU their split "
+            "share belongs to"
+        )
+    if cpu[-1]:
+        args += ["-ot", "^output(_norm)?\\.=CPU"]
+    return env
+
+
+def _local_gpu_order(
+    plan: Plan,
+    devices: list[StageAssignment],
+    mode: str | None,
+    rpc: RpcLayout | None,
+    notes: list[str],
+) -> tuple[tuple[str, str], ...]:
+    """``CUDA_VISIBLE_DEVICES`` for llama-server's own GPUs in stage order, or a note."""
+    local = [a for a in devices if rpc is None or rpc.local[a.stage]]
+    if mode == "layer" and local and all(a.gpu_indices for a in local):
+        order = ", ".join(f"{stage_place_text(a)} (stage {a.stage})" for a in local)
+        notes.append(f"CUDA_VISIBLE_DEVICES lists the stages' GPUs in stage order: {order}")
+        return (("CUDA_VISIBLE_DEVICES", visible_devices([a.gpu_indices[0] for a in local])),)
+    if len(local) > 1:
+        order = ", ".join(f"{a.node_id} (stage {a.stage})" for a in local)
+        notes.append(
+            f"--tensor-split follows llama.cpp's GPU order: make it list exactly {order} "
+            "in this order (CUDA_VISIBLE_DEVICES or --device)"
+        )
+    return ()

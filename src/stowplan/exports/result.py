@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from stowplan.errors import PlanError
+from stowplan.errors import UnsupportedByEngine
 
 __all__ = ["Engine", "EngineExport", "UnsupportedByEngine", "shell_line"]
 
@@ -19,15 +19,6 @@ class Engine(StrEnum):
     SGLANG = "sglang"
     LLAMACPP = "llamacpp"
     ACCELERATE = "accelerate"
-
-
-class UnsupportedByEngine(PlanError):
-    """The plan asks for a placement the engine cannot express; ``reason`` says which part."""
-
-    def __init__(self, engine: Engine, reason: str) -> None:
-        self.engine = engine
-        self.reason = reason
-        super().__init__(f"{engine.value} cannot run this plan: {reason}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from stowplan.errors import InputError, StowplanError
+from stowplan.errors import InputError, PassportUnreadable
 from stowplan.fileio import (
     FileKind,
     path_exists,
@@ -160,15 +160,6 @@ class Passport:
             matrix=CapabilityMatrix.from_dict(d["matrix"]),
             notes=tuple(notes),
         )
-
-
-class PassportUnreadable(StowplanError):
-    """The passport file exists but cannot be used: ``path`` and ``reason`` say why."""
-
-    def __init__(self, path: Path, reason: str) -> None:
-        self.path = path
-        self.reason = reason
-        super().__init__(f"{path}: {reason}")
 
 
 def read_passport(path: str | Path) -> Passport:

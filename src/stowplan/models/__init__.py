@@ -1,6 +1,6 @@
 """Model layouts: the known-model table and readers of real model files.
 
-:func:`resolve_model` accepts a known name, a Hugging Face id of a known
+:func:`resolve_model` is the loader: it accepts a known name, a Hugging Face id of a known
 model, a ``config.json`` path, a checkpoint folder (safetensors headers, or
 its config alone when it holds no weights), a safetensors index JSON or a
 ``.gguf`` file.
@@ -52,7 +52,8 @@ def _looks_like_path(spec: str) -> bool:
 
 
 def inspect_model(spec: str, *, dtype: str | None = None) -> ModelReport:
-    """The layout of ``spec`` with its report (source, exactness, MTP, other tensors).
+    """The layout of ``spec`` with its report (source, exactness, MTP, other tensors);
+    accepts and refuses what :func:`resolve_model` does.
 
     ``dtype`` re-prices a known model or a config (``bf16``, ``fp8``, ``q4_k_m`` …);
     files with stored tensors keep their exact bytes and reject it.
@@ -117,9 +118,14 @@ def _from_path(path: Path, dtype: str | None) -> ModelReport:
 
 
 def resolve_model(spec: str, *, dtype: str | None = None) -> ModelLayout:
-    """A layout from a known name, HF id, config.json, checkpoint folder or .gguf file.
+    """The loader: a layout from a known name, HF id, config.json, checkpoint folder or
+    .gguf file (``dtype`` re-prices a known model or a config).
 
-    Raises ``InputError`` naming the known models when ``spec`` is none of these.
+    Raises :class:`InputError` when ``spec`` is none of these: an unknown name's message
+    names the closest known names first (``did you mean llama3.1:70b or …?``, by
+    :func:`difflib.get_close_matches` over the names and their aliases), then every
+    known name. :func:`lookup` is the query that returns None instead;
+    :func:`inspect_model` gives the layout with its report.
     """
     if dtype is None and isinstance(spec, str) and _existing(spec) is None:
         layout = lookup(spec)

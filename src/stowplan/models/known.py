@@ -1,4 +1,4 @@
-"""The known-model table: ``lookup("llama3.1:70b") -> ModelLayout``.
+"""The known-model table, read by :func:`stowplan.models.resolve_model` (the loader).
 
 Every entry is a model's published ``config.json`` numbers (the keys that
 determine its bytes, kept here as data with the repository they come from),
@@ -242,7 +242,7 @@ def known_names() -> list[str]:
 
 
 def known_model(name: str) -> KnownModel | None:
-    """The row ``name`` names (see the module docstring for how), or None."""
+    """A query: the row ``name`` names (see the module docstring for how), or None."""
     if not isinstance(name, str):
         return None
     key = name.strip().lower()
@@ -302,6 +302,11 @@ def known_report(name: str) -> ModelReport | None:
 
 
 def lookup(name: str) -> ModelLayout | None:
-    """The layout of a known model by short name or Hugging Face id; None when unknown."""
+    """A query: the layout of a known model by short name or Hugging Face id, or None
+    when ``name`` is not one.
+
+    To get a model, call :func:`stowplan.models.resolve_model`: it also reads files and
+    raises :class:`~stowplan.errors.InputError` naming the closest known names.
+    """
     report = known_report(name)
     return None if report is None else report.layout
