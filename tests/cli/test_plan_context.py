@@ -95,6 +95,11 @@ def test_a_context_that_cannot_fit_is_one_line_with_the_numbers(capsys) -> None:
             "or 'max' (the largest that fits)",
         ),
         (
+            "9" * 5000,
+            f"--context='{'9' * 259}…(5002 characters): must be a number of tokens in "
+            "[0, 1073741824] (0: no KV reserve) or 'max' (the largest that fits)",
+        ),
+        (
             "200000",
             "context_tokens=200000: must be at most llama3.1:70b-q4_0's maximum context (131,072)",
         ),

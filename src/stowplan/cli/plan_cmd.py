@@ -199,7 +199,7 @@ def _context_option(value: str | None) -> int | str | None:
     text = value.strip().lower()
     if text == "max":
         return "max"
-    if not text.isdigit() or int(text) > MAX_CONTEXT_TOKENS:
+    if not text.isdigit() or len(text) > 10 or int(text) > MAX_CONTEXT_TOKENS:
         raise InputError(
             "--context",
             value,
