@@ -223,6 +223,16 @@ RATE_RULE = "must be 0 (unknown) or a number in [9.76562e-10, 1e+18]"
             f"id='{'x' * 255}x': must be a non-empty string of at most 255 characters",
         ),
         (
+            "model",
+            {"max_context_tokens": 0},
+            "max_context_tokens=0: must be an integer in [1, 1073741824]",
+        ),
+        (
+            "model",
+            {"max_context_tokens": 2**31},
+            f"max_context_tokens={2**31}: must be an integer in [1, 1073741824]",
+        ),
+        (
             "constraints",
             {"context_tokens": 2**40},
             f"context_tokens={2**40}: must be an integer in [0, 1073741824]",

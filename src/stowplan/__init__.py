@@ -65,6 +65,12 @@ from stowplan.plan import (
     plan_to_json,
 )
 from stowplan.planner import plan
+from stowplan.planner.context_fit import (
+    ContextFit,
+    default_context_tokens,
+    fit_context,
+    plan_within_context,
+)
 from stowplan.worker import WorkerStage, stage_env, stage_from_env
 
 if TYPE_CHECKING:
@@ -123,6 +129,7 @@ __all__ = [
     "ClusterError",
     "CoActivation",
     "Constraints",
+    "ContextFit",
     "DependencyError",
     "EmploymentPlan",
     "EngineExport",
@@ -162,7 +169,9 @@ __all__ = [
     "UnsupportedByEngine",
     "WorkerStage",
     "__version__",
+    "default_context_tokens",
     "export_plan",
+    "fit_context",
     "init_ray",
     "load_coactivation",
     "load_expert_load",
@@ -174,6 +183,7 @@ __all__ = [
     "plan_from_json",
     "plan_to_json",
     "plan_with_experts",
+    "plan_within_context",
     "probe_host",
     "realise",
     "realise_with_replan",

@@ -190,6 +190,9 @@ class ModelLayout:
     num_kv_heads: int | None = None
     family: str | None = None
     """Architecture family, e.g. ``llama`` (module names for exports)."""
+    max_context_tokens: int | None = None
+    """The longest context the model takes per sequence (``max_position_embeddings`` of its
+    config, ``context_length`` of a GGUF file); None: unknown."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -252,6 +255,10 @@ class ModelLayout:
             v = getattr(self, name)
             if v is not None:
                 check_int(name, v, maximum=upper)
+        if self.max_context_tokens is not None:
+            check_int(
+                "max_context_tokens", self.max_context_tokens, minimum=1, maximum=MAX_CONTEXT_TOKENS
+            )
 
     # -- derived sizes ------------------------------------------------------------------
     def block_sizes(self) -> tuple[int, ...]:
@@ -459,7 +466,9 @@ class Constraints:
     batch: int = 1
     """Concurrent sequences in flight."""
     context_tokens: int | None = None
-    """Tokens of context per sequence to budget KV cache for (None: no KV reserve)."""
+    """Tokens of context per sequence to budget KV cache for, for each of the ``batch``
+    sequences (None or 0: no KV reserve; the command line reserves
+    :func:`~stowplan.planner.context_fit.default_context_tokens` unless told otherwise)."""
     objective: Objective = Objective.SPEED
     target_tokens_per_s: float | None = None
     """With ``objective=cost``: the throughput the cheapest node set must reach."""

@@ -52,7 +52,7 @@ def test_two_nodes_of_eight_h100_run_405b_as_tp8_times_pp2_on_vllm(plan_405b: Pl
     assert argv[:3] == ["vllm", "serve", "llama3.1:405b"]
     assert argv[3:] == [
         "--pipeline-parallel-size", "2", "--tensor-parallel-size", "8",
-        "--distributed-executor-backend", "ray",
+        "--distributed-executor-backend", "ray", "--gpu-memory-utilization", "0.8",
     ]  # fmt: skip
     assert set(env) == {"VLLM_PP_LAYER_PARTITION"}
     for a in plan_405b.assignments:
@@ -99,9 +99,11 @@ def test_nodes_the_plan_leaves_out_are_kept_out_of_the_ray_cluster() -> None:
 def test_a_node_split_into_two_stages_runs_on_one_host_without_ray() -> None:
     p = make_tp_plan([("n0", (0, 1, 2, 3), 20), ("n0", (4, 5, 6, 7), 12)])
     result = export_plan(p, "vllm", nodes=[h100_node("n0", 8)], model="meta-llama/Llama-3.1-8B")
+    # The made-up plan gives each GPU 20 GiB of its 80 GB: 21.47 / 80 = 0.268 of it.
     assert result.commands == (
         "VLLM_PP_LAYER_PARTITION=20,12 vllm serve meta-llama/Llama-3.1-8B "
-        "--pipeline-parallel-size 2 --tensor-parallel-size 4 --max-model-len 4096",
+        "--pipeline-parallel-size 2 --tensor-parallel-size 4 --max-model-len 4096 "
+        "--gpu-memory-utilization 0.268",
     )
 
 
@@ -110,14 +112,15 @@ def test_a_subset_of_a_nodes_gpus_is_its_cuda_visible_devices() -> None:
     result = export_plan(p, "vllm", nodes=[h100_node("n0", 8)], model="m")
     assert result.commands == (
         "CUDA_VISIBLE_DEVICES=2,3,6,7 VLLM_PP_LAYER_PARTITION=20,12 vllm serve m "
-        "--pipeline-parallel-size 2 --tensor-parallel-size 2 --max-model-len 4096",
+        "--pipeline-parallel-size 2 --tensor-parallel-size 2 --max-model-len 4096 "
+        "--gpu-memory-utilization 0.268",
     )
     sglang = export_plan(p, "sglang", nodes=[h100_node("n0", 8)], model="m")
     assert sglang.commands == (
         "# on n0 (stages 0-1)",
         "CUDA_VISIBLE_DEVICES=6,7,2,3 SGLANG_PP_LAYER_PARTITION=20,12 python -m "
         "sglang.launch_server --model-path m --pp-size 2 --tp-size 2 --context-length 4096 "
-        "--nnodes 1 --node-rank 0",
+        "--mem-fraction-static 0.268 --nnodes 1 --node-rank 0",
     )
 
 

@@ -74,8 +74,12 @@ def test_vllm_export_carries_context_tp_and_the_ray_order_note():
     assert result.commands == (
         "VLLM_PP_LAYER_PARTITION=10,12,10 vllm serve meta-llama/Llama-3.1-8B "
         "--pipeline-parallel-size 3 --tensor-parallel-size 1 "
-        "--distributed-executor-backend ray --max-model-len 8192",
+        "--distributed-executor-backend ray --max-model-len 8192 --gpu-memory-utilization 0.8",
     )
+    assert (
+        "the memory fraction 0.8 assumes the default 20% headroom: pass --nodes FLEET to read "
+        "the plan's own"
+    ) in result.notes
     assert any(
         "stage order n-a (stage 0) -> n-b (stage 1) -> n-c (stage 2)" in n for n in result.notes
     )
@@ -95,7 +99,11 @@ def node(node_id: str, gpus: int) -> NodeDescriptor:
 def test_equal_gpu_counts_become_the_tensor_parallel_degree():
     plan = make_plan([16, 16], ["a", "b"])
     result = export_plan(plan, "sglang", nodes=[node("a", 4), node("b", 4)])
-    assert result.args == ("--pp-size", "2", "--tp-size", "4", "--context-length", "4096")
+    # The made-up plan gives each stage 20 GiB of its 4 × 80 GiB: 0.0625, rounded down.
+    assert result.args == (
+        "--pp-size", "2", "--tp-size", "4", "--context-length", "4096",
+        "--mem-fraction-static", "0.062",
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -19,9 +19,12 @@ def _write(
     experts: tuple[int, int] | None = None,
     file_type: bool = True,
     blocks: int = 2,
+    context: int | None = None,
 ) -> None:
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_block_count(blocks)
+    if context is not None:
+        w.add_context_length(context)
     w.add_embedding_length(32)
     w.add_head_count(4)
     w.add_head_count_kv(2)
@@ -137,3 +140,11 @@ def test_gguf_with_no_blocks_or_more_experts_used_than_stored_is_refused(
     assert str(info.value) == (
         f"llama.expert_used_count=5: must be <= llama.expert_count (4) (GGUF file {path})"
     )
+
+
+def test_gguf_context_length_is_the_layouts_maximum_context(tmp_path: Path) -> None:
+    path = tmp_path / "m.gguf"
+    _write(path, _llama(), context=4096)
+    assert inspect_model(str(path)).layout.max_context_tokens == 4096
+    _write(path, _llama())
+    assert inspect_model(str(path)).layout.max_context_tokens is None

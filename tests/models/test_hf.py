@@ -229,6 +229,19 @@ def test_config_file_path_is_accepted() -> None:
     assert from_hf_config(path, name="m") == from_hf_config(_cfg("Mixtral-8x7B-v0.1"), name="m")
 
 
+def test_max_position_embeddings_is_the_maximum_context() -> None:
+    cfg = json.loads((CONFIGS / "Llama-3.2-1B.json").read_text())
+    assert from_hf_config(cfg).max_context_tokens == cfg["max_position_embeddings"] == 131072
+    assert from_hf_config({**cfg, "max_position_embeddings": None}).max_context_tokens is None
+    assert from_hf_config({**cfg, "max_position_embeddings": 0}).max_context_tokens is None
+    # Beyond what a plan can budget, it bounds nothing: the cap stands in for it.
+    big = {**cfg, "max_position_embeddings": 2**31 - 1}
+    assert from_hf_config(big).max_context_tokens == 2**30
+    gemma3 = {"model_type": "gemma3", "text_config": {**cfg, "model_type": "gemma3_text"}}
+    gemma3["text_config"]["max_position_embeddings"] = 32768
+    assert from_hf_config(gemma3).max_context_tokens == 32768
+
+
 BAD = [
     (
         {"model_type": "bert", "hidden_size": 8},
@@ -249,6 +262,10 @@ BAD = [
         },
         "config.quantization_config.quant_method='hqq': is not supported; supported: "
         "awq, bitsandbytes, compressed-tensors, fp8, gptq, mxfp4",
+    ),
+    (
+        {**json.loads((CONFIGS / "Llama-3.2-1B.json").read_text()), "max_position_embeddings": -1},
+        "config.max_position_embeddings=-1: must be an integer in [0, ",
     ),
 ]
 

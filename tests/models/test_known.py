@@ -131,3 +131,30 @@ def test_a_tagged_name_is_priced_in_its_dtype() -> None:
 
 def test_llama_3_3_70b_has_the_bytes_of_llama_3_1_70b() -> None:
     assert resolve_model("llama3.3:70b").weight_bytes == resolve_model("llama3.1:70b").weight_bytes
+
+
+# max_position_embeddings of the published config.json of rows without a fixture
+PUBLISHED_CONTEXT = {
+    "llama3.2:3b": 131072,
+    "llama3.1:405b": 131072,
+    "mixtral:8x22b": 65536,
+    "qwen3:8b": 40960,
+    "qwen3:32b": 40960,
+    "qwen2.5:7b": 131072,
+    "qwen3:235b-a22b": 40960,
+    "kimi-k2": 131072,
+    "gpt-oss:120b": 131072,
+    "gemma2:2b": 8192,
+    "gemma2:27b": 8192,
+    "gemma3:27b": 131072,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_CONTEXT))
+def test_rows_without_a_fixture_carry_their_published_maximum_context(name: str) -> None:
+    m = lookup(name)
+    assert m is not None and m.max_context_tokens == PUBLISHED_CONTEXT[name]
+
+
+def test_every_known_model_states_its_maximum_context() -> None:
+    assert [n for n in known_names() if resolve_model(n).max_context_tokens is None] == []

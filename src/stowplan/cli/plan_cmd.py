@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,10 +19,18 @@ from stowplan.errors import InputError
 from stowplan.expert_stats import load_coactivation, load_expert_load
 from stowplan.fileio import read_text_file
 from stowplan.gpu_lists import stage_place_text
-from stowplan.model import Constraints, Objective
+from stowplan.limits import MAX_CONTEXT_TOKENS
+from stowplan.model import Constraints, ModelLayout, NodeDescriptor, Objective
 from stowplan.models import known_names, lookup, resolve_model
-from stowplan.plan import plan_from_json, plan_to_json
+from stowplan.plan import Plan, plan_from_json, plan_to_json
 from stowplan.planner import plan as make_plan
+from stowplan.planner.context_fit import (
+    ContextFit,
+    Planner,
+    default_context_tokens,
+    fit_context,
+    plan_within_context,
+)
 from stowplan.planner.experts import expert_summary, plan_with_experts
 from stowplan.report.experts import render_experts
 from stowplan.report.html import write_html_report
@@ -67,7 +77,12 @@ def plan_command(
     ] = None,
     batch: Annotated[int, typer.Option(help="Concurrent sequences in flight.")] = 1,
     context: Annotated[
-        int | None, typer.Option(help="Context tokens per sequence to reserve KV cache for.")
+        str | None,
+        typer.Option(
+            help="Context tokens per sequence to reserve KV cache for, for each of the --batch "
+            "sequences (default: 8192, or the model's maximum if smaller); 0: none; max: the "
+            "largest that fits."
+        ),
     ] = None,
     target: Annotated[
         str | None,
@@ -117,6 +132,7 @@ def plan_command(
     layout = resolve_model(model, dtype=dtype)
     fleet = load_fleet(nodes, offers)
     warn_about_gpus(fleet)
+    asked = _context_option(context)
     constraints = Constraints(
         min_stages=min_stages,
         max_stages=max_stages,
@@ -124,7 +140,13 @@ def plan_command(
         vram_headroom_frac=headroom,
         strategy=strategy,  # type: ignore[arg-type]  # validated by Constraints
         batch=batch,
-        context_tokens=context,
+        context_tokens=(
+            default_context_tokens(layout)
+            if asked is None
+            else asked
+            if isinstance(asked, int)
+            else 0  # --context max: searched below
+        ),
         objective=Objective.COST if target is not None else Objective.SPEED,
         target_tokens_per_s=None
         if target is None
@@ -136,13 +158,20 @@ def plan_command(
     load = load_expert_load(expert_load) if expert_load is not None else None
     co = load_coactivation(coactivation) if coactivation is not None else None
     moe = layout.experts is not None or load is not None or co is not None
+    planner: Planner = make_plan
+    if moe:
+
+        def planner(m: ModelLayout, n: Sequence[NodeDescriptor], c: Constraints) -> Plan:
+            return plan_with_experts(m, n, c, load, co, expert_parallel=expert_parallel)
+
+    fit: ContextFit | None = None
     with search_progress(err_console, constraints.target_tokens_per_s):
-        if moe:
-            result = plan_with_experts(
-                layout, fleet, constraints, load, co, expert_parallel=expert_parallel
-            )
+        if asked == "max":
+            fit = fit_context(layout, fleet, constraints, planner=planner)
+            result = fit.plan
+            constraints = replace(constraints, context_tokens=fit.context_tokens)
         else:
-            result = make_plan(layout, fleet, constraints)
+            result = plan_within_context(layout, fleet, constraints, planner=planner)
     baselines = compare_baselines(layout, fleet, constraints) if compare or html is not None else ()
     if html is not None:
         try:
@@ -153,6 +182,7 @@ def plan_command(
         out_console.file.write(plan_to_json(result))
         return
     render_plan(result, fleet, out_console)
+    out_console.print(_context_line(layout, constraints, asked, fit), soft_wrap=True)
     if layout.experts is not None:
         render_experts(result, expert_summary(result, layout, fleet, load, co), out_console)
     prediction = result.rationale.prediction
@@ -160,6 +190,46 @@ def plan_command(
         out_console.print(f"calibration: {prediction.calibration}")
     if compare:
         render_comparison(result, baselines, out_console)
+
+
+def _context_option(value: str | None) -> int | str | None:
+    """``--context``: None (the default context), ``"max"`` or tokens per sequence."""
+    if value is None:
+        return None
+    text = value.strip().lower()
+    if text == "max":
+        return "max"
+    if not text.isdigit() or len(text) > 10 or int(text) > MAX_CONTEXT_TOKENS:
+        raise InputError(
+            "--context",
+            value,
+            f"must be a number of tokens in [0, {MAX_CONTEXT_TOKENS}] (0: no KV reserve) "
+            "or 'max' (the largest that fits)",
+        )
+    return int(text)
+
+
+def _context_line(
+    layout: ModelLayout, c: Constraints, asked: int | str | None, fit: ContextFit | None
+) -> str:
+    """What KV cache the plan reserves, and why that much."""
+    tokens = c.context_tokens or 0
+    seqs = f"{c.batch:,} sequence{'' if c.batch == 1 else 's'}"
+    if layout.kv_bytes_per_token is None:
+        return "KV cache: not reserved (the model's layout has no KV-cache figure)"
+    if tokens == 0 and fit is None:
+        return "KV cache: none reserved (--context 0); the engine gets what is left"
+    reserved = f"KV reserved for {tokens:,} tokens × {seqs}"
+    if fit is not None:
+        why = (
+            "the model's maximum context"
+            if fit.limited_by_model
+            else "the largest context that fits"
+        )
+        return f"{reserved} ({why}; --context max)"
+    if asked is None:
+        return f"{reserved} (default; --context to change)"
+    return reserved
 
 
 @app.command("models")

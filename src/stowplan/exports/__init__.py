@@ -14,8 +14,10 @@ the engine cannot express.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from stowplan.checks import check_choice
+from stowplan.errors import StowplanError
 from stowplan.exports.accelerate import FAMILIES, export_accelerate
 from stowplan.exports.llamacpp import export_llamacpp
 from stowplan.exports.pipeline import partition_string
@@ -59,19 +61,30 @@ def export_plan(
     ``FLEET``). Raises :class:`InputError` for an unknown engine or family and
     :class:`UnsupportedByEngine` for a placement the engine cannot run; when the planner
     can avoid it, the message ends with the ``stowplan plan … --engine …`` line that does.
+    Raises :class:`~stowplan.errors.Infeasible` for a plan whose stages cannot hold the KV
+    cache of its context (see :func:`~stowplan.exports.context.check_kv_fits`).
     """
     from stowplan.exports.common import resolve_layout
+    from stowplan.exports.context import check_kv_fits
 
     engine = check_choice("--to", to, Engine, normalise=lambda v: v.strip().lower())
+    try:
+        resolved = resolve_layout(plan, layout, model)
+    except StowplanError:
+        if engine in (Engine.LLAMACPP, Engine.ACCELERATE):
+            raise  # they need the layout's family or experts
+        resolved = None  # vLLM and SGLang take the model as given; the KV check does without
+    kv_notes = check_kv_fits(plan, resolved, nodes_file)
     if engine is Engine.VLLM:
-        return export_vllm(plan, nodes=nodes, model=model, nodes_file=nodes_file)
-    if engine is Engine.SGLANG:
-        return export_sglang(plan, nodes=nodes, model=model, nodes_file=nodes_file)
-    resolved = resolve_layout(plan, layout, model)
-    if engine is Engine.LLAMACPP:
-        return export_llamacpp(
+        result = export_vllm(plan, nodes=nodes, model=model, nodes_file=nodes_file)
+    elif engine is Engine.SGLANG:
+        result = export_sglang(plan, nodes=nodes, model=model, nodes_file=nodes_file)
+    elif engine is Engine.LLAMACPP:
+        result = export_llamacpp(
             plan, nodes=nodes, model=model, layout=resolved, nodes_file=nodes_file
         )
-    return export_accelerate(
-        plan, nodes=nodes, model=model, layout=resolved, family=family, nodes_file=nodes_file
-    )
+    else:
+        result = export_accelerate(
+            plan, nodes=nodes, model=model, layout=resolved, family=family, nodes_file=nodes_file
+        )
+    return replace(result, notes=(*result.notes, *kv_notes)) if kv_notes else result

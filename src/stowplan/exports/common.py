@@ -122,17 +122,27 @@ def node_devices(
 
 
 def replan_command(
-    plan: Plan, engine: str | None, nodes_file: str | None = None, *extra: str
+    plan: Plan,
+    engine: str | None,
+    nodes_file: str | None = None,
+    *extra: str,
+    context: str | None = None,
 ) -> str:
     """The ``stowplan plan`` line that plans the same model for ``engine``'s rule (and the
     ``extra`` options, e.g. ``--block-local``).
 
-    ``nodes_file`` is the fleet file (``FLEET`` when unknown); the plan's context is kept.
+    ``nodes_file`` is the fleet file (``FLEET`` when unknown); the plan's sequences
+    (``--batch``) and context are kept, or the context is ``context`` when given (``max``).
     """
     words = ["stowplan", "plan", plan.model_name or "MODEL", "--nodes", nodes_file or "FLEET"]
     if engine is not None:
         words += ["--engine", engine]
     words += extra
-    if plan.context_tokens is not None:
+    prediction = plan.rationale.prediction
+    if prediction is not None and prediction.batch > 1:
+        words += ["--batch", str(prediction.batch)]
+    if context is not None:
+        words += ["--context", context]
+    elif plan.context_tokens is not None:
         words += ["--context", str(plan.context_tokens)]
     return shlex.join(words)

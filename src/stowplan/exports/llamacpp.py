@@ -1,4 +1,4 @@
-"""llama.cpp: ``-ngl``, ``--tensor-split``, ``-ot`` and ``-c``; ``--rpc`` across hosts.
+"""llama.cpp: ``-ngl``, ``--tensor-split``, ``-ot``, ``-c`` and ``-np``; ``--rpc`` across hosts.
 
 How llama.cpp places layers (``llama_model::load_tensors``): with ``-ngl k`` on an
 ``n``-block model, blocks below ``i_gpu_start`` stay on the CPU — ``max(n + 1 - k, 0)``
@@ -56,6 +56,7 @@ from stowplan.exports.common import (
     replan_command,
     stage_of_block,
 )
+from stowplan.exports.context import context_of, sequences_of
 from stowplan.exports.llamacpp_rpc import RpcLayout, RpcServer, rpc_layout, rpc_notes, rpc_servers
 from stowplan.exports.result import Engine, EngineExport, UnsupportedByEngine, shell_line
 from stowplan.gpu_lists import stage_place_text, uses_gpu_lists, visible_devices
@@ -134,6 +135,25 @@ def _split_mode(plan: Plan, gpu_stages: list[StageAssignment], nodes_file: str |
     )
 
 
+def _context_args(plan: Plan, notes: list[str]) -> list[str]:
+    """``-c`` (and ``-np``) for the plan's context; a note of how llama.cpp counts it.
+
+    llama-server's ``-c`` is the KV cache of all its slots together; with ``-np N`` each
+    slot gets ``-c / N``.  So ``U`` sequences of ``C`` tokens are ``-c C·U -np U``.
+    """
+    context, seqs = context_of(plan), sequences_of(plan)
+    if context is None:
+        notes.append("the plan reserves no KV cache: llama.cpp uses the model's trained context")
+        return []
+    if seqs == 1:
+        return ["-c", str(context)]
+    notes.append(
+        f"-c {context * seqs} is the KV cache of all {seqs} slots (-np {seqs}) together: "
+        f"llama-server gives each slot -c / -np = {context} tokens"
+    )
+    return ["-c", str(context * seqs), "-np", str(seqs)]
+
+
 def _row_split(
     plan: Plan, a: StageAssignment, n: int, model_arg: str, notes: list[str]
 ) -> EngineExport:
@@ -149,10 +169,7 @@ def _row_split(
         "llama.cpp keeps the KV cache and the intermediate results on the main GPU (-mg 0, "
         f"the first listed); the plan divides the KV cache over all {tp}",
     ]
-    if plan.context_tokens is not None:
-        args += ["-c", str(plan.context_tokens)]
-    else:
-        notes.append("the plan has no context_tokens: llama.cpp uses the model's trained context")
+    args += _context_args(plan, notes)
     notes.append("llama.cpp keeps the token embedding table in host memory, not on stage 0")
     return EngineExport(
         engine=Engine.LLAMACPP,
@@ -209,10 +226,7 @@ def export_llamacpp(
     env = _layer_split(plan, n, local_cpu, mode, rpc, args, notes)
     if exps_on_cpu:
         args += ["-ot", block_regex(exps_on_cpu, EXPERT_TENSORS) + "=CPU"]
-    if plan.context_tokens is not None:
-        args += ["-c", str(plan.context_tokens)]
-    else:
-        notes.append("the plan has no context_tokens: llama.cpp uses the model's trained context")
+    args += _context_args(plan, notes)
     if plan.num_stages > 1 and not lists and rpc is None:
         notes.append(ONE_HOST)
     if plan.assignments[0].owns_embed and not cpu[0]:

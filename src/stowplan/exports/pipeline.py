@@ -171,6 +171,6 @@ def common_notes(plan: Plan) -> list[str]:
             f"stage {a.stage} on {a.node_id} holds no decoder layer (only "
             f"{'the embedding' if a.owns_embed else 'the head'}); its rank only forwards"
         )
-    if plan.context_tokens is None:
-        notes.append("the plan has no context_tokens: the engine picks its own maximum length")
+    if not plan.context_tokens:
+        notes.append("the plan reserves no KV cache: the engine picks its own maximum length")
     return notes

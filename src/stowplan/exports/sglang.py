@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from stowplan.exports.common import model_argument, node_devices, nodes_by_id, replan_command
+from stowplan.exports.context import context_of, memory_fraction
 from stowplan.exports.pipeline import (
     PARTITION_VARIABLE,
     check_pipeline,
@@ -54,7 +55,8 @@ def export_sglang(
     model: str | None = None,
     nodes_file: str | None = None,
 ) -> EngineExport:
-    """One ``sglang.launch_server`` line per node, ``--node-rank`` in stage order.
+    """One ``sglang.launch_server`` line per node, ``--node-rank`` in stage order, with
+    ``--context-length`` the plan's context and ``--mem-fraction-static`` 1 − headroom.
 
     With ``--nnodes`` the number of nodes, SGLang gives node rank ``r`` the ``r``-th run
     of stages, so the plan's node order is kept exactly. Raises
@@ -72,8 +74,10 @@ def export_sglang(
     part = ((PARTITION_VARIABLE[Engine.SGLANG], partition_string(plan)),)
     n = len(runs)
     args = ["--pp-size", str(plan.num_stages), "--tp-size", str(tp)]
-    if plan.context_tokens is not None:
-        args += ["--context-length", str(plan.context_tokens)]
+    if (context := context_of(plan)) is not None:
+        args += ["--context-length", str(context)]
+    fraction, assumed = memory_fraction(plan, by_id)
+    args += ["--mem-fraction-static", fraction]
     head = plan.assignments[0].node_id
     commands = []
     devices: dict[str, str] = {}
@@ -88,7 +92,7 @@ def export_sglang(
         argv = ["python", "-m", "sglang.launch_server", "--model-path", model_arg]
         commands.append(f"# on {node_id} ({stage_span(stages)})")
         commands.append(shell_line(env, [*argv, *args, *per_node]))
-    notes = [*model_notes, *common_notes(plan)]
+    notes = [*model_notes, *common_notes(plan), *([assumed] if assumed else [])]
     if n > 1:
         notes.append(
             f"--dist-init-addr uses the node id {head!r} as stage 0's host name: replace it "

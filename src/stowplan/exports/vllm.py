@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 from stowplan.exports.common import model_argument, node_devices, nodes_by_id, replan_command
+from stowplan.exports.context import context_of, memory_fraction
 from stowplan.exports.pipeline import (
     PARTITION_VARIABLE,
     check_pipeline,
@@ -80,7 +81,9 @@ def export_vllm(
     model: str | None = None,
     nodes_file: str | None = None,
 ) -> EngineExport:
-    """``vllm serve`` with ``--pipeline-parallel-size N`` and ``VLLM_PP_LAYER_PARTITION``.
+    """``vllm serve`` with ``--pipeline-parallel-size N`` and ``VLLM_PP_LAYER_PARTITION``,
+    ``--max-model-len`` the plan's context and ``--gpu-memory-utilization`` 1 − headroom
+    (see :func:`~stowplan.exports.context.memory_fraction`).
 
     A plan that lists GPUs gets its tensor-parallel degree from its stages, and a
     ``CUDA_VISIBLE_DEVICES`` list for every node of which it uses not exactly all GPUs
@@ -106,11 +109,13 @@ def export_vllm(
     args = ["--pipeline-parallel-size", str(plan.num_stages), "--tensor-parallel-size", str(tp)]
     if hosts > 1:
         args += ["--distributed-executor-backend", "ray"]
-    if plan.context_tokens is not None:
-        args += ["--max-model-len", str(plan.context_tokens)]
+    if (context := context_of(plan)) is not None:
+        args += ["--max-model-len", str(context)]
+    fraction, assumed = memory_fraction(plan, by_id)
+    args += ["--gpu-memory-utilization", fraction]
     serve = shell_line(env, ["vllm", "serve", model_arg, *args])
     commands = [serve]
-    notes = [*model_notes, *common_notes(plan)]
+    notes = [*model_notes, *common_notes(plan), *([assumed] if assumed else [])]
     if hosts > 1:
         notes.append(_placement_note(plan, runs))
     if hosts > 1 and devices:

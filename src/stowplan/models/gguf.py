@@ -15,7 +15,7 @@ from typing import Any
 
 from stowplan.errors import DependencyError, InputError
 from stowplan.fileio import check_regular_file
-from stowplan.limits import MAX_BLOCKS, MAX_CONFIG_INT, MAX_EXPERTS
+from stowplan.limits import MAX_BLOCKS, MAX_CONFIG_INT, MAX_CONTEXT_TOKENS, MAX_EXPERTS
 from stowplan.models.grouping import ArchInfo, ModelReport, TensorEntry, assemble, classify_gguf
 
 __all__ = ["gguf_report"]
@@ -119,6 +119,7 @@ def gguf_report(path: Path, *, name: str | None = None) -> ModelReport:
     value_len = _int_field(reader, f"{arch}.attention.value_length", path)
     kv_rank = _int_field(reader, f"{arch}.attention.kv_lora_rank", path)
     rope_dim = _int_field(reader, f"{arch}.rope.dimension_count", path)
+    context = _int_field(reader, f"{arch}.context_length", path)
     per_token: int | None = None
     if kv_rank:
         per_token = 2 * (kv_rank + (rope_dim or 0))
@@ -160,6 +161,7 @@ def gguf_report(path: Path, *, name: str | None = None) -> ModelReport:
         tied_embeddings="output.weight" not in names,
         dtype=_file_type(reader) or _dominant_type(entries),
         attention_kind="mla" if kv_rank else "gqa",
+        max_context_tokens=min(context, MAX_CONTEXT_TOKENS) if context else None,
     )
     notes = (f"exact: GGUF tensor info of {len(entries)} tensors ({arch})",)
     return assemble(info, entries, classify_gguf, source="gguf", exact=True, notes=notes)

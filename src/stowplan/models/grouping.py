@@ -92,6 +92,8 @@ class ArchInfo:
     dtype: str | None = None
     attention_kind: str = "gqa"
     """``gqa`` or ``mla`` (multi-head latent attention: the cache holds a compressed latent)."""
+    max_context_tokens: int | None = None
+    """The longest context per sequence the model takes (None: not stated)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -262,6 +264,7 @@ def assemble(
         num_attention_heads=arch.num_attention_heads,
         num_kv_heads=arch.num_kv_heads,
         family=arch.family,
+        max_context_tokens=arch.max_context_tokens,
     )
     stored_b = sum(blocks) + embed_b + head_b + mtp_b + other_b
     return ModelReport(

@@ -23,7 +23,7 @@ from typing import Any
 
 from stowplan.errors import InputError
 from stowplan.fileio import FileKind, read_json_file
-from stowplan.limits import MAX_BLOCKS, MAX_CONFIG_INT, MAX_EXPERTS
+from stowplan.limits import MAX_BLOCKS, MAX_CONFIG_INT, MAX_CONTEXT_TOKENS, MAX_EXPERTS
 from stowplan.model import ModelLayout
 from stowplan.models.dtypes import (
     is_file_type,
@@ -547,6 +547,13 @@ def _windows(cfg: Config, mt: str, n: int) -> tuple[int | None, ...]:
     return (None,) * n
 
 
+def _max_context(cfg: Config) -> int | None:
+    """``max_position_embeddings`` (None when absent or 0), at most ``MAX_CONTEXT_TOKENS``."""
+    if cfg.get("max_position_embeddings") is None:
+        return None
+    return min(_int(cfg, "max_position_embeddings"), MAX_CONTEXT_TOKENS) or None
+
+
 def arch_info(config: Config, *, name: str | None = None, dtype: str | None = None) -> ArchInfo:
     """Everything but the tensor bytes: blocks, heads, experts, KV cache per token."""
     cfg = text_config(config)
@@ -595,6 +602,7 @@ def arch_info(config: Config, *, name: str | None = None, dtype: str | None = No
         bytes_per_activation_elem=act,
         dtype=scheme.label,
         attention_kind="mla" if mla else "gqa",
+        max_context_tokens=_max_context(cfg),
     )
 
 

@@ -55,7 +55,8 @@ def _llama(
     return {
         "model_type": "llama", "hidden_size": h, "intermediate_size": inter,
         "num_hidden_layers": n, "num_attention_heads": heads, "num_key_value_heads": 8,
-        "vocab_size": vocab, "tie_word_embeddings": tied, "torch_dtype": "bfloat16", **kw,
+        "vocab_size": vocab, "tie_word_embeddings": tied, "torch_dtype": "bfloat16",
+        "max_position_embeddings": 131072, **kw,
     }  # fmt: skip
 
 
@@ -69,16 +70,17 @@ _MISTRAL_7B = {
     "model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
     "vocab_size": 32768, "sliding_window": None, "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
+    "torch_dtype": "bfloat16", "max_position_embeddings": 32768,
 }  # fmt: skip
 
 
-def _mixtral(h: int, inter: int, n: int, heads: int, vocab: int) -> dict[str, Any]:
+def _mixtral(h: int, inter: int, n: int, heads: int, vocab: int, ctx: int) -> dict[str, Any]:
     return {
         "model_type": "mixtral", "hidden_size": h, "intermediate_size": inter,
         "num_hidden_layers": n, "num_attention_heads": heads, "num_key_value_heads": 8,
         "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": vocab,
         "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "max_position_embeddings": ctx,
     }  # fmt: skip
 
 
@@ -87,7 +89,7 @@ def _qwen3(h: int, inter: int, n: int, heads: int, kv: int, **kw: Any) -> dict[s
         "model_type": "qwen3", "hidden_size": h, "intermediate_size": inter,
         "num_hidden_layers": n, "num_attention_heads": heads, "num_key_value_heads": kv,
         "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16", **kw,
+        "torch_dtype": "bfloat16", "max_position_embeddings": 40960, **kw,
     }  # fmt: skip
 
 
@@ -109,6 +111,7 @@ def _deepseek(model_type: str, heads: int, experts: int, dense: int, vocab: int,
         "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
         "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": vocab,
         "num_nextn_predict_layers": mtp, "topk_method": "noaux_tc",
+        "max_position_embeddings": 163840 if model_type == "deepseek_v3" else 131072,
         "tie_word_embeddings": False, "torch_dtype": "bfloat16",
         "quantization_config": {"quant_method": "fp8", "fmt": "e4m3",
                                 "weight_block_size": [128, 128]},
@@ -121,7 +124,7 @@ def _gpt_oss(n: int, experts: int) -> dict[str, Any]:
         "num_hidden_layers": n, "num_attention_heads": 64, "num_key_value_heads": 8,
         "head_dim": 64, "num_local_experts": experts, "num_experts_per_tok": 4,
         "experts_per_token": 4, "attention_bias": True, "vocab_size": 201088,
-        "sliding_window": 128, "tie_word_embeddings": False,
+        "sliding_window": 128, "tie_word_embeddings": False, "max_position_embeddings": 131072,
         "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention"
                         for i in range(n)],
         "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
@@ -135,7 +138,7 @@ def _gemma2(h: int, inter: int, n: int, heads: int, kv: int, hd: int) -> dict[st
         "model_type": "gemma2", "hidden_size": h, "intermediate_size": inter,
         "num_hidden_layers": n, "num_attention_heads": heads, "num_key_value_heads": kv,
         "head_dim": hd, "vocab_size": 256000, "sliding_window": 4096,
-        "torch_dtype": "bfloat16",
+        "torch_dtype": "bfloat16", "max_position_embeddings": 8192,
     }  # fmt: skip
 
 
@@ -145,7 +148,7 @@ _GEMMA3_27B = {
         "model_type": "gemma3_text", "hidden_size": 5376, "intermediate_size": 21504,
         "num_hidden_layers": 62, "num_attention_heads": 32, "num_key_value_heads": 16,
         "head_dim": 128, "vocab_size": 262208, "sliding_window": 1024,
-        "sliding_window_pattern": 6,
+        "sliding_window_pattern": 6, "max_position_embeddings": 131072,
     },
 }  # fmt: skip
 
@@ -174,14 +177,14 @@ _ROWS: tuple[KnownModel, ...] = (
     KnownModel(name="mistral:7b", source="mistralai/Mistral-7B-v0.3", config=_MISTRAL_7B,
                aliases=("mistralai/mistral-7b-instruct-v0.3",)),
     KnownModel(name="mixtral:8x7b", source="mistralai/Mixtral-8x7B-v0.1",
-               config=_mixtral(4096, 14336, 32, 32, 32000),
+               config=_mixtral(4096, 14336, 32, 32, 32000, 32768),
                aliases=("mistralai/mixtral-8x7b-instruct-v0.1",)),
     KnownModel(name="mixtral:8x22b", source="mistralai/Mixtral-8x22B-v0.1",
-               config=_mixtral(6144, 16384, 56, 48, 32768),
+               config=_mixtral(6144, 16384, 56, 48, 32768, 65536),
                aliases=("mistralai/mixtral-8x22b-instruct-v0.1",)),
     KnownModel(name="qwen2.5:7b", source="Qwen/Qwen2.5-7B",
                config=_qwen3(3584, 18944, 28, 28, 4, model_type="qwen2", head_dim=None,
-                             vocab_size=152064),
+                             vocab_size=152064, max_position_embeddings=131072),
                aliases=("qwen/qwen2.5-7b-instruct",)),
     KnownModel(name="qwen3:8b", source="Qwen/Qwen3-8B", config=_qwen3(4096, 12288, 36, 32, 8)),
     KnownModel(name="qwen3:32b", source="Qwen/Qwen3-32B", config=_qwen3(5120, 25600, 64, 64, 8)),
