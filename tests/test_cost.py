@@ -80,7 +80,7 @@ def test_stage_times_hops_and_rates_match_hand_computation():
     assert ev.stage_time_s[1] == pytest.approx(0.030)
     assert ev.hops_s == pytest.approx(0.020)
     assert ev.time_per_token_s == pytest.approx(0.072)
-    assert ev.tokens_per_s == pytest.approx(1 / 0.030)
+    assert ev.tokens_per_s == pytest.approx(1 / 0.072)  # one sequence: one token per cycle
 
 
 def test_kv_capacity_is_the_tightest_stage():

@@ -2,10 +2,14 @@
 
 Decode is memory-bound to first order: a token reads every weight it uses once.
 A planning node is a whole node or a group of ``tp`` of its GPUs (``num_gpus`` of
-the descriptor); its bandwidth and FLOPs are the sum of its GPUs'.  For a stage
-``s`` on node ``d`` holding blocks ``[lo, hi)`` with batch ``b``::
+the descriptor); its bandwidth and FLOPs are the sum of its GPUs'.  ``U``
+(``Constraints.batch``) sequences are decoded concurrently; on ``S`` stages they
+form ``m = min(U, S)`` microbatches of ``b = ⌈U / m⌉`` sequences
+(:func:`microbatches`).  For a stage ``s`` on node ``d`` holding blocks
+``[lo, hi)``, per microbatch::
 
-    read(s)    = Σ block read bytes + head bytes if last + KV bytes read (with a context)
+    read(s)    = Σ block read bytes + head bytes if last + KV bytes of b sequences (with a
+                 context)
     compute(s) = 2 * params_read(s) * b / flops(d)
     AR(tp)     = 0 if tp == 1 else intra_latency + 2 (tp − 1) / tp · b · hidden · act_bytes
                                                     / intra_bw
@@ -21,9 +25,12 @@ token reads one row of it, so it counts for memory only.  ``params_read`` conver
 weight bytes to parameters with the layout's own ratio.  With ``context_tokens``
 set, each stage also reads its KV reserve for every token (the worst case).
 
-* pipelined throughput = b / max_s t(s) tokens/s (sequences in flight hide the hops);
-* single-stream time per token = Σ_s t(s) + hops;
-* KV capacity = min over stages of (usable − weights) / KV bytes per token of the stage;
+* every sequence gets one token per cycle: ``cycle = max(Σ_s t(s) + hops, m · max_s t(s))``
+  (the token's own trip through the pipeline, or the busiest stage serving all m
+  microbatches); per-sequence time per token = cycle; tokens/s = U / cycle; at U = 1
+  this is the single-stream ``Σ_s t(s) + hops``;
+* memory holds the KV reserve of all U sequences; KV capacity = min over stages of
+  (usable − weights) / KV bytes per token of the stage;
 * $/hour counts each physical node once, however many of its GPU groups are stages.
 
 Calibration (:mod:`stowplan.calibration.apply`) adds on top: a bandwidth fraction
@@ -69,6 +76,8 @@ __all__ = [
     "CostModel",
     "Evaluation",
     "NodeRates",
+    "cycle_seconds",
+    "microbatches",
     "node_rates",
     "predict",
     "served_tokens_per_s",
@@ -183,7 +192,8 @@ def _params_per_byte(model: ModelLayout) -> float:
 
 
 def served_tokens_per_s(batch: int, time_per_token_s: float, tokens_per_s: float) -> float:
-    """What the workload gets: 1/time per token at batch 1, pipelined tokens/s above."""
+    """What the workload gets: 1/time per token at batch 1, ``tokens_per_s`` above (which
+    the cost model computes as U / cycle)."""
     if batch == 1:
         return 1.0 / time_per_token_s if time_per_token_s > 0 else math.inf
     return tokens_per_s
@@ -197,33 +207,57 @@ def usd_per_million_tokens(price_per_hour: float | None, tokens_per_s: float) ->
     return price_per_hour / (tokens_per_s * 3600) * 1e6
 
 
+def microbatches(sequences: int, stages: int) -> tuple[int, int]:
+    """``(m, b)``: ``sequences`` concurrent sequences on ``stages`` stages form ``m =
+    min(sequences, stages)`` microbatches of ``b = ⌈sequences / m⌉``."""
+    m = max(1, min(sequences, stages))
+    return m, -(-sequences // m)
+
+
+def cycle_seconds(stage_time_s: Sequence[float], hops_s: float, num_microbatches: int) -> float:
+    """Seconds between two tokens of one sequence: ``max(Σ t + hops, m · max t)``."""
+    if not stage_time_s:
+        return 0.0
+    return max(sum(stage_time_s) + hops_s, num_microbatches * max(stage_time_s))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Evaluation:
     """The cost model's numbers for one pipeline (nodes in stage order + block bounds)."""
 
     stage_time_s: tuple[float, ...]
+    """Per stage, seconds per microbatch (of :attr:`microbatch` sequences)."""
     hops_s: float
     batch: int
+    """Concurrent sequences U."""
+    num_microbatches: int = 1
+    microbatch: int = 1
 
     @property
     def bottleneck_s(self) -> float:
         return max(self.stage_time_s)
 
     @property
+    def cycle_s(self) -> float:
+        """Seconds between two tokens of one sequence (:func:`cycle_seconds`)."""
+        return cycle_seconds(self.stage_time_s, self.hops_s, self.num_microbatches)
+
+    @property
     def tokens_per_s(self) -> float:
-        """Pipelined decode throughput: batch / slowest stage."""
-        b = self.bottleneck_s
-        return self.batch / b if b > 0 else math.inf
+        """Decode throughput of all U sequences: U / cycle."""
+        c = self.cycle_s
+        return self.batch / c if c > 0 else math.inf
 
     @property
     def time_per_token_s(self) -> float:
-        """Single-stream time per token: every stage in turn plus every hop's latency."""
-        return sum(self.stage_time_s) + self.hops_s
+        """Per-sequence time per token: the cycle (at U = 1, every stage in turn plus
+        every hop's latency)."""
+        return self.cycle_s
 
     @property
     def served_tokens_per_s(self) -> float:
-        """What the workload gets: see :func:`served_tokens_per_s`."""
-        return served_tokens_per_s(self.batch, self.time_per_token_s, self.tokens_per_s)
+        """What the workload gets: U / cycle."""
+        return self.tokens_per_s
 
 
 class CostModel:
@@ -240,14 +274,26 @@ class CostModel:
         calibration: Calibration | None = None,
         *,
         parents: Sequence[str] | None = None,
+        microbatch: int | None = None,
     ) -> None:
         self.model = model
+        self._constraints = constraints
+        self._views: dict[int, CostModel] = {}
+        self._root = self
+        self._relaxed = False
         self.nodes = tuple(nodes)
         self.parent: tuple[str, ...] = (
             tuple(n.id for n in self.nodes) if parents is None else tuple(parents)
         )
         """Per node index, the physical node it is a GPU group of (its own id when whole)."""
         self.batch = constraints.batch
+        """Concurrent sequences U: the KV reserve holds all of them."""
+        self.microbatch = self.batch if microbatch is None else microbatch
+        """Sequences a stage processes per step: the stage times, transfers and
+        all-reduces of this model are for this many (:meth:`at_microbatch` gives the
+        model of another size; :meth:`evaluate` picks the pipeline's own)."""
+        if not 1 <= self.microbatch <= self.batch:
+            raise InputError("microbatch", self.microbatch, f"must be within 1..{self.batch}")
         self.context_tokens = constraints.context_tokens
         rates_assumed = [node_rates(n, constraints.headroom) for n in self.nodes]
         self.rates = tuple(r for r, _ in rates_assumed)
@@ -263,16 +309,23 @@ class CostModel:
         )
         self.uniform = len(set(per_block)) == 1
         """Every block has the same bytes, read bytes and KV figures."""
-        b = self.batch
+        b = self.microbatch
         ctx = constraints.context_tokens or 0
-        kv = [model.kv_bytes(i, ctx, b) for i in range(model.num_blocks)]
+        kv_held = [model.kv_bytes(i, ctx, self.batch) for i in range(model.num_blocks)]
         self.has_kv_figure = model.kv_bytes_per_token is not None
         self.mem_prefix = (
             0,
-            *accumulate(s + k for s, k in zip(model.block_sizes(), kv, strict=True)),
+            *accumulate(s + k for s, k in zip(model.block_sizes(), kv_held, strict=True)),
         )
+        """Bytes held by blocks: weights plus the KV reserve of all U sequences."""
+        self.kv_held_prefix = (0, *accumulate(kv_held))
         self.read_prefix = (0, *accumulate(model.block_read_sizes()))
-        self.kv_prefix = (0, *accumulate(kv))
+        self.kv_prefix = (
+            self.kv_held_prefix
+            if b == self.batch
+            else (0, *accumulate(model.kv_bytes(i, ctx, b) for i in range(model.num_blocks)))
+        )
+        """KV bytes a step of one microbatch reads."""
         per_token = model.kv_bytes_per_token or (0,) * model.num_blocks
         self.kv_token_prefix = (0, *accumulate(per_token))
         self.head = model.head_params_bytes
@@ -366,6 +419,39 @@ class CostModel:
         self.stage_s = (0.0,) * len(self.nodes)
         self.xfer_s = tuple(map(min, self.xfer_s, self.intra_xfer_s))
         self.latency_s = tuple(map(min, self.latency_s, self.intra_latency_s))
+        self._relaxed = True
+        for view in self._views.values():
+            if not view._relaxed:
+                view.relax_groups()
+
+    def at_microbatch(self, microbatch: int) -> CostModel:
+        """This model with stages stepping ``microbatch`` sequences (the KV reserve still
+        holds all U): the one a pipeline of ``S`` stages runs at is
+        ``microbatches(U, S)[1]``.  Cached; relaxed when this one is."""
+        if microbatch == self.microbatch:
+            return self
+        root = self._root
+        if microbatch == root.microbatch:
+            return root
+        view = root._views.get(microbatch)
+        if view is None:
+            view = CostModel(
+                self.model,
+                self.nodes,
+                self._constraints,
+                self.calibration,
+                parents=self.parent,
+                microbatch=microbatch,
+            )
+            view._root = root
+            if root._relaxed:
+                view.relax_groups()
+            root._views[microbatch] = view
+        return view
+
+    def for_stages(self, num_stages: int) -> CostModel:
+        """The model a pipeline of ``num_stages`` stages steps at (its microbatch size)."""
+        return self.at_microbatch(microbatches(self.batch, num_stages)[1])
 
     # -- one stage ------------------------------------------------------------------
     def stage_time(
@@ -444,16 +530,21 @@ class CostModel:
 
     # -- a pipeline -------------------------------------------------------------------
     def evaluate(self, order: Sequence[int], bounds: Sequence[int]) -> Evaluation:
-        """Stage times and hops of nodes ``order`` with block boundaries ``bounds``."""
+        """Stage times and hops of nodes ``order`` with block boundaries ``bounds``, at the
+        microbatch size U sequences take on ``len(order)`` stages."""
         n = len(order)
+        m, b = microbatches(self.batch, n)
+        at = self.at_microbatch(b)
         times = tuple(
-            self.stage_time(
+            at.stage_time(
                 d, bounds[s], bounds[s + 1], s == 0, s == n - 1, order[s + 1] if s < n - 1 else None
             )
             for s, d in enumerate(order)
         )
         hops = sum(self.hop_s(d, order[(s + 1) % n]) for s, d in enumerate(order)) if n > 1 else 0.0
-        return Evaluation(stage_time_s=times, hops_s=hops, batch=self.batch)
+        return Evaluation(
+            stage_time_s=times, hops_s=hops, batch=self.batch, num_microbatches=m, microbatch=b
+        )
 
     def kv_capacity_tokens(self, order: Sequence[int], bounds: Sequence[int]) -> int | None:
         """Tokens of KV cache the tightest stage can hold beside its weights (None: unknown)."""
@@ -467,7 +558,7 @@ class CostModel:
             if per_token == 0:
                 continue
             weights = self.stage_bytes(lo, hi, s == 0, s == n - 1) - (
-                self.kv_prefix[hi] - self.kv_prefix[lo]
+                self.kv_held_prefix[hi] - self.kv_held_prefix[lo]
             )
             cap = max(self.usable[d] - weights, 0) // per_token
             best = cap if best is None else min(best, cap)

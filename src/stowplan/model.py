@@ -71,7 +71,7 @@ class Strategy(StrEnum):
     LATENCY = "latency"
     """Minimum single-stream time per token."""
     THROUGHPUT = "throughput"
-    """Maximum pipelined tokens/s."""
+    """Most tokens/s for all concurrent sequences (U / cycle)."""
     EXACT = "exact"
     """The proven optimum of the workload's objective (slower; used to certify)."""
 

@@ -153,12 +153,16 @@ class Prediction:
     __pydantic_config__: ClassVar[dict[str, Any]] = _FORBID
 
     batch: int
+    """Concurrent sequences U; on S stages they form m = min(U, S) microbatches."""
     tokens_per_s: float
-    """Pipelined decode throughput: batch / slowest stage time."""
+    """Decode throughput of all U sequences: U / cycle, where cycle = max(Σ stage times +
+    hops, m × slowest stage time) is the time between two tokens of one sequence."""
     time_per_token_s: float
-    """Single-stream time per token: every stage in turn plus every hop's latency."""
+    """Per-sequence time per token: the cycle (at U = 1, every stage in turn plus every
+    hop's latency)."""
     stage_time_s: tuple[float, ...]
-    """Per stage: compute (or memory) time plus its outbound transfer time."""
+    """Per stage, per microbatch of ⌈U / m⌉ sequences: compute (or memory) time plus its
+    outbound transfer time."""
     bottleneck_stage: int
     kv_capacity_tokens: int | None = None
     """Tokens of KV cache the tightest stage can hold (None: the layout has no KV figure)."""

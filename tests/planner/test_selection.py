@@ -218,6 +218,8 @@ def _served(model, nodes, batch, **kw):
     st.sampled_from([0.5, 0.999, 1.001, 2.0]),
 )
 def test_the_milp_allows_a_set_exactly_when_a_pipeline_of_it_meets_the_target(inst, batch, scale):
+    """Exact at one sequence with blocks alike; with several, a relaxation: every set whose
+    pipeline meets the target is allowed (a cycle is at least one trip at one sequence)."""
     from hypothesis import assume
 
     from stowplan.cost import CostModel
@@ -233,7 +235,10 @@ def test_the_milp_allows_a_set_exactly_when_a_pipeline_of_it_meets_the_target(in
     sets = SetMilp(
         cm, [n.price_per_hour for n in nodes], target, min_stages=2, max_stages=len(nodes)
     )
-    assert (sets.solve() is not None) == (scale < 1)
+    if batch == 1:
+        assert (sets.solve() is not None) == (scale < 1)
+    elif scale < 1:
+        assert sets.solve() is not None
 
 
 @settings(max_examples=25, deadline=None)

@@ -6,12 +6,15 @@ Imports no Ray, NVML, torch or network module.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from stowplan.cost import CostModel
 from stowplan.errors import Infeasible, InputError, StowplanError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, Objective, Strategy
 from stowplan.plan import Plan
+from stowplan.planner import cycle
 from stowplan.planner.certify import finish, key_of, objective_of, pick_best
 from stowplan.planner.common import Problem, prepare
 from stowplan.planner.latency import latency_pipeline
@@ -80,28 +83,34 @@ _SMALL_NONUNIFORM = 6
 """Clusters of blocks that differ are solved by the exact DP up to this many nodes."""
 
 
+def _solve(objective: str) -> Callable[[Problem, CostModel], Pipeline | None]:
+    """The strategy search for one stage count (``max_stages``) at its microbatch."""
+
+    def run(problem: Problem, cm: CostModel) -> Pipeline | None:
+        return _heuristic(problem, cm, objective)
+
+    return run
+
+
+def _cycle_search(problem: Problem, cm: CostModel, first: str) -> Pipeline | None:
+    """The least-cycle pipeline of the ``first`` search and the other (the time per token
+    or the slowest stage may decide the cycle), over the stage counts."""
+    if cm.batch == 1:
+        return cycle.search(problem, cm, (_solve("latency"),))
+    other = "throughput" if first == "latency" else "latency"
+    return cycle.search(problem, cm, (_solve(first), _solve(other)))
+
+
 def _latency(problem: Problem) -> Plan:
     cm = problem.cost_model()
-    found = _need(_heuristic(problem, cm, "latency"))
+    found = _need(_cycle_search(problem, cm, "latency"))
     return finish(problem, cm, Strategy.LATENCY, found, adopt_optimum=True)
 
 
 def _throughput(problem: Problem) -> Plan:
-    from stowplan.planner.exact import Optimum
-
     cm = problem.cost_model()
-    found, proven = _search(problem, cm, "throughput")
-    p = _need(found)
-    optimum = None
-    if proven:
-        optimum = Optimum(
-            objective="throughput",
-            value=cm.evaluate(*p).bottleneck_s,
-            exact=True,
-            method="capacity relaxation: no pipeline has every stage faster",
-            pipeline=p,
-        )
-    return finish(problem, cm, Strategy.THROUGHPUT, p, optimum=optimum, adopt_optimum=True)
+    found = _need(_cycle_search(problem, cm, "throughput"))
+    return finish(problem, cm, Strategy.THROUGHPUT, found, adopt_optimum=True)
 
 
 def _exact(problem: Problem) -> Plan:
@@ -109,8 +118,17 @@ def _exact(problem: Problem) -> Plan:
 
     cm = problem.cost_model()
     objective = objective_of(problem.constraints)
-    optimum = solve_exact(problem, cm, objective)
-    found = optimum.pipeline or _heuristic(problem, cm, objective)
+    if cm.batch == 1:
+        optimum = replace(solve_exact(problem, cm, "latency"), objective=objective)
+        found = optimum.pipeline or _cycle_search(problem, cm, objective)
+    else:
+        found = _cycle_search(problem, cm, objective)
+        value = cm.evaluate(*found).cycle_s if found is not None else math.inf
+        optimum = cycle.optimum(problem, cm, objective, solve_exact, value, exact=True)
+        if optimum.pipeline is not None and (
+            found is None or key_of(cm, objective, optimum.pipeline) < key_of(cm, objective, found)
+        ):
+            found = optimum.pipeline
     return finish(problem, cm, Strategy.EXACT, _need(found), optimum=optimum)
 
 
@@ -152,7 +170,8 @@ def plan(
     KV reserve) is at most its node's ``vram_bytes * (1 - headroom)``.  The
     same input always gives the same plan.  The strategy is
     ``constraints.resolved_strategy()``: ``latency`` (least time per token) at
-    batch 1, ``throughput`` (most pipelined tokens/s) above.  With
+    batch 1, ``throughput`` (most tokens/s for ``batch`` concurrent sequences) above;
+    both rank pipelines by the cycle (:func:`stowplan.cost.cycle_seconds`).  With
     ``objective="cost"`` the cheapest node set meeting ``target_tokens_per_s``
     is planned.  Every plan carries a :class:`~stowplan.plan.Prediction` and a
     :class:`~stowplan.plan.Certificate` in its rationale.

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from stowplan.cost import CostModel
+from stowplan.cost import CostModel, microbatches
 from stowplan.errors import DependencyError
 from stowplan.model import Constraints, Strategy
 from stowplan.plan import Certificate, Plan, PlanRationale, Prediction, Topology
@@ -39,7 +40,10 @@ def _inline_exact(n: int, num_blocks: int) -> bool:
 
 
 def objective_of(constraints: Constraints, strategy: Strategy | None = None) -> str:
-    """``latency`` or ``throughput``: what the strategy optimises, else what the workload needs."""
+    """``latency`` or ``throughput``: what the strategy optimises, else what the workload needs.
+
+    Both rank pipelines by the cycle (:func:`stowplan.cost.cycle_seconds`); they differ in
+    the unit the certificate is stated in and in the searches a strategy runs."""
     if strategy is Strategy.LATENCY:
         return "latency"
     if strategy is Strategy.THROUGHPUT:
@@ -48,11 +52,10 @@ def objective_of(constraints: Constraints, strategy: Strategy | None = None) -> 
 
 
 def key_of(cm: CostModel, objective: str, p: Pipeline) -> tuple[float, float, int, tuple[int, ...]]:
-    """How pipelines rank for ``objective``: its value, the other one, fewer stages, node ids."""
+    """How pipelines rank: the cycle (per-sequence time per token; U / tokens/s), then the
+    slowest stage, fewer stages, node ids (``objective`` says which search asks)."""
     ev = cm.evaluate(*p)
-    if objective == "latency":
-        return (ev.time_per_token_s, ev.bottleneck_s, len(p[0]), tuple(p[0]))
-    return (ev.bottleneck_s, ev.time_per_token_s, len(p[0]), tuple(p[0]))
+    return (ev.cycle_s, ev.bottleneck_s, len(p[0]), tuple(p[0]))
 
 
 def pick_best(
@@ -71,8 +74,23 @@ def pick_best(
     return min(candidates, key=lambda p: key_of(cm, objective, p))
 
 
-def inline_optimum(problem: Problem, cm: CostModel, objective: str) -> Optimum:
-    """The exact optimum on clusters of up to :data:`INLINE_EXACT_NODES`, else a bound."""
+def inline_optimum(
+    problem: Problem, cm: CostModel, objective: str, value: float = math.inf
+) -> Optimum:
+    """The least cycle (seconds): exact on clusters of up to :data:`INLINE_EXACT_NODES`, else
+    a bound.  ``value``: the cycle of the plan being certified (skips needless solves)."""
+    from stowplan.planner import cycle
+
+    if cm.batch == 1:
+        return replace(solver_optimum(problem, cm, "latency"), objective=objective)
+    n, nb = len(cm.nodes), cm.num_blocks
+    exact = n <= INLINE_EXACT_NODES and (2**n) * n * n * (nb + 1) ** 2 <= 5 * INLINE_EXACT_WORK
+    return cycle.optimum(problem, cm, objective, solver_optimum, value, exact=exact)
+
+
+def solver_optimum(problem: Problem, cm: CostModel, objective: str) -> Optimum:
+    """The optimum of a solver objective at ``cm``'s microbatch (``latency``: time per
+    token; ``throughput``: the slowest stage), exact on small clusters, else a bound."""
     from stowplan.planner.exact import Optimum, fluid_bound, solve_exact
 
     try:
@@ -99,7 +117,7 @@ def certificate(
 ) -> Certificate:
     """How far ``p`` is from the optimum of ``objective`` (computed here unless given)."""
     if optimum_s is None:
-        opt = inline_optimum(problem, cm, objective)
+        opt = inline_optimum(problem, cm, objective, cm.evaluate(*p).cycle_s)
         optimum_s, exact, method = opt.value, opt.exact, opt.method
     ev = cm.evaluate(*p)
     if objective == "latency":
@@ -122,8 +140,7 @@ def certificate(
 
 
 def _objective_value(cm: CostModel, objective: str, p: Pipeline) -> float:
-    ev = cm.evaluate(*p)
-    return ev.time_per_token_s if objective == "latency" else ev.bottleneck_s
+    return cm.evaluate(*p).cycle_s
 
 
 def _notes(
@@ -165,20 +182,18 @@ def _notes(
 def _prediction_note(pred: Prediction, num_stages: int) -> str:
     """What the prediction means for the user, in the workload's own terms."""
     slowest = pred.stage_time_s[pred.bottleneck_stage] * 1e3
+    cycle_ms = pred.time_per_token_s * 1e3
     if pred.batch == 1:
         one = 1.0 / pred.time_per_token_s if pred.time_per_token_s > 0 else math.inf
-        ms = pred.time_per_token_s * 1e3
-        text = f"predicted: {one:.2f} tokens/s for one stream ({ms:.2f} ms/token)"
-        if num_stages > 1:
-            text += (
-                f"; with {num_stages} streams in flight up to {pred.tokens_per_s:.2f} tokens/s "
-                f"in all (bottleneck stage {pred.bottleneck_stage}, {slowest:.2f} ms/step)"
-            )
+        text = f"predicted: {one:.2f} tokens/s for one stream ({cycle_ms:.2f} ms/token)"
     else:
+        m, b = microbatches(pred.batch, num_stages)
+        each = 1.0 / pred.time_per_token_s if pred.time_per_token_s > 0 else math.inf
         text = (
-            f"predicted: {pred.tokens_per_s:.2f} tokens/s pipelined at batch {pred.batch} "
-            f"(bottleneck stage {pred.bottleneck_stage}, {slowest:.2f} ms/step), "
-            f"{pred.time_per_token_s * 1e3:.2f} ms per token per sequence"
+            f"predicted: {pred.tokens_per_s:.2f} tokens/s for {pred.batch} concurrent "
+            f"sequences, {each:.2f} tokens/s each ({cycle_ms:.2f} ms/token; "
+            f"{m} microbatch{'es' if m > 1 else ''} of {b}, bottleneck stage "
+            f"{pred.bottleneck_stage} at {slowest:.2f} ms/step)"
         )
     if pred.cost_per_hour is not None:
         text += f"; ${pred.cost_per_hour:.2f}/h"
@@ -206,7 +221,11 @@ def finish(
 
     before = after = 0.0
     objective = objective_of(problem.constraints, strategy)
-    opt = optimum if isinstance(optimum, Optimum) else inline_optimum(problem, cm, objective)
+    opt = (
+        optimum
+        if isinstance(optimum, Optimum)
+        else inline_optimum(problem, cm, objective, cm.evaluate(*p).cycle_s)
+    )
     if (
         adopt_optimum
         and opt.pipeline is not None
@@ -221,7 +240,7 @@ def finish(
             *notes,
             f"the exact solve ({opt.method}) found a better pipeline than the "
             f"{strategy.value} heuristic ({after:.6g} vs {before:.6g} "
-            f"{'s/token' if objective == 'latency' else 's at the slowest stage'}): "
+            "s per token per sequence): "
             "it is the plan",
         )
     order, bounds = p

@@ -51,6 +51,9 @@ class Problem:
     groups: Mapping[str, GpuGroup] = field(default_factory=dict)
     """Planning nodes that are GPU groups of a physical node, by their id (a node absent
     here is a whole physical node)."""
+    microbatch: int | None = None
+    """Sequences a stage steps at once in this problem's cost models (None: all of
+    ``constraints.batch``; see :meth:`stowplan.cost.CostModel.at_microbatch`)."""
 
     def parent(self, node_id: str) -> str:
         """The physical node of planning node ``node_id``."""
@@ -64,6 +67,7 @@ class Problem:
             self.nodes,
             self.constraints,
             parents=[self.parent(n.id) for n in self.nodes],
+            microbatch=self.microbatch,
         )
 
     @property

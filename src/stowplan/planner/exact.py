@@ -27,7 +27,17 @@ from stowplan.errors import DependencyError
 from stowplan.planner.common import Problem
 from stowplan.planner.throughput import Pipeline
 
-__all__ = ["ENUMERATION_LIMIT", "Optimum", "fluid_bound", "solve_exact"]
+__all__ = [
+    "CYCLE_EXACT_LIMIT",
+    "ENUMERATION_LIMIT",
+    "Optimum",
+    "fluid_bound",
+    "least_cycle",
+    "solve_exact",
+]
+
+CYCLE_EXACT_LIMIT = 6
+"""Largest cluster whose least cycle at a stage count :func:`least_cycle` finds exactly."""
 
 ENUMERATION_LIMIT = 10
 """Largest cluster solved by the subset DP; above it the MILP runs."""
@@ -55,9 +65,16 @@ def _np() -> Any:
 
 
 def _stage_matrix(
-    cm: CostModel, d: int, first: bool, last: bool, hop: float, xfer: float | None = None
+    cm: CostModel,
+    d: int,
+    first: bool,
+    last: bool,
+    hop: float,
+    xfer: float | None = None,
+    cap: float = math.inf,
 ) -> Any:
-    """M[i, j]: time of blocks [i, j) on node d (inf when empty or not fitting), plus ``hop``.
+    """M[i, j]: time of blocks [i, j) on node d (inf when empty, not fitting or slower than
+    ``cap``), plus ``hop``.
 
     A stage that is not the last sends its activations on at ``xfer`` seconds (default:
     over node d's network link)."""
@@ -72,7 +89,8 @@ def _stage_matrix(
         blocks = np.arange(len(r))[None, :] - np.arange(len(r))[:, None]
         t = t + (blocks * cm.block_s[d] + cm.stage_s[d])
         out = cm.xfer_s[d] if xfer is None else xfer
-        t = t + (0.0 if last else out) + hop
+        t = t + (0.0 if last else out)
+        t = np.where(t <= cap, t, np.inf) + hop
     # Which stages fit is decided in integers (floats lose bytes beyond 2**53): the
     # bytes of [i, j) grow with j, so each i has a last end that fits.
     mp = cm.mem_prefix
@@ -101,18 +119,20 @@ def _best_single_stage(problem: Problem, cm: CostModel) -> tuple[float, Pipeline
     return best_val, best
 
 
-def _subset_dp(problem: Problem, cm: CostModel, objective: str) -> Optimum:
+def _subset_dp(problem: Problem, cm: CostModel, objective: str, cap: float = math.inf) -> Optimum:
     np = _np()
     n, nb = len(cm.nodes), cm.num_blocks
     add = objective == "latency"
     comb = np.add if add else np.maximum
     best_val, best = _best_single_stage(problem, cm)
+    if best is not None and cm.stage_time(best[0][0], 0, nb, True, True) > cap:
+        best_val, best = math.inf, None
     best_end: tuple[int, int] | None = None
     if problem.max_stages >= 2 and n >= 2:
         hop = [cm.latency_s[d] if add else 0.0 for d in range(n)]
-        first = [_stage_matrix(cm, d, True, False, hop[d])[0] for d in range(n)]
-        mid = [_stage_matrix(cm, d, False, False, hop[d]) for d in range(n)]
-        last = [_stage_matrix(cm, d, False, True, hop[d])[:, nb] for d in range(n)]
+        first = [_stage_matrix(cm, d, True, False, hop[d], cap=cap)[0] for d in range(n)]
+        mid = [_stage_matrix(cm, d, False, False, hop[d], cap=cap) for d in range(n)]
+        last = [_stage_matrix(cm, d, False, True, hop[d], cap=cap)[:, nb] for d in range(n)]
         size = 1 << n
         g = np.full((size, nb + 1), np.inf)
         for d in range(n):
@@ -323,6 +343,63 @@ def solve_exact(
     if opt.pipeline is not None and not cm.fits_pipeline(*opt.pipeline):
         opt = replace(opt, pipeline=None, exact=False)
     return opt
+
+
+def least_cycle(problem: Problem, cm: CostModel, stages: int) -> Optimum:
+    """The least cycle over pipelines of exactly ``stages`` stages (``cm`` at their
+    microbatch), exact, by the subset DP on clusters of up to :data:`CYCLE_EXACT_LIMIT`.
+
+    cycle = max(trip, m · slowest) with trip = Σ t + hops.  Let ``L(T)`` be the least trip
+    with every stage at most ``T``: it never grows with ``T`` while ``m · T`` grows, so over
+    the sorted stage times ``T_k`` the least ``max(L(T_k), m · T_k)`` is at the first
+    ``k`` with ``L(T_k) ≤ m · T_k`` or just before it, found by bisection (the DP's
+    pipeline at ``T_k`` has a cycle of at most that value, so both are scored exactly).
+    """
+    np = _np()
+    if len(cm.nodes) > CYCLE_EXACT_LIMIT:
+        raise DependencyError("numpy", "exact")  # too large: the caller bounds instead
+    m = min(cm.batch, stages)
+    sub = replace(problem, min_stages=stages, max_stages=stages)
+    n = len(cm.nodes)
+    values: set[float] = set()
+    for d in range(n):
+        for first, last in ((True, False), (False, False), (False, True), (True, True)):
+            if (first and last) != (stages == 1):
+                continue
+            mat = _stage_matrix(cm, d, first, last, 0.0)
+            values.update(float(v) for v in mat[np.isfinite(mat)])
+    caps = sorted(values)
+    method = f"bisection on the slowest stage, subset dynamic programme over {n} nodes"
+    if not caps:
+        return Optimum(objective="cycle", value=math.inf, exact=True, method=method)
+
+    def trip(k: int) -> Optimum:
+        return _subset_dp(sub, cm, "latency", cap=caps[k] * (1 + 1e-12))
+
+    lo, hi = 0, len(caps) - 1
+    if trip(hi).value > m * caps[hi]:
+        lo = hi + 1  # even with no cap the trip decides: the uncapped optimum
+    else:
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if trip(mid).value <= m * caps[mid]:
+                hi = mid
+            else:
+                lo = mid + 1
+    found = [o.pipeline for k in (lo - 1, lo) if 0 <= k < len(caps) and (o := trip(k)).pipeline]
+    if lo == len(caps) and (o := trip(len(caps) - 1)).pipeline is not None:
+        found.append(o.pipeline)
+    pipes = [p for p in found if p is not None and cm.fits_pipeline(*p)]
+    if not pipes:
+        return Optimum(objective="cycle", value=math.inf, exact=True, method=method)
+    best = min(pipes, key=lambda p: cm.evaluate(*p).cycle_s)
+    return Optimum(
+        objective="cycle",
+        value=cm.evaluate(*best).cycle_s,
+        exact=True,
+        method=method,
+        pipeline=best,
+    )
 
 
 def _min_stages_by_room(room: Sequence[float], nb: int) -> int:

@@ -618,8 +618,8 @@ def place_experts(
         *_stage_notes(result, prediction, constraints),
         *_notes(summary, layout, source, load, coactivation),
         f"predicted with experts: {prediction.time_per_token_s * 1e3:.1f} ms per token "
-        f"(single stream), {prediction.tokens_per_s:.2f} tokens/s pipelined at batch "
-        f"{prediction.batch}; no certificate: the planner's bound covers the blocks' "
+        f"for each of {prediction.batch} sequence(s), {prediction.tokens_per_s:.2f} tokens/s "
+        "in all; no certificate: the planner's bound covers the blocks' "
         f"placement ({plan.rationale.strategy}) without the experts",
     ]
     return replace(
@@ -1163,11 +1163,12 @@ def expert_prediction(
     the backbone's stage times (as in :func:`stowplan.cost.predict`) and its
     bandwidth fraction to the experts' reads.
     """
-    from stowplan.cost import CostModel, served_tokens_per_s, usd_per_million_tokens
+    from stowplan.cost import CostModel, cycle_seconds, microbatches, usd_per_million_tokens
 
     cm = CostModel(backbone_layout(model), nodes, constraints, calibration)
     order, bounds = cm.plan_order_bounds(plan)
     base = cm.prediction(order, bounds)
+    m, b = microbatches(constraints.batch, len(order))
     # The rate the backbone streams at: the datasheet's, or the calibrated one (bandwidth
     # fraction, a layer-split host's single GPU) when a profile applies.
     bw = {
@@ -1183,15 +1184,16 @@ def expert_prediction(
         plan,
         model,
         nodes,
-        batch=constraints.batch,
+        batch=b,
         load=load,
         coactivation=coactivation,
         bandwidth_gbps=bw,
     )
     stage = tuple(t + e.total_s for t, e in zip(base.stage_time_s, extra, strict=True))
-    per_token = base.time_per_token_s + sum(e.total_s for e in extra)
-    tokens_per_s = constraints.batch / max(stage) if max(stage) > 0 else math.inf
-    served = served_tokens_per_s(constraints.batch, per_token, tokens_per_s)
+    hops = cm.evaluate(order, bounds).hops_s
+    per_token = cycle_seconds(stage, hops, m)
+    tokens_per_s = constraints.batch / per_token if per_token > 0 else math.inf
+    served = tokens_per_s
     kv = None
     if model.kv_bytes_per_token is not None:
         for a, d in zip(plan.assignments, order, strict=True):

@@ -1,14 +1,14 @@
 """``objective="cost"``: the cheapest node set whose optimal plan meets a target rate.
 
-The target is the rate the workload gets: tokens/s of one stream at batch 1
-(1 / time per token), pipelined tokens/s above.
+The target is the rate the workload gets: tokens/s of all U concurrent sequences,
+U / cycle (at U = 1, 1 / time per token).
 
 One node alone is checked outright.  Sets of two or more come from a MILP
 (HiGHS via ``scipy.optimize.milp``, :mod:`stowplan.planner.set_milp`) over
 which nodes to buy, minimising their price subject to the cost model's own
-stage-time, hop and memory terms: exact when blocks are alike (a set is
-allowed exactly when a pipeline of its nodes meets the target), a relaxation
-otherwise.
+stage-time, hop and memory terms: at one sequence and with blocks alike exact
+(a set is allowed exactly when a pipeline of its nodes meets the target), a
+relaxation otherwise (every set that can meet the target is allowed).
 
 The planner is the oracle: the MILP's set is planned; if its plan meets the
 target it is the answer (no cheaper set satisfies the MILP, so none can meet
@@ -268,9 +268,9 @@ def _milp_search(search: _Search) -> str:
 
 
 def _group_block_bounds(search: _Search) -> list[float]:
-    """Per node, the least seconds its smallest block takes on any GPU group of it (above
-    batch 1, per share of the node: the group's time × its GPUs / the node's)."""
-    cm = search.cm
+    """Per node, the least seconds its smallest block takes on any GPU group of it, one
+    sequence per step (what a trip through the pipeline pays at least)."""
+    cm = search.cm.at_microbatch(1)
     nb = cm.num_blocks
     read = min(
         cm.read_prefix[i + 1] - cm.read_prefix[i] + cm.kv_prefix[i + 1] - cm.kv_prefix[i]
@@ -282,8 +282,7 @@ def _group_block_bounds(search: _Search) -> list[float]:
         best = math.inf
         for tp in legal_tensor_parallel(search.problem.model, node.num_gpus) or (1,):
             group = CostModel(search.problem.model, [gpu_group_node(node, 0, tp)], search.speed)
-            seconds = group.block_seconds(0, read, weight)
-            best = min(best, seconds if cm.batch == 1 else seconds * tp / node.num_gpus)
+            best = min(best, group.at_microbatch(1).block_seconds(0, read, weight))
         out.append(best)
     return out
 

@@ -9,8 +9,10 @@ MILP states the cost model's own terms (:mod:`stowplan.cost`):
   larger of read bytes / bandwidth and weights × compute seconds per byte,
   plus its fixed block and stage costs and, unless last, its outbound transfer;
 * its blocks plus the anchors it holds fit its usable VRAM;
-* batch 1: the stage times and every node's hop latency add up to at most
-  ``1 / target``; above: every stage takes at most ``batch / target``.
+* U concurrent sequences get one token each per cycle, and a cycle is at least one
+  trip through the pipeline (:mod:`stowplan.cost`), whose stage times only grow with
+  the microbatch: at one sequence per step, the stage times and every node's hop
+  latency add up to at most ``U / target`` (so does each stage).
 
 With alike blocks (every dense model) the MILP is exact: it allows a set
 exactly when a pipeline of its nodes meets the target (middle stages in any
@@ -96,9 +98,8 @@ class SetMilp:
         """``stages_per_node``: most stages each node can run (its GPUs when the planner may
         split it into GPU groups; ``cm`` must then be as fast as any grouping, see
         :meth:`~stowplan.cost.CostModel.relax_groups`).  ``split_block_s``: for such a
-        node, the least seconds one (smallest) block costs it on any of its groups (above
-        batch 1, per share of the node: a group of ``tp`` of its ``G`` GPUs runs beside
-        ``G/tp - 1`` others).  ``dominance``: the cost model whose terms decide which node
+        node, the least seconds one (smallest) block costs it on any of its groups, one
+        sequence per step.  ``dominance``: the cost model whose terms decide which node
         dominates which (default ``cm``)."""
         try:
             import scipy.optimize  # noqa: F401
@@ -118,7 +119,9 @@ class SetMilp:
         self.x = [self._var(1.0, cost=self.prices[d]) for d in range(n)]
         self.f = [self._var(1.0) for _ in range(n)]
         self.last = [self._var(1.0) for _ in range(n)]
-        self.budget_s = (1.0 if cm.batch == 1 else cm.batch) / target * _SLACK
+        self.budget_s = cm.batch / target * _SLACK
+        cm = cm.at_microbatch(1)
+        dominance = None if dominance is None else dominance.at_microbatch(1)
         self._shape(cm, min_stages, max_stages)
         if not (cm.uniform and self._pooled(cm)):
             self._per_node(cm)
@@ -225,7 +228,7 @@ class SetMilp:
             self._row({k: 1.0, **{self.x[d]: -1.0 for d in members}}, 0.0, math.inf)
             room: dict[int, float] = {k: 1.0}
             for d in members:
-                caps = self.cap[d] if cm.batch == 1 else self._time_caps(cm, d, seconds, head_s[d])
+                caps = self._time_caps(cm, d, seconds, head_s[d])
                 self._roles_that_fit(d, caps)
                 mid, first, last = (max(c, 1.0) for c in caps)
                 room[self.x[d]] = -float(mid)
@@ -233,13 +236,12 @@ class SetMilp:
                 room[self.last[d]] = float(mid - last)
             self._row(room, -math.inf, 0.0)
         self._row(pool, nb, nb)
-        if cm.batch == 1:
-            for d in range(n):
-                for col, v in self._stage_fixed(cm, d).items():
-                    pipeline[col] = pipeline.get(col, 0.0) + v
-                pipeline[self.x[d]] += cm.latency_s[d] * _MS
-                pipeline[self.last[d]] = pipeline.get(self.last[d], 0.0) + head_s[d] * _MS
-            self._row(pipeline, -math.inf, self.budget_s * _MS)
+        for d in range(n):
+            for col, v in self._stage_fixed(cm, d).items():
+                pipeline[col] = pipeline.get(col, 0.0) + v
+            pipeline[self.x[d]] += cm.latency_s[d] * _MS
+            pipeline[self.last[d]] = pipeline.get(self.last[d], 0.0) + head_s[d] * _MS
+        self._row(pipeline, -math.inf, self.budget_s * _MS)
         return True
 
     def _time_caps(
@@ -300,16 +302,13 @@ class SetMilp:
                 self._row({t: 1.0, k[d]: -self.split_block_s[d] * _MS}, 0.0, math.inf)
             stage = {t: 1.0, k[d]: cm.block_s[d] * _MS, **self._stage_fixed(cm, d)}
             stage_ms.append(stage)
-        if cm.batch == 1:
-            pipeline: dict[int, float] = {}
-            for d in range(n):
-                for col, v in stage_ms[d].items():
-                    pipeline[col] = pipeline.get(col, 0.0) + v
-                pipeline[self.x[d]] += cm.latency_s[d] * _MS
-            self._row(pipeline, -math.inf, self.budget_s * _MS)
-        else:
-            for d in range(n):
-                self._row(stage_ms[d], -math.inf, self.budget_s * _MS)
+        pipeline: dict[int, float] = {}
+        for d in range(n):
+            for col, v in stage_ms[d].items():
+                pipeline[col] = pipeline.get(col, 0.0) + v
+            pipeline[self.x[d]] += cm.latency_s[d] * _MS
+            self._row(stage_ms[d], -math.inf, self.budget_s * _MS)
+        self._row(pipeline, -math.inf, self.budget_s * _MS)
 
     # -- dominance and cuts -------------------------------------------------------------
     def _dominance(self, cm: CostModel) -> None:

@@ -32,10 +32,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
 
+from stowplan.cost import microbatches
 from stowplan.errors import DependencyError, Infeasible, InputError, PlanError
 from stowplan.model import NodeDescriptor, Strategy, gpu_group_node
 from stowplan.parallel_rules import legal_tensor_parallel, tensor_parallel_violation
 from stowplan.plan import Plan
+from stowplan.planner import cycle
 from stowplan.planner.certify import finish
 from stowplan.planner.common import GpuGroup, Problem, prepare
 from stowplan.planner.exact import Optimum
@@ -308,6 +310,42 @@ def _joint_optimum(
     )
 
 
+def _joint_cycle(
+    problem: Problem, rule: EngineRule, runs: bool, lossless: bool, plan_cycle: float
+) -> tuple[float, bool, str, GroupedOptimum | None]:
+    """:func:`_joint_optimum` for U > 1 concurrent sequences: a lower bound on the cycle,
+    per stage count S the largest of its quick bound, m × the least slowest stage and the
+    least time per token, both at S's microbatch over every grouping (any stage count:
+    a bound for S); and the better by cycle of the two solves' pipelines."""
+    cm = problem.cost_model()
+    total = sum(n.num_gpus for n in problem.nodes)
+    top = min(problem.constraints.max_stages or total, total, problem.model.num_blocks)
+    solved: dict[int, tuple[float, float, list[GroupedOptimum], set[str]]] = {}
+    lower = math.inf
+    for s in range(problem.min_stages, top + 1):
+        bound = cycle.quick_bound(problem, cm, s)
+        if bound < plan_cycle and math.isfinite(bound):
+            m, u = microbatches(cm.batch, s)
+            if u not in solved:
+                pu = replace(problem, microbatch=u)
+                b = _joint_optimum(pu, rule, "throughput", runs, lossless)
+                t = _joint_optimum(pu, rule, "latency", runs, lossless)
+                found = [g for g in (b[3], t[3]) if g is not None and g.stages]
+                solved[u] = (b[0], t[0], found, {b[2], t[2]})
+            slowest, trip, _, _ = solved[u]
+            bound = max(bound, m * slowest, trip)
+        lower = min(lower, bound)
+    candidates = [g for _, _, got, _ in solved.values() for g in got]
+    best = min(
+        candidates,
+        key=lambda g: _seconds(*_as_pipeline(problem, g.stages), "throughput"),
+        default=None,
+    )
+    kinds = "; ".join(sorted({k for *_, ks in solved.values() for k in ks})) or "closed form"
+    method = f"per stage count, max(m × slowest-stage bound, time-per-token bound): {kinds}"
+    return lower, False, method, best
+
+
 def _joint_runs(problem: Problem, rule: EngineRule, exact_strategy: bool) -> bool:
     """Whether step 4 solves exactly (small fleet, free stage count, affordable work)."""
     c = problem.constraints
@@ -386,8 +424,9 @@ def _split(vp: Problem, order: list[int], objective: str) -> Pipeline | None:
     from stowplan.planner.latency import latency_split
     from stowplan.planner.throughput import min_bottleneck_split
 
-    cm = vp.cost_model()
-    if objective == "latency" and len(order) > 1:
+    root = vp.cost_model()
+    cm = root.for_stages(len(order))
+    if len(order) > 1 and (objective == "latency" or root.batch == 1):
         return latency_split(cm, order)
     return min_bottleneck_split(cm, order, vp.min_stages)
 
@@ -491,8 +530,8 @@ def _of_plan(problem: Problem, plan: Plan) -> tuple[Problem, Pipeline]:
 
 
 def _seconds(vp: Problem, p: Pipeline, objective: str) -> float:
-    ev = vp.cost_model().evaluate(*p)
-    return ev.time_per_token_s if objective == "latency" else ev.bottleneck_s
+    """The cycle of ``p`` (what both objectives rank by)."""
+    return vp.cost_model().evaluate(*p).cycle_s
 
 
 def _check_degree(problem: Problem) -> None:
@@ -541,7 +580,15 @@ def plan_with_groups(problem: Problem, runner: Runner, objective: str, strategy:
     lossless = _adjacency_loses_nothing(problem)
     # The local search is needed where the joint solve is not the optimum.
     found, _ = _search(problem, runner, rule, objective, local=not (runs and lossless))
-    value, exact, method, best = _joint_optimum(problem, rule, objective, runs, lossless)
+    if problem.constraints.batch == 1:
+        value, exact, method, best = _joint_optimum(problem, rule, "latency", runs, lossless)
+    else:
+        plan_cycle = (
+            found.rationale.prediction.time_per_token_s
+            if found and found.rationale.prediction
+            else math.inf
+        )
+        value, exact, method, best = _joint_cycle(problem, rule, runs, lossless, plan_cycle)
     if found is None and (best is None or not best.stages):
         raise Infeasible(
             "no split of the nodes' GPUs into stages of tensor-parallel degrees the model "
@@ -562,8 +609,7 @@ def plan_with_groups(problem: Problem, runner: Runner, objective: str, strategy:
             notes.append(
                 f"the joint solve over GPU groups found a better pipeline than the "
                 f"{strategy.value} search ({theirs:.6g} vs {mine:.6g} "
-                f"{'s/token' if objective == 'latency' else 's at the slowest stage'}): "
-                "it is the plan"
+                "s per token per sequence): it is the plan"
             )
             vp, pipeline = bp, bpipe
     engine = _ENGINE_EXPORTS.get(rule.name)
@@ -582,7 +628,9 @@ def plan_with_groups(problem: Problem, runner: Runner, objective: str, strategy:
             exact = False  # the solve's space is wider than the engine's: a bound
             notes.append(f"stages arranged as {rule.name} ranks its nodes")
     cm = vp.cost_model()
-    value = min(value, _seconds(vp, pipeline, objective))
+    mine = _seconds(vp, pipeline, objective)
+    exact = exact or value >= mine * (1 - 1e-12)  # a bound the plan meets is the optimum
+    value = min(value, mine)
     optimum = Optimum(objective=objective, value=value, exact=exact, method=method)
     plan = finish(vp, cm, strategy, pipeline, optimum=optimum)
     notes.insert(0, f"GPU groups ({rule.name} rule): {describe_groups(plan)}")

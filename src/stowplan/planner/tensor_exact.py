@@ -122,7 +122,13 @@ class _Groups:
                 vnodes.append(gpu_group_node(node, 0, t))
                 parents.append(node.id)
             self.kinds.append(kinds)
-        self.cm = CostModel(problem.model, vnodes, problem.constraints, parents=parents)
+        self.cm = CostModel(
+            problem.model,
+            vnodes,
+            problem.constraints,
+            parents=parents,
+            microbatch=problem.microbatch,
+        )
 
 
 class _NodeSolver:

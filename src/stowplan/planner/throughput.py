@@ -1,4 +1,4 @@
-"""``throughput``: maximum pipelined tokens/s (minimise the slowest stage).
+"""``throughput``: the least slowest stage (what m microbatches wait on each cycle).
 
 For a fixed node order the min-max contiguous split is solved exactly by
 bisection on the bottleneck time T with a greedy feasibility test: each node

@@ -99,7 +99,7 @@ def _fmt(value: object, key: str = "") -> str:
 
 _LABELS = {
     "batch": "sequences in flight",
-    "tokens_per_s": "tokens/s (pipelined)",
+    "tokens_per_s": "tokens/s (all sequences)",
     "time_per_token_s": "time per token (one stream)",
     "stage_time_s": "time per step, by stage",
     "bottleneck_stage": "slowest stage",
@@ -259,7 +259,8 @@ def _baselines_section(plan: Plan, baselines: Sequence[BaselineResult]) -> str:
                 )
             )
     head = "".join(
-        f"<th>{h}</th>" for h in ("rule", "stages", "tokens/s (pipelined)", "time per token")
+        f"<th>{h}</th>"
+        for h in ("rule", "stages", "tokens/s (all sequences)", "time per token, each")
     )
     body = "".join(
         "<tr class='baseline'>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>"
@@ -282,8 +283,11 @@ def _cards(plan: Plan, rows: list[NodeMemory]) -> str:
     p = plan.rationale.prediction
     if p is not None:
         cards += [
-            (f"tokens/s (batch {p.batch})", f"{p.tokens_per_s:.3g}"),
-            ("time per token", _fmt(p.time_per_token_s, "time_per_token_s")),
+            (
+                f"tokens/s ({p.batch} sequence{'s' if p.batch > 1 else ''})",
+                f"{p.tokens_per_s:.3g}",
+            ),
+            ("time per token, each sequence", _fmt(p.time_per_token_s, "time_per_token_s")),
         ]
         if p.kv_capacity_tokens is not None:
             cards.append(("KV capacity (tokens)", f"{p.kv_capacity_tokens:,}"))

@@ -113,7 +113,7 @@ def render_comparison(plan: Plan, baselines: Sequence[BaselineResult], console: 
     """Print stowplan's plan and each peer rule's, as the same cost model predicts them."""
     pred = plan.rationale.prediction
     table = Table(title="compared with peer rules (same cost model)", title_justify="left")
-    for col in ("rule", "stages", "tokens/s (pipelined)", "ms/token (single)"):
+    for col in ("rule", "stages", "tokens/s (all sequences)", "ms/token (each)"):
         table.add_column(col, justify="left" if col == "rule" else "right")
     if pred is not None:
         table.add_row(
