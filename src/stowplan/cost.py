@@ -546,6 +546,22 @@ class CostModel:
             stage_time_s=times, hops_s=hops, batch=self.batch, num_microbatches=m, microbatch=b
         )
 
+    def evaluate_here(self, order: Sequence[int], bounds: Sequence[int]) -> Evaluation:
+        """Stage times at this model's own microbatch, whatever the stage count, with one
+        microbatch per cycle (so ``time_per_token_s`` is the trip Σ t + hops): what the
+        searches that run on one microbatch size compare."""
+        n = len(order)
+        times = tuple(
+            self.stage_time(
+                d, bounds[s], bounds[s + 1], s == 0, s == n - 1, order[s + 1] if s < n - 1 else None
+            )
+            for s, d in enumerate(order)
+        )
+        hops = sum(self.hop_s(d, order[(s + 1) % n]) for s, d in enumerate(order)) if n > 1 else 0.0
+        return Evaluation(
+            stage_time_s=times, hops_s=hops, batch=self.batch, microbatch=self.microbatch
+        )
+
     def kv_capacity_tokens(self, order: Sequence[int], bounds: Sequence[int]) -> int | None:
         """Tokens of KV cache the tightest stage can hold beside its weights (None: unknown)."""
         if not self.has_kv_figure:

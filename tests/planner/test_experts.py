@@ -409,18 +409,22 @@ def test_every_figure_in_an_expert_plans_notes_is_the_final_plans_own():
         assert a.usable_vram_bytes is not None
         assert m[4] == f"{100 * a.estimated_vram_bytes / a.usable_vram_bytes:.1f}"
         assert (int(m[5]), int(m[6])) == (a.num_blocks, len(a.owned_experts))
-    kv = [int(x) for n in notes for x in re.findall(r"KV capacity (\d+) tokens", n)]
+    kv = [
+        int(x.replace(",", ""))
+        for n in notes
+        for x in re.findall(r"KV capacity ([\d,]+) tokens", n)
+    ]
     assert kv == [pred.kv_capacity_tokens]
     assert not any("certificate (" in n for n in notes)
     # Both views print these notes, so they show the same figures.
     page = render_html(p)
     assert all(n.replace("'", "&#x27;") in page for n in stage_notes)
-    assert re.findall(r"KV capacity (\d+) tokens", page) == [str(pred.kv_capacity_tokens)]
+    assert re.findall(r"KV capacity ([\d,]+) tokens", page) == [f"{pred.kv_capacity_tokens:,}"]
     console = Console(width=400, record=True, color_system=None)
     render_plan(p, (), console)
     text = console.export_text()
     assert all(n in text for n in stage_notes)
-    assert re.findall(r"KV capacity (\d+) tokens", text) == [str(pred.kv_capacity_tokens)]
+    assert re.findall(r"KV capacity ([\d,]+) tokens", text) == [f"{pred.kv_capacity_tokens:,}"]
 
 
 def test_a_calibration_derates_the_expert_reads_as_it_does_the_backbone() -> None:

@@ -23,6 +23,7 @@ __all__ = [
     "certificate",
     "finish",
     "key_of",
+    "kv_capacity_note",
     "objective_of",
     "pick_best",
 ]
@@ -162,12 +163,7 @@ def _notes(
     if pred.kv_capacity_tokens is None:
         out.append("KV capacity unknown: the layout has no KV-cache figure")
     else:
-        reserve = problem.constraints.context_tokens
-        out.append(
-            f"KV capacity {pred.kv_capacity_tokens} tokens beyond the reserve (tightest stage)"
-            if reserve
-            else f"KV capacity {pred.kv_capacity_tokens} tokens (tightest stage)"
-        )
+        out.append(kv_capacity_note(pred, problem.constraints.context_tokens))
     unit = "s/token" if cert.objective == "latency" else "tokens/s"
     out.append(
         f"certificate ({cert.objective}): {cert.value:.6g} {unit} vs "
@@ -177,6 +173,17 @@ def _notes(
     if pred.assumed:
         out.append(f"{len(pred.assumed)} input(s) assumed from the spec table (see prediction)")
     return out
+
+
+def kv_capacity_note(pred: Prediction, context_tokens: int | None, where: str = "") -> str:
+    """The KV room of the tightest stage, and how much of it the reserve takes."""
+    cap = pred.kv_capacity_tokens
+    text = f"KV capacity {cap:,} tokens (tightest stage{where})"
+    if cap is None or not context_tokens:
+        return text
+    held = context_tokens * pred.batch
+    seqs = f"{pred.batch} sequences" if pred.batch > 1 else "1 sequence"
+    return text + f": the {context_tokens:,}-token reserve × {seqs} and {cap - held:,} more"
 
 
 def _prediction_note(pred: Prediction, num_stages: int) -> str:

@@ -12,12 +12,16 @@ and ``cycle ≥ least Σ t + hops of ≤ S stages at b``.  So:
 
 1. :func:`quick_bound` gives every S a closed-form lower bound (the stages' bytes
    at the S fastest rates, the hops of the S cheapest links, the S largest memories).
-2. :func:`search` plans each S whose quick bound is below the best cycle found so
-   far (most promising first), with the bottleneck solver (and the time-per-token
-   one) at that S's microbatch; every pipeline is scored by its true cycle.
-3. :func:`optimum` bounds the cycle by the least over S of ``max(m · B_S, L_S)``,
-   ``B_S`` and ``L_S`` exact (subset DP / MILP) or relaxed bounds, computing them only
-   for the S whose quick bound is below the plan's cycle; the bound is the optimum
+2. :func:`search` plans the stage counts of a geometric :func:`ladder` (1, 2, 3, 4,
+   6, 8, …, U, the most) whose quick bound is below the best cycle found so far (most
+   promising first), with the bottleneck and the time-per-token searches at that
+   count's microbatch; every pipeline is scored by its true cycle.
+3. :func:`optimum` bounds the cycle by the least over ranges ``[a, b]`` of the ladder
+   of ``max(m_a · B(≤ b stages, u_b), L(≤ b stages, u_b))`` (any S in the range has
+   at least ``m_a`` microbatches of at least ``u_b``), ``B`` and ``L`` exact (subset DP
+   / MILP) or relaxed bounds, computed only where the quick bound is below the plan's
+   cycle; on small fleets every S is its own range and is solved outright
+   (:func:`~stowplan.planner.exact.least_cycle`).  The bound is the optimum
    (``exact``) when a pipeline in hand reaches it.
 
 At U = 1 every S has m = 1 and the cycle is the time per token: the time-per-token
@@ -26,6 +30,7 @@ solvers are the exact ones and none of this is needed.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import replace
@@ -38,10 +43,11 @@ from stowplan.planner.throughput import Pipeline
 if TYPE_CHECKING:
     from stowplan.planner.exact import Optimum
 
-__all__ = ["SEARCHED_STAGE_COUNTS", "optimum", "quick_bound", "search", "stage_counts"]
+__all__ = ["SEARCHED_COUNTS", "ladder", "optimum", "quick_bound", "search", "stage_counts"]
 
-SEARCHED_STAGE_COUNTS = 12
-"""Most stage counts :func:`search` plans (those with the lowest quick bounds)."""
+SEARCHED_COUNTS = 6
+"""Once a pipeline is in hand, :func:`search` plans at most this many stage counts (those
+of least quick bound); the certificate states how far the plan may be from the best."""
 
 Solve = Callable[[Problem, CostModel], "Pipeline | None"]
 """A search over ``problem`` (its ``max_stages`` the stage count) on a cost model at that
@@ -57,20 +63,23 @@ def _rates(inverse: tuple[float, ...]) -> list[float]:
     return sorted((math.inf if x == 0 else 1.0 / x for x in inverse), reverse=True)
 
 
-def quick_bound(problem: Problem, cm: CostModel, stages: int) -> float:
-    """A lower bound on the cycle of every pipeline of exactly ``stages`` stages.
+def quick_bound(problem: Problem, cm: CostModel, stages: int, most: int | None = None) -> float:
+    """A lower bound on the cycle of every pipeline of ``stages`` to ``most`` (default:
+    ``stages``) stages.
 
-    Its stages are ``stages`` distinct nodes: together they hold every byte (else
-    ``inf``), read at most at the sum of the ``stages`` fastest rates (so the slowest
-    stage takes at least the bytes over that sum) and one at a time no faster than the
-    fastest node; a multi-stage pipeline pays at least the ``stages`` cheapest hops.
+    Such a pipeline has at least ``m = min(U, stages)`` microbatches of at least the
+    microbatch of ``most`` stages, on at most ``k = min(most, n)`` nodes (stages on GPU
+    groups of one node share its bytes/s, FLOPs and memory): together they hold every
+    byte (else ``inf``) and read at most at the sum of the ``k`` fastest rates, so the
+    slowest stage takes at least the bytes over that sum; one trip reads every byte
+    no faster than filling the fastest nodes up to their memory, and a multi-stage
+    pipeline pays at least the ``stages`` cheapest hops.
     """
-    if stages < 1:
+    most = stages if most is None else most
+    if stages < 1 or most < stages:
         return math.inf
-    # Stages on GPU groups of one node share its bytes/s, FLOPs and memory: any S stages
-    # have at most those of the min(S, n) best whole nodes.
-    k = min(stages, len(cm.nodes))
-    view = cm.for_stages(stages)
+    k = min(most, len(cm.nodes))
+    view = cm.for_stages(most)
     m, _ = microbatches(cm.batch, stages)
     nb = cm.num_blocks
     held = cm.mem_prefix[nb] + cm.embed + cm.head
@@ -80,45 +89,82 @@ def quick_bound(problem: Problem, cm: CostModel, stages: int) -> float:
     read = weights + view.kv_prefix[nb]
     bw, fl = _rates(view.inv_bw), _rates(view.flop_s_per_byte)
     slowest = max(read / sum(bw[:k]), weights / sum(fl[:k]))
-    one_at_a_time = max(read / bw[0], weights / fl[0])
+    trip = max(_fill(view, read), weights / fl[0])
     if stages > 1:
         hops = sorted(min(a, b) for a, b in zip(view.latency_s, view.intra_latency_s, strict=True))
-        one_at_a_time += sum(hops[:k]) + (stages - k) * hops[0]
-    return max(m * slowest, one_at_a_time)
+        trip += sum(hops[:stages]) + max(0, stages - len(hops)) * hops[0]
+    return max(m * slowest, trip)
+
+
+def _most_read_per_held(cm: CostModel) -> float:
+    """The most bytes a step reads per byte held, over the blocks and the head."""
+    rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
+    ratios = [
+        (rp[i + 1] - rp[i] + kp[i + 1] - kp[i]) / (mp[i + 1] - mp[i])
+        for i in range(cm.num_blocks)
+        if mp[i + 1] > mp[i]
+    ]
+    return max([1.0] * (cm.head > 0) + ratios, default=1.0)
+
+
+def _fill(cm: CostModel, read: float) -> float:
+    """Seconds to read ``read`` bytes on the fastest nodes first, each reading at most
+    :func:`_most_read_per_held` times its usable memory (a relaxation of every placement,
+    blocks being split fractionally)."""
+    per_held = _most_read_per_held(cm)
+    left, total = read, 0.0
+    for inv, room in sorted(zip(cm.inv_bw, cm.usable, strict=True)):
+        take = min(left, room * per_held)
+        total += take * inv
+        left -= take
+        if left <= 0:
+            return total
+    return math.inf
 
 
 def _at(problem: Problem, stages: int) -> Problem:
     return replace(problem, max_stages=stages, min_stages=min(problem.min_stages, stages))
 
 
+def ladder(problem: Problem, sequences: int, *, fine: bool = True) -> list[int]:
+    """The stage counts searched (``fine``) or the starts of the ranges bounded together:
+    the fewest and most allowed, U, and 1 to 8, 12, 16, 24, 32, 48, … between (without
+    ``fine``: 1, 2, 4, 8, …), a geometric ladder, so a fleet of n nodes costs O(log n)
+    solves, not n."""
+    lo, hi = problem.min_stages, problem.max_stages
+    points = {lo, hi, min(max(sequences, lo), hi)}
+    if fine:
+        points.update(range(1, 9))
+    x = 1
+    while x <= hi:
+        points.update((x, x + x // 2) if fine else (x,))
+        x *= 2
+    return sorted(p for p in points if lo <= p <= hi)
+
+
 def search(problem: Problem, cm: CostModel, solvers: tuple[Solve, ...]) -> Pipeline | None:
-    """The pipeline of least cycle any of ``solvers`` finds over the stage counts."""
+    """The pipeline of least cycle any of ``solvers`` finds at the :func:`ladder`'s stage
+    counts (each solve may use fewer stages than its count)."""
     if cm.batch == 1:
         found = [p for solve in solvers if (p := solve(problem, cm)) is not None]
         return min(found, key=lambda p: _key(cm, p)) if found else None
-    bounds = {s: quick_bound(problem, cm, s) for s in stage_counts(problem)}
+    bounds = {s: quick_bound(problem, cm, s) for s in ladder(problem, cm.batch)}
     best: Pipeline | None = None
     best_key: tuple[float, float, int, tuple[int, ...]] = (math.inf, math.inf, 0, ())
-    tried = 0
+    solved = 0
     for s in sorted(bounds, key=lambda s: (bounds[s], s)):
-        if bounds[s] >= best_key[0] or tried >= SEARCHED_STAGE_COUNTS:
+        if best is not None and (bounds[s] >= best_key[0] or solved >= SEARCHED_COUNTS):
             break
-        tried += 1
+        if not math.isfinite(bounds[s]) and best is None:
+            s = problem.max_stages  # no count on the ladder holds every byte: the most may
         sub, view = _at(problem, s), cm.for_stages(s)
         for solve in solvers:
             p = solve(sub, view)
-            if p is None:
-                continue
-            k = _key(cm, p)
-            if k < best_key:
+            if p is not None and (k := _key(cm, p)) < best_key:
                 best, best_key = p, k
-    if best is None and tried >= SEARCHED_STAGE_COUNTS:
-        # Every promising count failed: the rest may still hold a pipeline.
-        for s in sorted(bounds, key=lambda s: (bounds[s], s))[tried:]:
-            if math.isfinite(bounds[s]):
-                got = [p for solve in solvers if (p := solve(_at(problem, s), cm.for_stages(s)))]
-                if got:
-                    return min(got, key=lambda p: _key(cm, p))
+        solved += best is not None
+        if not math.isfinite(bounds[s]):
+            break
     return best
 
 
@@ -154,23 +200,27 @@ def optimum(
     from stowplan.errors import DependencyError
     from stowplan.planner.exact import Optimum, least_cycle
 
-    counts = list(stage_counts(problem))
+    points = list(stage_counts(problem)) if exact else ladder(problem, cm.batch, fine=False)
+    # Stage counts [a, b] bounded together: m ≥ m_a and stage times at u_b or more, so
+    # the cycle of any of them is at least max(m_a · B(≤ b, u_b), L(≤ b, u_b)).
+    ranges = [(a, b - 1) for a, b in itertools.pairwise(points)] + [(points[-1], points[-1])]
     per_count: list[float] = []
     pipelines: list[Pipeline] = []
     exact_parts = True
     split = False
     """Whether some stage count was bounded by its two parts rather than solved whole."""
     methods: set[str] = set()
-    for s in counts:
-        quick = quick_bound(problem, cm, s)
-        if quick >= value or not math.isfinite(quick):
-            per_count.append(quick)
+    quick_of = {r: quick_bound(problem, cm, *r) for r in ranges}
+    for first, last in sorted(ranges, key=lambda r: quick_of[r]):
+        quick = quick_of[(first, last)]
+        if quick >= min([value, *per_count]) or not math.isfinite(quick):
+            per_count.append(quick)  # cannot lower the least bound: no solve needed
             continue
-        m, _ = microbatches(cm.batch, s)
-        sub, view = _at(problem, s), cm.for_stages(s)
-        if exact:
+        m, _ = microbatches(cm.batch, first)
+        sub, view = _at(problem, last), cm.for_stages(last)
+        if exact and first == last:
             try:
-                solved = least_cycle(problem, view, s)
+                solved = least_cycle(problem, view, last)
             except DependencyError:
                 pass
             else:
@@ -182,7 +232,7 @@ def optimum(
         split = True
         slowest = bound(sub, view, "throughput")
         methods.add(slowest.method)
-        exact_parts &= slowest.exact
+        exact_parts &= slowest.exact and first == last
         if slowest.pipeline is not None:
             pipelines.append(slowest.pipeline)
         lb = max(quick, m * slowest.value)

@@ -636,7 +636,7 @@ def place_experts(
 
 def _stage_notes(plan: Plan, prediction: Prediction, constraints: Constraints) -> list[str]:
     """Per stage time and VRAM, and the KV capacity, all of the final expert plan."""
-    from stowplan.planner.certify import _prediction_note
+    from stowplan.planner.certify import _prediction_note, kv_capacity_note
 
     out = []
     for a in plan.assignments:
@@ -654,15 +654,8 @@ def _stage_notes(plan: Plan, prediction: Prediction, constraints: Constraints) -
     out.append(_prediction_note(prediction, plan.num_stages))
     if prediction.kv_capacity_tokens is None:
         out.append("KV capacity unknown: the layout has no KV-cache figure")
-    elif constraints.context_tokens:
-        out.append(
-            f"KV capacity {prediction.kv_capacity_tokens} tokens beyond the reserve "
-            "(tightest stage, experts included)"
-        )
     else:
-        out.append(
-            f"KV capacity {prediction.kv_capacity_tokens} tokens (tightest stage, experts included)"
-        )
+        out.append(kv_capacity_note(prediction, constraints.context_tokens, ", experts included"))
     if prediction.assumed:
         out.append(
             f"{len(prediction.assumed)} input(s) assumed from the spec table (see prediction)"

@@ -249,5 +249,5 @@ def _improve(
 
 
 def _latency_key(cm: CostModel, c: Pipeline) -> tuple[float, float, int]:
-    ev = cm.evaluate(*c)
+    ev = cm.evaluate_here(*c)
     return (ev.time_per_token_s, ev.bottleneck_s, len(c[0]))

@@ -97,7 +97,7 @@ def min_bottleneck_split(
     best = greedy_split(cm, order, hi, min_stages)
     if best is None:
         return None
-    hi = max(cm.evaluate(*best).stage_time_s)
+    hi = cm.evaluate_here(*best).bottleneck_s
     lo = 0.0
     for _ in range(_ITERATIONS):
         if hi - lo <= 1e-12 * hi:
@@ -108,7 +108,7 @@ def min_bottleneck_split(
             lo = mid
         else:
             best = found
-            hi = max(cm.evaluate(*found).stage_time_s)
+            hi = cm.evaluate_here(*found).bottleneck_s
     return best
 
 
@@ -399,7 +399,7 @@ def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None,
     proven = (
         times is not None
         and max_n >= 2
-        and proves_optimal(cm, times, cm.evaluate(*best).bottleneck_s, max_n)
+        and proves_optimal(cm, times, cm.evaluate_here(*best).bottleneck_s, max_n)
     )
     if max_n < 2:
         proven = True  # the fastest single node is the only kind of pipeline
@@ -412,5 +412,5 @@ def throughput_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
 
 
 def _throughput_key(cm: CostModel, c: Pipeline) -> tuple[float, float, int]:
-    ev = cm.evaluate(*c)
+    ev = cm.evaluate_here(*c)
     return (ev.bottleneck_s, ev.time_per_token_s, len(c[0]))
