@@ -1,7 +1,7 @@
 """Per-stage tensor parallel inside nodes × pipeline across them, against an exact referee.
 
-python benchmarks/tensor_parallel.py            # the README tables (≈ 2 min on 2 shared cores)
-python benchmarks/tensor_parallel.py --quick    # smoke run (≈ 15 s)
+python benchmarks/tensor_parallel.py            # the README tables (≈ 4 min on 2 shared cores)
+python benchmarks/tensor_parallel.py --quick    # smoke run (≈ 30 s)
 
 The referee is written here from the first-order cost model's formula alone; it calls
 neither stowplan's planner nor its cost model (only the model layouts and the node
