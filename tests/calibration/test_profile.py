@@ -150,7 +150,7 @@ def _doc(**over: object) -> dict[str, object]:
         (
             _doc(extra=1),
             "calibration.extra=1: unknown key; allowed: "
-            "['description', 'devices', 'engine', 'name', 'schema_version']",
+            "['description', 'devices', 'engine', 'name', 'runs', 'schema_version']",
         ),
         (
             _doc(devices=[{"device": "*", "bandwidth_fraction": {}}]),
