@@ -100,6 +100,7 @@ def test_llamacpp_profile_has_family_entries_that_match_real_names() -> None:
         ("Q8_0", "q8"),
         ("fp8", "fp8"),
         ("awq", "q4"),
+        ("bf16+mxfp4", "q4"),
         (None, "default"),
         ("weird", "default"),
     ],

@@ -123,11 +123,15 @@ _DTYPE_CLASSES: tuple[tuple[str, str], ...] = (
 def dtype_class(dtype: str | None) -> str:
     """The class a weight dtype belongs to: ``Q4_K - Medium`` → ``q4``, ``bf16`` → ``f16``.
 
-    Unknown or missing dtypes give ``default``.
+    A mix ``bf16+mxfp4`` (dense layers + experts, as a quantisation config that quantises
+    only the experts reads) takes its last part's class, ``q4``: the published runs of
+    such models are recorded under the experts' dtype.  Unknown or missing dtypes give
+    ``default``.
     """
     if not dtype:
         return "default"
     key = re.sub(r"[\s\-]+", "_", dtype.strip().lower()).removeprefix("mostly_")
+    key = key.rpartition("+")[2]
     for pattern, cls in _DTYPE_CLASSES:
         if re.match(pattern, key):
             return cls

@@ -9,18 +9,19 @@ Python API's default stays the first-order model (``Constraints(calibration=None
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from stowplan.calibration.apply import calibration_label
 from stowplan.calibration.coverage import CoverageVerdict, assess_coverage, plan_kind
 from stowplan.calibration.profile import Calibration, Engine
 from stowplan.calibration.store import resolve_calibration
-from stowplan.errors import InputError
-from stowplan.model import ModelLayout, NodeDescriptor
+from stowplan.errors import Infeasible, InputError
+from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.models import inspect_model
 from stowplan.plan import Plan
-from stowplan.report.calibration import headline_tokens_per_s
+from stowplan.report.calibration import annotate_notes, headline_tokens_per_s
 
 __all__ = [
     "CALIBRATION_HELP",
@@ -28,8 +29,10 @@ __all__ = [
     "ENGINE_HELP",
     "FIRST_ORDER",
     "cli_calibration",
+    "labelled_notes",
     "model_attention",
     "plan_verdict",
+    "target_named",
 ]
 
 FIRST_ORDER = "first-order"
@@ -88,3 +91,25 @@ def plan_verdict(
         return CoverageVerdict(label=calibration_label(calibration), known=False)
     kind = plan_kind(plan, nodes, layout, attention=attention)
     return assess_coverage(calibration, kind, headline)
+
+
+def labelled_notes(plan: Plan, calibration: Calibration | None) -> tuple[str, ...]:
+    """``plan``'s notes with its prediction named by the model that made it (no coverage
+    check: for commands that plan without a model file to read the attention from)."""
+    verdict = CoverageVerdict(label=calibration_label(calibration), known=False)
+    return annotate_notes(plan.rationale.notes, verdict)
+
+
+@contextmanager
+def target_named(constraints: Constraints) -> Iterator[None]:
+    """Under ``--target``, an unreachable target's error also names the model that
+    predicted every node set's speed (``… (predicted with engine generic, calibrated on
+    101 published runs)``)."""
+    try:
+        yield
+    except Infeasible as exc:
+        if constraints.target_tokens_per_s is None:
+            raise
+        label = calibration_label(constraints.calibration)
+        article = "the " if constraints.calibration is None else ""
+        raise Infeasible(f"{exc.reason} (predicted with {article}{label})") from None

@@ -18,6 +18,7 @@ from stowplan.cli.calibration_opts import (
     cli_calibration,
     model_attention,
     plan_verdict,
+    target_named,
 )
 from stowplan.cli.common import err_console, load_fleet, out_console, warn_about_gpus
 from stowplan.cli.progress import search_progress
@@ -164,7 +165,7 @@ def plan_command(
             return plan_with_experts(m, n, c, load, co, expert_parallel=expert_parallel)
 
     fit: ContextFit | None = None
-    with search_progress(err_console, constraints.target_tokens_per_s):
+    with search_progress(err_console, constraints.target_tokens_per_s), target_named(constraints):
         if asked == "max":
             fit = fit_context(layout, fleet, constraints, planner=planner)
             result = fit.plan
