@@ -82,6 +82,9 @@ from stowplan.calibration.store import (
 
 __all__ = [
     "CALIBRATION_SCHEMA_VERSION",
+    "FIRST_ORDER_LABEL",
+    "MAX_BANDWIDTH_FRACTION",
+    "MIN_NEAREST_RUNS",
     "Calibration",
     "CalibrationOutcome",
     "CalibrationRequest",
@@ -91,12 +94,9 @@ __all__ = [
     "DeviceCalibration",
     "DeviceFit",
     "Engine",
-    "FIRST_ORDER_LABEL",
     "Figure",
     "FitResult",
     "LlamaBenchResult",
-    "MAX_BANDWIDTH_FRACTION",
-    "MIN_NEAREST_RUNS",
     "Measurement",
     "NodeCalibration",
     "PassportReader",
