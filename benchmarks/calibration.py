@@ -7,6 +7,10 @@ and by a calibrated model fitted *without that run* (leave-one-out: the
 device's other runs when it has some, else every other device's runs).  The
 table gives the median absolute error per GPU family.
 
+The ``generic`` profile, the CLI's default when the engine is unknown, is fitted to
+the runs of every engine; its rows in that table are the compiled-PyTorch runs
+(gpt-fast, torchao), and a table of its own scores it on every run.
+
 Serving engines (vLLM, TensorRT-LLM) get their own table: each run against the
 first-order model, the engine's shipped profile, and a leave-one-out fit over the
 engine's other runs where there are any.
@@ -18,13 +22,12 @@ hops).  Part 3 ranks candidate plans (stage counts and splits) by predicted
 time per token and compares with the measured order.
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/calibration.py
-    .venv/bin/python benchmarks/calibration.py --write-profiles   # regenerate data/llamacpp.json
+    .venv/bin/python benchmarks/calibration.py --write-profiles   # regenerate data/*.json
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections import defaultdict
@@ -32,7 +35,6 @@ from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from statistics import median
-from typing import Any
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -47,187 +49,32 @@ from stowplan.calibration import (
 )
 from stowplan.calibration.profile import DeviceCalibration, Figure, Provenance
 
-HERE = Path(__file__).resolve().parent
-DATA = HERE.parent / "src" / "stowplan" / "calibration" / "data"
-
-Run = dict[str, Any]
-
-# Engines whose shipped profile is fitted from the published runs, in table order.
-FITTED_ENGINES = (
-    Engine.LLAMACPP,
-    Engine.VLLM,
-    Engine.TRTLLM,
-    Engine.SGLANG,
-    Engine.GENERIC,
-    Engine.TRANSFORMERS,
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from calibration_fit import (  # the fitting pipeline; re-exported for the tests
+    DATA,
+    DESCRIPTIONS,
+    FITTED_ENGINES,
+    Run,
+    build_profile,
+    held_out_entry,
+    load_all_runs,
+    load_runs,
+    predict,
+    table_prior,
+    tensor_parallel,
 )
-
-
-def load_all_runs() -> list[Run]:
-    """Every published run, the excluded ones (an ``excluded`` reason) included."""
-    runs: list[Run] = json.loads((HERE / "published_decode.json").read_text())["runs"]
-    return runs
-
-
-def load_runs() -> list[Run]:
-    """The runs the profiles are fitted to and the tables score."""
-    return [r for r in load_all_runs() if not r.get("excluded")]
-
-
-def tensor_parallel(r: Run) -> int:
-    """GPUs every block of the run is split over (1: one GPU, or a layer split)."""
-    return int(r.get("tensor_parallel", 1))
-
-
-def read_bytes(r: Run) -> int:
-    """Bytes one decoded token reads: the weights less the input embedding table, of which
-    a step reads one row (what the cost model counts: blocks and head)."""
-    return int(r["read_bytes"]) - int(r.get("embed_bytes", 0))
-
-
-def _fit(runs: list[Run], prior: DeviceCalibration, device: str, source: str) -> DeviceCalibration:
-    """Fit one device entry; runs on different devices are normalised to their own bandwidth.
-
-    Every run is on a GPU, so no fraction exceeds 1.  The ``*`` entry pools families,
-    so its collective cost is never fitted: a tensor-parallel family against other
-    families' single-GPU runs would credit it with every difference between them.
-    """
-    # Each run's bytes are rescaled to a common 1000 GB/s per GPU so one fit spans devices.
-    ms = [
-        Measurement(
-            tokens_per_s=float(r["tokens_per_s"]),
-            read_bytes=round(read_bytes(r) * 1000.0 / float(r["bandwidth_gbps"])),
-            num_blocks=int(r["num_blocks"]),
-            dtype=str(r["dtype"]),
-            hops=int(r["hops"]),
-            tensor_parallel=tensor_parallel(r),
-            label=f"{r['family']} {r['model']} {r['dtype']}",
-        )
-        for r in runs
-    ]
-    return fit_device(
-        ms,
-        bandwidth_gbps=1000.0,
-        prior=prior,
-        device=device,
-        source=source,
-        max_fraction=1.0,
-        fit_collective=False if device == "*" else None,
-    ).device
-
-
-def predict(r: Run, entry: DeviceCalibration | None) -> float:
-    """Predicted tokens/s of run ``r`` (first-order when ``entry`` is None)."""
-    tp = tensor_parallel(r)
-    t = stage_time_s(
-        read_bytes=read_bytes(r),
-        params=0,
-        num_blocks=int(r["num_blocks"]),
-        bandwidth_gbps=float(r["bandwidth_gbps"]) * tp,
-        tflops=0.0,
-        dtype=str(r["dtype"]),
-        hops=int(r["hops"]),
-        tensor_parallel=tp,
-        device=entry,
-    )
-    return 1.0 / t
-
-
-def _label(r: Run) -> str:
-    tp, hops = tensor_parallel(r), int(r["hops"])
-    layout = f" TP{tp}" if tp > 1 else (f" {hops + 1} stages" if hops else "")
-    return f"{r['dtype']}{layout} {float(r['tokens_per_s']):.2f} t/s"
-
-
-def _sources(runs: list[Run]) -> str:
-    srcs = sorted({str(r["source"]).split(" (")[0].split(",")[0] for r in runs})
-    rows = "; ".join(_label(r) for r in runs)
-    return f"fitted to {len(runs)} published batch-1 decode runs ({rows}) from: " + " | ".join(srcs)
-
-
-def _base_prior() -> DeviceCalibration:
-    """The table defaults every fit starts from (the generic profile's ``*`` entry)."""
-    return (
-        shipped_calibration(Engine.GENERIC).for_device("*")
-        or shipped_calibration(Engine.GENERIC).devices[-1]
-    )
-
-
-_NOISE = {"apple", "tesla", "sxm"}
-
-
-def family_match(family: str) -> tuple[str, ...]:
-    """Tokens a GPU name must hold to match a family key: ``a100-80gb`` → a100, 80gb.
-
-    ``sxm`` is dropped (nvidia-smi calls an H100 SXM ``NVIDIA H100 80GB HBM3``); ``pcie``
-    is kept, so a PCIe card's entry needs the word and wins over the SXM one when it has it.
-    """
-    return tuple(w for w in family.split("-") if w not in _NOISE)
-
-
-def build_profile(engine: Engine, runs: list[Run], description: str) -> Calibration:
-    """A shipped profile: one entry per GPU family, plus ``*`` fitted over all the engine's
-    runs (the generic profile, and an engine without runs, keep the table ``*``: it is
-    every fit's prior)."""
-    base = _base_prior()
-    mine = [r for r in runs if r["engine"] == engine.value]
-    fit_star = mine and engine is not Engine.GENERIC
-    star = _fit(mine, base, "*", _sources(mine)) if fit_star else base
-    by_family: dict[str, list[Run]] = defaultdict(list)
-    for r in mine:
-        by_family[str(r["family"])].append(r)
-    entries = [
-        replace(_fit(rs, star, fam, _sources(rs)), match=family_match(fam))
-        for fam, rs in sorted(by_family.items())
-    ]
-    return Calibration(
-        name=f"{engine.value}-default",
-        engine=engine,
-        description=description,
-        devices=(*entries, star),
-    )
-
-
-DESCRIPTIONS = {
-    Engine.LLAMACPP: "llama.cpp (CUDA, Vulkan, Metal) batch-1 decode, fitted per GPU family to "
-    "public llama-bench results (benchmarks/published_decode.json lists every run).",
-    Engine.VLLM: "vLLM, one request at a time, fitted per GPU family to published decode "
-    "speeds (benchmarks/published_decode.json lists every run); '*' (any other GPU) is fitted "
-    "over all of them.",
-    Engine.TRTLLM: "TensorRT-LLM, one request at a time, fitted per GPU family to published "
-    "decode speeds (benchmarks/published_decode.json lists every run); '*' (any other GPU) is "
-    "fitted over all of them.",
-    Engine.SGLANG: "SGLang, one request at a time, fitted per GPU family to published decode "
-    "speeds (benchmarks/published_decode.json lists every run); '*' (any other GPU) is fitted "
-    "over all of them.",
-    Engine.GENERIC: "Engine-agnostic: '*' holds NVIDIA's cost-model defaults (use when the "
-    "engine is unknown); family entries are fitted to published compiled-PyTorch decode "
-    "speeds (gpt-fast, torchao; benchmarks/published_decode.json).",
-    Engine.TRANSFORMERS: "Hugging Face transformers eager generate (what an Accelerate "
-    "device_map runs), fitted per GPU family to published decode speeds "
-    "(benchmarks/published_decode.json); '*' is fitted over all of them.",
-}
-
 
 Scored = list[tuple[Run, float, float]]
 """(run, first-order error, calibrated leave-one-out error) per run: :func:`leave_one_out`."""
 
 
 def leave_one_out(runs: list[Run]) -> Scored:
-    """(run, first-order error, calibrated error) with the calibration fitted without the run.
-
-    The run's engine and family other runs give the entry when there are any; its prior
-    (and the entry when there are none) is the engine's other families' fit, or the table
-    defaults when the engine has no other family.
-    """
-    base = _base_prior()
+    """(run, first-order error, calibrated error) with the run's engine's profile fitted
+    without the run (:func:`calibration_fit.held_out_entry`; for ``generic`` runs, the
+    every-engine default)."""
     out = []
     for i, r in enumerate(runs):
-        rest = [o for j, o in enumerate(runs) if j != i and o["engine"] == r["engine"]]
-        same = [o for o in rest if o["family"] == r["family"]]
-        pool = [o for o in rest if o["family"] != r["family"]]
-        star = _fit(pool, base, "*", "loo") if pool and r["engine"] != "generic" else base
-        entry = _fit(same, star, str(r["family"]), "loo") if same else star
+        entry = held_out_entry(str(r["engine"]), runs, i)
         measured = float(r["tokens_per_s"])
         first, cal = predict(r, None), predict(r, entry)
         out.append((r, (first - measured) / measured, (cal - measured) / measured))
@@ -279,6 +126,39 @@ def published_table(scored: Scored) -> list[str]:
         every += by_engine[engine]
         out.append(f"| **{engine}** | all | | {cells(by_engine[engine])} |")
     out.append(f"| **all** | | | {cells(every)} |")
+    return out
+
+
+def default_table(runs: list[Run]) -> list[str]:
+    """Every fitted run predicted by the default profile (``generic``, fitted to every
+    engine's runs, what the CLI uses without ``--engine``): median abs errors per engine
+    of the first-order model, of the default fitted without the run, and of the shipped
+    default."""
+    generic = _shipped_profile(Engine.GENERIC)
+    rows: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    for i, r in enumerate(runs):
+        measured = float(r["tokens_per_s"])
+        preds = (
+            predict(r, None),
+            predict(r, held_out_entry(Engine.GENERIC, runs, i)),
+            predict(r, generic.for_device(str(r["gpu_name"]))),
+        )
+        errs = tuple((p - measured) / measured for p in preds)
+        rows[str(r["engine"])].append((errs[0], errs[1], errs[2]))
+    out = [
+        "| runs of | runs | first-order median abs error | default, leave-one-out "
+        "| default (shipped) |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    order = {e.value: i for i, e in enumerate(FITTED_ENGINES)}
+    every: list[tuple[float, float, float]] = []
+    for engine in sorted(rows, key=lambda e: order.get(e, 99)):
+        errs = rows[engine]
+        every += errs
+        meds = " | ".join(f"{median(abs(e[k]) for e in errs):.0%}" for k in range(3))
+        out.append(f"| {engine} | {len(errs)} | {meds} |")
+    meds = " | ".join(f"{median(abs(e[k]) for e in every):.0%}" for k in range(3))
+    out.append(f"| **all** | {len(every)} | {meds} |")
     return out
 
 
@@ -342,7 +222,7 @@ def cpu_section(quick: bool) -> list[str]:
     hidden = 256
     # The bandwidth probe reads an array the size of the model's weights (f32 + f64 copies).
     bw = measure_read_bandwidth_gbps(8 * block_bytes(hidden, 12), repeats=30)
-    prior = shipped_calibration(Engine.GENERIC).devices[0]
+    prior = table_prior()
     # Two emulated devices: float32 blocks (fast) and float64 blocks (twice the bytes).
     devices = {
         "f32": (make_blocks(8, hidden), 4),
@@ -469,13 +349,15 @@ def main(argv: list[str] | None = None) -> int:
 
         for engine in FITTED_ENGINES:
             target = DATA / f"{engine.value}.json"
-            profile = build_profile(engine, runs, DESCRIPTIONS[engine])
+            profile = build_profile(engine, load_all_runs(), DESCRIPTIONS[engine])
             write_text_atomic(target, calibration_to_json(profile))
             print(f"wrote {target}")
         return 0
     scored = leave_one_out(runs)
     print("## Published decode speeds (batch 1): leave-one-out median errors\n")
     print("\n".join(published_table(scored)))
+    print("\n## The default profile (generic: every engine's runs)\n")
+    print("\n".join(default_table(runs)))
     print("\n## Every run outside llama.cpp\n")
     print("\n".join(runs_table(scored)))
     print("\n## Runs left out of the fits\n")

@@ -473,7 +473,10 @@ class Constraints:
     target_tokens_per_s: float | None = None
     """With ``objective=cost``: the throughput the cheapest node set must reach."""
     calibration: Calibration | None = None
-    """Calibration profile the cost model applies on top of the first-order terms (None: none)."""
+    """Calibration profile the cost model applies on top of the first-order terms.  None
+    (the library's default) is the first-order model, which is optimistic; the CLI
+    instead defaults to ``resolve_calibration("generic")``, fitted to every engine's
+    published runs."""
     tensor_parallel: int | None = None
     """GPUs that split every stage's blocks, the same for every stage (None: the planner
     chooses per stage, within the engine's rule)."""

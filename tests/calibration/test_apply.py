@@ -86,6 +86,7 @@ def test_node_factors_pick_the_matching_entry_and_describe_their_provenance() ->
     assert node_calibration(None, "RTX 3090", "bf16") == type(rtx)()
     text = describe_calibration(cal, ["RTX 3090", "RTX 3090", "H100"], "q4_0")
     assert text == (
+        "engine llamacpp, calibrated on 35 published runs: "
         "llamacpp-default [rtx-3090: bandwidth fitted, block fitted, hop fitted, compute table; "
         "*: bandwidth fitted, block fitted, hop fitted, compute table]"
     )

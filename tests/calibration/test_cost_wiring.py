@@ -67,6 +67,7 @@ def test_plans_carry_the_calibration_and_are_slower_than_first_order() -> None:
     assert p0 is not None and p1 is not None
     assert p0.calibration is None
     assert p1.calibration == (
+        "engine llamacpp, calibrated on 35 published runs: "
         "llamacpp-default [rtx-3090: bandwidth fitted, block fitted, hop fitted, compute table]"
     )
     # The published RTX 3090 runs decode at 0.50-0.70 of first order; so must the plan.
@@ -79,15 +80,19 @@ def test_plan_cli_engine_and_calibration_file(
     monkeypatch.setenv("STOWPLAN_HOME", str(tmp_path / "home"))
     fleet = str(EXAMPLES / "fleets" / "mixed-consumer.yaml")
     assert main(["plan", "llama3.1:8b-q4_0", "--nodes", fleet, "--engine", "llamacpp"]) == 0
-    assert "calibration: llamacpp-default [" in capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
+    assert (
+        "calibration: engine llamacpp, calibrated on 35 published runs: llamacpp-default [" in out
+    )
+    assert "predicted (engine llamacpp, calibrated on 35 published runs): " in out
     mine = tmp_path / "cal.json"
     mine.write_text(calibration_to_json(CAL), encoding="utf-8")
     assert main(["plan", "llama3.1:8b-q4_0", "--nodes", fleet, "--calibration", str(mine),
                  "--json"]) == 0  # fmt: skip
-    assert '"calibration": "test [' in capsys.readouterr().out
+    assert '"calibration": "engine llamacpp: test [' in capsys.readouterr().out
     assert main(["plan", "llama3.1:8b-q4_0", "--nodes", fleet, "--engine", "x"]) == 2
     assert capsys.readouterr().err == (
-        "stowplan: error: --engine='x': must be one of generic, llamacpp, vllm, trtllm, sglang, transformers\n"
+        "stowplan: error: --engine='x': must be one of generic, llamacpp, vllm, trtllm, sglang, transformers, first-order\n"
     )
 
 
@@ -113,7 +118,7 @@ def test_a_measured_bandwidth_is_not_derated_again() -> None:
     assert sheet == pytest.approx(read / (800e9 * 0.5) + blocks)  # fraction 0.5: q4 entry
     pred = CostModel(model, [measured], Constraints(), CAL).prediction([0], [0, 32])
     assert pred.calibration == (
-        "test [rtx-3090: bandwidth measured, block table, hop table, compute table]"
+        "engine llamacpp: test [rtx-3090: bandwidth measured, block table, hop table, compute table]"
     )
 
 
@@ -174,6 +179,7 @@ def test_a_tensor_parallel_node_pays_the_collective_cost_on_every_block() -> Non
     )
     pred = CostModel(model, [pair], Constraints(), cal).prediction([0], [0, 32])
     assert pred.calibration == (
+        "engine vllm: "
         "tp [rtx-3090: bandwidth table, block table, hop table, collective table, compute table]"
     )
     # The single-GPU node's description does not mention a collective it never pays.

@@ -100,6 +100,7 @@ def test_llamacpp_profile_has_family_entries_that_match_real_names() -> None:
         ("Q8_0", "q8"),
         ("fp8", "fp8"),
         ("awq", "q4"),
+        ("bf16+mxfp4", "q4"),
         (None, "default"),
         ("weird", "default"),
     ],
@@ -150,7 +151,7 @@ def _doc(**over: object) -> dict[str, object]:
         (
             _doc(extra=1),
             "calibration.extra=1: unknown key; allowed: "
-            "['description', 'devices', 'engine', 'name', 'schema_version']",
+            "['description', 'devices', 'engine', 'name', 'runs', 'schema_version']",
         ),
         (
             _doc(devices=[{"device": "*", "bandwidth_fraction": {}}]),

@@ -67,7 +67,10 @@ def test_calibrated_median_error_is_within_20_percent_where_first_order_is_not()
     assert {"llamacpp", "vllm", "trtllm", "sglang", "generic", "transformers"} <= engines
     # A family with runs of its own is predicted from them (and the other families' prior)
     # within 20 %; a family with a single run is a cross-device prediction, reported only.
+    # The generic profile pools every engine's runs per family (its own test below).
     for key, (n, _, loo, shipped) in families.items():
+        if key[0] == "generic":
+            continue
         if n >= 2:
             assert loo <= 20, (key, loo)
         assert shipped <= 20, (key, shipped)
@@ -80,6 +83,25 @@ def test_calibrated_median_error_is_within_20_percent_where_first_order_is_not()
     # Tensor-parallel runs are where the first-order model is furthest off.
     tp = [v for k, v in families.items() if k[2] == "tensor parallel" and v[0] >= 2]
     assert tp and all(first > 50 and loo <= 20 for _, first, loo, _ in tp)
+
+
+def test_the_default_profile_fitted_to_every_engine_is_within_10_percent_over_all_runs() -> None:
+    bench = _bench()
+    table = bench.default_table(FITTED)
+    rows = {}
+    for line in table[2:]:
+        cells = [c.strip().strip("*") for c in line.strip("|").split("|")]
+        rows[cells[0]] = (int(cells[1]), *(float(c.rstrip("%")) for c in cells[2:]))
+    assert set(rows) == {"llamacpp", "vllm", "trtllm", "sglang", "generic", "transformers", "all"}
+    n, first, loo, shipped = rows["all"]
+    assert n == len(FITTED)
+    # Leave-one-out 7 % over all 101 runs, the first-order model 88 %.
+    assert loo <= 10 < 50 < first
+    assert shipped <= loo
+    # Eager transformers decodes far below what the other engines reach on the same GPU:
+    # the every-engine default over-predicts it most (the --engine transformers profile
+    # is fitted to it).
+    assert rows["transformers"][2] == max(r[2] for r in rows.values())
 
 
 def test_excluded_runs_say_why_and_stay_out_of_the_fits() -> None:
@@ -116,5 +138,5 @@ def test_shipped_profiles_are_what_the_published_runs_fit(engine: str) -> None:
 
     bench = _bench()
     e = Engine(engine)
-    built = calibration_to_json(bench.build_profile(e, FITTED, bench.DESCRIPTIONS[e]))
+    built = calibration_to_json(bench.build_profile(e, RUNS, bench.DESCRIPTIONS[e]))
     assert built == (bench.DATA / f"{engine}.json").read_text(encoding="utf-8")

@@ -12,17 +12,32 @@
 * :mod:`.probe` — device entries from the host probe's passport.
 * :mod:`.merge` — a fit on top of an engine's profile; new entries merged into a profile file.
 * :mod:`.device` — a device's profile key and its datasheet peak bandwidth.
+* :mod:`.runs` — the published runs a shipped profile was fitted to, recorded in it.
+* :mod:`.coverage` — whether a plan lies inside a profile's runs, and the range to expect
+  when it does not.
 """
 
 from __future__ import annotations
 
 from stowplan.calibration.apply import (
+    FIRST_ORDER_LABEL,
     NodeCalibration,
     StageEstimate,
     calibrate_stage,
+    calibration_label,
     describe_calibration,
     node_calibration,
     stage_time_s,
+)
+from stowplan.calibration.coverage import (
+    MIN_NEAREST_RUNS,
+    Coverage,
+    CoverageVerdict,
+    PlanKind,
+    assess_coverage,
+    plan_kind,
+    profile_coverage,
+    run_ratio,
 )
 from stowplan.calibration.device import device_key, peak_bandwidth_gbps
 from stowplan.calibration.fit import FitResult, Measurement, fit_device
@@ -51,6 +66,7 @@ from stowplan.calibration.profile import (
 )
 from stowplan.calibration.request import CalibrationOutcome, CalibrationRequest, DeviceFit
 from stowplan.calibration.run import PassportReader, calibrate
+from stowplan.calibration.runs import PublishedRun
 from stowplan.calibration.serving_bench import (
     ServingBenchResult,
     parse_serving_bench,
@@ -66,10 +82,14 @@ from stowplan.calibration.store import (
 
 __all__ = [
     "CALIBRATION_SCHEMA_VERSION",
+    "FIRST_ORDER_LABEL",
     "MAX_BANDWIDTH_FRACTION",
+    "MIN_NEAREST_RUNS",
     "Calibration",
     "CalibrationOutcome",
     "CalibrationRequest",
+    "Coverage",
+    "CoverageVerdict",
     "DecodeRuns",
     "DeviceCalibration",
     "DeviceFit",
@@ -81,13 +101,17 @@ __all__ = [
     "NodeCalibration",
     "PassportReader",
     "PassportReading",
+    "PlanKind",
     "Provenance",
+    "PublishedRun",
     "ServingBenchResult",
     "StageEstimate",
+    "assess_coverage",
     "calibrate",
     "calibrate_stage",
     "calibration_from_dict",
     "calibration_from_json",
+    "calibration_label",
     "calibration_to_dict",
     "calibration_to_json",
     "describe_calibration",
@@ -105,8 +129,11 @@ __all__ = [
     "parse_serving_bench",
     "partial_offload",
     "peak_bandwidth_gbps",
+    "plan_kind",
     "probe_entries",
+    "profile_coverage",
     "resolve_calibration",
+    "run_ratio",
     "save_entries",
     "serving_bench_runs",
     "shipped_calibration",

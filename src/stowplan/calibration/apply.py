@@ -31,11 +31,13 @@ from stowplan.errors import InputError
 from stowplan.model import NodeDescriptor
 
 __all__ = [
+    "FIRST_ORDER_LABEL",
     "MEASURED_LABEL",
     "NodeCalibration",
     "StageEstimate",
     "bandwidth_is_measured",
     "calibrate_stage",
+    "calibration_label",
     "describe_calibration",
     "node_calibration",
     "stage_time_s",
@@ -101,6 +103,24 @@ def node_calibration(
     )
 
 
+FIRST_ORDER_LABEL = "first-order model, uncalibrated"
+
+
+def calibration_label(calibration: Calibration | None) -> str:
+    """How a prediction names its model: ``engine generic, calibrated on 101 published runs``
+    (``… and your fits`` when the user's fitted entries lead), ``engine vllm, calibration
+    my-profile`` for a profile that records no runs, or ``first-order model, uncalibrated``."""
+    if calibration is None:
+        return FIRST_ORDER_LABEL
+    engine = f"engine {calibration.engine.value}"
+    n = len(calibration.fitted_runs)
+    if n == 0:
+        return f"{engine}, calibration {calibration.name}"
+    runs = f"{n} published run{'s' * (n != 1)}"
+    mine = " and your fits" if "+" in calibration.name else ""
+    return f"{engine}, calibrated on {runs}{mine}"
+
+
 def describe_calibration(
     calibration: Calibration,
     gpu_names: Sequence[str],
@@ -110,7 +130,9 @@ def describe_calibration(
 ) -> str:
     """Name the profile and where each figure used came from, for a plan's rationale.
 
-    ``llamacpp-default [rtx-4090: bandwidth fitted, block fitted, hop table, compute table]``;
+    ``engine llamacpp, calibrated on 35 published runs: llamacpp-default [rtx-4090:
+    bandwidth fitted, block fitted, hop table, compute table]`` (the lead is
+    :func:`calibration_label`; ``engine vllm`` alone for a profile without runs);
     ``bandwidth_measured[i]`` true (node ``i`` brought its own measured bandwidth, fraction
     1.0) reads ``bandwidth measured``; a node of ``tensor_parallel[i]`` > 1 GPUs adds
     where its collective cost came from.
@@ -133,7 +155,13 @@ def describe_calibration(
             f"hop {entry.hop_overhead_s.provenance.value}{collective}, "
             f"compute {entry.compute_efficiency.provenance.value}"
         )
-    return f"{calibration.name} [{'; '.join(parts) or 'no matching device'}]"
+    detail = "; ".join(parts) or "no matching device"
+    lead = (
+        calibration_label(calibration)
+        if calibration.fitted_runs
+        else "engine " + (calibration.engine.value)
+    )
+    return f"{lead}: {calibration.name} [{detail}]"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -27,8 +27,13 @@ The JSON format (``schema_version`` 1)::
           "collective_overhead_s": {"value": 7e-6, "provenance": "table", "source": "..."},
           "compute_efficiency": {"value": 0.6, "provenance": "table", "source": "..."}
         }
-      ]
+      ],
+      "runs": [...]                          # optional: the published runs behind the fits
     }
+
+``runs`` (see :mod:`.runs`) lists the published decode runs the profile was
+fitted to and the ones kept on record but left out; :mod:`.coverage` reads
+them to tell whether a plan lies inside the profile's data.
 
 This module is pure: it parses and validates already-read text and renders
 canonical JSON.  Reading shipped or user files lives in :mod:`.store`.
@@ -43,6 +48,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from stowplan.calibration.runs import PublishedRun, run_from_dict, run_to_dict
 from stowplan.checks import check_choice, check_number
 from stowplan.errors import InputError
 from stowplan.safeload import parse_json
@@ -117,11 +123,15 @@ _DTYPE_CLASSES: tuple[tuple[str, str], ...] = (
 def dtype_class(dtype: str | None) -> str:
     """The class a weight dtype belongs to: ``Q4_K - Medium`` → ``q4``, ``bf16`` → ``f16``.
 
-    Unknown or missing dtypes give ``default``.
+    A mix ``bf16+mxfp4`` (dense layers + experts, as a quantisation config that quantises
+    only the experts reads) takes its last part's class, ``q4``: the published runs of
+    such models are recorded under the experts' dtype.  Unknown or missing dtypes give
+    ``default``.
     """
     if not dtype:
         return "default"
     key = re.sub(r"[\s\-]+", "_", dtype.strip().lower()).removeprefix("mostly_")
+    key = key.rpartition("+")[2]
     for pattern, cls in _DTYPE_CLASSES:
         if re.match(pattern, key):
             return cls
@@ -243,12 +253,14 @@ class DeviceCalibration:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Calibration:
-    """A named profile for one engine: an ordered list of device entries."""
+    """A named profile for one engine: an ordered list of device entries, and the published
+    runs behind them (empty for a profile that does not record them)."""
 
     name: str
     engine: Engine
     devices: tuple[DeviceCalibration, ...]
     description: str = ""
+    runs: tuple[PublishedRun, ...] = ()
     schema_version: int = CALIBRATION_SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -267,6 +279,17 @@ class Calibration:
         dupes = sorted({k for k in keys if keys.count(k) > 1})
         if dupes:
             raise InputError("devices[].device", dupes[0], "device keys must be unique")
+        runs = tuple(self.runs)
+        object.__setattr__(self, "runs", runs)
+        for i, run in enumerate(runs):
+            if not isinstance(run, PublishedRun):
+                raise InputError(f"runs[{i}]", type(run).__name__, "must be a PublishedRun")
+            check_choice(f"runs[{i}].engine", run.engine, Engine)
+
+    @property
+    def fitted_runs(self) -> tuple[PublishedRun, ...]:
+        """The published runs the profile was fitted to (those not ``excluded``)."""
+        return tuple(r for r in self.runs if r.fitted)
 
     def for_device(self, gpu_name: str) -> DeviceCalibration | None:
         """The most specific entry matching ``gpu_name`` (most match tokens), else ``*``."""
@@ -288,6 +311,7 @@ class Calibration:
             engine=self.engine,
             devices=(entry, *rest),
             description=self.description,
+            runs=self.runs,
         )
 
 
@@ -303,7 +327,7 @@ _DEVICE_KEYS = {
     "collective_overhead_s",
     "compute_efficiency",
 }
-_TOP_KEYS = {"schema_version", "name", "engine", "description", "devices"}
+_TOP_KEYS = {"schema_version", "name", "engine", "description", "devices", "runs"}
 
 
 def _object(where: str, data: object, allowed: set[str], required: set[str]) -> dict[str, Any]:
@@ -373,11 +397,15 @@ def calibration_from_dict(data: object) -> Calibration:
     description = obj.get("description", "")
     if not isinstance(description, str):
         raise InputError("description", description, "must be a string")
+    runs = obj.get("runs", [])
+    if not isinstance(runs, list):
+        raise InputError("runs", type(runs).__name__, "must be a list of run objects")
     return Calibration(
         name=obj["name"],
         engine=obj["engine"],
         description=description,
         devices=tuple(_device(f"devices[{i}]", d) for i, d in enumerate(devices)),
+        runs=tuple(run_from_dict(r, f"runs[{i}]") for i, r in enumerate(runs)),
     )
 
 
@@ -392,8 +420,8 @@ def _figure_dict(fig: Figure) -> dict[str, Any]:
 
 
 def calibration_to_dict(cal: Calibration) -> dict[str, Any]:
-    """The profile as plain JSON-compatible data."""
-    return {
+    """The profile as plain JSON-compatible data (``runs`` only when it records some)."""
+    data: dict[str, Any] = {
         "schema_version": cal.schema_version,
         "name": cal.name,
         "engine": cal.engine.value,
@@ -411,6 +439,9 @@ def calibration_to_dict(cal: Calibration) -> dict[str, Any]:
             for d in cal.devices
         ],
     }
+    if cal.runs:
+        data["runs"] = [run_to_dict(r) for r in cal.runs]
+    return data
 
 
 def calibration_to_json(cal: Calibration) -> str:

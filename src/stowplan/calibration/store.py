@@ -90,5 +90,6 @@ def resolve_calibration(
             engine=cal.engine,
             devices=cal.devices,
             description=cal.description,
+            runs=cal.runs,
         )
     return cal

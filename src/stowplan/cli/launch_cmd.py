@@ -13,6 +13,7 @@ import typer
 
 from stowplan.checks import check_int, check_number
 from stowplan.cli.app import app
+from stowplan.cli.calibration_opts import labelled_notes
 from stowplan.cli.common import err_console, out_console
 from stowplan.cluster._ray import require_ray
 from stowplan.errors import InputError, PlanError
@@ -170,7 +171,7 @@ def _plan_debug(
         doc = {"plan": plan_to_dict(result), "stage_env": envs}
         out_console.file.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         return
-    render_plan(result, fleet, out_console)
+    render_plan(result, fleet, out_console, notes=labelled_notes(result, constraints.calibration))
     _print_stage_env(envs, [stage_place_text(a) for a in result.assignments])
     out_console.print("plan-debug: nothing was provisioned")
 
@@ -246,7 +247,12 @@ def launch_command(
                 doc = {"plan": plan_to_dict(realisation.plan), "stages": infos}
                 out_console.file.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
             else:
-                render_plan(realisation.plan, fleet, out_console)
+                render_plan(
+                    realisation.plan,
+                    fleet,
+                    out_console,
+                    notes=labelled_notes(realisation.plan, constraints.calibration),
+                )
                 for info in infos:
                     where = (
                         "on its planned node"

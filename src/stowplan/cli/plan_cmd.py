@@ -11,8 +11,15 @@ from typing import Annotated, Any
 import typer
 
 from stowplan.baselines import compare_plans as compare_baselines
-from stowplan.calibration.store import resolve_calibration
 from stowplan.cli.app import app
+from stowplan.cli.calibration_opts import (
+    CALIBRATION_HELP,
+    ENGINE_HELP,
+    cli_calibration,
+    model_attention,
+    plan_verdict,
+    target_named,
+)
 from stowplan.cli.common import err_console, load_fleet, out_console, warn_about_gpus
 from stowplan.cli.progress import search_progress
 from stowplan.errors import InputError
@@ -32,6 +39,7 @@ from stowplan.planner.context_fit import (
     plan_within_context,
 )
 from stowplan.planner.experts import expert_summary, plan_with_experts
+from stowplan.report.calibration import annotate_notes
 from stowplan.report.experts import render_experts
 from stowplan.report.html import write_html_report
 from stowplan.report.terminal import render_comparison, render_plan
@@ -117,15 +125,9 @@ def plan_command(
             "(default: whichever the cost model predicts faster).",
         ),
     ] = None,
-    engine: Annotated[
-        str | None,
-        typer.Option(
-            help="Calibrate predictions for generic, llamacpp, vllm, trtllm, sglang or "
-            "transformers."
-        ),
-    ] = None,
+    engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
     calibration: Annotated[
-        Path | None, typer.Option("--calibration", help="Calibration profile JSON (overrides).")
+        Path | None, typer.Option("--calibration", help=CALIBRATION_HELP)
     ] = None,
 ) -> None:
     """Plan MODEL on the given nodes and print the plan."""
@@ -151,9 +153,7 @@ def plan_command(
         target_tokens_per_s=None
         if target is None
         else parse_tokens_per_s(target, field="--target"),
-        calibration=None
-        if engine is None and calibration is None
-        else resolve_calibration(engine or "generic", calibration),
+        calibration=cli_calibration(engine, calibration),
     )
     load = load_expert_load(expert_load) if expert_load is not None else None
     co = load_coactivation(coactivation) if coactivation is not None else None
@@ -165,7 +165,7 @@ def plan_command(
             return plan_with_experts(m, n, c, load, co, expert_parallel=expert_parallel)
 
     fit: ContextFit | None = None
-    with search_progress(err_console, constraints.target_tokens_per_s):
+    with search_progress(err_console, constraints.target_tokens_per_s), target_named(constraints):
         if asked == "max":
             fit = fit_context(layout, fleet, constraints, planner=planner)
             result = fit.plan
@@ -173,15 +173,27 @@ def plan_command(
         else:
             result = plan_within_context(layout, fleet, constraints, planner=planner)
     baselines = compare_baselines(layout, fleet, constraints) if compare or html is not None else ()
+    verdict = plan_verdict(
+        result, fleet, layout, constraints.calibration, model_attention(model, dtype)
+    )
+    notes = annotate_notes(result.rationale.notes, verdict, constraints.batch)
     if html is not None:
         try:
-            write_html_report(html, result, fleet, layout=layout, baselines=baselines)
+            write_html_report(
+                html,
+                result,
+                fleet,
+                layout=layout,
+                baselines=baselines,
+                notes=notes,
+                verdict=verdict,
+            )
         except OSError as exc:
             raise InputError("--html", str(html), f"cannot be written ({exc.strerror})") from None
     if as_json:
         out_console.file.write(plan_to_json(result))
         return
-    render_plan(result, fleet, out_console)
+    render_plan(result, fleet, out_console, notes=notes)
     out_console.print(_context_line(layout, constraints, asked, fit), soft_wrap=True)
     if layout.experts is not None:
         render_experts(result, expert_summary(result, layout, fleet, load, co), out_console)

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from stowplan.baselines import BaselineResult
+from stowplan.calibration.coverage import CoverageVerdict
 from stowplan.fileio import write_text_atomic
 from stowplan.gpu_lists import stage_place_text, uses_gpu_lists
 from stowplan.model import ModelLayout, NodeDescriptor
 from stowplan.plan import Plan
+from stowplan.report.calibration import range_text
 from stowplan.report.segments import MemoryPart, NodeMemory, node_memory
 from stowplan.units import format_bytes
 
@@ -214,11 +216,12 @@ def _table(pairs: Sequence[tuple[str, str]]) -> str:
     return f"<table>{rows}</table>"
 
 
-def _rationale_section(plan: Plan) -> str:
+def _rationale_section(plan: Plan, notes: Sequence[str] | None = None) -> str:
     r = plan.rationale
     parts = [f"<section><h2>Rationale · {escape(r.strategy)}</h2>"]
-    if r.notes:
-        parts.append("<ul>" + "".join(f"<li>{escape(n)}</li>" for n in r.notes) + "</ul>")
+    shown = r.notes if notes is None else notes
+    if shown:
+        parts.append("<ul>" + "".join(f"<li>{escape(n)}</li>" for n in shown) + "</ul>")
     if r.prediction is not None:
         parts.append("<h2>Prediction</h2>")
         parts.append(_table(_field_rows(r.prediction)))
@@ -272,7 +275,7 @@ def _baselines_section(plan: Plan, baselines: Sequence[BaselineResult]) -> str:
     )
 
 
-def _cards(plan: Plan, rows: list[NodeMemory]) -> str:
+def _cards(plan: Plan, rows: list[NodeMemory], verdict: CoverageVerdict | None = None) -> str:
     cards = [("stages", str(plan.num_stages))]
     if uses_gpu_lists(plan):
         cards.append(("GPUs", str(sum(a.tensor_parallel for a in plan.assignments))))
@@ -289,6 +292,10 @@ def _cards(plan: Plan, rows: list[NodeMemory]) -> str:
             ),
             ("time per token, each sequence", _fmt(p.time_per_token_s, "time_per_token_s")),
         ]
+        span = range_text(verdict) if verdict is not None else None
+        if span is not None:
+            what = "one stream" if p.batch == 1 else f"batch {p.batch}"
+            cards.append((f"tokens/s to expect ({what}, outside the calibration data)", span))
         if p.kv_capacity_tokens is not None:
             cards.append(("KV capacity (tokens)", f"{p.kv_capacity_tokens:,}"))
         if p.cost_per_hour is not None:
@@ -321,11 +328,15 @@ def render_html(
     layout: ModelLayout | None = None,
     title: str | None = None,
     baselines: Sequence[BaselineResult] = (),
+    notes: Sequence[str] | None = None,
+    verdict: CoverageVerdict | None = None,
 ) -> str:
     """The report page as one HTML string (no external resources).
 
     ``baselines`` (from :func:`stowplan.baselines.compare_plans`) are shown beside the
-    plan's own prediction when given.
+    plan's own prediction when given; ``notes`` replace the rationale's notes
+    (:func:`stowplan.report.calibration.annotate_notes`); ``verdict`` names the model that
+    predicted in the subtitle and, outside its data, adds the range to expect.
     """
     rows = node_memory(plan, nodes, layout)
     name = plan.model_name or "model"
@@ -339,12 +350,14 @@ def render_html(
         f"<title>stowplan · {escape(heading)}</title><style>{_CSS}</style></head>"
         f"<body data-expected-nodes='{len(rows)}'><main>"
         f"<h1>{escape(heading)}</h1>"
-        f"<p class='sub'>{escape(plan.rationale.strategy)} · pipeline {escape(order)}</p>"
-        + _cards(plan, rows)
+        f"<p class='sub'>{escape(plan.rationale.strategy)} · pipeline {escape(order)}"
+        + (f" · predicted by the {escape(verdict.label)}" if verdict is not None else "")
+        + "</p>"
+        + _cards(plan, rows, verdict)
         + _memory_section(plan, rows)
         + _time_section(plan)
         + _baselines_section(plan, baselines)
-        + _rationale_section(plan)
+        + _rationale_section(plan, notes)
         + "<p class='check' id='self-check'></p></main>"
         f"<script>{_SCRIPT}</script></body></html>\n"
     )
@@ -357,8 +370,13 @@ def write_html_report(
     *,
     layout: ModelLayout | None = None,
     baselines: Sequence[BaselineResult] = (),
+    notes: Sequence[str] | None = None,
+    verdict: CoverageVerdict | None = None,
 ) -> Path:
     """Write :func:`render_html` to ``path`` atomically; return the path."""
     target = Path(path)
-    write_text_atomic(target, render_html(plan, nodes, layout=layout, baselines=baselines))
+    page = render_html(
+        plan, nodes, layout=layout, baselines=baselines, notes=notes, verdict=verdict
+    )
+    write_text_atomic(target, page)
     return target

@@ -37,9 +37,16 @@ def used_of(used: int, usable: int | None) -> str:
     return f"{left}/{right}"
 
 
-def render_plan(plan: Plan, nodes: Sequence[NodeDescriptor], console: Console) -> None:
+def render_plan(
+    plan: Plan,
+    nodes: Sequence[NodeDescriptor],
+    console: Console,
+    *,
+    notes: Sequence[str] | None = None,
+) -> None:
     """Print the plan: one row per stage (its node, and the GPUs of the node it runs on
-    when it lists them: ``n0 gpu0-3 tp4``), then the memory bars and the rationale notes.
+    when it lists them: ``n0 gpu0-3 tp4``), then the memory bars and the rationale notes
+    (``notes`` instead when given: :func:`stowplan.report.calibration.annotate_notes`).
 
     The table stays within 80 columns for the usual node names.
     """
@@ -76,7 +83,7 @@ def render_plan(plan: Plan, nodes: Sequence[NodeDescriptor], console: Console) -
         )
     console.print(table)
     render_node_bars(plan, nodes, console)
-    for note in plan.rationale.notes:
+    for note in plan.rationale.notes if notes is None else notes:
         console.print(f"  • {note}", highlight=False, markup=False)
     idle = idle_note(plan, nodes)
     if idle:

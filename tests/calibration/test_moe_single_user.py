@@ -1,0 +1,48 @@
+"""The MoE single-user benchmark: plans of the published MoE runs, calibrated by default,
+land near the published figures; the run outside the data gets a range that holds it."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from statistics import median
+from types import ModuleType
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "moe_single_user.py"
+
+
+def _bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("moe_single_user_bench", BENCH)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_default_profile_predicts_the_published_moe_runs_and_ranges_the_one_outside() -> None:
+    rows = _bench().rows()
+    assert len(rows) == 15
+    assert {r["model"] for r, *_ in rows} >= {
+        "mistralai/Mixtral-8x7B-v0.1",
+        "openai/gpt-oss-120b",
+        "openai/gpt-oss-20b",
+        "Qwen/Qwen3-235B-A22B",
+        "nvidia/DeepSeek-R1-FP4",
+    }
+
+    def err(key: str) -> float:
+        return median(
+            abs(p[key] - float(r["tokens_per_s"])) / float(r["tokens_per_s"])
+            for r, _, p, _, _ in rows
+        )
+
+    assert err("first-order") > 2.0  # 262 %
+    assert err("default") <= 0.10  # 6 %
+    assert err("held out") <= 0.15  # 10 %
+    assert all(how == "plan" for r, how, *_ in rows if not r.get("excluded"))
+    outside = [(r, verdict, hit) for r, _, _, verdict, hit in rows if hit is not None]
+    assert len(outside) == 1
+    run, verdict, hit = outside[0]
+    assert run["model"] == "nvidia/DeepSeek-R1-FP4"
+    assert verdict.startswith("outside (MLA attention, MoE with expert-parallel")
+    assert hit  # the published 111 tokens/s lies in the range
