@@ -34,6 +34,7 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import replace
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from stowplan.cost import CostModel, microbatches
@@ -59,6 +60,7 @@ def stage_counts(problem: Problem) -> range:
     return range(problem.min_stages, problem.max_stages + 1)
 
 
+@lru_cache(maxsize=1024)
 def _rates(inverse: tuple[float, ...]) -> list[float]:
     return sorted((math.inf if x == 0 else 1.0 / x for x in inverse), reverse=True)
 
@@ -96,6 +98,7 @@ def quick_bound(problem: Problem, cm: CostModel, stages: int, most: int | None =
     return max(m * slowest, trip)
 
 
+@lru_cache(maxsize=256)
 def _most_read_per_held(cm: CostModel) -> float:
     """The most bytes a step reads per byte held, over the blocks and the head."""
     rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
@@ -107,13 +110,18 @@ def _most_read_per_held(cm: CostModel) -> float:
     return max([1.0] * (cm.head > 0) + ratios, default=1.0)
 
 
+@lru_cache(maxsize=1024)
+def _by_speed(inv_bw: tuple[float, ...], usable: tuple[int, ...]) -> list[tuple[float, int]]:
+    return sorted(zip(inv_bw, usable, strict=True))
+
+
 def _fill(cm: CostModel, read: float) -> float:
     """Seconds to read ``read`` bytes on the fastest nodes first, each reading at most
     :func:`_most_read_per_held` times its usable memory (a relaxation of every placement,
     blocks being split fractionally)."""
     per_held = _most_read_per_held(cm)
     left, total = read, 0.0
-    for inv, room in sorted(zip(cm.inv_bw, cm.usable, strict=True)):
+    for inv, room in _by_speed(cm.inv_bw, cm.usable):
         take = min(left, room * per_held)
         total += take * inv
         left -= take
