@@ -63,7 +63,7 @@ def test_ranges_read_in_whole_tokens_from_ten_on_and_batches_say_so() -> None:
     )  # fmt: skip
     assert range_text(small) == "4.3–1,480"
     assert coverage_note(small, batch=8) == (
-        "outside the calibration data (batch 8): expect 4.3–1,480 tokens/s in all at batch 8 "
+        "outside the calibration data (batch 8): expect 4.3–1,480 tokens/s for 8 concurrent sequences in all "
         "(measured/predicted over the 1 nearest published run)"
     )
 

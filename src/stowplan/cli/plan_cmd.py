@@ -191,7 +191,9 @@ def plan_command(
         except OSError as exc:
             raise InputError("--html", str(html), f"cannot be written ({exc.strerror})") from None
     if as_json:
-        out_console.file.write(plan_to_json(result))
+        # The same notes the terminal shows: the calibration named, the range outside it.
+        named = replace(result, rationale=replace(result.rationale, notes=notes))
+        out_console.file.write(plan_to_json(named))
         return
     render_plan(result, fleet, out_console, notes=notes)
     out_console.print(_context_line(layout, constraints, asked, fit), soft_wrap=True)

@@ -54,7 +54,7 @@ def coverage_note(verdict: CoverageVerdict, batch: int = 1) -> str | None:
     span = range_text(verdict)
     if not verdict.outside or span is None:
         return None
-    what = "for one stream" if batch == 1 else f"in all at batch {batch}"
+    what = "for one stream" if batch == 1 else f"for {batch} concurrent sequences in all"
     runs = f"{verdict.nearest_runs} nearest published run{'s' * (verdict.nearest_runs != 1)}"
     return (
         f"outside the calibration data ({', '.join(verdict.outside)}): expect {span} tokens/s "
