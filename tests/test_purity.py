@@ -45,6 +45,7 @@ PURE_MODULES = (
     "stowplan.cluster.topology",
     "stowplan.cost",
     "stowplan.errors",
+    "stowplan.expert_routing",
     "stowplan.expert_stats",
     "stowplan.exports",
     "stowplan.exports.accelerate",

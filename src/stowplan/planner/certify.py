@@ -26,6 +26,7 @@ __all__ = [
     "kv_capacity_note",
     "objective_of",
     "pick_best",
+    "prediction_note",
 ]
 
 INLINE_EXACT_NODES = 5
@@ -159,7 +160,7 @@ def _notes(
             if usable
             else f"stage {s}: no usable VRAM"
         )
-    out.append(_prediction_note(pred, n))
+    out.append(prediction_note(pred, n))
     if pred.kv_capacity_tokens is None:
         out.append("KV capacity unknown: the layout has no KV-cache figure")
     else:
@@ -186,7 +187,7 @@ def kv_capacity_note(pred: Prediction, context_tokens: int | None, where: str = 
     return text + f": the {context_tokens:,}-token reserve × {seqs} and {cap - held:,} more"
 
 
-def _prediction_note(pred: Prediction, num_stages: int) -> str:
+def prediction_note(pred: Prediction, num_stages: int) -> str:
     """What the prediction means for the user, in the workload's own terms."""
     slowest = pred.stage_time_s[pred.bottleneck_stage] * 1e3
     cycle_ms = pred.time_per_token_s * 1e3

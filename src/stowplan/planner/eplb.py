@@ -31,15 +31,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from stowplan.errors import InputError, InsufficientVram
+from stowplan.expert_routing import nodes_in_order, token_routing
 from stowplan.expert_stats import ExpertLoad
 from stowplan.model import Constraints, ExpertId, ModelLayout, NodeDescriptor, usable_bytes
 from stowplan.plan import Plan, Topology
-from stowplan.planner.experts import (
-    _free_slots,
-    _nodes_in_order,
-    _routing,
-    expert_speeds,
-)
+from stowplan.planner.experts.inputs import expert_speeds, free_slots
 
 __all__ = ["eplb_place"]
 
@@ -109,11 +105,11 @@ def eplb_place(
     redundant = ex.num_experts // 8 if redundant_per_block is None else redundant_per_block
     if ex.num_experts % num_groups:
         raise InputError("num_groups", num_groups, f"must divide num_experts={ex.num_experts}")
-    ordered = _nodes_in_order(plan, nodes)
+    ordered = nodes_in_order(plan, nodes)
     n = len(ordered)
     per_host = gpus_per_host or n
     hosts = [list(range(h, min(n, h + per_host))) for h in range(0, n, per_host)]
-    slots = _free_slots(plan, model, ordered, constraints.headroom)
+    slots = free_slots(plan, model, ordered, constraints.headroom)
     num_l = len(ex.moe_blocks)
     if sum(slots) < num_l * ex.num_experts:
         raise InsufficientVram(
@@ -122,7 +118,7 @@ def eplb_place(
             sum(usable_bytes(x, constraints.headroom) for x in ordered),
         )
     speeds, _ = expert_speeds(ordered)
-    routing = _routing(model, load, None)
+    routing = token_routing(model, load, None)
     owned: list[list[ExpertId]] = [[] for _ in ordered]
     size = ex.num_experts // num_groups
     hierarchical = len(hosts) > 1 and num_groups % len(hosts) == 0

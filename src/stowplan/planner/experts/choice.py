@@ -1,0 +1,260 @@
+"""A MoE model end to end: block-local or expert-parallel, whichever the workload favours.
+
+Block-local keeps every expert on the node of its block (a plain pipeline);
+expert-parallel plans the backbone first and spreads the experts over its
+nodes (:func:`~stowplan.planner.experts.placement.place_experts`).  By default
+the cost model's prediction decides: latency at batch 1, throughput above, and
+price for a cost objective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from stowplan.errors import Infeasible, InputError, InsufficientVram, PlanError
+from stowplan.expert_routing import backbone_layout
+from stowplan.expert_stats import CoActivation, ExpertLoad
+from stowplan.model import (
+    Constraints,
+    ExpertId,
+    ModelLayout,
+    NodeDescriptor,
+    Objective,
+    usable_bytes,
+)
+from stowplan.plan import Plan, Topology
+from stowplan.planner.experts.inputs import LOCALITY_TOLERANCE
+from stowplan.planner.experts.placement import place_experts
+
+__all__ = ["plan_with_experts"]
+
+
+def plan_with_experts(
+    model: ModelLayout,
+    nodes: Sequence[NodeDescriptor],
+    constraints: Constraints | None = None,
+    load: ExpertLoad | None = None,
+    coactivation: CoActivation | None = None,
+    *,
+    redundant_per_block: int | None = None,
+    locality_tolerance: float = LOCALITY_TOLERANCE,
+    expert_parallel: bool | None = None,
+) -> Plan:
+    """Plan a model end to end: blocks (by the block planner), then experts.
+
+    Dense models get exactly ``stowplan.planner.plan(model, nodes,
+    constraints)``.  A MoE model has two placements, and by default
+    (``expert_parallel=None``) the one the cost model predicts faster for the
+    workload's objective (latency at batch 1, throughput above) wins:
+
+    * block-local: every expert stays on the node of its block (a plain
+      pipeline; no expert traffic between nodes; what engines without
+      expert parallelism can run);
+    * expert-parallel: the backbone (blocks without their routed experts) is
+      planned with the fewest stages (at least ``min_stages``) whose nodes
+      also hold every expert, then experts are spread over those nodes,
+      balanced for load and speed (pays the expert all-to-all per token).
+
+    ``expert_parallel=True`` or ``False`` forces one of them.
+
+    Raises:
+        InsufficientVram: even the largest ``max_stages`` nodes cannot hold
+            backbone plus experts (``needed`` and ``available`` in bytes).
+        Everything :func:`stowplan.planner.plan` raises.
+    """
+    from stowplan.planner import plan as plan_blocks
+
+    constraints = Constraints() if constraints is None else constraints
+    ex = model.experts
+    if ex is None:
+        if load is not None or coactivation is not None:
+            option = "--expert-load" if load is not None else "--coactivation"
+            raise InputError(option, model.name, "is only for mixture-of-experts models")
+        return plan_blocks(model, nodes, constraints)
+    nodes = tuple(nodes)
+    if expert_parallel is False:
+        return _block_local(plan_blocks(model, nodes, constraints), model)
+    spread = _expert_parallel(
+        model, nodes, constraints, load, coactivation, redundant_per_block, locality_tolerance
+    )
+    if constraints.objective is Objective.COST:
+        spread = _meeting_target(
+            spread,
+            lambda c: _expert_parallel(
+                model, nodes, c, load, coactivation, redundant_per_block, locality_tolerance
+            ),
+            constraints,
+            len(nodes),
+        )
+    if expert_parallel is True:
+        return spread
+    try:
+        local = _block_local(plan_blocks(model, nodes, constraints), model)
+    except PlanError:
+        return spread
+    if constraints.objective is Objective.COST:
+        return _cheaper(local, spread)
+    return _faster(local, spread, constraints)
+
+
+def _served(p: Plan) -> float:
+    from stowplan.planner.selection import served_rate
+
+    return served_rate(p)
+
+
+def _meeting_target(
+    spread: Plan, spread_with: Callable[[Constraints], Plan], constraints: Constraints, n: int
+) -> Plan:
+    """The expert-parallel plan of a cost search, when it meets the target.
+
+    Its nodes are the cheapest backbone meeting the target; the experts' traffic may
+    then slow it below.  The expert-parallel plan on every node is then taken when it
+    meets the target (its price not minimised, as a note says); otherwise Infeasible.
+    """
+    target = constraints.target_tokens_per_s or 0.0
+    rate = _served(spread)
+    if rate >= target:
+        return spread
+    speed = replace(constraints, objective=Objective.SPEED, target_tokens_per_s=None)
+    fastest = spread_with(speed)
+    if _served(fastest) < target:
+        raise Infeasible(
+            f"expert-parallel: {_served(fastest):.2f} tokens/s on all {n} nodes, below {target:g}"
+        )
+    note = (
+        f"experts: the cheapest backbone for {target:g} tokens/s gives {rate:.2f} tokens/s "
+        "with its experts; this expert-parallel plan on every node meets it (price not "
+        "minimised)"
+    )
+    return replace(
+        fastest, rationale=replace(fastest.rationale, notes=(*fastest.rationale.notes, note))
+    )
+
+
+def _cheaper(local: Plan, spread: Plan) -> Plan:
+    """The cheaper of two plans that both meet the target (the faster on a tie), noted."""
+    a, b = local.rationale.prediction, spread.rationale.prediction
+    if a is None or b is None or a.cost_per_hour is None or b.cost_per_hour is None:
+        return local
+    local_wins = (a.cost_per_hour, -_served(local)) <= (b.cost_per_hour, -_served(spread))
+    chosen, other = (
+        ("block-local", "expert-parallel") if local_wins else ("expert-parallel", "block-local")
+    )
+    note = (
+        f"experts: {chosen} chosen over {other} by price "
+        f"(block-local ${a.cost_per_hour:.2f}/h, expert-parallel ${b.cost_per_hour:.2f}/h)"
+    )
+    winner = local if local_wins else spread
+    return replace(
+        winner, rationale=replace(winner.rationale, notes=(*winner.rationale.notes, note))
+    )
+
+
+def _block_local(plan: Plan, model: ModelLayout) -> Plan:
+    """``plan`` (blocks with their experts) with each stage owning its blocks' experts."""
+    ex = model.experts
+    assert ex is not None
+    moe = set(ex.moe_blocks)
+    stages = tuple(
+        replace(
+            a,
+            owned_experts=tuple(
+                ExpertId(block=b, expert=e)
+                for b in range(*a.block_range)
+                if b in moe
+                for e in range(ex.num_experts)
+            ),
+        )
+        for a in plan.assignments
+    )
+    note = "experts: block-local (every expert on the node of its block; no expert traffic)"
+    return replace(
+        plan,
+        topology=Topology.PipelineWithExperts(plan.num_stages, ex.num_experts),
+        assignments=stages,
+        rationale=replace(plan.rationale, notes=(*plan.rationale.notes, note)),
+    )
+
+
+def _faster(local: Plan, spread: Plan, constraints: Constraints) -> Plan:
+    """The better of the two placements by the workload's objective, with both figures noted."""
+    a, b = local.rationale.prediction, spread.rationale.prediction
+    if a is None or b is None:
+        return local
+    if constraints.batch == 1:
+        unit, va, vb = "ms/token", a.time_per_token_s * 1e3, b.time_per_token_s * 1e3
+        local_wins = a.time_per_token_s <= b.time_per_token_s
+    else:
+        unit, va, vb = "tokens/s", a.tokens_per_s, b.tokens_per_s
+        local_wins = a.tokens_per_s >= b.tokens_per_s
+    chosen, other = "block-local", "expert-parallel"
+    if not local_wins:
+        chosen, other = other, chosen
+    note = (
+        f"experts: {chosen} chosen over {other} by the cost model "
+        f"(block-local {va:.4g} {unit}, expert-parallel {vb:.4g} {unit})"
+    )
+    winner = local if local_wins else spread
+    return replace(
+        winner, rationale=replace(winner.rationale, notes=(*winner.rationale.notes, note))
+    )
+
+
+def _expert_parallel(
+    model: ModelLayout,
+    nodes: tuple[NodeDescriptor, ...],
+    constraints: Constraints,
+    load: ExpertLoad | None,
+    coactivation: CoActivation | None,
+    redundant_per_block: int | None,
+    locality_tolerance: float,
+) -> Plan:
+    """Backbone first, then every expert packed onto the stage nodes."""
+    from stowplan.planner import plan as plan_blocks
+
+    ex = model.experts
+    assert ex is not None
+    backbone = backbone_layout(model)
+    headroom = constraints.headroom
+    routed = len(ex.moe_blocks) * ex.routed_bytes_per_block
+    needed = (
+        backbone.weight_bytes
+        + routed
+        + sum(
+            model.kv_bytes(b, constraints.context_tokens or 0, constraints.batch)
+            for b in range(model.num_blocks)
+        )
+    )
+    max_n = min(constraints.max_stages or len(nodes), len(nodes), model.num_blocks)
+    ranked = sorted((usable_bytes(n, headroom) for n in nodes), reverse=True)
+    available = sum(ranked[:max_n])
+    if available < needed:
+        raise InsufficientVram(needed, available)
+    first = constraints.min_stages or 1
+    if first > max_n:
+        raise Infeasible(
+            f"min_stages={first} but at most {max_n} stages are possible "
+            f"({len(nodes)} nodes, {model.num_blocks} blocks, max_stages={constraints.max_stages})"
+        )
+    while first < max_n and sum(ranked[:first]) < needed:
+        first += 1
+    last_error: InsufficientVram | None = None
+    for n in range(first, max_n + 1):
+        base = plan_blocks(backbone, nodes, replace(constraints, min_stages=n))
+        try:
+            return place_experts(
+                base,
+                model,
+                nodes,
+                constraints,
+                load,
+                coactivation,
+                redundant_per_block=redundant_per_block,
+                locality_tolerance=locality_tolerance,
+            )
+        except InsufficientVram as exc:
+            last_error = exc
+    assert last_error is not None
+    raise last_error

@@ -1,0 +1,119 @@
+"""Reading an expert plan back: the experts every stage node owns, balance and traffic."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from stowplan.errors import InputError
+from stowplan.expert_routing import (
+    holders_of,
+    imbalance,
+    node_loads,
+    nodes_in_order,
+    remote_transfers,
+    stage_of_block,
+    token_routing,
+)
+from stowplan.expert_stats import CoActivation, ExpertLoad
+from stowplan.model import ModelLayout, NodeDescriptor
+from stowplan.plan import Plan
+from stowplan.planner.experts.inputs import expert_speeds
+
+__all__ = ["ExpertSummary", "NodeExperts", "expert_summary"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeExperts:
+    """The experts one stage node owns and the share of expert work it carries."""
+
+    stage: int
+    node_id: str
+    per_block: tuple[tuple[int, tuple[int, ...]], ...]
+    """``(block, expert indices)`` for every MoE block the node holds experts of."""
+    num_experts: int
+    """Expert copies held (replicas included)."""
+    load_share: float
+    """Fraction of all expected expert work (tokens × experts) served here."""
+    speed_share: float
+    """This node's fraction of the stage nodes' total expert speed (the ideal load share)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpertSummary:
+    """Balance and traffic of an expert placement (see :mod:`stowplan.planner.experts`)."""
+
+    nodes: tuple[NodeExperts, ...]
+    num_placed: int
+    num_replicas: int
+    imbalance_mean: float
+    """Mean over MoE blocks of ``max_j(load_j/speed_j) / (sum load / sum speed)``."""
+    imbalance_max: float
+    transfers_per_token: float
+    """Expected distinct remote nodes a token's experts live on, summed over MoE blocks."""
+    speed_source: str
+    block_local: bool = False
+    """Every expert lives only on the node of its block: no expert parallelism, so the
+    imbalance figures (which compare nodes) do not apply; the stage split balances work."""
+
+
+def expert_summary(
+    plan: Plan,
+    model: ModelLayout,
+    nodes: Sequence[NodeDescriptor],
+    load: ExpertLoad | None = None,
+    coactivation: CoActivation | None = None,
+) -> ExpertSummary:
+    """Balance and traffic of the experts ``plan`` places, under ``load``/``coactivation``."""
+    ex = model.experts
+    if ex is None:
+        raise InputError("model", model.name, "has no routed experts")
+    ordered = nodes_in_order(plan, nodes)
+    speeds, source = expert_speeds(ordered)
+    routing = token_routing(model, load, coactivation)
+    all_holders = holders_of(plan, model)
+    home_stage = stage_of_block(plan)
+    n = len(ordered)
+    work = [0.0] * n
+    imbalances = []
+    transfers = 0.0
+    for li, holders in enumerate(all_holders):
+        w = routing.p[li]
+        for j, node_load in enumerate(node_loads(holders, w, n)):
+            work[j] += node_load
+        imbalances.append(imbalance(holders, w, speeds))
+        pairs = routing.pairs[li] if routing.pairs is not None else None
+        transfers += remote_transfers(
+            holders, w, pairs, routing.k, n, home_stage[ex.moe_blocks[li]]
+        )
+    total_work = sum(work) or 1.0
+    rows = []
+    for j, a in enumerate(plan.assignments):
+        per: dict[int, list[int]] = {}
+        for x in a.owned_experts:
+            per.setdefault(x.block, []).append(x.expert)
+        rows.append(
+            NodeExperts(
+                stage=a.stage,
+                node_id=a.node_id,
+                per_block=tuple((b, tuple(sorted(es))) for b, es in sorted(per.items())),
+                num_experts=len(a.owned_experts),
+                load_share=work[j] / total_work,
+                speed_share=speeds[j] / sum(speeds),
+            )
+        )
+    placed = sum(r.num_experts for r in rows)
+    return ExpertSummary(
+        nodes=tuple(rows),
+        num_placed=placed,
+        num_replicas=placed - len(ex.moe_blocks) * ex.num_experts,
+        imbalance_mean=sum(imbalances) / len(imbalances),
+        imbalance_max=max(imbalances),
+        transfers_per_token=transfers,
+        speed_source=source,
+        block_local=all(
+            hs == [home_stage[b]]
+            for b, holders in zip(ex.moe_blocks, all_holders, strict=True)
+            for hs in holders
+        ),
+    )

@@ -1,0 +1,202 @@
+"""The cost model's expert term: per-token time of the experts a stage's MoE blocks use.
+
+An expert-parallel plan's stage time is the cost model's time for its backbone
+blocks plus :func:`expert_stage_times` (the slowest holder's expert reads and
+the all-to-all); :func:`expert_prediction` is the whole prediction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from stowplan.errors import InputError
+from stowplan.expert_routing import (
+    backbone_layout,
+    copy_shares,
+    holders_of,
+    node_reach,
+    nodes_in_order,
+    stage_of_block,
+    token_routing,
+)
+from stowplan.expert_stats import CoActivation, ExpertLoad
+from stowplan.model import Constraints, ModelLayout, NodeDescriptor
+from stowplan.plan import Plan, Prediction
+
+if TYPE_CHECKING:
+    from stowplan.calibration.profile import Calibration
+
+__all__ = ["ExpertTime", "expert_prediction", "expert_stage_times"]
+
+
+def _bandwidths_gbps(nodes: Sequence[NodeDescriptor]) -> list[float]:
+    from stowplan.cost import node_rates
+
+    return [node_rates(n, 0.0)[0].bandwidth_bytes_per_s / 1e9 for n in nodes]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpertTime:
+    """Per-token expert time of one stage (its MoE blocks), in seconds."""
+
+    stage: int
+    compute_s: float
+    """Sum over the stage's MoE blocks of the slowest holder's routed-expert reads."""
+    transfer_s: float
+    """Sum over the stage's MoE blocks of the all-to-all: latency, send and return."""
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.transfer_s
+
+
+def expert_stage_times(
+    plan: Plan,
+    model: ModelLayout,
+    nodes: Sequence[NodeDescriptor],
+    *,
+    batch: int = 1,
+    load: ExpertLoad | None = None,
+    coactivation: CoActivation | None = None,
+    bandwidth_gbps: Mapping[str, float] | None = None,
+) -> tuple[ExpertTime, ...]:
+    """The expert term of every stage's time per decode step (first-order, like ``cost``).
+
+    For a MoE block run by the stage on node ``h`` with ``batch`` tokens:
+
+    * compute: every node ``j`` reads each of its experts hit by at least one
+      token, ``expert_params_bytes * sum_e (1 - (1 - q_je) ** batch)`` bytes at
+      its bandwidth; the block waits for the slowest node (``q_je``: the
+      token's probability of using ``e``'s copy on ``j``).
+    * transfer: ``h`` sends ``batch * reach_j * hidden_dim *
+      bytes_per_activation_elem`` to every other node ``j`` over its own link,
+      each ``j`` returns as much over its link (the slowest return counts),
+      plus, when some token leaves ``h``, the round-trip latency
+      ``latency(h) + max latency(j)`` of the nodes reached.
+
+    These seconds replace the routed-expert reads the block would cost on
+    ``h``: add them to the stage time of the backbone (:func:`backbone_layout`).
+    ``bandwidth_gbps`` overrides per node id; otherwise the cost model's
+    bandwidth is used.  An unknown link (``link_mbps`` 0) costs no transfer
+    time, as in :mod:`stowplan.cost`.
+    """
+    ex = model.experts
+    if ex is None:
+        return tuple(
+            ExpertTime(stage=a.stage, compute_s=0.0, transfer_s=0.0) for a in plan.assignments
+        )
+    ordered = nodes_in_order(plan, nodes)
+    bws = [
+        (bandwidth_gbps or {}).get(x.id, bw)
+        for x, bw in zip(ordered, _bandwidths_gbps(ordered), strict=True)
+    ]
+    for x, bw in zip(ordered, bws, strict=True):
+        if not bw > 0:
+            raise InputError(f"{x.id}.mem_bandwidth_gbps", bw, "must be > 0 to time its experts")
+    routing = token_routing(model, load, coactivation)
+    all_holders = holders_of(plan, model)
+    home_stage = stage_of_block(plan)
+    n = len(ordered)
+    act = model.hidden_dim * model.bytes_per_activation_elem
+    compute = [0.0] * plan.num_stages
+    transfer = [0.0] * plan.num_stages
+    for li, holders in enumerate(all_holders):
+        w = routing.p[li]
+        h = home_stage[ex.moe_blocks[li]]
+        hit = [0.0] * n
+        for e, hs in enumerate(holders):
+            for j, s in zip(hs, copy_shares(hs), strict=True):
+                hit[j] += 1.0 - (1.0 - w[e] * s) ** batch
+        compute[h] += max(hit[j] * ex.expert_params_bytes / (bws[j] * 1e9) for j in range(n))
+        pairs = routing.pairs[li] if routing.pairs is not None else None
+        reach = node_reach(holders, w, pairs, routing.k, n)
+        remote = [j for j in range(n) if j != h and reach[j] > 0]
+        if not remote:
+            continue
+        sent_bits = sum(batch * reach[j] * act * 8 for j in remote)
+        send = sent_bits / (ordered[h].link_mbps * 1e6) if ordered[h].link_mbps else 0.0
+        back = max(
+            batch * reach[j] * act * 8 / (ordered[j].link_mbps * 1e6)
+            if ordered[j].link_mbps
+            else 0.0
+            for j in remote
+        )
+        p_any = 1.0 - math.prod((1.0 - reach[j]) ** batch for j in remote)
+        latency = p_any * (
+            ordered[h].link_latency_ms + max(ordered[j].link_latency_ms for j in remote)
+        )
+        transfer[h] += send + back + latency / 1e3
+    return tuple(
+        ExpertTime(stage=a.stage, compute_s=compute[a.stage], transfer_s=transfer[a.stage])
+        for a in plan.assignments
+    )
+
+
+def expert_prediction(
+    model: ModelLayout,
+    nodes: Sequence[NodeDescriptor],
+    constraints: Constraints,
+    plan: Plan,
+    load: ExpertLoad | None = None,
+    coactivation: CoActivation | None = None,
+    calibration: Calibration | None = None,
+) -> Prediction:
+    """The cost model's prediction for an expert-parallel ``plan``.
+
+    Every stage's time is the cost model's time for its backbone blocks
+    (:func:`backbone_layout`) plus its :func:`expert_stage_times`; the KV
+    capacity counts the experts each stage holds.  ``calibration`` applies to
+    the backbone's stage times (as in :func:`stowplan.cost.predict`) and its
+    bandwidth fraction to the experts' reads.
+    """
+    from stowplan.cost import CostModel, cycle_seconds, microbatches, usd_per_million_tokens
+
+    cm = CostModel(backbone_layout(model), nodes, constraints, calibration)
+    order, bounds = cm.plan_order_bounds(plan)
+    base = cm.prediction(order, bounds)
+    m, b = microbatches(constraints.batch, len(order))
+    # The rate the backbone streams at: the datasheet's, or the calibrated one (bandwidth
+    # fraction, a layer-split host's single GPU) when a profile applies.
+    bw = {
+        x.id: (
+            cm.rates[cm.index[x.id]].bandwidth_bytes_per_s
+            if cm.calibration is None
+            else 1.0 / cm.inv_bw[cm.index[x.id]]
+        )
+        / 1e9
+        for x in cm.nodes
+    }
+    extra = expert_stage_times(
+        plan,
+        model,
+        nodes,
+        batch=b,
+        load=load,
+        coactivation=coactivation,
+        bandwidth_gbps=bw,
+    )
+    stage = tuple(t + e.total_s for t, e in zip(base.stage_time_s, extra, strict=True))
+    hops = cm.evaluate(order, bounds).hops_s
+    per_token = cycle_seconds(stage, hops, m)
+    tokens_per_s = constraints.batch / per_token if per_token > 0 else math.inf
+    served = tokens_per_s
+    kv = None
+    if model.kv_bytes_per_token is not None:
+        for a, d in zip(plan.assignments, order, strict=True):
+            per = sum(model.kv_bytes_per_token[a.block_range[0] : a.block_range[1]])
+            if per:
+                weights = a.estimated_vram_bytes - a.kv_reserve_bytes
+                cap = max(cm.usable[d] - weights, 0) // per
+                kv = cap if kv is None else min(kv, cap)
+    return replace(
+        base,
+        tokens_per_s=tokens_per_s,
+        time_per_token_s=per_token,
+        stage_time_s=stage,
+        bottleneck_stage=max(range(len(stage)), key=lambda i: stage[i]),
+        kv_capacity_tokens=kv,
+        usd_per_million_tokens=usd_per_million_tokens(base.cost_per_hour, served),
+    )
