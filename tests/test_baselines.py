@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from stowplan import Constraints, ModelLayout, NodeDescriptor
-from stowplan.baselines import BASELINES, compare
 from stowplan.cost import CostModel
+from stowplan.planner.baselines import BASELINES, compare
 from stowplan.planner.common import prepare
 
 MODEL = ModelLayout(

@@ -33,6 +33,7 @@ def test_importing_the_core_loads_no_device_or_network_module(module: str) -> No
 
 PURE_MODULES = (
     "stowplan.baselines",
+    "stowplan.planner.baselines",
     "stowplan.calibration.apply",
     "stowplan.calibration.fit",
     "stowplan.calibration.profile",

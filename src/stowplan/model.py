@@ -39,7 +39,6 @@ from stowplan.units import parse_bytes, parse_link_mbps
 
 if TYPE_CHECKING:
     from stowplan.calibration.profile import Calibration
-    from stowplan.host.passport import Passport
 
 __all__ = [
     "Constraints",
@@ -385,15 +384,6 @@ class NodeDescriptor:
                 check_number(f"{self.id}.{name}", value, upper=MAX_RATE)
         check_int(f"{self.id}.num_gpus", self.num_gpus, minimum=1, maximum=MAX_GPUS_PER_NODE)
         object.__setattr__(self, "labels", _labels(f"{self.id}.labels", self.labels))
-
-    @staticmethod
-    def from_passport(
-        passport: Passport, *, node_id: str | None = None, circuit: str | None = None
-    ) -> NodeDescriptor:
-        """A node for one circuit of a probed host; see :func:`stowplan.host.node_from_passport`."""
-        from stowplan.host.node import node_from_passport
-
-        return node_from_passport(passport, node_id=node_id, circuit=circuit)
 
 
 def _labels(field: str, labels: object) -> tuple[tuple[str, str], ...]:

@@ -46,10 +46,3 @@ def test_unmeasured_circuit_is_refused() -> None:
     assert str(err.value) == (
         "circuit='gpu9': must be one of the measured circuits ('gpu0', 'gpu1', 'cpu')"
     )
-
-
-def test_node_descriptor_from_passport_is_the_same_node() -> None:
-    from stowplan.model import NodeDescriptor
-
-    p = _passport()
-    assert NodeDescriptor.from_passport(p, circuit="gpu1") == node_from_passport(p, circuit="gpu1")

@@ -64,7 +64,7 @@ def pick_best(
     problem: Problem, cm: CostModel, objective: str, found: Pipeline | None
 ) -> Pipeline | None:
     """The best of ``found`` and every peer rule's plan, by ``objective`` (never worse than one)."""
-    from stowplan.baselines import BASELINES
+    from stowplan.planner.baselines import BASELINES
 
     candidates = [] if found is None else [found]
     for rule in BASELINES.values():
