@@ -19,8 +19,8 @@ and 10–60 ms, one request in flight.  Time per token is the design's
 first-order model: per stage, weight reads at the GPU's bandwidth plus the hop
 (latency + activation over the link); for the expert-parallel plan the routed
 experts' reads are replaced by :func:`expert_stage_times` (slowest holder +
-all-to-all). Three rows: block-local (``expert_parallel=False``), expert-parallel
-forced (``expert_parallel=True``) and the automatic choice (``plan_with_experts``'
+all-to-all). Three rows: block-local (``ExpertPlacement.BLOCK_LOCAL``), expert-parallel
+forced (``ExpertPlacement.EXPERT_PARALLEL``) and the automatic choice (``plan``'s
 default, which picks the placement the cost model predicts faster).
 """
 
@@ -35,17 +35,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from moe_layouts import kimi_k2
-from stowplan import Constraints, ModelLayout, NodeDescriptor, Plan, lookup
+from stowplan import Constraints, ModelLayout, NodeDescriptor, Plan, lookup, plan
 from stowplan.cost import predict
 from stowplan.expert_stats import CoActivation, ExpertLoad, zipf_load
-from stowplan.planner import plan as plan_blocks
+from stowplan.planner import plan_blocks
 from stowplan.planner.eplb import eplb_place
 from stowplan.planner.experts import (
+    ExpertInputs,
+    ExpertPlacement,
     backbone_layout,
     expert_stage_times,
     expert_summary,
     place_experts,
-    plan_with_experts,
 )
 
 GIB = 2**30
@@ -230,9 +231,9 @@ def part2() -> None:
         "| bound |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    local = plan_with_experts(model, pool, cons, expert_parallel=False)
-    ep = plan_with_experts(model, pool, cons, expert_parallel=True)
-    auto = plan_with_experts(model, pool, cons)
+    local = plan(model, pool, cons, experts=ExpertInputs(placement=ExpertPlacement.BLOCK_LOCAL))
+    ep = plan(model, pool, cons, experts=ExpertInputs(placement=ExpertPlacement.EXPERT_PARALLEL))
+    auto = plan(model, pool, cons)
     chose = (
         "block-local"
         if auto.assignments == local.assignments

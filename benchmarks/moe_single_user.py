@@ -37,7 +37,8 @@ from stowplan.calibration import (
 from stowplan.errors import InputError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.models import lookup, resolve_model
-from stowplan.planner.experts import plan_with_experts
+from stowplan.planner import plan as plan_model
+from stowplan.planner.experts import ExpertInputs, ExpertPlacement
 from stowplan.report.calibration import range_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -86,7 +87,8 @@ def planned(r: Run, layout: ModelLayout, cal: Calibration | None) -> float:
     """One stream's tokens/s of the run's setup as planned with ``cal``."""
     tp = tensor_parallel(r)
     constraints = Constraints(calibration=cal, tensor_parallel=tp, max_stages=1)
-    plan = plan_with_experts(layout, [_node(r)], constraints, expert_parallel=False)
+    block_local = ExpertInputs(placement=ExpertPlacement.BLOCK_LOCAL)
+    plan = plan_model(layout, [_node(r)], constraints, experts=block_local)
     assert plan.rationale.prediction is not None
     return 1.0 / plan.rationale.prediction.time_per_token_s
 

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from functools import cache
 
-from stowplan import Constraints, NodeDescriptor, Plan, lookup
-from stowplan.planner.experts import plan_with_experts
+from stowplan import (
+    Constraints,
+    ExpertInputs,
+    ExpertPlacement,
+    NodeDescriptor,
+    Plan,
+    lookup,
+    plan,
+)
 
 GIB = 1 << 30
 ENV_VALUE_LIMIT = 128 * 1024
@@ -27,4 +34,6 @@ def deepseek_v3_on_16_nodes() -> Plan:
     ]
     model = lookup("deepseek-v3")
     assert model is not None
-    return plan_with_experts(model, nodes, Constraints(), None, None, expert_parallel=True)
+    return plan(
+        model, nodes, Constraints(), experts=ExpertInputs(placement=ExpertPlacement.EXPERT_PARALLEL)
+    )

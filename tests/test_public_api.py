@@ -13,9 +13,13 @@ def test_every_public_name_resolves_to_the_object_of_its_module() -> None:
     from stowplan.cluster import init_ray
     from stowplan.exports import export_plan
     from stowplan.host import plan_employment
-    from stowplan.planner.experts import plan_with_experts
+    from stowplan.planner import plan
+    from stowplan.planner.experts import ExpertInputs, ExpertPlacement, plan_with_experts
 
     assert [n for n in stowplan.__all__ if not hasattr(stowplan, n)] == []
+    assert stowplan.plan is plan
+    assert stowplan.ExpertInputs is ExpertInputs
+    assert stowplan.ExpertPlacement is ExpertPlacement
     assert stowplan.init_ray is init_ray
     assert stowplan.export_plan is export_plan
     assert stowplan.plan_employment is plan_employment

@@ -6,11 +6,16 @@ The public API::
     layout = resolve_model("llama3.1:70b")    # unknown: InputError naming the near matches
     p = plan(layout, nodes, Constraints(min_stages=2))
 
+``plan`` places a MoE model's experts too, as ``stowplan plan`` does; its
+statistics and placement come in ``plan(..., experts=ExpertInputs(load=...,
+placement=ExpertPlacement.BLOCK_LOCAL))``.
+
 The newer parts are reachable from here too and are imported on first use, so
-``import stowplan`` stays light (no Ray, no NVML, no numpy): MoE placement
-(``plan_with_experts``, ``ExpertLoad``, ``load_expert_load`` …), engine exports
-(``export_plan``), one-host residency (``plan_employment``, ``probe_host``) and
-Ray clusters (``init_ray``, ``FleetSpec``, ``realise_with_replan``).
+``import stowplan`` stays light (no Ray, no NVML, no numpy): MoE inputs
+(``ExpertInputs``, ``ExpertLoad``, ``load_expert_load`` …; ``plan_with_experts``
+is a deprecated alias of ``plan``), engine exports (``export_plan``), one-host
+residency (``plan_employment``, ``probe_host``) and Ray clusters (``init_ray``,
+``FleetSpec``, ``realise_with_replan``).
 """
 
 from __future__ import annotations
@@ -84,7 +89,7 @@ if TYPE_CHECKING:
     )
     from stowplan.exports import EngineExport, export_plan
     from stowplan.host import EmploymentPlan, plan_employment, probe_host
-    from stowplan.planner.experts import plan_with_experts
+    from stowplan.planner.experts import ExpertInputs, ExpertPlacement, plan_with_experts
 
 __version__ = "0.1.0"
 
@@ -92,7 +97,9 @@ _LAZY = {
     "CoActivation": "stowplan.expert_stats",
     "EmploymentPlan": "stowplan.host",
     "EngineExport": "stowplan.exports",
+    "ExpertInputs": "stowplan.planner.experts",
     "ExpertLoad": "stowplan.expert_stats",
+    "ExpertPlacement": "stowplan.planner.experts",
     "FleetRole": "stowplan.cluster",
     "FleetSpec": "stowplan.cluster",
     "Realisation": "stowplan.cluster.realise",
@@ -134,8 +141,10 @@ __all__ = [
     "EmploymentPlan",
     "EngineExport",
     "ExpertId",
+    "ExpertInputs",
     "ExpertLayout",
     "ExpertLoad",
+    "ExpertPlacement",
     "FleetRole",
     "FleetSpec",
     "HeadStartError",

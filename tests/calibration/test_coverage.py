@@ -22,7 +22,8 @@ from stowplan.calibration import (
 )
 from stowplan.model import Constraints, NodeDescriptor
 from stowplan.models import lookup
-from stowplan.planner.experts import plan_with_experts
+from stowplan.planner import plan
+from stowplan.planner.experts import ExpertInputs, ExpertPlacement
 
 RTX4090 = "NVIDIA GeForce RTX 4090"
 
@@ -188,7 +189,8 @@ def test_plan_kind_reads_experts_away_from_their_blocks_as_expert_parallel(sprea
     model = lookup("mixtral:8x7b")
     assert model is not None
     nodes = _two_nodes()
-    p = plan_with_experts(model, nodes, Constraints(min_stages=2), expert_parallel=spread)
+    experts = ExpertInputs(placement=ExpertPlacement.from_flag(spread))
+    p = plan(model, nodes, Constraints(min_stages=2), experts=experts)
     kind = plan_kind(p, nodes, model)
     assert kind.moe and not kind.mla
     assert kind.expert_parallel is spread

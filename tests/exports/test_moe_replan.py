@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stowplan import Constraints, plan_with_experts
+from stowplan import Constraints, ExpertInputs, ExpertPlacement, plan
 from stowplan.cli import main
 from stowplan.errors import StowplanError
 from stowplan.exports import export_plan
@@ -24,7 +24,9 @@ def test_the_refusal_names_a_block_local_replan_that_the_engine_runs(
     model = lookup("mixtral:8x7b")
     assert model is not None
     nodes = load_nodes(FLEET)
-    spread = plan_with_experts(model, nodes, Constraints(), expert_parallel=True)
+    spread = plan(
+        model, nodes, Constraints(), experts=ExpertInputs(placement=ExpertPlacement.EXPERT_PARALLEL)
+    )
     with pytest.raises(StowplanError) as err:
         export_plan(spread, engine, nodes=nodes, nodes_file=str(FLEET))
     message = str(err.value)

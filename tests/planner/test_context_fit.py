@@ -18,7 +18,6 @@ from stowplan.planner.context_fit import (
     fit_context,
     plan_within_context,
 )
-from stowplan.planner.experts import plan_with_experts
 from tests.conftest import EXAMPLES
 
 GiB = 2**30
@@ -75,7 +74,7 @@ def test_the_largest_context_fits_and_one_token_more_does_not(batch: int, found:
 
 def test_the_largest_context_stops_at_the_models_maximum() -> None:
     model = _model("mixtral:8x7b")
-    fit = fit_context(model, MIXED, Constraints(), planner=plan_with_experts)
+    fit = fit_context(model, MIXED, Constraints())  # the default planner places the experts
     assert (fit.context_tokens, fit.limit_tokens, fit.limited_by_model) == (32768, 32768, True)
     assert fit.plan.context_tokens == 32768
 

@@ -31,11 +31,12 @@ from stowplan.plan import plan_to_dict
 from stowplan.planner import plan
 from stowplan.planner.eplb import eplb_place
 from stowplan.planner.experts import (
+    ExpertInputs,
+    ExpertPlacement,
     backbone_layout,
     expert_stage_times,
     expert_summary,
     place_experts,
-    plan_with_experts,
 )
 from tests.conftest import EXAMPLES, FIXTURES
 
@@ -110,7 +111,7 @@ def test_every_expert_is_placed_once_or_more_and_every_stage_fits(
     nodes = [node(i, v, bw[i]) for i, v in enumerate(vram)]
     load = zipf_load(5, 16, seed=seed)
     try:
-        p = plan_with_experts(model, nodes, V1, load, redundant_per_block=redundant)
+        p = plan(model, nodes, V1, experts=ExpertInputs(load=load, redundant_per_block=redundant))
     except InsufficientVram as exc:
         assert exc.needed > exc.available
         assert exc.needed >= model.weight_bytes
@@ -133,7 +134,7 @@ def test_every_expert_is_placed_once_or_more_and_every_stage_fits(
 def test_too_little_vram_raises_insufficient_vram_with_the_bytes() -> None:
     nodes = [node(0, 2, 1000), node(1, 2, 1000)]
     with pytest.raises(InsufficientVram) as info:
-        plan_with_experts(toy_moe(), nodes, V1)
+        plan(toy_moe(), nodes, V1)
     assert str(info.value) == (
         "model does not fit: needs 9400000000 bytes, total available 3200000000"
     )
@@ -180,7 +181,7 @@ def test_dense_models_give_the_stored_v1_plans(case: dict[str, object]) -> None:
     cons = Constraints(strategy="balance-by-vram", **case["constraints"])  # type: ignore[arg-type]
     stored = _placement(json.loads((FIXTURES / "plans" / str(case["plan"])).read_text()))
     assert _placement(plan_to_dict(plan(model, nodes, cons))) == stored
-    assert _placement(plan_to_dict(plan_with_experts(model, nodes, cons))) == stored
+    assert _placement(plan_to_dict(plan(model, nodes, cons, experts=ExpertInputs()))) == stored
     assert place_experts(plan(model, nodes, cons), model, nodes, cons) == plan(model, nodes, cons)
 
 
@@ -191,9 +192,11 @@ def test_the_same_input_gives_byte_identical_plans() -> None:
     model = toy_moe()
     load = zipf_load(5, 16, seed=3)
     co = CoActivation(rows=(((0, 1, 50.0), (2, 3, 40.0)),) * 5)
-    first = plan_to_json(plan_with_experts(model, HETERO, V1, load, co))
-    again = plan_to_json(plan_with_experts(model, HETERO, V1, load, co))
-    shuffled = plan_to_json(plan_with_experts(model, HETERO[::-1], V1, load, co))
+    first = plan_to_json(plan(model, HETERO, V1, experts=ExpertInputs(load=load, coactivation=co)))
+    again = plan_to_json(plan(model, HETERO, V1, experts=ExpertInputs(load=load, coactivation=co)))
+    shuffled = plan_to_json(
+        plan(model, HETERO[::-1], V1, experts=ExpertInputs(load=load, coactivation=co))
+    )
     assert first == again == shuffled
 
 
@@ -220,7 +223,7 @@ def test_zipf_load_on_heterogeneous_nodes_is_balanced_at_least_as_well_as_the_ep
 
 def test_uniform_load_on_identical_nodes_is_perfectly_balanced() -> None:
     nodes = [node(i, 4, 1000) for i in range(4)]
-    p = plan_with_experts(toy_moe(), nodes, Constraints(strategy="balance-by-vram", min_stages=4))
+    p = plan(toy_moe(), nodes, Constraints(strategy="balance-by-vram", min_stages=4))
     s = expert_summary(p, toy_moe(), nodes)
     assert s.imbalance_max == pytest.approx(1.0)
     assert s.num_replicas == 0
@@ -244,13 +247,13 @@ def test_coactivated_clusters_are_kept_together_when_memory_allows() -> None:
     nodes = [node(i, 4, 1000) for i in range(4)]
     cons = Constraints(strategy="balance-by-vram", min_stages=4)
     co = clustered(5, 16, 4)
-    p = plan_with_experts(model, nodes, cons, coactivation=co)
+    p = plan(model, nodes, cons, experts=ExpertInputs(coactivation=co))
     placed = holders(p, model)
     for block in range(1, 6):
         for cluster in range(4):
             stages = {placed[(block, e)][0] for e in range(cluster * 4, cluster * 4 + 4)}
             assert len(stages) == 1, (block, cluster, stages)
-    load_only = plan_with_experts(model, nodes, cons)
+    load_only = plan(model, nodes, cons)
     after = expert_summary(p, model, nodes, coactivation=co)
     before = expert_summary(load_only, model, nodes, coactivation=co)
     assert after.transfers_per_token < before.transfers_per_token
@@ -263,7 +266,7 @@ def test_clusters_split_when_no_node_has_room_for_a_whole_cluster() -> None:
     # 8 nodes of 2 experts per block: a cluster of 4 cannot stay whole.
     nodes = [node(i, 1.6, 1000) for i in range(8)]
     cons = Constraints(strategy="balance-by-vram", min_stages=6, vram_headroom_frac=0.0)
-    p = plan_with_experts(model, nodes, cons, coactivation=clustered(5, 16, 4))
+    p = plan(model, nodes, cons, experts=ExpertInputs(coactivation=clustered(5, 16, 4)))
     assert len(holders(p, model)) == 5 * 16
 
 
@@ -325,7 +328,7 @@ def test_expert_stage_time_is_reads_plus_all_to_all() -> None:
 
 def test_statistics_of_the_wrong_shape_are_refused() -> None:
     with pytest.raises(ValueError, match=r"expert_load=.*must have one row per MoE block \(5\)"):
-        plan_with_experts(toy_moe(), HETERO, V1, ExpertLoad(rows=((1.0,) * 16,)))
+        plan(toy_moe(), HETERO, V1, experts=ExpertInputs(load=ExpertLoad(rows=((1.0,) * 16,))))
 
 
 def test_the_cost_model_adds_the_expert_term_to_expert_plans() -> None:
@@ -334,7 +337,7 @@ def test_the_cost_model_adds_the_expert_term_to_expert_plans() -> None:
     model = toy_moe()
     wan = [node(i, 4, 1000, link=100, lat=20) for i in range(4)]
     cons = Constraints(strategy="balance-by-vram", min_stages=4)
-    p = plan_with_experts(model, wan, cons)
+    p = plan(model, wan, cons)
     pred = p.rationale.prediction
     assert pred is not None and p.rationale.certificate is None
     assert predict(model, wan, cons, p) == pred
@@ -358,9 +361,9 @@ def test_over_wan_the_cost_model_keeps_experts_with_their_blocks() -> None:
     model = lookup("mixtral:8x7b")
     assert model is not None and model.experts is not None
     nodes = _wan_fleet()
-    chosen = plan_with_experts(model, nodes, V1)
-    local = plan_with_experts(model, nodes, V1, expert_parallel=False)
-    spread = plan_with_experts(model, nodes, V1, expert_parallel=True)
+    chosen = plan(model, nodes, V1)
+    local = plan(model, nodes, V1, experts=ExpertInputs(placement=ExpertPlacement.BLOCK_LOCAL))
+    spread = plan(model, nodes, V1, experts=ExpertInputs(placement=ExpertPlacement.EXPERT_PARALLEL))
     t = {
         name: p.rationale.prediction.time_per_token_s  # type: ignore[union-attr]
         for name, p in (("chosen", chosen), ("local", local), ("spread", spread))
@@ -378,7 +381,9 @@ def test_over_wan_the_cost_model_keeps_experts_with_their_blocks() -> None:
 def test_forcing_expert_parallel_spreads_experts_beyond_their_block() -> None:
     model = lookup("mixtral:8x7b")
     assert model is not None
-    spread = plan_with_experts(model, _wan_fleet(), V1, expert_parallel=True)
+    spread = plan(
+        model, _wan_fleet(), V1, experts=ExpertInputs(placement=ExpertPlacement.EXPERT_PARALLEL)
+    )
     assert not expert_summary(spread, model, _wan_fleet()).block_local
 
 
@@ -434,7 +439,7 @@ def test_a_calibration_derates_the_expert_reads_as_it_does_the_backbone() -> Non
     model = toy_moe()
     nodes = [node(i, 4, 1000) for i in range(4)]
     cons = Constraints(strategy="balance-by-vram", min_stages=4)
-    p = plan_with_experts(model, nodes, cons)
+    p = plan(model, nodes, cons)
     half = Calibration(
         name="half",
         engine=Engine.GENERIC,
@@ -460,5 +465,5 @@ def test_more_stages_than_blocks_is_infeasible_with_the_numbers() -> None:
 
     model = toy_moe(blocks=3, dense=0)
     with pytest.raises(Infeasible) as exc:
-        plan_with_experts(model, [node(i, 4, 1000) for i in range(5)], Constraints(min_stages=4))
+        plan(model, [node(i, 4, 1000) for i in range(5)], Constraints(min_stages=4))
     assert "min_stages=4 but at most 3 stages are possible (5 nodes, 3 blocks" in str(exc.value)

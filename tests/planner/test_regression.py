@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from stowplan import Constraints, PlanError, lookup, plan
+from stowplan import Constraints, PlanError, lookup
+from stowplan.planner import plan_blocks
 from tests.planner.seeded import cases, seeded_cluster
 
 RECORDED = json.loads(
@@ -20,7 +21,7 @@ def _objective(model_name: str, n: int, seed: int, objective: str) -> float | No
     assert model is not None
     c = Constraints(batch=1 if objective == "latency" else 16)
     try:
-        p = plan(model, seeded_cluster(seed, n), c)
+        p = plan_blocks(model, seeded_cluster(seed, n), c)  # the block planner's record
     except PlanError:
         return None
     pred = p.rationale.prediction

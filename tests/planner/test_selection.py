@@ -350,10 +350,9 @@ def test_search_progress_reaches_the_callback():
 @pytest.mark.parametrize("fraction", [0.1, 0.5, 0.9])
 def test_a_moe_plan_bought_for_a_target_meets_it(fraction):
     from stowplan import lookup
-    from stowplan.planner.experts import plan_with_experts
     from stowplan.planner.selection import served_rate
 
     model, nodes = lookup("mixtral:8x7b"), _vast_like(40, 0, latency=False)
-    target = served_rate(plan_with_experts(model, nodes)) * fraction
+    target = served_rate(plan(model, nodes)) * fraction
     c = Constraints(objective=Objective.COST, target_tokens_per_s=target)
-    assert served_rate(plan_with_experts(model, nodes, c)) >= target
+    assert served_rate(plan(model, nodes, c)) >= target

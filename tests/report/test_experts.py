@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from stowplan import Constraints
+from stowplan import Constraints, ExpertInputs, plan
 from stowplan.expert_stats import zipf_load
-from stowplan.planner.experts import expert_summary, plan_with_experts
+from stowplan.planner.experts import expert_summary
 from stowplan.report.experts import compress_indices, render_experts
 from tests.planner.test_experts import HETERO, toy_moe
 
@@ -19,7 +19,9 @@ def test_indices_compress_to_ranges() -> None:
 def test_expert_table_shows_every_stage_with_its_share() -> None:
     model = toy_moe()
     load = zipf_load(5, 16, seed=2)
-    p = plan_with_experts(model, HETERO, Constraints(strategy="balance-by-vram"), load)
+    p = plan(
+        model, HETERO, Constraints(strategy="balance-by-vram"), experts=ExpertInputs(load=load)
+    )
     summary = expert_summary(p, model, HETERO, load)
     console = Console(record=True, width=200)
     render_experts(p, summary, console)

@@ -22,7 +22,7 @@ from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.models import resolve_model
 from stowplan.nodefile import load_nodes
 from stowplan.plan import plan_to_dict
-from stowplan.planner import plan as make_plan
+from stowplan.planner import plan_blocks as make_plan
 from stowplan.report.terminal import render_plan
 from stowplan.units import format_bytes
 from stowplan.wording import plural, short_node_id

@@ -33,12 +33,11 @@ from stowplan.plan import Plan, plan_from_json, plan_to_json
 from stowplan.planner import plan as make_plan
 from stowplan.planner.context_fit import (
     ContextFit,
-    Planner,
     default_context_tokens,
     fit_context,
     plan_within_context,
 )
-from stowplan.planner.experts import expert_summary, plan_with_experts
+from stowplan.planner.experts import ExpertInputs, ExpertPlacement, expert_summary
 from stowplan.report.calibration import annotate_notes
 from stowplan.report.experts import render_experts
 from stowplan.report.html import write_html_report
@@ -157,12 +156,11 @@ def plan_command(
     )
     load = load_expert_load(expert_load) if expert_load is not None else None
     co = load_coactivation(coactivation) if coactivation is not None else None
-    moe = layout.experts is not None or load is not None or co is not None
-    planner: Planner = make_plan
-    if moe:
+    placement = ExpertPlacement.from_flag(expert_parallel)
+    experts = ExpertInputs(load=load, coactivation=co, placement=placement)
 
-        def planner(m: ModelLayout, n: Sequence[NodeDescriptor], c: Constraints) -> Plan:
-            return plan_with_experts(m, n, c, load, co, expert_parallel=expert_parallel)
+    def planner(m: ModelLayout, n: Sequence[NodeDescriptor], c: Constraints) -> Plan:
+        return make_plan(m, n, c, experts=experts)
 
     fit: ContextFit | None = None
     with search_progress(err_console, constraints.target_tokens_per_s), target_named(constraints):

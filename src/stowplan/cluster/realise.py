@@ -50,7 +50,7 @@ from stowplan.errors import (
 )
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.plan import Plan, StageAssignment, plan_to_json
-from stowplan.planner import plan as make_plan
+from stowplan.planner import plan_blocks as make_plan
 from stowplan.wording import plural
 from stowplan.worker import stage_env
 

@@ -1,6 +1,8 @@
-"""The pure planning core: ``plan(model, nodes, constraints) -> Plan``.
+"""The pure planning core: ``plan(model, nodes, constraints, *, experts=None) -> Plan``.
 
-Imports no Ray, NVML, torch or network module.
+:func:`plan` is the one verb, for dense and MoE models alike; :func:`plan_blocks`
+is the block planner it (and the expert planner) runs.  Imports no Ray, NVML,
+torch or network module.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from stowplan.cost import CostModel
 from stowplan.errors import Infeasible, InputError, StowplanError
@@ -22,7 +25,10 @@ from stowplan.planner.tensor import plan_with_groups, with_fixed_degree
 from stowplan.planner.throughput import Pipeline, throughput_search
 from stowplan.planner.vram import plan_balance_by_vram
 
-__all__ = ["plan"]
+if TYPE_CHECKING:
+    from stowplan.planner.experts.inputs import ExpertInputs
+
+__all__ = ["plan", "plan_blocks"]
 
 
 def _balance_by_vram(problem: Problem) -> Plan:
@@ -161,8 +167,45 @@ def plan(
     model: ModelLayout,
     nodes: Sequence[NodeDescriptor],
     constraints: Constraints | None = None,
+    *,
+    experts: ExpertInputs | None = None,
 ) -> Plan:
-    """Place ``model`` on a pipeline of ``nodes``.
+    """Place ``model`` on a pipeline of ``nodes``: its blocks, and a MoE model's experts.
+
+    A dense model gets :func:`plan_blocks`' plan.  A MoE model (or any call
+    with ``experts``) is planned as ``stowplan plan`` plans it: every routed
+    expert placed block-local or expert-parallel, by ``experts.placement``
+    (default: whichever the cost model predicts better), with the load and
+    co-activation statistics ``experts`` carries (default: uniform routing);
+    see :mod:`stowplan.planner.experts`.  The same input always gives the same
+    plan.
+
+    Raises:
+        InsufficientVram: the nodes cannot hold the model (with its experts).
+        NoNodeFitsHead: no node can hold the embed or the head.
+        Infeasible: the constraints cannot be met (the reason says why).
+        InputError: malformed arguments, or expert statistics for a dense model
+            or of the wrong shape.
+    """
+    if model.experts is None and experts is None:
+        return plan_blocks(model, nodes, constraints)
+    from stowplan.planner.experts.choice import plan_experts
+    from stowplan.planner.experts.inputs import ExpertInputs
+
+    if experts is None:
+        experts = ExpertInputs()
+    elif not isinstance(experts, ExpertInputs):
+        raise InputError("experts", type(experts).__name__, "must be an ExpertInputs or None")
+    constraints = Constraints() if constraints is None else constraints
+    return plan_experts(model, nodes, constraints, experts, plan_blocks)
+
+
+def plan_blocks(
+    model: ModelLayout,
+    nodes: Sequence[NodeDescriptor],
+    constraints: Constraints | None = None,
+) -> Plan:
+    """Place ``model``'s blocks on a pipeline of ``nodes`` (a MoE block with its experts).
 
     Chooses the number of stages N, which nodes and their order, and the
     contiguous half-open block range of every stage; stage 0 owns the embed,

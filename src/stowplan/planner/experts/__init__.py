@@ -53,11 +53,14 @@ list are taken at chance level) or, without them, independent routing
 
 The modules
 -----------
-* :mod:`.inputs` — node speeds, free slots, the locality tolerance;
+* :mod:`.inputs` — :class:`ExpertInputs` (statistics, replicas, :class:`ExpertPlacement`),
+  node speeds, free slots;
 * :mod:`.packing` — :func:`pack_experts`, the packing rule in EPLB's shape
   (a load matrix in, every expert's copies out), with :mod:`.refine` its last step;
 * :mod:`.placement` — :func:`place_experts`, that rule on a backbone plan;
-* :mod:`.choice` — block-local or expert-parallel (:func:`plan_with_experts`);
+* :mod:`.choice` — block-local or expert-parallel (:func:`plan_experts`, which
+  :func:`stowplan.plan` calls for a MoE model);
+* :mod:`.deprecated` — :func:`plan_with_experts`, the former entry point;
 * :mod:`.summary` — :func:`expert_summary`, a plan's experts read back;
 * :mod:`.timing` — the cost model's expert term (:func:`expert_stage_times`,
   :func:`expert_prediction`).
@@ -70,8 +73,15 @@ probabilities, where each copy lives, a node's reach) are in
 from __future__ import annotations
 
 from stowplan.expert_routing import backbone_layout
-from stowplan.planner.experts.choice import plan_with_experts
-from stowplan.planner.experts.inputs import LOCALITY_TOLERANCE, expert_speeds, free_slots
+from stowplan.planner.experts.choice import BlockPlanner, plan_experts
+from stowplan.planner.experts.deprecated import plan_with_experts
+from stowplan.planner.experts.inputs import (
+    LOCALITY_TOLERANCE,
+    ExpertInputs,
+    ExpertPlacement,
+    expert_speeds,
+    free_slots,
+)
 from stowplan.planner.experts.packing import ExpertPacking, pack_experts
 from stowplan.planner.experts.placement import place_experts
 from stowplan.planner.experts.summary import ExpertSummary, NodeExperts, expert_summary
@@ -79,7 +89,10 @@ from stowplan.planner.experts.timing import ExpertTime, expert_prediction, exper
 
 __all__ = [
     "LOCALITY_TOLERANCE",
+    "BlockPlanner",
+    "ExpertInputs",
     "ExpertPacking",
+    "ExpertPlacement",
     "ExpertSummary",
     "ExpertTime",
     "NodeExperts",
@@ -91,5 +104,6 @@ __all__ = [
     "free_slots",
     "pack_experts",
     "place_experts",
+    "plan_experts",
     "plan_with_experts",
 ]

@@ -3,8 +3,8 @@
 Block-local keeps every expert on the node of its block (a plain pipeline);
 expert-parallel plans the backbone first and spreads the experts over its
 nodes (:func:`~stowplan.planner.experts.placement.place_experts`).  By default
-the cost model's prediction decides: latency at batch 1, throughput above, and
-price for a cost objective.
+(:attr:`ExpertPlacement.AUTO`) the cost model's prediction decides: latency at
+batch 1, throughput above, and price for a cost objective.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from dataclasses import replace
 
 from stowplan.errors import Infeasible, InputError, InsufficientVram, PlanError
 from stowplan.expert_routing import backbone_layout
-from stowplan.expert_stats import CoActivation, ExpertLoad
 from stowplan.model import (
     Constraints,
     ExpertId,
@@ -24,29 +23,30 @@ from stowplan.model import (
     usable_bytes,
 )
 from stowplan.plan import Plan, Topology
-from stowplan.planner.experts.inputs import LOCALITY_TOLERANCE
+from stowplan.planner.experts.inputs import ExpertInputs, ExpertPlacement
 from stowplan.planner.experts.placement import place_experts
 
-__all__ = ["plan_with_experts"]
+__all__ = ["BlockPlanner", "plan_experts"]
 
 
-def plan_with_experts(
+BlockPlanner = Callable[[ModelLayout, Sequence[NodeDescriptor], Constraints], Plan]
+"""The block planner, :func:`stowplan.planner.plan_blocks` (passed in: the planner's
+entry point calls this module, so this module does not import it)."""
+
+
+def plan_experts(
     model: ModelLayout,
     nodes: Sequence[NodeDescriptor],
-    constraints: Constraints | None = None,
-    load: ExpertLoad | None = None,
-    coactivation: CoActivation | None = None,
-    *,
-    redundant_per_block: int | None = None,
-    locality_tolerance: float = LOCALITY_TOLERANCE,
-    expert_parallel: bool | None = None,
+    constraints: Constraints,
+    experts: ExpertInputs,
+    plan_blocks: BlockPlanner,
 ) -> Plan:
-    """Plan a model end to end: blocks (by the block planner), then experts.
+    """Plan a model end to end: blocks (by ``plan_blocks``), then experts.
 
-    Dense models get exactly ``stowplan.planner.plan(model, nodes,
-    constraints)``.  A MoE model has two placements, and by default
-    (``expert_parallel=None``) the one the cost model predicts faster for the
-    workload's objective (latency at batch 1, throughput above) wins:
+    Dense models get exactly ``plan_blocks(model, nodes, constraints)``.  A MoE
+    model has two placements, and by default (``ExpertPlacement.AUTO``) the one
+    the cost model predicts faster for the workload's objective (latency at
+    batch 1, throughput above; the cheaper for a cost objective) wins:
 
     * block-local: every expert stays on the node of its block (a plain
       pipeline; no expert traffic between nodes; what engines without
@@ -56,16 +56,16 @@ def plan_with_experts(
       also hold every expert, then experts are spread over those nodes,
       balanced for load and speed (pays the expert all-to-all per token).
 
-    ``expert_parallel=True`` or ``False`` forces one of them.
+    ``experts.placement`` ``BLOCK_LOCAL`` or ``EXPERT_PARALLEL`` forces one of them.
 
     Raises:
         InsufficientVram: even the largest ``max_stages`` nodes cannot hold
             backbone plus experts (``needed`` and ``available`` in bytes).
-        Everything :func:`stowplan.planner.plan` raises.
+        InputError: load or co-activation statistics for a dense model, or
+            statistics that do not match the model.
+        Everything ``plan_blocks`` raises.
     """
-    from stowplan.planner import plan as plan_blocks
-
-    constraints = Constraints() if constraints is None else constraints
+    load, coactivation = experts.load, experts.coactivation
     ex = model.experts
     if ex is None:
         if load is not None or coactivation is not None:
@@ -73,21 +73,17 @@ def plan_with_experts(
             raise InputError(option, model.name, "is only for mixture-of-experts models")
         return plan_blocks(model, nodes, constraints)
     nodes = tuple(nodes)
-    if expert_parallel is False:
+    if experts.placement is ExpertPlacement.BLOCK_LOCAL:
         return _block_local(plan_blocks(model, nodes, constraints), model)
-    spread = _expert_parallel(
-        model, nodes, constraints, load, coactivation, redundant_per_block, locality_tolerance
-    )
+    spread = _expert_parallel(model, nodes, constraints, experts, plan_blocks)
     if constraints.objective is Objective.COST:
         spread = _meeting_target(
             spread,
-            lambda c: _expert_parallel(
-                model, nodes, c, load, coactivation, redundant_per_block, locality_tolerance
-            ),
+            lambda c: _expert_parallel(model, nodes, c, experts, plan_blocks),
             constraints,
             len(nodes),
         )
-    if expert_parallel is True:
+    if experts.placement is ExpertPlacement.EXPERT_PARALLEL:
         return spread
     try:
         local = _block_local(plan_blocks(model, nodes, constraints), model)
@@ -206,14 +202,10 @@ def _expert_parallel(
     model: ModelLayout,
     nodes: tuple[NodeDescriptor, ...],
     constraints: Constraints,
-    load: ExpertLoad | None,
-    coactivation: CoActivation | None,
-    redundant_per_block: int | None,
-    locality_tolerance: float,
+    experts: ExpertInputs,
+    plan_blocks: BlockPlanner,
 ) -> Plan:
     """Backbone first, then every expert packed onto the stage nodes."""
-    from stowplan.planner import plan as plan_blocks
-
     ex = model.experts
     assert ex is not None
     backbone = backbone_layout(model)
@@ -249,10 +241,10 @@ def _expert_parallel(
                 model,
                 nodes,
                 constraints,
-                load,
-                coactivation,
-                redundant_per_block=redundant_per_block,
-                locality_tolerance=locality_tolerance,
+                experts.load,
+                experts.coactivation,
+                redundant_per_block=experts.redundant_per_block,
+                locality_tolerance=experts.locality_tolerance,
             )
         except InsufficientVram as exc:
             last_error = exc

@@ -1,17 +1,93 @@
-"""What the expert placement reads besides the plan: node speeds, free slots, tolerances."""
+"""What a MoE plan reads: the user's :class:`ExpertInputs`, node speeds and free slots."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
 
+from stowplan.checks import check_choice, check_int, check_number
 from stowplan.cost import node_rates
+from stowplan.errors import InputError
+from stowplan.expert_stats import CoActivation, ExpertLoad
 from stowplan.model import ModelLayout, NodeDescriptor, usable_bytes
 from stowplan.plan import Plan
 
-__all__ = ["LOCALITY_TOLERANCE", "expert_speeds", "free_slots"]
+__all__ = [
+    "LOCALITY_TOLERANCE",
+    "ExpertInputs",
+    "ExpertPlacement",
+    "expert_speeds",
+    "free_slots",
+]
 
 LOCALITY_TOLERANCE = 0.05
 """A co-activation-grouped block layout may be this much slower than the load-only one."""
+
+
+class ExpertPlacement(StrEnum):
+    """Where a MoE model's routed experts live."""
+
+    AUTO = "auto"
+    """Whichever of the two below the cost model predicts better for the workload
+    (latency at batch 1, throughput above, price for a cost objective)."""
+    BLOCK_LOCAL = "block-local"
+    """Every expert on the node of its block: a plain pipeline with no expert traffic
+    (what engines without expert parallelism run)."""
+    EXPERT_PARALLEL = "expert-parallel"
+    """The backbone (blocks without their routed experts) planned first, the experts
+    spread over its nodes, balanced for load and speed (pays the all-to-all per token)."""
+
+    @classmethod
+    def from_flag(cls, expert_parallel: bool | None) -> ExpertPlacement:
+        """The placement ``--expert-parallel`` (True), ``--block-local`` (False) or
+        neither (None) asks for."""
+        if expert_parallel is None:
+            return cls.AUTO
+        return cls.EXPERT_PARALLEL if expert_parallel else cls.BLOCK_LOCAL
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpertInputs:
+    """What planning a MoE model reads besides the model, the nodes and the constraints.
+
+    Every field has a default: ``ExpertInputs()`` is uniform routing, the default
+    replicas and the automatic placement.  ``placement`` may be given as its text
+    (``"block-local"``).  A dense model accepts only inputs without statistics.
+    """
+
+    load: ExpertLoad | None = None
+    """Selection counts of every routed expert per MoE block (``--expert-load``);
+    None: uniform routing."""
+    coactivation: CoActivation | None = None
+    """Counts of expert pairs selected for the same token (``--coactivation``); None:
+    independent routing."""
+    redundant_per_block: int | None = None
+    """Most redundant replicas of hot experts per MoE block in an expert-parallel
+    placement; None: ``num_experts // 8``; 0: none."""
+    locality_tolerance: float = LOCALITY_TOLERANCE
+    """How much slower (a fraction) a block's slowest node may get to keep co-activated
+    experts on one node."""
+    placement: ExpertPlacement = ExpertPlacement.AUTO
+    """Block-local, expert-parallel, or whichever the cost model favours."""
+
+    def __post_init__(self) -> None:
+        if self.load is not None and not isinstance(self.load, ExpertLoad):
+            raise InputError("load", type(self.load).__name__, "must be an ExpertLoad or None")
+        if self.coactivation is not None and not isinstance(self.coactivation, CoActivation):
+            raise InputError(
+                "coactivation", type(self.coactivation).__name__, "must be a CoActivation or None"
+            )
+        if self.redundant_per_block is not None:
+            check_int("redundant_per_block", self.redundant_per_block)
+        check_number("locality_tolerance", self.locality_tolerance)
+        placement = check_choice("placement", self.placement, ExpertPlacement)
+        object.__setattr__(self, "placement", placement)
+
+    @property
+    def has_statistics(self) -> bool:
+        """Whether a load or co-activation file was given (only MoE models take them)."""
+        return self.load is not None or self.coactivation is not None
 
 
 def expert_speeds(nodes: Sequence[NodeDescriptor]) -> tuple[tuple[float, ...], str]:
