@@ -82,11 +82,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 """Lowest first.  A module belongs to the layer of the longest name that is it or a
 package above it (``stowplan`` itself names only the root package)."""
 
-PENDING: frozenset[tuple[str, str]] = frozenset(
-    {("stowplan.cost", "stowplan.planner.experts")}  # the expert cost term, moving to cost
-)
-"""Known upward imports, each to be removed; none may be added."""
-
 PENDING_PRIVATE: frozenset[tuple[str, str]] = frozenset(
     {("stowplan.planner.tensor_exact", "stowplan.planner.exact._stage_matrix")}
 )
@@ -205,7 +200,7 @@ class Graph:
         out: dict[str, set[str]] = {m: set() for m in self.modules}
         for imp in self.imports:
             target = self.edge(imp)
-            if target != imp.module and (imp.module, target) not in PENDING:
+            if target != imp.module:
                 out[imp.module].add(target)
         return out
 
@@ -265,8 +260,6 @@ def test_imports_point_down_the_layers() -> None:
     upward = []
     for imp in GRAPH.imports:
         target = GRAPH.edge(imp)
-        if (imp.module, target) in PENDING:
-            continue
         mine, theirs = layer_of(imp.module), layer_of(target)
         assert mine is not None and theirs is not None, (imp, target)
         if theirs > mine:
@@ -275,12 +268,6 @@ def test_imports_point_down_the_layers() -> None:
                 f"({LAYERS[mine][0]} -> {LAYERS[theirs][0]})"
             )
     assert upward == []
-
-
-def test_the_pending_upward_imports_still_exist() -> None:
-    """An exception that is no longer needed is removed from :data:`PENDING`."""
-    edges = {(imp.module, GRAPH.edge(imp)) for imp in GRAPH.imports}
-    assert sorted(PENDING - edges) == []
 
 
 def test_no_import_cycles() -> None:

@@ -61,17 +61,18 @@ The modules
 * :mod:`.choice` — block-local or expert-parallel (:func:`plan_experts`, which
   :func:`stowplan.plan` calls for a MoE model);
 * :mod:`.deprecated` — :func:`plan_with_experts`, the former entry point;
-* :mod:`.summary` — :func:`expert_summary`, a plan's experts read back;
-* :mod:`.timing` — the cost model's expert term (:func:`expert_stage_times`,
-  :func:`expert_prediction`).
+* :mod:`.summary` — :func:`expert_summary`, a plan's experts read back.
 
-The routing figures both the planner and the cost model read (selection
-probabilities, where each copy lives, a node's reach) are in
-:mod:`stowplan.expert_routing`.
+The cost model's expert term (:func:`expert_stage_times`,
+:func:`expert_prediction`) is in :mod:`stowplan.cost.experts`, and the routing
+figures both the planner and the cost model read (selection probabilities,
+where each copy lives, a node's reach) are in :mod:`stowplan.expert_routing`;
+both are re-exported here.
 """
 
 from __future__ import annotations
 
+from stowplan.cost.experts import ExpertTime, expert_prediction, expert_stage_times
 from stowplan.expert_routing import backbone_layout
 from stowplan.planner.experts.choice import BlockPlanner, plan_experts
 from stowplan.planner.experts.deprecated import plan_with_experts
@@ -85,7 +86,6 @@ from stowplan.planner.experts.inputs import (
 from stowplan.planner.experts.packing import ExpertPacking, pack_experts
 from stowplan.planner.experts.placement import place_experts
 from stowplan.planner.experts.summary import ExpertSummary, NodeExperts, expert_summary
-from stowplan.planner.experts.timing import ExpertTime, expert_prediction, expert_stage_times
 
 __all__ = [
     "LOCALITY_TOLERANCE",

@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
+from stowplan.cost.experts import expert_prediction
 from stowplan.errors import InputError, InsufficientVram
 from stowplan.expert_routing import (
     nodes_in_order,
@@ -20,7 +21,6 @@ from stowplan.planner.certify import kv_capacity_note, prediction_note
 from stowplan.planner.experts.inputs import LOCALITY_TOLERANCE, expert_speeds, free_slots
 from stowplan.planner.experts.packing import pack_experts
 from stowplan.planner.experts.summary import ExpertSummary, expert_summary
-from stowplan.planner.experts.timing import expert_prediction
 
 __all__ = ["place_experts"]
 

@@ -66,7 +66,6 @@ from stowplan.model import (
     ModelLayout,
     NodeDescriptor,
     gpu_group_id,
-    gpu_group_node,
     usable_bytes,
 )
 from stowplan.plan import Plan, Prediction, StageAssignment
@@ -79,7 +78,6 @@ __all__ = [
     "cycle_seconds",
     "microbatches",
     "node_rates",
-    "predict",
     "served_tokens_per_s",
     "usd_per_million_tokens",
 ]
@@ -642,43 +640,3 @@ def _all_reduce_s(tp: int, act_bytes: float, rates: NodeRates) -> float:
     if tp <= 1:
         return 0.0
     return rates.intra_latency_s + 2 * (tp - 1) / tp * act_bytes / rates.intra_bytes_per_s
-
-
-def predict(
-    model: ModelLayout,
-    nodes: Sequence[NodeDescriptor],
-    constraints: Constraints,
-    plan: Plan,
-    calibration: Calibration | None = None,
-) -> Prediction:
-    """What the cost model predicts for ``plan`` of ``model`` on ``nodes``.
-
-    ``calibration`` (default: ``constraints.calibration``) applies a profile's
-    corrections; None there too gives the first-order model.
-    """
-    if plan.topology.experts_per_layer is not None and model.experts is not None:
-        from stowplan.planner.experts import expert_prediction  # the expert term lives there
-
-        return expert_prediction(model, nodes, constraints, plan, calibration=calibration)
-    by_id = {n.id: n for n in nodes}
-    if any(_on_part_of_node(a, by_id) for a in plan.assignments):
-        # Stages on GPU groups: each group is a planning node of its own.
-        units = [
-            gpu_group_node(by_id[a.node_id], a.gpu_indices[0], a.tensor_parallel)
-            if _on_part_of_node(a, by_id)
-            else by_id[a.node_id]
-            for a in plan.assignments
-        ]
-        parents = [a.node_id for a in plan.assignments]
-        cm = CostModel(model, units, constraints, calibration, parents=parents)
-    else:
-        cm = CostModel(model, nodes, constraints, calibration)
-    order, bounds = cm.plan_order_bounds(plan)
-    return cm.prediction(order, bounds)
-
-
-def _on_part_of_node(a: StageAssignment, by_id: dict[str, NodeDescriptor]) -> bool:
-    node = by_id.get(a.node_id)
-    if node is None:
-        raise InputError("plan.assignments[].node_id", a.node_id, "is not one of the nodes given")
-    return bool(a.gpu_indices) and a.tensor_parallel < node.num_gpus

@@ -1,8 +1,9 @@
 """The cost model's expert term: per-token time of the experts a stage's MoE blocks use.
 
 An expert-parallel plan's stage time is the cost model's time for its backbone
-blocks plus :func:`expert_stage_times` (the slowest holder's expert reads and
-the all-to-all); :func:`expert_prediction` is the whole prediction.
+blocks (:func:`~stowplan.expert_routing.backbone_layout`) plus
+:func:`expert_stage_times` (the slowest holder's expert reads and the
+all-to-all); :func:`expert_prediction` is the whole prediction.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from stowplan.cost.model import node_rates
 from stowplan.errors import InputError
 from stowplan.expert_routing import (
     backbone_layout,
@@ -33,8 +35,6 @@ __all__ = ["ExpertTime", "expert_prediction", "expert_stage_times"]
 
 
 def _bandwidths_gbps(nodes: Sequence[NodeDescriptor]) -> list[float]:
-    from stowplan.cost import node_rates
-
     return [node_rates(n, 0.0)[0].bandwidth_bytes_per_s / 1e9 for n in nodes]
 
 
@@ -152,7 +152,7 @@ def expert_prediction(
     the backbone's stage times (as in :func:`stowplan.cost.predict`) and its
     bandwidth fraction to the experts' reads.
     """
-    from stowplan.cost import CostModel, cycle_seconds, microbatches, usd_per_million_tokens
+    from stowplan.cost.model import CostModel, cycle_seconds, microbatches, usd_per_million_tokens
 
     cm = CostModel(backbone_layout(model), nodes, constraints, calibration)
     order, bounds = cm.plan_order_bounds(plan)
