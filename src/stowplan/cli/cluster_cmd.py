@@ -39,6 +39,16 @@ cluster_app = typer.Typer(
 app.add_typer(cluster_app, name="cluster")
 
 
+_DEPRECATED_COUNT = (
+    "stowplan: note: validate --nodes N is deprecated; use --num-nodes N "
+    "(--nodes takes a fleet file, as in plan)"
+)
+
+
+def _is_count(nodes: str) -> bool:
+    return nodes.strip().isascii() and nodes.strip().isdigit()
+
+
 def _fleet_shape(
     nodes: str, num_nodes: int | None, gpus_per_node: int | None
 ) -> tuple[int, int | None]:
@@ -46,12 +56,7 @@ def _fleet_shape(
     its node count and its GPUs per node (which must be the same on every node)."""
     if num_nodes is not None:
         raise InputError("--nodes", nodes, "and --num-nodes are the same count; pass one")
-    if nodes.strip().isascii() and nodes.strip().isdigit():
-        err_console.print(
-            "stowplan: note: validate --nodes N is deprecated; use --num-nodes N "
-            "(--nodes takes a fleet file, as in plan)",
-            soft_wrap=True,
-        )
+    if _is_count(nodes):
         return int(nodes), gpus_per_node
     fleet = load_nodes(nodes)
     counts = sorted({n.num_gpus for n in fleet})
@@ -126,6 +131,9 @@ def validate_command(
     check = validate_parallelism(
         ParallelismSpec(tensor=tp, pipeline=pp, data=dp, expert=ep), fleet, layout
     )
+    if nodes is not None and _is_count(nodes):
+        # Said once the check passed: an error stays the one line it is.
+        err_console.print(_DEPRECATED_COUNT, soft_wrap=True)
     if as_json:
         doc = {
             "ok": True,
