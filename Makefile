@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test check fmt lint types bench fuzz clean
+.PHONY: venv demo test check fmt lint types docs bench fuzz clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -39,11 +39,15 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(BIN)/mypy
 
-## Every gate: format, lint, types, tests.
-check: lint types test
+## The documentation site (MkDocs, API reference from the docstrings) into site/; warnings fail.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict -d site
+
+## Every gate: format, lint, types, the docs build, tests.
+check: lint types docs test
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/plan_speed.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache site
