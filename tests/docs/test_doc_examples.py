@@ -196,3 +196,11 @@ def test_console_example_exits_and_starts_as_shown(block: Block, tmp_path: Path)
         assert actual and actual[0] == first, (
             f"{block.name}: first line {actual[:1]!r}, the docs show {first!r}"
         )
+
+
+def test_every_readme_link_into_the_repository_names_a_file_that_exists() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    targets = [t for t in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text) if "://" not in t]
+    assert len(targets) >= 12
+    missing = [t for t in targets if not (ROOT / t).is_file()]
+    assert not missing, f"README.md links to missing files: {missing}"
