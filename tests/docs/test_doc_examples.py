@@ -204,3 +204,8 @@ def test_every_readme_link_into_the_repository_names_a_file_that_exists() -> Non
     assert len(targets) >= 12
     missing = [t for t in targets if not (ROOT / t).is_file()]
     assert not missing, f"README.md links to missing files: {missing}"
+
+
+def test_the_readme_is_a_front_page_of_at_most_300_lines() -> None:
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").count("\n")
+    assert lines <= 300, f"README.md has {lines} lines; the details belong under docs/"
