@@ -11,7 +11,7 @@ import pytest
 
 from stowplan import plan_from_json
 from stowplan.cli import main
-from tests.conftest import EXAMPLES, FIXTURES
+from tests.common.paths import EXAMPLES, FIXTURES
 
 FLEET = str(EXAMPLES / "fleets" / "mixed-consumer.yaml")
 

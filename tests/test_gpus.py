@@ -24,7 +24,7 @@ from stowplan.gpus.derive import derive_tensor_tflops
 from stowplan.host.nvidia_smi import parse_nvidia_smi
 from stowplan.host.rocm_smi import parse_rocm_smi
 from stowplan.nodefile import load_offers
-from tests.conftest import FIXTURES
+from tests.common.paths import FIXTURES
 
 GIB = 2**30
 needs_database = pytest.mark.skipif(

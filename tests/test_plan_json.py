@@ -18,7 +18,7 @@ from stowplan import (
 )
 from stowplan.model import ExpertId
 from stowplan.plan import SCHEMA_VERSION, plan_to_dict
-from tests.expert_plans import ENV_VALUE_LIMIT, deepseek_v3_on_16_nodes
+from tests.common.expert_plans import ENV_VALUE_LIMIT, deepseek_v3_on_16_nodes
 
 GB = 10**9
 

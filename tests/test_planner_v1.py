@@ -21,7 +21,7 @@ from stowplan import (
     plan_to_json,
 )
 from stowplan.errors import Infeasible
-from tests.strategies import GiB, constraints, models, node_lists
+from tests.common.strategies import GiB, constraints, models, node_lists
 
 V1 = Constraints(strategy="balance-by-vram")
 GB = 10**9

@@ -12,7 +12,7 @@ import pytest
 
 from stowplan import ModelLayout
 from stowplan.parallel_rules import kv_heads_allow
-from tests.conftest import ROOT
+from tests.common.paths import ROOT
 
 
 def _bench() -> ModuleType:

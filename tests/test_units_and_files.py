@@ -11,7 +11,7 @@ import pytest
 from stowplan import InputError, load_nodes, load_offers
 from stowplan.nodefile import nodes_from_offers
 from stowplan.units import format_bytes, parse_bytes, parse_link_mbps, parse_tokens_per_s
-from tests.conftest import EXAMPLES, FIXTURES
+from tests.common.paths import EXAMPLES, FIXTURES
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from stowplan import (
     stage_from_env,
 )
 from stowplan.worker import CONTRACT_KEYS, VISIBLE_DEVICES, even_split
-from tests.expert_plans import ENV_VALUE_LIMIT, deepseek_v3_on_16_nodes
+from tests.common.expert_plans import ENV_VALUE_LIMIT, deepseek_v3_on_16_nodes
 
 GB = 10**9
 
@@ -128,7 +128,7 @@ def test_a_deepseek_v3_expert_plan_fits_one_environment_variable_and_every_stage
 
 
 def _split_plan():  # type: ignore[no-untyped-def]
-    from tests.exports.plans import make_tp_plan
+    from tests.common.plans import make_tp_plan
 
     return make_tp_plan([("n0", (0, 1, 2, 3), 20), ("n0", (4, 5, 6, 7), 10), ("n1", (), 2)])
 
@@ -162,7 +162,7 @@ def test_every_stage_reads_back_its_tensor_parallel_degree_and_gpus() -> None:
 
 def test_the_planned_405b_stages_on_two_h100_nodes_see_all_eight_gpus() -> None:
     from stowplan import load_nodes
-    from tests.conftest import EXAMPLES
+    from tests.common.paths import EXAMPLES
 
     model = lookup("llama3.1:405b")
     assert model is not None

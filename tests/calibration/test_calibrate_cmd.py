@@ -9,7 +9,7 @@ import pytest
 
 from stowplan.calibration import load_calibration_file, resolve_calibration
 from stowplan.cli import main
-from tests.conftest import FIXTURES
+from tests.common.paths import FIXTURES
 
 LB = FIXTURES / "llama-bench"
 
@@ -169,7 +169,7 @@ def test_from_probe_records_each_measured_circuit(
 ) -> None:
     pytest.importorskip("stowplan.host", reason="stowplan.host (the host probe) is absent")
     from stowplan.host.passport import Passport, save_passport
-    from tests.host.helpers import cap, fixture_topology, matrix
+    from tests.common.host import cap, fixture_topology, matrix
 
     topo = fixture_topology("thamada_nvsim/RTX4090_smi_-a.txt")
     m = matrix(cap("gpu0", 900.0, upload_gbps=25.0), cap("cpu", 20.0))
@@ -246,7 +246,7 @@ def test_from_probe_uses_the_decode_run_figures_when_the_passport_has_them(
     from dataclasses import replace
 
     from stowplan.host.passport import Passport, save_passport
-    from tests.host.helpers import cap, fixture_topology, matrix
+    from tests.common.host import cap, fixture_topology, matrix
 
     topo = fixture_topology("thamada_nvsim/RTX4090_smi_-a.txt")
     gpu = replace(cap("gpu0", 900.0, upload_gbps=25.0), decode_gbps=806.4, decode_block_s=4e-5)

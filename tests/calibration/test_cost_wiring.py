@@ -19,7 +19,7 @@ from stowplan.cost import CostModel
 from stowplan.model import Constraints, NodeDescriptor
 from stowplan.models import lookup
 from stowplan.planner import plan
-from tests.conftest import EXAMPLES
+from tests.common.paths import EXAMPLES
 
 GPU = NodeDescriptor(
     id="a", gpu_name="NVIDIA GeForce RTX 3090", vram_bytes=24 * 2**30, flops_estimate=71.0,
@@ -100,7 +100,7 @@ def test_a_measured_bandwidth_is_not_derated_again() -> None:
     from dataclasses import replace
 
     from stowplan.host import Passport, node_from_passport
-    from tests.host.helpers import cap, fixture_topology, matrix
+    from tests.common.host import cap, fixture_topology, matrix
 
     model = lookup("llama3.1:8b-q4_0")
     assert model is not None

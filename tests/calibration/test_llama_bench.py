@@ -6,7 +6,7 @@ import pytest
 
 from stowplan.calibration import estimate_num_blocks, parse_llama_bench
 from stowplan.errors import InputError
-from tests.conftest import FIXTURES
+from tests.common.paths import FIXTURES
 
 LB = FIXTURES / "llama-bench"
 GiB = 1024**3

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stowplan.calibration import Provenance, probe_entries, shipped_calibration
-from tests.calibration.passports import Cap, passport
+from tests.common.passports import Cap, passport
 
 
 def test_a_gpu_gets_its_measured_rate_over_the_spec_peak_and_a_cpu_the_rate_itself() -> None:

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from tests.test_purity import FORBIDDEN, PROBE
+from tests.common.purity import FORBIDDEN, PROBE
 
 
 def test_importing_calibration_loads_no_device_or_network_module() -> None:

@@ -17,7 +17,7 @@ from stowplan.calibration import (
     shipped_calibration,
 )
 from stowplan.errors import InputError
-from tests.calibration.passports import Cap, passport
+from tests.common.passports import Cap, passport
 
 LB = Path(__file__).resolve().parent.parent / "fixtures" / "llama-bench"
 

@@ -23,7 +23,7 @@ from stowplan.calibration import (
 from stowplan.cli import main
 from stowplan.errors import InputError
 from stowplan.models import resolve_model
-from tests.conftest import FIXTURES
+from tests.common.paths import FIXTURES
 
 SB = FIXTURES / "serving-bench"
 H100_GBPS = 3350.0  # the spec table's H100 SXM peak

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stowplan.cli import main
-from tests.conftest import EXAMPLES
+from tests.common.paths import EXAMPLES
 
 FLEET = str(EXAMPLES / "fleets" / "case-a.yaml")
 

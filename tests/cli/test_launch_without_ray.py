@@ -46,7 +46,7 @@ def test_plan_debug_without_a_fleet_plans_on_this_host_from_its_passport(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from stowplan.host.passport import Passport, save_passport
-    from tests.host.helpers import cap, fixture_topology, matrix
+    from tests.common.host import cap, fixture_topology, matrix
 
     monkeypatch.setenv("STOWPLAN_CACHE_DIR", str(tmp_path))
     topo = fixture_topology("thamada_nvsim/RTX4090_smi_-a.txt")

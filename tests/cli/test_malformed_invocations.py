@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from stowplan.cli import main
-from tests.conftest import EXAMPLES, FIXTURES
+from tests.common.paths import EXAMPLES, FIXTURES
 
 FLEET = str(EXAMPLES / "fleets" / "case-a.yaml")
 PLAN = str(FIXTURES / "plans" / "llama3_1_70b__mixed-consumer__39.json")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from stowplan.cli import main
-from tests.conftest import EXAMPLES, FIXTURES
+from tests.common.paths import EXAMPLES, FIXTURES
 
 CONFIGS = FIXTURES / "hf-configs"
 

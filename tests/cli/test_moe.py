@@ -9,7 +9,7 @@ import pytest
 
 from stowplan import lookup
 from stowplan.cli import main
-from tests.conftest import EXAMPLES
+from tests.common.paths import EXAMPLES
 
 FLEET = EXAMPLES / "fleets" / "mixed-consumer.yaml"
 

@@ -13,7 +13,7 @@ from stowplan.cli import main
 from stowplan.cli.progress import search_progress
 from stowplan.nodefile import load_nodes, load_offers
 from stowplan.planner.selection import MAX_PLANNED, SearchProgress, reporting_progress
-from tests.conftest import ROOT
+from tests.common.paths import ROOT
 
 REAL_OFFER = ROOT / "tests" / "fixtures" / "vastai" / "offer_rtx4090_1x_2024_raw.json"
 

@@ -11,7 +11,7 @@ import pytest
 
 from stowplan.calibration import shipped_calibration
 from stowplan.cli import main
-from tests.conftest import EXAMPLES
+from tests.common.paths import EXAMPLES
 
 CASE_C = str(EXAMPLES / "fleets" / "case-c.yaml")
 MIXED = str(EXAMPLES / "fleets" / "mixed-consumer.yaml")

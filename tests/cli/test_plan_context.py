@@ -7,7 +7,7 @@ import pytest
 
 from stowplan import plan_from_json
 from stowplan.cli import main
-from tests.conftest import EXAMPLES
+from tests.common.paths import EXAMPLES
 
 CASE_C = str(EXAMPLES / "fleets" / "case-c.yaml")
 MIXED = str(EXAMPLES / "fleets" / "mixed-consumer.yaml")
@@ -34,7 +34,7 @@ def test_a_plan_reserves_kv_for_8192_tokens_per_sequence_by_default(capsys) -> N
 def test_the_default_is_the_models_maximum_when_that_is_smaller(tmp_path, capsys) -> None:
     import json
 
-    from tests.conftest import FIXTURES
+    from tests.common.paths import FIXTURES
 
     cfg = json.loads((FIXTURES / "hf-configs" / "Llama-3.2-1B.json").read_text())
     path = tmp_path / "config.json"

@@ -6,7 +6,7 @@ import pytest
 
 from stowplan import plan_from_json
 from stowplan.cli import main
-from tests.conftest import EXAMPLES
+from tests.common.paths import EXAMPLES
 
 FLEET = str(EXAMPLES / "fleets" / "mixed-consumer.yaml")
 

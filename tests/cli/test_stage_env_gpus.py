@@ -11,8 +11,8 @@ import pytest
 from stowplan.cli import main
 from stowplan.plan import plan_to_json
 from stowplan.worker import CONTRACT_KEYS, VISIBLE_DEVICES, stage_env
-from tests.conftest import EXAMPLES
-from tests.exports.plans import make_tp_plan
+from tests.common.paths import EXAMPLES
+from tests.common.plans import make_tp_plan
 
 TWO_H100 = str(EXAMPLES / "fleets" / "two-h100-nodes.yaml")
 PLAN = make_tp_plan([("n0", (0, 1, 2, 3), 20), ("n0", (4, 5, 6, 7), 10), ("n1", (), 2)])

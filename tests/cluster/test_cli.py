@@ -7,7 +7,7 @@ import json
 import pytest
 
 from stowplan.cli import main
-from tests.conftest import FIXTURES
+from tests.common.paths import FIXTURES
 
 FLEET_ENV = {
     "STOWPLAN_FLEET_ROLE": "inference",

@@ -14,7 +14,7 @@ from stowplan.host.fabric import (
     parse_fabric,
     parse_fabric_json_lines,
 )
-from tests.conftest import FIXTURES
+from tests.common.paths import FIXTURES
 
 SMI = FIXTURES / "nvidia-smi"
 SNIPPETS = SMI / "issue_excerpts" / "gb200_fabric_q_snippets.txt"

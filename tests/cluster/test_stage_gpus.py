@@ -14,7 +14,7 @@ from stowplan.cluster.stage_gpus import (
 )
 from stowplan.demo.model import DemoConfig, demo_layout
 from stowplan.worker import stage_env
-from tests.cluster.tp_plans import tp_plan
+from tests.common.tp_plans import tp_plan
 
 LAYOUT = demo_layout(DemoConfig())
 FOUR = {"CPU": 4.0, "GPU": 4.0}

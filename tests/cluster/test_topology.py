@@ -14,7 +14,7 @@ from stowplan.cluster.topology import (
     topology_from_nodes,
 )
 from stowplan.errors import Infeasible, InputError
-from tests.conftest import FIXTURES
+from tests.common.paths import FIXTURES
 
 # Two domains of uneven size, out of rank order in the mapping, plus unknown nodes.
 TOPO: dict[str, tuple[str, int | None]] = {

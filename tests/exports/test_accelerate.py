@@ -12,8 +12,8 @@ from stowplan.exports import UnsupportedByEngine, export_plan
 from stowplan.model import ExpertId
 from stowplan.models import resolve_model
 from stowplan.plan import Plan
-from tests.conftest import FIXTURES
-from tests.exports.plans import GIB, make_plan
+from tests.common.paths import FIXTURES
+from tests.common.plans import GIB, make_plan
 
 CONFIGS = FIXTURES / "hf-configs"
 

@@ -12,8 +12,8 @@ from stowplan.errors import Infeasible
 from stowplan.exports import export_plan
 from stowplan.nodefile import load_nodes
 from stowplan.plan import plan_to_json
-from tests.conftest import EXAMPLES
-from tests.exports.plans import make_plan
+from tests.common.paths import EXAMPLES
+from tests.common.plans import make_plan
 
 CASE_C = load_nodes(EXAMPLES / "fleets" / "case-c.yaml")
 

@@ -6,7 +6,7 @@ import json
 
 from stowplan.cli import main
 from stowplan.plan import plan_to_json
-from tests.exports.plans import make_plan
+from tests.common.plans import make_plan
 
 
 def test_export_json_round_trips_the_block_counts(tmp_path, capsys):

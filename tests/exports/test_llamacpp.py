@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from stowplan.exports import UnsupportedByEngine, export_plan
 from stowplan.model import ExpertId
-from tests.exports.llamacpp_replay import RULES, llamacpp_devices
-from tests.exports.plans import make_plan
+from tests.common.llamacpp_replay import RULES, llamacpp_devices
+from tests.common.plans import make_plan
 
 
 def argv_of(plan, **kw) -> list[str]:

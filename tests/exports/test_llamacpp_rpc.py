@@ -13,8 +13,8 @@ from stowplan.cli import main
 from stowplan.exports import UnsupportedByEngine, export_plan
 from stowplan.model import ExpertId, NodeDescriptor
 from stowplan.plan import plan_to_json
-from tests.exports.llamacpp_replay import RULES, llamacpp_devices
-from tests.exports.plans import make_plan, make_tp_plan
+from tests.common.llamacpp_replay import RULES, llamacpp_devices
+from tests.common.plans import make_plan, make_tp_plan
 
 
 def gpu(node_id: str, **labels: str) -> NodeDescriptor:

@@ -15,10 +15,10 @@ from stowplan import Constraints, load_nodes, lookup, plan
 from stowplan.exports import UnsupportedByEngine, export_plan
 from stowplan.model import NodeDescriptor
 from stowplan.plan import Plan, plan_from_json
-from tests.conftest import EXAMPLES, FIXTURES
-from tests.exports.plans import make_tp_plan
-from tests.exports.test_llamacpp import llamacpp_devices
-from tests.exports.test_vllm import engine_pp_indices, flag, parse_command
+from tests.common.commands import engine_pp_indices, flag, parse_command
+from tests.common.llamacpp_replay import llamacpp_devices
+from tests.common.paths import EXAMPLES, FIXTURES
+from tests.common.plans import make_tp_plan
 
 TWO_H100 = EXAMPLES / "fleets" / "two-h100-nodes.yaml"
 

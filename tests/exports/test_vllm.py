@@ -2,42 +2,14 @@
 
 from __future__ import annotations
 
-import shlex
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from stowplan.exports import Engine, UnsupportedByEngine, export_plan
 from stowplan.model import ExpertId, NodeDescriptor
-from tests.exports.plans import make_plan
-
-
-def engine_pp_indices(
-    partition: str, num_layers: int, pp_rank: int, pp_size: int
-) -> tuple[int, int]:
-    """The engines' rule (vLLM and SGLang ``get_pp_indices`` with the variable set)."""
-    partitions = [int(x) for x in partition.split(",")]
-    if len(partitions) != pp_size:
-        raise ValueError(f"{len(partitions)=} does not match {pp_size=}.")
-    if sum(partitions) != num_layers:
-        raise ValueError(f"{sum(partitions)=} does not match {num_layers=}.")
-    start = sum(partitions[:pp_rank])
-    return start, start + partitions[pp_rank]
-
-
-def parse_command(line: str) -> tuple[dict[str, str], list[str]]:
-    words = shlex.split(line)
-    env = {}
-    while "=" in words[0] and not words[0].startswith("-"):
-        k, v = words.pop(0).split("=", 1)
-        env[k] = v
-    return env, words
-
-
-def flag(argv: list[str], name: str) -> str:
-    return argv[argv.index(name) + 1]
-
+from tests.common.commands import engine_pp_indices, flag, parse_command
+from tests.common.plans import make_plan
 
 counts_st = st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=8)
 

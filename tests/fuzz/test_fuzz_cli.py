@@ -21,8 +21,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stowplan.cli import main
-from tests.conftest import EXAMPLES, FIXTURES
-from tests.fuzz.strategies import fuzz
+from tests.common.fuzz import fuzz
+from tests.common.paths import EXAMPLES, FIXTURES
 
 FLEET = str(EXAMPLES / "fleets" / "case-a.yaml")
 PLAN = str(FIXTURES / "plans" / "llama3_1_70b__mixed-consumer__39.json")

@@ -15,8 +15,8 @@ from stowplan.cluster.topology import (
 )
 from stowplan.models import lookup
 from stowplan.worker import stage_from_env
-from tests.conftest import FIXTURES
-from tests.fuzz.strategies import fuzz, json_values, scalars, strings, typed
+from tests.common.fuzz import fuzz, json_values, scalars, strings, typed
+from tests.common.paths import FIXTURES
 
 PLAN_JSON = (FIXTURES / "plans" / "llama3_1_70b__mixed-consumer__39.json").read_text()
 

@@ -17,9 +17,9 @@ from stowplan.limits import MAX_BYTE_COUNT, MAX_NODES, MAX_RATE
 from stowplan.nodefile import nodes_from_data, nodes_from_offers
 from stowplan.plan import plan_from_dict, plan_from_json, plan_to_json
 from stowplan.safeload import parse_json, parse_yaml
-from tests.conftest import FIXTURES
-from tests.fuzz.strategies import dumps, fuzz, json_texts, json_values, mutated, strings, typed
-from tests.host.helpers import cap, fixture_topology, matrix
+from tests.common.fuzz import dumps, fuzz, json_texts, json_values, mutated, strings, typed
+from tests.common.host import cap, fixture_topology, matrix
+from tests.common.paths import FIXTURES
 
 NODE = {
     "id": "a",

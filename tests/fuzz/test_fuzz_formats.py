@@ -14,8 +14,8 @@ from stowplan.exports import FAMILIES, Engine, export_plan
 from stowplan.limits import MAX_BLOCKS
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.planner import plan
-from tests.fuzz.strategies import fuzz, typed
-from tests.strategies import constraints, models, node_lists
+from tests.common.fuzz import fuzz, typed
+from tests.common.strategies import constraints, models, node_lists
 
 gguf = pytest.importorskip("gguf")
 np = pytest.importorskip("numpy")

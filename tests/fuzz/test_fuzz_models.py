@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from stowplan.limits import MAX_BLOCKS
 from stowplan.models import from_hf_config, lookup
 from stowplan.models.safetensors import read_header
-from tests.conftest import FIXTURES
-from tests.fuzz.strategies import dumps, fuzz, json_values, mutated, strings, typed
+from tests.common.fuzz import dumps, fuzz, json_values, mutated, strings, typed
+from tests.common.paths import FIXTURES
 
 CONFIGS = [json.loads(p.read_text()) for p in sorted((FIXTURES / "hf-configs").glob("*.json"))]
 QUANT = [

@@ -18,8 +18,8 @@ from stowplan.host.nvidia_topo import parse_topo_matrix, probed_intra_link
 from stowplan.host.rocm_smi import parse_rocm_smi
 from stowplan.limits import MAX_BYTE_COUNT, MAX_RATE
 from stowplan.units import format_bytes, parse_bytes, parse_link_mbps, parse_tokens_per_s
-from tests.conftest import FIXTURES
-from tests.fuzz.strategies import floats, fuzz, ints, mutated_text, scalars, strings, typed
+from tests.common.fuzz import floats, fuzz, ints, mutated_text, scalars, strings, typed
+from tests.common.paths import FIXTURES
 
 SMI = FIXTURES / "nvidia-smi"
 SMI_TEXTS = [

@@ -10,7 +10,7 @@ from stowplan.errors import InputError
 from stowplan.host.bench import DECODE_SHAPES, cuda_indices, decode_figures, settings_for
 from stowplan.host.passport import Passport
 from stowplan.host.topology import Circuit, CircuitKind
-from tests.host.helpers import cap, fixture_topology, matrix
+from tests.common.host import cap, fixture_topology, matrix
 
 
 def _gpu(i: int, uuid: str | None) -> Circuit:

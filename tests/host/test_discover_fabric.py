@@ -7,7 +7,7 @@ from stowplan.host.fabric import GpuFabric, parse_fabric, parse_fabric_json_line
 from stowplan.host.nvidia_smi import parse_nvidia_smi
 from stowplan.host.passport import Passport
 from stowplan.host.topology import HostTopology
-from tests.host.helpers import SMI, cap, capture_sections, matrix
+from tests.common.host import SMI, cap, capture_sections, matrix
 
 ZERO = "00000000-0000-0000-0000-000000000000"
 SNIPPETS = (SMI / "issue_excerpts" / "gb200_fabric_q_snippets.txt").read_text()

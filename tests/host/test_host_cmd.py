@@ -9,7 +9,7 @@ import pytest
 
 from stowplan.cli import main
 from stowplan.host.passport import Passport, save_passport
-from tests.host.helpers import cap, fixture_topology, matrix
+from tests.common.host import cap, fixture_topology, matrix
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from stowplan.host.passport import Passport
 from stowplan.model import Constraints
 from stowplan.models import lookup
 from stowplan.planner import plan
-from tests.host.helpers import cap, fixture_topology, matrix
+from tests.common.host import cap, fixture_topology, matrix
 
 
 def _passport() -> Passport:

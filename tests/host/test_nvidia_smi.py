@@ -7,7 +7,7 @@ import pytest
 from stowplan.errors import InputError
 from stowplan.host.nvidia_smi import parse_nvidia_smi, parse_query_csv, pcie_gbps
 from stowplan.host.rocm_smi import parse_rocm_smi
-from tests.host.helpers import SMI, capture_sections
+from tests.common.host import SMI, capture_sections
 
 # (file, format, driver, GPU count, name, total MiB, max PCIe gen) — read from the files.
 FULL_REPORTS = [

@@ -18,7 +18,7 @@ from stowplan.host.nvidia_topo import (
     probed_intra_link,
 )
 from stowplan.host.passport import Passport
-from tests.host.helpers import SMI, cap, capture_sections, fixture_topology, matrix
+from tests.common.host import SMI, cap, capture_sections, fixture_topology, matrix
 
 TOPO = SMI / "topo"
 H100 = TOPO / "8xH100-SXM_NV18_topo-m.txt"

@@ -23,8 +23,8 @@ from stowplan.host.passport import (
     save_passport,
 )
 from stowplan.host.topology import HostTopology
-from tests.conftest import ROOT
-from tests.host.helpers import GIB, cap, fixture_topology, matrix
+from tests.common.host import GIB, cap, fixture_topology, matrix
+from tests.common.paths import ROOT
 
 
 def _passport(topo: HostTopology | None = None) -> Passport:

@@ -21,8 +21,8 @@ from stowplan.fileio import STALE_TEMP_S, remove_stale_temps, write_text_atomic
 from stowplan.host import route
 from stowplan.host.passport import Passport, load_passport, obtain_passport, save_passport
 from stowplan.host.topology import HostTopology
-from tests.conftest import ROOT
-from tests.host.helpers import cap, fixture_topology, matrix
+from tests.common.host import cap, fixture_topology, matrix
+from tests.common.paths import ROOT
 
 
 def _passport() -> Passport:
@@ -195,7 +195,7 @@ def test_an_in_pool_upload_rate_is_a_json_null_and_the_older_inf_string_still_re
 
 def test_a_host_without_gpus_is_described_in_words(capsys: pytest.CaptureFixture[str]) -> None:
     from stowplan.cli.host_cmd import _render_passport
-    from tests.host.helpers import host
+    from tests.common.host import host
 
     cpu_only = Passport.create(host(), matrix(cap("cpu", 20.0)))
     _render_passport(cpu_only, reused=False)

@@ -22,7 +22,7 @@ from stowplan.host.passport import (
     save_passport,
 )
 from stowplan.host.topology import HostTopology
-from tests.host.helpers import GIB, cap, fixture_topology, matrix
+from tests.common.host import GIB, cap, fixture_topology, matrix
 
 Damage = Callable[[dict[str, Any]], None]
 

@@ -19,7 +19,7 @@ from stowplan.host.residency import (
     employment_to_json,
     plan_employment,
 )
-from tests.host.helpers import GIB, cap, fixture_topology, host, matrix
+from tests.common.host import GIB, cap, fixture_topology, host, matrix
 
 
 def test_model_that_fits_the_primary_is_resident() -> None:

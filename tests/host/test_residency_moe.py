@@ -20,7 +20,7 @@ from stowplan.host.residency import (
     read_bytes_per_token,
 )
 from stowplan.models import resolve_model
-from tests.host.helpers import GIB, cap, host, matrix
+from tests.common.host import GIB, cap, host, matrix
 
 
 def test_a_moe_model_is_timed_by_the_bytes_a_token_reads() -> None:

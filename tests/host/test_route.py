@@ -10,7 +10,7 @@ import pytest
 from stowplan.host import route
 from stowplan.host.passport import Passport, save_passport
 from stowplan.host.residency import ResidencyProtocol
-from tests.host.helpers import GIB, cap, fixture_topology, matrix
+from tests.common.host import GIB, cap, fixture_topology, matrix
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ import pytest
 from stowplan.errors import InputError
 from stowplan.models import SUPPORTED, from_hf_config
 from stowplan.models.hf import hf_report
-from tests.conftest import FIXTURES
+from tests.common.paths import FIXTURES
 
 CONFIGS = FIXTURES / "hf-configs"
 

@@ -8,7 +8,7 @@ import pytest
 
 from stowplan.errors import InputError
 from stowplan.models import from_hf_config, known_names, lookup, resolve_model
-from tests.conftest import FIXTURES
+from tests.common.paths import FIXTURES
 
 # Pinned bytes of the llama rows other modules depend on (bf16 and q4_0).
 LEGACY = {

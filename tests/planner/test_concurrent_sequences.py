@@ -15,7 +15,7 @@ from stowplan import Constraints, ModelLayout, NodeDescriptor, Strategy, plan
 from stowplan.cost import CostModel, cycle_seconds, microbatches
 from stowplan.errors import PlanError
 from stowplan.planner.common import prepare
-from tests.planner.conftest_helpers import instances
+from tests.common.instances import instances
 
 MODEL = ModelLayout(
     name="toy",

@@ -18,7 +18,7 @@ from stowplan.planner.context_fit import (
     fit_context,
     plan_within_context,
 )
-from tests.conftest import EXAMPLES
+from tests.common.paths import EXAMPLES
 
 GiB = 2**30
 CASE_C = load_nodes(EXAMPLES / "fleets" / "case-c.yaml")

@@ -15,7 +15,7 @@ from stowplan.cost import CostModel
 from stowplan.errors import PlanError
 from stowplan.planner.common import prepare
 from stowplan.planner.exact import solve_exact
-from tests.planner.conftest_helpers import instances
+from tests.common.instances import instances
 
 ALL = [Strategy.BALANCE_BY_VRAM, Strategy.LATENCY, Strategy.THROUGHPUT, Strategy.EXACT]
 

@@ -9,7 +9,7 @@ import pytest
 
 from stowplan import Constraints, PlanError, lookup
 from stowplan.planner import plan_blocks
-from tests.planner.seeded import cases, seeded_cluster
+from tests.common.seeded import cases, seeded_cluster
 
 RECORDED = json.loads(
     (Path(__file__).parents[1] / "fixtures" / "planner" / "objective_before.json").read_text()

@@ -20,8 +20,8 @@ from stowplan.limits import (
     MIN_RATE,
 )
 from stowplan.plan import plan_to_json
-from tests.conftest import FIXTURES
-from tests.planner.conftest_helpers import instances
+from tests.common.instances import instances
+from tests.common.paths import FIXTURES
 
 HERE = FIXTURES / "planner"
 STRATEGIES = [Strategy.BALANCE_BY_VRAM, Strategy.LATENCY, Strategy.THROUGHPUT, Strategy.EXACT]

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from stowplan import Constraints, Infeasible, ModelLayout, NodeDescriptor, Objective, plan
 from stowplan.cli import main
 from stowplan.errors import PlanError
-from tests.planner.conftest_helpers import instances
+from tests.common.instances import instances
 
 MODEL = ModelLayout(
     name="toy",

@@ -12,10 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from stowplan.cluster._ray import LOCAL_HEAD_ARGS, LOCAL_START_ENV
-
-RAY_ENV = dict(LOCAL_START_ENV)
-HEAD_ARGS = dict(LOCAL_HEAD_ARGS)
+from tests.common.ray_env import RAY_ENV
 
 
 @pytest.fixture(scope="module")

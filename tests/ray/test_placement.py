@@ -28,7 +28,7 @@ from stowplan.cluster import (
 from stowplan.cluster._ray import OBJECT_STORE_BYTES
 from stowplan.cluster.errors import InsufficientResources, PlacementInfeasible, PlacementTimeout
 from stowplan.cluster.topology import UNKNOWN_DOMAIN
-from tests.ray.conftest import HEAD_ARGS
+from tests.common.ray_env import HEAD_ARGS
 
 pytestmark = pytest.mark.ray
 

@@ -78,7 +78,7 @@ def _write_passport(path) -> None:
     from dataclasses import replace
 
     from stowplan.host.passport import Passport, save_passport
-    from tests.host.helpers import cap, fixture_topology, matrix
+    from tests.common.host import cap, fixture_topology, matrix
 
     topo = replace(fixture_topology("thamada_nvsim/RTX3090_smi_-a.txt"), link_mbps=25_000.0)
     save_passport(Passport.create(topo, matrix(cap("gpu0", 800.0), cap("cpu", 50.0))), path)

@@ -31,9 +31,9 @@ from stowplan.cluster._ray import OBJECT_STORE_BYTES
 from stowplan.cluster.nodes import ray_node_descriptors
 from stowplan.cluster.realise import ContractStage, StageUnplaceable, realise, stage_actor_env
 from stowplan.demo.model import DemoConfig, demo_layout
-from tests.cluster.tp_plans import tp_plan
-from tests.conftest import FIXTURES
-from tests.ray.conftest import HEAD_ARGS
+from tests.common.paths import FIXTURES
+from tests.common.ray_env import HEAD_ARGS
+from tests.common.tp_plans import tp_plan
 
 pytestmark = pytest.mark.ray
 

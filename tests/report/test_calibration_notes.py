@@ -5,7 +5,7 @@ from __future__ import annotations
 from stowplan.calibration import CoverageVerdict
 from stowplan.report.calibration import annotate_notes, coverage_note, range_text
 from stowplan.report.html import render_html
-from tests.report.sample import sample_plan
+from tests.common.report_sample import sample_plan
 
 LABEL = "engine generic, calibrated on 101 published runs"
 OUTSIDE = CoverageVerdict(

@@ -8,7 +8,7 @@ from stowplan import Constraints, ExpertInputs, plan
 from stowplan.expert_stats import zipf_load
 from stowplan.planner.experts import expert_summary
 from stowplan.report.experts import compress_indices, render_experts
-from tests.planner.test_experts import HETERO, toy_moe
+from tests.common.moe import HETERO, toy_moe
 
 
 def test_indices_compress_to_ranges() -> None:

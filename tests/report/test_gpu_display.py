@@ -9,9 +9,9 @@ from stowplan.model import NodeDescriptor
 from stowplan.report.html import render_html
 from stowplan.report.segments import node_memory
 from stowplan.report.terminal import render_plan, used_of
-from tests.conftest import EXAMPLES
-from tests.exports.plans import make_tp_plan
-from tests.report.sample import sample_plan
+from tests.common.paths import EXAMPLES
+from tests.common.plans import make_tp_plan
+from tests.common.report_sample import sample_plan
 
 TWO_H100 = EXAMPLES / "fleets" / "two-h100-nodes.yaml"
 SPLIT = make_tp_plan([("n0", (0, 1, 2, 3), 20), ("n0", (4, 5, 6, 7), 10), ("n1", (0,), 2)])

@@ -12,8 +12,8 @@ import pytest
 
 from stowplan.cli import main
 from stowplan.report.html import render_html, write_html_report
-from tests.conftest import EXAMPLES
-from tests.report.sample import sample_baselines, sample_plan
+from tests.common.paths import EXAMPLES
+from tests.common.report_sample import sample_baselines, sample_plan
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [

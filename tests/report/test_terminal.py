@@ -6,7 +6,7 @@ from rich.console import Console
 
 from stowplan.report.segments import MemoryPart, node_memory
 from stowplan.report.terminal import render_plan
-from tests.report.sample import sample_plan
+from tests.common.report_sample import sample_plan
 
 
 def test_segments_add_up_to_each_stages_estimate():

@@ -6,7 +6,7 @@ from stowplan import Constraints, load_nodes, lookup, plan
 from stowplan.model import NodeDescriptor
 from stowplan.plan import Certificate, Plan, PlanRationale, Prediction
 from stowplan.planner.baselines import BaselineResult, compare_plans
-from tests.conftest import EXAMPLES
+from tests.common.paths import EXAMPLES
 
 CONSTRAINTS = Constraints(context_tokens=8192)
 

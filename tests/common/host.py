@@ -18,7 +18,7 @@ from stowplan.host.topology import (
     MemoryPool,
     PoolKind,
 )
-from tests.conftest import FIXTURES
+from tests.common.paths import FIXTURES
 
 SMI = FIXTURES / "nvidia-smi"
 GIB = 2**30

@@ -1,0 +1,50 @@
+"""A toy MoE model and a heterogeneous five-node fleet for the expert-placement tests."""
+
+from __future__ import annotations
+
+from stowplan import ExpertLayout, ModelLayout, NodeDescriptor
+
+MB = 10**6
+GB = 10**9
+
+
+def toy_moe(
+    *, blocks: int = 6, dense: int = 1, experts: int = 16, k: int = 4, expert_mb: int = 100
+) -> ModelLayout:
+    """A small MoE: ``dense`` dense blocks, then MoE blocks of ``experts`` routed experts."""
+    other = 200 * MB
+    routed = experts * expert_mb * MB
+    sizes = [other + (routed if b >= dense else 0) for b in range(blocks)]
+    return ModelLayout(
+        name="toy-moe",
+        num_blocks=blocks,
+        hidden_dim=1024,
+        bytes_per_activation_elem=2,
+        block_params_bytes=round(sum(sizes) / blocks),
+        block_bytes=tuple(sizes),
+        head_params_bytes=100 * MB,
+        embed_params_bytes=100 * MB,
+        experts=ExpertLayout(
+            num_experts=experts,
+            experts_per_token=k,
+            expert_params_bytes=expert_mb * MB,
+            moe_blocks=tuple(range(dense, blocks)),
+        ),
+    )
+
+
+def node(
+    i: int, vram_gb: float, bw: float, link: float = 10_000, lat: float = 0.0
+) -> NodeDescriptor:
+    return NodeDescriptor(
+        id=f"n{i}",
+        gpu_name="GPU",
+        vram_bytes=int(vram_gb * GB),
+        flops_estimate=100.0,
+        link_mbps=link,
+        mem_bandwidth_gbps=bw,
+        link_latency_ms=lat,
+    )
+
+
+HETERO = [node(0, 4, 2000), node(1, 3, 1000), node(2, 3, 1000), node(3, 6, 3000), node(4, 2, 500)]
