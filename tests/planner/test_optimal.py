@@ -6,16 +6,16 @@ import itertools
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from stowplan import Constraints, Strategy, plan
 from stowplan.baselines import BASELINES
 from stowplan.cost import CostModel
-from stowplan.errors import PlanError
 from stowplan.planner.common import prepare
 from stowplan.planner.exact import solve_exact
 from tests.common.instances import instances
+from tests.common.refusals import or_none, plan_or_reject, rejected_if_refused
 
 ALL = [Strategy.BALANCE_BY_VRAM, Strategy.LATENCY, Strategy.THROUGHPUT, Strategy.EXACT]
 
@@ -61,23 +61,14 @@ def slowest(cm, p):
     )
 
 
-def _plan_or_none(model, nodes, c):
-    try:
-        return plan(model, nodes, c)
-    except PlanError:
-        return None
-
-
 @settings(max_examples=40)
 @given(instances(max_nodes=3, max_blocks=5))
 def test_exact_agrees_with_brute_force(inst):
     model, nodes = inst
     for batch, objective in ((1, "latency"), (4, "throughput")):
         c = Constraints(batch=batch)
-        try:
+        with rejected_if_refused():
             problem = prepare(model, nodes, c)
-        except PlanError:
-            return
         opt = solve_exact(problem, CostModel(model, nodes, c), objective)
         truth = brute_force(model, nodes, c, objective)
         assert opt.value == pytest.approx(truth, rel=1e-9) or opt.value == truth == math.inf
@@ -87,11 +78,13 @@ def test_exact_agrees_with_brute_force(inst):
 @given(instances(max_nodes=4, max_blocks=8))
 def test_every_strategy_keeps_the_seed_invariants(inst):
     model, nodes = inst
-    for strategy in ALL:
-        c = Constraints(strategy=strategy)
-        p = _plan_or_none(model, nodes, c)
-        if p is None:
-            continue
+    found = {
+        c: p
+        for c in (Constraints(strategy=strategy) for strategy in ALL)
+        if (p := or_none(plan, model, nodes, c)) is not None
+    }
+    assume(found)
+    for c, p in found.items():
         covered = [b for a in p.assignments for b in range(*a.block_range)]
         assert covered == list(range(model.num_blocks))
         assert all(a.estimated_vram_bytes <= a.usable_vram_bytes for a in p.assignments)
@@ -106,9 +99,7 @@ def test_every_strategy_keeps_the_seed_invariants(inst):
 def test_throughput_is_within_one_percent_of_exact_and_never_below_a_peer(inst):
     model, nodes = inst
     c = Constraints(batch=8, strategy=Strategy.THROUGHPUT)
-    p = _plan_or_none(model, nodes, c)
-    if p is None:
-        return
+    p = plan_or_reject(model, nodes, c)
     problem = prepare(model, nodes, c)
     cm = CostModel(model, nodes, c)
     ours = p.rationale.prediction.tokens_per_s
@@ -124,9 +115,7 @@ def test_throughput_is_within_one_percent_of_exact_and_never_below_a_peer(inst):
 def test_latency_is_never_slower_than_a_peer(inst):
     model, nodes = inst
     c = Constraints()
-    p = _plan_or_none(model, nodes, c)
-    if p is None:
-        return
+    p = plan_or_reject(model, nodes, c)
     problem = prepare(model, nodes, c)
     cm = CostModel(model, nodes, c)
     ours = p.rationale.prediction.time_per_token_s
@@ -181,10 +170,8 @@ def test_a_throughput_plan_proven_optimal_equals_the_exact_optimum(inst):
 
     model, nodes = inst
     c = Constraints(batch=8, strategy=Strategy.THROUGHPUT)
-    try:
+    with rejected_if_refused():
         problem = prepare(model, nodes, c)
-    except PlanError:
-        return
     cm = CostModel(model, nodes, c)
     found, proven = throughput_search(problem, cm)
     if not proven:
@@ -200,9 +187,7 @@ def test_the_certificate_never_claims_more_than_the_exact_optimum(inst):
     model, nodes = inst
     for batch, objective in ((1, "latency"), (8, "throughput")):
         c = Constraints(batch=batch)
-        p = _plan_or_none(model, nodes, c)
-        if p is None:
-            return
+        p = plan_or_reject(model, nodes, c)
         truth = brute_force(model, nodes, c, "cycle")
         cert = p.rationale.certificate
         if objective == "latency":
@@ -219,10 +204,8 @@ def test_the_fractional_bound_never_beats_the_exact_optimum(inst):
     model, nodes = inst
     for batch, objective in ((1, "latency"), (8, "throughput")):
         c = Constraints(batch=batch)
-        try:
+        with rejected_if_refused():
             problem = prepare(model, nodes, c)
-        except PlanError:
-            return
         cm = CostModel(model, nodes, c)
         opt = solve_exact(problem, cm, objective)
         if opt.pipeline is None:
@@ -261,12 +244,14 @@ def test_exact_and_the_bound_agree_with_brute_force_under_a_calibration(inst):
     from stowplan.planner.throughput import _RoleTimes, throughput_search
 
     model, nodes, cal, context = inst
+    feasible = {}
     for batch, objective in ((1, "latency"), (4, "throughput")):
         c = Constraints(batch=batch, calibration=cal, context_tokens=context)
-        try:
-            problem = prepare(model, nodes, c)
-        except PlanError:
-            continue
+        problem = or_none(prepare, model, nodes, c)
+        if problem is not None:
+            feasible[objective] = (c, problem)
+    assume(feasible)
+    for objective, (c, problem) in feasible.items():
         cm = CostModel(model, nodes, c)
         opt = solve_exact(problem, cm, objective)
         truth = brute_force(model, nodes, c, objective)

@@ -14,13 +14,13 @@ from stowplan import (
     ModelLayout,
     NodeDescriptor,
     NoNodeFitsHead,
-    PlanError,
     StowplanError,
     lookup,
     plan,
     plan_to_json,
 )
 from stowplan.errors import Infeasible
+from tests.common.refusals import or_none, plan_or_reject
 from tests.common.strategies import GiB, constraints, models, node_lists
 
 V1 = Constraints(strategy="balance-by-vram")
@@ -44,18 +44,9 @@ def _nodes(*sizes_gb: float) -> list[NodeDescriptor]:
     ]
 
 
-def _plan_or_error(model: ModelLayout, nodes: list[NodeDescriptor], c: Constraints):  # type: ignore[no-untyped-def]
-    try:
-        return plan(model, nodes, c)
-    except PlanError:
-        return None
-
-
 @given(models, node_lists(), constraints)
 def test_blocks_are_covered_exactly_once(model, nodes, c) -> None:  # type: ignore[no-untyped-def]
-    p = _plan_or_error(model, nodes, c)
-    if p is None:
-        return
+    p = plan_or_reject(model, nodes, c)
     covered = [b for a in p.assignments for b in range(*a.block_range)]
     assert covered == list(range(model.num_blocks))
     assert all(a.num_blocks >= 1 for a in p.assignments)
@@ -63,9 +54,7 @@ def test_blocks_are_covered_exactly_once(model, nodes, c) -> None:  # type: igno
 
 @given(models, node_lists(), constraints)
 def test_every_stage_respects_its_usable_vram(model, nodes, c) -> None:  # type: ignore[no-untyped-def]
-    p = _plan_or_error(model, nodes, c)
-    if p is None:
-        return
+    p = plan_or_reject(model, nodes, c)
     by_id = {n.id: n for n in nodes}
     for a in p.assignments:
         budget = math.floor(by_id[a.node_id].vram_bytes * (1 - c.headroom))
@@ -79,9 +68,7 @@ def test_every_stage_respects_its_usable_vram(model, nodes, c) -> None:  # type:
 
 @given(models, node_lists(), constraints)
 def test_anchors_sit_at_the_ends(model, nodes, c) -> None:  # type: ignore[no-untyped-def]
-    p = _plan_or_error(model, nodes, c)
-    if p is None:
-        return
+    p = plan_or_reject(model, nodes, c)
     assert [a.owns_embed for a in p.assignments].count(True) == 1
     assert p.assignments[0].owns_embed
     assert [a.owns_head for a in p.assignments].count(True) == 1
@@ -94,8 +81,8 @@ def test_anchors_sit_at_the_ends(model, nodes, c) -> None:  # type: ignore[no-un
 
 @given(models, node_lists(), constraints)
 def test_same_input_gives_byte_identical_json(model, nodes, c) -> None:  # type: ignore[no-untyped-def]
-    first = _plan_or_error(model, nodes, c)
-    second = _plan_or_error(model, list(nodes), c)
+    first = or_none(plan, model, nodes, c)
+    second = or_none(plan, model, list(nodes), c)
     if first is None:
         assert second is None
         return
@@ -106,9 +93,7 @@ def test_same_input_gives_byte_identical_json(model, nodes, c) -> None:  # type:
 @given(models, node_lists(), constraints)
 def test_smallest_fitting_n_is_chosen(model, nodes, c) -> None:  # type: ignore[no-untyped-def]
     """Seed §6 step 3: no smaller N (within the constraints) has enough usable VRAM."""
-    p = _plan_or_error(model, nodes, c)
-    if p is None:
-        return
+    p = plan_or_reject(model, nodes, c)
     usable = sorted((math.floor(n.vram_bytes * (1 - c.headroom)) for n in nodes), reverse=True)
     lo = c.min_stages or 1
     for n in range(lo, p.num_stages):

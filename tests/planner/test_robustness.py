@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from stowplan import Constraints, ModelLayout, NodeDescriptor, Strategy, load_nodes, lookup, plan
@@ -22,16 +22,10 @@ from stowplan.limits import (
 from stowplan.plan import plan_to_json
 from tests.common.instances import instances
 from tests.common.paths import FIXTURES
+from tests.common.refusals import or_none, rejected_if_refused
 
 HERE = FIXTURES / "planner"
 STRATEGIES = [Strategy.BALANCE_BY_VRAM, Strategy.LATENCY, Strategy.THROUGHPUT, Strategy.EXACT]
-
-
-def _plan_or_none(model, nodes, c):
-    try:
-        return plan(model, nodes, c)
-    except PlanError:
-        return None
 
 
 def test_latency_finds_the_plan_its_own_search_missed() -> None:
@@ -50,9 +44,9 @@ def test_latency_finds_the_plan_its_own_search_missed() -> None:
 @given(instances(max_nodes=5, max_blocks=8), st.sampled_from([1, 4]))
 def test_whenever_exact_finds_a_plan_latency_and_throughput_find_one_too(inst, batch):
     model, nodes = inst
-    exact = _plan_or_none(model, nodes, Constraints(batch=batch, strategy="exact"))
+    exact = or_none(plan, model, nodes, Constraints(batch=batch, strategy="exact"))
     for s in (Strategy.LATENCY, Strategy.THROUGHPUT):
-        found = _plan_or_none(model, nodes, Constraints(batch=batch, strategy=s))
+        found = or_none(plan, model, nodes, Constraints(batch=batch, strategy=s))
         assert (found is None) == (exact is None), s
 
 
@@ -71,10 +65,13 @@ def test_the_plan_is_the_optimum_the_certificate_computed() -> None:
 @given(instances(max_nodes=5, max_blocks=8), st.sampled_from([1, 4]))
 def test_an_exact_certificate_never_shows_a_gap(inst, batch):
     model, nodes = inst
-    for s in (Strategy.LATENCY, Strategy.THROUGHPUT):
-        p = _plan_or_none(model, nodes, Constraints(batch=batch, strategy=s))
-        if p is None:
-            continue
+    found = {
+        s: p
+        for s in (Strategy.LATENCY, Strategy.THROUGHPUT)
+        if (p := or_none(plan, model, nodes, Constraints(batch=batch, strategy=s))) is not None
+    }
+    assume(found)
+    for s, p in found.items():
         cert = p.rationale.certificate
         assert cert is not None
         if cert.exact:
@@ -110,11 +107,8 @@ def test_extreme_sizes_never_break_the_vram_invariant(blocks, vrams, strategy):
         for i, v in enumerate(vrams)
     ]
     c = Constraints(min_stages=2, strategy=strategy, vram_headroom_frac=0.0)
-    with _no_warnings():
-        try:
-            p = plan(model, nodes, c)
-        except (PlanError, InputError):  # refused with a reason: no invariant to check
-            return
+    with _no_warnings(), rejected_if_refused(PlanError, InputError):
+        p = plan(model, nodes, c)  # refused with a reason: no invariant to check
     for a in p.assignments:
         assert a.estimated_vram_bytes <= a.usable_vram_bytes, a
 
@@ -207,7 +201,7 @@ def test_shuffling_the_nodes_gives_byte_identical_plans(inst, batch, rnd: random
     rnd.shuffle(shuffled)
     for s in STRATEGIES:
         c = Constraints(batch=batch, strategy=s)
-        a, b = _plan_or_none(model, nodes, c), _plan_or_none(model, shuffled, c)
+        a, b = or_none(plan, model, nodes, c), or_none(plan, model, shuffled, c)
         assert (a is None) == (b is None), s
         if a is not None and b is not None:
             assert plan_to_json(a) == plan_to_json(b), s
