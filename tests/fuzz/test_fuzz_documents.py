@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from stowplan.calibration import calibration_from_json, shipped_calibration
@@ -80,6 +80,7 @@ def test_parse_yaml_returns_plain_data_or_an_input_error(text: str) -> None:
 
 @fuzz
 @given(st.one_of(json_values, st.lists(mutated(NODE), min_size=1, max_size=4)))
+@example([{**NODE, "labels": {"site": 10**5000}}])  # a label too long for str(int)
 def test_fleet_data_gives_bounded_unique_nodes_or_an_input_error(data: object) -> None:
     nodes = typed(nodes_from_data, data)
     if nodes is not None:
@@ -137,6 +138,7 @@ def test_passport_data_gives_a_passport_or_an_input_error(data: object) -> None:
 @given(
     st.one_of(json_values, st.lists(st.lists(st.one_of(st.floats(), st.integers())), max_size=4))
 )
+@example([[10**400]])  # an integer beyond any float
 def test_expert_statistics_give_a_value_or_an_input_error(data: object) -> None:
     typed(expert_load_from_data, data)
     typed(coactivation_from_data, data)

@@ -80,6 +80,7 @@ def test_link_and_token_rates_are_finite_and_bounded_or_an_input_error(value: ob
 
 @fuzz
 @given(st.one_of(st.text(max_size=300), st.sampled_from(SMI_TEXTS).flatmap(mutated_text)))
+@example('name\n"' + "a" * 200_000)  # a CSV field beyond the csv module's limit
 def test_nvidia_smi_parsers_give_a_report_or_an_input_error(text: str) -> None:
     for parse in (
         parse_nvidia_smi,
@@ -120,6 +121,7 @@ def test_fabric_parsers_give_gpus_or_an_input_error(text: str) -> None:
 
 @fuzz
 @given(st.one_of(st.text(max_size=300), st.sampled_from(BENCH_TEXTS).flatmap(mutated_text)))
+@example("model,avg_ts\nx\n")  # a one-field CSV row under a longer header
 def test_llama_bench_output_gives_results_or_an_input_error(text: str) -> None:
     for r in typed(parse_llama_bench, text, origin="fuzz") or []:
         assert r.tokens_per_s >= 0
