@@ -1,18 +1,11 @@
-"""Shared test settings: the hypothesis profiles.
-
-Shared helpers live in :mod:`tests.common`; the paths are re-exported here only
-for the README and docs tests, which still read them from this module.
-"""
+"""Shared test settings: the hypothesis profiles (shared helpers live in
+:mod:`tests.common`)."""
 
 from __future__ import annotations
 
 import os
 
 from hypothesis import HealthCheck, settings
-
-from tests.common.paths import EXAMPLES, FIXTURES, ROOT
-
-__all__ = ["EXAMPLES", "FIXTURES", "ROOT"]
 
 settings.register_profile(
     "dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]

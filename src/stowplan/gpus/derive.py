@@ -4,7 +4,7 @@ peak = tensor cores × dense FLOPs per tensor core per clock × boost clock
 
 The per-core rates are those of NVIDIA's architecture whitepapers (one multiply-add
 counts two FLOPs); each reproduces the published dense figures of the curated table
-(``tests/test_gpus.py`` checks them, within 10 %, against every curated row that has both):
+(``tests/gpus/test_gpus.py`` checks them, within 10 %, against every curated row that has both):
 
 * Volta (GV100), Turing: 128 (fp16; these parts have no bf16);
 * Ampere GA100 (A100, A30): 512; Ampere GA10x, Ada, Blackwell GB20x: 256;
