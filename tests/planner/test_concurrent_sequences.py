@@ -3,7 +3,6 @@ sequence per cycle, cycle = max(Σ t + hops, m · max t), tokens/s = U / cycle."
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import replace
 
@@ -14,6 +13,7 @@ from hypothesis import strategies as st
 from stowplan import Constraints, ModelLayout, NodeDescriptor, Strategy, plan
 from stowplan.cost import CostModel, cycle_seconds, microbatches
 from stowplan.planner.common import prepare
+from tests.common.brute_force import brute_force
 from tests.common.instances import instances
 from tests.common.refusals import or_none, rejected_if_refused
 
@@ -134,20 +134,6 @@ def test_eight_sequences_on_five_stages_get_no_more_than_the_pipeline_delivers()
     assert pred.tokens_per_s == pytest.approx(8 / pred.time_per_token_s)
 
 
-def _brute_force_cycle(model, nodes, c):
-    """Every ordered subset of nodes, every contiguous split: the least cycle."""
-    cm = CostModel(model, nodes, c)
-    nb = model.num_blocks
-    best = math.inf
-    for n in range(c.min_stages or 1, min(len(nodes), nb) + 1):
-        for order in itertools.permutations(range(len(nodes)), n):
-            for cuts in itertools.combinations(range(1, nb), n - 1):
-                bounds = [0, *cuts, nb]
-                if cm.fits_pipeline(order, bounds):
-                    best = min(best, cm.evaluate(order, bounds).cycle_s)
-    return best
-
-
 @settings(max_examples=60, deadline=None)
 @given(instances(max_nodes=4, max_blocks=6), st.sampled_from([2, 3, 5, 16]))
 @example(inst=(MODEL, [_node(0), _node(1, mem_bandwidth_gbps=300.0)]), batch=3)
@@ -156,7 +142,7 @@ def test_plans_reach_the_least_cycle_and_certificates_never_promise_more(inst, b
     c = Constraints(batch=batch)
     with rejected_if_refused():
         prepare(model, nodes, c)
-    truth = _brute_force_cycle(model, nodes, c)
+    truth = brute_force(model, nodes, c, "cycle")
     for strategy in (Strategy.THROUGHPUT, Strategy.LATENCY, Strategy.EXACT):
         p = or_none(plan, model, nodes, Constraints(batch=batch, strategy=strategy))
         if p is None:

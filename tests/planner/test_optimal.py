@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import pytest
@@ -14,51 +13,11 @@ from stowplan.baselines import BASELINES
 from stowplan.cost import CostModel
 from stowplan.planner.common import prepare
 from stowplan.planner.exact import solve_exact
+from tests.common.brute_force import brute_force, slowest
 from tests.common.instances import instances
 from tests.common.refusals import or_none, plan_or_reject, rejected_if_refused
 
 ALL = [Strategy.BALANCE_BY_VRAM, Strategy.LATENCY, Strategy.THROUGHPUT, Strategy.EXACT]
-
-
-def brute_force(model, nodes, c, objective):
-    """Every ordered subset of nodes, every contiguous split: the true optimum.
-
-    ``latency``: time per token; ``throughput``: the slowest stage at the cost model's own
-    microbatch (what the solvers minimise); ``cycle``: the least cycle."""
-    cm = CostModel(model, nodes, c)
-    nb = model.num_blocks
-    best = math.inf
-    for n in range(c.min_stages or 1, min(len(nodes), nb) + 1):
-        for order in itertools.permutations(range(len(nodes)), n):
-            for cuts in itertools.combinations(range(1, nb), n - 1):
-                bounds = [0, *cuts, nb]
-                if not all(
-                    cm.fits(d, bounds[s], bounds[s + 1], s == 0, s == n - 1)
-                    for s, d in enumerate(order)
-                ):
-                    continue
-                ev = cm.evaluate(order, bounds)
-                if objective == "throughput":
-                    v = max(
-                        cm.stage_time(d, bounds[s], bounds[s + 1], s == 0, s == n - 1)
-                        for s, d in enumerate(order)
-                    )
-                else:
-                    v = ev.cycle_s
-                best = min(best, v)
-    return best
-
-
-def slowest(cm, p):
-    """The slowest stage of pipeline ``p`` at ``cm``'s own microbatch."""
-    order, bounds = p
-    n = len(order)
-    return max(
-        cm.stage_time(
-            d, bounds[s], bounds[s + 1], s == 0, s == n - 1, order[s + 1] if s < n - 1 else None
-        )
-        for s, d in enumerate(order)
-    )
 
 
 @settings(max_examples=40)
