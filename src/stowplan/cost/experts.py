@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from stowplan.cost.model import node_rates
+from stowplan.cost.cycle import cycle_seconds, microbatches, usd_per_million_tokens
+from stowplan.cost.rates import node_rates
 from stowplan.errors import InputError
 from stowplan.expert_routing import (
     backbone_layout,
@@ -152,7 +153,7 @@ def expert_prediction(
     the backbone's stage times (as in :func:`stowplan.cost.predict`) and its
     bandwidth fraction to the experts' reads.
     """
-    from stowplan.cost.model import CostModel, cycle_seconds, microbatches, usd_per_million_tokens
+    from stowplan.cost.model import CostModel
 
     cm = CostModel(backbone_layout(model), nodes, constraints, calibration)
     order, bounds = cm.plan_order_bounds(plan)

@@ -39,16 +39,14 @@ part of a measured collective cost per block (tensor parallel) that 2·AR(tp) do
 already charge, and, for engines that run a
 multi-GPU node as a pipeline over its GPUs, that node's in-host hops.  Inputs come
 from the node descriptor when given and from :mod:`stowplan.gpus` and
-:mod:`stowplan.interconnect` otherwise; every value taken from a table (or
-defaulted) is listed in ``assumed``.
+:mod:`stowplan.interconnect` otherwise (:mod:`stowplan.cost.rates`); every value
+taken from a table (or defaulted) is listed in ``assumed``.  The pipeline's
+microbatches, cycle and tokens/s are :mod:`stowplan.cost.cycle`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from functools import lru_cache
 from itertools import accumulate
 
 from stowplan.calibration.apply import (
@@ -58,122 +56,14 @@ from stowplan.calibration.apply import (
     node_calibration,
 )
 from stowplan.calibration.profile import Calibration
+from stowplan.cost.cycle import Evaluation, microbatches, usd_per_million_tokens
+from stowplan.cost.rates import NodeRates, node_rates
 from stowplan.errors import InputError
-from stowplan.gpus import resolve_gpu
-from stowplan.interconnect import intra_link
-from stowplan.model import (
-    Constraints,
-    ModelLayout,
-    NodeDescriptor,
-    gpu_group_id,
-    usable_bytes,
-)
+from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_id
 from stowplan.plan import Plan, Prediction, StageAssignment
 
-__all__ = [
-    "DEFAULT_BANDWIDTH_GBPS",
-    "CostModel",
-    "Evaluation",
-    "NodeRates",
-    "cycle_seconds",
-    "microbatches",
-    "node_rates",
-    "served_tokens_per_s",
-    "usd_per_million_tokens",
-]
-
-DEFAULT_BANDWIDTH_GBPS = 500.0
-"""Bandwidth assumed for a GPU that is neither described nor in the spec table."""
-
+__all__ = ["CostModel"]
 _BYTES_PER_PARAM = {"bf16": 2.0, "fp16": 2.0, "f16": 2.0, "fp32": 4.0, "f32": 4.0, "q4_0": 18 / 32}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NodeRates:
-    """A node's numbers in SI units, as the cost model uses them."""
-
-    node_id: str
-    bandwidth_bytes_per_s: float
-    flops_per_s: float
-    """``inf`` when unknown: the compute term is then not counted."""
-    link_bytes_per_s: float
-    """``inf`` when unknown (``link_mbps`` 0): the transfer time is then not counted."""
-    latency_s: float
-    usable_bytes: int
-    price_per_hour: float | None
-    intra_bytes_per_s: float = math.inf
-    """Per direction, between two GPUs of the node."""
-    intra_latency_s: float = 0.0
-    """One collective step between GPUs of the node."""
-
-
-def node_rates(node: NodeDescriptor, headroom: float) -> tuple[NodeRates, tuple[str, ...]]:
-    """``node`` in SI units, and the list of inputs that were assumed rather than given."""
-    return _node_rates(node, headroom)
-
-
-@lru_cache(maxsize=8192)
-def _node_rates(node: NodeDescriptor, headroom: float) -> tuple[NodeRates, tuple[str, ...]]:
-    assumed: list[str] = []
-    match = resolve_gpu(node.gpu_name, node.vram_bytes // node.num_gpus or None)
-    spec = match.spec if match is not None else None
-    uses_spec = node.mem_bandwidth_gbps is None or node.flops_estimate <= 0
-    if match is not None and match.assumption is not None and uses_spec:
-        assumed.append(f"{node.id}.gpu_name: {match.assumption}")
-    if node.mem_bandwidth_gbps is not None:
-        bw = node.mem_bandwidth_gbps * 1e9
-    elif spec is not None:
-        bw = spec.mem_bandwidth_gbps * 1e9 * node.num_gpus
-        assumed.append(
-            f"{node.id}.mem_bandwidth_gbps={spec.mem_bandwidth_gbps * node.num_gpus:g} "
-            f"({spec.origin.label}: {spec.name}, {spec.source})"
-        )
-    else:
-        bw = DEFAULT_BANDWIDTH_GBPS * 1e9 * node.num_gpus
-        assumed.append(
-            f"{node.id}.mem_bandwidth_gbps={DEFAULT_BANDWIDTH_GBPS * node.num_gpus:g} "
-            f"(default: {node.gpu_name!r} is in neither the spec table nor the GPU database)"
-        )
-    if node.flops_estimate > 0:
-        flops = node.flops_estimate * 1e12
-    elif spec is not None and spec.bf16_tflops is not None:
-        flops = spec.bf16_tflops * 1e12 * node.num_gpus
-        assumed.append(
-            f"{node.id}.flops_estimate={spec.bf16_tflops * node.num_gpus:g} "
-            f"({spec.origin.label}: {spec.name}, {spec.tflops_source})"
-        )
-    else:
-        flops = math.inf
-        assumed.append(f"{node.id}.flops_estimate unknown: compute time not counted")
-    if node.link_mbps > 0:
-        link = node.link_mbps * 1e6 / 8
-    else:
-        link = math.inf
-        assumed.append(f"{node.id}.link_mbps unknown: transfer time not counted")
-    # A one-GPU group of a bigger node reaches its siblings over this link too.
-    link_in = intra_link(
-        node.gpu_name,
-        gbps=node.intra_link_gbps,
-        latency_us=node.intra_link_latency_us,
-        spec=spec,
-    )
-    if node.num_gpus > 1 and link_in.source != "given":
-        assumed.append(
-            f"{node.id}.intra_link_gbps={link_in.gbps:g}, intra_link_latency_us="
-            f"{link_in.latency_us:g} ({link_in.kind} default: {link_in.source})"
-        )
-    rates = NodeRates(
-        node_id=node.id,
-        intra_bytes_per_s=link_in.gbps * 1e9,
-        intra_latency_s=link_in.latency_us / 1e6,
-        bandwidth_bytes_per_s=bw,
-        flops_per_s=flops,
-        link_bytes_per_s=link,
-        latency_s=node.link_latency_ms / 1e3,
-        usable_bytes=usable_bytes(node, headroom),
-        price_per_hour=node.price_per_hour,
-    )
-    return rates, tuple(assumed)
 
 
 _SLOWEST = 1e30
@@ -187,75 +77,6 @@ def _params_per_byte(model: ModelLayout) -> float:
     if model.total_params and model.weight_bytes:
         return model.total_params / model.weight_bytes
     return 1.0 / _BYTES_PER_PARAM.get((model.dtype or "bf16").lower(), 2.0)
-
-
-def served_tokens_per_s(batch: int, time_per_token_s: float, tokens_per_s: float) -> float:
-    """What the workload gets: 1/time per token at batch 1, ``tokens_per_s`` above (which
-    the cost model computes as U / cycle)."""
-    if batch == 1:
-        return 1.0 / time_per_token_s if time_per_token_s > 0 else math.inf
-    return tokens_per_s
-
-
-def usd_per_million_tokens(price_per_hour: float | None, tokens_per_s: float) -> float | None:
-    """Dollars per million tokens served at ``tokens_per_s`` (None without a price or a
-    finite positive rate)."""
-    if price_per_hour is None or not 0 < tokens_per_s < math.inf:
-        return None
-    return price_per_hour / (tokens_per_s * 3600) * 1e6
-
-
-def microbatches(sequences: int, stages: int) -> tuple[int, int]:
-    """``(m, b)``: ``sequences`` concurrent sequences on ``stages`` stages form ``m =
-    min(sequences, stages)`` microbatches of ``b = ⌈sequences / m⌉``."""
-    m = max(1, min(sequences, stages))
-    return m, -(-sequences // m)
-
-
-def cycle_seconds(stage_time_s: Sequence[float], hops_s: float, num_microbatches: int) -> float:
-    """Seconds between two tokens of one sequence: ``max(Σ t + hops, m · max t)``."""
-    if not stage_time_s:
-        return 0.0
-    return max(sum(stage_time_s) + hops_s, num_microbatches * max(stage_time_s))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Evaluation:
-    """The cost model's numbers for one pipeline (nodes in stage order + block bounds)."""
-
-    stage_time_s: tuple[float, ...]
-    """Per stage, seconds per microbatch (of :attr:`microbatch` sequences)."""
-    hops_s: float
-    batch: int
-    """Concurrent sequences U."""
-    num_microbatches: int = 1
-    microbatch: int = 1
-
-    @property
-    def bottleneck_s(self) -> float:
-        return max(self.stage_time_s)
-
-    @property
-    def cycle_s(self) -> float:
-        """Seconds between two tokens of one sequence (:func:`cycle_seconds`)."""
-        return cycle_seconds(self.stage_time_s, self.hops_s, self.num_microbatches)
-
-    @property
-    def tokens_per_s(self) -> float:
-        """Decode throughput of all U sequences: U / cycle."""
-        c = self.cycle_s
-        return self.batch / c if c > 0 else math.inf
-
-    @property
-    def time_per_token_s(self) -> float:
-        """Per-sequence time per token: the cycle (at U = 1, every stage in turn plus
-        every hop's latency)."""
-        return self.cycle_s
-
-    @property
-    def served_tokens_per_s(self) -> float:
-        """What the workload gets: U / cycle."""
-        return self.tokens_per_s
 
 
 class CostModel:
