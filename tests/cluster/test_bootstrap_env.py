@@ -56,7 +56,7 @@ def test_launcher_variables_and_device_masks_are_withheld_from_workers() -> None
 PREPARE = """
 import json, os
 import ray
-from stowplan.cluster._ray import prepare_local_ray
+from stowplan.cluster.ray_runtime import prepare_local_ray
 from ray._private import ray_constants
 before = ray_constants.ENABLE_RAY_CLUSTER
 prepare_local_ray()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stowplan.cluster._ray import LOCAL_HEAD_ARGS, LOCAL_START_ENV
+from stowplan.cluster.ray_runtime import LOCAL_HEAD_ARGS, LOCAL_START_ENV
 
 RAY_ENV = dict(LOCAL_START_ENV)
 HEAD_ARGS = dict(LOCAL_HEAD_ARGS)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from stowplan.cluster import FleetRole, InitMode, init_ray, stop_local_head
-from stowplan.cluster._ray import OBJECT_STORE_BYTES
+from stowplan.cluster.ray_runtime import OBJECT_STORE_BYTES
 
 pytestmark = pytest.mark.ray
 

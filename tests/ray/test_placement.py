@@ -25,8 +25,8 @@ from stowplan.cluster import (
     get_ray_cluster_topology,
     live_groups,
 )
-from stowplan.cluster._ray import OBJECT_STORE_BYTES
 from stowplan.cluster.errors import InsufficientResources, PlacementInfeasible, PlacementTimeout
+from stowplan.cluster.ray_runtime import OBJECT_STORE_BYTES
 from stowplan.cluster.topology import UNKNOWN_DOMAIN
 from tests.common.ray_env import HEAD_ARGS
 

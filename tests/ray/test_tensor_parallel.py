@@ -27,8 +27,8 @@ from stowplan.cluster import (
     live_groups,
     remove_groups,
 )
-from stowplan.cluster._ray import OBJECT_STORE_BYTES
 from stowplan.cluster.nodes import ray_node_descriptors
+from stowplan.cluster.ray_runtime import OBJECT_STORE_BYTES
 from stowplan.cluster.realise import ContractStage, StageUnplaceable, realise, stage_actor_env
 from stowplan.demo.model import DemoConfig, demo_layout
 from tests.common.paths import FIXTURES

@@ -15,7 +15,7 @@ from stowplan.checks import check_int, check_number
 from stowplan.cli.app import app
 from stowplan.cli.calibration_opts import labelled_notes
 from stowplan.cli.common import err_console, out_console
-from stowplan.cluster._ray import require_ray
+from stowplan.cluster.ray_runtime import require_ray
 from stowplan.errors import InputError, PlanError
 from stowplan.gpu_lists import stage_place_text
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor

@@ -8,9 +8,9 @@ Two modes:
   ``stowplan_devices_<sorted ids>``) — the one this process is connected to,
   or the one an earlier process started and recorded
   (:mod:`stowplan.cluster.head`) — or start a detached head bound to
-  127.0.0.1.  :func:`~stowplan.cluster._ray.prepare_local_ray` runs before
+  127.0.0.1.  :func:`~stowplan.cluster.ray_runtime.prepare_local_ray` runs before
   Ray is imported or started: the variables of
-  :data:`~stowplan.cluster._ray.LOCAL_START_ENV` are set unless the
+  :data:`~stowplan.cluster.ray_runtime.LOCAL_START_ENV` are set unless the
   environment already sets them (loopback only, no auth token).
 
 Either way the process environment is forwarded to every Ray worker through
@@ -30,7 +30,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from stowplan.cluster._ray import prepare_local_ray, require_ray
 from stowplan.cluster.fleet import FleetRole, get_fleet_role
 from stowplan.cluster.head import (
     discard_local_head,
@@ -39,6 +38,7 @@ from stowplan.cluster.head import (
     read_local_head,
     start_local_head,
 )
+from stowplan.cluster.ray_runtime import prepare_local_ray, require_ray
 
 __all__ = [
     "STRIPPED_ENV_NAMES",

@@ -20,12 +20,12 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from stowplan.cluster._ray import require_ray
 from stowplan.cluster.errors import (
     InsufficientResources,
     PlacementInfeasible,
     PlacementTimeout,
 )
+from stowplan.cluster.ray_runtime import require_ray
 from stowplan.errors import InputError
 
 __all__ = [

@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from stowplan.cluster._ray import LOCAL_START_ENV, OBJECT_STORE_BYTES
+from stowplan.cluster.ray_runtime import LOCAL_START_ENV, OBJECT_STORE_BYTES
 from stowplan.errors import HeadStartError
 from stowplan.fileio import FileKind, read_json_file, write_text_atomic
 from stowplan.host.passport import cache_dir

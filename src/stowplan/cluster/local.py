@@ -4,8 +4,8 @@ Each fake node declares a GPU count and carries the labels ``gpu_name`` and
 ``vram_bytes`` that :mod:`stowplan.cluster.nodes` reads when no NVML is
 present.  The head node holds no GPU and no VRAM label, so it is never a
 placement target.  Ray is kept on loopback and isolated in a fresh temporary
-directory: :func:`~stowplan.cluster._ray.prepare_local_ray` sets the defaults
-of :data:`~stowplan.cluster._ray.LOCAL_START_ENV` before Ray starts (a variable
+directory: :func:`~stowplan.cluster.ray_runtime.prepare_local_ray` sets the defaults
+of :data:`~stowplan.cluster.ray_runtime.LOCAL_START_ENV` before Ray starts (a variable
 the user set wins) and restores the environment at shutdown.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stowplan.checks import check_int
-from stowplan.cluster._ray import (
+from stowplan.cluster.ray_runtime import (
     LOCAL_HEAD_ARGS,
     LOCAL_START_ENV,
     OBJECT_STORE_BYTES,

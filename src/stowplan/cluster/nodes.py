@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stowplan.cluster._ray import require_ray
+from stowplan.cluster.ray_runtime import require_ray
 from stowplan.errors import InputError, NodeProbeError, StowplanError
 from stowplan.model import NodeDescriptor
 from stowplan.units import parse_bytes

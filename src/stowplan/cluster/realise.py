@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stowplan.checks import check_int
-from stowplan.cluster._ray import require_ray
 from stowplan.cluster.errors import PlacementError
 from stowplan.cluster.groups import create_placement_group, remove_groups
 from stowplan.cluster.nodes import NODE_ID_LABEL, alive_nodes
+from stowplan.cluster.ray_runtime import require_ray
 from stowplan.cluster.stage_gpus import gpu_shortfalls, stage_bundle, stage_device_env, stage_gpus
 from stowplan.errors import (
     InputError,

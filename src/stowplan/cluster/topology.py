@@ -281,7 +281,7 @@ def get_ray_cluster_topology() -> dict[str, tuple[str, int | None]]:
     A node without a domain resource (or with several) is in ``unknown``;
     without a ``topo_rank`` resource or label its rank is None (ordered last).
     """
-    from stowplan.cluster._ray import require_ray
+    from stowplan.cluster.ray_runtime import require_ray
 
     ray = require_ray()
     return topology_from_nodes(ray.nodes())

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stowplan.cluster._ray import require_ray
 from stowplan.cluster.errors import PlacementTimeout
 from stowplan.cluster.fleet import FleetRole, FleetSpec, PlacementStrategy
 from stowplan.cluster.groups import (
@@ -29,6 +28,7 @@ from stowplan.cluster.groups import (
 from stowplan.cluster.nodes import NODE_ID_LABEL
 from stowplan.cluster.parallelism import ParallelismSpec, validate_parallelism
 from stowplan.cluster.ranks import BundlePlace, rank_order
+from stowplan.cluster.ray_runtime import require_ray
 from stowplan.cluster.topology import (
     Topology,
     get_ray_cluster_topology,

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from stowplan.cluster._ray import require_ray
+from stowplan.cluster.ray_runtime import require_ray
 from stowplan.demo.model import DemoConfig, Generation, StageModel, check_request
 from stowplan.worker import CONTRACT_KEYS, stage_from_env
 

@@ -34,6 +34,7 @@ __all__ = [
     "fluid_bound",
     "least_cycle",
     "solve_exact",
+    "stage_matrix",
 ]
 
 CYCLE_EXACT_LIMIT = 6
@@ -64,7 +65,7 @@ def _np() -> Any:
     return np
 
 
-def _stage_matrix(
+def stage_matrix(
     cm: CostModel,
     d: int,
     first: bool,
@@ -130,9 +131,9 @@ def _subset_dp(problem: Problem, cm: CostModel, objective: str, cap: float = mat
     best_end: tuple[int, int] | None = None
     if problem.max_stages >= 2 and n >= 2:
         hop = [cm.latency_s[d] if add else 0.0 for d in range(n)]
-        first = [_stage_matrix(cm, d, True, False, hop[d], cap=cap)[0] for d in range(n)]
-        mid = [_stage_matrix(cm, d, False, False, hop[d], cap=cap) for d in range(n)]
-        last = [_stage_matrix(cm, d, False, True, hop[d], cap=cap)[:, nb] for d in range(n)]
+        first = [stage_matrix(cm, d, True, False, hop[d], cap=cap)[0] for d in range(n)]
+        mid = [stage_matrix(cm, d, False, False, hop[d], cap=cap) for d in range(n)]
+        last = [stage_matrix(cm, d, False, True, hop[d], cap=cap)[:, nb] for d in range(n)]
         size = 1 << n
         g = np.full((size, nb + 1), np.inf)
         for d in range(n):
@@ -366,7 +367,7 @@ def least_cycle(problem: Problem, cm: CostModel, stages: int) -> Optimum:
         for first, last in ((True, False), (False, False), (False, True), (True, True)):
             if (first and last) != (stages == 1):
                 continue
-            mat = _stage_matrix(cm, d, first, last, 0.0)
+            mat = stage_matrix(cm, d, first, last, 0.0)
             values.update(float(v) for v in mat[np.isfinite(mat)])
     caps = sorted(values)
     method = f"bisection on the slowest stage, subset dynamic programme over {n} nodes"

@@ -204,15 +204,15 @@ class _NodeSolver:
         return got
 
     def _stage_matrix(self, v: int, first: bool, last: bool, out: str, ret: float) -> Any:
-        from stowplan.planner.exact import _stage_matrix
+        from stowplan.planner.exact import stage_matrix
 
         cm = self.cm
         if last:
-            return _stage_matrix(cm, v, first, True, ret if self.add else 0.0)
+            return stage_matrix(cm, v, first, True, ret if self.add else 0.0)
         if out == "intra":
             hop = cm.intra_latency_s[v] if self.add else 0.0
-            return _stage_matrix(cm, v, first, False, hop, xfer=cm.intra_xfer_s[v])
-        return _stage_matrix(cm, v, first, False, cm.latency_s[v] if self.add else 0.0)
+            return stage_matrix(cm, v, first, False, hop, xfer=cm.intra_xfer_s[v])
+        return stage_matrix(cm, v, first, False, cm.latency_s[v] if self.add else 0.0)
 
     def combine(self, a: Any, b: Any) -> Any:
         """Chain ``a`` (rows: start block) then ``b``: best over the block between them."""
