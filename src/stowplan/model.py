@@ -446,19 +446,22 @@ class Constraints:
     """What the caller asks of a plan (seed 000 §5.1, extended). ``None`` means the default."""
 
     min_stages: int | None = None
-    """Minimum number of stages (default 1)."""
+    """Fewest pipeline stages (default 1)."""
     max_stages: int | None = None
-    """Maximum number of stages (default: the number of nodes)."""
+    """Most pipeline stages (default: the number of nodes)."""
     vram_headroom_frac: float | None = None
-    """VRAM fraction reserved per node for framework overhead and safety (default 0.2)."""
+    """VRAM fraction in [0, 1) kept free per node for framework overhead and safety
+    (default 0.2)."""
     strategy: Strategy | None = None
-    """Planner strategy; default ``latency`` at batch 1, ``throughput`` above."""
+    """Planner strategy (default: ``latency`` at batch 1, ``throughput`` above)."""
     batch: int = 1
     """Concurrent sequences in flight."""
     context_tokens: int | None = None
-    """Tokens of context per sequence to budget KV cache for, for each of the ``batch``
-    sequences (None or 0: no KV reserve; the command line reserves
-    :func:`~stowplan.planner.context_fit.default_context_tokens` unless told otherwise)."""
+    """Context tokens per sequence to reserve KV cache for, for each of the ``batch``
+    sequences.
+
+    None or 0: no KV reserve (the library's default); the command line reserves
+    :func:`~stowplan.planner.context_fit.default_context_tokens` unless told otherwise."""
     objective: Objective = Objective.SPEED
     target_tokens_per_s: float | None = None
     """With ``objective=cost``: the throughput the cheapest node set must reach."""
@@ -468,8 +471,8 @@ class Constraints:
     instead defaults to ``resolve_calibration("generic")``, fitted to every engine's
     published runs."""
     tensor_parallel: int | None = None
-    """GPUs that split every stage's blocks, the same for every stage (None: the planner
-    chooses per stage, within the engine's rule)."""
+    """GPUs that split every stage's blocks, the same for every stage (default: chosen per
+    stage within the engine's rule)."""
 
     def __post_init__(self) -> None:
         stages_cap = MAX_NODES * MAX_GPUS_PER_NODE

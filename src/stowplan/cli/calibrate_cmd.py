@@ -18,8 +18,10 @@ from stowplan.calibration import (
     calibrate,
     calibration_to_dict,
 )
+from stowplan.calibration.profile import Engine
 from stowplan.cli.app import app
 from stowplan.cli.common import err_console, out_console
+from stowplan.cli.options import choice_list
 from stowplan.errors import InputError
 
 
@@ -72,7 +74,7 @@ def calibrate_command(
     engine: Annotated[
         str | None,
         typer.Option(
-            help="generic, llamacpp, vllm, trtllm, sglang or transformers (default: llamacpp; "
+            help=f"{choice_list(Engine)} (default: llamacpp; "
             "for --from-serving-bench the tool that wrote the file: vllm, sglang or trtllm)."
         ),
     ] = None,

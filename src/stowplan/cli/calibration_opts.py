@@ -17,6 +17,7 @@ from stowplan.calibration.apply import calibration_label
 from stowplan.calibration.coverage import CoverageVerdict, assess_coverage, plan_kind
 from stowplan.calibration.profile import Calibration, Engine
 from stowplan.calibration.store import resolve_calibration
+from stowplan.cli.options import FIRST_ORDER
 from stowplan.errors import Infeasible, InputError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.models import inspect_model
@@ -26,8 +27,6 @@ from stowplan.report.calibration import annotate_notes, headline_tokens_per_s
 __all__ = [
     "CALIBRATION_HELP",
     "DEFAULT_ENGINE",
-    "ENGINE_HELP",
-    "FIRST_ORDER",
     "cli_calibration",
     "labelled_notes",
     "model_attention",
@@ -35,17 +34,8 @@ __all__ = [
     "target_named",
 ]
 
-FIRST_ORDER = "first-order"
-"""The ``--engine`` value that predicts with the uncalibrated first-order model."""
-
 DEFAULT_ENGINE = Engine.GENERIC
 
-ENGINE_HELP = (
-    "Engine whose calibration profile predicts (and whose placement rule vllm and sglang "
-    "plans follow): generic (the default: fitted to the published runs of every engine), "
-    "llamacpp, vllm, trtllm, sglang, transformers; or first-order for the uncalibrated "
-    "first-order model (weights / peak bandwidth, optimistic)."
-)
 CALIBRATION_HELP = "Calibration profile JSON to predict with instead of --engine's."
 
 _CHOICES = ", ".join([*(e.value for e in Engine), FIRST_ORDER])

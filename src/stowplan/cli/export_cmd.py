@@ -10,6 +10,7 @@ import typer
 
 from stowplan.cli.app import app
 from stowplan.cli.common import out_console
+from stowplan.cli.options import NODES_HELP
 from stowplan.exports import Engine, export_plan
 from stowplan.fileio import read_text_file
 from stowplan.model import NodeDescriptor
@@ -23,7 +24,7 @@ def export_command(
     to: Annotated[str, typer.Option("--to", help=f"Engine: {', '.join(e.value for e in Engine)}.")],
     nodes: Annotated[
         Path | None,
-        typer.Option("--nodes", help="Fleet file of the plan's nodes (GPU counts, CPU nodes)."),
+        typer.Option("--nodes", help=f"{NODES_HELP}: the plan's nodes (GPU counts, CPU nodes)."),
     ] = None,
     model: Annotated[
         str | None,

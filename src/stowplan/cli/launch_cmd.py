@@ -15,6 +15,7 @@ from stowplan.checks import check_int, check_number
 from stowplan.cli.app import app
 from stowplan.cli.calibration_opts import labelled_notes
 from stowplan.cli.common import err_console, out_console
+from stowplan.cli.options import NODES_HELP, Headroom, MaxStages, MinStages, StrategyOption
 from stowplan.cluster.ray_runtime import require_ray
 from stowplan.errors import InputError, PlanError
 from stowplan.gpu_lists import stage_place_text
@@ -36,14 +37,6 @@ RayOption = Annotated[
         help="Address of a running Ray cluster; without it a local fake multi-node "
         "cluster is started on 127.0.0.1 and stopped at the end.",
     ),
-]
-MinStages = Annotated[int | None, typer.Option(help="Fewest pipeline stages.")]
-MaxStages = Annotated[int | None, typer.Option(help="Most pipeline stages.")]
-Headroom = Annotated[
-    float | None, typer.Option(help="VRAM fraction kept free per node, in [0, 1).")
-]
-StrategyOption = Annotated[
-    str | None, typer.Option(help="balance-by-vram, latency, throughput or exact.")
 ]
 Timeout = Annotated[
     float, typer.Option("--timeout", help="Seconds each attempt may take to place all stages.")
@@ -188,7 +181,9 @@ def launch_command(
     ray_address: RayOption = None,
     nodes: Annotated[
         Path | None,
-        typer.Option("--nodes", help="Fleet file to plan on instead of the Ray cluster's nodes."),
+        typer.Option(
+            "--nodes", help=f"{NODES_HELP} to plan on instead of the Ray cluster's nodes."
+        ),
     ] = None,
     plan_debug: Annotated[
         bool,

@@ -14,13 +14,23 @@ from stowplan.baselines import compare_plans as compare_baselines
 from stowplan.cli.app import app
 from stowplan.cli.calibration_opts import (
     CALIBRATION_HELP,
-    ENGINE_HELP,
     cli_calibration,
     model_attention,
     plan_verdict,
     target_named,
 )
 from stowplan.cli.common import err_console, load_fleet, out_console, warn_about_gpus
+from stowplan.cli.options import (
+    Batch,
+    Context,
+    EngineOption,
+    Headroom,
+    MaxStages,
+    MinStages,
+    Nodes,
+    StrategyOption,
+    TensorParallel,
+)
 from stowplan.cli.progress import search_progress
 from stowplan.errors import InputError
 from stowplan.expert_stats import load_coactivation, load_expert_load
@@ -54,9 +64,7 @@ def plan_command(
             help="Known model name, Hugging Face id, config.json, checkpoint folder or .gguf file."
         ),
     ],
-    nodes: Annotated[
-        Path | None, typer.Option("--nodes", help="Fleet file (YAML or JSON) of node objects.")
-    ] = None,
+    nodes: Nodes = None,
     offers: Annotated[
         Path | None, typer.Option("--offers", help="vast.ai `search offers --raw` JSON.")
     ] = None,
@@ -66,31 +74,13 @@ def plan_command(
             "--dtype", help="Plan the model stored in this dtype: bf16, fp8, int4, q4_k_m …"
         ),
     ] = None,
-    min_stages: Annotated[int | None, typer.Option(help="Fewest pipeline stages.")] = None,
-    max_stages: Annotated[int | None, typer.Option(help="Most pipeline stages.")] = None,
-    tp: Annotated[
-        int | None,
-        typer.Option(
-            "--tp",
-            help="GPUs that split every stage's blocks, the same for every stage "
-            "(default: chosen per stage within the engine's rule).",
-        ),
-    ] = None,
-    headroom: Annotated[
-        float | None, typer.Option(help="VRAM fraction kept free per node, in [0, 1).")
-    ] = None,
-    strategy: Annotated[
-        str | None, typer.Option(help="balance-by-vram, latency, throughput or exact.")
-    ] = None,
-    batch: Annotated[int, typer.Option(help="Concurrent sequences in flight.")] = 1,
-    context: Annotated[
-        str | None,
-        typer.Option(
-            help="Context tokens per sequence to reserve KV cache for, for each of the --batch "
-            "sequences (default: 8192, or the model's maximum if smaller); 0: none; max: the "
-            "largest that fits."
-        ),
-    ] = None,
+    min_stages: MinStages = None,
+    max_stages: MaxStages = None,
+    tp: TensorParallel = None,
+    headroom: Headroom = None,
+    strategy: StrategyOption = None,
+    batch: Batch = 1,
+    context: Context = None,
     target: Annotated[
         str | None,
         typer.Option(help="Cheapest node set reaching this rate, e.g. 20tok/s (needs prices)."),
@@ -103,14 +93,14 @@ def plan_command(
         Path | None,
         typer.Option(
             "--expert-load",
-            help="MoE expert load per block: JSON, or .npy [layers, experts] as EPLB uses.",
+            help="MoE expert load per block: JSON, or .npy (layers × experts) as EPLB uses.",
         ),
     ] = None,
     coactivation: Annotated[
         Path | None,
         typer.Option(
             "--coactivation",
-            help="MoE co-selection counts: JSON pairs, or .npy [layers, experts, experts].",
+            help="MoE co-selection counts: JSON pairs, or .npy (layers × experts × experts).",
         ),
     ] = None,
     html: Annotated[
@@ -124,7 +114,7 @@ def plan_command(
             "(default: whichever the cost model predicts faster).",
         ),
     ] = None,
-    engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
+    engine: EngineOption = None,
     calibration: Annotated[
         Path | None, typer.Option("--calibration", help=CALIBRATION_HELP)
     ] = None,
