@@ -40,6 +40,8 @@ neither (every stage on a whole single-GPU node) is written as version 1, byte f
 what version-1 writers wrote; both versions load."""
 _SUPPORTED_VERSIONS = (1, 2)
 _FORBID: dict[str, Any] = {"extra": "forbid"}
+_OLD_EXPERTS_KEY = "experts_per_layer"
+"""What plan JSON called :attr:`Topology.experts_per_block` before; still read."""
 
 
 class TopologyKind(StrEnum):
@@ -57,17 +59,22 @@ class Topology:
 
     kind: TopologyKind
     num_stages: int
-    experts_per_layer: int | None = None
+    experts_per_block: int | None = None
+    """Routed experts of each MoE block (set exactly for ``PipelineWithExperts``).
+
+    Plan JSON of earlier versions names it ``experts_per_layer``; both names load, and a
+    plan without experts is still written with ``"experts_per_layer": null``, byte for
+    byte as before."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", TopologyKind(self.kind))
         check_int("topology.num_stages", self.num_stages, minimum=1)
         if (self.kind is TopologyKind.PIPELINE_WITH_EXPERTS) != (
-            self.experts_per_layer is not None
+            self.experts_per_block is not None
         ):
             raise InputError(
-                "topology.experts_per_layer",
-                self.experts_per_layer,
+                "topology.experts_per_block",
+                self.experts_per_block,
                 "is set exactly when kind is PipelineWithExperts",
             )
 
@@ -76,11 +83,11 @@ class Topology:
         return cls(kind=TopologyKind.PIPELINE_CHAIN, num_stages=num_stages)
 
     @classmethod
-    def PipelineWithExperts(cls, num_stages: int, experts_per_layer: int) -> Topology:
+    def PipelineWithExperts(cls, num_stages: int, experts_per_block: int) -> Topology:
         return cls(
             kind=TopologyKind.PIPELINE_WITH_EXPERTS,
             num_stages=num_stages,
-            experts_per_layer=experts_per_layer,
+            experts_per_block=experts_per_block,
         )
 
 
@@ -395,6 +402,10 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     (Linux allows 128 KiB).
     """
     data: dict[str, Any] = _json_safe(_adapter().dump_python(plan, mode="json"))
+    topology = data["topology"]
+    if topology["experts_per_block"] is None:  # the bytes plans without experts always had
+        del topology["experts_per_block"]
+        topology[_OLD_EXPERTS_KEY] = None
     version_1 = not any(a.uses_tensor_parallel_fields for a in plan.assignments)
     if version_1:
         data["schema_version"] = 1
@@ -437,6 +448,16 @@ def plan_from_dict(data: object) -> Plan:
                         f"assignments.{i}.{key}", a[key], "needs schema_version 2 (not 1)"
                     )
     data = {**data, "schema_version": SCHEMA_VERSION}
+    topology = data.get("topology")
+    if isinstance(topology, dict) and _OLD_EXPERTS_KEY in topology:
+        if "experts_per_block" in topology:
+            raise InputError(
+                f"topology.{_OLD_EXPERTS_KEY}",
+                topology[_OLD_EXPERTS_KEY],
+                "is the former name of topology.experts_per_block; give one of them",
+            )
+        renamed = {k: v for k, v in topology.items() if k != _OLD_EXPERTS_KEY}
+        data["topology"] = {**renamed, "experts_per_block": topology[_OLD_EXPERTS_KEY]}
     stages = data.get("assignments")
     if isinstance(stages, list) and any(
         isinstance(a, dict) and "owned_experts" in a for a in stages

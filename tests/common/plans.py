@@ -17,7 +17,7 @@ def make_plan(
     context_tokens: int | None = 4096,
     model_name: str = "llama3.1:8b",
     experts: dict[int, Sequence[ExpertId]] | None = None,
-    experts_per_layer: int | None = None,
+    experts_per_block: int | None = None,
 ) -> Plan:
     """A plan whose stage ``i`` holds ``counts[i]`` blocks on ``node_ids[i]``."""
     ids = list(node_ids or [f"gpu{i}" for i in range(len(counts))])
@@ -40,8 +40,8 @@ def make_plan(
         )
         lo += c
     topology = (
-        Topology.PipelineWithExperts(n, experts_per_layer)
-        if experts_per_layer
+        Topology.PipelineWithExperts(n, experts_per_block)
+        if experts_per_block
         else Topology.PipelineChain(n)
     )
     return Plan(

@@ -18,13 +18,13 @@ from tests.common.plans import GIB, make_plan
 CONFIGS = FIXTURES / "hf-configs"
 
 
-def expert_away_from_its_block(experts_per_layer: int) -> Plan:
+def expert_away_from_its_block(experts_per_block: int) -> Plan:
     """Blocks 0-1 on gpu0, an empty cpu stage owning expert 6 of block 1."""
     return make_plan(
         [2, 0],
         ["gpu0", "cpu"],
         experts={1: [ExpertId(block=1, expert=6)]},
-        experts_per_layer=experts_per_layer,
+        experts_per_block=experts_per_block,
     )
 
 
@@ -103,7 +103,7 @@ def test_families_of_the_fixture_configs_map_to_their_transformers_modules(
             ["gpu0", "cpu"],
             model_name=layout.name,
             experts={1: [ExpertId(block=n - 1, expert=6)]},
-            experts_per_layer=256,
+            experts_per_block=256,
         )
         assert export_plan(moe, "accelerate", layout=layout).data["device_map"][expert_key] == (
             "cpu"

@@ -86,7 +86,7 @@ def test_two_gpus_and_a_cpu_tail_give_exact_flags():
 
 def test_experts_kept_on_the_cpu_become_an_exps_override():
     experts = {1: [ExpertId(block=b, expert=e) for b in (0, 1) for e in range(4)]}
-    plan = make_plan([2, 0], ["gpu0", "cpu"], experts=experts, experts_per_layer=4)
+    plan = make_plan([2, 0], ["gpu0", "cpu"], experts=experts, experts_per_block=4)
     argv = argv_of(plan)
     rules = [argv[i + 1] for i, a in enumerate(argv) if a == "-ot"]
     assert rules == ["^output(_norm)?\\.=CPU", "blk\\.(0|1)\\.ffn_.*_exps\\.=CPU"]
@@ -97,7 +97,7 @@ def test_experts_kept_on_the_cpu_become_an_exps_override():
 
 def test_experts_split_inside_a_block_are_refused():
     experts = {1: [ExpertId(block=0, expert=e) for e in range(2)]}
-    plan = make_plan([1, 1], ["gpu0", "cpu"], experts=experts, experts_per_layer=4)
+    plan = make_plan([1, 1], ["gpu0", "cpu"], experts=experts, experts_per_block=4)
     with pytest.raises(UnsupportedByEngine) as info:
         export_plan(plan, "llamacpp")
     assert str(info.value) == (

@@ -156,7 +156,7 @@ def test_experts_on_another_hosts_cpu_are_refused_with_the_block_local_replan():
         gpu("b"),
     ]
     experts = {0: [ExpertId(block=b, expert=e) for b in (2, 3) for e in range(4)]}
-    plan = make_plan([0, 2, 2], ["cpu-a", "a", "b"], experts=experts, experts_per_layer=4)
+    plan = make_plan([0, 2, 2], ["cpu-a", "a", "b"], experts=experts, experts_per_block=4)
     with pytest.raises(UnsupportedByEngine) as info:
         export_plan(plan, "llamacpp", nodes=nodes, nodes_file="fleet.yaml")
     assert str(info.value) == (
@@ -169,7 +169,7 @@ def test_experts_on_another_hosts_cpu_are_refused_with_the_block_local_replan():
 
 def test_experts_split_across_hosts_are_refused_with_the_block_local_replan():
     experts = {1: [ExpertId(block=0, expert=e) for e in range(2)]}
-    plan = make_plan([1, 1], ["a", "b"], experts=experts, experts_per_layer=4)
+    plan = make_plan([1, 1], ["a", "b"], experts=experts, experts_per_block=4)
     with pytest.raises(UnsupportedByEngine) as info:
         export_plan(plan, "llamacpp", nodes=[gpu("a"), gpu("b")])
     assert str(info.value).endswith(

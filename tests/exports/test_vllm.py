@@ -91,7 +91,7 @@ def test_equal_gpu_counts_become_the_tensor_parallel_degree():
         (
             "sglang",
             make_plan(
-                [2, 2], ["a", "b"], experts={1: [ExpertId(block=0, expert=3)]}, experts_per_layer=8
+                [2, 2], ["a", "b"], experts={1: [ExpertId(block=0, expert=3)]}, experts_per_block=8
             ),
             None,
             "sglang cannot run this plan: experts of block 0 are placed on stage 1 but the block "
@@ -106,7 +106,7 @@ def test_equal_gpu_counts_become_the_tensor_parallel_degree():
                 [2, 0],
                 ["gpu0", "cpu"],
                 experts={1: [ExpertId(block=b, expert=e) for b in (0, 1) for e in range(8)]},
-                experts_per_layer=8,
+                experts_per_block=8,
             ),
             None,
             "vllm cannot run this plan: experts of block 0 are placed on stage 1 but the block "
@@ -122,7 +122,7 @@ def test_equal_gpu_counts_become_the_tensor_parallel_degree():
                 ["a", "b"],
                 model_name="mixtral:8x7b",
                 experts={1: [ExpertId(block=0, expert=3)]},
-                experts_per_layer=8,
+                experts_per_block=8,
             ),
             None,
             "vllm cannot run this plan: experts of block 0 are placed on stage 1 but the block "

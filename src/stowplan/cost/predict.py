@@ -32,7 +32,7 @@ def predict(
     ``calibration`` (default: ``constraints.calibration``) applies a profile's
     corrections; None there too gives the first-order model.
     """
-    if plan.topology.experts_per_layer is not None and model.experts is not None:
+    if plan.topology.experts_per_block is not None and model.experts is not None:
         return expert_prediction(model, nodes, constraints, plan, calibration=calibration)
     by_id = {n.id: n for n in nodes}
     if any(_on_part_of_node(a, by_id) for a in plan.assignments):

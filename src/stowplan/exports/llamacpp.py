@@ -216,7 +216,7 @@ def export_llamacpp(
         servers = rpc_servers(plan, rpc, by_id, cpu, nodes_file)
         mode = "layer" if lists else None
         local_cpu = [c and here for c, here in zip(cpu, rpc.local, strict=True)]
-    experts_per_block = plan.topology.experts_per_layer or (
+    experts_per_block = plan.topology.experts_per_block or (
         layout.experts.num_experts if layout is not None and layout.experts is not None else None
     )
     exps_on_cpu = _experts_to_cpu(plan, local_cpu, experts_per_block, nodes_file)
