@@ -1,69 +1,38 @@
 """The ``stowplan`` command line: parse, call the library, render.
 
 Every :class:`~stowplan.errors.StowplanError` and usage error becomes one line
-on stderr and exit code 2; no traceback reaches the user.
+on stderr and exit code 2; no traceback reaches the user.  The command line
+needs the ``cli`` extra (``typer`` and ``rich``; the library runs without it):
+without the extra, :func:`main` says so in one line, exit code 2.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
-import pkgutil
 import sys
 
-import typer
-from typer._click.exceptions import NoArgsIsHelpError
-from typer.exceptions import TyperException
+from stowplan.errors import DependencyError
 
-from stowplan.cli.app import app
-from stowplan.errors import StowplanError
+CLI_EXTRA_MODULES = ("typer", "rich")
+"""What ``pip install 'stowplan[cli]'`` adds, and only the command line imports."""
 
-__all__ = ["app", "main"]
+try:
+    from stowplan.cli.runner import app, run
+except ImportError as exc:  # the cli extra is not installed
+    _missing = (exc.name or "").split(".")[0]
+    if _missing not in CLI_EXTRA_MODULES:
+        raise
+else:
+    _missing = ""
 
-
-def _register_commands() -> None:
-    """Import every ``stowplan.cli.*_cmd`` module; each registers its commands on ``app``."""
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name.endswith("_cmd"):
-            importlib.import_module(f"{__name__}.{info.name}")
-
-
-_register_commands()
+__all__ = ["CLI_EXTRA_MODULES", "app", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; return the exit code (also used as the console script)."""
-    command = typer.main.get_command(app)
-    try:
-        command.main(args=argv, prog_name="stowplan", standalone_mode=False)
-    except StowplanError as exc:
-        print(f"stowplan: error: {exc}", file=sys.stderr)
+    if _missing:
+        print(f"stowplan: error: {DependencyError(_missing, 'cli')}", file=sys.stderr)
         return 2
-    except typer.Exit as exc:
-        return int(exc.exit_code)
-    except typer.Abort:
-        print("stowplan: aborted", file=sys.stderr)
-        return 130
-    except NoArgsIsHelpError as exc:
-        # ``stowplan`` (or a command group) alone: its help is the answer, not an error.
-        text = exc.format_message()
-        if text.strip():
-            print(text)
-        return 0
-    except TyperException as exc:  # usage errors: bad option values, missing arguments
-        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        print(f"stowplan: error: {message}", file=sys.stderr)
-        return 2
-    except Exception as exc:
-        if os.environ.get("STOWPLAN_DEBUG"):
-            raise
-        print(
-            f"stowplan: internal error: {type(exc).__name__}: {exc} "
-            "(set STOWPLAN_DEBUG=1 for the traceback)",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    return run(argv)
 
 
 if __name__ == "__main__":  # pragma: no cover
