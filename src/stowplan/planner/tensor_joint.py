@@ -1,0 +1,147 @@
+"""The optimum over every grouping the engine rule allows (step 4 of
+:func:`stowplan.planner.tensor.plan_with_groups`): the joint solve where it is exact, bounds
+elsewhere, per stage count for concurrent sequences."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from stowplan.cost import microbatches
+from stowplan.errors import DependencyError
+from stowplan.planner import cycle
+from stowplan.planner.common import Problem
+from stowplan.planner.tensor_exact import (
+    GROUPED_NODE_LIMIT,
+    GroupedOptimum,
+    degrees,
+    grouped_bound,
+    grouped_work,
+    solve_grouped,
+)
+from stowplan.planner.tensor_layouts import EngineRule, as_pipeline, cycle_of
+
+__all__ = [
+    "INLINE_GROUPED_WORK",
+    "adjacency_loses_nothing",
+    "exact_allowed",
+    "joint_cycle",
+    "joint_optimum",
+    "joint_runs",
+]
+
+
+INLINE_GROUPED_WORK = 200_000_000
+"""Every plan is certified by the exact joint solve while its work (element operations,
+:func:`~stowplan.planner.tensor_exact.grouped_work`) stays within this; beyond, a bound."""
+
+
+def exact_allowed(rule: EngineRule, problem: Problem) -> list[tuple[int, ...] | None]:
+    """The degree sets the joint solve runs with: one per degree under a uniform rule."""
+    if not rule.uniform:
+        return [rule.degrees]
+    if rule.degrees is not None:
+        return [rule.degrees]
+    return [(t,) for t in sorted({t for n in problem.nodes for t in degrees(problem, n, None)})]
+
+
+def joint_optimum(
+    problem: Problem, rule: EngineRule, objective: str, runs: bool, lossless: bool
+) -> tuple[float, bool, str, GroupedOptimum | None]:
+    """The optimum over every grouping the rule allows (exact on small fleets), or a bound:
+    (seconds, exact?, method, its pipeline).  ``runs``: :func:`joint_runs`; ``lossless``:
+    :func:`adjacency_loses_nothing`."""
+    sets = exact_allowed(rule, problem)
+    if runs:
+        try:
+            found = [solve_grouped(problem, objective, a, wrap=not rule.consecutive) for a in sets]
+        except DependencyError:
+            found = []
+        else:
+            got = [f for f in found if f is not None]
+            best = min(got, key=lambda f: f.value) if got else None
+            value = best.value if best is not None else math.inf
+            if lossless:
+                method = (
+                    "joint dynamic programme over GPU groups and pipelines of "
+                    f"{len(problem.nodes)} nodes"
+                )
+                return value, True, method, best
+            # Blocks differ or a GPU link is dearer than the network: a pipeline that
+            # interleaves nodes may be better, so the solve's value is no bound.
+            bound = min(grouped_bound(problem, objective, a) for a in sets)
+            method = "bound: fractional relaxation, every node at full bandwidth, no all-reduce"
+            return min(bound, value), False, method, best
+    bound = min(grouped_bound(problem, objective, a) for a in sets)
+    return (
+        bound,
+        False,
+        "bound: fractional relaxation, every node at full bandwidth, no all-reduce",
+        None,
+    )
+
+
+def joint_cycle(
+    problem: Problem, rule: EngineRule, runs: bool, lossless: bool, plan_cycle: float
+) -> tuple[float, bool, str, GroupedOptimum | None]:
+    """:func:`joint_optimum` for U > 1 concurrent sequences: a lower bound on the cycle,
+    per stage count S the largest of its quick bound, m × the least slowest stage and the
+    least time per token, both at S's microbatch over every grouping (any stage count:
+    a bound for S); and the better by cycle of the two solves' pipelines."""
+    cm = problem.cost_model()
+    total = sum(n.num_gpus for n in problem.nodes)
+    top = min(problem.constraints.max_stages or total, total, problem.model.num_blocks)
+    solved: dict[int, tuple[float, float, list[GroupedOptimum], set[str]]] = {}
+    lower = math.inf
+    for s in range(problem.min_stages, top + 1):
+        bound = cycle.quick_bound(problem, cm, s)
+        if bound < plan_cycle and math.isfinite(bound):
+            m, u = microbatches(cm.batch, s)
+            if u not in solved:
+                pu = replace(problem, microbatch=u)
+                b = joint_optimum(pu, rule, "throughput", runs, lossless)
+                t = joint_optimum(pu, rule, "latency", runs, lossless)
+                found = [g for g in (b[3], t[3]) if g is not None and g.stages]
+                solved[u] = (b[0], t[0], found, {b[2], t[2]})
+            slowest, trip, _, _ = solved[u]
+            bound = max(bound, m * slowest, trip)
+        lower = min(lower, bound)
+    candidates = [g for _, _, got, _ in solved.values() for g in got]
+    best = min(
+        candidates,
+        key=lambda g: cycle_of(*as_pipeline(problem, g.stages), "throughput"),
+        default=None,
+    )
+    kinds = "; ".join(sorted({k for *_, ks in solved.values() for k in ks})) or "closed form"
+    method = f"per stage count, max(m × slowest-stage bound, time-per-token bound): {kinds}"
+    return lower, False, method, best
+
+
+def joint_runs(problem: Problem, rule: EngineRule, exact_strategy: bool) -> bool:
+    """Whether step 4 solves exactly (small fleet, free stage count, affordable work)."""
+    c = problem.constraints
+    if len(problem.nodes) > GROUPED_NODE_LIMIT or (c.min_stages or 1) > 1:
+        return False
+    if c.max_stages is not None:
+        return False
+    work = sum(grouped_work(problem, a) for a in exact_allowed(rule, problem))
+    return exact_strategy or work <= INLINE_GROUPED_WORK
+
+
+def adjacency_loses_nothing(problem: Problem) -> bool:
+    """Whether some optimal pipeline keeps each node's stages together around the cycle.
+
+    With blocks alike a stage's time and memory depend on its block count and role only,
+    so the stages between the first and the last can be reordered node by node; each
+    node then sends over the network once, which costs no more than before whenever its
+    GPU link is no dearer than its network link (transfer and hop).
+    """
+    cm = problem.cost_model()
+    if not cm.uniform:
+        return False
+    return all(
+        ix <= x and il <= lat
+        for ix, x, il, lat in zip(
+            cm.intra_xfer_s, cm.xfer_s, cm.intra_latency_s, cm.latency_s, strict=True
+        )
+    )

@@ -1,0 +1,211 @@
+"""GPU groups of a planning problem: the engine's rule for them, the layouts a node may take,
+the problem whose planning nodes are a layout's groups, and a plan read back as one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from stowplan.errors import Infeasible, InputError
+from stowplan.model import NodeDescriptor, gpu_group_node
+from stowplan.parallel_rules import legal_tensor_parallel, tensor_parallel_violation
+from stowplan.plan import Plan
+from stowplan.planner.common import GpuGroup, Problem, prepare
+from stowplan.planner.throughput import Pipeline
+
+__all__ = [
+    "ENGINE_EXPORTS",
+    "EngineRule",
+    "Layout",
+    "Runner",
+    "as_pipeline",
+    "check_degree",
+    "cycle_of",
+    "describe_groups",
+    "engine_rule",
+    "expand",
+    "layout_options",
+    "of_plan",
+    "uniform_layout",
+    "with_fixed_degree",
+]
+
+
+Layout = Mapping[str, tuple[int, ...]]
+"""Per physical node id, the sizes of its GPU groups (their sum at most its GPUs)."""
+
+
+Runner = Callable[[Problem], Plan]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRule:
+    """What layouts an engine runs: the degrees a stage may use, uniform or per node."""
+
+    name: str
+    degrees: tuple[int, ...] | None
+    """Allowed degrees (None: every legal one)."""
+    uniform: bool
+    """One degree for every stage of the plan."""
+    consecutive: bool = False
+    """A node's stages follow each other in pipeline order (the engine ranks a node's GPUs
+    together)."""
+
+    def allows(self, tp: int) -> bool:
+        return self.degrees is None or tp in self.degrees
+
+
+ENGINE_EXPORTS = {"vLLM": "vllm", "SGLang": "sglang"}
+"""Engines whose exports need a node order of their own (see :func:`engine_fit`)."""
+
+
+_UNIFORM_ENGINES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
+
+_LAYER_ENGINES = {"llamacpp": "llama.cpp (layer split)", "transformers": "Accelerate device_map"}
+
+
+def engine_rule(problem: Problem) -> EngineRule:
+    """The layouts ``problem``'s constraints allow (its engine, its fixed degree)."""
+    c = problem.constraints
+    if c.tensor_parallel is not None:
+        return EngineRule(f"tensor_parallel={c.tensor_parallel}", (c.tensor_parallel,), True)
+    engine = c.calibration.engine.value if c.calibration is not None else "generic"
+    if engine in _UNIFORM_ENGINES:
+        return EngineRule(_UNIFORM_ENGINES[engine], None, True, consecutive=True)
+    if engine in _LAYER_ENGINES:
+        return EngineRule(_LAYER_ENGINES[engine], (1,), True)
+    return EngineRule("generic", None, False)
+
+
+def expand(problem: Problem, layout: Layout) -> Problem:
+    """The problem whose planning nodes are ``layout``'s GPU groups (nodes absent from
+    ``layout`` stay whole; a node given no group is left out)."""
+    nodes: list[NodeDescriptor] = []
+    groups: dict[str, GpuGroup] = {}
+    for node in problem.nodes:
+        sizes = layout.get(node.id)
+        if sizes is None:
+            nodes.append(node)
+            continue
+        start = 0
+        for size in sorted(sizes, reverse=True):
+            group = gpu_group_node(node, start, size)
+            gid = group.id
+            nodes.append(group)
+            if node.num_gpus > 1:
+                groups[gid] = GpuGroup(
+                    node_id=node.id,
+                    tensor_parallel=size,
+                    gpu_indices=tuple(range(start, start + size)),
+                )
+            start += size
+    return prepare(problem.model, nodes, problem.constraints, groups)
+
+
+def _groups(problem: Problem, node: NodeDescriptor, tp: int) -> tuple[int, ...]:
+    """``node`` split into groups of ``tp`` GPUs: as many as fit, but never more than
+    there can be stages."""
+    cap = problem.constraints.max_stages
+    most = min(node.num_gpus // tp, problem.model.num_blocks, cap or problem.model.num_blocks)
+    return (tp,) * most
+
+
+def uniform_layout(problem: Problem, tp: int) -> dict[str, tuple[int, ...]]:
+    """Every node split into groups of ``tp`` GPUs (a node with fewer is left out)."""
+    return {n.id: _groups(problem, n, tp) for n in problem.nodes}
+
+
+def layout_options(
+    problem: Problem, rule: EngineRule, node: NodeDescriptor
+) -> list[tuple[int, ...]]:
+    """The splits of ``node`` the rule and the model allow, largest groups first: groups of
+    one degree, and (without a uniform rule) the GPUs they leave over in the largest
+    smaller groups (3 GPUs of a model that takes 1, 2, 4: groups of 2 and 1)."""
+    legal = sorted(
+        (t for t in legal_tensor_parallel(problem.model, node.num_gpus) if rule.allows(t)),
+        reverse=True,
+    )
+    out = []
+    for t in legal:
+        sizes = list(_groups(problem, node, t))
+        left = node.num_gpus - sum(sizes)
+        if not rule.uniform and len(sizes) == node.num_gpus // t:
+            for smaller in legal:
+                while smaller < t and smaller <= left:
+                    sizes.append(smaller)
+                    left -= smaller
+        out.append(tuple(sizes))
+    return list(dict.fromkeys(out))
+
+
+def describe_groups(plan: Plan) -> str:
+    """The GPU groups ``plan`` runs on, node by node: ``n0 tp8, n1 2×tp4``."""
+    per_node: dict[str, list[int]] = {}
+    for a in plan.assignments:
+        per_node.setdefault(a.node_id, []).append(a.tensor_parallel)
+    parts = []
+    for node_id, tps in per_node.items():
+        kinds = sorted(set(tps), reverse=True)
+        text = " + ".join(f"{tps.count(t)}×tp{t}" if tps.count(t) > 1 else f"tp{t}" for t in kinds)
+        parts.append(f"{node_id} {text}")
+    return ", ".join(parts)
+
+
+def as_pipeline(
+    problem: Problem, stages: Sequence[tuple[str, int, int, int]]
+) -> tuple[Problem, Pipeline]:
+    """The planning problem of these stages' GPU groups and the pipeline over it."""
+    layout: dict[str, tuple[int, ...]] = {}
+    for node_id, t, _, _ in stages:
+        layout[node_id] = (*layout.get(node_id, ()), t)
+    vp = expand(problem, layout)
+    free: dict[tuple[str, int], list[str]] = {}
+    for n in vp.nodes:
+        group = vp.groups.get(n.id)
+        key = (n.id, n.num_gpus) if group is None else (group.node_id, group.tensor_parallel)
+        free.setdefault(key, []).append(n.id)
+    index = {n.id: i for i, n in enumerate(vp.nodes)}
+    order = [index[free[(node_id, t)].pop(0)] for node_id, t, _, _ in stages]
+    bounds = [stages[0][2], *(hi for _, _, _, hi in stages)]
+    return vp, (order, bounds)
+
+
+def of_plan(problem: Problem, plan: Plan) -> tuple[Problem, Pipeline]:
+    return as_pipeline(
+        problem,
+        [(a.node_id, a.tensor_parallel, *a.block_range) for a in plan.assignments],
+    )
+
+
+def cycle_of(vp: Problem, p: Pipeline, objective: str) -> float:
+    """The cycle of ``p`` (what both objectives rank by)."""
+    return vp.cost_model().evaluate(*p).cycle_s
+
+
+def check_degree(problem: Problem) -> None:
+    """A fixed ``tensor_parallel`` must be legal for the model and fit some node."""
+    tp = problem.constraints.tensor_parallel
+    if tp is None:
+        return
+    rule = tensor_parallel_violation(tp, problem.model)
+    if rule is not None:
+        most = max(n.num_gpus for n in problem.nodes)
+        legal = ", ".join(map(str, legal_tensor_parallel(problem.model, max(most, tp))))
+        raise InputError("tensor_parallel", tp, f"{rule}; use one of {legal}")
+    most = max(n.num_gpus for n in problem.nodes)
+    if tp > most:
+        raise Infeasible(
+            f"tensor_parallel={tp} but the largest node has {most} GPU(s); a stage's GPUs "
+            "are on one node"
+        )
+
+
+def with_fixed_degree(problem: Problem) -> Problem:
+    """``problem`` with its nodes split into groups of ``constraints.tensor_parallel`` GPUs
+    (unchanged without one): for strategies that plan the nodes as given."""
+    check_degree(problem)
+    tp = problem.constraints.tensor_parallel
+    if tp is None or all(n.num_gpus == 1 for n in problem.nodes):
+        return problem
+    return expand(problem, uniform_layout(problem, tp))
