@@ -51,6 +51,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "values",
         (
+            "stowplan.constraints",
             "stowplan.model",
             "stowplan.plan",
             "stowplan.calibration.profile",
