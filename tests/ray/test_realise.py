@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -268,7 +269,8 @@ def test_plan_debug_env_is_exactly_what_each_stage_actor_gets(cluster, ray, caps
     args = ["launch", "demo", "--ray", cluster.address, "--plan-debug", "--json"]
     assert main([*args, "--strategy", "balance-by-vram"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    expected = plan(LAYOUT, ray_node_descriptors(timeout_s=TIMEOUT_S), BY_VRAM)
+    launched = replace(BY_VRAM, context_tokens=CONFIG.max_seq_len)  # launch's default reserve
+    expected = plan(LAYOUT, ray_node_descriptors(timeout_s=TIMEOUT_S), launched)
     assert doc["plan"] == plan_to_dict(expected)
     printed = doc["stage_env"]
     assert printed == stage_actor_env(expected)
@@ -330,7 +332,7 @@ def test_plan_debug_from_a_fleet_file_needs_no_ray(tmp_path, capsys) -> None:
     assert main(["launch", "demo", "--nodes", str(fleet), "--plan-debug", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [e["STAGE"] for e in doc["stage_env"]] == ["0", "1", "2"]
-    expected = plan(LAYOUT, load_nodes(fleet), Constraints())
+    expected = plan(LAYOUT, load_nodes(fleet), Constraints(context_tokens=CONFIG.max_seq_len))
     assert doc["plan"] == plan_to_dict(expected)
     assert doc["stage_env"] == stage_actor_env(expected)
     assert all(e.items() >= {"OMP_NUM_THREADS": "1"}.items() for e in doc["stage_env"])
@@ -343,7 +345,8 @@ def test_launch_of_a_model_too_big_for_the_fleet_says_so(tmp_path, capsys) -> No
     )
     assert main(["launch", "demo", "--nodes", str(fleet), "--plan-debug"]) == 2
     err = capsys.readouterr().err
+    kv = sum(LAYOUT.kv_bytes(b, CONFIG.max_seq_len) for b in range(LAYOUT.num_blocks))
     assert err == (
-        f"stowplan: error: model does not fit: needs {LAYOUT.weight_bytes} bytes, "
+        f"stowplan: error: model does not fit: needs {LAYOUT.weight_bytes + kv} bytes, "
         "total available 800000\n"
     )

@@ -15,7 +15,15 @@ from stowplan.checks import check_int, check_number
 from stowplan.cli.app import app
 from stowplan.cli.calibration_opts import labelled_notes
 from stowplan.cli.common import err_console, out_console
-from stowplan.cli.options import NODES_HELP, Headroom, MaxStages, MinStages, StrategyOption
+from stowplan.cli.options import (
+    NODES_HELP,
+    Context,
+    Headroom,
+    MaxStages,
+    MinStages,
+    StrategyOption,
+    parse_context,
+)
 from stowplan.cluster.ray_runtime import require_ray
 from stowplan.errors import InputError, PlanError
 from stowplan.gpu_lists import stage_place_text
@@ -24,6 +32,7 @@ from stowplan.models import resolve_model
 from stowplan.nodefile import load_nodes
 from stowplan.plan import plan_to_dict
 from stowplan.planner import plan_blocks as make_plan
+from stowplan.planner.context_fit import default_context_tokens
 from stowplan.report.terminal import render_plan
 from stowplan.units import format_bytes
 from stowplan.wording import plural, short_node_id
@@ -143,14 +152,33 @@ def _check_attempts(timeout: float, max_attempts: int) -> None:
 
 
 def _constraints(
-    min_stages: int | None, max_stages: int | None, headroom: float | None, strategy: str | None
+    min_stages: int | None,
+    max_stages: int | None,
+    headroom: float | None,
+    strategy: str | None,
+    context_tokens: int | None = None,
 ) -> Constraints:
     return Constraints(
         min_stages=min_stages,
         max_stages=max_stages,
         vram_headroom_frac=headroom,
         strategy=strategy,  # type: ignore[arg-type]  # validated by Constraints
+        context_tokens=context_tokens,
     )
+
+
+def _launch_context(value: str | None, layout: ModelLayout) -> int | None:
+    """KV tokens per sequence a launched plan reserves: ``plan``'s default unless given."""
+    asked = parse_context(value)
+    if isinstance(asked, str):  # "max"
+        raise InputError(
+            "--context",
+            value,
+            "must be a number of tokens here: `stowplan plan --context max` "
+            "finds the largest that fits",
+        )
+    tokens = default_context_tokens(layout) if asked is None else asked
+    return tokens or None
 
 
 def _plan_debug(
@@ -193,6 +221,7 @@ def launch_command(
     max_stages: MaxStages = None,
     headroom: Headroom = None,
     strategy: StrategyOption = None,
+    context: Context = None,
     timeout: Timeout = 30.0,
     max_attempts: Attempts = 3,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -206,7 +235,9 @@ def launch_command(
     """
     _check_attempts(timeout, max_attempts)
     layout = _layout(model)
-    constraints = _constraints(min_stages, max_stages, headroom, strategy)
+    constraints = _constraints(
+        min_stages, max_stages, headroom, strategy, _launch_context(context, layout)
+    )
     # Read the fleet file before any cluster starts: a bad file fails at once.
     given = load_nodes(nodes) if nodes is not None else None
     if ray_address is None and plan_debug:  # start nothing: plan on what is described here

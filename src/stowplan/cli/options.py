@@ -24,6 +24,8 @@ from typing import Annotated
 import typer
 
 from stowplan.calibration.profile import Engine
+from stowplan.errors import InputError
+from stowplan.limits import MAX_CONTEXT_TOKENS
 from stowplan.model import Constraints, Strategy
 
 __all__ = [
@@ -125,3 +127,20 @@ TensorParallel = Annotated[
 ]
 EngineOption = Annotated[str | None, typer.Option("--engine", help=ENGINE_HELP)]
 Nodes = Annotated[Path | None, typer.Option("--nodes", help=f"{NODES_HELP}.")]
+
+
+def parse_context(value: str | None) -> int | str | None:
+    """``--context``: None (the default context), ``"max"`` or tokens per sequence."""
+    if value is None:
+        return None
+    text = value.strip().lower()
+    if text == "max":
+        return "max"
+    if not text.isdigit() or len(text) > 10 or int(text) > MAX_CONTEXT_TOKENS:
+        raise InputError(
+            "--context",
+            value,
+            f"must be a number of tokens in [0, {MAX_CONTEXT_TOKENS}] (0: no KV reserve) "
+            "or 'max' (the largest that fits)",
+        )
+    return int(text)

@@ -30,13 +30,13 @@ from stowplan.cli.options import (
     Nodes,
     StrategyOption,
     TensorParallel,
+    parse_context,
 )
 from stowplan.cli.progress import search_progress
 from stowplan.errors import InputError
 from stowplan.expert_stats import load_coactivation, load_expert_load
 from stowplan.fileio import read_text_file
 from stowplan.gpu_lists import stage_place_text
-from stowplan.limits import MAX_CONTEXT_TOKENS
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, Objective
 from stowplan.models import known_names, lookup, resolve_model
 from stowplan.plan import Plan, plan_from_json, plan_to_json
@@ -123,7 +123,7 @@ def plan_command(
     layout = resolve_model(model, dtype=dtype)
     fleet = load_fleet(nodes, offers)
     warn_about_gpus(fleet)
-    asked = _context_option(context)
+    asked = parse_context(context)
     constraints = Constraints(
         min_stages=min_stages,
         max_stages=max_stages,
@@ -192,23 +192,6 @@ def plan_command(
         out_console.print(f"calibration: {prediction.calibration}")
     if compare:
         render_comparison(result, baselines, out_console)
-
-
-def _context_option(value: str | None) -> int | str | None:
-    """``--context``: None (the default context), ``"max"`` or tokens per sequence."""
-    if value is None:
-        return None
-    text = value.strip().lower()
-    if text == "max":
-        return "max"
-    if not text.isdigit() or len(text) > 10 or int(text) > MAX_CONTEXT_TOKENS:
-        raise InputError(
-            "--context",
-            value,
-            f"must be a number of tokens in [0, {MAX_CONTEXT_TOKENS}] (0: no KV reserve) "
-            "or 'max' (the largest that fits)",
-        )
-    return int(text)
 
 
 def _context_line(

@@ -135,6 +135,7 @@ def demo_layout(config: DemoConfig | None = None) -> ModelLayout:
         head_params_bytes=4 * (h + h * v),
         embed_params_bytes=4 * v * h,
         kv_bytes_per_token=(2 * h * 4,) * config.num_blocks,
+        max_context_tokens=config.max_seq_len,
         total_params=(config.num_blocks * block + 4 * (h + 2 * h * v)) // 4,
         dtype="f32",
         num_attention_heads=config.num_heads,
