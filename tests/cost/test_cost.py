@@ -4,36 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from stowplan import Constraints, ModelLayout, NodeDescriptor
+from stowplan import Constraints
 from stowplan.cost import CostModel
 from stowplan.gpus import lookup_gpu
+from tests.common.toy import TOY_MODEL, toy_node
 
-MODEL = ModelLayout(
-    name="toy",
-    num_blocks=4,
-    hidden_dim=1000,
-    bytes_per_activation_elem=2,
-    block_params_bytes=10**9,
-    head_params_bytes=10**9,
-    embed_params_bytes=10**9,
-    kv_bytes_per_token=(1000,) * 4,
-    total_params=3 * 10**9,
-    active_params=3 * 10**9,
-)
-
-
-def _node(i, **kw):
-    base = dict(
-        id=f"n{i}",
-        gpu_name="RTX 4090",
-        vram_bytes=10 * 10**9,
-        flops_estimate=0.0,
-        link_mbps=8.0,
-        mem_bandwidth_gbps=100.0,
-        link_latency_ms=10.0,
-    )
-    base.update(kw)
-    return NodeDescriptor(**base)
+MODEL = TOY_MODEL
+_node = toy_node
 
 
 @pytest.mark.parametrize(

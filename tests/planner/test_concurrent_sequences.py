@@ -10,40 +10,21 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from stowplan import Constraints, ModelLayout, NodeDescriptor, Strategy, plan
+from stowplan import Constraints, NodeDescriptor, Strategy, plan
 from stowplan.cost import CostModel, cycle_seconds, microbatches
 from stowplan.planner.common import prepare
 from tests.common.brute_force import brute_force
 from tests.common.instances import instances
 from tests.common.refusals import or_none, rejected_if_refused
+from tests.common.toy import TOY_MODEL, toy_node
 
-MODEL = ModelLayout(
-    name="toy",
-    num_blocks=4,
-    hidden_dim=1000,
-    bytes_per_activation_elem=2,
-    block_params_bytes=10**9,
-    head_params_bytes=10**9,
-    embed_params_bytes=10**9,
-    kv_bytes_per_token=(1000,) * 4,
-    total_params=6 * 10**9,
-    active_params=6 * 10**9,
-)
+MODEL = replace(TOY_MODEL, total_params=6 * 10**9, active_params=6 * 10**9)
 """4 blocks of 1 GB, a 1 GB head and embed: 6 GB, 6e9 parameters (1 parameter per byte)."""
 
 
 def _node(i: int, **kw: object) -> NodeDescriptor:
-    base: dict[str, object] = dict(
-        id=f"n{i}",
-        gpu_name="RTX 4090",
-        vram_bytes=10 * 10**9,
-        flops_estimate=1.0,  # 1 TFLOP/s: 2 FLOPs per parameter per sequence
-        link_mbps=8.0,  # 1 MB/s
-        mem_bandwidth_gbps=100.0,
-        link_latency_ms=10.0,
-    )
-    base.update(kw)
-    return NodeDescriptor(**base)  # type: ignore[arg-type]
+    """A toy node of 1 TFLOP/s: 2 FLOPs per parameter per sequence."""
+    return toy_node(i, **{"flops_estimate": 1.0, **kw})
 
 
 @pytest.mark.parametrize(
