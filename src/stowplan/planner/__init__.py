@@ -40,18 +40,15 @@ def _balance_by_vram(problem: Problem) -> Plan:
 
 
 def _heuristic(problem: Problem, cm: CostModel, objective: str) -> Pipeline | None:
-    return _search(problem, cm, objective)[0]
-
-
-def _search(problem: Problem, cm: CostModel, objective: str) -> tuple[Pipeline | None, bool]:
-    """The strategy's pipeline, and whether a relaxation proved it optimal."""
+    """The search of ``objective`` (``latency``: time per token; ``throughput``: the slowest
+    stage) at ``cm``'s microbatch, then the best of it and the peer rules by the cycle."""
     if objective == "latency":
         found, proven = latency_pipeline(problem, cm), False
     else:
         found, proven = throughput_search(problem, cm)
     if proven:
-        # No pipeline beats it, so no peer rule can either: they need not be run.
-        return found, True
+        # No pipeline has a faster slowest stage, so no peer rule can: they need not be run.
+        return found
     if found is None:
         found = _fallback(problem, cm, objective)
     if not cm.uniform and len(cm.nodes) <= _SMALL_NONUNIFORM:
@@ -64,7 +61,7 @@ def _search(problem: Problem, cm: CostModel, objective: str) -> tuple[Pipeline |
         except DependencyError:
             exact = None
         found = pick_best(problem, cm, objective, exact) if exact is not None else found
-    return pick_best(problem, cm, objective, found), False
+    return pick_best(problem, cm, objective, found)
 
 
 def _fallback(problem: Problem, cm: CostModel, objective: str) -> Pipeline | None:

@@ -11,6 +11,7 @@ from stowplan.cost import CostModel, microbatches
 from stowplan.errors import DependencyError
 from stowplan.model import Constraints, Strategy
 from stowplan.plan import Certificate, Plan, PlanRationale, Prediction, Topology
+from stowplan.planner import cycle
 from stowplan.planner.common import Problem, build_assignments
 from stowplan.planner.throughput import Pipeline
 
@@ -56,8 +57,7 @@ def objective_of(constraints: Constraints, strategy: Strategy | None = None) -> 
 def key_of(cm: CostModel, objective: str, p: Pipeline) -> tuple[float, float, int, tuple[int, ...]]:
     """How pipelines rank: the cycle (per-sequence time per token; U / tokens/s), then the
     slowest stage, fewer stages, node ids (``objective`` says which search asks)."""
-    ev = cm.evaluate(*p)
-    return (ev.cycle_s, ev.bottleneck_s, len(p[0]), tuple(p[0]))
+    return cycle.rank_key(cm, p)
 
 
 def pick_best(
@@ -81,8 +81,6 @@ def inline_optimum(
 ) -> Optimum:
     """The least cycle (seconds): exact on clusters of up to :data:`INLINE_EXACT_NODES`, else
     a bound.  ``value``: the cycle of the plan being certified (skips needless solves)."""
-    from stowplan.planner import cycle
-
     if cm.batch == 1:
         return replace(solver_optimum(problem, cm, "latency"), objective=objective)
     n, nb = len(cm.nodes), cm.num_blocks
@@ -118,10 +116,10 @@ def certificate(
     method: str = "",
 ) -> Certificate:
     """How far ``p`` is from the optimum of ``objective`` (computed here unless given)."""
-    if optimum_s is None:
-        opt = inline_optimum(problem, cm, objective, cm.evaluate(*p).cycle_s)
-        optimum_s, exact, method = opt.value, opt.exact, opt.method
     ev = cm.evaluate(*p)
+    if optimum_s is None:
+        opt = inline_optimum(problem, cm, objective, ev.cycle_s)
+        optimum_s, exact, method = opt.value, opt.exact, opt.method
     if objective == "latency":
         value = ev.time_per_token_s
         bound = min(optimum_s, value)
@@ -141,10 +139,6 @@ def certificate(
     )
 
 
-def _objective_value(cm: CostModel, objective: str, p: Pipeline) -> float:
-    return cm.evaluate(*p).cycle_s
-
-
 def _notes(
     problem: Problem, cm: CostModel, p: Pipeline, pred: Prediction, cert: Certificate
 ) -> list[str]:
@@ -161,10 +155,7 @@ def _notes(
             else f"stage {s}: no usable VRAM"
         )
     out.append(prediction_note(pred, n))
-    if pred.kv_capacity_tokens is None:
-        out.append("KV capacity unknown: the layout has no KV-cache figure")
-    else:
-        out.append(kv_capacity_note(pred, problem.constraints.context_tokens))
+    out.append(kv_capacity_note(pred, problem.constraints.context_tokens))
     unit = "s/token" if cert.objective == "latency" else "tokens/s"
     out.append(
         f"certificate ({cert.objective}): {cert.value:.6g} {unit} vs "
@@ -179,8 +170,10 @@ def _notes(
 def kv_capacity_note(pred: Prediction, context_tokens: int | None, where: str = "") -> str:
     """The KV room of the tightest stage, and how much of it the reserve takes."""
     cap = pred.kv_capacity_tokens
+    if cap is None:
+        return "KV capacity unknown: the layout has no KV-cache figure"
     text = f"KV capacity {cap:,} tokens (tightest stage{where})"
-    if cap is None or not context_tokens:
+    if not context_tokens:
         return text
     held = context_tokens * pred.batch
     seqs = f"{pred.batch} sequences" if pred.batch > 1 else "1 sequence"
@@ -239,9 +232,9 @@ def finish(
         and opt.pipeline is not None
         and key_of(cm, objective, opt.pipeline) < key_of(cm, objective, p)
     ):
-        before = _objective_value(cm, objective, p)
+        before = cm.evaluate(*p).cycle_s
         p = opt.pipeline
-        after = _objective_value(cm, objective, p)
+        after = cm.evaluate(*p).cycle_s
     if adopt_optimum and opt.pipeline is p and after < before * (1 - 1e-9):
         # Only a better value is news; an equal one won on a tie-break.
         notes = (

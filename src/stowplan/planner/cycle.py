@@ -44,7 +44,15 @@ from stowplan.planner.throughput import Pipeline
 if TYPE_CHECKING:
     from stowplan.planner.exact import Optimum
 
-__all__ = ["SEARCHED_COUNTS", "ladder", "optimum", "quick_bound", "search", "stage_counts"]
+__all__ = [
+    "SEARCHED_COUNTS",
+    "ladder",
+    "optimum",
+    "quick_bound",
+    "rank_key",
+    "search",
+    "stage_counts",
+]
 
 SEARCHED_COUNTS = 6
 """Once a pipeline is in hand, :func:`search` plans at most this many stage counts (those
@@ -155,7 +163,7 @@ def search(problem: Problem, cm: CostModel, solvers: tuple[Solve, ...]) -> Pipel
     counts (each solve may use fewer stages than its count)."""
     if cm.batch == 1:
         found = [p for solve in solvers if (p := solve(problem, cm)) is not None]
-        return min(found, key=lambda p: _key(cm, p)) if found else None
+        return min(found, key=lambda p: rank_key(cm, p)) if found else None
     bounds = {s: quick_bound(problem, cm, s) for s in ladder(problem, cm.batch)}
     best: Pipeline | None = None
     best_key: tuple[float, float, int, tuple[int, ...]] = (math.inf, math.inf, 0, ())
@@ -168,7 +176,7 @@ def search(problem: Problem, cm: CostModel, solvers: tuple[Solve, ...]) -> Pipel
         sub, view = _at(problem, s), cm.for_stages(s)
         for solve in solvers:
             p = solve(sub, view)
-            if p is not None and (k := _key(cm, p)) < best_key:
+            if p is not None and (k := rank_key(cm, p)) < best_key:
                 best, best_key = p, k
         solved += best is not None
         if not math.isfinite(bounds[s]):
@@ -176,9 +184,9 @@ def search(problem: Problem, cm: CostModel, solvers: tuple[Solve, ...]) -> Pipel
     return best
 
 
-def _key(cm: CostModel, p: Pipeline) -> tuple[float, float, int, tuple[int, ...]]:
-    """Least cycle first, then the slowest stage, fewer stages, node order (as
-    :func:`stowplan.planner.certify.key_of`)."""
+def rank_key(cm: CostModel, p: Pipeline) -> tuple[float, float, int, tuple[int, ...]]:
+    """How pipelines rank, for every objective: least cycle first (per-sequence time per
+    token; U / tokens/s), then the slowest stage, fewer stages, node ids."""
     ev = cm.evaluate(*p)
     return (ev.cycle_s, ev.bottleneck_s, len(p[0]), tuple(p[0]))
 

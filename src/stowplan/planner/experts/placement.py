@@ -150,10 +150,7 @@ def _stage_notes(plan: Plan, prediction: Prediction, constraints: Constraints) -
             f"({a.num_blocks} blocks, {len(a.owned_experts)} experts)"
         )
     out.append(prediction_note(prediction, plan.num_stages))
-    if prediction.kv_capacity_tokens is None:
-        out.append("KV capacity unknown: the layout has no KV-cache figure")
-    else:
-        out.append(kv_capacity_note(prediction, constraints.context_tokens, ", experts included"))
+    out.append(kv_capacity_note(prediction, constraints.context_tokens, ", experts included"))
     if prediction.assumed:
         out.append(
             f"{len(prediction.assumed)} input(s) assumed from the spec table (see prediction)"
