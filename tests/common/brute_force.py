@@ -24,14 +24,7 @@ def pipelines(cm: CostModel, min_stages: int = 1) -> Iterator[tuple[list[int], l
 
 def slowest(cm: CostModel, p: tuple[Sequence[int], Sequence[int]]) -> float:
     """The slowest stage of pipeline ``p`` at ``cm``'s own microbatch."""
-    order, bounds = p
-    n = len(order)
-    return max(
-        cm.stage_time(
-            d, bounds[s], bounds[s + 1], s == 0, s == n - 1, order[s + 1] if s < n - 1 else None
-        )
-        for s, d in enumerate(order)
-    )
+    return cm.evaluate_here(*p).bottleneck_s
 
 
 def brute_force(

@@ -47,6 +47,7 @@ microbatches, cycle and tokens/s are :mod:`stowplan.cost.cycle`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from itertools import accumulate
 
 from stowplan.calibration.apply import (
@@ -351,19 +352,8 @@ class CostModel:
     def evaluate(self, order: Sequence[int], bounds: Sequence[int]) -> Evaluation:
         """Stage times and hops of nodes ``order`` with block boundaries ``bounds``, at the
         microbatch size U sequences take on ``len(order)`` stages."""
-        n = len(order)
-        m, b = microbatches(self.batch, n)
-        at = self.at_microbatch(b)
-        times = tuple(
-            at.stage_time(
-                d, bounds[s], bounds[s + 1], s == 0, s == n - 1, order[s + 1] if s < n - 1 else None
-            )
-            for s, d in enumerate(order)
-        )
-        hops = sum(self.hop_s(d, order[(s + 1) % n]) for s, d in enumerate(order)) if n > 1 else 0.0
-        return Evaluation(
-            stage_time_s=times, hops_s=hops, batch=self.batch, num_microbatches=m, microbatch=b
-        )
+        m, b = microbatches(self.batch, len(order))
+        return replace(self.at_microbatch(b).evaluate_here(order, bounds), num_microbatches=m)
 
     def evaluate_here(self, order: Sequence[int], bounds: Sequence[int]) -> Evaluation:
         """Stage times at this model's own microbatch, whatever the stage count, with one

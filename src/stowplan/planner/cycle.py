@@ -106,7 +106,6 @@ def quick_bound(problem: Problem, cm: CostModel, stages: int, most: int | None =
     return max(m * slowest, trip)
 
 
-@lru_cache(maxsize=256)
 def _most_read_per_held(cm: CostModel) -> float:
     """The most bytes a step reads per byte held, over the blocks and the head."""
     rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
