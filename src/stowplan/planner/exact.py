@@ -374,8 +374,13 @@ def least_cycle(problem: Problem, cm: CostModel, stages: int) -> Optimum:
     if not caps:
         return Optimum(objective="cycle", value=math.inf, exact=True, method=method)
 
+    trips: dict[int, Optimum] = {}
+
     def trip(k: int) -> Optimum:
-        return _subset_dp(sub, cm, "latency", cap=caps[k] * (1 + 1e-12))
+        """The least trip with every stage at most ``caps[k]`` (each cap solved once)."""
+        if k not in trips:
+            trips[k] = _subset_dp(sub, cm, "latency", cap=caps[k] * (1 + 1e-12))
+        return trips[k]
 
     lo, hi = 0, len(caps) - 1
     if trip(hi).value > m * caps[hi]:
@@ -387,20 +392,13 @@ def least_cycle(problem: Problem, cm: CostModel, stages: int) -> Optimum:
                 hi = mid
             else:
                 lo = mid + 1
+    # lo == len(caps) (the trip decides everywhere) leaves only the uncapped optimum, lo - 1.
     found = [o.pipeline for k in (lo - 1, lo) if 0 <= k < len(caps) and (o := trip(k)).pipeline]
-    if lo == len(caps) and (o := trip(len(caps) - 1)).pipeline is not None:
-        found.append(o.pipeline)
-    pipes = [p for p in found if p is not None and cm.fits_pipeline(*p)]
-    if not pipes:
+    scored = [(cm.evaluate(*p).cycle_s, p) for p in found if p and cm.fits_pipeline(*p)]
+    if not scored:
         return Optimum(objective="cycle", value=math.inf, exact=True, method=method)
-    best = min(pipes, key=lambda p: cm.evaluate(*p).cycle_s)
-    return Optimum(
-        objective="cycle",
-        value=cm.evaluate(*best).cycle_s,
-        exact=True,
-        method=method,
-        pipeline=best,
-    )
+    value, best = min(scored, key=lambda vp: vp[0])
+    return Optimum(objective="cycle", value=value, exact=True, method=method, pipeline=best)
 
 
 def _min_stages_by_room(room: Sequence[float], nb: int) -> int:
