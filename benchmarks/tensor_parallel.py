@@ -144,8 +144,9 @@ class Spec:
     nb: int = field(init=False)
     mem: list[int] = field(init=False)
     """Bytes each block holds: weights + the KV of all U sequences."""
-    read: list[int] = field(init=False)
-    """Bytes a microbatch step reads in each block: weights read + the KV of u sequences."""
+    read: list[float] = field(init=False)
+    """Bytes a microbatch step reads in each block: weights read + the KV of u sequences
+    at half the reserve (a sequence's mean context)."""
     wread: list[int] = field(init=False)
     """Weight bytes a step reads in each block."""
     ppb: float = field(init=False)
@@ -164,7 +165,8 @@ class Spec:
         ctx = self.context_tokens or 0
         per_token = m.kv_bytes_per_token or (0,) * self.nb
         self.mem = [s + k * ctx * self.batch for s, k in zip(sizes, per_token, strict=True)]
-        self.read = [w + k * ctx * self.micro for w, k in zip(wread, per_token, strict=True)]
+        # A step reads each sequence's KV at its mean context, half the reserve (issue 23).
+        self.read = [w + k * ctx / 2 * self.micro for w, k in zip(wread, per_token, strict=True)]
         self.wread = wread
         self._mem_prefix = [0, *itertools.accumulate(self.mem)]
         self._cap: dict[tuple[int, int], int] = {}

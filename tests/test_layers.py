@@ -54,6 +54,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "stowplan.constraints",
             "stowplan.model",
             "stowplan.plan",
+            "stowplan.workload",
+            "stowplan.serve_plan",
             "stowplan.calibration.profile",
             "stowplan.calibration.runs",
             "stowplan.expert_stats",
@@ -69,7 +71,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("stowplan.gpus", "stowplan.interconnect", "stowplan.calibration", "stowplan.models"),
     ),
     ("cost", ("stowplan.cost",)),
-    ("planner", ("stowplan.planner", "stowplan.baselines")),
+    ("planner", ("stowplan.planner", "stowplan.baselines", "stowplan.serving")),
     (
         "edges",
         (

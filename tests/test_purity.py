@@ -57,15 +57,18 @@ PURE_MODULES = (
     "stowplan.models.hf",
     "stowplan.models.known",
     "stowplan.plan",
+    "stowplan.serve_plan",
     "stowplan.planner.certify",
     "stowplan.planner.eplb",
     "stowplan.planner.exact",
     "stowplan.planner.experts",
     "stowplan.planner.latency",
     "stowplan.planner.selection",
+    "stowplan.serving",
     "stowplan.planner.throughput",
     "stowplan.planner.vram",
     "stowplan.units",
+    "stowplan.workload",
 )
 """Modules (and the packages whose import stays lazy) that must not load a device or network
 module when imported; ``stowplan.demo.model`` is the numpy model and may load numpy only."""

@@ -121,12 +121,13 @@ def test_the_kv_reserve_holds_every_sequence_and_a_step_reads_its_microbatch() -
     model = replace(spec.model, kv_bytes_per_token=(1000, 1000))
     spec = tp.Spec(model, spec.descriptors, 4, 1000)  # 1 MB of KV per sequence and block
     assert spec.mem == [6 * GB + 4 * 10**6] * 2
-    assert spec.read == [6 * GB + 4 * 10**6] * 2  # one stage: one microbatch of 4
-    assert spec.at(2).read == [6 * GB + 2 * 10**6] * 2
+    # A step reads each sequence's KV at half the reserve (its mean context).
+    assert spec.read == [6 * GB + 2 * 10**6] * 2  # one stage: one microbatch of 4
+    assert spec.at(2).read == [6 * GB + 1 * 10**6] * 2
     assert spec.at(2).mem == spec.mem
     assert spec.at(3).micro == 2 and spec.at(4).micro == 1 and spec.at(9).micro == 1
     score = tp.score(spec, tp.Layout(stages=((1, 1), (1, 1)), bounds=(0, 1, 2)))
-    assert score.stage_time_s[1] == pytest.approx((7 * GB + 2 * 10**6) / (400 * GB), rel=1e-12)
+    assert score.stage_time_s[1] == pytest.approx((7 * GB + 1 * 10**6) / (400 * GB), rel=1e-12)
 
 
 def test_microbatches_and_stage_count_ranges() -> None:

@@ -90,10 +90,20 @@ if TYPE_CHECKING:
     from stowplan.exports import EngineExport, export_plan
     from stowplan.host import EmploymentPlan, plan_employment, probe_host
     from stowplan.planner.experts import ExpertInputs, ExpertPlacement, plan_with_experts
+    from stowplan.serve_plan import ReplicaPlan, ServeCertificate, ServeObjective, ServePlan
+    from stowplan.serving import serve
+    from stowplan.workload import Binding, Workload
 
 __version__ = "0.1.0"
 
 _LAZY = {
+    "Binding": "stowplan.workload",
+    "ReplicaPlan": "stowplan.serve_plan",
+    "ServeCertificate": "stowplan.serve_plan",
+    "ServeObjective": "stowplan.serve_plan",
+    "ServePlan": "stowplan.serve_plan",
+    "Workload": "stowplan.workload",
+    "serve": "stowplan.serving",
     "CoActivation": "stowplan.expert_stats",
     "EmploymentPlan": "stowplan.host",
     "EngineExport": "stowplan.exports",
@@ -131,6 +141,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Binding",
     "Calibration",
     "Certificate",
     "ClusterError",
@@ -167,6 +178,10 @@ __all__ = [
     "PlanRationale",
     "Prediction",
     "Realisation",
+    "ReplicaPlan",
+    "ServeCertificate",
+    "ServeObjective",
+    "ServePlan",
     "StageAssignment",
     "StageFailure",
     "StageStartError",
@@ -177,6 +192,7 @@ __all__ = [
     "TopologyKind",
     "UnsupportedByEngine",
     "WorkerStage",
+    "Workload",
     "__version__",
     "default_context_tokens",
     "export_plan",
@@ -197,6 +213,7 @@ __all__ = [
     "realise",
     "realise_with_replan",
     "resolve_model",
+    "serve",
     "stage_env",
     "stage_from_env",
 ]

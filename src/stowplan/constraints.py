@@ -87,6 +87,10 @@ class Constraints:
     tensor_parallel: int | None = None
     """GPUs that split every stage's blocks, the same for every stage (default: chosen per
     stage within the engine's rule)."""
+    kv_read_tokens: float | None = None
+    """Context tokens of KV a decode step reads per sequence (default: half of
+    ``context_tokens``, a sequence's mean context while it grows to the reserve; a
+    serving workload reads at its mean context P + O/2)."""
 
     def __post_init__(self) -> None:
         stages_cap = MAX_NODES * MAX_GPUS_PER_NODE
@@ -122,6 +126,11 @@ class Constraints:
             check_rate(
                 "target_tokens_per_s", self.target_tokens_per_s, lower=MIN_RATE, upper=MAX_RATE
             )
+        if self.kv_read_tokens is not None:
+            value = check_rate(
+                "kv_read_tokens", self.kv_read_tokens, lower=0.0, upper=MAX_CONTEXT_TOKENS
+            )
+            object.__setattr__(self, "kv_read_tokens", value)
         if self.tensor_parallel is not None:
             check_int("tensor_parallel", self.tensor_parallel, minimum=1, maximum=MAX_GPUS_PER_NODE)
         if self.calibration is not None:
@@ -140,6 +149,14 @@ class Constraints:
     def headroom(self) -> float:
         """The effective headroom fraction."""
         return DEFAULT_HEADROOM_FRAC if self.vram_headroom_frac is None else self.vram_headroom_frac
+
+    @property
+    def kv_read_context(self) -> float:
+        """Tokens of KV a decode step reads per sequence: ``kv_read_tokens``, else half
+        of ``context_tokens`` (0 without a reserve)."""
+        if self.kv_read_tokens is not None:
+            return self.kv_read_tokens
+        return (self.context_tokens or 0) / 2
 
     def resolved_strategy(self) -> Strategy:
         """The strategy that will run: the given one, or the workload's default."""

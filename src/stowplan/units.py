@@ -17,7 +17,15 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from stowplan.errors import InputError
 from stowplan.limits import MAX_BYTE_COUNT, MAX_RATE
 
-__all__ = ["format_bytes", "parse_bytes", "parse_link_mbps", "parse_tokens_per_s"]
+__all__ = [
+    "format_bytes",
+    "parse_bytes",
+    "parse_link_mbps",
+    "parse_rate_per_s",
+    "parse_seconds",
+    "parse_time_per_token_s",
+    "parse_tokens_per_s",
+]
 
 _PREFIX = {
     "": 1,
@@ -36,6 +44,11 @@ _NUMBER = r"(?P<num>[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*"
 _BYTES_RE = re.compile(_NUMBER + r"(?P<prefix>[kKMGT]i?)?(?P<unit>B|b|bytes?)?$")
 _BITS_RE = re.compile(_NUMBER + r"(?P<prefix>[kKMGT])?(?P<unit>bit|bps|bit/s|b/s)$")
 _TOKS_RE = re.compile(_NUMBER + r"(?:tok/s|tokens/s|t/s)?$")
+_SECONDS_RE = re.compile(_NUMBER + r"(?P<unit>s|ms|us|min)?$")
+_TOKS_ONLY_RE = re.compile(_NUMBER + r"(?:tok/s|tokens/s|t/s)$")
+_PER_S_RE = re.compile(_NUMBER + r"(?P<unit>/s|/min|/h|req/s|rps)?$")
+_SECONDS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "min": 60.0}
+_PER_SECOND = {"": 1.0, "/s": 1.0, "req/s": 1.0, "rps": 1.0, "/min": 1 / 60, "/h": 1 / 3600}
 
 
 _BYTES_RULE = f"must be a byte count in [0, {MAX_BYTE_COUNT}] (8 EiB)"
@@ -132,6 +145,53 @@ def parse_tokens_per_s(value: object, *, field: str = "target") -> float:
     if rate <= 0:
         raise InputError(field, value, rule)
     return rate
+
+
+def _positive(field: str, value: float, raw: object, rule: str) -> float:
+    """``value`` when finite, > 0 and at most :data:`~stowplan.limits.MAX_RATE`."""
+    if not math.isfinite(value) or not 0 < value <= MAX_RATE:
+        raise InputError(field, raw, rule)
+    return value
+
+
+def parse_seconds(value: object, *, field: str = "seconds") -> float:
+    """Seconds from a number (already seconds) or ``"1s"``, ``"50ms"``, ``"200us"``,
+    ``"2min"``; must be > 0."""
+    rule = "must be a time > 0 such as 1, '1s', '50ms' or '200us'"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return _positive(field, _float(value), value, rule)
+    if isinstance(value, str) and (m := _SECONDS_RE.match(value.strip())) is not None:
+        return _positive(
+            field, float(m.group("num")) * _SECONDS[m.group("unit") or ""], value, rule
+        )
+    raise InputError(field, value, rule)
+
+
+def parse_time_per_token_s(value: object, *, field: str = "tpot") -> float:
+    """Seconds per output token from a time (``"50ms"``, ``0.05``) or a per-user rate
+    (``"20tok/s"`` is 1/20 s = 50 ms); must be > 0."""
+    rule = "must be a time per token > 0 such as '50ms' or a rate such as '20tok/s'"
+    if isinstance(value, str) and (m := _TOKS_ONLY_RE.match(value.strip())) is not None:
+        rate = _positive(field, float(m.group("num")), value, rule)
+        return _positive(field, 1.0 / rate, value, rule)
+    if isinstance(value, int | float | str) and not isinstance(value, bool):
+        try:
+            return parse_seconds(value, field=field)
+        except InputError:
+            pass
+    raise InputError(field, value, rule)
+
+
+def parse_rate_per_s(value: object, *, field: str = "rate") -> float:
+    """Requests per second from a number or ``"5/s"``, ``"5req/s"``, ``"300/min"``,
+    ``"18000/h"``; must be > 0."""
+    rule = "must be a rate > 0 such as 5, '5/s' or '300/min'"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return _positive(field, _float(value), value, rule)
+    if isinstance(value, str) and (m := _PER_S_RE.match(value.strip())) is not None:
+        per = _PER_SECOND[m.group("unit") or ""]
+        return _positive(field, float(m.group("num")) * per, value, rule)
+    raise InputError(field, value, rule)
 
 
 def format_bytes(n: float) -> str:

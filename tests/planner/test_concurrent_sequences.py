@@ -54,21 +54,22 @@ def test_two_stage_pipeline_matches_the_hand_computed_cycle():
     """U = 6 on 2 stages: 2 microbatches of 3 sequences.
 
     Stage 0 (blocks 0-1): read 2 GB at 100 GB/s = 20 ms; compute 2·2e9·3 / 1e12 = 12 ms;
-    KV of 3 sequences × 100 tokens × 2 blocks × 1000 B is 0.6 MB (6 µs);
+    KV read at half the 100-token reserve (a sequence's mean context): 3 sequences × 50
+    tokens × 2 blocks × 1000 B is 0.3 MB (3 µs);
     transfer 3 × 1000 × 2 B at 1 MB/s = 6 ms.  Stage 1 (blocks 2-3 + head): read 3 GB =
-    30 ms (+ 6 µs KV); compute 18 ms.  Hops 2 × 10 ms.
-    cycle = max(26.006 + 30.006 + 20, 2 × 30.006) = 76.012 ms; tokens/s = 6 / cycle.
+    30 ms (+ 3 µs KV); compute 18 ms.  Hops 2 × 10 ms.
+    cycle = max(26.003 + 30.003 + 20, 2 × 30.003) = 76.006 ms; tokens/s = 6 / cycle.
     """
     c = Constraints(batch=6, context_tokens=100, vram_headroom_frac=0.0)
     cm = CostModel(MODEL, [_node(0), _node(1)], c)
     ev = cm.evaluate([0, 1], [0, 2, 4])
     assert (ev.num_microbatches, ev.microbatch) == (2, 3)
-    assert ev.stage_time_s[0] == pytest.approx(0.020006 + 0.006)
-    assert ev.stage_time_s[1] == pytest.approx(0.030006)
+    assert ev.stage_time_s[0] == pytest.approx(0.020003 + 0.006)
+    assert ev.stage_time_s[1] == pytest.approx(0.030003)
     assert ev.hops_s == pytest.approx(0.020)
-    assert ev.cycle_s == pytest.approx(0.076012)
-    assert ev.time_per_token_s == pytest.approx(0.076012)
-    assert ev.tokens_per_s == pytest.approx(6 / 0.076012)
+    assert ev.cycle_s == pytest.approx(0.076006)
+    assert ev.time_per_token_s == pytest.approx(0.076006)
+    assert ev.tokens_per_s == pytest.approx(6 / 0.076006)
     # The KV reserve is for all 6 sequences: 6 × 100 × 1000 B per block.
     assert cm.stage_bytes(0, 2, True, False) == 3 * 10**9 + 2 * 600_000
 

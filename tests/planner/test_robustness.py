@@ -57,7 +57,8 @@ def test_the_plan_is_the_optimum_the_certificate_computed() -> None:
     cert, pred = p.rationale.certificate, p.rationale.prediction
     assert cert is not None and pred is not None and cert.exact
     assert cert.gap == 0.0
-    assert pred.time_per_token_s == pytest.approx(0.143662, rel=1e-5)
+    # KV read at half the 2,048-token reserve (a sequence's mean context).
+    assert pred.time_per_token_s == pytest.approx(0.143317, rel=1e-5)
     assert any("found a better pipeline than the latency heuristic" in n for n in p.rationale.notes)
 
 

@@ -8,8 +8,8 @@ form ``m = min(U, S)`` microbatches of ``b = ⌈U / m⌉`` sequences
 (:func:`microbatches`).  For a stage ``s`` on node ``d`` holding blocks
 ``[lo, hi)``, per microbatch::
 
-    read(s)    = Σ block read bytes + head bytes if last + KV bytes of b sequences (with a
-                 context)
+    read(s)    = Σ block read bytes + head bytes if last + KV bytes of b sequences at the
+                 read context + routed experts b tokens touch beyond k (MoE)
     compute(s) = 2 * params_read(s) * b / flops(d)
     AR(tp)     = 0 if tp == 1 else intra_latency + 2 (tp − 1) / tp · b · hidden · act_bytes
                                                     / intra_bw
@@ -22,8 +22,22 @@ the GPUs' own link (NVLink/PCIe: ``intra_link_gbps``, ``intra_link_latency_us``)
 when both stages are GPU groups of one node, else the sender's network link
 (``link_mbps``, ``link_latency_ms``).  The embedding table is held by stage 0 but a
 token reads one row of it, so it counts for memory only.  ``params_read`` converts
-weight bytes to parameters with the layout's own ratio.  With ``context_tokens``
-set, each stage also reads its KV reserve for every token (the worst case).
+weight bytes to parameters with the layout's own ratio.
+
+Two reads beyond the weights one token reads (they cost bandwidth, not compute):
+
+* KV: memory holds ``context_tokens`` of KV for each of the U sequences, but a step
+  reads each sequence's KV at its mean context, ``Constraints.kv_read_context``:
+  half the reserve for a plain ``plan --context N`` (a sequence grows from 0 to N),
+  ``C = P + O/2`` for a serving workload (prompt P, output O); a sliding-window
+  block reads at most its window;
+* experts: a MoE block read by the ``b`` tokens of a microbatch reads its dense part
+  plus the ``E × (1 − (1 − k/E)^b)`` routed experts they touch (uniform routing,
+  :mod:`stowplan.cost.touch`), ``k`` at ``b = 1``; its compute stays
+  ``2 × active parameters × b``.
+
+Prefill, time to first token and a serving replica's TPOT(U) are
+:mod:`stowplan.cost.serving`.
 
 * every sequence gets one token per cycle: ``cycle = max(Σ_s t(s) + hops, m · max_s t(s))``
   (the token's own trip through the pipeline, or the busiest stage serving all m
@@ -59,11 +73,12 @@ from stowplan.calibration.apply import (
 from stowplan.calibration.profile import Calibration
 from stowplan.cost.cycle import Evaluation, microbatches, usd_per_million_tokens
 from stowplan.cost.rates import NodeRates, node_rates
+from stowplan.cost.touch import expert_touch_bytes
 from stowplan.errors import InputError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_id
 from stowplan.plan import Plan, Prediction, StageAssignment
 
-__all__ = ["CostModel"]
+__all__ = ["CostModel", "kv_read_bytes"]
 _BYTES_PER_PARAM = {"bf16": 2.0, "fp16": 2.0, "f16": 2.0, "fp32": 4.0, "f32": 4.0, "q4_0": 18 / 32}
 
 
@@ -140,12 +155,19 @@ class CostModel:
         """Bytes held by blocks: weights plus the KV reserve of all U sequences."""
         self.kv_held_prefix = (0, *accumulate(kv_held))
         self.read_prefix = (0, *accumulate(model.block_read_sizes()))
+        self.kv_read_tokens = constraints.kv_read_context
+        """Context tokens of KV a step reads per sequence (half the reserve by default)."""
+        touch = expert_touch_bytes(model, b)
         self.kv_prefix = (
-            self.kv_held_prefix
-            if b == self.batch
-            else (0, *accumulate(model.kv_bytes(i, ctx, b) for i in range(model.num_blocks)))
+            0,
+            *accumulate(
+                kv_read_bytes(model, i, self.kv_read_tokens, b) + touch[i]
+                for i in range(model.num_blocks)
+            ),
         )
-        """KV bytes a step of one microbatch reads."""
+        """Bytes a step of one microbatch reads beyond the weights one token reads (which
+        are also its compute): the KV of its b sequences at the read context, and the
+        further routed experts b tokens touch in a MoE block (:mod:`stowplan.cost.touch`)."""
         per_token = model.kv_bytes_per_token or (0,) * model.num_blocks
         self.kv_token_prefix = (0, *accumulate(per_token))
         self.head = model.head_params_bytes
@@ -158,6 +180,10 @@ class CostModel:
         self.flop_s_per_byte = tuple(
             min(2.0 * ppb * b / r.flops_per_s, _SLOWEST) for r in self.rates
         )
+        self.params_per_byte = ppb
+        """Parameters per weight byte (the layout's own ratio)."""
+        self.inv_flops = tuple(min(1.0 / r.flops_per_s, _SLOWEST) for r in self.rates)
+        """Seconds per FLOP of each node (0 when its FLOPs are unknown: not counted)."""
         self.xfer_s = tuple(act / r.link_bytes_per_s for r in self.rates)
         self.latency_s = tuple(r.latency_s for r in self.rates)
         self.intra_xfer_s = tuple(act / r.intra_bytes_per_s for r in self.rates)
@@ -198,6 +224,10 @@ class CostModel:
                 min(v * g / c.compute_efficiency, _SLOWEST)
                 for v, c, g in zip(self.flop_s_per_byte, cal, spread, strict=True)
             )
+            self.inv_flops = tuple(
+                min(v * g / c.compute_efficiency, _SLOWEST)
+                for v, c, g in zip(self.inv_flops, cal, spread, strict=True)
+            )
             self.xfer_s = tuple(v + c.hop_overhead_s for v, c in zip(self.xfer_s, cal, strict=True))
             self.intra_xfer_s = tuple(
                 v + c.hop_overhead_s for v, c in zip(self.intra_xfer_s, cal, strict=True)
@@ -213,6 +243,11 @@ class CostModel:
             self.stage_s = tuple(
                 (g - 1) * c.hop_overhead_s for c, g in zip(cal, spread, strict=True)
             )
+
+    @property
+    def constraints(self) -> Constraints:
+        """The constraints this model was built for."""
+        return self._constraints
 
     def _node_calibrations(self, single_gpu: bool) -> list[NodeCalibration]:
         """Each node's calibration factors, as tensor parallel over its GPUs unless
@@ -314,7 +349,7 @@ class CostModel:
         )
 
     # -- one block (for the relaxations and surrogates) --------------------------------------
-    def smallest_block(self) -> tuple[int, int, int]:
+    def smallest_block(self) -> tuple[int, float, int]:
         """Weight read, KV read and memory (weights + KV) bytes of the smallest block.
 
         Each is its own minimum over the blocks: every block's figures when blocks are
@@ -435,6 +470,16 @@ class CostModel:
             plan.assignments[-1].block_range[1]
         ]
         return order, bounds
+
+
+def kv_read_bytes(model: ModelLayout, block: int, tokens: float, sequences: int) -> float:
+    """KV bytes ``sequences`` sequences read in ``block`` at a context of ``tokens`` (a
+    sliding-window block reads at most its window); 0 without a KV figure."""
+    if model.kv_bytes_per_token is None:
+        return 0.0
+    window = model.kv_window_tokens[block] if model.kv_window_tokens is not None else None
+    read = tokens if window is None else min(tokens, window)
+    return model.kv_bytes_per_token[block] * read * sequences
 
 
 def _planning_id_of(index: dict[str, int], a: StageAssignment) -> str:

@@ -262,7 +262,7 @@ class SetMilp:
         for d in range(n):
             self._roles_that_fit(d, self.cap[d])
         self._row({k[d]: 1.0 for d in range(n)}, nb, nb)
-        per = {
+        per: dict[str, tuple[Sequence[float], float]] = {
             "read": (self.reads, head),
             "weight": (self.weights, head),
             "memory": (self.mems, 0.0),

@@ -1,0 +1,346 @@
+"""Serving capacity: ``serve(model, nodes, workload, constraints=None) -> ServePlan``.
+
+The fleet is split into disjoint replicas (nodes may stay unused), each a pipeline
+as :func:`~stowplan.planner.plan_blocks` plans it, each serving U* requests under
+the workload's TTFT/TPOT limits and memory (:mod:`stowplan.cost.serving`):
+
+* Step 1: nodes alike but for their id form classes; the compositions (nodes per
+  class) of a replica are enumerated — all of them on small fleets — and each
+  gets its replica (:mod:`~stowplan.serving.candidates`);
+* Step 2: copies of the candidates are packed onto the fleet by an integer program
+  — the most Σ U*, or, with ``users``/``rate_per_s`` set, the least $/h reaching it
+  (:mod:`~stowplan.serving.packing`);
+* Step 3: the certificate bounds the optimum: the same program over every
+  composition's relaxation bound (:func:`~stowplan.serving.candidates.users_bound`)
+  when all were enumerated, a pooled bound of the whole fleet otherwise.
+
+A MoE model's experts stay with their blocks (the cost model's expert-touch rule
+prices them).  With an engine (``constraints.calibration.engine``) every replica is
+one the engine runs; vLLM runs identical replicas as one instance with
+``--data-parallel-size``, unlike ones as separate instances (the plan's notes say
+which).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from stowplan.errors import Infeasible, InputError
+from stowplan.model import Constraints, ModelLayout, NodeDescriptor, check_unique_ids
+from stowplan.plan import Plan
+from stowplan.serve_plan import ReplicaPlan, ServeCertificate, ServeObjective, ServePlan
+from stowplan.serving.candidates import (
+    Candidate,
+    FleetRates,
+    compositions,
+    node_classes,
+    rate_bound,
+    replica_of,
+    users_bound,
+)
+from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
+from stowplan.workload import Workload
+
+__all__ = ["COMPOSITION_LIMIT", "serve"]
+
+COMPOSITION_LIMIT = 127
+"""Every composition is tried (and the bound is over all of them) up to this many; a
+fleet of 7 unlike nodes has 127."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Option:
+    composition: tuple[int, ...]
+    candidate: Candidate
+    price: float
+
+
+def serve(
+    model: ModelLayout | str,
+    nodes: Sequence[NodeDescriptor],
+    workload: Workload,
+    constraints: Constraints | None = None,
+) -> ServePlan:
+    """Split ``nodes`` into replicas of ``model`` serving ``workload`` (see the module).
+
+    ``model`` is a layout or a name :func:`~stowplan.resolve_model` knows.  Without a
+    target in ``workload`` the replicas serve the most users (Σ U*); with ``users`` or
+    ``rate_per_s`` they are the cheapest ($/h = Σ node ``price_per_hour``) that serve
+    it.  ``constraints`` gives the headroom, the calibration (engine) and the stage
+    limits; its batch and context are the workload's.  The same input always gives
+    the same plan.
+
+    Raises:
+        Infeasible: no replica serves one request within the limits, or no subset of
+            the nodes serves the target (the reason gives the most it could).
+        InputError: malformed arguments; a target with a node without a price.
+    """
+    if isinstance(model, str):
+        from stowplan.models import resolve_model
+
+        model = resolve_model(model)
+    if not isinstance(model, ModelLayout):
+        raise InputError("model", type(model).__name__, "must be a ModelLayout or a model name")
+    if not isinstance(workload, Workload):
+        raise InputError("workload", type(workload).__name__, "must be a Workload")
+    nodes = list(nodes)
+    if not nodes:
+        raise InputError("nodes", "[]", "must hold at least one node")
+    check_unique_ids(nodes)
+    base = Constraints() if constraints is None else constraints
+    if workload.has_target:
+        unpriced = [n.id for n in nodes if n.price_per_hour is None]
+        if unpriced:
+            raise InputError(
+                f"{unpriced[0]}.price_per_hour",
+                None,
+                "is needed to find the cheapest nodes for --users/--rate; give every node "
+                "a price, or drop the target to serve the most users",
+            )
+    # Step 1: classes, compositions and the replica of each.
+    classes = node_classes(nodes)
+    sizes = [len(c) for c in classes]
+    index = {n.id: i for i, n in enumerate(nodes)}
+    rates = FleetRates.of(model, nodes, replace(base, batch=1), workload)
+    combos, complete = compositions(sizes, COMPOSITION_LIMIT)
+    options: dict[tuple[int, ...], _Option] = {}
+    bounds: dict[tuple[int, ...], int] = {}
+    class_of = {n.id: k for k, cls in enumerate(classes) for n in cls}
+    for combo in combos:
+        members = [n for k, c in enumerate(combo) for n in classes[k][:c]]
+        ub = users_bound(rates, [index[n.id] for n in members], workload)
+        bounds[combo] = ub
+        if ub < 1:
+            continue
+        cand = replica_of(model, members, workload, base, ub)
+        if cand is None:
+            continue
+        used = [0] * len(classes)
+        for nid in cand.node_ids:
+            used[class_of[nid]] += 1
+        key = tuple(used)
+        price = sum(nodes[index[nid]].price_per_hour or 0.0 for nid in cand.node_ids)
+        old = options.get(key)
+        if old is None or cand.serving.users > old.candidate.serving.users:
+            options[key] = _Option(composition=key, candidate=cand, price=price)
+    if not options:
+        raise Infeasible(
+            "no replica of the nodes serves one request within "
+            f"TTFT {workload.ttft_s:g} s, TPOT {workload.tpot_s:g} s and memory "
+            f"({workload.context_tokens} tokens of KV per request)"
+        )
+    ranked = sorted(options.values(), key=lambda o: (sum(o.composition), o.composition))
+    counts = [o.composition for o in ranked]
+    # Step 2: pack copies onto the fleet.
+    notes: list[str] = []
+    if workload.has_target:
+        by_rate = workload.rate_per_s is not None
+        target = _target(workload)
+        values = [
+            o.candidate.serving.requests_per_s if by_rate else float(o.candidate.serving.users)
+            for o in ranked
+        ]
+        x, method = pack_price(counts, sizes, values, [o.price for o in ranked], target)
+        if x is None:
+            most, _ = pack_users(counts, sizes, values)
+            reach = sum(v * c for v, c in zip(values, most, strict=True))
+            unit = "requests/s" if by_rate else "users"
+            raise Infeasible(
+                f"the nodes serve at most {reach:.4g} {unit} within the limits; {target:.4g} asked"
+            )
+        objective = ServeObjective.PRICE
+    else:
+        x, method = pack_users(counts, sizes, [float(o.candidate.serving.users) for o in ranked])
+        objective = ServeObjective.USERS
+    replicas = _assign(ranked, x, classes, nodes)
+    users = sum(r.users for r in replicas)
+    rate = sum(r.requests_per_s for r in replicas)
+    tokens = sum(r.tokens_per_s for r in replicas)
+    price = sum(r.price_per_hour or 0.0 for r in replicas)
+    used_ids = {nid for r in replicas for nid in r.node_ids}
+    unused = tuple(n.id for n in nodes if n.id not in used_ids)
+    # Step 3: the certificate.
+    cert = _certificate(
+        objective, workload, rates, classes, index, bounds, complete, users, price, method
+    )
+    notes += _engine_notes(base, ranked, x)
+    usd = None
+    if price > 0 and 0 < tokens < math.inf:
+        usd = price / (tokens * 3600) * 1e6
+    return ServePlan(
+        replicas=tuple(replicas),
+        users=users,
+        rate_per_s=rate,
+        tokens_per_s=tokens,
+        price_per_hour=price,
+        usd_per_million_output_tokens=usd,
+        unused_nodes=unused,
+        certificate=cert,
+        workload=workload,
+        model_name=model.name,
+        notes=tuple(notes),
+    )
+
+
+def _assign(
+    ranked: Sequence[_Option],
+    x: Sequence[int],
+    classes: Sequence[Sequence[NodeDescriptor]],
+    nodes: Sequence[NodeDescriptor],
+) -> list[ReplicaPlan]:
+    """Each chosen copy on nodes of its own: the candidate's nodes for the first copy,
+    the next free nodes of the same classes for the others (its plan renamed)."""
+    free = [list(c) for c in classes]
+    by_id = {n.id: n for n in nodes}
+    class_of = {n.id: k for k, cls in enumerate(classes) for n in cls}
+    taken: set[str] = set()
+    out: list[ReplicaPlan] = []
+    for opt, copies in zip(ranked, x, strict=True):
+        cand = opt.candidate
+        for _ in range(copies):
+            mapping: dict[str, str] = {}
+            for nid in cand.node_ids:
+                k = class_of[nid]
+                if nid not in taken and by_id[nid] in free[k]:
+                    mapping[nid] = nid
+                else:
+                    mapping[nid] = next(n.id for n in free[k] if n.id not in mapping.values())
+            for old, new in mapping.items():
+                taken.add(new)
+                free[class_of[old]].remove(by_id[new])
+            out.append(_replica(_renamed(cand.plan, mapping), cand, by_id, mapping))
+    return out
+
+
+def _renamed(plan: Plan, mapping: dict[str, str]) -> Plan:
+    if all(k == v for k, v in mapping.items()):
+        return plan
+    stages = tuple(replace(a, node_id=mapping[a.node_id]) for a in plan.assignments)
+    notes = tuple(n for n in plan.rationale.notes if not any(k in n for k in mapping))
+    return replace(plan, assignments=stages, rationale=replace(plan.rationale, notes=notes))
+
+
+def _replica(
+    plan: Plan, cand: Candidate, by_id: dict[str, NodeDescriptor], mapping: dict[str, str]
+) -> ReplicaPlan:
+    s = cand.serving
+    prices = [by_id[mapping[nid]].price_per_hour for nid in cand.node_ids]
+    price = None if any(p is None for p in prices) else float(sum(p or 0.0 for p in prices))
+    return ReplicaPlan(
+        plan=plan,
+        users=s.users,
+        ttft_s=s.ttft_s,
+        tpot_s=s.tpot_s,
+        prefill_s=s.prefill_s,
+        tokens_per_s=s.tokens_per_s,
+        requests_per_s=s.requests_per_s,
+        binding=s.binding,
+        price_per_hour=price,
+    )
+
+
+def _certificate(
+    objective: ServeObjective,
+    w: Workload,
+    rates: FleetRates,
+    classes: Sequence[Sequence[NodeDescriptor]],
+    index: dict[str, int],
+    bounds: dict[tuple[int, ...], int],
+    complete: bool,
+    users: int,
+    price: float,
+    method: str,
+) -> ServeCertificate:
+    sizes = [len(c) for c in classes]
+    combos = [c for c, b in bounds.items() if b > 0]
+
+    def members(c: tuple[int, ...]) -> list[int]:
+        return [index[n.id] for k, m in enumerate(c) for n in classes[k][:m]]
+
+    if objective is ServeObjective.USERS:
+        bound: float | None = None
+        how = "pooled memory and prefill/decode floors of the whole fleet"
+        if complete:
+            bound = bound_users(combos, sizes, [float(bounds[c]) for c in combos])
+            how = "every composition's relaxation bound, packed"
+        if bound is None:
+            bound = _pooled_users(rates, list(index.values()), w)
+            how = "pooled memory and prefill/decode floors of the whole fleet"
+        bound = max(bound, float(users))
+        gap = (bound - users) / bound if bound > 0 else 0.0
+        return ServeCertificate(
+            objective=objective,
+            value=float(users),
+            bound=bound,
+            gap=gap,
+            exact=gap == 0.0,
+            method=f"{method}; bound: {how}",
+        )
+    low: float | None = None
+    how = "none (the fleet is too large to enumerate)"
+    if complete and combos:
+        by_rate = w.rate_per_s is not None
+        vals = [rate_bound(rates, members(c), w) if by_rate else float(bounds[c]) for c in combos]
+        prices = [
+            sum(classes[k][0].price_per_hour or 0.0 for k, m in enumerate(c) for _ in range(m))
+            for c in combos
+        ]
+        target = _target(w)
+        low = bound_price(combos, sizes, vals, prices, target)
+        how = "every composition's relaxation bound, packed"
+    if low is None or not math.isfinite(low):
+        low = 0.0 if low is None else price
+    low = min(low, price)
+    gap = (price - low) / price if price > 0 else 0.0
+    return ServeCertificate(
+        objective=objective,
+        value=price,
+        bound=low,
+        gap=gap,
+        exact=gap == 0.0,
+        method=f"{method}; bound: {how}",
+    )
+
+
+def _target(w: Workload) -> float:
+    """The workload's target: its requests/s when set, else its users."""
+    if w.rate_per_s is not None:
+        return w.rate_per_s
+    return float(w.users or 0)
+
+
+def _pooled_users(rates: FleetRates, members: list[int], w: Workload) -> float:
+    """Users any r replicas of the fleet serve at most: r copies of the weights and the
+    requests' KV share the fleet's memory, and each replica holds at most the users
+    bound of the whole fleet's best rates."""
+    per_replica = users_bound(rates, members, w)
+    room = sum(rates.usable[i] for i in members)
+    most = min(len(members), room // max(1, rates.weight_bytes))
+    best = 0.0
+    for r in range(1, most + 1):
+        left = room - r * rates.weight_bytes
+        mem = math.inf if rates.kv_per_request == 0 else left // rates.kv_per_request
+        best = max(best, min(mem, r * per_replica))
+    return best
+
+
+def _engine_notes(c: Constraints, ranked: Sequence[_Option], x: Sequence[int]) -> list[str]:
+    if c.calibration is None:
+        return []
+    engine = c.calibration.engine.value
+    chosen = [o for o, n in zip(ranked, x, strict=True) if n > 0]
+    copies = sum(x)
+    if copies <= 1:
+        return []
+    if engine == "vllm" and len(chosen) == 1:
+        return [
+            f"vLLM: the {copies} identical replicas run as one instance with "
+            f"--data-parallel-size {copies}"
+        ]
+    if engine == "sglang" and len(chosen) == 1:
+        return [
+            f"SGLang: the {copies} identical replicas run as one instance with --dp-size {copies}"
+        ]
+    return [f"{engine}: unlike replicas run as separate engine instances"]
