@@ -1,0 +1,217 @@
+"""Serving capacity (issue 23): serve() against the exact referee, and its speed.
+
+python benchmarks/serving.py            # the README table (≈ 5 min on 2 shared cores)
+python benchmarks/serving.py --quick    # smoke run
+
+Part 1 draws random heterogeneous fleets of 2–6 single-GPU nodes (every figure explicit)
+and small dense or MoE models, and scores serve() by the referee of
+``tests/common/serving_referee.py`` (written from the issue's formulas; brute force over
+ordered node subsets, block splits, U and disjoint replicas): users served over the
+optimum (median, p10, share of fleets at the optimum), the cheapest $/h for half the
+optimum over the least there is, and the largest relative gap between a replica's
+reported TTFT/TPOT and the formulas' for the plan it chose.  Part 2 times serve() on
+8 mixed nodes, 64 single-GPU nodes and 100 vast.ai-style offers
+(``benchmarks/offer_search.py``'s generator), the median of ``--repeat`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.common.serving_referee import Load, Referee  # noqa: E402
+
+from stowplan import (  # noqa: E402
+    ExpertLayout,
+    Infeasible,
+    ModelLayout,
+    NodeDescriptor,
+    Workload,
+    serve,
+)
+
+MB, GB = 10**6, 10**9
+
+
+def _offer_module():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location(
+        "offer_search", ROOT / "benchmarks" / "offer_search.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def toy_model(rng: random.Random) -> ModelLayout:
+    blocks, hidden, kv = rng.randint(2, 5), rng.choice([1024, 4096]), rng.randint(1, 200_000)
+    if rng.random() < 0.7:
+        mb = rng.randint(200, 3000)
+        return ModelLayout(
+            name="dense",
+            num_blocks=blocks,
+            hidden_dim=hidden,
+            bytes_per_activation_elem=2,
+            block_params_bytes=mb * MB,
+            head_params_bytes=mb * MB // 2,
+            embed_params_bytes=mb * MB // 2,
+            kv_bytes_per_token=(kv,) * blocks,
+            total_params=(blocks + 1) * mb * MB // 2,
+            active_params=(blocks + 1) * mb * MB // 2,
+        )
+    expert, e, k, other = rng.randint(20, 300) * MB, 16, 2, 200 * MB
+    sizes = [other] + [other + e * expert] * (blocks - 1)
+    return ModelLayout(
+        name="moe",
+        num_blocks=blocks,
+        hidden_dim=hidden,
+        bytes_per_activation_elem=2,
+        block_params_bytes=round(sum(sizes) / blocks),
+        block_bytes=tuple(sizes),
+        block_read_bytes=tuple([other] + [other + k * expert] * (blocks - 1)),
+        head_params_bytes=100 * MB,
+        embed_params_bytes=100 * MB,
+        kv_bytes_per_token=(kv,) * blocks,
+        experts=ExpertLayout(
+            num_experts=e,
+            experts_per_token=k,
+            expert_params_bytes=expert,
+            moe_blocks=tuple(range(1, blocks)),
+        ),
+    )
+
+
+def fleet(rng: random.Random) -> list[NodeDescriptor]:
+    return [
+        NodeDescriptor(
+            id=f"n{i}",
+            gpu_name="RTX 4090",
+            vram_bytes=rng.randint(2, 48) * GB,
+            mem_bandwidth_gbps=rng.uniform(200, 3000),
+            flops_estimate=rng.uniform(20, 400),
+            link_mbps=rng.uniform(1000, 100_000),
+            link_latency_ms=rng.uniform(0, 20),
+            price_per_hour=round(rng.uniform(0.1, 3.0), 2),
+        )
+        for i in range(rng.randint(2, 6))
+    ]
+
+
+def load(rng: random.Random) -> Load:
+    return Load(
+        prompt_tokens=rng.randint(64, 4096),
+        output_tokens=rng.randint(16, 512),
+        ttft_s=rng.uniform(0.2, 5.0),
+        tpot_s=rng.uniform(0.02, 0.3),
+    )
+
+
+def work(ld: Load, users: int | None = None) -> Workload:
+    return Workload(
+        prompt_tokens=ld.prompt_tokens,
+        output_tokens=ld.output_tokens,
+        ttft_s=ld.ttft_s,
+        tpot_s=ld.tpot_s,
+        users=users,
+    )
+
+
+def formula_gap(ref: Referee, nodes: list[NodeDescriptor], got: object) -> float:
+    index = {n.id: i for i, n in enumerate(nodes)}
+    worst = 0.0
+    for r in got.replicas:  # type: ignore[attr-defined]
+        a = r.plan.assignments
+        order = [index[s.node_id] for s in a]
+        bounds = [s.block_range[0] for s in a] + [a[-1].block_range[1]]
+        for mine, theirs in (
+            (ref.ttft(order, bounds, r.users), r.ttft_s),
+            (ref.tpot(order, bounds, r.users), r.tpot_s),
+        ):
+            worst = max(worst, abs(theirs - mine) / mine)
+    return worst
+
+
+def quality(examples: int, seed: int) -> None:
+    rng = random.Random(seed)
+    ratios, prices, gaps, misses = [], [], [], []
+    drawn = 0
+    while len(ratios) < examples:
+        drawn += 1
+        model, nodes, ld = toy_model(rng), fleet(rng), load(rng)
+        ref = Referee(model, nodes, ld)
+        best = ref.fleet_users()
+        if best == 0:
+            continue
+        got = serve(model, nodes, work(ld))
+        ratios.append(got.users / best)
+        gaps.append(formula_gap(ref, nodes, got))
+        if got.users < best:
+            misses.append((drawn, got.users, best))
+        target = max(1, best // 2)
+        cheap = serve(model, nodes, work(ld, users=target))
+        prices.append(cheap.price_per_hour / ref.cheapest(target))
+    ratios.sort()
+    p10 = ratios[max(0, math.ceil(0.1 * len(ratios)) - 1)]
+    within = sum(p <= 1.01 for p in prices) / len(prices)
+    print(f"{examples} feasible fleets of 2-6 nodes ({drawn} drawn), seed {seed}")
+    print(
+        "| users / optimum: median | p10 | min | at optimum | cheapest within 1 % | TTFT/TPOT gap |"
+    )
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(
+        f"| {statistics.median(ratios):.3f} | {p10:.3f} | {ratios[0]:.3f} "
+        f"| {sum(r >= 1 for r in ratios)}/{len(ratios)} | {within:.0%} "
+        f"| {max(gaps):.1e} |"
+    )
+    for drawn_at, users, best in misses:
+        print(f"  miss: example {drawn_at}: {users} of {best} users ({users / best:.3f})")
+
+
+def timed(label: str, model: str, nodes: list[NodeDescriptor], w: Workload, repeat: int) -> None:
+    times, users = [], 0
+    for _ in range(repeat):
+        t = time.perf_counter()
+        try:
+            users = serve(model, nodes, w).users
+        except Infeasible as exc:
+            print(f"| {label} | infeasible: {exc} |")
+            return
+        times.append(time.perf_counter() - t)
+    print(f"| {label} | {model} | {users} | {statistics.median(times):.2f} s |")
+
+
+def speed(repeat: int) -> None:
+    offers = _offer_module().offers
+    w = Workload(prompt_tokens=2048, output_tokens=256, ttft_s=1.0, tpot_s=0.05)
+    mixed = offers(8, 1)
+    single = offers(64, 2, consumer=True)
+    many = offers(100, 3)
+    print("| fleet | model | users | serve() median |")
+    print("| --- | --- | ---: | ---: |")
+    timed("8 mixed offers", "llama3.1:8b", mixed, w, repeat)
+    timed("64 single-GPU offers", "llama3.1:70b", single, w, repeat)
+    timed("100 offers", "llama3.1:70b", many, w, repeat)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--examples", type=int, default=40)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    quality(8 if args.quick else args.examples, args.seed)
+    speed(1 if args.quick else args.repeat)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""serve() against the independent referee (tests/common/serving_referee.py) on random
+heterogeneous fleets of 2–6 single-GPU nodes: the most users, the cheapest $/h for a
+target, TTFT/TPOT as the formulas give them for the plan chosen, and a certificate
+whose bound the true optimum never exceeds."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import strategies as st
+
+from stowplan import (
+    ExpertLayout,
+    Infeasible,
+    ModelLayout,
+    NodeDescriptor,
+    ServePlan,
+    Workload,
+    serve,
+)
+from tests.common.serving_referee import Load, Referee
+
+MB, GB = 10**6, 10**9
+SETTINGS = settings(
+    max_examples=int(os.environ.get("SERVE_EXAMPLES", "20")),
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+def dense(blocks: int, block_mb: int, kv: int, hidden: int) -> ModelLayout:
+    return ModelLayout(
+        name="dense",
+        num_blocks=blocks,
+        hidden_dim=hidden,
+        bytes_per_activation_elem=2,
+        block_params_bytes=block_mb * MB,
+        head_params_bytes=block_mb * MB // 2,
+        embed_params_bytes=block_mb * MB // 2,
+        kv_bytes_per_token=(kv,) * blocks,
+        total_params=(blocks + 1) * block_mb * MB // 2,
+        active_params=(blocks + 1) * block_mb * MB // 2,
+    )
+
+
+def moe(blocks: int, expert_mb: int, kv: int, hidden: int) -> ModelLayout:
+    """Block 0 dense; the others 200 MB of attention plus 16 experts, top-2."""
+    other, e, k = 200 * MB, 16, 2
+    sizes = [other] + [other + e * expert_mb * MB] * (blocks - 1)
+    reads = [other] + [other + k * expert_mb * MB] * (blocks - 1)
+    return ModelLayout(
+        name="moe",
+        num_blocks=blocks,
+        hidden_dim=hidden,
+        bytes_per_activation_elem=2,
+        block_params_bytes=round(sum(sizes) / blocks),
+        block_bytes=tuple(sizes),
+        block_read_bytes=tuple(reads),
+        head_params_bytes=100 * MB,
+        embed_params_bytes=100 * MB,
+        kv_bytes_per_token=(kv,) * blocks,
+        experts=ExpertLayout(
+            num_experts=e,
+            experts_per_token=k,
+            expert_params_bytes=expert_mb * MB,
+            moe_blocks=tuple(range(1, blocks)),
+        ),
+    )
+
+
+models = st.one_of(
+    st.builds(
+        dense,
+        st.integers(2, 5),
+        st.integers(200, 3000),
+        st.integers(1, 200_000),
+        st.sampled_from([1024, 4096, 8192]),
+    ),
+    st.builds(
+        moe,
+        st.integers(2, 4),
+        st.integers(20, 300),
+        st.integers(1, 100_000),
+        st.sampled_from([1024, 2048]),
+    ),
+)
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> list[NodeDescriptor]:
+    n = draw(st.integers(2, 6))
+    return [
+        NodeDescriptor(
+            id=f"n{i}",
+            gpu_name=draw(st.sampled_from(["RTX 3090", "RTX 4090", "A100", "L4"])),
+            vram_bytes=draw(st.integers(2, 48)) * GB,
+            mem_bandwidth_gbps=draw(st.floats(200, 3000)),
+            flops_estimate=draw(st.floats(20, 400)),
+            link_mbps=draw(st.floats(1000, 100_000)),
+            link_latency_ms=draw(st.floats(0, 20)),
+            price_per_hour=round(draw(st.floats(0.1, 3.0)), 2),
+        )
+        for i in range(n)
+    ]
+
+
+workloads = st.builds(
+    lambda p, o, ttft, tpot: Load(prompt_tokens=p, output_tokens=o, ttft_s=ttft, tpot_s=tpot),
+    st.integers(64, 4096),
+    st.integers(16, 512),
+    st.floats(0.2, 5.0),
+    st.floats(0.02, 0.3),
+)
+
+
+def workload(load: Load, users: int | None = None) -> Workload:
+    return Workload(
+        prompt_tokens=load.prompt_tokens,
+        output_tokens=load.output_tokens,
+        ttft_s=load.ttft_s,
+        tpot_s=load.tpot_s,
+        users=users,
+    )
+
+
+def pipeline(ref_nodes: list[NodeDescriptor], r: object) -> tuple[tuple[int, ...], list[int]]:
+    """Node indices in stage order and block bounds of replica ``r``'s plan."""
+    index = {n.id: i for i, n in enumerate(ref_nodes)}
+    stages = r.plan.assignments  # type: ignore[attr-defined]
+    assert all(a.tensor_parallel == 1 for a in stages)
+    return tuple(index[a.node_id] for a in stages), [a.block_range[0] for a in stages] + [
+        stages[-1].block_range[1]
+    ]
+
+
+def check_replicas(ref: Referee, nodes: list[NodeDescriptor], got: ServePlan) -> None:
+    """Each replica's TTFT/TPOT/prefill are the formulas' at its U*, which it meets, and
+    U* is the pipeline's own."""
+    for r in got.replicas:
+        order, bounds = pipeline(nodes, r)
+        assert r.prefill_s == pytest.approx(ref.ttft0(order, bounds), rel=0.01)
+        assert r.ttft_s == pytest.approx(ref.ttft(order, bounds, r.users), rel=0.01)
+        assert r.tpot_s == pytest.approx(ref.tpot(order, bounds, r.users), rel=0.01)
+        assert r.users == ref.max_users(order, bounds)
+    assert got.users == sum(r.users for r in got.replicas)
+    used = [nid for r in got.replicas for nid in r.node_ids]
+    assert len(used) == len(set(used))
+
+
+def most_users(
+    model: ModelLayout, nodes: list[NodeDescriptor], load: Load
+) -> tuple[Referee, int, ServePlan | None]:
+    ref = Referee(model, nodes, load)
+    best = ref.fleet_users()
+    try:
+        got = serve(model, nodes, workload(load))
+    except Infeasible:
+        assert best == 0
+        return ref, best, None
+    assert best >= 1
+    check_replicas(ref, nodes, got)
+    return ref, best, got
+
+
+@SETTINGS
+@given(models, fleets(), workloads)
+def test_serve_reports_the_formulas_and_its_bound_is_never_below_the_optimum(
+    model: ModelLayout, nodes: list[NodeDescriptor], load: Load
+) -> None:
+    _, best, got = most_users(model, nodes, load)
+    if got is not None:
+        assert got.users <= best
+        assert got.certificate.bound >= best - 1e-9
+
+
+MISSED_ORDER = (
+    dense(2, 1168, 1, 1024),
+    [
+        NodeDescriptor(
+            id=f"n{i}",
+            gpu_name="RTX 3090",
+            vram_bytes=v * GB,
+            flops_estimate=f,
+            link_mbps=1000.0,
+            mem_bandwidth_gbps=200.0,
+            price_per_hour=1.0,
+        )
+        for i, (v, f) in enumerate([(3, 44.0), (5, 20.0), (2, 20.0)])
+    ],
+    Load(prompt_tokens=294, output_tokens=16, ttft_s=1.0, tpot_s=0.25),
+)
+"""serve() runs n1 → n0 (120 users); n0 → n1 serves 124 (0.968 of the optimum)."""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="serve() keeps the stage order its decode planner ranks first; the order that "
+    "serves the most users can differ (120 of 124 users on MISSED_ORDER: 0.968)",
+)
+@SETTINGS
+@given(models, fleets(), workloads)
+@example(*MISSED_ORDER)
+def test_serve_reaches_097_of_the_most_users(
+    model: ModelLayout, nodes: list[NodeDescriptor], load: Load
+) -> None:
+    _, best, got = most_users(model, nodes, load)
+    if got is not None:
+        assert got.users >= 0.97 * best
+
+
+@SETTINGS
+@given(models, fleets(), workloads, st.floats(0.1, 1.0))
+def test_serve_finds_the_cheapest_nodes_for_a_target_within_one_percent(
+    model: ModelLayout, nodes: list[NodeDescriptor], load: Load, share: float
+) -> None:
+    ref = Referee(model, nodes, load)
+    most = ref.fleet_users()
+    assume(most >= 1)
+    target = max(1, math.floor(share * most))
+    cheapest = ref.cheapest(target)
+    got = serve(model, nodes, workload(load, users=target))
+    check_replicas(ref, nodes, got)
+    assert got.users >= target
+    assert got.price_per_hour <= cheapest * 1.01 + 1e-9
+    assert got.price_per_hour >= cheapest - 1e-9
+    assert got.certificate.bound <= cheapest + 1e-9
