@@ -65,3 +65,17 @@ def test_bad_input_is_one_line_and_exit_2(extra, message, capsys):
     assert main(["serve", *ARGS, *extra]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+def test_export_of_a_serve_plan_sizes_every_replica(tmp_path, capsys):
+    assert main(["serve", *ARGS, "--json"]) == 0
+    path = tmp_path / "serve.json"
+    path.write_text(capsys.readouterr().out)
+    sp = ServePlan.from_json(path.read_text())
+    assert main(["export", str(path), "--to", "vllm"]) == 0
+    out = capsys.readouterr().out
+    for i, r in enumerate(sp.replicas):
+        assert f"# replica {i} on {' '.join(r.node_ids)}" in out
+        assert f"--max-num-seqs {r.users}" in out
+    assert main(["export", str(path), "--to", "vllm", "--json"]) == 0
+    assert '"replicas"' in capsys.readouterr().out

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 from stowplan.errors import Infeasible, InputError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, check_unique_ids
-from stowplan.plan import Plan
+from stowplan.plan import Plan, with_inputs
 from stowplan.serve_plan import ReplicaPlan, ServeCertificate, ServeObjective, ServePlan
 from stowplan.serving.candidates import (
     Candidate,
@@ -38,6 +38,7 @@ from stowplan.serving.candidates import (
     node_classes,
     rate_bound,
     replica_of,
+    settle,
     users_bound,
 )
 from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
@@ -77,6 +78,7 @@ def serve(
             the nodes serves the target (the reason gives the most it could).
         InputError: malformed arguments; a target with a node without a price.
     """
+    model_spec = model
     if isinstance(model, str):
         from stowplan.models import resolve_model
 
@@ -163,7 +165,17 @@ def serve(
     else:
         x, method = pack_users(counts, sizes, [float(o.candidate.serving.users) for o in ranked])
         objective = ServeObjective.USERS
-    replicas = _assign(ranked, x, classes, nodes)
+    # The chosen replicas planned for their own U* (the plan's KV reserve and prediction
+    # then are those of U* requests), kept when that plan serves as many.
+    ranked = [
+        replace(o, candidate=settle(model, o.candidate, workload, base)) if n > 0 else o
+        for o, n in zip(ranked, x, strict=True)
+    ]
+    source = model_spec if isinstance(model_spec, str) else None
+    replicas = [
+        replace(r, plan=with_inputs(r.plan, model_source=source, nodes=nodes))
+        for r in _assign(ranked, x, classes, nodes)
+    ]
     users = sum(r.users for r in replicas)
     rate = sum(r.requests_per_s for r in replicas)
     tokens = sum(r.tokens_per_s for r in replicas)

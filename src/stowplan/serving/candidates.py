@@ -224,6 +224,8 @@ class Candidate:
     serving: ReplicaServing
     node_ids: tuple[str, ...]
     """The physical nodes it uses, in stage order."""
+    nodes: tuple[NodeDescriptor, ...] = ()
+    """Their descriptors, in the same order."""
 
 
 def _score(
@@ -264,11 +266,8 @@ def replica_of(
         except PlanError:
             return None
         got = _score(model, by_id, found, c, w)
-        return Candidate(
-            plan=found,
-            serving=got,
-            node_ids=tuple(dict.fromkeys(a.node_id for a in found.assignments)),
-        )
+        ids = tuple(dict.fromkeys(a.node_id for a in found.assignments))
+        return Candidate(plan=found, serving=got, node_ids=ids, nodes=tuple(by_id[i] for i in ids))
 
     lo, hi = 0, max(1, min(start_users, MAX_BATCH))
     first = True
@@ -291,3 +290,26 @@ def replica_of(
     if best is None or best.serving.users < 1:
         return None
     return best
+
+
+def settle(model: ModelLayout, cand: Candidate, w: Workload, c: Constraints) -> Candidate:
+    """``cand`` planned again for its own U* requests on its own nodes (so the plan's KV
+    reserve and prediction are those of U*), when that plan serves as many; else
+    ``cand``."""
+    from stowplan.planner import plan_blocks
+
+    u = cand.serving.users
+    pred = cand.plan.rationale.prediction
+    if pred is not None and pred.batch == u:
+        return cand
+    nodes = list(cand.nodes)
+    if not nodes:
+        return cand
+    try:
+        found = plan_blocks(model, nodes, replace(serving_constraints(w, c), batch=u))
+    except PlanError:
+        return cand
+    got = _score(model, {n.id: n for n in nodes}, found, c, w)
+    if (got.users, -got.tpot_s) < (u, -cand.serving.tpot_s):
+        return cand
+    return Candidate(plan=found, serving=got, node_ids=cand.node_ids, nodes=cand.nodes)
