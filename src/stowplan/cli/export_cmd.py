@@ -12,15 +12,24 @@ from stowplan.cli.app import app
 from stowplan.cli.common import out_console
 from stowplan.cli.options import NODES_HELP
 from stowplan.exports import Engine, export_plan
+from stowplan.exports.serving import export_serve_plan
 from stowplan.fileio import read_text_file
 from stowplan.model import NodeDescriptor
 from stowplan.nodefile import load_nodes
 from stowplan.plan import plan_from_json
+from stowplan.safeload import parse_json
+from stowplan.serve_plan import ServePlan
 
 
 @app.command("export")
 def export_command(
-    plan_file: Annotated[Path, typer.Argument(help="A plan JSON file (stowplan plan --json).")],
+    plan_file: Annotated[
+        Path,
+        typer.Argument(
+            help="A plan JSON file (stowplan plan --json), or a serve plan (stowplan serve "
+            "--json): every replica then."
+        ),
+    ],
     to: Annotated[str, typer.Option("--to", help=f"Engine: {', '.join(e.value for e in Engine)}.")],
     nodes: Annotated[
         Path | None,
@@ -40,9 +49,20 @@ def export_command(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the export as JSON.")] = False,
 ) -> None:
-    """Print the settings that run PLAN on an engine: env, flags, command lines, files."""
+    """Print the settings that run PLAN on an engine: env, flags, command lines, files (for
+    a serve plan, every replica's, sized for its users)."""
     text = read_text_file(plan_file, field="PLAN")
     fleet: list[NodeDescriptor] | None = load_nodes(nodes) if nodes is not None else None
+    if '"replicas"' in text:
+        data = parse_json(text, field="PLAN", source=str(plan_file))
+        if isinstance(data, dict) and "replicas" in data:
+            served = export_serve_plan(ServePlan.from_dict(data), to, nodes=fleet, model=model)
+            if as_json:
+                doc = json.dumps(served.to_dict(), indent=2, sort_keys=True)
+                out_console.file.write(doc + "\n")
+                return
+            out_console.file.write(served.render_text())
+            return
     result = export_plan(
         plan_from_json(text),
         to,

@@ -166,6 +166,7 @@ def plan_command(
         result, fleet, layout, constraints.calibration, model_attention(model, dtype)
     )
     notes = annotate_notes(result.rationale.notes, verdict, constraints.batch)
+    notes = (*notes, *_kv_read_note(layout, constraints))
     if html is not None:
         try:
             write_html_report(
@@ -193,6 +194,17 @@ def plan_command(
         out_console.print(f"calibration: {prediction.calibration}")
     if compare:
         render_comparison(result, baselines, out_console)
+
+
+def _kv_read_note(layout: ModelLayout, c: Constraints) -> tuple[str, ...]:
+    """The note that a decode step reads the KV reserve at half its length."""
+    tokens = c.context_tokens or 0
+    if tokens == 0 or layout.kv_bytes_per_token is None:
+        return ()
+    return (
+        f"decode reads each sequence's KV at {c.kv_read_context:,.0f} tokens: half the "
+        f"{tokens:,}-token reserve, a sequence's mean context as it grows",
+    )
 
 
 def _context_line(

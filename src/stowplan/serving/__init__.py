@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 from stowplan.errors import Infeasible, InputError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, check_unique_ids
-from stowplan.plan import Plan
+from stowplan.plan import Plan, with_inputs
 from stowplan.serve_plan import ReplicaPlan, ServeCertificate, ServeObjective, ServePlan
 from stowplan.serving.candidates import (
     Candidate,
@@ -38,6 +38,7 @@ from stowplan.serving.candidates import (
     node_classes,
     rate_bound,
     replica_of,
+    settle,
     users_bound,
 )
 from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
@@ -77,6 +78,7 @@ def serve(
             the nodes serves the target (the reason gives the most it could).
         InputError: malformed arguments; a target with a node without a price.
     """
+    model_spec = model
     if isinstance(model, str):
         from stowplan.models import resolve_model
 
@@ -105,16 +107,25 @@ def serve(
     index = {n.id: i for i, n in enumerate(nodes)}
     rates = FleetRates.of(model, nodes, replace(base, batch=1), workload)
     combos, complete = compositions(sizes, COMPOSITION_LIMIT)
+    by_rate = workload.rate_per_s is not None
     options: dict[tuple[int, ...], _Option] = {}
     bounds: dict[tuple[int, ...], int] = {}
     class_of = {n.id: k for k, cls in enumerate(classes) for n in cls}
+    inside = _Inside(options, by_rate)
     for combo in combos:
-        members = [n for k, c in enumerate(combo) for n in classes[k][:c]]
-        ub = users_bound(rates, [index[n.id] for n in members], workload)
+        members = [index[n.id] for k, c in enumerate(combo) for n in classes[k][:c]]
+        ub = users_bound(rates, members, workload)
         bounds[combo] = ub
         if ub < 1:
             continue
-        cand = replica_of(model, members, workload, base, ub)
+        # A composition whose bound smaller replicas inside it already reach can improve
+        # no answer: those replicas serve as much on a subset of its nodes.
+        best_inside = inside.value(combo)
+        if best_inside is not None and best_inside >= (
+            rate_bound(rates, members, workload) if by_rate else ub
+        ):
+            continue
+        cand = replica_of(model, [nodes[i] for i in members], workload, base, ub)
         if cand is None:
             continue
         used = [0] * len(classes)
@@ -123,8 +134,9 @@ def serve(
         key = tuple(used)
         price = sum(nodes[index[nid]].price_per_hour or 0.0 for nid in cand.node_ids)
         old = options.get(key)
-        if old is None or cand.serving.users > old.candidate.serving.users:
+        if old is None or _value(cand, by_rate) > _value(old.candidate, by_rate):
             options[key] = _Option(composition=key, candidate=cand, price=price)
+            inside.clear()
     if not options:
         raise Infeasible(
             "no replica of the nodes serves one request within "
@@ -136,7 +148,6 @@ def serve(
     # Step 2: pack copies onto the fleet.
     notes: list[str] = []
     if workload.has_target:
-        by_rate = workload.rate_per_s is not None
         target = _target(workload)
         values = [
             o.candidate.serving.requests_per_s if by_rate else float(o.candidate.serving.users)
@@ -154,7 +165,17 @@ def serve(
     else:
         x, method = pack_users(counts, sizes, [float(o.candidate.serving.users) for o in ranked])
         objective = ServeObjective.USERS
-    replicas = _assign(ranked, x, classes, nodes)
+    # The chosen replicas planned for their own U* (the plan's KV reserve and prediction
+    # then are those of U* requests), kept when that plan serves as many.
+    ranked = [
+        replace(o, candidate=settle(model, o.candidate, workload, base)) if n > 0 else o
+        for o, n in zip(ranked, x, strict=True)
+    ]
+    source = model_spec if isinstance(model_spec, str) else None
+    replicas = [
+        replace(r, plan=with_inputs(r.plan, model_source=source, nodes=nodes))
+        for r in _assign(ranked, x, classes, nodes)
+    ]
     users = sum(r.users for r in replicas)
     rate = sum(r.requests_per_s for r in replicas)
     tokens = sum(r.tokens_per_s for r in replicas)
@@ -182,6 +203,50 @@ def serve(
         model_name=model.name,
         notes=tuple(notes),
     )
+
+
+def _value(c: Candidate, by_rate: bool) -> float:
+    return c.serving.requests_per_s if by_rate else float(c.serving.users)
+
+
+class _Inside:
+    """The most a packing of the candidates found so far serves within a composition
+    (memoised; None when the search would visit too many compositions)."""
+
+    LIMIT = 20000
+
+    def __init__(self, options: dict[tuple[int, ...], _Option], by_rate: bool) -> None:
+        self._options = options
+        self._by_rate = by_rate
+        self._memo: dict[tuple[int, ...], float] = {}
+
+    def clear(self) -> None:
+        self._memo.clear()
+
+    def value(self, v: tuple[int, ...]) -> float | None:
+        try:
+            return self._best(v)
+        except _TooMany:
+            self._memo.clear()
+            return None
+
+    def _best(self, v: tuple[int, ...]) -> float:
+        got = self._memo.get(v)
+        if got is not None:
+            return got
+        if len(self._memo) > self.LIMIT:
+            raise _TooMany
+        best = 0.0
+        for key, opt in self._options.items():
+            if all(a <= b for a, b in zip(key, v, strict=True)):
+                rest = tuple(b - a for a, b in zip(key, v, strict=True))
+                best = max(best, _value(opt.candidate, self._by_rate) + self._best(rest))
+        self._memo[v] = best
+        return best
+
+
+class _TooMany(Exception):
+    """The packing search inside a composition grew past :attr:`_Inside.LIMIT`."""
 
 
 def _assign(
@@ -327,20 +392,22 @@ def _pooled_users(rates: FleetRates, members: list[int], w: Workload) -> float:
 
 
 def _engine_notes(c: Constraints, ranked: Sequence[_Option], x: Sequence[int]) -> list[str]:
-    if c.calibration is None:
-        return []
-    engine = c.calibration.engine.value
-    chosen = [o for o, n in zip(ranked, x, strict=True) if n > 0]
+    """How an engine runs the replicas: identical ones as one data-parallel instance
+    (vLLM, SGLang), unlike ones as separate instances."""
     copies = sum(x)
     if copies <= 1:
         return []
-    if engine == "vllm" and len(chosen) == 1:
+    engine = c.calibration.engine.value if c.calibration is not None else None
+    alike = sum(1 for n in x if n > 0) == 1
+    if engine == "vllm" and alike:
         return [
             f"vLLM: the {copies} identical replicas run as one instance with "
             f"--data-parallel-size {copies}"
         ]
-    if engine == "sglang" and len(chosen) == 1:
+    if engine == "sglang" and alike:
         return [
             f"SGLang: the {copies} identical replicas run as one instance with --dp-size {copies}"
         ]
-    return [f"{engine}: unlike replicas run as separate engine instances"]
+    if alike:
+        return [f"the {copies} replicas are identical: an engine's data parallelism runs them"]
+    return [f"the {copies} replicas are unlike: each runs as an engine instance of its own"]

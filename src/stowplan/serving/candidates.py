@@ -114,6 +114,10 @@ class FleetRates:
     prefill_flops: float
     decode_read: float
     """Weight bytes one decoded token reads (every block's per-token read and the head)."""
+    latency_s: tuple[float, ...]
+    """Each node's network hop latency."""
+    token_send_s: tuple[float, ...]
+    """Seconds each node's network link takes to send one token's activations."""
 
     @classmethod
     def of(
@@ -138,6 +142,11 @@ class FleetRates:
             + 2.0 * attention * model.hidden_dim
             + 2.0 * cm.head * cm.params_per_byte,
             decode_read=weights + cm.head,
+            latency_s=cm.latency_s,
+            token_send_s=tuple(
+                model.hidden_dim * model.bytes_per_activation_elem / r.link_bytes_per_s
+                for r in cm.rates
+            ),
         )
 
     def ttft0_floor(self, members: Sequence[int]) -> float:
@@ -164,14 +173,31 @@ class FleetRates:
 def users_bound(rates: FleetRates, members: Sequence[int], w: Workload) -> int:
     """An upper bound on U* of any pipeline on (a subset of) nodes ``members``.
 
-    U ≤ pooled memory; TTFT0 ≥ :meth:`FleetRates.ttft0_floor`, cycle ≥
-    :meth:`FleetRates.cycle_floor`, so TTFT(U) ≤ ttft needs floor sum ≤ ttft and
+    The larger of two cases.  One node ``i`` alone: U ≤ its own memory; TTFT0 ≥
+    its :meth:`FleetRates.ttft0_floor`, cycle ≥ its :meth:`FleetRates.cycle_floor`.
+    Several nodes: U ≤ their pooled memory; the floors at the best rates among them,
+    plus what a pipeline crossing the network pays at least — one forward hop's
+    latency and a prompt's send for TTFT0, the way out and back (two latencies) and
+    one token's send for the cycle.  Then TTFT(U) ≤ ttft needs TTFT0 + cycle ≤ ttft and
     TPOT(U) ≤ tpot needs U ≤ (tpot − cycle floor) · O / TTFT0 floor.
     """
     if not members:
         return 0
+    best = max(_bound_with(rates, [i], w, 0.0, 0.0) for i in members)
+    if len(members) > 1:
+        lat = min(rates.latency_s[i] for i in members)
+        send = min(rates.token_send_s[i] for i in members)
+        prompt = lat + w.prompt_tokens * send
+        best = max(best, _bound_with(rates, members, w, prompt, 2 * lat + send))
+    return best
+
+
+def _bound_with(
+    rates: FleetRates, members: Sequence[int], w: Workload, ttft0_extra: float, cycle_extra: float
+) -> int:
     u = rates.memory_users(members)
-    t0, cyc = rates.ttft0_floor(members), rates.cycle_floor(members)
+    t0 = rates.ttft0_floor(members) + ttft0_extra
+    cyc = rates.cycle_floor(members) + cycle_extra
     if t0 + cyc > w.ttft_s or cyc >= w.tpot_s:
         return 0
     if t0 > 0:
@@ -180,8 +206,9 @@ def users_bound(rates: FleetRates, members: Sequence[int], w: Workload) -> int:
 
 
 def rate_bound(rates: FleetRates, members: Sequence[int], w: Workload) -> float:
-    """An upper bound on the requests/s of any pipeline on ``members``: U/(O·TPOT(U)) at
-    the users bound with the floors (it grows with U)."""
+    """An upper bound on the requests/s of any pipeline on ``members``: U/(O·TPOT(U)) ≤
+    U/(O·cycle floor + U·TTFT0 floor), which grows with U, at the users bound (the
+    floors of the whole set, the lowest of the cases :func:`users_bound` weighs)."""
     u = users_bound(rates, members, w)
     if u == 0:
         return 0.0
@@ -197,6 +224,8 @@ class Candidate:
     serving: ReplicaServing
     node_ids: tuple[str, ...]
     """The physical nodes it uses, in stage order."""
+    nodes: tuple[NodeDescriptor, ...] = ()
+    """Their descriptors, in the same order."""
 
 
 def _score(
@@ -222,35 +251,65 @@ def replica_of(
 ) -> Candidate | None:
     """The best replica the block planner finds on ``nodes`` (None: none serves a user).
 
-    Plans for ``start_users`` requests (halving while no pipeline holds them), then for
-    the U* that plan serves, keeping the plan serving more (then the lower TPOT).
+    Bisection on U in ``[0, start_users]``: the plan for U requests (P + O tokens of KV
+    each) either serves U — then every U below is served too — or not; every plan's
+    own U* is kept as a lower end.  The plan serving the most (then the lower TPOT) wins.
     """
     from stowplan.planner import plan_blocks
 
     by_id = {n.id: n for n in nodes}
     best: Candidate | None = None
-    tried: set[int] = set()
-    u = max(1, min(start_users, MAX_BATCH))
-    for _ in range(3):
-        found: Plan | None = None
-        while u >= 1 and u not in tried:
-            tried.add(u)
-            try:
-                found = plan_blocks(model, nodes, replace(serving_constraints(w, c), batch=u))
-                break
-            except PlanError:
-                u //= 2
-        if found is None:
-            break
+
+    def attempt(u: int) -> Candidate | None:
+        try:
+            found = plan_blocks(model, nodes, replace(serving_constraints(w, c), batch=u))
+        except PlanError:
+            return None
         got = _score(model, by_id, found, c, w)
-        cand = Candidate(
-            plan=found,
-            serving=got,
-            node_ids=tuple(dict.fromkeys(a.node_id for a in found.assignments)),
-        )
-        if best is None or (got.users, -got.tpot_s) > (best.serving.users, -best.serving.tpot_s):
-            best = cand
-        u = max(got.users, 1)
+        ids = tuple(dict.fromkeys(a.node_id for a in found.assignments))
+        return Candidate(plan=found, serving=got, node_ids=ids, nodes=tuple(by_id[i] for i in ids))
+
+    lo, hi = 0, max(1, min(start_users, MAX_BATCH))
+    first = True
+    while lo < hi:
+        mid = hi if first else (lo + hi + 1) // 2  # the bound itself first: often served
+        first = False
+        cand = attempt(mid)
+        if cand is not None:
+            got = cand.serving
+            if best is None or (got.users, -got.tpot_s) > (
+                best.serving.users,
+                -best.serving.tpot_s,
+            ):
+                best = cand
+            lo = max(lo, got.users)
+        if cand is None or cand.serving.users < mid:
+            hi = mid - 1
+        if best is None and hi < 1:
+            break
     if best is None or best.serving.users < 1:
         return None
     return best
+
+
+def settle(model: ModelLayout, cand: Candidate, w: Workload, c: Constraints) -> Candidate:
+    """``cand`` planned again for its own U* requests on its own nodes (so the plan's KV
+    reserve and prediction are those of U*), when that plan serves as many; else
+    ``cand``."""
+    from stowplan.planner import plan_blocks
+
+    u = cand.serving.users
+    pred = cand.plan.rationale.prediction
+    if pred is not None and pred.batch == u:
+        return cand
+    nodes = list(cand.nodes)
+    if not nodes:
+        return cand
+    try:
+        found = plan_blocks(model, nodes, replace(serving_constraints(w, c), batch=u))
+    except PlanError:
+        return cand
+    got = _score(model, {n.id: n for n in nodes}, found, c, w)
+    if (got.users, -got.tpot_s) < (u, -cand.serving.tpot_s):
+        return cand
+    return Candidate(plan=found, serving=got, node_ids=cand.node_ids, nodes=cand.nodes)
