@@ -37,8 +37,8 @@ output ``O``):
 
 ``cycle(U)`` never decreases with ``U`` (up to ``S`` sequences every one adds a
 microbatch at ``u = 1``; beyond, ``u`` only grows and ``t`` grows with ``u``), so the
-feasible ``U`` are ``1 … U*`` and the scan stops at the first that fails
-(:func:`max_users` checks the whole range with ``exhaustive=True``).
+feasible ``U`` are ``1 … U*``: :meth:`Referee.max_users` bisects (and tries every U
+with ``exhaustive=True``, to test that claim).
 
 The brute force tries every ordered subset of nodes and every contiguous block split
 for a replica, then every set of disjoint replicas (a node may stay unused).
@@ -238,17 +238,21 @@ class Referee:
     ) -> int:
         """U* of the pipeline (0 when not even one request fits).
 
-        TPOT(U) ≥ U · TTFT0 / O bounds the scan; ``exhaustive`` tries every U up to that
-        bound instead of stopping at the first failure."""
+        TPOT(U) ≥ U · TTFT0 / O bounds U; the feasible U being ``1 … U*`` (see the
+        module), U* is found by bisection; ``exhaustive`` tries every U up to the bound
+        one by one instead (for the tests of this very claim)."""
         t0 = self.ttft0(order, bounds)
         limit = math.floor(self.load.tpot_s * self.load.output_tokens / t0) if t0 > 0 else 10**6
-        best = 0
-        for users in range(1, min(limit, 10**6) + 1):
-            if self.meets(order, bounds, users):
-                best = users
-            elif not exhaustive:
-                break
-        return best
+        limit = min(limit, 10**6)
+        if exhaustive:
+            return max((u for u in range(1, limit + 1) if self.meets(order, bounds, u)), default=0)
+        if limit < 1 or not self.meets(order, bounds, 1):
+            return 0
+        lo, hi = 1, limit + 1  # meets(lo), not meets(hi) (or hi past the bound)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if self.meets(order, bounds, mid) else (lo, mid)
+        return lo
 
     def rate(self, order: Sequence[int], bounds: Sequence[int], users: int) -> float:
         """Requests/s of ``users`` requests: U / (O · TPOT(U))."""

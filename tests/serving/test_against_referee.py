@@ -193,14 +193,9 @@ MISSED_ORDER = (
     ],
     Load(prompt_tokens=294, output_tokens=16, ttft_s=1.0, tpot_s=0.25),
 )
-"""serve() runs n1 → n0 (120 users); n0 → n1 serves 124 (0.968 of the optimum)."""
+"""Pinned: serve() at eb72afd ran n1 → n0 (120 users) where n0 → n1 serves 124."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="serve() keeps the stage order its decode planner ranks first; the order that "
-    "serves the most users can differ (120 of 124 users on MISSED_ORDER: 0.968)",
-)
 @SETTINGS
 @given(models, fleets(), workloads)
 @example(*MISSED_ORDER)

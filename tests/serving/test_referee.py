@@ -126,7 +126,7 @@ def test_two_nodes_serve_most_as_two_replicas_and_one_is_cheapest_for_133() -> N
     st.floats(0.01, 0.5),
     st.integers(1, 2),
 )
-def test_the_scan_stopping_at_the_first_failure_finds_the_exhaustive_u_star(
+def test_bisection_finds_the_u_star_of_trying_every_u(
     p: int, o: int, ttft: float, tpot: float, stages: int
 ) -> None:
     ref = Referee(

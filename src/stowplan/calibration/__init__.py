@@ -15,6 +15,8 @@
 * :mod:`.runs` — the published runs a shipped profile was fitted to, recorded in it.
 * :mod:`.coverage` — whether a plan lies inside a profile's runs, and the range to expect
   when it does not.
+* :mod:`.prefill` — the prefill compute per device and engine, fitted from published
+  prompt-processing runs (``data/prefill_runs.json``), with its range outside them.
 """
 
 from __future__ import annotations
