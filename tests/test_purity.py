@@ -57,6 +57,8 @@ PURE_MODULES = (
     "stowplan.models.hf",
     "stowplan.models.known",
     "stowplan.plan",
+    "stowplan.runtime",
+    "stowplan.runtime.families",
     "stowplan.planner.certify",
     "stowplan.planner.eplb",
     "stowplan.planner.exact",

@@ -45,6 +45,7 @@ from stowplan.errors import (
     StageUnplaceable,
     StowplanError,
     UnsupportedByEngine,
+    UnsupportedByWorker,
 )
 from stowplan.model import (
     Constraints,
@@ -176,6 +177,7 @@ __all__ = [
     "Topology",
     "TopologyKind",
     "UnsupportedByEngine",
+    "UnsupportedByWorker",
     "WorkerStage",
     "__version__",
     "default_context_tokens",
