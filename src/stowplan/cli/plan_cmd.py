@@ -38,10 +38,10 @@ from stowplan.expert_stats import load_coactivation, load_expert_load
 from stowplan.fileio import read_text_file
 from stowplan.gpu_lists import stage_place_text
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, Objective
-from stowplan.models import known_names, lookup, resolve_model
-from stowplan.plan import Plan, plan_from_json, plan_to_json
+from stowplan.models import known_names, lookup, model_source, resolve_model
+from stowplan.plan import Plan, plan_from_json, plan_to_json, with_inputs
 from stowplan.planner import plan as make_plan
-from stowplan.planner.context_fit import (
+from stowplan.planner.context import (
     ContextFit,
     default_context_tokens,
     fit_context,
@@ -160,6 +160,7 @@ def plan_command(
             constraints = replace(constraints, context_tokens=fit.context_tokens)
         else:
             result = plan_within_context(layout, fleet, constraints, planner=planner)
+    result = with_inputs(result, model_source=model_source(model), nodes=fleet)
     baselines = compare_baselines(layout, fleet, constraints) if compare or html is not None else ()
     verdict = plan_verdict(
         result, fleet, layout, constraints.calibration, model_attention(model, dtype)
