@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test check fmt lint types docs bench fuzz clean
+.PHONY: venv demo test check fmt lint types docs bench bench-runtime fuzz clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -51,6 +51,10 @@ check: lint types docs test
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/plan_speed.py
+
+## The stage worker on this host: measured vs predicted TTFT and tokens/s, 1-4 stages, U = 1, 4, 16.
+bench-runtime: $(STAMP)
+	$(BIN)/python benchmarks/runtime.py --params 10M --new-tokens 16 --rounds 3
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache site

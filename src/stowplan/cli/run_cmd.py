@@ -170,8 +170,8 @@ def _render(doc: dict[str, Any], gpu: dict[str, str]) -> None:
         n = len(doc["tokens"])
         if c["match"]:
             out_console.print(
-                f"MATCH: {n}/{n} tokens equal one process; max |logit "
-                f"difference| {c['max_abs_logit_diff']:.3g} "
+                f"MATCH: {n}/{n} tokens equal one process; max |logit diff| "
+                f"{c['max_abs_logit_diff']:.3g} "
                 f"(tolerance {c['tolerance']:g})"
             )
         else:

@@ -86,9 +86,10 @@ def tiny_config(
 
 
 def _sized(family: Family, params: int, vocab_size: int) -> dict[str, Any]:
-    """Hidden size and layers for about ``params`` parameters (12·h² per layer + embeddings)."""
+    """Hidden size and layers for about ``params`` parameters (9·h² per layer: attention with
+    half as many KV heads as heads, 3h², an MLP of width 2h, 6h²; plus the embeddings)."""
     for hidden in (256, 384, 512, 640, 768, 896, 1024, 1280, 1536, 2048):
-        per_layer = 12 * hidden * hidden
+        per_layer = 9 * hidden * hidden
         layers = max(2, (params - 2 * vocab_size * hidden) // per_layer)
         if layers <= 2 * hidden // 64:
             break
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
         max_shard_bytes=int(parse_bytes("100MB")),
     )
     total = sum(p.stat().st_size for p in path.glob("*.safetensors"))
-    print(f"wrote {path}: {args.family}, {total / 1e6:.0f} MB of float32 weights")
+    print(f"wrote {path}: {args.family}, {total / 4e6:.0f} M parameters in float32")
 
 
 if __name__ == "__main__":

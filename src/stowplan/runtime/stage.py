@@ -54,7 +54,8 @@ class LoadReport:
     header_bytes: int
     tensor_bytes: int
     load_s: float
-    """Seconds from opening the checkpoint to the stage being ready to run."""
+    """Seconds from opening the checkpoint to the stage being ready to run (reading the
+    tensors and building the modules; importing torch is not counted)."""
     device: str
 
     @property
@@ -133,9 +134,10 @@ class StageModel:
             InputError: the checkpoint lacks a tensor of the stage, or its blocks are
                 not the stage's.
         """
-        start = time.perf_counter()
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
+
+        start = time.perf_counter()  # reading and building, not importing torch
 
         family = family_of(read_config(folder))
         if stage.tensor_parallel > 1:
