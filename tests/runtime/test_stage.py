@@ -99,7 +99,7 @@ def test_a_stage_holds_only_its_modules_and_reports_what_it_read(checkpoints) ->
     assert last.report.device == "cpu" or last.report.device.startswith("cuda")
 
 
-def test_a_microbatch_first_difference_is_the_position_where_logits_part() -> None:
+def test_the_first_difference_is_the_position_where_tokens_or_logits_part() -> None:
     want = Generation(tokens=(1, 2, 3), logits=np.zeros((3, 4), dtype=np.float32))
     off = want.logits.copy()
     off[1, 0] = 1e-3
