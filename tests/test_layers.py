@@ -82,6 +82,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "stowplan.exports",
             "stowplan.report",
             "stowplan.demo",
+            "stowplan.runtime",
         ),
     ),
     ("interface", ("stowplan.cli", "stowplan")),

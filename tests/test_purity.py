@@ -74,6 +74,8 @@ PURE_MODULES = (
     "stowplan.planner.strategies.throughput",
     "stowplan.planner.strategies.vram",
     "stowplan.planner.tensor",
+    "stowplan.runtime",
+    "stowplan.runtime.families",
     "stowplan.serving",
     "stowplan.units",
     "stowplan.workload",

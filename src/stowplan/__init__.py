@@ -45,6 +45,7 @@ from stowplan.errors import (
     StageUnplaceable,
     StowplanError,
     UnsupportedByEngine,
+    UnsupportedByWorker,
 )
 from stowplan.model import (
     Constraints,
@@ -192,6 +193,7 @@ __all__ = [
     "Topology",
     "TopologyKind",
     "UnsupportedByEngine",
+    "UnsupportedByWorker",
     "WorkerStage",
     "Workload",
     "__version__",

@@ -11,7 +11,8 @@
     │   ├── InsufficientVram    the model needs more bytes than the nodes offer
     │   ├── NoNodeFitsHead      no node can hold the largest indivisible component
     │   ├── Infeasible          the constraints cannot be met (reason says which)
-    │   └── UnsupportedByEngine the plan asks for a placement the engine cannot express
+    │   ├── UnsupportedByEngine the plan asks for a placement the engine cannot express
+    │   └── UnsupportedByWorker the reference stage worker cannot execute the plan or model
     └── ClusterError            running a plan on a Ray cluster failed
         ├── HeadStartError      ``ray start --head`` failed
         ├── NodeProbeError      a node's probe task did not answer in time
@@ -58,6 +59,7 @@ __all__ = [
     "StageUnplaceable",
     "StowplanError",
     "UnsupportedByEngine",
+    "UnsupportedByWorker",
     "show_value",
 ]
 
@@ -168,6 +170,17 @@ class UnsupportedByEngine(PlanError):
         self.engine = engine
         self.reason = reason
         super().__init__(f"{engine.value} cannot run this plan: {reason}")
+
+
+class UnsupportedByWorker(PlanError):
+    """The reference stage worker (:mod:`stowplan.runtime`) cannot execute this plan or
+    model: ``reason`` says which part, ``remedy`` what to do instead.  Raised before
+    anything is loaded."""
+
+    def __init__(self, reason: str, remedy: str) -> None:
+        self.reason = reason
+        self.remedy = remedy
+        super().__init__(f"the stage worker cannot run this: {reason}; {remedy}")
 
 
 class ClusterError(StowplanError):
