@@ -29,7 +29,7 @@ from stowplan.expert_stats import CoActivation, zipf_load
 from stowplan.models import known_names, model_source
 from stowplan.plan import with_inputs
 from stowplan.planner import plan_blocks
-from stowplan.planner.context_fit import default_context_tokens, plan_within_context
+from stowplan.planner.context import default_context_tokens, plan_within_context
 from tests.common.paths import EXAMPLES
 
 FLEETS = ("two-h100-nodes", "mixed-consumer")
@@ -54,7 +54,8 @@ def test_the_library_and_the_cli_give_the_same_plan(
         calibration=resolve_calibration("generic"),
     )
     try:
-        # The command line also records what the plan was made from (with_inputs).
+        # The command line records what the plan was made from (the model an engine loads,
+        # the nodes' descriptors); the plan itself is the library's.
         made = with_inputs(plan(model, nodes, c), model_source=model_source(name), nodes=nodes)
         expected: dict[str, Any] | str = _without_notes(plan_to_json(made))
     except StowplanError:  # the CLI says why in one line (with the context's numbers), exits 2

@@ -41,7 +41,7 @@ from stowplan.model import Constraints, ModelLayout, NodeDescriptor, Objective
 from stowplan.models import known_names, lookup, model_source, resolve_model
 from stowplan.plan import Plan, plan_from_json, plan_to_json, with_inputs
 from stowplan.planner import plan as make_plan
-from stowplan.planner.context_fit import (
+from stowplan.planner.context import (
     ContextFit,
     default_context_tokens,
     fit_context,
