@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test check fmt lint types docs bench bench-runtime fuzz clean
+.PHONY: venv demo test check fmt lint types docs bench bench-runtime fuzz e2e-llamacpp clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -55,6 +55,13 @@ bench: $(STAMP)
 ## The stage worker on this host: measured vs predicted TTFT and tokens/s, 1-4 stages, U = 1, 4, 16.
 bench-runtime: $(STAMP)
 	$(BIN)/python benchmarks/runtime.py --params 10M --new-tokens 16 --rounds 3
+
+## Opt-in, not in CI: build llama.cpp with RPC from the pinned llama-cpp-python sdist
+## (needs cmake and a C++ compiler; cached in ~/.cache/stowplan, the first build takes
+## ~40 minutes on 2 cores), then run a 3-stage llama.cpp export on 127.0.0.1 and check
+## its layer assignment and greedy tokens against one process.
+e2e-llamacpp: $(STAMP)
+	$(BIN)/python benchmarks/e2e_llamacpp.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache site

@@ -92,3 +92,17 @@ def test_a_long_search_shows_its_bar_and_a_quick_one_does_not():
     with search_progress(console, None, show_after_s=0.0):
         time.sleep(0.05)
     assert buf.getvalue() == ""
+
+
+def test_a_search_on_a_console_that_is_no_terminal_writes_nothing(tmp_path, capsys):
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=False, width=120)
+    with search_progress(console, 20.0, show_after_s=0.0):
+        time.sleep(0.3)  # past show_after_s: a terminal would show the bar
+    assert buf.getvalue() == ""
+    # So an error after a --target search is one line on stderr, nothing before it.
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("- {id: g, gpu_name: RTX 3090, vram_bytes: 24GiB, price_per_hour: 0.2}\n")
+    assert main(["plan", "llama3.1:8b", "--nodes", str(fleet), "--target", "5000tok/s"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("stowplan: error: ") and err.count("\n") == 1

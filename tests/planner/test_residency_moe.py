@@ -32,9 +32,14 @@ def test_a_moe_model_is_timed_by_the_bytes_a_token_reads() -> None:
     assert p.protocol is ResidencyProtocol.RESIDENT
     assert (p.model_bytes, p.read_bytes) == (model.weight_bytes, read)
     assert p.predicted_s_per_token == pytest.approx(read / 1e12)
-    assert any("a token reads" in line for line in p.rationale)
+    (note,) = [line for line in p.rationale if "a token reads" in line]
+    assert "the experts it is routed to and one row of the embedding table" in note
     dense = resolve_model("llama3.1:8b")
     assert read_bytes_per_token(dense) == dense.weight_bytes - dense.embed_params_bytes
+    # A dense model's note speaks of the embedding row it leaves unread, not of experts.
+    q = plan_residency(host(vram=24 * GIB), matrix(cap("gpu0", 1000.0), cap("cpu", 50.0)), dense)
+    (note,) = [line for line in q.rationale if "a token reads" in line]
+    assert "(93.5%: one row of the embedding table)" in note and "expert" not in note
 
 
 def test_an_overflow_is_read_and_streamed_in_the_token_s_share() -> None:

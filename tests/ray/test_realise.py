@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from stowplan.cli import main
+from stowplan.cli.calibration_opts import cli_calibration
 from stowplan.cluster.local import FakeNode, start_local_cluster
 from stowplan.cluster.nodes import GpuReport, describe, ray_node_descriptors
 from stowplan.cluster.realise import (
@@ -28,7 +29,7 @@ from stowplan.demo.pipeline import compare, config_args, run_pipeline, stage_wor
 from stowplan.errors import InputError, InsufficientVram
 from stowplan.model import Constraints, Strategy, usable_bytes
 from stowplan.nodefile import load_nodes
-from stowplan.plan import plan_to_dict
+from stowplan.plan import plan_to_dict, with_inputs
 from stowplan.planner import plan
 from stowplan.worker import stage_env
 
@@ -181,7 +182,8 @@ def test_nodes_take_link_and_bandwidth_from_a_passport_on_the_node(cluster, tmp_
 @pytest.mark.ray
 def test_each_stage_runs_on_its_node_with_the_plan_env_and_matches_one_process(ray) -> None:
     nodes = ray_node_descriptors(timeout_s=TIMEOUT_S)
-    expected = plan(LAYOUT, nodes, BY_VRAM)
+    # The realised plan records its nodes' descriptors (a CPU stage's GPU ids come from them).
+    expected = with_inputs(plan(LAYOUT, nodes, BY_VRAM), model_source=None, nodes=nodes)
     assert expected.num_stages == 3
     with realise_with_replan(
         LAYOUT, nodes, BY_VRAM, stage_worker_class(), actor_args=(config_args(CONFIG),),
@@ -269,8 +271,12 @@ def test_plan_debug_env_is_exactly_what_each_stage_actor_gets(cluster, ray, caps
     args = ["launch", "demo", "--ray", cluster.address, "--plan-debug", "--json"]
     assert main([*args, "--strategy", "balance-by-vram"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    launched = replace(BY_VRAM, context_tokens=CONFIG.max_seq_len)  # launch's default reserve
-    expected = plan(LAYOUT, ray_node_descriptors(timeout_s=TIMEOUT_S), launched)
+    # launch's default reserve, and plan's calibrated prediction (engine generic)
+    launched = replace(
+        BY_VRAM, context_tokens=CONFIG.max_seq_len, calibration=cli_calibration(None, None)
+    )
+    nodes = ray_node_descriptors(timeout_s=TIMEOUT_S)
+    expected = with_inputs(plan(LAYOUT, nodes, launched), model_source=None, nodes=nodes)
     assert doc["plan"] == plan_to_dict(expected)
     printed = doc["stage_env"]
     assert printed == stage_actor_env(expected)
@@ -332,7 +338,11 @@ def test_plan_debug_from_a_fleet_file_needs_no_ray(tmp_path, capsys) -> None:
     assert main(["launch", "demo", "--nodes", str(fleet), "--plan-debug", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [e["STAGE"] for e in doc["stage_env"]] == ["0", "1", "2"]
-    expected = plan(LAYOUT, load_nodes(fleet), Constraints(context_tokens=CONFIG.max_seq_len))
+    launched = Constraints(
+        context_tokens=CONFIG.max_seq_len, calibration=cli_calibration(None, None)
+    )
+    nodes = load_nodes(fleet)
+    expected = with_inputs(plan(LAYOUT, nodes, launched), model_source=None, nodes=nodes)
     assert doc["plan"] == plan_to_dict(expected)
     assert doc["stage_env"] == stage_actor_env(expected)
     assert all(e.items() >= {"OMP_NUM_THREADS": "1"}.items() for e in doc["stage_env"])

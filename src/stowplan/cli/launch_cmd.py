@@ -13,11 +13,14 @@ import typer
 
 from stowplan.checks import check_int, check_number
 from stowplan.cli.app import app
-from stowplan.cli.calibration_opts import labelled_notes
+from stowplan.cli.calibration_opts import cli_calibration, labelled_notes
 from stowplan.cli.common import err_console, out_console
 from stowplan.cli.options import (
+    FIRST_ORDER,
     NODES_HELP,
+    Batch,
     Context,
+    EngineOption,
     Headroom,
     MaxStages,
     MinStages,
@@ -30,7 +33,7 @@ from stowplan.gpu_lists import stage_place_text
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.models import resolve_model
 from stowplan.nodefile import load_nodes
-from stowplan.plan import plan_to_dict
+from stowplan.plan import plan_to_dict, with_inputs
 from stowplan.planner import plan_blocks as make_plan
 from stowplan.planner.context import default_context_tokens
 from stowplan.report.terminal import render_plan
@@ -157,13 +160,20 @@ def _constraints(
     headroom: float | None,
     strategy: str | None,
     context_tokens: int | None = None,
+    *,
+    batch: int = 1,
+    engine: str | None = None,
 ) -> Constraints:
+    """The constraints ``plan`` builds from the same options: the same sequences and the
+    same calibrated prediction (``--engine``, default ``generic``)."""
     return Constraints(
         min_stages=min_stages,
         max_stages=max_stages,
         vram_headroom_frac=headroom,
         strategy=strategy,  # type: ignore[arg-type]  # validated by Constraints
+        batch=batch,
         context_tokens=context_tokens,
+        calibration=cli_calibration(engine, None),
     )
 
 
@@ -186,7 +196,7 @@ def _plan_debug(
 ) -> None:
     from stowplan.cluster.realise import stage_actor_env
 
-    result = make_plan(layout, fleet, constraints)
+    result = with_inputs(make_plan(layout, fleet, constraints), model_source=None, nodes=fleet)
     envs = stage_actor_env(result)  # exactly what realise gives each stage actor
     if as_json:
         doc = {"plan": plan_to_dict(result), "stage_env": envs}
@@ -222,6 +232,8 @@ def launch_command(
     headroom: Headroom = None,
     strategy: StrategyOption = None,
     context: Context = None,
+    batch: Batch = 1,
+    engine: EngineOption = None,
     timeout: Timeout = 30.0,
     max_attempts: Attempts = 3,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -236,7 +248,13 @@ def launch_command(
     _check_attempts(timeout, max_attempts)
     layout = _layout(model)
     constraints = _constraints(
-        min_stages, max_stages, headroom, strategy, _launch_context(context, layout)
+        min_stages,
+        max_stages,
+        headroom,
+        strategy,
+        _launch_context(context, layout),
+        batch=batch,
+        engine=engine,
     )
     # Read the fleet file before any cluster starts: a bad file fails at once.
     given = load_nodes(nodes) if nodes is not None else None
@@ -325,7 +343,7 @@ def demo_run_command(
     config = DemoConfig()
     ids = _parse_prompt(prompt)
     check_request(config, ids, tokens)
-    constraints = _constraints(min_stages, max_stages, headroom, strategy)
+    constraints = _constraints(min_stages, max_stages, headroom, strategy, engine=FIRST_ORDER)
     with _ray_session(ray_address):
         from stowplan.cluster.nodes import ray_node_descriptors
         from stowplan.cluster.realise import realise_with_replan

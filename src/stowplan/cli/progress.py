@@ -32,8 +32,11 @@ def search_progress(
     console: Console, target: float | None, *, show_after_s: float = SHOW_AFTER_S
 ) -> Iterator[None]:
     """Within the block, a search for ``target`` tokens/s past ``show_after_s`` shows a bar
-    on ``console`` (removed when it ends).  Without a target nothing is shown."""
-    if target is None:
+    on ``console`` (removed when it ends).  Without a target, or on a console that is not
+    interactive, nothing is shown."""
+    if target is None or not console.is_interactive:
+        # No bar where nothing can redraw it (a pipe, a file): rich would leave a blank
+        # line on stderr ahead of the output or a one-line error.
         yield
         return
     bar = Progress(
@@ -47,11 +50,14 @@ def search_progress(
     task = bar.add_task(f"cheapest node set for {target:g} tokens/s", total=None)
     lock = threading.Lock()
     done = False
+    started = False
 
     def show() -> None:
+        nonlocal started
         with lock:
             if not done:
                 bar.start()
+                started = True
 
     timer = threading.Timer(show_after_s, show)
     timer.daemon = True
@@ -63,4 +69,5 @@ def search_progress(
         timer.cancel()
         with lock:
             done = True
-            bar.stop()
+            if started:  # a bar never shown writes nothing (stopping it would print a newline)
+                bar.stop()

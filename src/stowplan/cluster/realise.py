@@ -40,7 +40,13 @@ from stowplan.cluster.errors import PlacementError
 from stowplan.cluster.groups import create_placement_group, remove_groups
 from stowplan.cluster.nodes import NODE_ID_LABEL, alive_nodes
 from stowplan.cluster.ray_runtime import require_ray
-from stowplan.cluster.stage_gpus import gpu_shortfalls, stage_bundle, stage_device_env, stage_gpus
+from stowplan.cluster.stage_gpus import (
+    cpu_node_ids,
+    gpu_shortfalls,
+    stage_bundle,
+    stage_device_env,
+    stage_gpus,
+)
 from stowplan.errors import (
     InputError,
     PlanError,
@@ -49,7 +55,7 @@ from stowplan.errors import (
     StageUnplaceable,
 )
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
-from stowplan.plan import Plan, StageAssignment, plan_to_json
+from stowplan.plan import Plan, StageAssignment, plan_to_json, with_inputs
 from stowplan.planner import plan_blocks as make_plan
 from stowplan.wording import plural
 from stowplan.worker import stage_env
@@ -77,11 +83,14 @@ def stage_actor_env(plan: Plan, extra_env: Mapping[str, str] | None = None) -> l
     :data:`WORKER_ENV`, then ``extra_env``, then the stage's GPUs
     (:func:`~stowplan.cluster.stage_gpus.stage_device_env`: ``PLAN_TP_SIZE``,
     ``CUDA_VISIBLE_DEVICES``), then the worker-contract variables
-    (:func:`stowplan.worker.stage_env`), later ones winning.  :func:`realise`
+    (:func:`stowplan.worker.stage_env`), later ones winning.  A stage on a CPU node of
+    the plan's :attr:`~stowplan.plan.Plan.nodes` gets no GPU ids (an empty
+    ``CUDA_VISIBLE_DEVICES``).  :func:`realise`
     starts the actors with it and ``stowplan launch --plan-debug`` prints it.
     """
+    cpu = cpu_node_ids(plan.nodes)
     return [
-        {**WORKER_ENV, **(extra_env or {}), **stage_device_env(a), **env}
+        {**WORKER_ENV, **(extra_env or {}), **stage_device_env(a, cpu=a.node_id in cpu), **env}
         for a, env in zip(plan.assignments, stage_env(plan), strict=True)
     ]
 
@@ -307,7 +316,9 @@ def realise_with_replan(
     attempts: list[Attempt] = []
     while True:
         try:
-            current = make_plan(model, survivors, constraints)
+            current = with_inputs(
+                make_plan(model, survivors, constraints), model_source=None, nodes=survivors
+            )
         except PlanError as exc:
             for attempt in attempts:
                 exc.add_note("earlier attempt: " + "; ".join(str(f) for f in attempt.failures))

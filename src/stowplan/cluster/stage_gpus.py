@@ -23,11 +23,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from stowplan.model import NodeDescriptor
 from stowplan.plan import Plan, StageAssignment
 from stowplan.wording import plural
 
 __all__ = [
+    "CPU_NAMES",
     "NOSET_VISIBLE_DEVICES",
+    "cpu_node_ids",
     "gpu_shortfalls",
     "stage_bundle",
     "stage_device_env",
@@ -43,13 +46,29 @@ def stage_gpus(a: StageAssignment) -> tuple[int, ...]:
     return a.gpu_indices or tuple(range(a.tensor_parallel))
 
 
-def stage_device_env(a: StageAssignment) -> dict[str, str]:
-    """``PLAN_TP_SIZE``, ``CUDA_VISIBLE_DEVICES`` and the flag that keeps Ray from rewriting it."""
+def stage_device_env(a: StageAssignment, *, cpu: bool = False) -> dict[str, str]:
+    """``PLAN_TP_SIZE``, ``CUDA_VISIBLE_DEVICES`` and the flag that keeps Ray from rewriting
+    it; a stage on a CPU node (``cpu``) sees no GPU (``CUDA_VISIBLE_DEVICES`` empty)."""
     return {
         "PLAN_TP_SIZE": str(a.tensor_parallel),
-        "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in stage_gpus(a)),
+        "CUDA_VISIBLE_DEVICES": "" if cpu else ",".join(str(g) for g in stage_gpus(a)),
         NOSET_VISIBLE_DEVICES: "1",
     }
+
+
+CPU_NAMES = frozenset({"cpu", "host", "system ram", "ram"})
+"""``gpu_name`` values (lower case) that mean the host CPU."""
+
+
+def cpu_node_ids(nodes: Sequence[NodeDescriptor]) -> frozenset[str]:
+    """The ids of ``nodes`` that are the host CPU: a label ``kind=cpu`` or a ``gpu_name``
+    of :data:`CPU_NAMES`."""
+    return frozenset(
+        n.id
+        for n in nodes
+        if dict(n.labels).get("kind", "").lower() == "cpu"
+        or n.gpu_name.strip().lower() in CPU_NAMES
+    )
 
 
 def _wants_gpus(a: StageAssignment) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from stowplan.calibration.apply import MEASURED_LABEL
 from stowplan.errors import InputError
 from stowplan.host.passport import Passport
+from stowplan.host.topology import CircuitKind
 from stowplan.model import NodeDescriptor
 
 __all__ = ["node_from_passport"]
@@ -49,6 +50,7 @@ def node_from_passport(
             (MEASURED_LABEL, measured),
             ("fingerprint", passport.fingerprint[:12]),
             ("circuit", c.id),
+            *((("kind", "cpu"),) if c.kind is CircuitKind.CPU else ()),
             *probed,
         ),
         intra_link_gbps=topo.intra_link_gbps,

@@ -260,14 +260,15 @@ def plan_employment(
     *,
     read_bytes: int | None = None,
     kv_bytes: int = 0,
+    read_why: str = "the experts it is routed to",
 ) -> EmploymentPlan:
     """Derive the employment plan for ``model_bytes`` of weights on this host (D31).
 
     ``kv_reserve`` is the fraction of the primary's pool kept free (for the KV
     cache and runtime buffers; headroom when ``kv_bytes`` is given), in [0, 1).
     ``read_bytes`` is what one token reads (MoE: the routed experts; default
-    ``model_bytes``); ``kv_bytes`` the KV cache the primary holds beside the
-    weights.  Raises :class:`InputError` for bad arguments and
+    ``model_bytes``), ``read_why`` what it leaves unread, for the note; ``kv_bytes`` the
+    KV cache the primary holds beside the weights.  Raises :class:`InputError` for bad arguments and
     :class:`InsufficientVram` (weights, KV and headroom in GiB, and what to
     change) when no candidate can hold the overflow.
     """
@@ -303,8 +304,8 @@ def plan_employment(
     ]
     if read < model_bytes:
         notes.append(
-            f"a token reads {read} of the {model_bytes} weight bytes ({share:.1%}: the experts "
-            "it is routed to); every segment is read in that share"
+            f"a token reads {read} of the {model_bytes} weight bytes ({share:.1%}: {read_why}); "
+            "every segment is read in that share"
         )
     common = {"model_bytes": model_bytes, "read_bytes": read, "kv_bytes": kv}
     if model_bytes <= budget:
@@ -453,6 +454,11 @@ def plan_residency(
         kv_reserve,
         read_bytes=min(read_bytes_per_token(model), model.weight_bytes),
         kv_bytes=kv,
+        read_why=(
+            "one row of the embedding table"
+            if model.experts is None
+            else "the experts it is routed to and one row of the embedding table"
+        ),
     )
 
 
