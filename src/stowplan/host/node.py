@@ -5,7 +5,7 @@ from __future__ import annotations
 from stowplan.calibration.apply import MEASURED_LABEL
 from stowplan.errors import InputError
 from stowplan.host.passport import Passport
-from stowplan.host.topology import CircuitKind
+from stowplan.circuits import CircuitKind
 from stowplan.model import NodeDescriptor
 
 __all__ = ["node_from_passport"]
