@@ -46,6 +46,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "stowplan.safeload",
             "stowplan.fileio",
             "stowplan.wording",
+            "stowplan.shell",
         ),
     ),
     (
@@ -54,6 +55,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "stowplan.constraints",
             "stowplan.model",
             "stowplan.plan",
+            "stowplan.plan_checks",
             "stowplan.calibration.profile",
             "stowplan.calibration.runs",
             "stowplan.expert_stats",

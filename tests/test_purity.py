@@ -57,6 +57,7 @@ PURE_MODULES = (
     "stowplan.models.hf",
     "stowplan.models.known",
     "stowplan.plan",
+    "stowplan.plan_checks",
     "stowplan.planner.certify",
     "stowplan.planner.eplb",
     "stowplan.planner.exact",

@@ -3,13 +3,14 @@ GPU lists and the replanning command a refusal names."""
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+from stowplan.fileio import path_exists
 from stowplan.model import ModelLayout, NodeDescriptor
 from stowplan.models import lookup, resolve_model
 from stowplan.plan import Plan, StageAssignment
+from stowplan.shell import shell_quote
 
 __all__ = [
     "ONE_HOST",
@@ -59,7 +60,7 @@ def resolve_layout(
     """
     if layout is not None:
         return layout
-    if model and Path(model).expanduser().exists():
+    if model and path_exists(Path(model).expanduser()):
         return resolve_model(model)
     return lookup(plan.model_name) if plan.model_name else None
 
@@ -145,4 +146,4 @@ def replan_command(
         words += ["--context", context]
     elif plan.context_tokens is not None:
         words += ["--context", str(plan.context_tokens)]
-    return shlex.join(words)
+    return " ".join(shell_quote(w) for w in words)

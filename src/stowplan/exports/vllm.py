@@ -32,6 +32,7 @@ from stowplan.exports.result import Engine, EngineExport, UnsupportedByEngine, s
 from stowplan.gpu_lists import uses_gpu_lists
 from stowplan.model import NodeDescriptor
 from stowplan.plan import Plan, StageAssignment
+from stowplan.shell import shell_comment
 
 __all__ = ["PARTITION_VARIABLE", "RAY_PORT", "export_vllm", "partition_string"]
 
@@ -119,7 +120,11 @@ def export_vllm(
     if hosts > 1:
         notes.append(_placement_note(plan, runs))
     if hosts > 1 and devices:
-        commands = [*_ray_start_lines(runs, devices), f"# on {plan.assignments[0].node_id}", serve]
+        commands = [
+            *_ray_start_lines(runs, devices),
+            shell_comment(f"on {plan.assignments[0].node_id}"),
+            serve,
+        ]
         notes.append(
             f"`ray start` uses the node id {plan.assignments[0].node_id!r} as the head's host "
             "name: replace it with that node's address if the name does not resolve"
@@ -155,6 +160,6 @@ def _ray_start_lines(runs: dict[str, list[StageAssignment]], devices: dict[str, 
         argv = ["ray", "start"]
         argv += ["--head", "--port", str(RAY_PORT)] if node_id == head else []
         argv += [] if node_id == head else ["--address", f"{head}:{RAY_PORT}"]
-        lines.append(f"# on {node_id} ({stage_span(stages)})")
+        lines.append(shell_comment(f"on {node_id} ({stage_span(stages)})"))
         lines.append(shell_line(env, argv))
     return lines
