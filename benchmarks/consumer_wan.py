@@ -9,7 +9,7 @@ import argparse
 import random
 
 from stowplan import Constraints, Infeasible, NodeDescriptor, Objective, lookup, plan
-from stowplan.planner.selection import served_rate
+from stowplan.planner.cheapest import served_rate
 
 OFFERS = [("RTX 3090", 24576, 0.20), ("RTX 4090", 24564, 0.35), ("RTX 5090", 32607, 0.65)]
 

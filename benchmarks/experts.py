@@ -39,7 +39,7 @@ from stowplan import Constraints, ModelLayout, NodeDescriptor, Plan, lookup, pla
 from stowplan.cost import predict
 from stowplan.expert_stats import CoActivation, ExpertLoad, zipf_load
 from stowplan.planner import plan_blocks
-from stowplan.planner.eplb import eplb_place
+from stowplan.planner.baselines.eplb import eplb_place
 from stowplan.planner.experts import (
     ExpertInputs,
     ExpertPlacement,

@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _clusters import cluster
 from stowplan import Constraints, PlanError, lookup, plan
 from stowplan.cost import CostModel
-from stowplan.planner.common import prepare
-from stowplan.planner.exact import solve_exact
+from stowplan.planner.exact.pipelines import solve_exact
+from stowplan.planner.problem import prepare
 
 
 def main() -> None:

@@ -24,8 +24,8 @@ from _clusters import cluster
 from stowplan import Constraints, PlanError, lookup, plan
 from stowplan.baselines import BASELINES
 from stowplan.cost import CostModel
-from stowplan.planner.common import prepare
-from stowplan.planner.exact import solve_exact
+from stowplan.planner.exact.pipelines import solve_exact
+from stowplan.planner.problem import prepare
 
 MODELS = [
     "llama3.1:8b",

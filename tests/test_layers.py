@@ -400,3 +400,51 @@ def test_a_module_takes_the_layer_of_its_longest_named_package() -> None:
     assert name("stowplan.planner.experts.packing") == "planner"
     assert name("stowplan") == "interface"
     assert name("stowplan.unplaced") is None
+
+
+PLANNER_ROOMS = {
+    "baselines": "peer placement rules and EPLB, what plans are compared with",
+    "certify": "a pipeline made a Plan with its prediction and certificate",
+    "cheapest": "objective=cost: the cheapest node set meeting a rate",
+    "context": "the longest context a fleet holds",
+    "exact": "everything behind the scipy extra: optima, bounds, the node-set MILP",
+    "experts": "MoE expert placement",
+    "problem": "the validated planning problem every strategy reads",
+    "strategies": "the block strategies (vram, latency, throughput, cycle)",
+    "tensor": "tensor parallel inside nodes: GPU groups",
+}
+"""The rooms of ``stowplan.planner``, one per capability (``docs/architecture.md`` names each)."""
+
+
+def test_the_planner_folder_lists_its_capabilities() -> None:
+    planner = SRC / "planner"
+    found = {
+        p.stem if p.is_file() else p.name
+        for p in planner.iterdir()
+        if (p.suffix == ".py" and p.name != "__init__.py") or (p / "__init__.py").is_file()
+    }
+    assert found == set(PLANNER_ROOMS)
+    drawing = (SRC.parent.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert [room for room in PLANNER_ROOMS if f"planner/{room}" not in drawing] == []
+
+
+def test_no_planner_import_inside_a_function_but_the_deferred_alias() -> None:
+    """A function-level import of the planner defers nothing (the modules are loaded with
+    ``stowplan.planner``) but the expert planner's, loaded on a MoE model's first plan, and
+    the deprecated alias's, which the package imports."""
+    inside = []
+    for name, tree in read_modules(SRC).items():
+        if not name.startswith("stowplan.planner"):
+            continue
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("stowplan"):
+                    where = (node.module or "").removeprefix("stowplan.planner.")
+                    inside.append(f"{name}:{node.lineno} {where}")
+    assert sorted(i.split(":")[0] + " " + i.split(" ")[1] for i in inside) == [
+        "stowplan.planner experts.choice",
+        "stowplan.planner experts.inputs",
+        "stowplan.planner.experts.deprecated stowplan.planner",
+    ]

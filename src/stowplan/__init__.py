@@ -70,7 +70,7 @@ from stowplan.plan import (
     plan_to_json,
 )
 from stowplan.planner import plan
-from stowplan.planner.context_fit import (
+from stowplan.planner.context import (
     ContextFit,
     default_context_tokens,
     fit_context,

@@ -1,8 +1,8 @@
-"""The peer placement rules, now :mod:`stowplan.planner.baselines`; re-exported here."""
+"""The peer placement rules, now :mod:`stowplan.planner.baselines.peers`; re-exported here."""
 
 from __future__ import annotations
 
-from stowplan.planner.baselines import (
+from stowplan.planner.baselines.peers import (
     BASELINES,
     BaselineResult,
     compare,

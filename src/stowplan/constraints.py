@@ -75,7 +75,7 @@ class Constraints:
     sequences.
 
     None or 0: no KV reserve (the library's default); the command line reserves
-    :func:`~stowplan.planner.context_fit.default_context_tokens` unless told otherwise."""
+    :func:`~stowplan.planner.context.default_context_tokens` unless told otherwise."""
     objective: Objective = Objective.SPEED
     target_tokens_per_s: float | None = None
     """With ``objective=cost``: the throughput the cheapest node set must reach."""

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from itertools import pairwise
 from typing import Any, ClassVar
@@ -25,7 +26,7 @@ from stowplan.limits import (
     MAX_NODES,
     MAX_OWNED_EXPERTS,
 )
-from stowplan.model import ExpertId
+from stowplan.model import ExpertId, NodeDescriptor
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -40,6 +41,7 @@ __all__ = [
     "plan_from_json",
     "plan_to_dict",
     "plan_to_json",
+    "with_inputs",
 ]
 
 SCHEMA_VERSION = 2
@@ -241,9 +243,17 @@ class Plan:
     num_blocks: int | None = None
     context_tokens: int | None = None
     schema_version: int = field(default=SCHEMA_VERSION)
+    model_source: str | None = None
+    """The model as an engine loads it: the absolute path of the file or folder the plan
+    was made from, or the Hugging Face id of a known model; None: not recorded (plans
+    written before it, or made by the library without :func:`with_inputs`)."""
+    nodes: tuple[NodeDescriptor, ...] = ()
+    """The descriptors of the nodes the stages use, in stage order (their addresses, GPU
+    counts and kinds), so that an export needs no fleet file; empty: not recorded."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "assignments", tuple(self.assignments))
+        object.__setattr__(self, "nodes", tuple(self.nodes))
         if self.schema_version not in _SUPPORTED_VERSIONS:
             raise InputError(
                 "schema_version",
@@ -428,6 +438,9 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     if topology["experts_per_block"] is None:  # the bytes plans without experts always had
         del topology["experts_per_block"]
         topology[_OLD_EXPERTS_KEY] = None
+    for key, empty in (("model_source", None), ("nodes", [])):
+        if data[key] == empty:  # plans without them keep the bytes they always had
+            del data[key]
     version_1 = not any(a.uses_tensor_parallel_fields for a in plan.assignments)
     if version_1:
         data["schema_version"] = 1
@@ -445,6 +458,17 @@ def plan_to_json(plan: Plan, *, indent: int | None = 2) -> str:
     return json.dumps(plan_to_dict(plan), sort_keys=True, indent=indent, allow_nan=False) + (
         "\n" if indent is not None else ""
     )
+
+
+def with_inputs(
+    plan: Plan, *, model_source: str | None, nodes: Sequence[NodeDescriptor] = ()
+) -> Plan:
+    """``plan`` recording what it was made from: the model an engine loads
+    (:attr:`Plan.model_source`) and the descriptors of the nodes its stages use
+    (:attr:`Plan.nodes`, in stage order; nodes of ``nodes`` it does not use are left out)."""
+    by_id = {n.id: n for n in nodes}
+    used = [by_id[i] for i in dict.fromkeys(a.node_id for a in plan.assignments) if i in by_id]
+    return replace(plan, model_source=model_source, nodes=tuple(used))
 
 
 def plan_from_dict(data: object) -> Plan:

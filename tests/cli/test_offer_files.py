@@ -12,7 +12,7 @@ from rich.console import Console
 from stowplan.cli import main
 from stowplan.cli.progress import search_progress
 from stowplan.nodefile import load_nodes, load_offers
-from stowplan.planner.selection import MAX_PLANNED, SearchProgress, reporting_progress
+from stowplan.planner.cheapest import MAX_PLANNED, SearchProgress, reporting_progress
 from tests.common.paths import ROOT
 
 REAL_OFFER = ROOT / "tests" / "fixtures" / "vastai" / "offer_rtx4090_1x_2024_raw.json"
@@ -76,7 +76,7 @@ def test_a_long_search_shows_its_bar_and_a_quick_one_does_not():
         time.sleep(0.05)
         with reporting_progress(lambda p: None):
             pass  # an inner block does not disturb the outer one
-        from stowplan.planner import selection
+        from stowplan.planner import cheapest as selection
 
         selection._PROGRESS.get()(  # type: ignore[misc]
             SearchProgress(planned=3, budget=MAX_PLANNED, bound=1.5, best=2.25)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from stowplan import Constraints, load_nodes, lookup, plan
 from stowplan.model import NodeDescriptor
 from stowplan.plan import Certificate, Plan, PlanRationale, Prediction
-from stowplan.planner.baselines import BaselineResult, compare_plans
+from stowplan.planner.baselines.peers import BaselineResult, compare_plans
 from tests.common.paths import EXAMPLES
 
 CONSTRAINTS = Constraints(context_tokens=8192)

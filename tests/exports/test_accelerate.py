@@ -138,6 +138,16 @@ def test_a_plan_made_from_a_config_path_exports_with_model_path_and_no_family(tm
     assert main(["plan", str(config), "--nodes", str(fleet), "--json"]) == 0
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(capsys.readouterr().out)
+    # The plan records the config's path: the export reads the family from it and
+    # loads the checkpoint folder.
+    assert main(["export", str(plan_file), "--to", "accelerate", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["data"]["family"] == "gpt_oss"
+    assert f"from_pretrained({str(config.parent)!r}," in result["commands"][0]
+    # Without the path (a plan written before plans recorded it) the family is asked for.
+    old = json.loads(plan_file.read_text())
+    del old["model_source"]
+    plan_file.write_text(json.dumps(old))
     assert main(["export", str(plan_file), "--to", "accelerate"]) == 2
     assert "pass --model with the model's config.json" in capsys.readouterr().err
     folder = str(config.parent)

@@ -55,9 +55,10 @@ def test_llamacpp_total_context_is_the_context_times_the_slots() -> None:
     ) in result.notes
 
 
-def test_llamacpp_one_sequence_takes_the_context_alone() -> None:
+def test_llamacpp_one_sequence_takes_the_context_in_one_slot() -> None:
+    # -np 1 always: llama-server's default opens several slots sharing one KV pool.
     args = export_plan(_plan(batch=1), "llamacpp", nodes=CASE_C, model="m").args
-    assert args[-2:] == ("-c", "4096") and "-np" not in args
+    assert args[-4:] == ("-c", "4096", "-np", "1")
 
 
 def test_without_the_fleet_the_default_headroom_is_assumed_and_said() -> None:

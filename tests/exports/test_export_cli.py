@@ -19,7 +19,11 @@ def test_export_json_round_trips_the_block_counts(tmp_path, capsys):
         assert out["block_counts"] == [12, 20]
     assert main(["export", str(path), "--to", "vllm"]) == 0
     text = capsys.readouterr().out
-    assert "VLLM_PP_LAYER_PARTITION=12,20 vllm serve llama3.1:8b --pipeline-parallel-size 2" in text
+    # vLLM serves the Hugging Face id the model table gives llama3.1:8b.
+    assert (
+        "VLLM_PP_LAYER_PARTITION=12,20 vllm serve meta-llama/Llama-3.1-8B "
+        "--pipeline-parallel-size 2"
+    ) in text
 
 
 def test_export_errors_are_one_line(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""llama.cpp across hosts: ``rpc-server`` per stage elsewhere, ``llama-server --rpc`` last."""
+"""llama.cpp across hosts: ``ggml-rpc-server`` per stage elsewhere, ``llama-server --rpc`` last."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ def test_two_hosts_give_an_rpc_server_and_llama_server_with_the_split_in_stage_o
     result = export_plan(make_plan([12, 20], ["a", "b"]), "llamacpp", nodes=nodes, model="m.gguf")
     assert result.commands == (
         "# on a (stage 0)",
-        "rpc-server -H 192.168.1.10 -p 50052",
+        "ggml-rpc-server -H 192.168.1.10 -p 50052",
         "# on b (stage 1)",
-        "llama-server -m m.gguf --rpc 192.168.1.10:50052 -ngl 33 --tensor-split 12,21 -c 4096",
+        "llama-server -m m.gguf --rpc 192.168.1.10:50052 -ngl 33 --tensor-split 12,21 -c 4096 -np 1",
     )
     assert result.data == {
         "rpc_servers": [{"node": "a", "stage": 0, "endpoint": "192.168.1.10:50052"}],
@@ -45,15 +45,15 @@ def test_three_hosts_name_the_missing_addresses_and_give_each_stage_its_own_serv
     result = export_plan(plan, "llamacpp", model="m.gguf")
     assert result.commands == (
         "# on n0 (stage 0)",
-        "CUDA_VISIBLE_DEVICES=0 rpc-server -H 0.0.0.0 -p 50052",
+        "CUDA_VISIBLE_DEVICES=0 ggml-rpc-server -H 0.0.0.0 -p 50052",
         "# on n1 (stage 1)",
-        "CUDA_VISIBLE_DEVICES=2 rpc-server -H 0.0.0.0 -p 50052",
+        "CUDA_VISIBLE_DEVICES=2 ggml-rpc-server -H 0.0.0.0 -p 50053",
         "# on n1 (stage 2)",
-        "CUDA_VISIBLE_DEVICES=3 rpc-server -H 0.0.0.0 -p 50053",
+        "CUDA_VISIBLE_DEVICES=3 ggml-rpc-server -H 0.0.0.0 -p 50054",
         "# on n2 (stages 3, 4)",
         "CUDA_VISIBLE_DEVICES=1 llama-server -m m.gguf --rpc "
-        "'<host-of-n0>:50052,<host-of-n1>:50052,<host-of-n1>:50053' -ngl 33 -sm layer "
-        "--tensor-split 10,10,6,7 -ot '^output(_norm)?\\.=CPU' -c 4096",
+        "'<host-of-n0>:50052,<host-of-n1>:50053,<host-of-n1>:50054' -ngl 33 -sm layer "
+        "--tensor-split 10,10,6,7 -ot '^output\\.weight$=CPU' -c 4096 -np 1",
     )
     assert (
         "replace <host-of-NODE> after --rpc with the address of n0, n1 (or give the node a "
@@ -72,12 +72,13 @@ def test_a_stage_of_llama_servers_host_before_another_hosts_is_served_on_loopbac
     result = export_plan(plan, "llamacpp", model="m.gguf")
     assert result.commands == (
         "# on a (stage 0)",
-        "CUDA_VISIBLE_DEVICES=0 rpc-server -H 127.0.0.1 -p 50052",
+        "CUDA_VISIBLE_DEVICES=0 ggml-rpc-server -H 127.0.0.1 -p 50052",
         "# on b (stage 1)",
-        "CUDA_VISIBLE_DEVICES=0 rpc-server -H 0.0.0.0 -p 50052",
+        "CUDA_VISIBLE_DEVICES=0 ggml-rpc-server -H 0.0.0.0 -p 50053",
         "# on a (stage 2)",
         "CUDA_VISIBLE_DEVICES=1 llama-server -m m.gguf --rpc "
-        "'127.0.0.1:50052,<host-of-b>:50052' -ngl 25 -sm layer --tensor-split 8,8,9 -c 4096",
+        "'127.0.0.1:50052,<host-of-b>:50053' -ngl 25 -sm layer --tensor-split 8,8,9 -c 4096 "
+        "-np 1",
     )
 
 
@@ -93,12 +94,12 @@ def test_a_cpu_node_with_an_address_is_served_by_its_hosts_rpc_server():
     result = export_plan(plan, "llamacpp", nodes=nodes, model="m.gguf")
     assert result.commands == (
         "# on cpu-a (stage 0)",
-        "rpc-server --device CPU -H 10.0.0.1 -p 50052",
+        "ggml-rpc-server --device CPU -H 10.0.0.1 -p 50052",
         "# on a (stage 1)",
-        "rpc-server -H 10.0.0.1 -p 50053",
+        "ggml-rpc-server -H 10.0.0.1 -p 50053",
         "# on b (stage 2)",
         "llama-server -m m.gguf --rpc 10.0.0.1:50052,10.0.0.1:50053 -ngl 33 "
-        "--tensor-split 2,10,21 -c 4096",
+        "--tensor-split 2,10,21 -c 4096 -np 1",
     )
 
 
@@ -108,7 +109,7 @@ def test_a_cpu_node_without_an_address_is_llama_servers_cpu():
     result = export_plan(plan, "llamacpp", nodes=nodes, model="m.gguf")
     assert result.commands[-1] == (
         "llama-server -m m.gguf --rpc '<host-of-a>:50052' -ngl 33 --tensor-split 10,23 "
-        "-ot 'blk\\.(30|31)\\.=CPU' -ot '^output(_norm)?\\.=CPU' -c 4096"
+        "-ot 'blk\\.(30|31)\\.=CPU' -ot '^output\\.weight$=CPU' -c 4096 -np 1"
     )
 
 
@@ -145,7 +146,8 @@ def test_rpc_devices_then_local_gpus_are_the_stages_in_order_and_hold_their_bloc
         for b in range(*a.block_range):
             assert placed[f"blk.{b}.attn_q.weight"] == devices.index(a.stage), (b, a.stage)
     assert placed["output.weight"] == len(devices) - 1
-    ports = [(s["node"], s["endpoint"].rsplit(":", 1)[1]) for s in servers]
+    # Every server its own port, so servers of nodes on one machine never collide.
+    ports = [s["endpoint"].rsplit(":", 1)[1] for s in servers]
     assert len(set(ports)) == len(ports)
 
 
@@ -180,7 +182,7 @@ def test_experts_split_across_hosts_are_refused_with_the_block_local_replan():
 
 def test_whole_nodes_without_descriptors_stay_devices_of_one_host():
     result = export_plan(make_plan([12, 20]), "llamacpp", model="m.gguf")
-    assert result.commands == ("llama-server -m m.gguf -ngl 33 --tensor-split 12,21 -c 4096",)
+    assert result.commands == ("llama-server -m m.gguf -ngl 33 --tensor-split 12,21 -c 4096 -np 1",)
     assert result.data == {}
 
 
@@ -196,8 +198,8 @@ def test_the_cli_exports_a_fleet_of_two_hosts_with_rpc(tmp_path: Path, capsys) -
     assert main([*args, "--model", "m.gguf"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[-3:] == [
-        "rpc-server -H 10.1.1.1 -p 50052",
+        "ggml-rpc-server -H 10.1.1.1 -p 50052",
         "# on b (stage 1)",
-        "llama-server -m m.gguf --rpc 10.1.1.1:50052 -ngl 33 --tensor-split 12,21 -c 4096",
+        "llama-server -m m.gguf --rpc 10.1.1.1:50052 -ngl 33 --tensor-split 12,21 -c 4096 -np 1",
     ]
     assert shlex.split(lines[-1])[0] == "llama-server"

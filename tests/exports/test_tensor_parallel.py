@@ -47,9 +47,17 @@ def test_two_nodes_of_eight_h100_run_405b_as_tp8_times_pp2_on_vllm(plan_405b: Pl
         ("n1", 8),
     ]
     result = export_plan(plan_405b, "vllm", nodes=load_nodes(TWO_H100))
-    (line,) = result.commands
-    env, argv = parse_command(line)
-    assert argv[:3] == ["vllm", "serve", "llama3.1:405b"]
+    # With the fleet's descriptors the Ray cluster is still started on both nodes, and
+    # vLLM serves the Hugging Face id the model table gives llama3.1:405b.
+    assert result.commands[:5] == (
+        "# on n0 (stage 0)",
+        "ray start --head --port 6379",
+        "# on n1 (stage 1)",
+        "ray start --address n0:6379",
+        "# on n0",
+    )
+    env, argv = parse_command(result.commands[-1])
+    assert argv[:3] == ["vllm", "serve", "meta-llama/Llama-3.1-405B"]
     assert argv[3:] == [
         "--pipeline-parallel-size", "2", "--tensor-parallel-size", "8",
         "--distributed-executor-backend", "ray", "--gpu-memory-utilization", "0.8",
@@ -93,7 +101,12 @@ def test_nodes_the_plan_leaves_out_are_kept_out_of_the_ray_cluster() -> None:
         "keep n2 out of this Ray cluster: the plan does not use it, and vLLM places workers on "
         "any GPU Ray has" in result.notes
     )
-    assert len(result.commands) == 1 and "--tensor-parallel-size 4" in result.commands[0]
+    assert "--tensor-parallel-size 4" in result.commands[-1]
+    assert [c for c in result.commands if c.startswith("# on")] == [
+        "# on n0 (stage 0)",
+        "# on n1 (stage 1)",
+        "# on n0",
+    ]
 
 
 def test_a_node_split_into_two_stages_runs_on_one_host_without_ray() -> None:
@@ -198,7 +211,7 @@ def test_llamacpp_runs_one_tensor_parallel_stage_with_row_split() -> None:
     result = export_plan(p, "llamacpp", model="m.gguf")
     assert result.commands == (
         "CUDA_VISIBLE_DEVICES=4,5,6,7 llama-server -m m.gguf -ngl 33 -sm row "
-        "--tensor-split 1,1,1,1 -c 8192",
+        "--tensor-split 1,1,1,1 -c 8192 -np 1",
     )
     assert any("KV cache and the intermediate results on the main GPU" in n for n in result.notes)
 
@@ -210,6 +223,7 @@ def test_llamacpp_layer_split_puts_each_stages_blocks_on_its_own_gpu(rule: str) 
     env, argv = parse_command(result.commands[0])
     assert argv[1:] == [
         "-m", "m.gguf", "-ngl", "33", "-sm", "layer", "--tensor-split", "10,14,9", "-c", "4096",
+        "-np", "1",
     ]  # fmt: skip
     visible = [int(g) for g in env["CUDA_VISIBLE_DEVICES"].split(",")]
     assert visible == [5, 1, 3]

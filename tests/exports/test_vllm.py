@@ -17,7 +17,7 @@ counts_st = st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_siz
 @given(counts_st)
 def test_vllm_partition_satisfies_vllms_rule_and_gives_each_rank_its_blocks(counts):
     plan = make_plan(counts)
-    env, argv = parse_command(export_plan(plan, "vllm").commands[0])
+    env, argv = parse_command(export_plan(plan, "vllm").commands[-1])  # after ray start
     pp = int(flag(argv, "--pipeline-parallel-size"))
     assert pp == plan.num_stages
     for a in plan.assignments:
@@ -44,6 +44,13 @@ def test_vllm_export_carries_context_tp_and_the_ray_order_note():
     plan = make_plan([10, 12, 10], ["n-a", "n-b", "n-c"], context_tokens=8192)
     result = export_plan(plan, Engine.VLLM, model="meta-llama/Llama-3.1-8B")
     assert result.commands == (
+        "# on n-a (stage 0)",
+        "ray start --head --port 6379",
+        "# on n-b (stage 1)",
+        "ray start --address n-a:6379",
+        "# on n-c (stage 2)",
+        "ray start --address n-a:6379",
+        "# on n-a",
         "VLLM_PP_LAYER_PARTITION=10,12,10 vllm serve meta-llama/Llama-3.1-8B "
         "--pipeline-parallel-size 3 --tensor-parallel-size 1 "
         "--distributed-executor-backend ray --max-model-len 8192 --gpu-memory-utilization 0.8",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from stowplan import Constraints, ModelLayout, NodeDescriptor
 from stowplan.cost import CostModel
-from stowplan.planner.baselines import BASELINES, compare
-from stowplan.planner.common import prepare
+from stowplan.planner.baselines.peers import BASELINES, compare
+from stowplan.planner.problem import prepare
 
 MODEL = ModelLayout(
     name="toy",

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from stowplan import Constraints, NodeDescriptor, Strategy, plan
 from stowplan.cost import CostModel, cycle_seconds, microbatches
-from stowplan.planner.common import prepare
+from stowplan.planner.problem import prepare
 from tests.common.brute_force import brute_force
 from tests.common.instances import instances
 from tests.common.refusals import or_none, rejected_if_refused

@@ -29,7 +29,7 @@ from stowplan.expert_stats import CoActivation, ExpertLoad, zipf_load
 from stowplan.model import usable_bytes
 from stowplan.plan import plan_to_dict
 from stowplan.planner import plan
-from stowplan.planner.eplb import eplb_place
+from stowplan.planner.baselines.eplb import eplb_place
 from stowplan.planner.experts import (
     ExpertInputs,
     ExpertPlacement,

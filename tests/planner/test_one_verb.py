@@ -28,7 +28,7 @@ from stowplan.cli import main
 from stowplan.expert_stats import CoActivation, zipf_load
 from stowplan.models import known_names
 from stowplan.planner import plan_blocks
-from stowplan.planner.context_fit import default_context_tokens, plan_within_context
+from stowplan.planner.context import default_context_tokens, plan_within_context
 from tests.common.paths import EXAMPLES
 
 FLEETS = ("two-h100-nodes", "mixed-consumer")

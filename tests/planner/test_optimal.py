@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from stowplan import Constraints, Strategy, plan
 from stowplan.baselines import BASELINES
 from stowplan.cost import CostModel
-from stowplan.planner.common import prepare
-from stowplan.planner.exact import solve_exact
+from stowplan.planner.exact.pipelines import solve_exact
+from stowplan.planner.problem import prepare
 from tests.common.brute_force import brute_force, slowest
 from tests.common.instances import instances
 from tests.common.refusals import or_none, plan_or_reject, rejected_if_refused
@@ -125,7 +125,7 @@ def two_gpus():
 @settings(max_examples=60)
 @given(instances(max_nodes=5, max_blocks=8))
 def test_a_throughput_plan_proven_optimal_equals_the_exact_optimum(inst):
-    from stowplan.planner.throughput import throughput_search
+    from stowplan.planner.strategies.throughput import throughput_search
 
     model, nodes = inst
     c = Constraints(batch=8, strategy=Strategy.THROUGHPUT)
@@ -158,7 +158,7 @@ def test_the_certificate_never_claims_more_than_the_exact_optimum(inst):
 @settings(max_examples=80)
 @given(instances(max_nodes=7, max_blocks=8))
 def test_the_fractional_bound_never_beats_the_exact_optimum(inst):
-    from stowplan.planner.exact import fluid_bound
+    from stowplan.planner.exact.pipelines import fluid_bound
 
     model, nodes = inst
     for batch, objective in ((1, "latency"), (8, "throughput")):
@@ -199,8 +199,8 @@ def _calibrated(draw: st.DrawFn) -> tuple:
 @given(_calibrated())
 def test_exact_and_the_bound_agree_with_brute_force_under_a_calibration(inst):
     """The block, collective and in-host hop costs enter every closed form the same way."""
-    from stowplan.planner.exact import _milp, fluid_bound
-    from stowplan.planner.throughput import _RoleTimes, throughput_search
+    from stowplan.planner.exact.pipelines import _milp, fluid_bound
+    from stowplan.planner.strategies.throughput import _RoleTimes, throughput_search
 
     model, nodes, cal, context = inst
     feasible = {}

@@ -103,7 +103,7 @@ def _brute_force_price(model, nodes, c):
     import itertools
 
     from stowplan.errors import PlanError
-    from stowplan.planner.selection import served_rate
+    from stowplan.planner.cheapest import served_rate
 
     speed = Constraints(
         batch=c.batch,
@@ -134,7 +134,7 @@ def test_the_cheapest_set_matches_brute_force_on_small_pools(inst, batch, scale)
     model, nodes = inst
     speed = Constraints(batch=batch, strategy="exact", vram_headroom_frac=0.0)
     fastest = plan_or_reject(model, nodes, speed)
-    from stowplan.planner.selection import served_rate
+    from stowplan.planner.cheapest import served_rate
 
     target = served_rate(fastest) * scale * 0.5
     c = Constraints(
@@ -179,7 +179,7 @@ def _offers(count: int, seed: int) -> list[NodeDescriptor]:
 
 def test_a_model_needing_ten_nodes_out_of_24_offers_is_planned_or_honestly_refused():
     from stowplan import lookup
-    from stowplan.planner.selection import served_rate
+    from stowplan.planner.cheapest import served_rate
 
     model, nodes = lookup("llama3.1:405b-q4_0"), _offers(24, 0)
     fastest = served_rate(plan(model, nodes))
@@ -200,7 +200,7 @@ def test_a_model_needing_ten_nodes_out_of_24_offers_is_planned_or_honestly_refus
 
 
 def _served(model, nodes, batch, **kw):
-    from stowplan.planner.selection import served_rate
+    from stowplan.planner.cheapest import served_rate
 
     c = Constraints(batch=batch, strategy="exact", vram_headroom_frac=0.0, **kw)
     try:
@@ -221,7 +221,7 @@ def test_the_milp_allows_a_set_exactly_when_a_pipeline_of_it_meets_the_target(in
     from hypothesis import assume
 
     from stowplan.cost import CostModel
-    from stowplan.planner.set_milp import SetMilp
+    from stowplan.planner.exact.node_sets import SetMilp
 
     model, nodes = inst
     assume(len(nodes) >= 2)
@@ -307,7 +307,7 @@ def test_near_miss_sets_no_longer_cost_one_cut_each():
     # 72 offers without hop latency, a target just above what a 3090 + 4090 pair gives:
     # a looser relaxation lets ~200 such pairs through, one planner run and cut each.
     from stowplan import lookup
-    from stowplan.planner.selection import served_rate
+    from stowplan.planner.cheapest import served_rate
 
     model, nodes = lookup("llama3.1:70b-q4_0"), _vast_like(72, 0, latency=False)
     p = plan(model, nodes, Constraints(objective=Objective.COST, target_tokens_per_s=25))
@@ -318,7 +318,7 @@ def test_near_miss_sets_no_longer_cost_one_cut_each():
 @pytest.mark.parametrize("fraction", [0.05, 0.5, 0.9, 0.99])
 def test_100_offers_need_at_most_two_sets_planned_at_any_reachable_target(fraction):
     from stowplan import lookup
-    from stowplan.planner.selection import served_rate
+    from stowplan.planner.cheapest import served_rate
 
     model, nodes = lookup("llama3.1:70b"), _vast_like(100, 1, latency=False)
     fastest = served_rate(plan(model, nodes))
@@ -330,7 +330,7 @@ def test_100_offers_need_at_most_two_sets_planned_at_any_reachable_target(fracti
 
 def test_search_progress_reaches_the_callback():
     from stowplan import lookup
-    from stowplan.planner.selection import SearchProgress, reporting_progress
+    from stowplan.planner.cheapest import SearchProgress, reporting_progress
 
     seen: list[SearchProgress] = []
     model, nodes = lookup("llama3.1:70b-q4_0"), _vast_like(24, 2, latency=True)
@@ -347,7 +347,7 @@ def test_search_progress_reaches_the_callback():
 @pytest.mark.parametrize("fraction", [0.1, 0.5, 0.9])
 def test_a_moe_plan_bought_for_a_target_meets_it(fraction):
     from stowplan import lookup
-    from stowplan.planner.selection import served_rate
+    from stowplan.planner.cheapest import served_rate
 
     model, nodes = lookup("mixtral:8x7b"), _vast_like(40, 0, latency=False)
     target = served_rate(plan(model, nodes)) * fraction

@@ -18,8 +18,8 @@ from stowplan.model import ModelLayout, gpu_group_node
 from stowplan.models.known import lookup
 from stowplan.parallel_rules import legal_tensor_parallel, tensor_parallel_violation
 from stowplan.plan import plan_from_json, plan_to_json
-from stowplan.planner.common import prepare
-from stowplan.planner.tensor_exact import grouped_bound, solve_grouped
+from stowplan.planner.problem import prepare
+from stowplan.planner.tensor.exact import grouped_bound, solve_grouped
 
 GB = 10**9
 

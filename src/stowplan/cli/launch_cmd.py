@@ -32,7 +32,7 @@ from stowplan.models import resolve_model
 from stowplan.nodefile import load_nodes
 from stowplan.plan import plan_to_dict
 from stowplan.planner import plan_blocks as make_plan
-from stowplan.planner.context_fit import default_context_tokens
+from stowplan.planner.context import default_context_tokens
 from stowplan.report.terminal import render_plan
 from stowplan.units import format_bytes
 from stowplan.wording import plural, short_node_id

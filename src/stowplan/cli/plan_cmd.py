@@ -39,12 +39,12 @@ from stowplan.expert_stats import load_coactivation, load_expert_load
 from stowplan.fileio import read_text_file
 from stowplan.gpu_lists import stage_place_text
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, Objective
-from stowplan.models import known_names, lookup, resolve_model
+from stowplan.models import known_names, lookup, model_source, resolve_model
 from stowplan.nodefile import load_nodes
-from stowplan.plan import Plan, plan_from_json, plan_to_json
+from stowplan.plan import Plan, plan_from_json, plan_to_json, with_inputs
 from stowplan.plan_checks import check_plan_fits
 from stowplan.planner import plan as make_plan
-from stowplan.planner.context_fit import (
+from stowplan.planner.context import (
     ContextFit,
     default_context_tokens,
     fit_context,
@@ -163,6 +163,7 @@ def plan_command(
         else:
             result = plan_within_context(layout, fleet, constraints, planner=planner)
     warn_about_gpus(fleet)  # once the plan is made: an error stays the one line on stderr
+    result = with_inputs(result, model_source=model_source(model), nodes=fleet)
     baselines = compare_baselines(layout, fleet, constraints) if compare or html is not None else ()
     verdict = plan_verdict(
         result, fleet, layout, constraints.calibration, model_attention(model, dtype)
@@ -277,7 +278,8 @@ def stage_env_command(
 
     p = plan_from_json(read_text_file(plan_file, field="PLAN"))
     known = lookup(p.model_name) if p.model_name else None
-    check_plan_fits(p, layout=known, nodes=load_nodes(nodes) if nodes is not None else None)
+    recorded = p.nodes or None  # the descriptors the plan recorded, unless --nodes is given
+    check_plan_fits(p, layout=known, nodes=load_nodes(nodes) if nodes is not None else recorded)
     places = [stage_place_text(a) for a in p.assignments]
     text = render_stage_env(stage_env(p), places, "json" if as_json else fmt, stage)
     out_console.file.write(text)

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from stowplan.planner.selection import SearchProgress, reporting_progress
+from stowplan.planner.cheapest import SearchProgress, reporting_progress
 
 __all__ = ["SHOW_AFTER_S", "search_progress"]
 

@@ -53,7 +53,8 @@ def export_plan(
 ) -> EngineExport:
     """Translate ``plan`` into the settings of engine ``to``.
 
-    ``nodes`` (optional) tell GPU counts and which nodes are the CPU; ``model`` is the
+    ``nodes`` (optional; default the plan's own :attr:`~stowplan.plan.Plan.nodes`) tell
+    addresses, GPU counts and which nodes are the CPU; ``model`` is the
     path or id to put on the command line (default: the plan's model name);
     ``layout``/``family`` give the module names for Accelerate (default: the model file
     ``model`` points at when it is a path, else the known model of the plan's name);
@@ -69,6 +70,8 @@ def export_plan(
     from stowplan.plan_checks import check_plan_fits
 
     engine = check_choice("--to", to, Engine, normalise=lambda v: v.strip().lower())
+    if nodes is None and plan.nodes:
+        nodes = plan.nodes  # the descriptors the plan recorded (stowplan plan --json)
     try:
         resolved = resolve_layout(plan, layout, model)
     except StowplanError:

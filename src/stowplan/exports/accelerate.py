@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from stowplan.errors import InputError
 from stowplan.exports.common import (
@@ -140,6 +141,26 @@ def _listed_devices(plan: Plan, cpu: list[bool], nodes_file: str | None) -> list
     return devices
 
 
+def _load_arguments(model_arg: str) -> tuple[str, list[str]]:
+    """``from_pretrained``'s leading arguments for ``model_arg`` (``'FOLDER',`` or
+    ``'FOLDER', gguf_file='NAME',``), and the notes they need.
+
+    A ``config.json`` or safetensors index loads from its folder; a ``.gguf`` file from
+    its folder with ``gguf_file`` (transformers dequantises it to the torch dtype, so
+    the weights take more memory than the file's bytes the plan priced).
+    """
+    path = Path(model_arg)
+    if model_arg.lower().endswith(".gguf"):
+        return f"{str(path.parent)!r}, gguf_file={path.name!r},", [
+            "transformers loads a GGUF file dequantised (gguf_file=): its weights take the "
+            "bytes of the torch dtype, more than the quantised file the plan priced; plan "
+            "the model's safetensors checkpoint for Accelerate"
+        ]
+    if path.name == "config.json" or model_arg.endswith((".index.json", ".safetensors")):
+        return f"{str(path.parent)!r},", []
+    return f"{model_arg!r},", []
+
+
 def export_accelerate(
     plan: Plan,
     *,
@@ -201,7 +222,8 @@ def export_accelerate(
         budget = a.usable_vram_bytes if a.usable_vram_bytes is not None else a.estimated_vram_bytes
         max_memory[str(d)] = max_memory.get(str(d), 0) + budget
     model_arg, model_notes = model_argument(plan, model)
-    notes = list(model_notes)
+    load_args, load_notes = _load_arguments(model_arg)
+    notes = [*model_notes, *load_notes]
     gpu_nodes = [a.node_id for a, d in zip(plan.assignments, devices, strict=True) if d != "cpu"]
     if lists and gpu_nodes:
         notes.append(
@@ -237,7 +259,7 @@ def export_accelerate(
         "device_map = json.load(open('device_map.json'))\n"
         "max_memory = {(int(k) if k.isdigit() else k): v\n"
         "              for k, v in json.load(open('max_memory.json')).items()}\n"
-        f"model = AutoModelForCausalLM.from_pretrained({model_arg!r}, device_map=device_map,\n"
+        f"model = AutoModelForCausalLM.from_pretrained({load_args} device_map=device_map,\n"
         "                                             max_memory=max_memory)\n"
         "EOF"
     )

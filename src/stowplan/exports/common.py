@@ -6,23 +6,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from stowplan.errors import InputError
 from stowplan.fileio import path_exists
 from stowplan.model import ModelLayout, NodeDescriptor
-from stowplan.models import lookup, resolve_model
+from stowplan.models import hf_id, lookup, parse_dtype, resolve_model
+from stowplan.models.known import known_model, known_with_dtype
 from stowplan.plan import Plan, StageAssignment
 from stowplan.shell import shell_quote
 
 __all__ = [
+    "ADDRESS_LABELS",
     "ONE_HOST",
     "expert_owners",
     "is_cpu_node",
     "model_argument",
+    "model_spec",
+    "node_address",
     "node_devices",
     "nodes_by_id",
     "replan_command",
     "resolve_layout",
     "stage_degree",
 ]
+
+ADDRESS_LABELS = ("address", "host")
+"""Node labels read, in this order, as the node's network address."""
 
 ONE_HOST = "this engine runs on one host: every node of the plan must be a device of it"
 
@@ -31,6 +39,15 @@ _CPU_WORDS = {"cpu", "host", "system ram", "ram"}
 
 def nodes_by_id(nodes: Sequence[NodeDescriptor] | None) -> dict[str, NodeDescriptor]:
     return {n.id: n for n in nodes or ()}
+
+
+def node_address(node: NodeDescriptor | None) -> str | None:
+    """The node's ``address`` (or ``host``) label, or None."""
+    labels = dict(node.labels) if node is not None else {}
+    for key in ADDRESS_LABELS:
+        if labels.get(key, "").strip():
+            return labels[key].strip()
+    return None
 
 
 def is_cpu_node(node_id: str, nodes: dict[str, NodeDescriptor]) -> bool:
@@ -51,17 +68,19 @@ def is_cpu_node(node_id: str, nodes: dict[str, NodeDescriptor]) -> bool:
 def resolve_layout(
     plan: Plan, layout: ModelLayout | None, model: str | None = None
 ) -> ModelLayout | None:
-    """The given layout, else the model file ``model`` points at, else the known model
-    named by the plan, else None.
+    """The given layout, else the model file ``model`` (or the plan's
+    :attr:`~stowplan.plan.Plan.model_source`) points at, else the known model named by
+    the plan, else None.
 
-    ``model`` counts when it is an existing path (config.json, checkpoint folder, safetensors
-    index or .gguf): a plan made from a file carries only the file's short name, so the
-    export reads the family from the file again.
+    A path counts when it exists (config.json, checkpoint folder, safetensors index or
+    .gguf): the plan's name of a file is only its short name, so the export reads the
+    family from the file again.
     """
     if layout is not None:
         return layout
-    if model and path_exists(Path(model).expanduser()):
-        return resolve_model(model)
+    for given in (model, plan.model_source):
+        if given and path_exists(Path(given).expanduser()):
+            return resolve_model(given)
     return lookup(plan.model_name) if plan.model_name else None
 
 
@@ -83,16 +102,64 @@ def stage_of_block(plan: Plan, block: int) -> StageAssignment:
 
 
 def model_argument(plan: Plan, model: str | None) -> tuple[str, tuple[str, ...]]:
-    """The model path or id to put on the command line, and a note when it is a stand-in."""
+    """The model path or id to put on the command line, and a note when it is a stand-in.
+
+    ``model`` when given; else the plan's :attr:`~stowplan.plan.Plan.model_source` (the
+    file it was made from, or the known model's Hugging Face id); else the Hugging Face
+    id the model table gives the plan's name; else the name, with a note.
+    """
     if model:
         return model, ()
     name = plan.model_name or "MODEL"
+    source = plan.model_source
+    if source and Path(source).is_absolute():
+        return source, ()
+    known = source or hf_id(name)
+    if known is not None:
+        priced = _priced_dtype(name)
+        return known, () if priced is None else (
+            f"the plan prices the weights as {priced}; {known} is the checkpoint as published: "
+            f"pass --model a checkpoint stored as {priced}",
+        )
     if "/" in name:
         return name, ()
     return name, (
         f"'{name}' is stowplan's short name: replace it with the model's path or "
         "Hugging Face id (or pass --model)",
     )
+
+
+def _priced_dtype(name: str) -> str | None:
+    """The storage the plan's model name prices that differs from the published
+    checkpoint's (``llama3.1:8b-q4_0``, ``llama3.1:8b@fp8``), or None."""
+    base, _, tag = name.partition("@")
+    row = known_model(base)
+    priced = tag or (row.dtype if row is not None else None)
+    if row is None and (tagged := known_with_dtype(base)) is not None:
+        row, priced = tagged[0], priced or tagged[1]
+    if row is None or priced is None:
+        return priced
+    published = row.config.get("torch_dtype")
+    try:
+        same = published is not None and parse_dtype(published) == parse_dtype(priced)
+    except InputError:
+        same = False
+    return None if same else priced
+
+
+def model_spec(plan: Plan) -> list[str]:
+    """The words that name the plan's model to ``stowplan plan`` again: the file it was
+    made from, else its known name (a priced dtype as ``--dtype``), else its name."""
+    source = plan.model_source
+    if source and Path(source).is_absolute():
+        return [source]
+    name = plan.model_name or source or "MODEL"
+    base, _, tag = name.partition("@")
+    if tag and lookup(base) is not None:
+        return [base, "--dtype", tag]
+    if lookup(name) is not None or known_with_dtype(name) is not None:
+        return [name]
+    return [source or name]
 
 
 def stage_degree(a: StageAssignment, nodes: dict[str, NodeDescriptor]) -> int:
@@ -135,7 +202,7 @@ def replan_command(
     ``nodes_file`` is the fleet file (``FLEET`` when unknown); the plan's sequences
     (``--batch``) and context are kept, or the context is ``context`` when given (``max``).
     """
-    words = ["stowplan", "plan", plan.model_name or "MODEL", "--nodes", nodes_file or "FLEET"]
+    words = ["stowplan", "plan", *model_spec(plan), "--nodes", nodes_file or "FLEET"]
     if engine is not None:
         words += ["--engine", engine]
     words += extra

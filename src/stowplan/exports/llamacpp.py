@@ -12,12 +12,20 @@ The export therefore places blocks identically under both rules:
 
 * ``-ngl n+1``, so ``i_gpu_start`` is 0 whichever rule the build follows;
 * gives each GPU stage a ``--tensor-split`` proportion equal to its block count
-  (the last GPU also counts the output layer; blocks of a CPU stage are counted on
-  the GPU before it, or the first GPU for CPU stages ahead of all GPUs), so the
-  split points fall exactly on the plan's boundaries;
-* keeps every CPU-stage block (and the head when the last stage is the CPU) in
-  host memory with ``-ot``, and a GPU block's routed experts with
-  ``blk\\.N\\.ffn_.*_exps\\.=CPU`` when the plan puts them on a CPU stage.
+  (the last GPU also counts the output layer; the blocks of a run of CPU stages
+  are counted on the device before it, or the one after it when only that one is
+  llama-server's own or none is before), so the split points fall exactly on the
+  plan's boundaries;
+* keeps every CPU-stage block (and the output matrix ``output.weight`` when the last
+  stage is the CPU; ``output_norm`` stays with the last device) in host memory with
+  ``-ot``, and a GPU block's routed experts with ``blk\\.N\\.ffn_.*_exps\\.=CPU``
+  when the plan puts them on a CPU stage;
+* says where the KV cache of those CPU blocks lives: llama.cpp keeps a layer's KV
+  cache on the device its split share gives it, whatever ``-ot`` does to its
+  weights (on another host's device when no device of llama-server's host is next
+  to them);
+* always gives ``-np`` (the plan's sequences): llama-server's default opens several
+  slots sharing one KV pool.
 
 Refused: routed experts of one block split between stages, or placed on a GPU
 other than their block's or the CPU of another host (llama.cpp stores a block's
@@ -38,7 +46,7 @@ and refuses a plan mixing the two (a stage on several GPUs among several stages)
 naming the ``stowplan plan`` line that plans what llama.cpp runs.
 
 Several hosts (a plan that lists GPUs of several nodes, or whose nodes' descriptors
-are given): ``rpc-server`` for the stages of the other hosts and ``llama-server
+are given): ``ggml-rpc-server`` for the stages of the other hosts and ``llama-server
 --rpc …`` on the last stage's host, the split over the devices in stage order (how
 llama.cpp orders RPC and local devices: :mod:`~stowplan.exports.llamacpp_rpc`).
 """
@@ -64,10 +72,12 @@ from stowplan.model import ModelLayout, NodeDescriptor
 from stowplan.plan import Plan, StageAssignment
 from stowplan.shell import shell_comment
 
-__all__ = ["EXPERT_TENSORS", "block_regex", "export_llamacpp"]
+__all__ = ["EXPERT_TENSORS", "OUTPUT_TENSOR", "block_regex", "export_llamacpp"]
 
 EXPERT_TENSORS = "ffn_.*_exps\\."
 """Regex tail of a block's routed-expert tensors (``ffn_up_exps``, ``ffn_down_exps`` …)."""
+OUTPUT_TENSOR = "^output\\.weight$"
+"""Regex of the output (head) matrix alone: not ``output_norm.weight``."""
 
 
 def block_regex(blocks: Sequence[int], suffix: str = "") -> str:
@@ -137,22 +147,34 @@ def _split_mode(plan: Plan, gpu_stages: list[StageAssignment], nodes_file: str |
 
 
 def _context_args(plan: Plan, notes: list[str]) -> list[str]:
-    """``-c`` (and ``-np``) for the plan's context; a note of how llama.cpp counts it.
+    """``-c`` and ``-np`` for the plan's context and sequences; a note of how llama.cpp
+    counts them.
 
     llama-server's ``-c`` is the KV cache of all its slots together; with ``-np N`` each
-    slot gets ``-c / N``.  So ``U`` sequences of ``C`` tokens are ``-c C·U -np U``.
+    slot gets ``-c / N``.  So ``U`` sequences of ``C`` tokens are ``-c C·U -np U``;
+    ``-np`` is always given, since llama-server's own default opens several slots
+    sharing one KV pool.
     """
     context, seqs = context_of(plan), sequences_of(plan)
     if context is None:
         notes.append("the plan reserves no KV cache: llama.cpp uses the model's trained context")
-        return []
+        return ["-np", str(seqs)]
     if seqs == 1:
-        return ["-c", str(context)]
+        return ["-c", str(context), "-np", "1"]
     notes.append(
         f"-c {context * seqs} is the KV cache of all {seqs} slots (-np {seqs}) together: "
         f"llama-server gives each slot -c / -np = {context} tokens"
     )
     return ["-c", str(context * seqs), "-np", str(seqs)]
+
+
+def _gguf_argument(plan: Plan, model: str | None) -> tuple[str, list[str]]:
+    """``-m``'s value: ``model``, else the plan's own GGUF file, else a stand-in (noted)."""
+    model_arg, _ = model_argument(plan, model)
+    if model or model_arg.lower().endswith(".gguf"):
+        return model_arg, []
+    stand_in = f"<GGUF-of-{model_arg}>"
+    return stand_in, [f"replace {stand_in} after -m with the path of {model_arg}'s GGUF file"]
 
 
 def _row_split(
@@ -191,7 +213,7 @@ def export_llamacpp(
     nodes_file: str | None = None,
 ) -> EngineExport:
     """``llama-server`` arguments reproducing the plan's blocks per device: of one host,
-    or across hosts with an ``rpc-server`` per stage on the others
+    or across hosts with a ``ggml-rpc-server`` per stage on the others
     (:mod:`~stowplan.exports.llamacpp_rpc`).
 
     CPU stages are recognised by :func:`~stowplan.exports.common.is_cpu_node`.
@@ -202,8 +224,7 @@ def export_llamacpp(
     by_id = nodes_by_id(nodes)
     n = plan.num_blocks if plan.num_blocks is not None else plan.assignments[-1].block_range[1]
     cpu = [is_cpu_node(a.node_id, by_id) for a in plan.assignments]
-    model_arg, _ = model_argument(plan, model)
-    notes = [] if model else [f"replace {model_arg!r} after -m with the model's GGUF file"]
+    model_arg, notes = _gguf_argument(plan, model)
     lists = uses_gpu_lists(plan)
     rpc = rpc_layout(plan, by_id, cpu, lists)
     servers: list[RpcServer] = []
@@ -291,31 +312,92 @@ def _layer_split(
     if mode == "layer":
         args += ["-sm", "layer"]
     # Step 2: one proportion per device (RPC devices first, then local GPUs: stage order,
-    # see llamacpp_rpc); CPU blocks count on the device before them (the first device for
-    # CPU stages ahead of every device), so split points fall on the plan's stage boundaries.
+    # see llamacpp_rpc); the blocks of a run of CPU stages count on a device next to it,
+    # so split points fall on the plan's stage boundaries (step 4 says which).
     shares = {a.stage: a.num_blocks for a in devices}
-    owner = None
+    holders = _cpu_run_holders(plan, cpu, rpc)
     cpu_blocks: list[int] = []
     for a, c in zip(plan.assignments, cpu, strict=True):
-        if not c:
-            owner = a.stage
-        else:
-            shares[devices[0].stage if owner is None else owner] += a.num_blocks
+        if c:
+            shares[holders[a.stage].stage] += a.num_blocks
             cpu_blocks += range(*a.block_range)
     shares[devices[-1].stage] += 1  # the output layer
     if len(devices) > 1:
         args += ["--tensor-split", ",".join(str(shares[a.stage]) for a in devices)]
     env = _local_gpu_order(plan, devices, mode, rpc, notes)
-    # Step 3: -ot keeps every CPU-stage tensor (and the output on a CPU tail) in host memory.
+    # Step 3: -ot keeps every CPU-stage tensor (and the output matrix on a CPU tail) in
+    # host memory; output_norm (one vector) stays with the last device's layers.
     if cpu_blocks:
         args += ["-ot", f"{block_regex(cpu_blocks)}=CPU"]
-        notes.append(
-            "blocks kept on the CPU with -ot keep their KV cache on the GPU their split "
-            "share belongs to"
-        )
     if cpu[-1]:
-        args += ["-ot", "^output(_norm)?\\.=CPU"]
+        args += ["-ot", OUTPUT_TENSOR + "=CPU"]
+    # Step 4: llama.cpp keeps a layer's KV cache on the device its split share gives it,
+    # also for a layer whose weights -ot keeps on the CPU: say where.
+    notes += _cpu_kv_notes(plan, cpu, holders, rpc)
     return env
+
+
+def _cpu_run_holders(
+    plan: Plan, cpu: list[bool], rpc: RpcLayout | None
+) -> dict[int, StageAssignment]:
+    """For every CPU stage, the device stage its blocks count on: of the devices before
+    and after its run of CPU stages, the one on llama-server's own host (the one before
+    when both or neither are), so that their KV cache stays on that host when it can."""
+    stages = plan.assignments
+    out: dict[int, StageAssignment] = {}
+    i = 0
+    while i < len(stages):
+        if not cpu[i]:
+            i += 1
+            continue
+        j = i
+        while j < len(stages) and cpu[j]:
+            j += 1
+        before = stages[i - 1] if i > 0 else None
+        after = stages[j] if j < len(stages) else None
+
+        def local(a: StageAssignment | None) -> bool:
+            return a is not None and (rpc is None or rpc.local[a.stage])
+
+        pick = before if before is not None and (local(before) or not local(after)) else after
+        assert pick is not None  # some stage is a device (the caller checked)
+        for k in range(i, j):
+            out[k] = pick
+        i = j
+    return out
+
+
+def _cpu_kv_notes(
+    plan: Plan, cpu: list[bool], holders: dict[int, StageAssignment], rpc: RpcLayout | None
+) -> list[str]:
+    """Where the KV cache of the blocks kept on the CPU lives, per holding device."""
+    by_holder: dict[int, list[StageAssignment]] = {}
+    for stage, holder in holders.items():
+        by_holder.setdefault(holder.stage, []).append(plan.assignments[stage])
+    notes = []
+    for holder_stage, kept in sorted(by_holder.items()):
+        holder = plan.assignments[holder_stage]
+        ranges = [a.block_range for a in kept if a.num_blocks]
+        if not ranges:
+            continue
+        one = len(ranges) == 1 and ranges[0][1] == ranges[0][0] + 1
+        blocks = ("block " if one else "blocks ") + ", ".join(
+            str(lo) if hi == lo + 1 else f"{lo}-{hi - 1}" for lo, hi in ranges
+        )
+        remote = rpc is not None and not rpc.local[holder_stage]
+        where = f"{stage_place_text(holder)} (stage {holder_stage})"
+        text = (
+            f"the KV cache of {blocks}, kept on the CPU with -ot, lives on {where}: "
+            "llama.cpp keeps a layer's KV cache on the device its --tensor-split share gives it"
+        )
+        if remote:
+            text += (
+                "; that device is another host's, so each step moves those layers' attention "
+                "data over the network (--no-kv-offload keeps every layer's KV cache in host "
+                "memory instead)"
+            )
+        notes.append(text)
+    return notes
 
 
 def _local_gpu_order(

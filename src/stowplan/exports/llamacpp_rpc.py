@@ -1,4 +1,5 @@
-"""llama.cpp across hosts: ``rpc-server`` on the other hosts, ``llama-server --rpc`` on one.
+"""llama.cpp across hosts: ``ggml-rpc-server`` on the other hosts, ``llama-server --rpc``
+on one.
 
 How llama.cpp orders its devices (``llama_model_load_from_file_impl`` in
 ``src/llama.cpp``): without ``--device``, the model's device list is every RPC
@@ -7,12 +8,14 @@ minimize network transfers"), then the local GPUs in the backend's order.
 ``--tensor-split`` gives one share per device of that list, and the layers fill
 the devices in that order, the output layer on the last. So the export runs
 ``llama-server`` on the host of the plan's *last* stages (its local GPUs come
-last), gives every earlier stage an ``rpc-server`` listed in stage order, and the
+last), gives every earlier stage an RPC server listed in stage order, and the
 shares stay the stages' block counts in stage order: the split points fall on the
 plan's stage boundaries exactly as on one host.
 
-Each of those stages gets an ``rpc-server`` of its own (ports 50052, 50053 … per
-host), seeing only the stage's GPU (``CUDA_VISIBLE_DEVICES``) when the plan lists
+Each of those stages gets an RPC server of its own (``ggml-rpc-server``, called
+``rpc-server`` in builds before the rename) on a port no other server of the export
+uses (50052, 50053 … in stage order: servers whose nodes turn out to be one machine
+never collide), seeing only the stage's GPU (``CUDA_VISIBLE_DEVICES``) when the plan lists
 it, so every server adds one RPC device whichever version runs (recent ones expose
 every visible device, older ones the first); a CPU stage's server serves the CPU
 (``--device CPU``). A stage on ``llama-server``'s own host that comes before
@@ -20,7 +23,7 @@ another host's stage is served the same way on ``127.0.0.1``.
 
 Hosts: a node's host is its descriptor's ``address`` label (or ``host``), else the
 node itself; its address is that label, else the placeholder ``<host-of-NODE>``
-that the notes ask to replace. ``rpc-server -H`` binds an IPv4 address only (it
+that the notes ask to replace. ``ggml-rpc-server -H`` binds an IPv4 address only (it
 rejects names), so a server binds its node's address when that is one, else
 ``0.0.0.0``. A CPU node without such a label is the CPU of ``llama-server``'s host
 (``-ot …=CPU``, as on one host). A plan of whole nodes exported without
@@ -33,7 +36,7 @@ import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from stowplan.exports.common import replan_command, stage_degree
+from stowplan.exports.common import ADDRESS_LABELS, node_address, replan_command, stage_degree
 from stowplan.exports.result import Engine, UnsupportedByEngine, shell_line
 from stowplan.gpu_lists import stage_place_text, visible_devices
 from stowplan.model import NodeDescriptor
@@ -42,6 +45,7 @@ from stowplan.plan import Plan, StageAssignment
 __all__ = [
     "ADDRESS_LABELS",
     "RPC_PORT",
+    "RPC_SERVER",
     "RpcLayout",
     "RpcServer",
     "node_address",
@@ -51,19 +55,10 @@ __all__ = [
 ]
 
 RPC_PORT = 50052
-"""``rpc-server``'s default port; a host's further servers take the next ones."""
-ADDRESS_LABELS = ("address", "host")
-"""Node labels read, in this order, as the node's network address."""
+"""The RPC server's default port; the export's further servers take the next ones."""
+RPC_SERVER = "ggml-rpc-server"
+"""llama.cpp's RPC server binary (``rpc-server`` in builds before the rename)."""
 LOOPBACK = "127.0.0.1"
-
-
-def node_address(node: NodeDescriptor | None) -> str | None:
-    """The node's ``address`` (or ``host``) label, or None."""
-    labels = dict(node.labels) if node is not None else {}
-    for key in ADDRESS_LABELS:
-        if labels.get(key, "").strip():
-            return labels[key].strip()
-    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,7 +71,7 @@ class RpcLayout:
     """The host running ``llama-server``: the last stage's."""
     local: tuple[bool, ...]
     """Per stage, whether ``llama-server`` runs it itself (its GPUs, or its CPU with
-    ``-ot``) rather than an ``rpc-server``."""
+    ``-ot``) rather than an RPC server."""
 
     def main_node(self, plan: Plan) -> str:
         """The node id shown for ``llama-server``'s host (its last GPU stage's node)."""
@@ -110,7 +105,7 @@ def rpc_layout(
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RpcServer:
-    """One ``rpc-server`` serving one stage."""
+    """One ``ggml-rpc-server`` serving one stage."""
 
     stage: StageAssignment
     endpoint: str
@@ -145,18 +140,16 @@ def rpc_servers(
     cpu: Sequence[bool],
     nodes_file: str | None = None,
 ) -> list[RpcServer]:
-    """One ``rpc-server`` per stage that ``llama-server`` does not run, in stage order
+    """One ``ggml-rpc-server`` per stage that ``llama-server`` does not run, in stage order
     (the order of ``--rpc``); refuse a stage on several GPUs."""
     _check_one_gpu(plan, layout, nodes, cpu, nodes_file)
-    next_port: dict[str, int] = {}
+    port = RPC_PORT
     out = []
     for a, local, host, is_cpu in zip(
         plan.assignments, layout.local, layout.hosts, cpu, strict=True
     ):
         if local or host is None:
             continue
-        port = next_port.get(host, RPC_PORT)
-        next_port[host] = port + 1
         address = node_address(nodes.get(a.node_id))
         if host == layout.main:
             bind = reach = LOOPBACK
@@ -164,9 +157,10 @@ def rpc_servers(
             reach = address or f"<host-of-{a.node_id}>"
             bind = address if address is not None and _is_ipv4(address) else "0.0.0.0"
         env = (("CUDA_VISIBLE_DEVICES", visible_devices(a.gpu_indices)),) if a.gpu_indices else ()
-        argv = ["rpc-server", *(["--device", "CPU"] if is_cpu else []), "-H", bind]
+        argv = [RPC_SERVER, *(["--device", "CPU"] if is_cpu else []), "-H", bind]
         argv += ["-p", str(port)]
         out.append(RpcServer(stage=a, endpoint=f"{reach}:{port}", command=shell_line(env, argv)))
+        port += 1
     return out
 
 
@@ -195,8 +189,12 @@ def rpc_notes(plan: Plan, layout: RpcLayout, servers: Sequence[RpcServer]) -> li
             + " (or give the node a label address=IP in the fleet file)"
         )
     notes += [
-        "start every rpc-server before llama-server; llama-server alone reads the model file "
-        "and sends each server its layers (rpc-server -c caches them for the next start)",
-        "rpc-server has no authentication: keep its port on a private network",
+        f"start every {RPC_SERVER} before llama-server; llama-server alone reads the model "
+        f"file and sends each server its layers ({RPC_SERVER} -c caches them for the next "
+        "start)",
+        f"llama.cpp builds before the rename name {RPC_SERVER} rpc-server (same flags)",
+        f"every {RPC_SERVER} has a port of its own, so servers of nodes that share a machine "
+        "do not collide",
+        f"{RPC_SERVER} has no authentication: keep its port on a private network",
     ]
     return notes

@@ -18,7 +18,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import pairwise
 
-from stowplan.exports.common import model_argument, node_devices, nodes_by_id, replan_command
+from stowplan.exports.common import (
+    model_argument,
+    node_address,
+    node_devices,
+    nodes_by_id,
+    replan_command,
+)
 from stowplan.exports.context import context_of, memory_fraction
 from stowplan.exports.pipeline import (
     PARTITION_VARIABLE,
@@ -119,16 +125,21 @@ def export_vllm(
     notes = [*model_notes, *common_notes(plan), *([assumed] if assumed else [])]
     if hosts > 1:
         notes.append(_placement_note(plan, runs))
-    if hosts > 1 and devices:
+    if hosts > 1:
+        per_node = runs or _stages_by_node(plan)
+        head = plan.assignments[0].node_id
+        address = node_address(by_id.get(head))
         commands = [
-            *_ray_start_lines(runs, devices),
-            shell_comment(f"on {plan.assignments[0].node_id}"),
+            *_ray_start_lines(per_node, devices, address or head),
+            shell_comment(f"on {head}"),
             serve,
         ]
-        notes.append(
-            f"`ray start` uses the node id {plan.assignments[0].node_id!r} as the head's host "
-            "name: replace it with that node's address if the name does not resolve"
-        )
+        if address is None:
+            notes.append(
+                f"`ray start` uses the node id {head!r} as the head's host name: replace it "
+                "with that node's address if the name does not resolve (or give the node a "
+                "label address=IP in the fleet file)"
+            )
     unused = [n for n in by_id if runs and n not in runs]
     if hosts > 1 and unused:
         notes.append(
@@ -151,15 +162,26 @@ def export_vllm(
     )
 
 
-def _ray_start_lines(runs: dict[str, list[StageAssignment]], devices: dict[str, str]) -> list[str]:
-    """``ray start`` on every node, the first as the head, each seeing the plan's GPUs."""
+def _stages_by_node(plan: Plan) -> dict[str, list[StageAssignment]]:
+    """The stages of each node, nodes in stage order (a plan of whole nodes)."""
+    out: dict[str, list[StageAssignment]] = {}
+    for a in plan.assignments:
+        out.setdefault(a.node_id, []).append(a)
+    return out
+
+
+def _ray_start_lines(
+    runs: dict[str, list[StageAssignment]], devices: dict[str, str], head_address: str
+) -> list[str]:
+    """``ray start`` on every node, the first (at ``head_address``) as the head, each
+    seeing the plan's GPUs."""
     head = next(iter(runs))
     lines = []
     for node_id, stages in runs.items():
         env = (("CUDA_VISIBLE_DEVICES", devices[node_id]),) if node_id in devices else ()
         argv = ["ray", "start"]
         argv += ["--head", "--port", str(RAY_PORT)] if node_id == head else []
-        argv += [] if node_id == head else ["--address", f"{head}:{RAY_PORT}"]
+        argv += [] if node_id == head else ["--address", f"{head_address}:{RAY_PORT}"]
         lines.append(shell_comment(f"on {node_id} ({stage_span(stages)})"))
         lines.append(shell_line(env, argv))
     return lines

@@ -17,6 +17,7 @@ from stowplan.models.dtypes import format_names, parse_dtype
 from stowplan.models.grouping import ModelReport
 from stowplan.models.hf import SUPPORTED, from_hf_config, hf_report
 from stowplan.models.known import (
+    hf_id,
     known_model,
     known_names,
     known_report,
@@ -30,9 +31,11 @@ __all__ = [
     "ModelReport",
     "format_names",
     "from_hf_config",
+    "hf_id",
     "inspect_model",
     "known_names",
     "lookup",
+    "model_source",
     "parse_dtype",
     "resolve_model",
 ]
@@ -132,3 +135,12 @@ def resolve_model(spec: str, *, dtype: str | None = None) -> ModelLayout:
         if layout is not None:
             return layout
     return inspect_model(spec, dtype=dtype).layout
+
+
+def model_source(spec: str) -> str | None:
+    """``spec`` as an engine loads it: an existing path made absolute, else the Hugging
+    Face id of the known model it names, else None."""
+    path = _existing(spec) if isinstance(spec, str) and spec.strip() else None
+    if path is not None:
+        return str(path.resolve())
+    return hf_id(spec)

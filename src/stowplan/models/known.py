@@ -27,6 +27,7 @@ from stowplan.models.grouping import ModelReport
 
 __all__ = [
     "KnownModel",
+    "hf_id",
     "known_model",
     "known_names",
     "known_report",
@@ -273,6 +274,18 @@ def known_with_dtype(name: str) -> tuple[KnownModel, str] | None:
         return row, parse_dtype(m.group("dtype"))
     except InputError:
         return None
+
+
+def hf_id(name: str) -> str | None:
+    """The Hugging Face repository of the known model ``name`` (a storage tag such as
+    ``-q4_0`` or ``@bf16`` read off), or None when ``name`` names none."""
+    if not isinstance(name, str):
+        return None
+    base = name.split("@", 1)[0]
+    row = known_model(base)
+    if row is None and (tagged := known_with_dtype(base)) is not None:
+        row = tagged[0]
+    return None if row is None else row.source
 
 
 def suggest(name: str, limit: int = 3) -> list[str]:

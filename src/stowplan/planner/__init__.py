@@ -14,16 +14,18 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from stowplan.cost import CostModel
-from stowplan.errors import Infeasible, InputError, StowplanError
+from stowplan.errors import DependencyError, Infeasible, InputError, StowplanError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, Objective, Strategy
 from stowplan.plan import Plan
-from stowplan.planner import cycle
 from stowplan.planner.certify import finish, key_of, objective_of, pick_best
-from stowplan.planner.common import Problem, prepare
-from stowplan.planner.latency import latency_pipeline
-from stowplan.planner.tensor import plan_with_groups, with_fixed_degree
-from stowplan.planner.throughput import Pipeline, throughput_search
-from stowplan.planner.vram import plan_balance_by_vram
+from stowplan.planner.cheapest import plan_cheapest
+from stowplan.planner.exact.pipelines import ENUMERATION_LIMIT, solve_exact
+from stowplan.planner.problem import Problem, prepare
+from stowplan.planner.strategies import cycle
+from stowplan.planner.strategies.latency import latency_pipeline
+from stowplan.planner.strategies.throughput import Pipeline, throughput_search
+from stowplan.planner.strategies.vram import plan_balance_by_vram
+from stowplan.planner.tensor.groups import plan_with_groups, with_fixed_degree
 
 if TYPE_CHECKING:
     from stowplan.planner.experts.inputs import ExpertInputs
@@ -53,8 +55,6 @@ def _heuristic(problem: Problem, cm: CostModel, objective: str) -> Pipeline | No
         found = _fallback(problem, cm, objective)
     if not cm.uniform and len(cm.nodes) <= _SMALL_NONUNIFORM:
         # Unlike blocks make the node order matter: small clusters are solved exactly.
-        from stowplan.errors import DependencyError
-        from stowplan.planner.exact import solve_exact
 
         try:
             exact = solve_exact(problem, cm, objective).pipeline
@@ -68,8 +68,6 @@ def _fallback(problem: Problem, cm: CostModel, objective: str) -> Pipeline | Non
     """A pipeline when the strategy's own search found none: a heuristic must not report
     Infeasible while a pipeline exists.  The other strategy's search, and on small
     clusters the exact subset DP (which finds a pipeline whenever one exists)."""
-    from stowplan.errors import DependencyError
-    from stowplan.planner.exact import ENUMERATION_LIMIT, solve_exact
 
     if objective == "latency":
         candidates = [throughput_search(problem, cm)[0]]
@@ -117,7 +115,6 @@ def _throughput(problem: Problem) -> Plan:
 
 
 def _exact(problem: Problem) -> Plan:
-    from stowplan.planner.exact import solve_exact
 
     cm = problem.cost_model()
     objective = objective_of(problem.constraints)
@@ -186,6 +183,7 @@ def plan(
     """
     if model.experts is None and experts is None:
         return plan_blocks(model, nodes, constraints)
+    # The expert planner is loaded on a MoE model's first plan: ``import stowplan`` stays light.
     from stowplan.planner.experts.choice import plan_experts
     from stowplan.planner.experts.inputs import ExpertInputs
 
@@ -228,7 +226,7 @@ def plan_blocks(
     strategy = constraints.resolved_strategy()
     runner = _STRATEGIES[strategy]
     if strategy is Strategy.EXACT:
-        from stowplan.planner.exact import EXACT_NODE_LIMIT
+        from stowplan.planner.exact.pipelines import EXACT_NODE_LIMIT
 
         if len(nodes) > EXACT_NODE_LIMIT:
             raise InputError(
@@ -242,8 +240,6 @@ def plan_blocks(
         runner = _grouped(runner, objective_of(constraints, strategy), strategy)
     try:
         if constraints.objective is Objective.COST:
-            from stowplan.planner.selection import plan_cheapest
-
             return plan_cheapest(problem, runner)
         return runner(problem)
     except StowplanError:

@@ -5,18 +5,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from stowplan.cost import CostModel, microbatches
 from stowplan.errors import DependencyError
 from stowplan.model import Constraints, Strategy
 from stowplan.plan import Certificate, Plan, PlanRationale, Prediction, Topology
-from stowplan.planner import cycle
-from stowplan.planner.common import Problem, build_assignments
-from stowplan.planner.throughput import Pipeline
-
-if TYPE_CHECKING:
-    from stowplan.planner.exact import Optimum
+from stowplan.planner.baselines.peers import BASELINES
+from stowplan.planner.exact.pipelines import Optimum, fluid_bound, solve_exact
+from stowplan.planner.problem import Problem, build_assignments
+from stowplan.planner.strategies import cycle
+from stowplan.planner.strategies.throughput import Pipeline
 
 __all__ = [
     "INLINE_EXACT_NODES",
@@ -64,7 +62,6 @@ def pick_best(
     problem: Problem, cm: CostModel, objective: str, found: Pipeline | None
 ) -> Pipeline | None:
     """The best of ``found`` and every peer rule's plan, by ``objective`` (never worse than one)."""
-    from stowplan.planner.baselines import BASELINES
 
     candidates = [] if found is None else [found]
     for rule in BASELINES.values():
@@ -91,7 +88,6 @@ def inline_optimum(
 def solver_optimum(problem: Problem, cm: CostModel, objective: str) -> Optimum:
     """The optimum of a solver objective at ``cm``'s microbatch (``latency``: time per
     token; ``throughput``: the slowest stage), exact on small clusters, else a bound."""
-    from stowplan.planner.exact import Optimum, fluid_bound, solve_exact
 
     try:
         if not _inline_exact(len(cm.nodes), cm.num_blocks):
@@ -218,7 +214,6 @@ def finish(
     comes with a pipeline better than ``p``, that pipeline is the plan (a
     note says so): a plan is never slower than an optimum already in hand.
     """
-    from stowplan.planner.exact import Optimum
 
     before = after = 0.0
     objective = objective_of(problem.constraints, strategy)

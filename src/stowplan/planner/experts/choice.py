@@ -23,6 +23,7 @@ from stowplan.model import (
     usable_bytes,
 )
 from stowplan.plan import Plan, Topology
+from stowplan.planner.cheapest import served_rate
 from stowplan.planner.experts.inputs import ExpertInputs, ExpertPlacement
 from stowplan.planner.experts.placement import place_experts
 
@@ -95,7 +96,6 @@ def plan_experts(
 
 
 def _served(p: Plan) -> float:
-    from stowplan.planner.selection import served_rate
 
     return served_rate(p)
 

@@ -1,5 +1,5 @@
 """The optimum over every grouping the engine rule allows (step 4 of
-:func:`stowplan.planner.tensor.plan_with_groups`): the joint solve where it is exact, bounds
+:func:`stowplan.planner.tensor.groups.plan_with_groups`): the joint solve where it is exact, bounds
 elsewhere, per stage count for concurrent sequences."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from dataclasses import replace
 
 from stowplan.cost import microbatches
 from stowplan.errors import DependencyError
-from stowplan.planner import cycle
-from stowplan.planner.common import Problem
-from stowplan.planner.tensor_exact import (
+from stowplan.planner.problem import Problem
+from stowplan.planner.strategies import cycle
+from stowplan.planner.tensor.exact import (
     GROUPED_NODE_LIMIT,
     GroupedOptimum,
     degrees,
@@ -19,7 +19,7 @@ from stowplan.planner.tensor_exact import (
     grouped_work,
     solve_grouped,
 )
-from stowplan.planner.tensor_layouts import EngineRule, as_pipeline, cycle_of
+from stowplan.planner.tensor.layouts import EngineRule, as_pipeline, cycle_of
 
 __all__ = [
     "INLINE_GROUPED_WORK",
@@ -33,7 +33,7 @@ __all__ = [
 
 INLINE_GROUPED_WORK = 200_000_000
 """Every plan is certified by the exact joint solve while its work (element operations,
-:func:`~stowplan.planner.tensor_exact.grouped_work`) stays within this; beyond, a bound."""
+:func:`~stowplan.planner.tensor.exact.grouped_work`) stays within this; beyond, a bound."""
 
 
 def exact_allowed(rule: EngineRule, problem: Problem) -> list[tuple[int, ...] | None]:

@@ -21,7 +21,7 @@ and ``cycle ≥ least Σ t + hops of ≤ S stages at b``.  So:
    at least ``m_a`` microbatches of at least ``u_b``), ``B`` and ``L`` exact (subset DP
    / MILP) or relaxed bounds, computed only where the quick bound is below the plan's
    cycle; on small fleets every S is its own range and is solved outright
-   (:func:`~stowplan.planner.exact.least_cycle`).  The bound is the optimum
+   (:func:`~stowplan.planner.exact.pipelines.least_cycle`).  The bound is the optimum
    (``exact``) when a pipeline in hand reaches it.
 
 At U = 1 every S has m = 1 and the cycle is the time per token: the time-per-token
@@ -35,14 +35,12 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 from stowplan.cost import CostModel, microbatches
-from stowplan.planner.common import Problem
-from stowplan.planner.throughput import Pipeline
-
-if TYPE_CHECKING:
-    from stowplan.planner.exact import Optimum
+from stowplan.errors import DependencyError
+from stowplan.planner.exact.pipelines import Optimum, least_cycle
+from stowplan.planner.problem import Problem
+from stowplan.planner.strategies.throughput import Pipeline
 
 __all__ = [
     "SEARCHED_COUNTS",
@@ -210,10 +208,8 @@ def optimum(
     (exact solvers or relaxations); ``value`` is the cycle of the plan being certified:
     a stage count whose quick bound is already at or above it needs no solve.  With
     ``exact``, each stage count's least cycle is solved outright where the cluster is
-    small enough (:func:`~stowplan.planner.exact.least_cycle`).
+    small enough (:func:`~stowplan.planner.exact.pipelines.least_cycle`).
     """
-    from stowplan.errors import DependencyError
-    from stowplan.planner.exact import Optimum, least_cycle
 
     points = list(stage_counts(problem)) if exact else ladder(problem, cm.batch, fine=False)
     # Stage counts [a, b] bounded together: m ≥ m_a and stage times at u_b or more, so

@@ -23,7 +23,7 @@ node is bought only if every node that dominates it is.  Blocks that differ
 (MoE models with dense first blocks, sliding-window KV) give a relaxation:
 each node's bytes lie between its block count times the smallest and the
 largest block's and add up to the model's.  Prices are minimised; the search
-(:mod:`stowplan.planner.selection`) checks each set with the planner.
+(:mod:`stowplan.planner.cheapest`) checks each set with the planner.
 """
 
 from __future__ import annotations

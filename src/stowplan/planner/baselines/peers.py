@@ -24,9 +24,10 @@ from itertools import pairwise
 
 from stowplan.cost import CostModel
 from stowplan.errors import PlanError
-from stowplan.model import Constraints, ModelLayout, NodeDescriptor
-from stowplan.planner.common import Problem
-from stowplan.planner.throughput import Pipeline, greedy_split
+from stowplan.model import Constraints, ModelLayout, NodeDescriptor, Objective
+from stowplan.planner.problem import Problem, prepare
+from stowplan.planner.strategies.throughput import Pipeline, greedy_split
+from stowplan.planner.strategies.vram import plan_balance_by_vram
 
 __all__ = ["BASELINES", "BaselineResult", "compare", "compare_plans", "run_baseline"]
 
@@ -75,7 +76,6 @@ def _accelerate(problem: Problem, cm: CostModel) -> Pipeline | None:
 
 
 def _v1(problem: Problem, cm: CostModel) -> Pipeline | None:
-    from stowplan.planner.vram import plan_balance_by_vram
 
     try:
         plan = plan_balance_by_vram(problem)
@@ -144,9 +144,6 @@ def compare_plans(
 ) -> tuple[BaselineResult, ...]:
     """:func:`compare` on all ``nodes`` (the cost objective's node selection is not applied)."""
     from dataclasses import replace
-
-    from stowplan.model import Objective
-    from stowplan.planner.common import prepare
 
     c = replace(constraints, objective=Objective.SPEED, target_tokens_per_s=None)
     problem = prepare(model, nodes, c)

@@ -4,7 +4,7 @@ The target is the rate the workload gets: tokens/s of all U concurrent sequences
 U / cycle (at U = 1, 1 / time per token).
 
 One node alone is checked outright.  Sets of two or more come from a MILP
-(HiGHS via ``scipy.optimize.milp``, :mod:`stowplan.planner.set_milp`) over
+(HiGHS via ``scipy.optimize.milp``, :mod:`stowplan.planner.exact.node_sets`) over
 which nodes to buy, minimising their price subject to the cost model's own
 stage-time, hop and memory terms: at one sequence and with blocks alike exact
 (a set is allowed exactly when a pipeline of its nodes meets the target), a
@@ -36,8 +36,8 @@ from stowplan.errors import DependencyError, Infeasible, InputError, PlanError
 from stowplan.model import Constraints, NodeDescriptor, Objective, gpu_group_node
 from stowplan.parallel_rules import legal_tensor_parallel
 from stowplan.plan import Plan, PlanRationale
-from stowplan.planner.common import Problem, prepare
-from stowplan.planner.set_milp import SetMilp
+from stowplan.planner.exact.node_sets import SetMilp
+from stowplan.planner.problem import Problem, prepare
 
 __all__ = [
     "MAX_PLANNED",

@@ -1,4 +1,4 @@
-"""Step 1 of the joint solve (:mod:`stowplan.planner.tensor_exact`): every allowed GPU
+"""Step 1 of the joint solve (:mod:`stowplan.planner.tensor.exact`): every allowed GPU
 group of every node as a planning node of one cost model, and per node the best
 sub-pipeline of its groups over every block range (a knapsack over its GPUs)."""
 
@@ -10,7 +10,8 @@ from typing import Any
 from stowplan.cost import CostModel
 from stowplan.model import NodeDescriptor, gpu_group_node
 from stowplan.parallel_rules import legal_tensor_parallel
-from stowplan.planner.common import Problem
+from stowplan.planner.exact.pipelines import stage_matrix
+from stowplan.planner.problem import Problem
 
 __all__ = ["GroupCosts", "NodeSolver", "degrees", "node_signature", "numpy_module"]
 
@@ -138,7 +139,6 @@ class NodeSolver:
         return got
 
     def _stage_matrix(self, v: int, first: bool, last: bool, out: str, ret: float) -> Any:
-        from stowplan.planner.exact import stage_matrix
 
         cm = self.cm
         if last:

@@ -30,7 +30,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 
 from stowplan.cost import CostModel
-from stowplan.planner.common import Problem
+from stowplan.planner.problem import Problem
 
 __all__ = [
     "Pipeline",

@@ -24,8 +24,8 @@ from typing import Any
 
 from stowplan.cost import CostModel
 from stowplan.errors import DependencyError
-from stowplan.planner.common import Problem
-from stowplan.planner.throughput import Pipeline
+from stowplan.planner.problem import Problem
+from stowplan.planner.strategies.throughput import Pipeline
 
 __all__ = [
     "CYCLE_EXACT_LIMIT",

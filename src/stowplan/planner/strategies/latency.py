@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stowplan.cost import CostModel
-from stowplan.planner.common import Problem
-from stowplan.planner.throughput import Pipeline
+from stowplan.planner.problem import Problem
+from stowplan.planner.strategies.throughput import Pipeline
 
 __all__ = ["latency_pipeline", "latency_split"]
 

@@ -10,7 +10,7 @@ blocks ``[i, j)``, and:
    gives the best sub-pipeline of every block range: ``P[u]`` is the best chain of
    groups on ``u`` GPUs whose stages pass on inside the node, extended one group of
    any allowed degree at a time; the node's last group passes on over the network
-   (or, for the last node, sends the token back) — :mod:`stowplan.planner.tensor_nodes`;
+   (or, for the last node, sends the token back) — :mod:`stowplan.planner.tensor.nodes`;
 2. a dynamic programme over (set of nodes used, blocks placed) chains the nodes, as
    the single-stage subset DP does;
 3. backtracking gives each node's groups and block bounds.
@@ -19,7 +19,7 @@ Stages combine with ``+`` for the time per token and ``max`` for the slowest sta
 so one code serves both objectives.  numpy is imported lazily (extra ``exact``).
 
 Bound (:func:`grouped_bound`): the fractional relaxation of
-:func:`~stowplan.planner.exact.fluid_bound` on the whole nodes with every node at its
+:func:`~stowplan.planner.exact.pipelines.fluid_bound` on the whole nodes with every node at its
 full bandwidth and FLOPs, no all-reduce, and the cheaper of its network and
 intra-node hop: no grouping of any node is faster.
 """
@@ -31,8 +31,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stowplan.planner.common import Problem
-from stowplan.planner.tensor_nodes import (
+from stowplan.planner.exact.pipelines import fluid_bound
+from stowplan.planner.problem import Problem
+from stowplan.planner.tensor.nodes import (
     GroupCosts,
     NodeSolver,
     degrees,
@@ -311,7 +312,6 @@ def grouped_bound(problem: Problem, objective: str, allowed: Sequence[int] | Non
     group of its node (its degree's share of the bandwidth plus its all-reduces), which
     a block on a tensor-parallel group always pays.
     """
-    from stowplan.planner.exact import fluid_bound
 
     cm = problem.cost_model()
     cm.relax_groups()

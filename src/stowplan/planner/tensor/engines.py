@@ -7,15 +7,16 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 from stowplan.errors import PlanError
-from stowplan.planner.common import Problem
-from stowplan.planner.tensor_exact import degrees
-from stowplan.planner.tensor_layouts import (
+from stowplan.planner.problem import Problem
+from stowplan.planner.strategies.latency import latency_split
+from stowplan.planner.strategies.throughput import Pipeline, min_bottleneck_split
+from stowplan.planner.tensor.exact import degrees
+from stowplan.planner.tensor.layouts import (
     EngineRule,
     cycle_of,
     expand,
     uniform_layout,
 )
-from stowplan.planner.throughput import Pipeline
 
 __all__ = [
     "consecutive",
@@ -51,8 +52,6 @@ def engine_accepts(vp: Problem, order: Sequence[int], engine: str) -> bool:
 
 
 def _split(vp: Problem, order: list[int], objective: str) -> Pipeline | None:
-    from stowplan.planner.latency import latency_split
-    from stowplan.planner.throughput import min_bottleneck_split
 
     root = vp.cost_model()
     cm = root.for_stages(len(order))
@@ -134,8 +133,6 @@ def engine_candidates(
 def consecutive(vp: Problem, pipeline: Pipeline, objective: str) -> tuple[Problem, Pipeline]:
     """``pipeline`` with each node's stages brought together (in the order the nodes first
     appear) and its blocks split again for that order."""
-    from stowplan.planner.latency import latency_split
-    from stowplan.planner.throughput import min_bottleneck_split
 
     order, _ = pipeline
     parents = [vp.parent(vp.nodes[d].id) for d in order]

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from stowplan.errors import Infeasible
-from stowplan.plan import Plan, PlanRationale, Topology
-from stowplan.planner.common import Problem, build_assignments
+from stowplan.plan import Plan, PlanRationale, StageAssignment, Topology
+from stowplan.planner.problem import Problem, build_assignments
 from stowplan.units import format_bytes
 
 __all__ = ["STRATEGY", "plan_balance_by_vram", "proportional_split"]
@@ -123,7 +123,6 @@ def plan_balance_by_vram(problem: Problem) -> Plan:
 
 
 def _utilisation_notes(problem: Problem, assignments: Sequence[object]) -> list[str]:
-    from stowplan.plan import StageAssignment
 
     names = {problem.parent(n.id): n.gpu_name for n in problem.nodes}
     out = []

@@ -23,6 +23,7 @@ from stowplan.errors import Infeasible, InputError, InsufficientVram, PlanError
 from stowplan.limits import MAX_CONTEXT_TOKENS
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, usable_bytes
 from stowplan.plan import Plan
+from stowplan.planner import plan
 from stowplan.units import format_bytes
 
 __all__ = [
@@ -67,7 +68,6 @@ class ContextFit:
 def _planner(planner: Planner | None) -> Planner:
     if planner is not None:
         return planner
-    from stowplan.planner import plan
 
     return plan
 

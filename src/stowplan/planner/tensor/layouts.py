@@ -10,8 +10,8 @@ from stowplan.errors import Infeasible, InputError
 from stowplan.model import NodeDescriptor, gpu_group_node
 from stowplan.parallel_rules import legal_tensor_parallel, tensor_parallel_violation
 from stowplan.plan import Plan
-from stowplan.planner.common import GpuGroup, Problem, prepare
-from stowplan.planner.throughput import Pipeline
+from stowplan.planner.problem import GpuGroup, Problem, prepare
+from stowplan.planner.strategies.throughput import Pipeline
 
 __all__ = [
     "ENGINE_EXPORTS",

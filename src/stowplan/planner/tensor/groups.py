@@ -19,7 +19,7 @@ Steps of :func:`plan_with_groups`:
 3. Under the generic rule, nodes then change their degree one at a time while
    that improves the plan (bounded by :data:`LOCAL_SEARCH_NODES`).
 4. The optimum over every grouping the rule allows and every pipeline of the
-   groups (:mod:`stowplan.planner.tensor_exact`: exact on small fleets, a bound
+   groups (:mod:`stowplan.planner.tensor.exact`: exact on small fleets, a bound
    beyond) certifies the plan, and replaces it when its pipeline is faster.
 5. Under an engine rule the unconstrained plan is found too, and the plan says
    how far the engine's layout is from it.
@@ -35,22 +35,22 @@ from stowplan.errors import Infeasible, PlanError
 from stowplan.model import NodeDescriptor, Strategy
 from stowplan.plan import Plan
 from stowplan.planner.certify import finish
-from stowplan.planner.common import Problem
-from stowplan.planner.exact import Optimum
-from stowplan.planner.tensor_engines import (
+from stowplan.planner.exact.pipelines import Optimum
+from stowplan.planner.problem import Problem
+from stowplan.planner.tensor.engines import (
     consecutive,
     engine_accepts,
     engine_candidates,
     engine_fit,
 )
-from stowplan.planner.tensor_exact import node_signature
-from stowplan.planner.tensor_joint import (
+from stowplan.planner.tensor.exact import node_signature
+from stowplan.planner.tensor.joint import (
     adjacency_loses_nothing,
     joint_cycle,
     joint_optimum,
     joint_runs,
 )
-from stowplan.planner.tensor_layouts import (
+from stowplan.planner.tensor.layouts import (
     ENGINE_EXPORTS,
     EngineRule,
     Layout,
