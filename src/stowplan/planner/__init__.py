@@ -19,7 +19,7 @@ from stowplan.model import Constraints, ModelLayout, NodeDescriptor, Objective, 
 from stowplan.plan import Plan
 from stowplan.planner.certify import finish, key_of, objective_of, pick_best
 from stowplan.planner.cheapest import plan_cheapest
-from stowplan.planner.exact.pipelines import ENUMERATION_LIMIT, solve_exact
+from stowplan.planner.exact.pipelines import ENUMERATION_LIMIT, EXACT_NODE_LIMIT, solve_exact
 from stowplan.planner.problem import Problem, prepare
 from stowplan.planner.strategies import cycle
 from stowplan.planner.strategies.latency import latency_pipeline
@@ -226,8 +226,6 @@ def plan_blocks(
     strategy = constraints.resolved_strategy()
     runner = _STRATEGIES[strategy]
     if strategy is Strategy.EXACT:
-        from stowplan.planner.exact.pipelines import EXACT_NODE_LIMIT
-
         if len(nodes) > EXACT_NODE_LIMIT:
             raise InputError(
                 "strategy",
