@@ -225,15 +225,14 @@ def plan_blocks(
     problem = prepare(model, nodes, constraints)
     strategy = constraints.resolved_strategy()
     runner = _STRATEGIES[strategy]
-    if strategy is Strategy.EXACT:
-        if len(nodes) > EXACT_NODE_LIMIT:
-            raise InputError(
-                "strategy",
-                strategy.value,
-                f"takes at most {EXACT_NODE_LIMIT} nodes ({len(nodes)} given): its search "
-                "grows exponentially with them; use latency or throughput, whose certificate "
-                "bounds the gap to the optimum",
-            )
+    if strategy is Strategy.EXACT and len(nodes) > EXACT_NODE_LIMIT:
+        raise InputError(
+            "strategy",
+            strategy.value,
+            f"takes at most {EXACT_NODE_LIMIT} nodes ({len(nodes)} given): its search "
+            "grows exponentially with them; use latency or throughput, whose certificate "
+            "bounds the gap to the optimum",
+        )
     if strategy is not Strategy.BALANCE_BY_VRAM:
         runner = _grouped(runner, objective_of(constraints, strategy), strategy)
     try:
