@@ -66,6 +66,22 @@ hostile = st.one_of(
     ),
     st.text(min_size=1, max_size=12),
 )
+_PRINTABLE_CHARS = st.characters(blacklist_categories=("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
+printable = st.one_of(
+    st.sampled_from([p for p in PAYLOADS if p.isprintable()]),
+    st.builds(
+        lambda a, sep, b: f"n{a}{sep}touch $CANARY{b}",
+        st.text(_PRINTABLE_CHARS, max_size=6),
+        st.sampled_from([s for s in SEPARATORS if s.isprintable()]),
+        st.text(_PRINTABLE_CHARS, max_size=6),
+    ),
+).filter(str.isprintable)
+"""Hostile ids that pass the id check (quotes, ``$(…)``, ``;``): they reach the scripts."""
+
+
+def _ids(values: st.SearchStrategy[str]) -> st.SearchStrategy[list[str]]:
+    return st.lists(values, min_size=len(NODES), max_size=len(NODES), unique=True)
+
 
 COMMANDS = [
     ["stage-env", "@plan", "--format", "shell"],
@@ -127,9 +143,9 @@ def _run_script(folder: Path, script: str) -> None:
 @pytest.mark.timeout(900)
 @fuzz
 @given(
-    ids=st.lists(hostile, min_size=len(NODES), max_size=len(NODES), unique=True),
+    ids=st.one_of(_ids(printable), _ids(printable), _ids(hostile)),
     address=hostile,
-    model_name=hostile,
+    model_name=st.one_of(st.just(PLAN["model_name"]), printable, hostile),
     model=hostile,
     command=st.sampled_from(COMMANDS),
 )
