@@ -29,7 +29,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[8, 64, 256, 1024])
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--exact-up-to", type=int, default=64)
+    ap.add_argument("--exact-up-to", type=int, default=32)
     ap.add_argument(
         "--models", nargs="+", default=["llama3.1:8b", "llama3.1:70b", "llama3.1:405b-q4_0"]
     )

@@ -47,6 +47,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "stowplan.safeload",
             "stowplan.fileio",
             "stowplan.wording",
+            "stowplan.shell",
         ),
     ),
     (
@@ -57,6 +58,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "stowplan.plan",
             "stowplan.workload",
             "stowplan.serve_plan",
+            "stowplan.plan_checks",
             "stowplan.calibration.profile",
             "stowplan.calibration.runs",
             "stowplan.expert_stats",

@@ -40,7 +40,11 @@ NODE = {
             {"head_params_bytes": math.nan},
             f"head_params_bytes=nan: must be an integer in [0, {2**63 - 1}]",
         ),
-        ("model", {"name": ""}, "name='': must be a non-empty string"),
+        (
+            "model",
+            {"name": ""},
+            "name='': must be printable text of 1 to 255 characters (no line breaks or other control characters)",
+        ),
         (
             "model",
             {"block_bytes": (1, 2)},
@@ -65,7 +69,7 @@ NODE = {
         (
             "node",
             {"id": ""},
-            "id='': must be a non-empty string of at most 255 characters",
+            "id='': must be printable text of 1 to 255 characters (no line breaks or other control characters)",
         ),
         (
             "node",
@@ -220,7 +224,7 @@ RATE_RULE = "must be 0 (unknown) or a number in [9.76562e-10, 1e+18]"
         (
             "node",
             {"id": "x" * 256},
-            f"id='{'x' * 255}x': must be a non-empty string of at most 255 characters",
+            f"id='{'x' * 255}x': must be printable text of 1 to 255 characters (no line breaks or other control characters)",
         ),
         (
             "model",

@@ -104,7 +104,9 @@ def test_a_bad_stage_in_plan_json_names_the_stage_field_not_the_whole_stage() ->
     data["assignments"][0]["block_range"] = [5, 1]
     with pytest.raises(InputError) as info:
         plan_from_json(json.dumps(data))
-    assert str(info.value) == "assignments[0].block_range=(5, 1): must satisfy 0 <= lo <= hi"
+    assert (
+        str(info.value) == "assignments[0].block_range=(5, 1): must satisfy 0 <= lo <= hi <= 4096"
+    )
 
 
 def test_an_expert_plan_writes_expert_masks_and_reads_back_the_same_plan() -> None:

@@ -57,6 +57,7 @@ PURE_MODULES = (
     "stowplan.models.hf",
     "stowplan.models.known",
     "stowplan.plan",
+    "stowplan.plan_checks",
     "stowplan.serve_plan",
     "stowplan.planner.baselines",
     "stowplan.planner.baselines.eplb",

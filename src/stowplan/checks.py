@@ -14,10 +14,53 @@ from enum import StrEnum
 from typing import TypeVar
 
 from stowplan.errors import InputError
+from stowplan.limits import MAX_NAME_CHARS
 
-__all__ = ["check_choice", "check_int", "check_number", "check_rate"]
+__all__ = [
+    "ID_RULE",
+    "ascii_number_text",
+    "check_choice",
+    "check_id",
+    "check_int",
+    "check_number",
+    "check_rate",
+]
 
 E = TypeVar("E", bound=StrEnum)
+
+
+ID_RULE = (
+    f"must be printable text of 1 to {MAX_NAME_CHARS} characters "
+    "(no line breaks or other control characters)"
+)
+"""What an id (a node's, a plan's model name) must be: it is printed in messages, tables
+and the comments of generated shell scripts, so it is one printable line."""
+
+
+def check_id(field: str, value: object) -> str:
+    """``value`` when it is an id: a non-blank ``str`` of at most ``MAX_NAME_CHARS``
+    characters, each printable (``str.isprintable``: no newline, tab, escape or other
+    control or line-separator character)."""
+    if (
+        not isinstance(value, str)
+        or not value.strip()
+        or len(value) > MAX_NAME_CHARS
+        or not value.isprintable()
+    ):
+        raise InputError(field, value, ID_RULE)
+    return value
+
+
+def ascii_number_text(field: str, text: str, rule: str) -> str:
+    """``text`` when it is ASCII; else :class:`InputError` with ``rule``.
+
+    Python's ``int``, ``float`` and ``str.isdigit`` take other scripts' digits (``'٣'``,
+    ``'３'``: 3) and superscripts (``'²'``); a number stowplan reads is written in ASCII
+    digits, so a text is checked with this before any of them sees it.
+    """
+    if not text.isascii():
+        raise InputError(field, text, f"{rule} (ASCII digits 0-9 only)")
+    return text
 
 
 def check_int(field: str, value: object, *, minimum: int = 0, maximum: int | None = None) -> int:

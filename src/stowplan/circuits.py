@@ -17,6 +17,7 @@ from typing import Any
 
 from stowplan.checks import check_choice, check_int, check_number
 from stowplan.errors import InputError
+from stowplan.limits import MAX_BYTE_COUNT
 
 __all__ = [
     "CapabilityMatrix",
@@ -129,8 +130,8 @@ class MemoryPool:
     """Free at discovery time."""
 
     def __post_init__(self) -> None:
-        check_int(f"pool {self.id}.capacity_bytes", self.capacity_bytes)
-        check_int(f"pool {self.id}.free_bytes", self.free_bytes)
+        check_int(f"pool {self.id}.capacity_bytes", self.capacity_bytes, maximum=MAX_BYTE_COUNT)
+        check_int(f"pool {self.id}.free_bytes", self.free_bytes, maximum=MAX_BYTE_COUNT)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -148,8 +149,14 @@ class MemoryPool:
         return cls(
             id=pid,
             kind=check_choice(f"{where}.kind", _field(d, "kind", where), PoolKind),
-            capacity_bytes=check_int(f"{where}.capacity_bytes", _field(d, "capacity_bytes", where)),
-            free_bytes=check_int(f"{where}.free_bytes", _field(d, "free_bytes", where)),
+            capacity_bytes=check_int(
+                f"{where}.capacity_bytes",
+                _field(d, "capacity_bytes", where),
+                maximum=MAX_BYTE_COUNT,
+            ),
+            free_bytes=check_int(
+                f"{where}.free_bytes", _field(d, "free_bytes", where), maximum=MAX_BYTE_COUNT
+            ),
         )
 
 
@@ -370,7 +377,8 @@ class CircuitCapability:
     @property
     def compute_bytes_per_s(self) -> float:
         """Weight bytes this circuit streams through a GEMV per second."""
-        return 4.0 * self.gemv_n**2 / (self.ms_per_gemv / 1e3)
+        seconds = self.ms_per_gemv / 1e3
+        return 4.0 * self.gemv_n**2 / seconds if seconds > 0 else math.inf  # 5e-324 / 1e3 == 0
 
     @property
     def in_pool(self) -> bool:

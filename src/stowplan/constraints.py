@@ -112,8 +112,8 @@ class Constraints:
         if h is not None and (
             isinstance(h, bool)
             or not isinstance(h, int | float)
+            or not 0 <= h < 1  # before isfinite: an int like 10**400 has no float
             or not math.isfinite(h)
-            or not 0 <= h < 1
         ):
             raise InputError("vram_headroom_frac", h, "must be a number in [0, 1)")
         if self.strategy is not None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from stowplan.checks import check_int, check_number, check_rate
+from stowplan.checks import check_id, check_int, check_number, check_rate
 from stowplan.constraints import DEFAULT_HEADROOM_FRAC, Constraints, Objective, Strategy
 from stowplan.errors import InputError
 from stowplan.limits import (
@@ -165,8 +165,7 @@ class ModelLayout:
     config, ``context_length`` of a GGUF file); None: unknown."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise InputError("name", self.name, "must be a non-empty string")
+        check_id("name", self.name)
         check_int("num_blocks", self.num_blocks, minimum=1, maximum=MAX_BLOCKS)
         check_int("hidden_dim", self.hidden_dim, minimum=1, maximum=MAX_CONFIG_INT)
         check_int(
@@ -323,15 +322,16 @@ class NodeDescriptor:
         ) -> None: ...
 
     def __post_init__(self) -> None:
-        if not isinstance(self.id, str) or not self.id or len(self.id) > MAX_NAME_CHARS:
-            raise InputError(
-                "id", self.id, f"must be a non-empty string of at most {MAX_NAME_CHARS} characters"
-            )
-        if not isinstance(self.gpu_name, str) or len(self.gpu_name) > MAX_NAME_CHARS:
+        check_id("id", self.id)
+        if (
+            not isinstance(self.gpu_name, str)
+            or len(self.gpu_name) > MAX_NAME_CHARS
+            or not self.gpu_name.isprintable()
+        ):
             raise InputError(
                 f"{self.id}.gpu_name",
                 self.gpu_name,
-                f"must be a string of at most {MAX_NAME_CHARS} characters",
+                f"must be printable text of at most {MAX_NAME_CHARS} characters",
             )
         vram: object = self.vram_bytes
         if isinstance(vram, str):

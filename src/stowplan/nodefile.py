@@ -23,7 +23,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from stowplan.checks import check_int
+from stowplan.checks import ascii_number_text, check_id, check_int
 from stowplan.errors import InputError, show_value
 from stowplan.fileio import FileKind, read_document_file
 from stowplan.limits import (
@@ -65,6 +65,8 @@ _MAX_MIB = MAX_BYTE_COUNT // 2**20
 def _number(where: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise InputError(where, value, "must be a finite number")
+    if isinstance(value, str):
+        ascii_number_text(where, value, "must be a finite number")
     try:
         number = float(value)
     except (ValueError, OverflowError):
@@ -95,11 +97,7 @@ def _name(where: str, value: object) -> str:
     """An id or GPU name: a non-empty string (an integer is taken as its digits)."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 10**MAX_NAME_CHARS:
         value = str(value)
-    if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME_CHARS:
-        raise InputError(
-            where, value, f"must be a non-empty string of at most {MAX_NAME_CHARS} characters"
-        )
-    return value
+    return check_id(where, value)
 
 
 def _whole(where: str, value: object, minimum: int) -> int:

@@ -15,9 +15,17 @@ from enum import StrEnum
 from itertools import pairwise
 from typing import Any, ClassVar
 
-from stowplan.checks import check_int
+from stowplan.checks import check_id, check_int
 from stowplan.errors import InputError
-from stowplan.limits import MAX_BLOCKS, MAX_EXPERTS, MAX_OWNED_EXPERTS
+from stowplan.limits import (
+    MAX_BATCH,
+    MAX_BLOCKS,
+    MAX_CONTEXT_TOKENS,
+    MAX_EXPERTS,
+    MAX_GPUS_PER_NODE,
+    MAX_NODES,
+    MAX_OWNED_EXPERTS,
+)
 from stowplan.model import ExpertId, NodeDescriptor
 
 __all__ = [
@@ -70,7 +78,11 @@ class Topology:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", TopologyKind(self.kind))
-        check_int("topology.num_stages", self.num_stages, minimum=1)
+        check_int("topology.num_stages", self.num_stages, minimum=1, maximum=MAX_NODES)
+        if self.experts_per_block is not None:
+            check_int(
+                "topology.experts_per_block", self.experts_per_block, minimum=1, maximum=MAX_EXPERTS
+            )
         if (self.kind is TopologyKind.PIPELINE_WITH_EXPERTS) != (
             self.experts_per_block is not None
         ):
@@ -123,9 +135,12 @@ class StageAssignment:
         object.__setattr__(self, "owned_experts", tuple(self.owned_experts))
         object.__setattr__(self, "gpu_indices", tuple(self.gpu_indices))
         where = f"assignments[{self.stage}]"
-        check_int(f"{where}.tensor_parallel", self.tensor_parallel, minimum=1)
+        check_id(f"{where}.node_id", self.node_id)
+        check_int(
+            f"{where}.tensor_parallel", self.tensor_parallel, minimum=1, maximum=MAX_GPUS_PER_NODE
+        )
         for g in self.gpu_indices:
-            check_int(f"{where}.gpu_indices[]", g)
+            check_int(f"{where}.gpu_indices[]", g, maximum=MAX_GPUS_PER_NODE - 1)
         if len(set(self.gpu_indices)) != len(self.gpu_indices):
             raise InputError(f"{where}.gpu_indices", self.gpu_indices, "must not repeat a GPU")
         if self.gpu_indices and len(self.gpu_indices) != self.tensor_parallel:
@@ -134,16 +149,14 @@ class StageAssignment:
                 self.gpu_indices,
                 f"must list tensor_parallel={self.tensor_parallel} GPUs (or none: the whole node)",
             )
-        if not 0 <= lo <= hi:
+        if not 0 <= lo <= hi <= MAX_BLOCKS:
             raise InputError(
-                f"assignments[{self.stage}].block_range", (lo, hi), "must satisfy 0 <= lo <= hi"
+                f"{where}.block_range", (lo, hi), f"must satisfy 0 <= lo <= hi <= {MAX_BLOCKS}"
             )
-        if self.estimated_vram_bytes < 0:
-            raise InputError(
-                f"assignments[{self.stage}].estimated_vram_bytes",
-                self.estimated_vram_bytes,
-                "must be >= 0",
-            )
+        for name in ("estimated_vram_bytes", "kv_reserve_bytes"):
+            check_int(f"{where}.{name}", getattr(self, name))
+        if self.usable_vram_bytes is not None:
+            check_int(f"{where}.usable_vram_bytes", self.usable_vram_bytes)
 
     @property
     def num_blocks(self) -> int:
@@ -247,6 +260,15 @@ class Plan:
                 self.schema_version,
                 f"must be one of {', '.join(map(str, _SUPPORTED_VERSIONS))}",
             )
+        if self.model_name is not None:
+            check_id("model_name", self.model_name)
+        if self.num_blocks is not None:
+            check_int("num_blocks", self.num_blocks, minimum=1, maximum=MAX_BLOCKS)
+        if self.context_tokens is not None:
+            check_int("context_tokens", self.context_tokens, maximum=MAX_CONTEXT_TOKENS)
+        prediction = self.rationale.prediction
+        if prediction is not None:
+            check_int("rationale.prediction.batch", prediction.batch, minimum=1, maximum=MAX_BATCH)
         n = self.topology.num_stages
         if len(self.assignments) != n:
             raise InputError(

@@ -14,6 +14,7 @@ import math
 import re
 from decimal import ROUND_HALF_EVEN, Decimal
 
+from stowplan.checks import ascii_number_text
 from stowplan.errors import InputError
 from stowplan.limits import MAX_BYTE_COUNT, MAX_RATE
 
@@ -103,6 +104,7 @@ def parse_bytes(value: object, *, field: str = "bytes") -> int:
             raise InputError(field, value, _BYTES_RULE)
         return int(value)
     if isinstance(value, str) and len(value) <= 64:
+        ascii_number_text(field, value, "must be a byte count such as '24GiB'")
         m = _BYTES_RE.match(value.strip())
         if m is not None and m.group("unit") != "b":
             return _scaled_bytes(field, m.group("num"), _PREFIX[m.group("prefix") or ""], value)
@@ -118,6 +120,7 @@ def parse_link_mbps(value: object, *, field: str = "link_mbps") -> float:
     if isinstance(value, int | float):
         return _finite_non_negative(field, _float(value), value)
     if isinstance(value, str):
+        ascii_number_text(field, value, "must be Mbit/s as a number or a string like '1Gbit'")
         m = _BITS_RE.match(value.strip())
         if m is not None:
             number = _finite_non_negative(field, float(m.group("num")), value)
@@ -138,7 +141,11 @@ def parse_tokens_per_s(value: object, *, field: str = "target") -> float:
     rule = "must be a finite number > 0 tokens/s"
     if isinstance(value, int | float) and not isinstance(value, bool):
         rate = _finite_non_negative(field, _float(value), value, rule)
-    elif isinstance(value, str) and (m := _TOKS_RE.match(value.strip())) is not None:
+    elif (
+        isinstance(value, str)
+        and ascii_number_text(field, value, "must be a rate such as 20 or '20tok/s'")
+        and (m := _TOKS_RE.match(value.strip())) is not None
+    ):
         rate = _finite_non_negative(field, float(m.group("num")), value, rule)
     else:
         raise InputError(field, value, "must be a rate such as 20 or '20tok/s'")

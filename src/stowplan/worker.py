@@ -99,7 +99,7 @@ def even_split(num_blocks: int, num_stages: int, stage: int) -> tuple[int, int]:
 def _int(env: Mapping[str, str], name: str, minimum: int = 0) -> int:
     raw = env[name]
     try:
-        value = int(raw.strip())
+        value = int(raw.strip()) if raw.isascii() else -1
     except ValueError:
         raise InputError(name, raw, f"must be an integer >= {minimum}") from None
     if value < minimum:
@@ -158,7 +158,7 @@ def stage_from_env(
         raw = env["PLAN_STAGE_BLOCKS"]
         parts = raw.split(",")
         try:
-            lo, hi = (int(p.strip()) for p in parts)
+            lo, hi = (int(p.strip()) if p.isascii() else -1 for p in parts)
         except ValueError:
             raise InputError(
                 "PLAN_STAGE_BLOCKS", raw, "must be 'lo,hi' with integers 0 <= lo < hi"

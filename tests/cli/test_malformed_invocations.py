@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from stowplan.cli import main
+from tests.common.gguf_files import lying_gguf
 from tests.common.paths import EXAMPLES, FIXTURES
 
 FLEET = str(EXAMPLES / "fleets" / "case-a.yaml")
@@ -47,6 +48,28 @@ def _config(**fields: object) -> str:
 
 def _plan(**fields: object) -> str:
     return json.dumps({**json.loads(Path(PLAN).read_text()), **fields})
+
+
+def _plan_stage(stage: int, num_blocks: int | None = None, **fields: object) -> str:
+    """The plan with ``fields`` set on one stage (schema 2: GPU lists and degrees)."""
+    data = json.loads(Path(PLAN).read_text())
+    if num_blocks is not None:
+        data["num_blocks"] = num_blocks
+    data["assignments"][stage].update(fields)
+    data["schema_version"] = 2
+    for a in data["assignments"]:
+        a.setdefault("tensor_parallel", 1)
+        a.setdefault("gpu_indices", [])
+    return json.dumps(data)
+
+
+MIXED = str(EXAMPLES / "fleets" / "mixed-consumer.yaml")
+_EIGHT_GPUS = json.dumps(
+    [
+        {"id": n, "gpu_name": "RTX 4090", "vram_bytes": "192GiB", "num_gpus": 8}
+        for n in ("us-5090", "eu-4090", "us-4090", "ap-3090", "eu-3090", "us-a6000")
+    ]
+)
 
 
 def _safetensors_with(dtype: object) -> bytes:
@@ -282,6 +305,106 @@ CASES = [
         ["plan", "llama3.1:8b", "--nodes", "IN/fleet.json"],
         "holds Infinity, which is not JSON",
         {"fleet.json": '[{"id": "a", "gpu_name": "x", "vram_bytes": Infinity}]'},
+    ),
+    # -- ids are one printable line (they reach shell comments and messages) ------------------
+    Case(
+        "node id with a newline",
+        ["plan", "llama3.1:8b", "--nodes", "IN/fleet.json"],
+        "nodes[0].id='a\\ntouch x': must be printable text",
+        {"fleet.json": _fleet(id="a\ntouch x")},
+    ),
+    Case(
+        "plan node id with a newline",
+        ["stage-env", "IN/plan.json", "--format", "shell"],
+        "assignments[0].node_id='n\\x1b[2K': must be printable text",
+        {"plan.json": _plan_stage(0, node_id="n\x1b[2K")},
+    ),
+    # -- a plan file is checked like a planner's plan ------------------------------------------
+    Case(
+        "plan context -5",
+        ["export", "IN/plan.json", "--to", "llamacpp"],
+        "context_tokens=-5: must be an integer in [0, 1073741824]",
+        {"plan.json": _plan(context_tokens=-5)},
+    ),
+    Case(
+        "plan block range 10^30",
+        ["export", "IN/plan.json", "--to", "accelerate"],
+        "must satisfy 0 <= lo <= hi <= 4096",
+        {"plan.json": _plan_stage(5, block_range=[59, 10**30])},
+    ),
+    Case(
+        "plan stage on a node missing from --nodes",
+        ["export", PLAN, "--to", "vllm", "--nodes", FLEET],
+        "assignments[0].node_id='us-5090': must be a node of --nodes",
+    ),
+    Case(
+        "plan GPU index 8 of an 8-GPU node",
+        ["export", "IN/plan.json", "--to", "vllm", "--nodes", "IN/fleet.json"],
+        "assignments[0].gpu_indices=(8,): must be GPU indices of node us-5090, in [0, 8)",
+        {"plan.json": _plan_stage(0, gpu_indices=[8]), "fleet.json": _EIGHT_GPUS},
+    ),
+    Case(
+        "plan tp 3 for a 64-head model (stage-env)",
+        ["stage-env", "IN/plan.json"],
+        "assignments[0].tensor_parallel=3: must divide num_attention_heads=64",
+        {"plan.json": _plan_stage(0, tensor_parallel=3, gpu_indices=[0, 1, 2])},
+    ),
+    Case(
+        "plan blocks past the model (stage-env)",
+        ["stage-env", "IN/plan.json"],
+        "assignments[5].block_range=(59, 81): must lie within llama3.1:70b's 80 blocks",
+        {"plan.json": _plan_stage(5, block_range=[59, 81], num_blocks=81)},
+    ),
+    # -- numbers are ASCII digits ----------------------------------------------------------------
+    Case(
+        "--context superscript two",
+        ["plan", "llama3.1:8b", "--nodes", FLEET, "--context", "\u00b2"],
+        "--context='\u00b2': must be a number of tokens",
+    ),
+    Case(
+        "--batch fullwidth three",
+        ["plan", "llama3.1:8b", "--nodes", FLEET, "--batch", "\uff13"],
+        "--batch='\uff13': must be a number (ASCII digits 0-9 only)",
+    ),
+    Case(
+        "--tp Arabic-Indic three",
+        ["plan", "llama3.1:8b", "--nodes", FLEET, "--tp=\u0663"],
+        "--tp='\u0663': must be a number (ASCII digits 0-9 only)",
+    ),
+    Case(
+        "fleet link in fullwidth digits",
+        ["plan", "llama3.1:8b", "--nodes", "IN/fleet.json"],
+        "(ASCII digits 0-9 only)",
+        {"fleet.json": _fleet(link_mbps="\uff11\uff10\uff10\uff10")},
+    ),
+    # -- every search has a bound: queries that match nothing useful, the exact solver's cap --
+    Case("gpus blank query", ["gpus", " "], "QUERY=' ': must name a GPU"),
+    Case("gpus emoji query", ["gpus", "\U0001f642"], "must name a GPU (letters or digits"),
+    Case(
+        "exact strategy on 33 nodes",
+        ["plan", "llama3.1:8b", "--nodes", "IN/fleet.json", "--strategy", "exact"],
+        "strategy='exact': takes at most 32 nodes (33 given)",
+        {"fleet.json": json.dumps([_node(id=f"n{i}") for i in range(33)])},
+    ),
+    # -- a binary model file is checked against its own length and counts --------------------
+    Case(
+        "GGUF tensor count made smaller",
+        ["model", "inspect", "IN/m.gguf"],
+        "the GGUF tensor count (2) or offsets do not match the file",
+        setup=lambda folder: lying_gguf(folder, "tensor count"),
+    ),
+    Case(
+        "GGUF tensors sharing data",
+        ["model", "inspect", "IN/m.gguf"],
+        "over another tensor's data",
+        setup=lambda folder: lying_gguf(folder, "overlap"),
+    ),
+    # -- one line on stderr: a GPU warning is not printed before the error -------------------
+    Case(
+        "unknown GPU and a model that does not fit",
+        ["plan", "llama3.1:70b", "--nodes", "IN/fleet.json"],
+        "stowplan: error: ",
+        {"fleet.json": _fleet(gpu_name="Mystery 9000", vram_bytes="1GiB")},
     ),
 ]
 

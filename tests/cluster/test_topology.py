@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stowplan.cluster.topology import (
+    TOPO_RANK_UNKNOWN,
     UNKNOWN_DOMAIN,
     node_resources,
     select_segment_nodes,
@@ -147,3 +148,34 @@ def test_a_topo_rank_label_serves_when_the_resource_is_absent() -> None:
     with pytest.raises(InputError) as info:
         topology_from_nodes(bad)
     assert str(info.value) == "node n3.labels.topo_rank='-1': must be an integer in [0, 2**53]"
+
+
+def test_unknown_domain_nodes_excluded_from_selection() -> None:
+    """NeMo-RL's scenario (tests/unit/distributed/test_topology_placement.py): nodes
+    without NVLink-domain information, marked ``(unknown, -1)``, are accepted and never
+    selected; they fall through to the remainder."""
+    topo = {
+        "node_000": (UNKNOWN_DOMAIN, TOPO_RANK_UNKNOWN),
+        "node_001": (UNKNOWN_DOMAIN, TOPO_RANK_UNKNOWN),
+        "node_002": ("domain_A", 0),
+        "node_003": ("domain_A", 1),
+        "node_004": ("domain_B", 2),
+        "node_005": ("domain_B", 3),
+    }
+    sel = select_segment_nodes(topo, segment_size=2, num_nodes=4)
+    assert sel.segments == (("node_002", "node_003"), ("node_004", "node_005"))
+    assert sel.domains == ("domain_A", "domain_B")
+    assert {topo[n][0] for n in sel.remainder} == {UNKNOWN_DOMAIN}
+    assert set(sel.selected) | set(sel.remainder) == set(topo)
+    only_unknown = {f"u{i}": (UNKNOWN_DOMAIN, TOPO_RANK_UNKNOWN) for i in range(4)}
+    with pytest.raises(Infeasible, match="only 0 can be formed"):
+        select_segment_nodes(only_unknown, segment_size=2, num_nodes=4)
+
+
+def test_a_known_domain_node_of_unknown_rank_comes_after_the_ranked_ones() -> None:
+    topo = {"a": ("d", TOPO_RANK_UNKNOWN), "b": ("d", 7), "c": ("d", 3)}
+    sel = select_segment_nodes(topo, segment_size=2, num_nodes=2)
+    assert sel.segments == (("c", "b"),)
+    assert sel.remainder == ("a",)
+    with pytest.raises(InputError, match=r"-1 \(unknown\) or None"):
+        select_segment_nodes({"a": ("d", -2)}, segment_size=1, num_nodes=1)

@@ -9,13 +9,21 @@ from stowplan.plan import Plan, PlanRationale, StageAssignment, Topology
 
 GIB = 1 << 30
 
+LLAMAS = (("llama3.1:8b", 32), ("llama3.1:70b", 80), ("llama3.1:405b", 126))
+
+
+def llama_for(blocks: int) -> str:
+    """The smallest known Llama with at least ``blocks`` blocks (a plan's ranges lie within
+    its model), else a name no table knows (the engines that need no layout take it)."""
+    return next((name for name, n in LLAMAS if blocks <= n), f"toy-{blocks}-blocks")
+
 
 def make_plan(
     counts: Sequence[int],
     node_ids: Sequence[str] | None = None,
     *,
     context_tokens: int | None = 4096,
-    model_name: str = "llama3.1:8b",
+    model_name: str | None = None,
     experts: dict[int, Sequence[ExpertId]] | None = None,
     experts_per_block: int | None = None,
 ) -> Plan:
@@ -48,7 +56,7 @@ def make_plan(
         topology=topology,
         assignments=tuple(stages),
         rationale=PlanRationale(strategy="test"),
-        model_name=model_name,
+        model_name=model_name or llama_for(lo),
         num_blocks=lo,
         context_tokens=context_tokens,
     )
@@ -58,7 +66,7 @@ def make_tp_plan(
     stages: Sequence[tuple[str, Sequence[int], int]],
     *,
     context_tokens: int | None = 4096,
-    model_name: str = "llama3.1:8b",
+    model_name: str | None = None,
 ) -> Plan:
     """A plan whose stage ``i`` runs ``stages[i] = (node, gpu_indices, blocks)``, its
     tensor-parallel degree the number of GPUs listed."""
@@ -85,7 +93,7 @@ def make_tp_plan(
         topology=Topology.PipelineChain(n),
         assignments=tuple(out),
         rationale=PlanRationale(strategy="test"),
-        model_name=model_name,
+        model_name=model_name or llama_for(lo),
         num_blocks=lo,
         context_tokens=context_tokens,
     )

@@ -32,7 +32,7 @@ def expected_devices(kinds: list[str]) -> list[object]:
 @st.composite
 def one_host_plans(draw):
     kinds = draw(st.lists(st.sampled_from(["gpu", "cpu"]), min_size=1, max_size=6))
-    counts = draw(st.lists(st.integers(0, 30), min_size=len(kinds), max_size=len(kinds)))
+    counts = draw(st.lists(st.integers(0, 21), min_size=len(kinds), max_size=len(kinds)))
     if sum(counts) == 0:
         counts[0] = 1
     ids = [f"{k}{i}" for i, k in enumerate(kinds)]

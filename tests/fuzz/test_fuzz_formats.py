@@ -15,6 +15,7 @@ from stowplan.limits import MAX_BLOCKS
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.planner import plan
 from tests.common.fuzz import fuzz, typed
+from tests.common.gguf_files import lying_gguf, write_gguf
 from tests.common.strategies import constraints, models, node_lists
 
 gguf = pytest.importorskip("gguf")
@@ -25,18 +26,6 @@ UINT32 = st.one_of(st.integers(0, 64), st.sampled_from([0, 1, 2**31, 2**32 - 1])
 KEYS = ("block_count", "embedding_length", "attention.head_count", "attention.head_count_kv")
 
 
-def _write_gguf(path: Path, arch: str, fields: dict[str, int], tensors: int) -> None:
-    writer = gguf.GGUFWriter(str(path), arch)
-    for key, value in fields.items():
-        writer.add_uint32(f"{arch}.{key}", value)
-    for i in range(tensors):
-        writer.add_tensor(f"blk.{i}.attn_q.weight", np.zeros((2, 2), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-
-
 @st.composite
 def gguf_files(draw: st.DrawFn) -> bytes:
     """The bytes of a small GGUF file written by the ``gguf`` package, perhaps then cut or
@@ -45,7 +34,7 @@ def gguf_files(draw: st.DrawFn) -> bytes:
     fields = draw(st.dictionaries(st.sampled_from([*KEYS, "expert_count"]), UINT32, max_size=5))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "m.gguf"
-        _write_gguf(path, arch, fields, draw(st.integers(0, 3)))
+        write_gguf(path, arch, fields, draw(st.integers(0, 3)))
         blob = bytearray(path.read_bytes())
     if draw(st.booleans()):
         blob = blob[: draw(st.integers(0, len(blob)))]
@@ -86,7 +75,7 @@ def test_a_gguf_block_count_of_a_billion_is_refused(tmp_path: Path) -> None:
     from stowplan.models.gguf import gguf_report
 
     path = tmp_path / "m.gguf"
-    _write_gguf(path, "llama", {"block_count": 10**9, "embedding_length": 64}, 1)
+    write_gguf(path, "llama", {"block_count": 10**9, "embedding_length": 64}, 1)
     with pytest.raises(StowplanError, match="block_count"):
         gguf_report(path)
 
@@ -113,3 +102,19 @@ def test_every_exporter_gives_a_result_or_a_stowplan_error(
     if result is not None:
         assert result.engine is engine
         assert sum(result.block_counts) == sum(p.block_counts())
+
+
+@pytest.mark.parametrize("lie", ["offset past EOF", "overlap", "tensor count"])
+def test_a_lying_gguf_is_checked_against_its_own_length_and_counts(
+    tmp_path: Path, lie: str
+) -> None:
+    from stowplan.models.gguf import gguf_report
+
+    path = lying_gguf(tmp_path, lie)
+    with pytest.raises(StowplanError) as info:
+        gguf_report(path)
+    assert str(path) in str(info.value)
+    honest = tmp_path / "honest"
+    honest.mkdir()
+    write_gguf(honest / "m.gguf", "llama", {"block_count": 2, "embedding_length": 64}, 3)
+    assert gguf_report(honest / "m.gguf").layout.num_blocks == 2

@@ -80,7 +80,7 @@ CASES: list[tuple[str, Damage, str]] = [
     (
         "negative capacity",
         _set(lambda d: d["topology"]["pools"][0], "capacity_bytes", -1),
-        "pool system.capacity_bytes=-1: must be an integer >= 0",
+        "pool system.capacity_bytes=-1: must be an integer in [0, 9223372036854775807]",
     ),
     (
         "duplicate circuit",
@@ -100,7 +100,7 @@ CASES: list[tuple[str, Damage, str]] = [
     (
         "string capacity",
         _set(lambda d: d["topology"]["pools"][0], "capacity_bytes", "64"),
-        "pool system.capacity_bytes='64': must be an integer >= 0",
+        "pool system.capacity_bytes='64': must be an integer in [0, 9223372036854775807]",
     ),
     (
         "missing kind",

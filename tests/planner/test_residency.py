@@ -139,13 +139,19 @@ def test_real_fixture_host_8x4090_streams_a_70b_model() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"model_bytes": 0}, "model_bytes=0: must be an integer > 0"),
-        ({"model_bytes": 1.5}, "model_bytes=1.5: must be an integer > 0"),
+        ({"model_bytes": 0}, "model_bytes=0: must be an integer in [1, 9223372036854775807]"),
+        ({"model_bytes": 1.5}, "model_bytes=1.5: must be an integer in [1, 9223372036854775807]"),
         ({"model_bytes": 1, "kv_reserve": 1.0}, "kv_reserve=1.0: must be a fraction in [0, 1)"),
         ({"model_bytes": 1, "kv_reserve": -0.1}, "kv_reserve=-0.1: must be a fraction in [0, 1)"),
-        ({"model_bytes": 10, "read_bytes": 0}, "read_bytes=0: must be an integer >= 1"),
+        (
+            {"model_bytes": 10, "read_bytes": 0},
+            "read_bytes=0: must be an integer in [1, 9223372036854775807]",
+        ),
         ({"model_bytes": 10, "read_bytes": 11}, "read_bytes=11: must be at most model_bytes (10)"),
-        ({"model_bytes": 10, "kv_bytes": -1}, "kv_bytes=-1: must be an integer >= 0"),
+        (
+            {"model_bytes": 10, "kv_bytes": -1},
+            "kv_bytes=-1: must be an integer in [0, 9223372036854775807]",
+        ),
     ],
 )
 def test_bad_arguments_are_refused_with_exact_messages(kwargs: dict, message: str) -> None:

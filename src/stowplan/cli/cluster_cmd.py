@@ -31,6 +31,7 @@ from stowplan.errors import InputError
 from stowplan.fileio import FileKind, read_text_file
 from stowplan.models import resolve_model
 from stowplan.nodefile import load_nodes
+from stowplan.shell import shell_comment, shell_quote
 from stowplan.wording import plural
 
 cluster_app = typer.Typer(
@@ -177,10 +178,11 @@ def resources_command(
     if as_json:
         out_console.file.write(payload + "\n")
         return
-    out_console.file.write(f"ray start --resources='{payload}'\n")
+    out_console.file.write(f"ray start --resources={shell_quote(payload)}\n")
     domain = found.domain or "none (no multi-node NVLink fabric)"
-    out_console.file.write(f"# nvlink domain: {domain}\n")
-    out_console.file.write(f"# topo_rank {found.topo_rank} from {found.topo_rank_source}\n")
+    out_console.file.write(shell_comment(f"nvlink domain: {domain}") + "\n")
+    rank = f"topo_rank {found.topo_rank} from {found.topo_rank_source}"
+    out_console.file.write(shell_comment(rank) + "\n")
 
 
 @cluster_app.command("topology")

@@ -70,6 +70,8 @@ def gpus_command(
     """List the known GPUs: memory, bandwidth, tensor TFLOPs, interconnect, and the source
     of each figure (the curated table; with QUERY or --all, the GPU database too)."""
     memory_bytes = parse_bytes(memory, field="--memory") if memory is not None else None
+    if query is not None and not any(c.isalnum() for c in query):
+        raise InputError("QUERY", query, "must name a GPU (letters or digits, e.g. 'a6000')")
     match = resolve_gpu(query, memory_bytes) if query else None
     if query:
         rows = known_gpus(query)

@@ -136,7 +136,7 @@ def parse_context(value: str | None) -> int | str | None:
     text = value.strip().lower()
     if text == "max":
         return "max"
-    if not text.isdigit() or len(text) > 10 or int(text) > MAX_CONTEXT_TOKENS:
+    if not (text.isascii() and text.isdigit()) or len(text) > 10 or int(text) > MAX_CONTEXT_TOKENS:
         raise InputError(
             "--context",
             value,

@@ -21,6 +21,7 @@ from stowplan.cli.calibration_opts import (
 )
 from stowplan.cli.common import err_console, load_fleet, out_console, warn_about_gpus
 from stowplan.cli.options import (
+    NODES_HELP,
     Batch,
     Context,
     EngineOption,
@@ -39,7 +40,9 @@ from stowplan.fileio import read_text_file
 from stowplan.gpu_lists import stage_place_text
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, Objective
 from stowplan.models import known_names, lookup, model_source, resolve_model
+from stowplan.nodefile import load_nodes
 from stowplan.plan import Plan, plan_from_json, plan_to_json, with_inputs
+from stowplan.plan_checks import check_plan_fits
 from stowplan.planner import plan as make_plan
 from stowplan.planner.context import (
     ContextFit,
@@ -122,7 +125,6 @@ def plan_command(
     """Plan MODEL on the given nodes and print the plan."""
     layout = resolve_model(model, dtype=dtype)
     fleet = load_fleet(nodes, offers)
-    warn_about_gpus(fleet)
     asked = parse_context(context)
     constraints = Constraints(
         min_stages=min_stages,
@@ -160,6 +162,7 @@ def plan_command(
             constraints = replace(constraints, context_tokens=fit.context_tokens)
         else:
             result = plan_within_context(layout, fleet, constraints, planner=planner)
+    warn_about_gpus(fleet)  # once the plan is made: an error stays the one line on stderr
     result = with_inputs(result, model_source=model_source(model), nodes=fleet)
     baselines = compare_baselines(layout, fleet, constraints) if compare or html is not None else ()
     verdict = plan_verdict(
@@ -277,11 +280,18 @@ def stage_env_command(
         typer.Option("--format", help="text, shell (export lines to source) or json (as --json)."),
     ] = "text",
     stage: Annotated[int | None, typer.Option("--stage", help="Only this stage.")] = None,
+    nodes: Annotated[
+        Path | None,
+        typer.Option("--nodes", help=f"{NODES_HELP}: the plan's nodes, checked against it."),
+    ] = None,
 ) -> None:
     """Print the environment each stage's worker receives."""
     from stowplan.cli.stage_env_render import render_stage_env
 
     p = plan_from_json(read_text_file(plan_file, field="PLAN"))
+    known = lookup(p.model_name) if p.model_name else None
+    recorded = p.nodes or None  # the descriptors the plan recorded, unless --nodes is given
+    check_plan_fits(p, layout=known, nodes=load_nodes(nodes) if nodes is not None else recorded)
     places = [stage_place_text(a) for a in p.assignments]
     text = render_stage_env(stage_env(p), places, "json" if as_json else fmt, stage)
     out_console.file.write(text)

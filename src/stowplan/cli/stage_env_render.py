@@ -12,10 +12,10 @@ left as it is.
 from __future__ import annotations
 
 import json
-import shlex
 from enum import StrEnum
 
 from stowplan.checks import check_choice, check_int
+from stowplan.shell import check_env_name, shell_comment, shell_quote
 
 __all__ = ["EnvFormat", "render_stage_env"]
 
@@ -50,11 +50,11 @@ def render_stage_env(
         return json.dumps(doc, indent=2, sort_keys=True) + "\n"
     lines: list[str] = []
     for i in chosen:
-        lines.append(f"# stage {i} on {places[i]}")
+        lines.append(shell_comment(f"stage {i} on {places[i]}"))
         for key in sorted(envs[i]):
             value = envs[i][key]
             if form is EnvFormat.SHELL:
-                lines.append(f"export {key}={shlex.quote(value)}")
+                lines.append(f"export {check_env_name(key)}={shell_quote(value)}")
             elif key == "PLAN_JSON":
                 lines.append(f"{key}=<{len(value)} bytes of plan JSON>")
             else:

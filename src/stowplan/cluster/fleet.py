@@ -96,6 +96,8 @@ def _parse_int(env: Mapping[str, str], name: str) -> int | None:
     if raw is None or not raw.strip():
         return None
     try:
+        if not raw.isascii():
+            raise ValueError(raw)
         return int(raw.strip())
     except ValueError:
         raise InputError(name, raw, "must be an integer") from None

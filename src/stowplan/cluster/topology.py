@@ -28,6 +28,7 @@ from stowplan.wording import plural
 
 __all__ = [
     "TOPO_RANK_RESOURCE",
+    "TOPO_RANK_UNKNOWN",
     "UNKNOWN_DOMAIN",
     "NodeResources",
     "SegmentSelection",
@@ -41,6 +42,8 @@ __all__ = [
 UNKNOWN_DOMAIN = "unknown"
 """The pseudo-domain of nodes that registered no NVLink domain; never selected."""
 TOPO_RANK_RESOURCE = "topo_rank"
+TOPO_RANK_UNKNOWN = -1
+"""The rank NeMo-RL (and seed 001) give a node without topology: read as None (unknown)."""
 
 Topology = Mapping[str, tuple[str, int | None]]
 """node id → (NVLink domain key or ``unknown``, topological rank or None)."""
@@ -68,7 +71,8 @@ MAX_RANK = 2**53
 
 
 def _check_topology(topology: object) -> None:
-    """Each entry ``node id -> (domain or None, rank >= 0 or None)``; else :class:`InputError`."""
+    """Each entry ``node id -> (domain or None, rank >= 0, -1 or None)``; else
+    :class:`InputError`. ``-1`` is :data:`TOPO_RANK_UNKNOWN`."""
     if not isinstance(topology, Mapping):
         raise InputError("topology", topology, "must map node ids to (domain, rank)")
     for node, entry in topology.items():
@@ -78,23 +82,30 @@ def _check_topology(topology: object) -> None:
         if domain is not None and not isinstance(domain, str):
             raise InputError(f"topology[{node!r}].domain", domain, "must be a string or None")
         if rank is not None and (
-            isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank <= MAX_RANK
+            isinstance(rank, bool)
+            or not isinstance(rank, int)
+            or not (0 <= rank <= MAX_RANK or rank == TOPO_RANK_UNKNOWN)
         ):
             raise InputError(
-                f"topology[{node!r}].rank", rank, "must be an integer in [0, 2**53] or None"
+                f"topology[{node!r}].rank",
+                rank,
+                "must be an integer in [0, 2**53], -1 (unknown) or None",
             )
 
 
 def _order(topology: Topology, node: str) -> tuple[bool, int, str]:
+    """Known ranks first, in order; an unknown one (None or -1) after them, by id."""
     rank = topology[node][1]
-    return (rank is None, rank or 0, node)
+    unknown = rank is None or rank == TOPO_RANK_UNKNOWN
+    return (unknown, 0 if unknown else rank or 0, node)
 
 
 def select_segment_nodes(topology: Topology, segment_size: int, num_nodes: int) -> SegmentSelection:
     """Take complete ``segment_size``-node segments, domain by domain, until ``num_nodes``.
 
-    Step 1: group the nodes by NVLink domain; ``unknown`` nodes are excluded
-    (a pin to a resource no node registered could never schedule).
+    Step 1: group the nodes by NVLink domain; ``unknown`` nodes (domain None or
+    ``unknown``, as NeMo-RL marks a node without topology, usually with rank -1) are
+    accepted and excluded (a pin to a resource no node registered could never schedule).
     Step 2: order each domain's nodes by topological rank (then id) and the
     domains by their lowest rank (then key).
     Step 3: greedily cut each domain into consecutive complete segments, never

@@ -67,6 +67,7 @@ def export_plan(
     """
     from stowplan.exports.common import resolve_layout
     from stowplan.exports.context import check_kv_fits
+    from stowplan.plan_checks import check_plan_fits
 
     engine = check_choice("--to", to, Engine, normalise=lambda v: v.strip().lower())
     if nodes is None and plan.nodes:
@@ -77,6 +78,7 @@ def export_plan(
         if engine in (Engine.LLAMACPP, Engine.ACCELERATE):
             raise  # they need the layout's family or experts
         resolved = None  # vLLM and SGLang take the model as given; the KV check does without
+    check_plan_fits(plan, layout=resolved, nodes=nodes)
     kv_notes = check_kv_fits(plan, resolved, nodes_file)
     if engine is Engine.VLLM:
         result = export_vllm(plan, nodes=nodes, model=model, nodes_file=nodes_file)

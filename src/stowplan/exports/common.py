@@ -3,15 +3,16 @@ GPU lists and the replanning command a refusal names."""
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
 from stowplan.errors import InputError
+from stowplan.fileio import path_exists
 from stowplan.model import ModelLayout, NodeDescriptor
 from stowplan.models import hf_id, lookup, parse_dtype, resolve_model
 from stowplan.models.known import known_model, known_with_dtype
 from stowplan.plan import Plan, StageAssignment
+from stowplan.shell import shell_quote
 
 __all__ = [
     "ADDRESS_LABELS",
@@ -78,7 +79,7 @@ def resolve_layout(
     if layout is not None:
         return layout
     for given in (model, plan.model_source):
-        if given and Path(given).expanduser().exists():
+        if given and path_exists(Path(given).expanduser()):
             return resolve_model(given)
     return lookup(plan.model_name) if plan.model_name else None
 
@@ -212,4 +213,4 @@ def replan_command(
         words += ["--context", context]
     elif plan.context_tokens is not None:
         words += ["--context", str(plan.context_tokens)]
-    return shlex.join(words)
+    return " ".join(shell_quote(w) for w in words)

@@ -70,6 +70,7 @@ from stowplan.exports.result import Engine, EngineExport, UnsupportedByEngine, s
 from stowplan.gpu_lists import stage_place_text, uses_gpu_lists, visible_devices
 from stowplan.model import ModelLayout, NodeDescriptor
 from stowplan.plan import Plan, StageAssignment
+from stowplan.shell import shell_comment
 
 __all__ = ["EXPERT_TENSORS", "OUTPUT_TENSOR", "block_regex", "export_llamacpp"]
 
@@ -262,9 +263,9 @@ def export_llamacpp(
         notes += rpc_notes(plan, rpc, servers)
         commands = []
         for s in servers:
-            commands += [f"# on {s.stage.node_id} (stage {s.stage.stage})", s.command]
+            commands += [shell_comment(f"on {s.stage.node_id} (stage {s.stage.stage})"), s.command]
         mine = [a.stage for a, here in zip(plan.assignments, rpc.local, strict=True) if here]
-        commands += [f"# on {rpc.main_node(plan)} ({_stages_text(mine)})", server_line]
+        commands += [shell_comment(f"on {rpc.main_node(plan)} ({_stages_text(mine)})"), server_line]
         data = {
             "rpc_servers": [
                 {"node": s.stage.node_id, "stage": s.stage.stage, "endpoint": s.endpoint}

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from stowplan.errors import UnsupportedByEngine
+from stowplan.shell import check_env_name, heredoc_marker, shell_comment, shell_quote
 
 __all__ = ["Engine", "EngineExport", "UnsupportedByEngine", "shell_line"]
 
@@ -58,17 +58,21 @@ class EngineExport:
 
     def render_text(self) -> str:
         """A shell-script-like text: notes as comments, then the commands and files."""
-        lines = [f"# {self.engine.value}: blocks per stage {','.join(map(str, self.block_counts))}"]
-        lines += [f"# {note}" for note in self.notes]
+        counts = ",".join(map(str, self.block_counts))
+        lines = [shell_comment(f"{self.engine.value}: blocks per stage {counts}")]
+        lines += [shell_comment(note) for note in self.notes]
         for name, text in self.files:
-            lines.append(f"cat > {shlex.quote(name)} <<'EOF'")
-            lines += text.rstrip("\n").splitlines()
-            lines.append("EOF")
+            body = text.rstrip("\n")
+            marker = heredoc_marker(body)
+            lines.append(f"cat > {shell_quote(name)} <<'{marker}'")
+            lines += body.splitlines()
+            lines.append(marker)
         lines += list(self.commands)
         return "\n".join(lines) + "\n"
 
 
 def shell_line(env: tuple[tuple[str, str], ...], argv: list[str]) -> str:
     """``K=V … prog arg …`` with every word quoted for a POSIX shell."""
-    words = [f"{k}={shlex.quote(v)}" for k, v in env] + [shlex.quote(a) for a in argv]
+    words = [f"{check_env_name(k)}={shell_quote(v)}" for k, v in env]
+    words += [shell_quote(a) for a in argv]
     return " ".join(words)

@@ -28,6 +28,7 @@ from stowplan.exports.result import Engine, EngineExport, UnsupportedByEngine, s
 from stowplan.gpu_lists import uses_gpu_lists
 from stowplan.model import NodeDescriptor
 from stowplan.plan import Plan, StageAssignment
+from stowplan.shell import shell_comment
 
 __all__ = ["SGLANG_PORT", "export_sglang"]
 
@@ -90,7 +91,7 @@ def export_sglang(
             devices[node_id] = listed
             env = (("CUDA_VISIBLE_DEVICES", listed), *part)
         argv = ["python", "-m", "sglang.launch_server", "--model-path", model_arg]
-        commands.append(f"# on {node_id} ({stage_span(stages)})")
+        commands.append(shell_comment(f"on {node_id} ({stage_span(stages)})"))
         commands.append(shell_line(env, [*argv, *args, *per_node]))
     notes = [*model_notes, *common_notes(plan), *([assumed] if assumed else [])]
     if n > 1:

@@ -38,6 +38,7 @@ from stowplan.exports.result import Engine, EngineExport, UnsupportedByEngine, s
 from stowplan.gpu_lists import uses_gpu_lists
 from stowplan.model import NodeDescriptor
 from stowplan.plan import Plan, StageAssignment
+from stowplan.shell import shell_comment
 
 __all__ = ["PARTITION_VARIABLE", "RAY_PORT", "export_vllm", "partition_string"]
 
@@ -128,7 +129,11 @@ def export_vllm(
         per_node = runs or _stages_by_node(plan)
         head = plan.assignments[0].node_id
         address = node_address(by_id.get(head))
-        commands = [*_ray_start_lines(per_node, devices, address or head), f"# on {head}", serve]
+        commands = [
+            *_ray_start_lines(per_node, devices, address or head),
+            shell_comment(f"on {head}"),
+            serve,
+        ]
         if address is None:
             notes.append(
                 f"`ray start` uses the node id {head!r} as the head's host name: replace it "
@@ -177,6 +182,6 @@ def _ray_start_lines(
         argv = ["ray", "start"]
         argv += ["--head", "--port", str(RAY_PORT)] if node_id == head else []
         argv += [] if node_id == head else ["--address", f"{head_address}:{RAY_PORT}"]
-        lines.append(f"# on {node_id} ({stage_span(stages)})")
+        lines.append(shell_comment(f"on {node_id} ({stage_span(stages)})"))
         lines.append(shell_line(env, argv))
     return lines

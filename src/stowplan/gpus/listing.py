@@ -20,14 +20,17 @@ def known_gpus(query: str | None = None, *, database: bool = True) -> tuple[GpuS
     """The curated rows, then the database rows no curated row answers for.
 
     With ``query``, only the rows whose name holds every word of it, and first the row
-    ``query`` resolves to (``known_gpus("a6000")`` lists the RTX A6000).
+    ``query`` resolves to (``known_gpus("a6000")`` lists the RTX A6000); a query with no
+    word (``" "``, ``"🙂"``: no letter or digit) matches nothing.
     """
     rows: list[GpuSpec] = list(CURATED)
     if database:
         rows += [s for s in database_specs() if not shadowed_by_curated(s)]
-    if query is None or not query.strip():
+    if query is None:
         return tuple(rows)
     words = parse_gpu_name(query).key.split() or normalise_gpu_name(query).split()
+    if not words:
+        return ()
     hits = [s for s in rows if all(w in _text(s) for w in words)]
     match = resolve_gpu(query, database=database)
     if match is not None:

@@ -7,7 +7,11 @@ unless the next word names another part: ``Ti``, ``SUPER``, ``Laptop`` …) in t
 table then the database, and last the known names the key starts (``P100`` → its PCIe
 and SXM2 rows).  A name nvidia-smi cut short (``RTX 2080 ...``) may be any known name it
 starts, ``Ti`` and ``SUPER`` parts included (laptop parts not).
-Step 3: among the rows found, the memory stated in the name, then the node's memory,
+Step 3: a name as the NVIDIA driver reports it (nvidia-smi, NVML: it starts ``NVIDIA ``)
+says ``PCIe`` for every PCIe board (``NVIDIA H800 PCIe``, ``NVIDIA A100-PCIE-40GB``), so
+such a name without it drops the PCIe rows: ``NVIDIA H800`` is the SXM part.  A bare name
+(``H800``, as a person types it) keeps them: it may be either.
+Step 4: among the rows found, the memory stated in the name, then the node's memory,
 picks the closest (``A100`` with 80 GB → the 80 GB rows).  What is still tied goes to
 the lowest-bandwidth row, and the match says so (:attr:`GpuMatch.assumption`).
 """
@@ -18,12 +22,17 @@ import math
 from collections.abc import Iterable, Sequence
 from functools import cache, lru_cache
 
+from stowplan.errors import InputError
 from stowplan.gpus.curated import CURATED
 from stowplan.gpus.database import database_specs
 from stowplan.gpus.names import OTHER_PART, parse_gpu_name
 from stowplan.gpus.spec import GpuMatch, GpuOrigin, GpuSpec
+from stowplan.limits import MAX_BYTE_COUNT
 
-__all__ = ["lookup_gpu", "resolve_gpu", "shadowed_by_curated"]
+__all__ = ["DRIVER_PREFIX", "lookup_gpu", "resolve_gpu", "shadowed_by_curated"]
+
+DRIVER_PREFIX = "NVIDIA "
+"""How the NVIDIA driver (nvidia-smi, NVML) begins every board's name."""
 
 _GIB = 2**30
 _LAPTOP = frozenset({"mobile", "maxq"})
@@ -107,6 +116,9 @@ def _choose(
     query: str, specs: Sequence[GpuSpec], stated_gb: float | None, memory_bytes: int | None
 ) -> GpuMatch:
     cands = list(dict.fromkeys(specs))
+    if query.startswith(DRIVER_PREFIX) and "pcie" not in query.lower():
+        boards = [s for s in cands if "pcie" not in s.name.lower()]
+        cands = boards or cands  # the driver names PCIe boards "… PCIe": this is not one
     if len(cands) > 1 and stated_gb is not None and stated_gb > 0:
         cands = _closest(cands, stated_gb)
     if len(cands) > 1 and memory_bytes is not None and memory_bytes > 0:
@@ -128,7 +140,19 @@ def _choose(
 def resolve_gpu(
     gpu_name: str, memory_bytes: int | None = None, *, database: bool = True
 ) -> GpuMatch | None:
-    """See :func:`_resolve_gpu`; answers are remembered (a fleet names few parts)."""
+    """See :func:`_resolve_gpu`; answers are remembered (a fleet names few parts).
+
+    Raises :class:`~stowplan.errors.InputError` when ``memory_bytes`` is not None or a
+    byte count (an integer in ``[0, MAX_BYTE_COUNT]``).
+    """
+    if memory_bytes is not None and (
+        isinstance(memory_bytes, bool)
+        or not isinstance(memory_bytes, int)
+        or not 0 <= memory_bytes <= MAX_BYTE_COUNT
+    ):
+        raise InputError(
+            "memory_bytes", memory_bytes, f"must be None or an integer in [0, {MAX_BYTE_COUNT}]"
+        )
     if not isinstance(gpu_name, str):
         return _resolve_gpu(gpu_name, memory_bytes, database=database)
     return _resolve_cached(gpu_name, memory_bytes, database)

@@ -102,6 +102,34 @@ def _dominant_type(entries: list[TensorEntry]) -> str:
     return name if 2 * n_bytes >= total else "mixed"
 
 
+def _check_tensor_data(path: Path, reader: Any, tensors: list[Any]) -> None:
+    """The tensors' data against the file's own length: each within the data section,
+    none overlapping another, and no more than the alignment's padding after the last
+    (a tensor count made smaller leaves the dropped tensors' bytes there)."""
+    size = path.stat().st_size
+    start, alignment = int(reader.data_offset), int(reader.alignment)
+    end = start
+    for t in sorted(tensors, key=lambda t: int(t.data_offset)):
+        lo, hi = int(t.data_offset), int(t.data_offset) + int(t.n_bytes)
+        if lo < end or hi > size:
+            where = "past the end of the file" if hi > size else "over another tensor's data"
+            raise InputError(
+                "MODEL",
+                str(path),
+                f"GGUF tensor {t.name!r} has its data at bytes [{lo}, {hi}), {where} "
+                f"({size} bytes, data from byte {start})",
+            )
+        end = hi
+    if size - end >= alignment:
+        raise InputError(
+            "MODEL",
+            str(path),
+            f"holds {size - end} bytes after its last tensor's data (at most {alignment - 1} "
+            f"of padding): the GGUF tensor count ({len(tensors)}) or offsets do not match "
+            "the file",
+        )
+
+
 def gguf_report(path: Path, *, name: str | None = None) -> ModelReport:
     """The exact layout of a ``.gguf`` file; ``InputError`` when it is malformed."""
     reader = _load(path)
@@ -130,6 +158,7 @@ def gguf_report(path: Path, *, name: str | None = None) -> ModelReport:
         tensors = list(reader.tensors)
     except (ValueError, IndexError) as exc:
         raise InputError("MODEL", str(path), f"has unreadable GGUF tensor info ({exc})") from None
+    _check_tensor_data(path, reader, tensors)
     entries = [
         TensorEntry(
             name=t.name, nbytes=int(t.n_bytes), params=int(t.n_elements),

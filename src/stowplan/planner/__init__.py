@@ -19,7 +19,7 @@ from stowplan.model import Constraints, ModelLayout, NodeDescriptor, Objective, 
 from stowplan.plan import Plan
 from stowplan.planner.certify import finish, key_of, objective_of, pick_best
 from stowplan.planner.cheapest import plan_cheapest
-from stowplan.planner.exact.pipelines import ENUMERATION_LIMIT, solve_exact
+from stowplan.planner.exact.pipelines import ENUMERATION_LIMIT, EXACT_NODE_LIMIT, solve_exact
 from stowplan.planner.problem import Problem, prepare
 from stowplan.planner.strategies import cycle
 from stowplan.planner.strategies.latency import latency_pipeline
@@ -225,6 +225,14 @@ def plan_blocks(
     problem = prepare(model, nodes, constraints)
     strategy = constraints.resolved_strategy()
     runner = _STRATEGIES[strategy]
+    if strategy is Strategy.EXACT and len(nodes) > EXACT_NODE_LIMIT:
+        raise InputError(
+            "strategy",
+            strategy.value,
+            f"takes at most {EXACT_NODE_LIMIT} nodes ({len(nodes)} given): its search "
+            "grows exponentially with them; use latency or throughput, whose certificate "
+            "bounds the gap to the optimum",
+        )
     if strategy is not Strategy.BALANCE_BY_VRAM:
         runner = _grouped(runner, objective_of(constraints, strategy), strategy)
     try:

@@ -42,8 +42,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from stowplan.checks import check_int
 from stowplan.circuits import SYSTEM_POOL, CapabilityMatrix, HostTopology
 from stowplan.errors import InputError, InsufficientVram
+from stowplan.limits import MAX_BYTE_COUNT
 from stowplan.model import ModelLayout
 from stowplan.safeload import parse_json
 
@@ -243,9 +245,7 @@ def _fmt_ms(seconds: float) -> str:
 
 
 def _check_bytes(field: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(field, value, f"must be an integer >= {minimum}")
-    return value
+    return check_int(field, value, minimum=minimum, maximum=MAX_BYTE_COUNT)
 
 
 def _gib(n: float) -> str:
@@ -272,8 +272,7 @@ def plan_employment(
     :class:`InsufficientVram` (weights, KV and headroom in GiB, and what to
     change) when no candidate can hold the overflow.
     """
-    if isinstance(model_bytes, bool) or not isinstance(model_bytes, int) or model_bytes <= 0:
-        raise InputError("model_bytes", model_bytes, "must be an integer > 0")
+    check_int("model_bytes", model_bytes, minimum=1, maximum=MAX_BYTE_COUNT)
     if isinstance(kv_reserve, bool) or not (
         isinstance(kv_reserve, int | float) and 0 <= kv_reserve < 1
     ):

@@ -99,7 +99,7 @@ def expert_summary(
                 per_block=tuple((b, tuple(sorted(es))) for b, es in sorted(per.items())),
                 num_experts=len(a.owned_experts),
                 load_share=work[j] / total_work,
-                speed_share=speeds[j] / sum(speeds),
+                speed_share=speeds[j] / (sum(speeds) or 1.0),
             )
         )
     placed = sum(r.num_experts for r in rows)
@@ -107,8 +107,9 @@ def expert_summary(
         nodes=tuple(rows),
         num_placed=placed,
         num_replicas=placed - len(ex.moe_blocks) * ex.num_experts,
-        imbalance_mean=sum(imbalances) / len(imbalances),
-        imbalance_max=max(imbalances),
+        # No MoE block: nothing to balance, every node even (1.0), as block-local is.
+        imbalance_mean=sum(imbalances) / len(imbalances) if imbalances else 1.0,
+        imbalance_max=max(imbalances, default=1.0),
         transfers_per_token=transfers,
         speed_source=source,
         block_local=all(
