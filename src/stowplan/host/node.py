@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from stowplan.calibration.apply import MEASURED_LABEL
+from stowplan.circuits import CircuitKind
 from stowplan.errors import InputError
 from stowplan.host.passport import Passport
-from stowplan.circuits import CircuitKind
 from stowplan.model import NodeDescriptor
 
 __all__ = ["node_from_passport"]
