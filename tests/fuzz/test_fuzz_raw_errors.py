@@ -14,11 +14,7 @@ import math
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from stowplan.constraints import Constraints
-from stowplan.exports import export_plan
-from stowplan.gpus import resolve_gpu
-from stowplan.host.residency import plan_employment
-from stowplan.host.topology import (
+from stowplan.circuits import (
     CapabilityMatrix,
     Circuit,
     CircuitCapability,
@@ -27,6 +23,9 @@ from stowplan.host.topology import (
     MemoryPool,
     PoolKind,
 )
+from stowplan.constraints import Constraints
+from stowplan.exports import export_plan
+from stowplan.gpus import resolve_gpu
 from stowplan.model import ExpertLayout, ModelLayout
 from stowplan.plan import (
     Plan,
@@ -36,6 +35,7 @@ from stowplan.plan import (
     plan_from_json,
 )
 from stowplan.planner.experts import expert_summary
+from stowplan.planner.residency import plan_employment
 from tests.common.fuzz import HOSTILE_INTS, floats, fuzz, ints, scalars, typed
 from tests.common.paths import FIXTURES
 from tests.common.toy import TOY_MODEL, toy_node
