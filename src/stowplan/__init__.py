@@ -88,8 +88,9 @@ if TYPE_CHECKING:
         load_expert_load,
     )
     from stowplan.exports import EngineExport, export_plan
-    from stowplan.host import EmploymentPlan, plan_employment, probe_host
+    from stowplan.host import probe_host
     from stowplan.planner.experts import ExpertInputs, ExpertPlacement, plan_with_experts
+    from stowplan.planner.residency import EmploymentPlan, plan_employment
     from stowplan.serve_plan import ReplicaPlan, ServeCertificate, ServeObjective, ServePlan
     from stowplan.serving import serve
     from stowplan.workload import Binding, Workload
@@ -105,7 +106,7 @@ _LAZY = {
     "Workload": "stowplan.workload",
     "serve": "stowplan.serving",
     "CoActivation": "stowplan.expert_stats",
-    "EmploymentPlan": "stowplan.host",
+    "EmploymentPlan": "stowplan.planner.residency",
     "EngineExport": "stowplan.exports",
     "ExpertInputs": "stowplan.planner.experts",
     "ExpertLoad": "stowplan.expert_stats",
@@ -117,7 +118,7 @@ _LAZY = {
     "init_ray": "stowplan.cluster",
     "load_coactivation": "stowplan.expert_stats",
     "load_expert_load": "stowplan.expert_stats",
-    "plan_employment": "stowplan.host",
+    "plan_employment": "stowplan.planner.residency",
     "plan_with_experts": "stowplan.planner.experts",
     "probe_host": "stowplan.host",
     "realise": "stowplan.cluster.realise",
