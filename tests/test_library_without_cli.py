@@ -88,7 +88,7 @@ def test_only_the_command_line_and_its_renderers_import_typer_or_rich() -> None:
             if any(n.split(".")[0] in CLI_EXTRA_MODULES for n in names):
                 users.add(path.relative_to(SRC).as_posix())
     outside = sorted(u for u in users if not u.startswith("cli/"))
-    assert outside == ["report/experts.py", "report/terminal.py"]
+    assert outside == ["report/experts.py", "report/serving.py", "report/terminal.py"]
 
 
 def test_the_command_without_the_extra_says_how_to_get_it() -> None:

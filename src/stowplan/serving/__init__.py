@@ -211,7 +211,7 @@ def _value(c: Candidate, by_rate: bool) -> float:
 
 class _Inside:
     """The most a packing of the candidates found so far serves within a composition
-    (memoised; None when the search would visit too many compositions)."""
+    (memoised; None when the search would visit more than :attr:`LIMIT` compositions)."""
 
     LIMIT = 20000
 
@@ -224,29 +224,26 @@ class _Inside:
         self._memo.clear()
 
     def value(self, v: tuple[int, ...]) -> float | None:
-        try:
-            return self._best(v)
-        except _TooMany:
+        got = self._best(v)
+        if got is None:
             self._memo.clear()
-            return None
+        return got
 
-    def _best(self, v: tuple[int, ...]) -> float:
+    def _best(self, v: tuple[int, ...]) -> float | None:
         got = self._memo.get(v)
         if got is not None:
             return got
         if len(self._memo) > self.LIMIT:
-            raise _TooMany
+            return None
         best = 0.0
         for key, opt in self._options.items():
             if all(a <= b for a, b in zip(key, v, strict=True)):
-                rest = tuple(b - a for a, b in zip(key, v, strict=True))
-                best = max(best, _value(opt.candidate, self._by_rate) + self._best(rest))
+                rest = self._best(tuple(b - a for a, b in zip(key, v, strict=True)))
+                if rest is None:
+                    return None
+                best = max(best, _value(opt.candidate, self._by_rate) + rest)
         self._memo[v] = best
         return best
-
-
-class _TooMany(Exception):
-    """The packing search inside a composition grew past :attr:`_Inside.LIMIT`."""
 
 
 def _assign(
