@@ -37,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
+from stowplan.circuits import CapabilityMatrix, CircuitKind, HostTopology
 from stowplan.host.bench import blas_threads, measure_cpu, measure_cuda, settings_for
 from stowplan.host.discover import discover
-from stowplan.host.residency import ResidencyProtocol, plan_employment
-from stowplan.host.topology import CapabilityMatrix, CircuitKind, HostTopology
+from stowplan.planner.residency import ResidencyProtocol, plan_employment
 
 HIDDEN = 2048
 KV = 512

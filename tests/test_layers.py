@@ -40,6 +40,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "foundations",
         (
             "stowplan.errors",
+            "stowplan.moved",
             "stowplan.limits",
             "stowplan.units",
             "stowplan.checks",
@@ -62,6 +63,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "stowplan.gpu_lists",
             "stowplan.worker",
             "stowplan.nodefile",
+            "stowplan.circuits",
         ),
     ),
     (
@@ -398,6 +400,9 @@ def test_a_module_takes_the_layer_of_its_longest_named_package() -> None:
     assert name("stowplan.calibration.store") == "hardware and models"
     assert name("stowplan.planner.experts.packing") == "planner"
     assert name("stowplan") == "interface"
+    assert name("stowplan.circuits") == "values"
+    assert name("stowplan.host.discover") == "edges"
+    assert name("stowplan.planner.residency") == "planner"
     assert name("stowplan.unplaced") is None
 
 
@@ -409,6 +414,7 @@ PLANNER_ROOMS = {
     "exact": "everything behind the scipy extra: optima, bounds, the node-set MILP",
     "experts": "MoE expert placement",
     "problem": "the validated planning problem every strategy reads",
+    "residency": "one host: which circuits hold the weights, which stream (seed 004)",
     "strategies": "the block strategies (vram, latency, throughput, cycle)",
     "tensor": "tensor parallel inside nodes: GPU groups",
 }

@@ -12,9 +12,9 @@ import stowplan
 def test_every_public_name_resolves_to_the_object_of_its_module() -> None:
     from stowplan.cluster import init_ray
     from stowplan.exports import export_plan
-    from stowplan.host import plan_employment
     from stowplan.planner import plan
     from stowplan.planner.experts import ExpertInputs, ExpertPlacement, plan_with_experts
+    from stowplan.planner.residency import plan_employment
 
     assert [n for n in stowplan.__all__ if not hasattr(stowplan, n)] == []
     assert stowplan.plan is plan

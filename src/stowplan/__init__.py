@@ -89,14 +89,15 @@ if TYPE_CHECKING:
         load_expert_load,
     )
     from stowplan.exports import EngineExport, export_plan
-    from stowplan.host import EmploymentPlan, plan_employment, probe_host
+    from stowplan.host import probe_host
     from stowplan.planner.experts import ExpertInputs, ExpertPlacement, plan_with_experts
+    from stowplan.planner.residency import EmploymentPlan, plan_employment
 
 __version__ = "0.1.0"
 
 _LAZY = {
     "CoActivation": "stowplan.expert_stats",
-    "EmploymentPlan": "stowplan.host",
+    "EmploymentPlan": "stowplan.planner.residency",
     "EngineExport": "stowplan.exports",
     "ExpertInputs": "stowplan.planner.experts",
     "ExpertLoad": "stowplan.expert_stats",
@@ -108,7 +109,7 @@ _LAZY = {
     "init_ray": "stowplan.cluster",
     "load_coactivation": "stowplan.expert_stats",
     "load_expert_load": "stowplan.expert_stats",
-    "plan_employment": "stowplan.host",
+    "plan_employment": "stowplan.planner.residency",
     "plan_with_experts": "stowplan.planner.experts",
     "probe_host": "stowplan.host",
     "realise": "stowplan.cluster.realise",

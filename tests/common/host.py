@@ -6,9 +6,7 @@ import math
 import re
 from pathlib import Path
 
-from stowplan.host.discover import topology_from_smi
-from stowplan.host.nvidia_smi import parse_nvidia_smi
-from stowplan.host.topology import (
+from stowplan.circuits import (
     SYSTEM_POOL,
     CapabilityMatrix,
     Circuit,
@@ -18,6 +16,8 @@ from stowplan.host.topology import (
     MemoryPool,
     PoolKind,
 )
+from stowplan.host.discover import topology_from_smi
+from stowplan.host.nvidia_smi import parse_nvidia_smi
 from tests.common.paths import FIXTURES
 
 SMI = FIXTURES / "nvidia-smi"

@@ -7,6 +7,7 @@ import pytest
 from stowplan import Constraints
 from stowplan.cost import CostModel
 from stowplan.gpus import lookup_gpu
+from stowplan.model import gpu_group_node
 from tests.common.toy import TOY_MODEL, toy_node
 
 MODEL = TOY_MODEL
@@ -88,3 +89,20 @@ def test_table_inputs_are_listed_as_assumed():
     pred = CostModel(MODEL, [node], Constraints()).prediction([0], [0, 4])
     assert any(a.startswith("n0.mem_bandwidth_gbps=1008") for a in pred.assumed)
     assert any("flops_estimate=165.2" in a for a in pred.assumed)
+
+
+def test_relax_groups_returns_a_relaxed_model_and_leaves_this_one_as_it_was() -> None:
+    whole = toy_node(0, num_gpus=2)
+    groups = [gpu_group_node(whole, i, 1) for i in range(2)]
+    cm = CostModel(TOY_MODEL, groups, Constraints(batch=4))
+    before = (cm.block_s, cm.stage_s, cm.xfer_s, cm.latency_s)
+    relaxed = cm.relax_groups()
+    assert relaxed is not cm
+    assert (cm.block_s, cm.stage_s, cm.xfer_s, cm.latency_s) == before
+    assert relaxed.stage_s == (0.0, 0.0)
+    assert relaxed.xfer_s == tuple(map(min, cm.xfer_s, cm.intra_xfer_s))
+    assert relaxed.latency_s == tuple(map(min, cm.latency_s, cm.intra_latency_s))
+    assert all(r <= c for r, c in zip(relaxed.block_s, cm.block_s, strict=True))
+    view = relaxed.at_microbatch(2)
+    assert view.stage_s == (0.0, 0.0)
+    assert cm.at_microbatch(2).stage_s == cm.stage_s

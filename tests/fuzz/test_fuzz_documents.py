@@ -12,10 +12,10 @@ from stowplan.calibration import calibration_from_json, shipped_calibration
 from stowplan.calibration.profile import calibration_to_dict
 from stowplan.expert_stats import coactivation_from_data, expert_load_from_data
 from stowplan.host.passport import Passport
-from stowplan.host.residency import employment_from_json, employment_to_json, plan_employment
 from stowplan.limits import MAX_BYTE_COUNT, MAX_NODES, MAX_RATE
 from stowplan.nodefile import nodes_from_data, nodes_from_offers
 from stowplan.plan import plan_from_dict, plan_from_json, plan_to_json
+from stowplan.planner.residency import employment_from_json, employment_to_json, plan_employment
 from stowplan.safeload import parse_json, parse_yaml
 from tests.common.fuzz import dumps, fuzz, json_texts, json_values, mutated, strings, typed
 from tests.common.host import cap, fixture_topology, matrix

@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
+from stowplan.circuits import Circuit, CircuitKind
 from stowplan.errors import InputError
 from stowplan.host.bench import DECODE_SHAPES, cuda_indices, decode_figures, settings_for
 from stowplan.host.passport import Passport
-from stowplan.host.topology import Circuit, CircuitKind
 from tests.common.host import cap, fixture_topology, matrix
 
 

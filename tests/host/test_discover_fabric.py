@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from stowplan.circuits import HostTopology
 from stowplan.host.discover import fabric_facts, topology_from_smi
 from stowplan.host.fabric import GpuFabric, parse_fabric, parse_fabric_json_lines
 from stowplan.host.nvidia_smi import parse_nvidia_smi
 from stowplan.host.passport import Passport
-from stowplan.host.topology import HostTopology
 from tests.common.host import SMI, cap, capture_sections, matrix
 
 ZERO = "00000000-0000-0000-0000-000000000000"

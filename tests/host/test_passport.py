@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from stowplan.circuits import HostTopology
 from stowplan.host.passport import (
     PASSPORT_SCHEMA_VERSION,
     Passport,
@@ -22,7 +23,6 @@ from stowplan.host.passport import (
     read_passport,
     save_passport,
 )
-from stowplan.host.topology import HostTopology
 from tests.common.host import GIB, cap, fixture_topology, matrix
 from tests.common.paths import ROOT
 

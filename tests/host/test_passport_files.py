@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from stowplan.circuits import HostTopology
 from stowplan.fileio import STALE_TEMP_S, remove_stale_temps, write_text_atomic
 from stowplan.host import route
 from stowplan.host.passport import Passport, load_passport, obtain_passport, save_passport
-from stowplan.host.topology import HostTopology
 from tests.common.host import cap, fixture_topology, matrix
 from tests.common.paths import ROOT
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from stowplan.circuits import HostTopology
 from stowplan.cli import main
 from stowplan.errors import InputError, StowplanError
 from stowplan.host import route
@@ -21,7 +22,6 @@ from stowplan.host.passport import (
     read_passport,
     save_passport,
 )
-from stowplan.host.topology import HostTopology
 from tests.common.host import GIB, cap, fixture_topology, matrix
 
 Damage = Callable[[dict[str, Any]], None]

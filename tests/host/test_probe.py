@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_info
 
+from stowplan.circuits import CircuitKind, PoolKind
 from stowplan.errors import InputError
 from stowplan.host.bench import BenchSettings, blas_threads, measure, measure_cpu
 from stowplan.host.discover import _nvml, discover
-from stowplan.host.topology import CircuitKind, PoolKind
 
 
 def test_discovery_without_an_nvidia_driver_is_a_cpu_topology_not_an_error() -> None:

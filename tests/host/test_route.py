@@ -9,7 +9,7 @@ import pytest
 
 from stowplan.host import route
 from stowplan.host.passport import Passport, save_passport
-from stowplan.host.residency import ResidencyProtocol
+from stowplan.planner.residency import ResidencyProtocol
 from tests.common.host import GIB, cap, fixture_topology, matrix
 
 

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from stowplan.circuits import HostTopology
 from stowplan.cli.app import app
 from stowplan.cli.common import err_console, out_console
 from stowplan.errors import InputError, InsufficientVram
@@ -19,9 +20,8 @@ from stowplan.host.passport import (
     obtain_passport,
     read_passport,
 )
-from stowplan.host.residency import DEFAULT_KV_RESERVE, employment_to_json, plan_residency
-from stowplan.host.topology import HostTopology
 from stowplan.models import resolve_model
+from stowplan.planner.residency import DEFAULT_KV_RESERVE, employment_to_json, plan_residency
 from stowplan.units import format_bytes
 from stowplan.wording import plural
 

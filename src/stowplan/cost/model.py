@@ -228,21 +228,33 @@ class CostModel:
             for n in self.nodes
         ]
 
-    def relax_groups(self) -> None:
-        """Make every node as fast as any grouping of its GPUs could be (for bounds).
+    def relax_groups(self) -> CostModel:
+        """This model with every node as fast as any grouping of its GPUs could be (for
+        bounds); this one is left as it is.
 
         Its full bandwidth and FLOPs with no all-reduce or collective (a tp-1 group pays
         none, and a smaller group never streams faster), no in-host hop, and the cheaper
-        of its network and intra-node transfer and hop.
+        of its network and intra-node transfer and hop.  Its microbatch views are relaxed
+        too.
         """
+        relaxed = CostModel(
+            self.model,
+            self.nodes,
+            self._constraints,
+            self.calibration,
+            parents=self.parent,
+            microbatch=self.microbatch,
+        )
+        relaxed._relax()
+        return relaxed
+
+    def _relax(self) -> None:
+        """The terms of :meth:`relax_groups`, set on a model just built (never one handed out)."""
         self.block_s = tuple(c.block_overhead_s for c in self._node_calibrations(single_gpu=True))
         self.stage_s = (0.0,) * len(self.nodes)
         self.xfer_s = tuple(map(min, self.xfer_s, self.intra_xfer_s))
         self.latency_s = tuple(map(min, self.latency_s, self.intra_latency_s))
         self._relaxed = True
-        for view in self._views.values():
-            if not view._relaxed:
-                view.relax_groups()
 
     def at_microbatch(self, microbatch: int) -> CostModel:
         """This model with stages stepping ``microbatch`` sequences (the KV reserve still
@@ -265,7 +277,7 @@ class CostModel:
             )
             view._root = root
             if root._relaxed:
-                view.relax_groups()
+                view._relax()
             root._views[microbatch] = view
         return view
 

@@ -1,17 +1,29 @@
-"""One host: discover its circuits (H0), measure them (H1), plan residency (H2).
+"""One host: discover its circuits (H0), measure them (H1); its residency plan (H2) is
+:mod:`stowplan.planner.residency`'s.
 
 ::
 
-    from stowplan.host import probe_host, plan_employment
+    from stowplan.host import probe_host
+    from stowplan.planner.residency import plan_employment
     passport = probe_host(quick=True)
     plan = plan_employment(passport.topology, passport.matrix, model_bytes=16 * 2**30)
 
 ``discover`` and ``measure`` are the I/O edges (NVML, nvidia-smi, psutil,
-numpy/torch benchmarks); ``plan_employment`` is pure.
+numpy/torch benchmarks); ``plan_employment`` is pure.  The residency names once
+re-exported here still resolve, with a :class:`DeprecationWarning`.
 """
 
 from __future__ import annotations
 
+from stowplan.circuits import (
+    CapabilityMatrix,
+    Circuit,
+    CircuitCapability,
+    CircuitKind,
+    HostTopology,
+    MemoryPool,
+    PoolKind,
+)
 from stowplan.host.node import node_from_passport
 from stowplan.host.nvidia_smi import GpuRecord, SmiReport, parse_nvidia_smi, pcie_gbps
 from stowplan.host.passport import (
@@ -24,19 +36,6 @@ from stowplan.host.passport import (
     obtain_passport,
     save_passport,
 )
-from stowplan.host.residency import (
-    DEFAULT_KV_RESERVE,
-    DevicePlacement,
-    EmploymentPlan,
-    OverflowEstimate,
-    PlacementRole,
-    ResidencyProtocol,
-    employment_from_json,
-    employment_to_json,
-    plan_employment,
-    plan_residency,
-    read_bytes_per_token,
-)
 from stowplan.host.route import (
     ROUTE_ENV,
     last_employment_plan,
@@ -46,39 +45,23 @@ from stowplan.host.route import (
     route_employment_from_passport,
     route_enabled,
 )
-from stowplan.host.topology import (
-    CapabilityMatrix,
-    Circuit,
-    CircuitCapability,
-    CircuitKind,
-    HostTopology,
-    MemoryPool,
-    PoolKind,
-)
+from stowplan.moved import moved
 
 __all__ = [
-    "DEFAULT_KV_RESERVE",
     "PASSPORT_SCHEMA_VERSION",
     "ROUTE_ENV",
     "CapabilityMatrix",
     "Circuit",
     "CircuitCapability",
     "CircuitKind",
-    "DevicePlacement",
-    "EmploymentPlan",
     "GpuRecord",
     "HostTopology",
     "MemoryPool",
-    "OverflowEstimate",
     "Passport",
-    "PlacementRole",
     "PoolKind",
-    "ResidencyProtocol",
     "SmiReport",
     "cache_dir",
     "default_passport_path",
-    "employment_from_json",
-    "employment_to_json",
     "fingerprint",
     "last_employment_plan",
     "load_passport",
@@ -86,13 +69,30 @@ __all__ = [
     "obtain_passport",
     "parse_nvidia_smi",
     "pcie_gbps",
-    "plan_employment",
     "plan_for_model",
-    "plan_residency",
     "probe_host",
-    "read_bytes_per_token",
     "route_employment_for_model",
     "route_employment_from_passport",
     "route_enabled",
     "save_passport",
 ]
+
+__getattr__ = moved(
+    __name__,
+    dict.fromkeys(
+        (
+            "DEFAULT_KV_RESERVE",
+            "DevicePlacement",
+            "EmploymentPlan",
+            "OverflowEstimate",
+            "PlacementRole",
+            "ResidencyProtocol",
+            "employment_from_json",
+            "employment_to_json",
+            "plan_employment",
+            "plan_residency",
+            "read_bytes_per_token",
+        ),
+        "stowplan.planner.residency",
+    ),
+)

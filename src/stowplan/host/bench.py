@@ -45,14 +45,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from stowplan.errors import DependencyError, InputError
-from stowplan.host.topology import (
+from stowplan.circuits import (
     CapabilityMatrix,
     Circuit,
     CircuitCapability,
     CircuitKind,
     HostTopology,
 )
+from stowplan.errors import DependencyError, InputError
 
 __all__ = [
     "DECODE_SHAPES",

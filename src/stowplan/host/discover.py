@@ -37,12 +37,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from stowplan.errors import InputError
-from stowplan.host.fabric import GpuFabric, parse_fabric
-from stowplan.host.nvidia_smi import SmiReport, parse_nvidia_smi, parse_query_xml
-from stowplan.host.nvidia_topo import ProbedIntraLink, parse_topo_matrix, probed_intra_link
-from stowplan.host.rocm_smi import parse_rocm_smi
-from stowplan.host.topology import (
+from stowplan.circuits import (
     SYSTEM_POOL,
     Circuit,
     CircuitKind,
@@ -50,6 +45,11 @@ from stowplan.host.topology import (
     MemoryPool,
     PoolKind,
 )
+from stowplan.errors import InputError
+from stowplan.host.fabric import GpuFabric, parse_fabric
+from stowplan.host.nvidia_smi import SmiReport, parse_nvidia_smi, parse_query_xml
+from stowplan.host.nvidia_topo import ProbedIntraLink, parse_topo_matrix, probed_intra_link
+from stowplan.host.rocm_smi import parse_rocm_smi
 
 __all__ = ["discover", "fabric_facts", "probe_gpu_links", "topology_from_smi", "with_intra_link"]
 

@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from stowplan.circuits import CapabilityMatrix, HostTopology
 from stowplan.errors import InputError, PassportUnreadable
 from stowplan.fileio import (
     FileKind,
@@ -44,7 +45,6 @@ from stowplan.fileio import (
     remove_stale_temps,
     write_text_atomic,
 )
-from stowplan.host.topology import CapabilityMatrix, HostTopology
 
 __all__ = [
     "PASSPORT_SCHEMA_VERSION",

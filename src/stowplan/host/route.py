@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stowplan.circuits import CapabilityMatrix, HostTopology
 from stowplan.errors import StowplanError
 from stowplan.fileio import path_exists
 from stowplan.host.passport import (
@@ -29,8 +30,7 @@ from stowplan.host.passport import (
     default_passport_path,
     read_passport,
 )
-from stowplan.host.residency import DEFAULT_KV_RESERVE, EmploymentPlan, plan_employment
-from stowplan.host.topology import CapabilityMatrix, HostTopology
+from stowplan.planner.residency import DEFAULT_KV_RESERVE, EmploymentPlan, plan_employment
 
 if TYPE_CHECKING:
     from stowplan.host.bench import Progress

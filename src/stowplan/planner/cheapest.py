@@ -144,9 +144,7 @@ class _Search:
         could make meet the target."""
         if not self.grouped:
             return self.cm
-        relaxed = CostModel(self.problem.model, self.nodes, self.speed)
-        relaxed.relax_groups()
-        return relaxed
+        return CostModel(self.problem.model, self.nodes, self.speed).relax_groups()
 
     def try_set(self, members: Sequence[int]) -> Plan | None:
         """The plan of ``members`` when it meets the target (and is the cheapest so far)."""

@@ -313,8 +313,7 @@ def grouped_bound(problem: Problem, objective: str, allowed: Sequence[int] | Non
     a block on a tensor-parallel group always pays.
     """
 
-    cm = problem.cost_model()
-    cm.relax_groups()
+    cm = problem.cost_model().relax_groups()
     relaxed = fluid_bound(problem, cm, objective)
     if objective != "latency":
         return relaxed

@@ -11,7 +11,8 @@ import pytest
 from stowplan.cli import main
 from stowplan.errors import InputError, InsufficientVram
 from stowplan.host.passport import Passport, save_passport
-from stowplan.host.residency import (
+from stowplan.models import resolve_model
+from stowplan.planner.residency import (
     EmploymentPlan,
     ResidencyProtocol,
     employment_to_json,
@@ -19,7 +20,6 @@ from stowplan.host.residency import (
     plan_residency,
     read_bytes_per_token,
 )
-from stowplan.models import resolve_model
 from tests.common.host import GIB, cap, host, matrix
 
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stowplan.errors import InputError, InsufficientVram
-from stowplan.host.residency import (
+from stowplan.planner.residency import (
     DEFAULT_KV_RESERVE,
     PlacementRole,
     ResidencyProtocol,
@@ -206,7 +206,7 @@ def test_chosen_protocol_is_the_argmin_of_the_estimates_and_bytes_add_up(
 
 def test_the_planner_imports_no_device_library() -> None:
     code = (
-        "import sys, stowplan.host.residency, stowplan.host.route, stowplan.host.passport;"
+        "import sys, stowplan.planner.residency, stowplan.host.route, stowplan.host.passport;"
         "bad = {'numpy', 'pynvml', 'torch', 'psutil', 'ray'} & set(sys.modules);"
         "print(sorted(bad))"
     )

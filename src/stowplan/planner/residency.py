@@ -1,0 +1,499 @@
+"""Residency and device-priority planner for one host (seed 004, decisions D25/D30/D31).
+
+Pure: a function of the discovered :class:`HostTopology`, the measured
+:class:`CapabilityMatrix` and the model's weight bytes. No device is touched.
+
+Decision D31:
+
+1. The model fits the best-ranked circuit's pool minus the KV reserve →
+   ``Resident``.
+2. Otherwise the overflow (model bytes beyond that budget) goes to the argmin
+   of measured compute + measured transfer over the candidates:
+
+   * ``HeterogeneousOverflow`` on every secondary circuit whose own pool is
+     not the primary's and can hold the overflow — the CPU or an iGPU reading
+     system RAM (upload ∞), or a second dGPU holding it in its VRAM. It reads
+     the overflow in place, so it pays no per-token transfer:
+     ``overflow / compute_bytes_per_s + 0``;
+   * ``Streaming`` to the primary over its bus, when the primary is not in
+     pool and system RAM can hold the overflow:
+     ``overflow / compute_bytes_per_s(primary) + overflow / (upload_gbps · 1e9)``.
+
+   Ties go to ``HeterogeneousOverflow`` (it leaves the bus idle), then to the
+   better-ranked circuit.
+
+The estimate is first order: decode is memory-bound, each weight a token uses
+is read once per token, there is no attention/activation cost and no overlap
+of compute with transfer.  A mixture-of-experts model stores every expert but
+a token reads only the ones it is routed to: with ``read_bytes`` (the bytes
+one token reads) every segment is read in that share (experts spread evenly
+over the blocks), and Streaming uploads only that share of the overflow (the
+experts a token uses, as expert-offloading runtimes fetch them).
+
+:func:`plan_residency` takes a :class:`~stowplan.model.ModelLayout` and a
+context and derives the bytes: weights, what a token reads, the KV cache.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from stowplan.circuits import SYSTEM_POOL, CapabilityMatrix, HostTopology
+from stowplan.errors import InputError, InsufficientVram
+from stowplan.model import ModelLayout
+from stowplan.safeload import parse_json
+
+__all__ = [
+    "DEFAULT_KV_RESERVE",
+    "DevicePlacement",
+    "EmploymentPlan",
+    "OverflowEstimate",
+    "PlacementRole",
+    "ResidencyProtocol",
+    "employment_from_json",
+    "employment_to_json",
+    "plan_employment",
+    "plan_residency",
+    "read_bytes_per_token",
+]
+
+DEFAULT_KV_RESERVE = 0.10
+"""Fraction of the primary circuit's pool kept for the KV cache and runtime buffers."""
+
+
+class ResidencyProtocol(StrEnum):
+    """The residency protocol chosen for a model on this host (D25)."""
+
+    RESIDENT = "resident"
+    """Every weight lives in the primary circuit's pool."""
+    HETEROGENEOUS_OVERFLOW = "heterogeneous-overflow"
+    """The overflow runs in place on a large-pool secondary circuit."""
+    STREAMING = "streaming"
+    """The overflow is double-buffered to the primary over its bus every token."""
+
+
+class PlacementRole(StrEnum):
+    """What role a circuit plays in the plan."""
+
+    PRIMARY = "primary"
+    """Holds and runs the resident part."""
+    OVERFLOW = "overflow"
+    """Holds and runs the overflow in its own pool."""
+    STREAM_SOURCE = "stream-source"
+    """Holds the overflow in system RAM; the primary runs it after each upload."""
+    IDLE = "idle"
+    """Measured but not employed."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DevicePlacement:
+    """One circuit's assignment in the plan."""
+
+    circuit: str
+    role: PlacementRole
+    pool: str
+    weight_bytes: int
+    """Weight bytes held in ``pool`` for this role."""
+    rank: int
+    """Position in the measured priority order (0 = most capable)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OverflowEstimate:
+    """One candidate for the overflow segment, in seconds per token."""
+
+    protocol: ResidencyProtocol
+    circuit: str
+    """The circuit that computes the overflow."""
+    compute_s: float
+    transfer_s: float
+
+    @property
+    def total_s(self) -> float:
+        """compute + transfer."""
+        return self.compute_s + self.transfer_s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EmploymentPlan:
+    """The full employment plan: protocol, placements, priority, estimates, prediction."""
+
+    protocol: ResidencyProtocol
+    model_bytes: int
+    read_bytes: int
+    """Bytes one token reads (all of ``model_bytes`` for a dense model)."""
+    kv_bytes: int
+    """KV cache bytes the primary holds beside the weights (0: none asked for)."""
+    kv_reserve: float
+    primary: str
+    resident_bytes: int
+    """Bytes held by the primary circuit."""
+    overflow_bytes: int
+    placements: tuple[DevicePlacement, ...]
+    priority: tuple[str, ...]
+    """Circuit ids in measured capability order (D30)."""
+    estimates: tuple[OverflowEstimate, ...]
+    """Every overflow candidate considered, cheapest first (empty when Resident)."""
+    predicted_s_per_token: float
+    rationale: tuple[str, ...]
+
+    @property
+    def predicted_tokens_per_s(self) -> float:
+        """1 / predicted_s_per_token."""
+        return 1.0 / self.predicted_s_per_token
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "protocol": self.protocol.value,
+            "model_bytes": self.model_bytes,
+            "read_bytes": self.read_bytes,
+            "kv_bytes": self.kv_bytes,
+            "kv_reserve": self.kv_reserve,
+            "primary": self.primary,
+            "resident_bytes": self.resident_bytes,
+            "overflow_bytes": self.overflow_bytes,
+            "placements": [
+                {
+                    "circuit": p.circuit,
+                    "role": p.role.value,
+                    "pool": p.pool,
+                    "weight_bytes": p.weight_bytes,
+                    "rank": p.rank,
+                }
+                for p in self.placements
+            ],
+            "priority": list(self.priority),
+            "estimates": [
+                {
+                    "protocol": e.protocol.value,
+                    "circuit": e.circuit,
+                    "compute_s": e.compute_s,
+                    "transfer_s": e.transfer_s,
+                    "total_s": e.total_s,
+                }
+                for e in self.estimates
+            ],
+            "predicted_s_per_token": self.predicted_s_per_token,
+            "rationale": list(self.rationale),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EmploymentPlan:
+        return cls(
+            protocol=ResidencyProtocol(d["protocol"]),
+            model_bytes=int(d["model_bytes"]),
+            read_bytes=int(d.get("read_bytes", d["model_bytes"])),
+            kv_bytes=int(d.get("kv_bytes", 0)),
+            kv_reserve=float(d["kv_reserve"]),
+            primary=str(d["primary"]),
+            resident_bytes=int(d["resident_bytes"]),
+            overflow_bytes=int(d["overflow_bytes"]),
+            placements=tuple(
+                DevicePlacement(
+                    circuit=p["circuit"],
+                    role=PlacementRole(p["role"]),
+                    pool=p["pool"],
+                    weight_bytes=int(p["weight_bytes"]),
+                    rank=int(p["rank"]),
+                )
+                for p in d["placements"]
+            ),
+            priority=tuple(d["priority"]),
+            estimates=tuple(
+                OverflowEstimate(
+                    protocol=ResidencyProtocol(e["protocol"]),
+                    circuit=e["circuit"],
+                    compute_s=float(e["compute_s"]),
+                    transfer_s=float(e["transfer_s"]),
+                )
+                for e in d["estimates"]
+            ),
+            predicted_s_per_token=float(d["predicted_s_per_token"]),
+            rationale=tuple(d["rationale"]),
+        )
+
+
+def employment_to_json(plan: EmploymentPlan) -> str:
+    """Canonical JSON (sorted keys, two-space indent, trailing newline)."""
+    return json.dumps(plan.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+def employment_from_json(text: str) -> EmploymentPlan:
+    """Inverse of :func:`employment_to_json`; :class:`InputError` for text it did not write."""
+    data = parse_json(text, field="employment", source=f"<{len(text)} chars>", nonfinite=True)
+    if not isinstance(data, dict):
+        raise InputError("employment", type(data).__name__, "must be a JSON object")
+    try:
+        return EmploymentPlan.from_dict(data)
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        reason = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise InputError(
+            "employment", f"<{len(text)} chars>", f"is not an employment plan ({reason})"
+        ) from None
+
+
+def _fmt_ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms"
+
+
+def _check_bytes(field: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InputError(field, value, f"must be an integer >= {minimum}")
+    return value
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def plan_employment(
+    topology: HostTopology,
+    matrix: CapabilityMatrix,
+    model_bytes: int,
+    kv_reserve: float = DEFAULT_KV_RESERVE,
+    *,
+    read_bytes: int | None = None,
+    kv_bytes: int = 0,
+) -> EmploymentPlan:
+    """Derive the employment plan for ``model_bytes`` of weights on this host (D31).
+
+    ``kv_reserve`` is the fraction of the primary's pool kept free (for the KV
+    cache and runtime buffers; headroom when ``kv_bytes`` is given), in [0, 1).
+    ``read_bytes`` is what one token reads (MoE: the routed experts; default
+    ``model_bytes``); ``kv_bytes`` the KV cache the primary holds beside the
+    weights.  Raises :class:`InputError` for bad arguments and
+    :class:`InsufficientVram` (weights, KV and headroom in GiB, and what to
+    change) when no candidate can hold the overflow.
+    """
+    if isinstance(model_bytes, bool) or not isinstance(model_bytes, int) or model_bytes <= 0:
+        raise InputError("model_bytes", model_bytes, "must be an integer > 0")
+    if isinstance(kv_reserve, bool) or not (
+        isinstance(kv_reserve, int | float) and 0 <= kv_reserve < 1
+    ):
+        raise InputError("kv_reserve", kv_reserve, "must be a fraction in [0, 1)")
+    read = model_bytes if read_bytes is None else _check_bytes("read_bytes", read_bytes, 1)
+    if read > model_bytes:
+        raise InputError("read_bytes", read, f"must be at most model_bytes ({model_bytes})")
+    kv = _check_bytes("kv_bytes", kv_bytes, 0)
+    share = read / model_bytes
+    ranked = [e for e in matrix.entries if any(c.id == e.circuit for c in topology.circuits)]
+    if not ranked:
+        raise InputError("matrix", matrix.order, "measures no circuit of this topology")
+    priority = tuple(e.circuit for e in ranked)
+    rank = {cid: i for i, cid in enumerate(priority)}
+
+    # Step 1: the primary is the best-ranked circuit; Resident when the model fits its budget.
+    top = ranked[0]
+    top_pool = topology.pool(topology.circuit(top.circuit).pool)
+    headroom = math.ceil(top_pool.capacity_bytes * kv_reserve)
+    budget = max(top_pool.capacity_bytes - headroom - kv, 0)
+    notes = [
+        "priority by measured GEMV throughput: "
+        + ", ".join(f"{e.circuit} {e.compute_bytes_per_s / 1e9:.2f} GB/s" for e in ranked),
+        f"{top.circuit} budget: {top_pool.capacity_bytes} bytes of pool {top_pool.id} "
+        f"minus kv_reserve {kv_reserve:g}"
+        + (f" and KV cache {kv} bytes" if kv else "")
+        + f" = {budget} bytes",
+    ]
+    if read < model_bytes:
+        notes.append(
+            f"a token reads {read} of the {model_bytes} weight bytes ({share:.1%}: the experts "
+            "it is routed to); every segment is read in that share"
+        )
+    common = {"model_bytes": model_bytes, "read_bytes": read, "kv_bytes": kv}
+    if model_bytes <= budget:
+        t = read / top.compute_bytes_per_s
+        notes.append(f"model {model_bytes} bytes fits {top.circuit}: Resident, {_fmt_ms(t)}/token")
+        return EmploymentPlan(
+            protocol=ResidencyProtocol.RESIDENT,
+            **common,
+            kv_reserve=float(kv_reserve),
+            primary=top.circuit,
+            resident_bytes=model_bytes,
+            overflow_bytes=0,
+            placements=_placements(priority, rank, topology, {top.circuit: model_bytes}, {}),
+            priority=priority,
+            estimates=(),
+            predicted_s_per_token=t,
+            rationale=tuple(notes),
+        )
+
+    # Step 2: the overflow goes to the argmin of compute + transfer over the candidates.
+    overflow = model_bytes - budget
+    overflow_read = overflow * share
+    notes.append(f"model {model_bytes} bytes exceeds it by {overflow} bytes of overflow")
+    candidates: list[OverflowEstimate] = []
+    for e in ranked[1:]:
+        pool = topology.pool(topology.circuit(e.circuit).pool)
+        if pool.id != top_pool.id and pool.capacity_bytes >= overflow:
+            candidates.append(
+                OverflowEstimate(
+                    protocol=ResidencyProtocol.HETEROGENEOUS_OVERFLOW,
+                    circuit=e.circuit,
+                    compute_s=overflow_read / e.compute_bytes_per_s,
+                    transfer_s=0.0,
+                )
+            )
+    system_capacity = next((p.capacity_bytes for p in topology.pools if p.id == SYSTEM_POOL), 0)
+    if not top.in_pool and system_capacity >= overflow:
+        candidates.append(
+            OverflowEstimate(
+                protocol=ResidencyProtocol.STREAMING,
+                circuit=top.circuit,
+                compute_s=overflow_read / top.compute_bytes_per_s,
+                transfer_s=overflow_read / (top.upload_gbps * 1e9),
+            )
+        )
+    if not candidates:
+        largest = _largest_other(topology, top_pool.id)
+        raise InsufficientVram(
+            needed=model_bytes,
+            available=budget + largest,
+            detail=_does_not_fit(
+                top.circuit, top_pool.capacity_bytes, model_bytes, kv, headroom, kv_reserve,
+                overflow, largest,
+            ),
+        )  # fmt: skip
+    candidates.sort(
+        key=lambda c: (
+            c.total_s,
+            c.protocol is not ResidencyProtocol.HETEROGENEOUS_OVERFLOW,
+            rank[c.circuit],
+        )
+    )
+    best = candidates[0]
+    for c in candidates:
+        notes.append(
+            f"{c.protocol.value} on {c.circuit}: compute {_fmt_ms(c.compute_s)} + "
+            f"transfer {_fmt_ms(c.transfer_s)} = {_fmt_ms(c.total_s)}/token"
+        )
+    resident_s = budget * share / top.compute_bytes_per_s
+    predicted = resident_s + best.total_s
+    notes.append(
+        f"chose {best.protocol.value} on {best.circuit}: resident part {_fmt_ms(resident_s)} "
+        f"+ overflow {_fmt_ms(best.total_s)} = {_fmt_ms(predicted)}/token"
+    )
+    held = {top.circuit: budget}
+    if best.protocol is ResidencyProtocol.HETEROGENEOUS_OVERFLOW:
+        held[best.circuit] = overflow
+        streamed: dict[str, int] = {}
+    else:
+        streamed = {SYSTEM_POOL: overflow}
+    return EmploymentPlan(
+        protocol=best.protocol,
+        **common,
+        kv_reserve=float(kv_reserve),
+        primary=top.circuit,
+        resident_bytes=budget,
+        overflow_bytes=overflow,
+        placements=_placements(priority, rank, topology, held, streamed),
+        priority=priority,
+        estimates=tuple(candidates),
+        predicted_s_per_token=predicted,
+        rationale=tuple(notes),
+    )
+
+
+def _does_not_fit(
+    primary: str,
+    capacity: int,
+    weights: int,
+    kv: int,
+    headroom: int,
+    kv_reserve: float,
+    overflow: int,
+    largest_other: int,
+) -> str:
+    """The numbers of a model that fits no pool, and what to change."""
+    fits = max(capacity - kv - headroom, 0) + largest_other
+    changes = [f"weights of at most {_gib(fits)} (a smaller --dtype or model)"]
+    if kv:
+        changes.append("a shorter --context")
+    if kv_reserve > 0:
+        changes.append("a lower --kv-reserve")
+    return (
+        f"weights {_gib(weights)} + KV {_gib(kv)} + headroom {_gib(headroom)} "
+        f"(kv_reserve {kv_reserve:g}) on {primary}'s {_gib(capacity)} leave "
+        f"{_gib(overflow)} of weights over, and no other pool holds it "
+        f"(largest other: {_gib(largest_other) if largest_other else 'none'}); needs "
+        + ", or ".join(changes)
+    )
+
+
+def read_bytes_per_token(model: ModelLayout) -> int:
+    """Weight bytes one decoded token reads: every block's (MoE: its routed experts) and
+    the head; of the embedding table a token reads one row, so it is not counted."""
+    return sum(model.block_read_sizes()) + model.head_params_bytes
+
+
+def plan_residency(
+    topology: HostTopology,
+    matrix: CapabilityMatrix,
+    model: ModelLayout,
+    *,
+    kv_reserve: float = DEFAULT_KV_RESERVE,
+    context_tokens: int | None = None,
+) -> EmploymentPlan:
+    """:func:`plan_employment` for ``model``: its weights, what a token reads, and the KV
+    cache of ``context_tokens`` (none without a context)."""
+    ctx = context_tokens or 0
+    if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 0:
+        raise InputError("context_tokens", context_tokens, "must be an integer >= 0")
+    kv = sum(model.kv_bytes(b, ctx) for b in range(model.num_blocks))
+    return plan_employment(
+        topology,
+        matrix,
+        model.weight_bytes,
+        kv_reserve,
+        read_bytes=min(read_bytes_per_token(model), model.weight_bytes),
+        kv_bytes=kv,
+    )
+
+
+def _largest_other(topology: HostTopology, pool_id: str) -> int:
+    return max((p.capacity_bytes for p in topology.pools if p.id != pool_id), default=0)
+
+
+def _placements(
+    priority: tuple[str, ...],
+    rank: dict[str, int],
+    topology: HostTopology,
+    held: dict[str, int],
+    streamed: dict[str, int],
+) -> tuple[DevicePlacement, ...]:
+    out = []
+    primary = priority[0]
+    for cid in priority:
+        circuit = topology.circuit(cid)
+        if cid == primary:
+            role = PlacementRole.PRIMARY
+        elif cid in held:
+            role = PlacementRole.OVERFLOW
+        else:
+            role = PlacementRole.IDLE
+        out.append(
+            DevicePlacement(
+                circuit=cid,
+                role=role,
+                pool=circuit.pool,
+                weight_bytes=held.get(cid, 0),
+                rank=rank[cid],
+            )
+        )
+    for pool_id, nbytes in streamed.items():
+        out.append(
+            DevicePlacement(
+                circuit=primary,
+                role=PlacementRole.STREAM_SOURCE,
+                pool=pool_id,
+                weight_bytes=nbytes,
+                rank=rank[primary],
+            )
+        )
+    return tuple(out)
