@@ -180,9 +180,12 @@ def plan_with_groups(problem: Problem, runner: Runner, objective: str, strategy:
     rule = engine_rule(problem)
     exact_strategy = strategy is Strategy.EXACT
     runs = joint_runs(problem, rule, exact_strategy)
-    lossless = adjacency_loses_nothing(problem)
+    adjacent = adjacency_loses_nothing(problem)
     # The local search is needed where the joint solve is not the optimum.
-    found, _ = _search(problem, runner, rule, objective, local=not (runs and lossless))
+    found, _ = _search(problem, runner, rule, objective, local=not (runs and adjacent))
+    # On one node every pipeline keeps the node's stages together: the joint solve (over
+    # every block range) is the optimum whatever the blocks and links.
+    lossless = adjacent or len(problem.nodes) == 1
     if problem.constraints.batch == 1:
         value, exact, method, best = joint_optimum(problem, rule, "latency", runs, lossless)
     else:

@@ -1,0 +1,98 @@
+"""CPU time of one plan() on the fleets and objectives of issue 26, medians after a warm-up.
+
+python benchmarks/planning_speed.py --repeats 3            # every case but the slow ones
+python benchmarks/planning_speed.py --repeats 3 --slow     # also the 16-sequence MoE cases
+
+CPU time is ``time.process_time`` around one ``plan()`` call; each case is planned once
+as a warm-up, then ``--repeats`` times, and the median is printed as a markdown table.
+The fleets are identical nodes: 8 × H100 SXM5 nodes (NVLink, 100 Gbit/s links) or
+single-GPU nodes drawn from a fixed seed (``_clusters.cluster``, LAN links).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _clusters import cluster
+from stowplan import Constraints, ModelLayout, NodeDescriptor, PlanError, lookup, plan
+
+H100_GB = 80
+
+
+def h100_nodes(n: int) -> list[NodeDescriptor]:
+    """``n`` nodes of 8 × H100 SXM5, each with a 100 Gbit/s, 0.05 ms link."""
+    return [
+        NodeDescriptor(
+            id=f"h{i:03d}",
+            gpu_name="H100 SXM5",
+            vram_bytes=8 * H100_GB * 10**9,
+            num_gpus=8,
+            link_mbps=100_000.0,
+            link_latency_ms=0.05,
+        )
+        for i in range(n)
+    ]
+
+
+def single_gpu_nodes(n: int) -> list[NodeDescriptor]:
+    return cluster(random.Random(f"issue26-{n}"), n, wan=False)
+
+
+Case = tuple[str, str, str, Callable[[], list[NodeDescriptor]], Constraints, bool]
+
+
+def cases() -> list[Case]:
+    """(fleet, model, objective, nodes, constraints, slow)."""
+    one, sixteen = Constraints(batch=1), Constraints(batch=16)
+    return [
+        ("64 × 8 H100", "llama3.1:405b", "one stream", lambda: h100_nodes(64), one, False),
+        ("64 × 8 H100", "llama3.1:405b", "16 sequences", lambda: h100_nodes(64), sixteen, False),
+        ("16 × 8 H100", "deepseek-v3", "one stream", lambda: h100_nodes(16), one, False),
+        ("64 × 8 H100", "deepseek-v3", "one stream", lambda: h100_nodes(64), one, False),
+        ("16 × 8 H100", "deepseek-v3", "16 sequences", lambda: h100_nodes(16), sixteen, True),
+        ("64 × 8 H100", "deepseek-v3", "16 sequences", lambda: h100_nodes(64), sixteen, True),
+        *(
+            ("1,024 × 1 GPU", m, "throughput", lambda: single_gpu_nodes(1024), sixteen, False)
+            for m in ("llama3.1:8b", "llama3.1:70b", "llama3.1:405b-q4_0")
+        ),
+    ]
+
+
+def cpu_ms(model: ModelLayout, nodes: list[NodeDescriptor], c: Constraints) -> tuple[float, str]:
+    t0 = time.process_time()
+    try:
+        plan(model, nodes, c)
+        outcome = "plan"
+    except PlanError as e:
+        outcome = f"refused ({type(e).__name__})"
+    return (time.process_time() - t0) * 1e3, outcome
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--slow", action="store_true", help="also the 16-sequence MoE cases")
+    args = ap.parse_args()
+    print("| fleet | model | objective | CPU ms (median) | outcome |")
+    print("| --- | --- | --- | ---: | --- |")
+    for fleet, name, objective, make, c, slow in cases():
+        if slow and not args.slow:
+            continue
+        model = lookup(name)
+        assert model is not None, name
+        nodes = make()
+        cpu_ms(model, nodes, c)  # warm-up
+        runs = [cpu_ms(model, nodes, c) for _ in range(args.repeats)]
+        median = statistics.median(t for t, _ in runs)
+        print(f"| {fleet} | {name} | {objective} | {median:.0f} | {runs[0][1]} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
