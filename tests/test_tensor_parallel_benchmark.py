@@ -3,32 +3,14 @@ agree, and stowplan's plans scored by it (equal to the optimum, or reported)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import replace
-from types import ModuleType
 
 import pytest
+from benchmarks import tensor_parallel as bench
 
 from stowplan import ModelLayout
 from stowplan.parallel_rules import kv_heads_allow
-from tests.common.paths import ROOT
-
-
-def _bench() -> ModuleType:
-    name = "tensor_parallel_benchmark"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, ROOT / "benchmarks" / "tensor_parallel.py"
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-tp = _bench()
+from tests.common import tp_referee as tp
 
 GB = 10**9
 
@@ -190,7 +172,7 @@ def test_stowplan_equals_the_optimum_or_is_reported(first: int) -> None:
         # No certificate's bound is beaten by the referee's optimum (a throughput bound
         # in tokens/s is at least U / the least cycle), on any groups or the plan's own.
         assert out.certificate is None and out.own_certificate is None
-        lines = "\n".join(tp.report([out], worst=3))
+        lines = "\n".join(bench.report([out], worst=3))
         if out.ratios["stowplan"] < 1 - 1e-9:
             assert out.claimed_gap is not None and out.claimed_gap > 0  # the gap is stated
             assert f"seed {seed}" in lines, lines
@@ -200,14 +182,14 @@ def test_stowplan_equals_the_optimum_or_is_reported(first: int) -> None:
 
 def test_the_quick_run_prints_the_tables(capsys: pytest.CaptureFixture[str]) -> None:
     lines: list[str] = []
-    tp.main(["--instances", "2", "--skip", "case", "speed"], out=lines.append)
+    bench.main(["--instances", "2", "--skip", "case", "speed"], out=lines.append)
     text = "\n".join(lines)
     assert "| latency | stowplan (per-stage tp) |" in text
     assert "| throughput | one tp for all stages (best such) |" in text
 
 
 def test_adjacent_stages_may_wrap_around_the_cycle_only_through_the_first_node() -> None:
-    ok = tp._adjacent_next
+    ok = tp.adjacent_next
     assert ok([(0, 1), (1, 1)], 0)  # back to the first node: it holds both ends
     assert not ok([(0, 1), (1, 1), (0, 1)], 1)  # after that, only the first node
     assert not ok([(0, 1), (1, 1), (2, 1)], 1)  # node 1 left: it cannot come back

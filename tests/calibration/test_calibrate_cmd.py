@@ -129,7 +129,6 @@ def test_usage_errors_are_one_line(
 def test_from_probe_without_a_passport_says_to_probe_first(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pytest.importorskip("stowplan.host", reason="stowplan.host (the host probe) is absent")
     monkeypatch.setenv("STOWPLAN_CACHE_DIR", str(tmp_path / "empty-cache"))
     assert main(["calibrate", "--from-probe"]) == 2
     assert capsys.readouterr().err == (
@@ -141,7 +140,6 @@ def test_from_probe_without_a_passport_says_to_probe_first(
 def test_from_probe_with_a_truncated_passport_is_one_line(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pytest.importorskip("stowplan.host", reason="stowplan.host (the host probe) is absent")
     bad = tmp_path / "truncated.json"
     bad.write_text('{"schema_version": 1, "topo')
     assert main(["calibrate", "--from-probe", "--passport", str(bad)]) == 2
@@ -167,7 +165,6 @@ def test_a_custom_out_path_says_to_pass_it_with_calibration(
 def test_from_probe_records_each_measured_circuit(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pytest.importorskip("stowplan.host", reason="stowplan.host (the host probe) is absent")
     from stowplan.host.passport import Passport, save_passport
     from tests.common.host import cap, fixture_topology, matrix
 
@@ -242,7 +239,6 @@ def test_the_rtx_4080_profile_has_a_spec_row_so_its_runs_fit_without_a_bandwidth
 def test_from_probe_uses_the_decode_run_figures_when_the_passport_has_them(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pytest.importorskip("stowplan.host", reason="stowplan.host (the host probe) is absent")
     from dataclasses import replace
 
     from stowplan.host.passport import Passport, save_passport

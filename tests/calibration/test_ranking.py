@@ -38,40 +38,58 @@ def _fit(blocks: list[tuple[object, ...]], itemsize: int, name: str):  # type: i
     return fit_device(runs, bandwidth_gbps=BANDWIDTH_GBPS, prior=prior, device=name).device
 
 
-def _rankings() -> tuple[list[int], list[int]]:
+SPLITS = (7, 4, 1)
+ROUNDS = 5
+
+
+def _predicted(dev_fast: object, dev_slow: object, k: int) -> float:
+    return stage_time_s(
+        read_bytes=k * block_bytes(HIDDEN, 4),
+        params=0,
+        num_blocks=k,
+        bandwidth_gbps=BANDWIDTH_GBPS,
+        tflops=0.0,
+        hops=1,
+        device=dev_fast,  # type: ignore[arg-type]
+    ) + stage_time_s(
+        read_bytes=(8 - k) * block_bytes(HIDDEN, 8),
+        params=0,
+        num_blocks=8 - k,
+        bandwidth_gbps=BANDWIDTH_GBPS,
+        tflops=0.0,
+        hops=1,
+        device=dev_slow,  # type: ignore[arg-type]
+    )
+
+
+def test_predicted_order_of_splits_is_the_order_of_the_bytes_each_token_reads() -> None:
+    # Deterministic: the bytes a token reads through each split, counted from the
+    # arrays the pipeline runs, order the splits as the calibrated model predicts.
     fast = make_blocks(8, HIDDEN)
     slow = make_blocks(8, HIDDEN, seed=1, dtype="float64")
     dev_fast, dev_slow = _fit(fast, 4, "fast"), _fit(slow, 8, "slow")
-    measured, predicted = {}, {}
-    for k in (7, 4, 1):
-        run = run_pipeline(fast[:k] + slow[k:], (0, k, 8), tokens=12, microbatches=1)
-        measured[k] = run.time_per_token_s
-        predicted[k] = stage_time_s(
-            read_bytes=k * block_bytes(HIDDEN, 4),
-            params=0,
-            num_blocks=k,
-            bandwidth_gbps=BANDWIDTH_GBPS,
-            tflops=0.0,
-            hops=1,
-            device=dev_fast,
-        ) + stage_time_s(
-            read_bytes=(8 - k) * block_bytes(HIDDEN, 8),
-            params=0,
-            num_blocks=8 - k,
-            bandwidth_gbps=BANDWIDTH_GBPS,
-            tflops=0.0,
-            hops=1,
-            device=dev_slow,
-        )
-    return sorted(measured, key=measured.__getitem__), sorted(predicted, key=predicted.__getitem__)
+    read = {k: sum(a.nbytes for b in fast[:k] + slow[k:] for a in b) for k in SPLITS}
+    predicted = {k: _predicted(dev_fast, dev_slow, k) for k in SPLITS}
+    assert read == {
+        k: k * block_bytes(HIDDEN, 4) + (8 - k) * block_bytes(HIDDEN, 8) for k in SPLITS
+    }
+    assert sorted(SPLITS, key=read.__getitem__) == [7, 4, 1]
+    assert sorted(SPLITS, key=predicted.__getitem__) == [7, 4, 1]
 
 
-def test_predicted_order_of_splits_matches_the_measured_order() -> None:
-    # The CPU is shared: a preempted run can swap two plans, so one fresh re-measurement
-    # is allowed; a model that mis-ranks fails both.
-    for _ in range(2):
-        measured, predicted = _rankings()
-        if measured == predicted:
-            break
-    assert predicted == [7, 4, 1]
-    assert measured == predicted
+def test_measured_ratio_of_splits_agrees_with_the_predicted_ratio() -> None:
+    # Wall-clock, made robust: the splits run interleaved, round after round, so load on
+    # a shared machine falls on all of them; the medians' ratio (1/7 over 7/1) is compared
+    # with the predicted one within a factor of 2 (never their order on a single run).
+    fast = make_blocks(8, HIDDEN)
+    slow = make_blocks(8, HIDDEN, seed=1, dtype="float64")
+    dev_fast, dev_slow = _fit(fast, 4, "fast"), _fit(slow, 8, "slow")
+    runs: dict[int, list[float]] = {k: [] for k in SPLITS}
+    for _ in range(ROUNDS):
+        for k in SPLITS:
+            run = run_pipeline(fast[:k] + slow[k:], (0, k, 8), tokens=12, microbatches=1)
+            runs[k].append(run.time_per_token_s)
+    measured = float(np.median(runs[1]) / np.median(runs[7]))
+    predicted = _predicted(dev_fast, dev_slow, 1) / _predicted(dev_fast, dev_slow, 7)
+    assert predicted > 1
+    assert 0.5 <= measured / predicted <= 2.0, (measured, predicted, runs)

@@ -232,6 +232,12 @@ def _suggestions(message: str) -> tuple[str, list[int]]:
         field = {"tp": "tensor", "ep": "expert"}[message.split("=", 1)[0]]
         tail = message.rsplit("; nearest valid: ", 1)[1]
         return field, [] if tail == "none" else [int(v) for v in tail.split(", ")]
+    if message.endswith("; no dp fits with the other degrees unchanged"):
+        return "data", []
+    # The rules that suggest nothing, each recognised by its own wording: a message in
+    # none of these forms fails the test (its wording drifted from what is checked here).
+    unsuggested = ("one replica (", "has no routed experts; use 1", "cannot hold a replica")
+    assert any(part in message for part in unsuggested), f"unrecognised message: {message}"
     return "", []
 
 
