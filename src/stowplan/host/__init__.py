@@ -36,6 +36,7 @@ from stowplan.host.passport import (
     obtain_passport,
     save_passport,
 )
+from stowplan.host.residency import MOVED_NAMES
 from stowplan.host.route import (
     ROUTE_ENV,
     last_employment_plan,
@@ -77,22 +78,4 @@ __all__ = [
     "save_passport",
 ]
 
-__getattr__ = moved(
-    __name__,
-    dict.fromkeys(
-        (
-            "DEFAULT_KV_RESERVE",
-            "DevicePlacement",
-            "EmploymentPlan",
-            "OverflowEstimate",
-            "PlacementRole",
-            "ResidencyProtocol",
-            "employment_from_json",
-            "employment_to_json",
-            "plan_employment",
-            "plan_residency",
-            "read_bytes_per_token",
-        ),
-        "stowplan.planner.residency",
-    ),
-)
+__getattr__ = moved(__name__, dict.fromkeys(MOVED_NAMES, "stowplan.planner.residency"))
