@@ -66,7 +66,7 @@ def build_llama_cpp(jobs: int) -> Path:
     sdist = home / "sdist"
     if not any(sdist.glob("llama_cpp_python-*.tar.gz")):
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-python",
              f"llama-cpp-python=={LLAMA_CPP_PYTHON}", "-d", str(sdist)],
             check=True,
         )  # fmt: skip
