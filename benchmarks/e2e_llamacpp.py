@@ -171,8 +171,14 @@ def complete(port: int) -> list[int]:
 def layer_devices(log: str) -> tuple[dict[int, str], set[int]]:
     """llama.cpp's ``layer N assigned to device D`` lines, and the blocks whose tensors
     ``-ot`` overrode to the CPU."""
+    # Current builds name RPC devices ``RPC0``, ``RPC1``… in the assignment lines and say
+    # once which endpoint each name is; older builds print ``RPC[host:port]`` inline.
+    endpoint = {
+        m.group(1): f"{m.group(1)}[{m.group(2)}]"
+        for m in re.finditer(r"using device (\S+) \(([^)\s]+:\d+)\)", log)
+    }
     assigned = {
-        int(m.group(1)): m.group(2)
+        int(m.group(1)): endpoint.get(m.group(2), m.group(2))
         for m in re.finditer(r"layer\s+(\d+) assigned to device (\S+?),", log)
     }
     overridden = {
