@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from stowplan.errors import InputError
-from stowplan.expert_stats import CoActivation, ExpertLoad
 from stowplan.model import ModelLayout, NodeDescriptor
+from stowplan.moe.stats import CoActivation, ExpertLoad
 from stowplan.plan import Plan
 
 __all__ = [

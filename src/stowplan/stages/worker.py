@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from stowplan.errors import InputError
-from stowplan.gpu_lists import visible_devices
 from stowplan.plan import Plan, plan_from_json, plan_to_json
+from stowplan.stages.gpu_lists import visible_devices
 
 __all__ = [
     "CONTRACT_KEYS",

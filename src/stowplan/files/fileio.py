@@ -8,7 +8,7 @@ Every file a user names is read through :func:`read_bytes_bounded` (or a
 function built on it): it refuses anything that is not a regular file (a
 folder, a FIFO, ``/dev/zero``) before reading a byte of it, and anything
 larger than the limit for its :class:`FileKind` (:data:`MAX_BYTES`). JSON and
-YAML are then parsed within the limits of :mod:`stowplan.safeload`. Every
+YAML are then parsed within the limits of :mod:`stowplan.files.safeload`. Every
 refusal is an :class:`~stowplan.errors.InputError` naming the flag or field,
 the path and the reason.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from stowplan.errors import InputError
-from stowplan.safeload import parse_json, parse_yaml
+from stowplan.files.safeload import parse_json, parse_yaml
 
 __all__ = [
     "MAX_BYTES",
@@ -304,7 +304,7 @@ def read_json_file(
 ) -> Any:
     """The JSON document in ``path``, read and parsed within the limits.
 
-    ``nonfinite`` accepts ``NaN``/``Infinity`` (see :func:`stowplan.safeload.parse_json`).
+    ``nonfinite`` accepts ``NaN``/``Infinity`` (see :func:`stowplan.files.safeload.parse_json`).
     Raises :class:`InputError` when the file cannot be read or is not JSON.
     """
     p = Path(path)

@@ -4,8 +4,8 @@ Bytes are integers. Decimal prefixes (k, M, G, T) are powers of 1000, binary
 prefixes (Ki, Mi, Gi, Ti) powers of 1024 (``kiB`` is read as ``KiB``).
 ``"24GB"`` is 24e9 bytes, computed in decimal arithmetic so that sizes beyond
 2**53 are exact. Byte counts are at most
-:data:`~stowplan.limits.MAX_BYTE_COUNT`, rates at most
-:data:`~stowplan.limits.MAX_RATE`.
+:data:`~stowplan.quantities.limits.MAX_BYTE_COUNT`, rates at most
+:data:`~stowplan.quantities.limits.MAX_RATE`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import math
 import re
 from decimal import ROUND_HALF_EVEN, Decimal
 
-from stowplan.checks import ascii_number_text
 from stowplan.errors import InputError
-from stowplan.limits import MAX_BYTE_COUNT, MAX_RATE
+from stowplan.quantities.checks import ascii_number_text
+from stowplan.quantities.limits import MAX_BYTE_COUNT, MAX_RATE
 
 __all__ = [
     "format_bytes",
@@ -155,7 +155,7 @@ def parse_tokens_per_s(value: object, *, field: str = "target") -> float:
 
 
 def _positive(field: str, value: float, raw: object, rule: str) -> float:
-    """``value`` when finite, > 0 and at most :data:`~stowplan.limits.MAX_RATE`."""
+    """``value`` when finite, > 0 and at most :data:`~stowplan.quantities.limits.MAX_RATE`."""
     if not math.isfinite(value) or not 0 < value <= MAX_RATE:
         raise InputError(field, raw, rule)
     return value

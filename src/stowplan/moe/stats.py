@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from stowplan.errors import DependencyError, InputError
-from stowplan.fileio import (
+from stowplan.files.fileio import (
     MAX_BYTES,
     FileKind,
     check_regular_file,

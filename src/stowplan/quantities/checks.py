@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from stowplan.errors import InputError
-from stowplan.limits import MAX_NAME_CHARS
+from stowplan.quantities.limits import MAX_NAME_CHARS
 
 __all__ = [
     "ID_RULE",

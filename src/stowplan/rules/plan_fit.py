@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 from stowplan.errors import InputError
 from stowplan.model import ModelLayout, NodeDescriptor
-from stowplan.parallel_rules import tensor_parallel_violation
 from stowplan.plan import Plan
+from stowplan.rules.tensor_parallel import tensor_parallel_violation
 
 __all__ = ["check_plan_fits"]
 

@@ -5,9 +5,9 @@ A fleet file is a list of node objects, or an object with a ``nodes`` list;
 Each node object has :class:`~stowplan.model.NodeDescriptor`'s fields; sizes
 may be integers (bytes) or strings (``"24GiB"``), link speeds numbers (Mbit/s)
 or strings (``"1Gbit"``); ``count: N`` repeats a node as ``<id>-0 … <id>-N-1``.
-Rates are 0 (unknown) or within [:data:`~stowplan.limits.MIN_RATE`,
-:data:`~stowplan.limits.MAX_RATE`]; a fleet holds at most
-:data:`~stowplan.limits.MAX_NODES` nodes.
+Rates are 0 (unknown) or within [:data:`~stowplan.quantities.limits.MIN_RATE`,
+:data:`~stowplan.quantities.limits.MAX_RATE`]; a fleet holds at most
+:data:`~stowplan.quantities.limits.MAX_NODES` nodes.
 
 An offer file is vast.ai's ``search offers --raw`` JSON (a list of offers, one
 offer, or ``{"offers": [...]}``).  Units there: ``gpu_ram``/``gpu_total_ram``
@@ -23,10 +23,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from stowplan.checks import ascii_number_text, check_id, check_int
 from stowplan.errors import InputError, show_value
-from stowplan.fileio import FileKind, read_document_file
-from stowplan.limits import (
+from stowplan.files.fileio import FileKind, read_document_file
+from stowplan.files.safeload import MalformedJson
+from stowplan.model import NodeDescriptor, check_unique_ids
+from stowplan.quantities.checks import ascii_number_text, check_id, check_int
+from stowplan.quantities.limits import (
     MAX_BYTE_COUNT,
     MAX_GPUS_PER_NODE,
     MAX_NAME_CHARS,
@@ -34,9 +36,7 @@ from stowplan.limits import (
     MAX_RATE,
     MIN_RATE,
 )
-from stowplan.model import NodeDescriptor, check_unique_ids
-from stowplan.safeload import MalformedJson
-from stowplan.units import parse_bytes, parse_link_mbps
+from stowplan.quantities.units import parse_bytes, parse_link_mbps
 
 __all__ = ["MAX_COUNT", "load_nodes", "load_offers", "nodes_from_data", "nodes_from_offers"]
 
