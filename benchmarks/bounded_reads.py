@@ -25,9 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from stowplan.errors import InputError
-from stowplan.nodefile import load_nodes
+from stowplan.files.fleets import load_nodes
+from stowplan.files.safeload import parse_json, parse_yaml
 from stowplan.plan import plan_from_json
-from stowplan.safeload import parse_json, parse_yaml
 
 STOWPLAN = str(Path(sys.executable).with_name("stowplan"))
 

@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     runs = load_runs()
     if args.write_profiles:
-        from stowplan.fileio import write_text_atomic
+        from stowplan.files.fileio import write_text_atomic
 
         for engine in FITTED_ENGINES:
             target = DATA / f"{engine.value}.json"

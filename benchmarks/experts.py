@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from moe_layouts import kimi_k2
 from stowplan import Constraints, ModelLayout, NodeDescriptor, Plan, lookup, plan
 from stowplan.cost import predict
-from stowplan.expert_stats import CoActivation, ExpertLoad, zipf_load
+from stowplan.moe.stats import CoActivation, ExpertLoad, zipf_load
 from stowplan.planner import plan_blocks
 from stowplan.planner.baselines.eplb import eplb_place
 from stowplan.planner.experts import (

@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _clusters import cluster
 from stowplan import Constraints, PlanError, lookup, plan
-from stowplan.baselines import BASELINES
 from stowplan.cost import CostModel
+from stowplan.planner.baselines import BASELINES
 from stowplan.planner.exact.pipelines import solve_exact
 from stowplan.planner.problem import prepare
 

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from stowplan.checks import check_choice, check_int, check_number
 from stowplan.errors import InputError
 from stowplan.model import Strategy
+from stowplan.quantities.checks import check_choice, check_int, check_number
 
 
 @pytest.mark.parametrize(

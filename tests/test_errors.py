@@ -103,7 +103,7 @@ def test_every_error_is_exported_from_stowplan_in_a_sorted_all() -> None:
         ("stowplan.host.passport", ["PassportUnreadable"]),
         ("stowplan.exports", ["UnsupportedByEngine"]),
         ("stowplan.exports.result", ["UnsupportedByEngine"]),
-        ("stowplan.safeload", ["MalformedJson"]),
+        ("stowplan.files.safeload", ["MalformedJson"]),
     ],
 )
 def test_the_old_import_paths_give_the_same_classes(module: str, names: list[str]) -> None:

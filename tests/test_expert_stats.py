@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from stowplan import ExpertLayout, InputError
-from stowplan.expert_stats import (
+from stowplan.moe.stats import (
     CoActivation,
     ExpertLoad,
     load_coactivation,

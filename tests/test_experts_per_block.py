@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from stowplan import Constraints, InputError, plan, plan_from_json, plan_to_json
+from stowplan.files.fleets import load_nodes
 from stowplan.models import resolve_model
-from stowplan.nodefile import load_nodes
 from stowplan.plan import Topology, TopologyKind
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stowplan.errors import InputError
-from stowplan.fileio import (
+from stowplan.files.fileio import (
     MAX_BYTES,
     FileKind,
     read_document_file,

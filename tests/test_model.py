@@ -295,7 +295,7 @@ def test_node_descriptor_stores_a_label_mapping_as_sorted_pairs() -> None:
 
 
 def test_node_descriptor_from_python_equals_the_fleet_files_node() -> None:
-    from stowplan.nodefile import nodes_from_data
+    from stowplan.files.fleets import nodes_from_data
 
     raw = {"id": "a", "gpu_name": "RTX 4090", "vram_bytes": "24GiB", "link_mbps": "1Gbit"}
     assert nodes_from_data([raw]) == [NodeDescriptor(**raw)]

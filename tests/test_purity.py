@@ -12,7 +12,7 @@ from tests.common.purity import FORBIDDEN, PROBE
 
 
 @pytest.mark.parametrize(
-    "module", ["stowplan", "stowplan.planner", "stowplan.models", "stowplan.worker"]
+    "module", ["stowplan", "stowplan.planner", "stowplan.models", "stowplan.stages.worker"]
 )
 def test_importing_the_core_loads_no_device_or_network_module(module: str) -> None:
     code = PROBE.format(module=module, forbidden=sorted(FORBIDDEN))
@@ -23,11 +23,11 @@ def test_importing_the_core_loads_no_device_or_network_module(module: str) -> No
 
 
 PURE_MODULES = (
-    "stowplan.baselines",
+    "stowplan.planner.baselines",
     "stowplan.calibration.apply",
     "stowplan.calibration.fit",
     "stowplan.calibration.profile",
-    "stowplan.checks",
+    "stowplan.quantities.checks",
     "stowplan.circuits",
     "stowplan.cluster",
     "stowplan.cluster.fleet",
@@ -37,8 +37,8 @@ PURE_MODULES = (
     "stowplan.cluster.topology",
     "stowplan.cost",
     "stowplan.errors",
-    "stowplan.expert_routing",
-    "stowplan.expert_stats",
+    "stowplan.moe.routing",
+    "stowplan.moe.stats",
     "stowplan.exports",
     "stowplan.exports.accelerate",
     "stowplan.exports.llamacpp",
@@ -46,7 +46,7 @@ PURE_MODULES = (
     "stowplan.exports.pipeline",
     "stowplan.exports.sglang",
     "stowplan.exports.vllm",
-    "stowplan.gpu_lists",
+    "stowplan.stages.gpu_lists",
     "stowplan.gpus",
     "stowplan.host",
     "stowplan.host.nvidia_topo",
@@ -57,7 +57,7 @@ PURE_MODULES = (
     "stowplan.models.hf",
     "stowplan.models.known",
     "stowplan.plan",
-    "stowplan.plan_checks",
+    "stowplan.rules.plan_fit",
     "stowplan.serve_plan",
     "stowplan.planner.baselines",
     "stowplan.planner.baselines.eplb",
@@ -78,7 +78,7 @@ PURE_MODULES = (
     "stowplan.runtime",
     "stowplan.runtime.families",
     "stowplan.serving",
-    "stowplan.units",
+    "stowplan.quantities.units",
     "stowplan.workload",
 )
 """Modules (and the packages whose import stays lazy) that must not load a device or network

@@ -7,7 +7,13 @@ import time
 import pytest
 
 from stowplan.errors import InputError
-from stowplan.safeload import MAX_DEPTH, MAX_NUMBER_CHARS, MAX_YAML_NODES, parse_json, parse_yaml
+from stowplan.files.safeload import (
+    MAX_DEPTH,
+    MAX_NUMBER_CHARS,
+    MAX_YAML_NODES,
+    parse_json,
+    parse_yaml,
+)
 
 
 def _json(text: str, **kw: bool) -> object:

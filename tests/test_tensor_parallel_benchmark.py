@@ -9,7 +9,7 @@ import pytest
 from benchmarks import tensor_parallel as bench
 
 from stowplan import ModelLayout
-from stowplan.parallel_rules import kv_heads_allow
+from stowplan.rules.tensor_parallel import kv_heads_allow
 from tests.common import tp_referee as tp
 
 GB = 10**9

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from stowplan import InputError, load_nodes, load_offers
-from stowplan.nodefile import nodes_from_offers
-from stowplan.units import format_bytes, parse_bytes, parse_link_mbps, parse_tokens_per_s
+from stowplan.files.fleets import nodes_from_offers
+from stowplan.quantities.units import format_bytes, parse_bytes, parse_link_mbps, parse_tokens_per_s
 from tests.common.paths import EXAMPLES, FIXTURES
 
 

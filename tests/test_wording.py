@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stowplan.wording import plural
+from stowplan.text.wording import plural
 
 
 @pytest.mark.parametrize(
@@ -37,7 +37,7 @@ def test_a_one_node_fleet_is_not_called_1_nodes() -> None:
 
 
 def test_ray_node_ids_are_shortened_for_display_and_other_ids_kept() -> None:
-    from stowplan.wording import short_node_id
+    from stowplan.text.wording import short_node_id
 
     ray_id = "3f2a9c1b" + "0" * 48
     assert short_node_id(ray_id) == "3f2a9c1b…"

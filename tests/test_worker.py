@@ -14,7 +14,7 @@ from stowplan import (
     stage_env,
     stage_from_env,
 )
-from stowplan.worker import CONTRACT_KEYS, VISIBLE_DEVICES, even_split
+from stowplan.stages.worker import CONTRACT_KEYS, VISIBLE_DEVICES, even_split
 from tests.common.expert_plans import ENV_VALUE_LIMIT, deepseek_v3_on_16_nodes
 
 GB = 10**9

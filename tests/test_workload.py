@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stowplan import InputError, Workload
-from stowplan.units import parse_rate_per_s, parse_seconds, parse_time_per_token_s
+from stowplan.quantities.units import parse_rate_per_s, parse_seconds, parse_time_per_token_s
 
 
 def test_a_workload_holds_p_plus_o_and_reads_at_p_plus_half_o():

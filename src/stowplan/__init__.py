@@ -47,6 +47,7 @@ from stowplan.errors import (
     UnsupportedByEngine,
     UnsupportedByWorker,
 )
+from stowplan.files.fleets import load_nodes, load_offers
 from stowplan.model import (
     Constraints,
     ExpertId,
@@ -57,7 +58,6 @@ from stowplan.model import (
     Strategy,
 )
 from stowplan.models import lookup, resolve_model
-from stowplan.nodefile import load_nodes, load_offers
 from stowplan.plan import (
     SCHEMA_VERSION,
     Certificate,
@@ -77,19 +77,19 @@ from stowplan.planner.context import (
     fit_context,
     plan_within_context,
 )
-from stowplan.worker import WorkerStage, stage_env, stage_from_env
+from stowplan.stages.worker import WorkerStage, stage_env, stage_from_env
 
 if TYPE_CHECKING:
     from stowplan.cluster import FleetRole, FleetSpec, init_ray
     from stowplan.cluster.realise import Realisation, realise, realise_with_replan
-    from stowplan.expert_stats import (
+    from stowplan.exports import EngineExport, export_plan
+    from stowplan.host import probe_host
+    from stowplan.moe.stats import (
         CoActivation,
         ExpertLoad,
         load_coactivation,
         load_expert_load,
     )
-    from stowplan.exports import EngineExport, export_plan
-    from stowplan.host import probe_host
     from stowplan.planner.experts import ExpertInputs, ExpertPlacement, plan_with_experts
     from stowplan.planner.residency import EmploymentPlan, plan_employment
     from stowplan.serve_plan import ReplicaPlan, ServeCertificate, ServeObjective, ServePlan
@@ -106,19 +106,19 @@ _LAZY = {
     "ServePlan": "stowplan.serve_plan",
     "Workload": "stowplan.workload",
     "serve": "stowplan.serving",
-    "CoActivation": "stowplan.expert_stats",
+    "CoActivation": "stowplan.moe.stats",
     "EmploymentPlan": "stowplan.planner.residency",
     "EngineExport": "stowplan.exports",
     "ExpertInputs": "stowplan.planner.experts",
-    "ExpertLoad": "stowplan.expert_stats",
+    "ExpertLoad": "stowplan.moe.stats",
     "ExpertPlacement": "stowplan.planner.experts",
     "FleetRole": "stowplan.cluster",
     "FleetSpec": "stowplan.cluster",
     "Realisation": "stowplan.cluster.realise",
     "export_plan": "stowplan.exports",
     "init_ray": "stowplan.cluster",
-    "load_coactivation": "stowplan.expert_stats",
-    "load_expert_load": "stowplan.expert_stats",
+    "load_coactivation": "stowplan.moe.stats",
+    "load_expert_load": "stowplan.moe.stats",
     "plan_employment": "stowplan.planner.residency",
     "plan_with_experts": "stowplan.planner.experts",
     "probe_host": "stowplan.host",

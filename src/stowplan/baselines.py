@@ -1,13 +1,13 @@
-"""The peer placement rules, now :mod:`stowplan.planner.baselines.peers`; re-exported here."""
+"""Deprecated: the peer placement rules live in :mod:`stowplan.planner.baselines`."""
 
 from __future__ import annotations
 
-from stowplan.planner.baselines.peers import (
-    BASELINES,
-    BaselineResult,
-    compare,
-    compare_plans,
-    run_baseline,
-)
+from stowplan.moved import moved
 
-__all__ = ["BASELINES", "BaselineResult", "compare", "compare_plans", "run_baseline"]
+__getattr__ = moved(
+    __name__,
+    dict.fromkeys(
+        ("BASELINES", "BaselineResult", "compare", "compare_plans", "run_baseline"),
+        "stowplan.planner.baselines",
+    ),
+)

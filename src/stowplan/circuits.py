@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from stowplan.checks import check_choice, check_int, check_number
 from stowplan.errors import InputError
-from stowplan.limits import MAX_BYTE_COUNT
+from stowplan.quantities.checks import check_choice, check_int, check_number
+from stowplan.quantities.limits import MAX_BYTE_COUNT
 
 __all__ = [
     "CapabilityMatrix",

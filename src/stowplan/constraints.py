@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from stowplan.checks import check_choice, check_int, check_rate
 from stowplan.errors import InputError
-from stowplan.limits import (
+from stowplan.quantities.checks import check_choice, check_int, check_rate
+from stowplan.quantities.limits import (
     MAX_BATCH,
     MAX_CONTEXT_TOKENS,
     MAX_GPUS_PER_NODE,

@@ -1,234 +1,28 @@
-"""Where a MoE model's tokens go: the figures both the expert planner and the cost model read.
-
-Below the cost model and the planner, so that both can use them:
-
-* :func:`backbone_layout` — a MoE layout without its routed experts (what the
-  block planner places before the experts);
-* :func:`token_routing` — per MoE block, the probability that a token selects each
-  routed expert (from load statistics, else uniform) and the co-selection
-  probability of listed pairs;
-* :func:`holders_of` — per MoE block and expert, the stages of a plan that
-  hold a copy (:data:`Holders`);
-* per node of one block: :func:`node_loads`, :func:`node_reach` (the
-  probability that a token selects at least one expert there),
-  :func:`remote_transfers`, :func:`imbalance`.
-
-A replicated expert's tokens are split evenly over its copies
-(:func:`copy_shares`, EPLB's convention).
-"""
+"""Deprecated: these names live in :mod:`stowplan.moe.routing`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from stowplan.moved import moved
 
-from stowplan.errors import InputError
-from stowplan.expert_stats import CoActivation, ExpertLoad
-from stowplan.model import ModelLayout, NodeDescriptor
-from stowplan.plan import Plan
-
-__all__ = [
-    "Holders",
-    "Pairs",
-    "Routing",
-    "backbone_layout",
-    "copy_shares",
-    "holders_of",
-    "imbalance",
-    "node_loads",
-    "node_reach",
-    "nodes_in_order",
-    "remote_transfers",
-    "slowest_finish",
-    "stage_of_block",
-    "token_routing",
-]
-
-Holders = list[list[int]]
-"""Per expert of one MoE block, the indices (stage order) of the nodes holding a copy."""
-
-Pairs = Sequence[tuple[int, int, float]]
-"""Co-selection of one MoE block: ``(e, f, p_ef)``, the probability per token that both
-``e`` and ``f`` are selected, for the pairs listed (others are taken at chance level)."""
-
-
-def backbone_layout(model: ModelLayout) -> ModelLayout:
-    """``model`` with every MoE block's routed experts removed from its bytes and reads.
-
-    The result is a dense layout (``experts=None``) the block planner places;
-    a dense ``model`` is returned unchanged.
-    """
-    ex = model.experts
-    if ex is None:
-        return model
-    sizes = list(model.block_sizes())
-    reads = list(model.block_read_sizes())
-    for b in ex.moe_blocks:
-        sizes[b] -= ex.routed_bytes_per_block
-        reads[b] -= ex.experts_per_token * ex.expert_params_bytes
-        if sizes[b] < 0:
-            raise InputError(
-                f"block_bytes[{b}]",
-                sizes[b] + ex.routed_bytes_per_block,
-                f"must include the block's routed experts ({ex.routed_bytes_per_block} bytes)",
-            )
-        reads[b] = max(reads[b], 0)
-    return replace(
-        model,
-        block_bytes=tuple(sizes),
-        block_read_bytes=tuple(reads),
-        block_params_bytes=round(sum(sizes) / model.num_blocks),
-        experts=None,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Routing:
-    """Per MoE block: selection probability per token of every expert (sums to k), pairs."""
-
-    p: tuple[tuple[float, ...], ...]
-    pairs: tuple[tuple[tuple[int, int, float], ...], ...] | None
-    k: int
-
-
-def token_routing(model: ModelLayout, load: ExpertLoad | None, co: CoActivation | None) -> Routing:
-    """How tokens select the routed experts of ``model``'s MoE blocks (uniform without
-    ``load``; co-selection counts turned into probabilities per token with ``co``)."""
-    ex = model.experts
-    assert ex is not None
-    k, n = ex.experts_per_token, ex.num_experts
-    rows = load.per_block(ex) if load is not None else ((1.0,) * n,) * len(ex.moe_blocks)
-    p = tuple(tuple(min(1.0, k * w / sum(r)) for w in r) for r in rows)
-    pairs = None
-    if co is not None:
-        co_rows = co.per_block(ex)
-        norm = []
-        for r, prow in zip(co_rows, rows, strict=True):
-            total_pairs = sum(c for _, _, c in r)
-            if load is not None:
-                tokens = sum(prow) / k
-            else:
-                tokens = total_pairs / (k * (k - 1) / 2) if k > 1 else 0.0
-            scale = 1.0 / tokens if tokens > 0 else 0.0
-            norm.append(tuple((e, f, min(1.0, c * scale)) for e, f, c in r))
-        pairs = tuple(norm)
-    return Routing(p=p, pairs=pairs, k=k)
-
-
-# -- one MoE block ------------------------------------------------------------------------
-
-
-def copy_shares(holders: list[int]) -> list[float]:
-    """A replicated expert's tokens are split evenly over its copies (EPLB's convention)."""
-    return [1.0 / len(holders)] * len(holders)
-
-
-def node_loads(holders: Holders, w: Sequence[float], n: int) -> list[float]:
-    """Per node of ``n``: the expert load (sum of ``w`` over the copies it holds)."""
-    loads = [0.0] * n
-    for e, hs in enumerate(holders):
-        for j, share in zip(hs, copy_shares(hs), strict=True):
-            loads[j] += w[e] * share
-    return loads
-
-
-def slowest_finish(loads: Sequence[float], speeds: Sequence[float]) -> float:
-    """The largest ``load / speed`` over the nodes."""
-    return max(load / s for load, s in zip(loads, speeds, strict=True))
-
-
-def imbalance(holders: Holders, w: Sequence[float], speeds: Sequence[float]) -> float:
-    """``max_j(load_j / speed_j) / (sum(load) / sum(speed))`` of one block (1.0: perfect)."""
-    loads = node_loads(holders, w, len(speeds))
-    mean = sum(loads) / sum(speeds)
-    return slowest_finish(loads, speeds) / mean if mean > 0 else 1.0
-
-
-def node_reach(
-    holders: Holders,
-    p: Sequence[float],
-    pairs: Pairs | None,
-    k: int,
-    n: int,
-) -> list[float]:
-    """Per node: the estimated probability that a token selects at least one expert there."""
-    q_sum = [0.0] * n
-    q_sq = [0.0] * n
-    q_max = [0.0] * n
-    share: dict[tuple[int, int], float] = {}
-    for e, hs in enumerate(holders):
-        for j, s in zip(hs, copy_shares(hs), strict=True):
-            q = p[e] * s
-            q_sum[j] += q
-            q_sq[j] += q * q
-            q_max[j] = max(q_max[j], q)
-            share[(e, j)] = s
-    chance = (k - 1) / k
-    pair_sum = [(q_sum[j] ** 2 - q_sq[j]) / 2 * chance for j in range(n)]
-    for e, f, c in pairs or ():
-        excess = c - p[e] * p[f] * chance  # a listed pair's departure from chance
-        for j in holders[e]:
-            s_f = share.get((f, j))
-            if s_f is not None:
-                pair_sum[j] += excess * share[(e, j)] * s_f
-    return [min(1.0, max(q_max[j], q_sum[j] - pair_sum[j])) for j in range(n)]
-
-
-def remote_transfers(
-    holders: Holders,
-    p: Sequence[float],
-    pairs: Pairs | None,
-    k: int,
-    n: int,
-    home: int,
-) -> float:
-    """Expected distinct nodes other than ``home`` that hold the experts a token selects."""
-    reach = node_reach(holders, p, pairs, k, n)
-    return sum(r for j, r in enumerate(reach) if j != home)
-
-
-# -- a plan's experts ---------------------------------------------------------------------
-
-
-def stage_of_block(plan: Plan) -> dict[int, int]:
-    """Block index -> the stage that runs it."""
-    out = {}
-    for a in plan.assignments:
-        for b in range(*a.block_range):
-            out[b] = a.stage
-    return out
-
-
-def nodes_in_order(plan: Plan, nodes: Sequence[NodeDescriptor]) -> list[NodeDescriptor]:
-    """The descriptor of every stage's node, in stage order."""
-    by_id = {n.id: n for n in nodes}
-    missing = [a.node_id for a in plan.assignments if a.node_id not in by_id]
-    if missing:
-        raise InputError("plan.assignments[].node_id", missing[0], "is not among the given nodes")
-    return [by_id[a.node_id] for a in plan.assignments]
-
-
-def holders_of(plan: Plan, model: ModelLayout) -> tuple[Holders, ...]:
-    """Per MoE block (in ``moe_blocks`` order), the stages holding each routed expert."""
-    ex = model.experts
-    assert ex is not None
-    row = {b: i for i, b in enumerate(ex.moe_blocks)}
-    out: list[Holders] = [[[] for _ in range(ex.num_experts)] for _ in ex.moe_blocks]
-    for j, a in enumerate(plan.assignments):
-        for x in a.owned_experts:
-            if x.block not in row or x.expert >= ex.num_experts:
-                raise InputError(
-                    f"assignments[{a.stage}].owned_experts",
-                    (x.block, x.expert),
-                    "is not a routed expert of the model",
-                )
-            out[row[x.block]][x.expert].append(j)
-    for li, holders in enumerate(out):
-        for e, hs in enumerate(holders):
-            if not hs:
-                raise InputError(
-                    "assignments[].owned_experts",
-                    (ex.moe_blocks[li], e),
-                    "every routed expert must be owned by some stage",
-                )
-    return tuple(out)
+__getattr__ = moved(
+    __name__,
+    dict.fromkeys(
+        (
+            "Holders",
+            "Pairs",
+            "Routing",
+            "backbone_layout",
+            "copy_shares",
+            "holders_of",
+            "imbalance",
+            "node_loads",
+            "node_reach",
+            "nodes_in_order",
+            "remote_transfers",
+            "slowest_finish",
+            "stage_of_block",
+            "token_routing",
+        ),
+        "stowplan.moe.routing",
+    ),
+)

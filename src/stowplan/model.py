@@ -1,7 +1,7 @@
 """Inputs of the planners: the model's layout, the candidate nodes, the constraints.
 
 All three are frozen values validated at construction. Units are in the field
-names; bytes are integers. Every size is capped (see :mod:`stowplan.limits`):
+names; bytes are integers. Every size is capped (see :mod:`stowplan.quantities.limits`):
 byte counts within a signed 64-bit integer, blocks and experts at
 ``MAX_BLOCKS``/``MAX_EXPERTS``, GPUs per node at ``MAX_GPUS_PER_NODE``, rates
 finite and at most ``MAX_RATE``, contexts and batches at
@@ -19,10 +19,10 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from stowplan.checks import check_id, check_int, check_number, check_rate
 from stowplan.constraints import DEFAULT_HEADROOM_FRAC, Constraints, Objective, Strategy
 from stowplan.errors import InputError
-from stowplan.limits import (
+from stowplan.quantities.checks import check_id, check_int, check_number, check_rate
+from stowplan.quantities.limits import (
     MAX_BLOCKS,
     MAX_BYTE_COUNT,
     MAX_CONFIG_INT,
@@ -33,7 +33,7 @@ from stowplan.limits import (
     MAX_RATE,
     MIN_SHARE_RATE,
 )
-from stowplan.units import parse_bytes, parse_link_mbps
+from stowplan.quantities.units import parse_bytes, parse_link_mbps
 
 __all__ = [
     "DEFAULT_HEADROOM_FRAC",
@@ -270,10 +270,10 @@ class NodeDescriptor:
     optional fields, when absent, are filled from the GPU spec table by
     ``gpu_name`` (see :mod:`stowplan.gpus`).
 
-    Rates are finite and at most :data:`~stowplan.limits.MAX_RATE`; a non-zero
+    Rates are finite and at most :data:`~stowplan.quantities.limits.MAX_RATE`; a non-zero
     bandwidth, FLOPs or link figure is at least
-    :data:`~stowplan.limits.MIN_SHARE_RATE`; ``num_gpus`` is at most
-    :data:`~stowplan.limits.MAX_GPUS_PER_NODE`.
+    :data:`~stowplan.quantities.limits.MIN_SHARE_RATE`; ``num_gpus`` is at most
+    :data:`~stowplan.quantities.limits.MAX_GPUS_PER_NODE`.
     """
 
     id: str
@@ -298,7 +298,7 @@ class NodeDescriptor:
     stored as its sorted pairs."""
     intra_link_gbps: float | None = None
     """GB/s per direction between two GPUs of this node (NVLink, PCIe); None → the GPU's
-    default (see :mod:`stowplan.interconnect`)."""
+    default (see :mod:`stowplan.gpus.interconnect`)."""
     intra_link_latency_us: float | None = None
     """Microseconds of one collective step between GPUs of this node; None → default."""
 

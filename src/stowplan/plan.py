@@ -15,9 +15,10 @@ from enum import StrEnum
 from itertools import pairwise
 from typing import Any, ClassVar
 
-from stowplan.checks import check_id, check_int
 from stowplan.errors import InputError
-from stowplan.limits import (
+from stowplan.model import ExpertId, NodeDescriptor
+from stowplan.quantities.checks import check_id, check_int
+from stowplan.quantities.limits import (
     MAX_BATCH,
     MAX_BLOCKS,
     MAX_CONTEXT_TOKENS,
@@ -26,7 +27,6 @@ from stowplan.limits import (
     MAX_NODES,
     MAX_OWNED_EXPERTS,
 )
-from stowplan.model import ExpertId, NodeDescriptor
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -539,6 +539,6 @@ def plan_from_dict(data: object) -> Plan:
 
 def plan_from_json(text: str | bytes) -> Plan:
     """Parse and validate plan JSON."""
-    from stowplan.safeload import parse_json
+    from stowplan.files.safeload import parse_json
 
     return plan_from_dict(parse_json(text, field="plan", source=f"<{len(text)} bytes>"))

@@ -215,7 +215,7 @@ class ServePlan:
     @classmethod
     def from_json(cls, text: str | bytes) -> ServePlan:
         """Parse and validate serve-plan JSON."""
-        from stowplan.safeload import parse_json
+        from stowplan.files.safeload import parse_json
 
         return cls.from_dict(parse_json(text, field="serve_plan", source=f"<{len(text)} bytes>"))
 

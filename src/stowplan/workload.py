@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from stowplan.checks import check_int, check_rate
 from stowplan.errors import InputError
-from stowplan.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_RATE, MIN_RATE
+from stowplan.quantities.checks import check_int, check_rate
+from stowplan.quantities.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_RATE, MIN_RATE
 
 __all__ = ["Binding", "Workload"]
 

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from stowplan.cli import main
 from stowplan.cli.progress import search_progress
-from stowplan.nodefile import load_nodes, load_offers
+from stowplan.files.fleets import load_nodes, load_offers
 from stowplan.planner.cheapest import MAX_PLANNED, SearchProgress, reporting_progress
 from tests.common.paths import ROOT
 

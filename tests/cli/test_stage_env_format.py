@@ -12,7 +12,7 @@ from stowplan.cli import main
 from stowplan.cli.stage_env_render import render_stage_env
 from stowplan.errors import InputError
 from stowplan.plan import plan_from_json
-from stowplan.worker import CONTRACT_KEYS, stage_env
+from stowplan.stages.worker import CONTRACT_KEYS, stage_env
 from tests.common.paths import FIXTURES
 
 PLAN = FIXTURES / "plans" / "llama3_1_70b__mixed-consumer__39.json"

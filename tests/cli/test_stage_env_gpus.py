@@ -10,7 +10,7 @@ import pytest
 
 from stowplan.cli import main
 from stowplan.plan import plan_to_json
-from stowplan.worker import CONTRACT_KEYS, VISIBLE_DEVICES, stage_env
+from stowplan.stages.worker import CONTRACT_KEYS, VISIBLE_DEVICES, stage_env
 from tests.common.paths import EXAMPLES
 from tests.common.plans import make_tp_plan
 

@@ -13,7 +13,7 @@ from stowplan.cluster.stage_gpus import (
     stage_gpus,
 )
 from stowplan.demo.model import DemoConfig, demo_layout
-from stowplan.worker import stage_env
+from stowplan.stages.worker import stage_env
 from tests.common.tp_plans import tp_plan
 
 LAYOUT = demo_layout(DemoConfig())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from stowplan.limits import MIN_RATE
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
+from stowplan.quantities.limits import MIN_RATE
 
 GiB = 2**30
 

@@ -10,7 +10,7 @@ import pytest
 from stowplan import Constraints, Plan, lookup, plan
 from stowplan.errors import Infeasible
 from stowplan.exports import export_plan
-from stowplan.nodefile import load_nodes
+from stowplan.files.fleets import load_nodes
 from stowplan.plan import plan_to_json
 from tests.common.paths import EXAMPLES
 from tests.common.plans import make_plan

@@ -11,8 +11,8 @@ from stowplan import Constraints, ExpertInputs, ExpertPlacement, plan
 from stowplan.cli import main
 from stowplan.errors import StowplanError
 from stowplan.exports import export_plan
+from stowplan.files.fleets import load_nodes
 from stowplan.models.known import lookup
-from stowplan.nodefile import load_nodes
 
 FLEET = Path(__file__).resolve().parents[2] / "examples" / "fleets" / "mixed-consumer.yaml"
 

@@ -14,7 +14,7 @@ from stowplan.cluster.topology import (
     topology_from_nodes,
 )
 from stowplan.models import lookup
-from stowplan.worker import stage_from_env
+from stowplan.stages.worker import stage_from_env
 from tests.common.fuzz import fuzz, json_values, scalars, strings, typed
 from tests.common.paths import FIXTURES
 

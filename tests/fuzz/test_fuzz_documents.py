@@ -10,13 +10,13 @@ from hypothesis import strategies as st
 
 from stowplan.calibration import calibration_from_json, shipped_calibration
 from stowplan.calibration.profile import calibration_to_dict
-from stowplan.expert_stats import coactivation_from_data, expert_load_from_data
+from stowplan.files.fleets import nodes_from_data, nodes_from_offers
+from stowplan.files.safeload import parse_json, parse_yaml
 from stowplan.host.passport import Passport
-from stowplan.limits import MAX_BYTE_COUNT, MAX_NODES, MAX_RATE
-from stowplan.nodefile import nodes_from_data, nodes_from_offers
+from stowplan.moe.stats import coactivation_from_data, expert_load_from_data
 from stowplan.plan import plan_from_dict, plan_from_json, plan_to_json
 from stowplan.planner.residency import employment_from_json, employment_to_json, plan_employment
-from stowplan.safeload import parse_json, parse_yaml
+from stowplan.quantities.limits import MAX_BYTE_COUNT, MAX_NODES, MAX_RATE
 from tests.common.fuzz import dumps, fuzz, json_texts, json_values, mutated, strings, typed
 from tests.common.host import cap, fixture_topology, matrix
 from tests.common.paths import FIXTURES

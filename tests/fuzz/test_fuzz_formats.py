@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from stowplan.errors import StowplanError
 from stowplan.exports import FAMILIES, Engine, export_plan
-from stowplan.limits import MAX_BLOCKS
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.planner import plan
+from stowplan.quantities.limits import MAX_BLOCKS
 from tests.common.fuzz import fuzz, typed
 from tests.common.gguf_files import lying_gguf, write_gguf
 from tests.common.strategies import constraints, models, node_lists

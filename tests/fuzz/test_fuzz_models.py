@@ -9,9 +9,9 @@ from pathlib import Path
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from stowplan.limits import MAX_BLOCKS
 from stowplan.models import from_hf_config, lookup
 from stowplan.models.safetensors import read_header
+from stowplan.quantities.limits import MAX_BLOCKS
 from tests.common.fuzz import dumps, fuzz, json_values, mutated, strings, typed
 from tests.common.paths import FIXTURES
 

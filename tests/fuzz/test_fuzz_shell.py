@@ -26,7 +26,7 @@ from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from stowplan.cli import main
-from stowplan.shell import heredoc_marker, one_line, shell_comment, shell_quote
+from stowplan.text.shell import heredoc_marker, one_line, shell_comment, shell_quote
 from tests.common.fuzz import fuzz
 from tests.common.paths import FIXTURES
 
@@ -219,8 +219,8 @@ def test_a_control_character_in_an_id_is_refused_at_every_edge(payload: str) -> 
     """Fleet file, offer list, plan JSON: an id that is not one printable line is an
     input error naming the field; a printable payload is accepted (and quoted later)."""
     from stowplan.errors import InputError
+    from stowplan.files.fleets import load_nodes, load_offers
     from stowplan.model import NodeDescriptor
-    from stowplan.nodefile import load_nodes, load_offers
     from stowplan.plan import plan_from_json
 
     bad = not payload.isprintable()

@@ -16,8 +16,8 @@ from stowplan.host.nvidia_smi import (
 )
 from stowplan.host.nvidia_topo import parse_topo_matrix, probed_intra_link
 from stowplan.host.rocm_smi import parse_rocm_smi
-from stowplan.limits import MAX_BYTE_COUNT, MAX_RATE
-from stowplan.units import format_bytes, parse_bytes, parse_link_mbps, parse_tokens_per_s
+from stowplan.quantities.limits import MAX_BYTE_COUNT, MAX_RATE
+from stowplan.quantities.units import format_bytes, parse_bytes, parse_link_mbps, parse_tokens_per_s
 from tests.common.fuzz import floats, fuzz, ints, mutated_text, scalars, strings, typed
 from tests.common.paths import FIXTURES
 

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from stowplan.errors import StowplanError
+from stowplan.files.fleets import load_offers
 from stowplan.gpus import (
     GPU_SPECS,
     GpuOrigin,
@@ -23,7 +24,6 @@ from stowplan.gpus import (
 from stowplan.gpus.derive import derive_tensor_tflops
 from stowplan.host.nvidia_smi import parse_nvidia_smi
 from stowplan.host.rocm_smi import parse_rocm_smi
-from stowplan.nodefile import load_offers
 from tests.common.paths import FIXTURES
 
 GIB = 2**30

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from stowplan.circuits import HostTopology
-from stowplan.fileio import STALE_TEMP_S, remove_stale_temps, write_text_atomic
+from stowplan.files.fileio import STALE_TEMP_S, remove_stale_temps, write_text_atomic
 from stowplan.host import route
 from stowplan.host.passport import Passport, load_passport, obtain_passport, save_passport
 from tests.common.host import cap, fixture_topology, matrix
@@ -81,7 +81,7 @@ def test_only_this_targets_stale_temp_files_are_removed(tmp_path: Path) -> None:
 
 _KILLED_WRITER = """
 import os, signal, sys
-from stowplan import fileio
+from stowplan.files import fileio
 real = os.replace
 def die(*args):
     os.kill(os.getpid(), signal.SIGKILL)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from stowplan import Constraints, ModelLayout, NodeDescriptor, lookup, plan
 from stowplan.errors import Infeasible, InputError, InsufficientVram, PlanError
-from stowplan.nodefile import load_nodes
+from stowplan.files.fleets import load_nodes
 from stowplan.planner.context import (
     DEFAULT_CONTEXT_TOKENS,
     default_context_tokens,

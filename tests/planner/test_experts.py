@@ -25,8 +25,8 @@ from stowplan import (
     lookup,
     plan_to_json,
 )
-from stowplan.expert_stats import CoActivation, ExpertLoad, zipf_load
 from stowplan.model import usable_bytes
+from stowplan.moe.stats import CoActivation, ExpertLoad, zipf_load
 from stowplan.plan import plan_to_dict
 from stowplan.planner import plan
 from stowplan.planner.baselines.eplb import eplb_place

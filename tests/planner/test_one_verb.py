@@ -25,8 +25,8 @@ from stowplan import (
 )
 from stowplan.calibration.store import resolve_calibration
 from stowplan.cli import main
-from stowplan.expert_stats import CoActivation, zipf_load
 from stowplan.models import known_names, model_source
+from stowplan.moe.stats import CoActivation, zipf_load
 from stowplan.plan import with_inputs
 from stowplan.planner import plan_blocks
 from stowplan.planner.context import default_context_tokens, plan_within_context

@@ -9,8 +9,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from stowplan import Constraints, Strategy, plan
-from stowplan.baselines import BASELINES
 from stowplan.cost import CostModel
+from stowplan.planner.baselines import BASELINES
 from stowplan.planner.exact.pipelines import solve_exact
 from stowplan.planner.problem import prepare
 from tests.common.brute_force import brute_force, slowest

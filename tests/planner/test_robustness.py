@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from stowplan import Constraints, ModelLayout, NodeDescriptor, Strategy, load_nodes, lookup, plan
 from stowplan.errors import InputError, PlanError
-from stowplan.limits import (
+from stowplan.plan import plan_to_json
+from stowplan.quantities.limits import (
     MAX_BATCH,
     MAX_BYTE_COUNT,
     MAX_CONFIG_INT,
@@ -19,7 +20,6 @@ from stowplan.limits import (
     MAX_RATE,
     MIN_RATE,
 )
-from stowplan.plan import plan_to_json
 from tests.common.instances import instances
 from tests.common.paths import FIXTURES
 from tests.common.refusals import or_none, rejected_if_refused

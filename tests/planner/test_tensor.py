@@ -16,10 +16,10 @@ from stowplan.cost import CostModel, predict
 from stowplan.errors import InputError
 from stowplan.model import ModelLayout, gpu_group_node
 from stowplan.models.known import lookup
-from stowplan.parallel_rules import legal_tensor_parallel, tensor_parallel_violation
 from stowplan.plan import plan_from_json, plan_to_json
 from stowplan.planner.problem import prepare
 from stowplan.planner.tensor.exact import grouped_bound, solve_grouped
+from stowplan.rules.tensor_parallel import legal_tensor_parallel, tensor_parallel_violation
 
 GB = 10**9
 

@@ -27,11 +27,11 @@ from stowplan.cluster.realise import (
 from stowplan.demo.model import DemoConfig, demo_layout, generate_local
 from stowplan.demo.pipeline import compare, config_args, run_pipeline, stage_worker_class
 from stowplan.errors import InputError, InsufficientVram
+from stowplan.files.fleets import load_nodes
 from stowplan.model import Constraints, Strategy, usable_bytes
-from stowplan.nodefile import load_nodes
 from stowplan.plan import plan_to_dict, with_inputs
 from stowplan.planner import plan
-from stowplan.worker import stage_env
+from stowplan.stages.worker import stage_env
 
 MIB = 1 << 20
 FLEET = (

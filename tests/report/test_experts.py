@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from stowplan import Constraints, ExpertInputs, plan
-from stowplan.expert_stats import zipf_load
+from stowplan.moe.stats import zipf_load
 from stowplan.planner.experts import expert_summary
 from stowplan.report.experts import compress_indices, render_experts
 from tests.common.moe import HETERO, toy_moe

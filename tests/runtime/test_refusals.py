@@ -11,7 +11,7 @@ from stowplan.model import ExpertId
 from stowplan.runtime import Family, check_runnable, family_of
 from stowplan.runtime.run import plan_checkpoint
 from stowplan.runtime.stage import StageModel
-from stowplan.worker import WorkerStage
+from stowplan.stages.worker import WorkerStage
 from tests.common.plans import make_plan, make_tp_plan
 
 LLAMA = {"model_type": "llama", "num_hidden_layers": 4}

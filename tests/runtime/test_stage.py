@@ -9,7 +9,7 @@ import torch
 from stowplan.runtime.generation import Generation, compare, generate_reference
 from stowplan.runtime.run import tokenize
 from stowplan.runtime.stage import StageModel
-from stowplan.worker import WorkerStage
+from stowplan.stages.worker import WorkerStage
 from tests.common.checkpoints import FAMILIES, PROMPT, block_names, expected_reads
 
 NEW_TOKENS = 5

@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from stowplan.calibration.apply import calibration_label, stage_time_s
 from stowplan.calibration.profile import Calibration, dtype_class
 from stowplan.calibration.runs import PublishedRun
-from stowplan.checks import check_int, check_number
 from stowplan.model import ModelLayout, NodeDescriptor
 from stowplan.plan import Plan
+from stowplan.quantities.checks import check_int, check_number
 
 __all__ = [
     "MIN_NEAREST_RUNS",

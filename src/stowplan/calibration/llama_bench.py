@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stowplan.errors import InputError
-from stowplan.safeload import parse_json
+from stowplan.files.safeload import parse_json
 
 __all__ = [
     "LlamaBenchResult",

@@ -49,9 +49,9 @@ from enum import StrEnum
 from typing import Any
 
 from stowplan.calibration.runs import PublishedRun, run_from_dict, run_to_dict
-from stowplan.checks import check_choice, check_number
 from stowplan.errors import InputError
-from stowplan.safeload import parse_json
+from stowplan.files.safeload import parse_json
+from stowplan.quantities.checks import check_choice, check_number
 
 __all__ = [
     "CALIBRATION_SCHEMA_VERSION",

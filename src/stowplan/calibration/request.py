@@ -15,9 +15,9 @@ from pathlib import Path
 
 from stowplan.calibration.fit import FitResult, Measurement
 from stowplan.calibration.profile import Calibration, DeviceCalibration, Engine
-from stowplan.checks import check_number
 from stowplan.errors import InputError
-from stowplan.fileio import check_output_file
+from stowplan.files.fileio import check_output_file
+from stowplan.quantities.checks import check_number
 
 __all__ = ["CalibrationOutcome", "CalibrationRequest", "DeviceFit"]
 

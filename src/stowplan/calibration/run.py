@@ -16,8 +16,8 @@ from stowplan.calibration.profile import Engine
 from stowplan.calibration.request import CalibrationOutcome, CalibrationRequest, DeviceFit
 from stowplan.calibration.sources import llama_bench_runs, serving_bench_runs
 from stowplan.calibration.store import resolve_calibration, user_calibration_path
-from stowplan.checks import check_choice
 from stowplan.errors import InputError
+from stowplan.quantities.checks import check_choice
 
 __all__ = ["PassportReader", "calibrate"]
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from stowplan.checks import check_int, check_number
 from stowplan.errors import InputError
+from stowplan.quantities.checks import check_int, check_number
 
 __all__ = ["ATTENTION_KINDS", "PublishedRun", "run_from_dict", "run_to_dict"]
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stowplan.errors import InputError
-from stowplan.safeload import MalformedJson, parse_json
+from stowplan.files.safeload import MalformedJson, parse_json
 
 __all__ = [
     "BATCH1_RULE",

@@ -22,11 +22,11 @@ from stowplan.calibration.serving_bench import (
     ServingBenchResult,
     parse_serving_bench,
 )
-from stowplan.checks import check_choice
 from stowplan.errors import InputError
-from stowplan.fileio import FileKind, read_text_file
+from stowplan.files.fileio import FileKind, read_text_file
 from stowplan.model import ModelLayout
 from stowplan.models import resolve_model
+from stowplan.quantities.checks import check_choice
 
 __all__ = ["DecodeRuns", "llama_bench_runs", "serving_bench_runs"]
 

@@ -19,9 +19,9 @@ from stowplan.calibration.profile import (
     calibration_from_json,
     calibration_to_json,
 )
-from stowplan.checks import check_choice
 from stowplan.errors import InputError
-from stowplan.fileio import FileKind, read_text_file, write_text_atomic
+from stowplan.files.fileio import FileKind, read_text_file, write_text_atomic
+from stowplan.quantities.checks import check_choice
 
 __all__ = [
     "load_calibration_file",

@@ -28,11 +28,11 @@ from stowplan.cluster.topology import (
     select_segment_nodes,
 )
 from stowplan.errors import InputError
-from stowplan.fileio import FileKind, read_text_file
+from stowplan.files.fileio import FileKind, read_text_file
+from stowplan.files.fleets import load_nodes
 from stowplan.models import resolve_model
-from stowplan.nodefile import load_nodes
-from stowplan.shell import shell_comment, shell_quote
-from stowplan.wording import plural
+from stowplan.text.shell import shell_comment, shell_quote
+from stowplan.text.wording import plural
 
 cluster_app = typer.Typer(
     help="Ray cluster: NVLink topology and node resources.", no_args_is_help=True

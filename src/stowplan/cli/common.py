@@ -9,9 +9,9 @@ from rich.console import Console
 
 from stowplan.cost import DEFAULT_BANDWIDTH_GBPS
 from stowplan.errors import InputError
+from stowplan.files.fleets import load_nodes, load_offers
 from stowplan.gpus import resolve_gpu, unknown_gpu_message
 from stowplan.model import NodeDescriptor
-from stowplan.nodefile import load_nodes, load_offers
 
 __all__ = ["err_console", "load_fleet", "out_console", "warn_about_gpus"]
 

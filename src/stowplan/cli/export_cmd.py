@@ -13,11 +13,11 @@ from stowplan.cli.common import out_console
 from stowplan.cli.options import NODES_HELP
 from stowplan.exports import Engine, export_plan
 from stowplan.exports.serving import export_serve_plan
-from stowplan.fileio import read_text_file
+from stowplan.files.fileio import read_text_file
+from stowplan.files.fleets import load_nodes
+from stowplan.files.safeload import parse_json
 from stowplan.model import NodeDescriptor
-from stowplan.nodefile import load_nodes
 from stowplan.plan import plan_from_json
-from stowplan.safeload import parse_json
 from stowplan.serve_plan import ServePlan
 
 

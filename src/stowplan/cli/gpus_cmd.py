@@ -20,7 +20,7 @@ from stowplan.gpus import (
     known_gpus,
     resolve_gpu,
 )
-from stowplan.units import parse_bytes
+from stowplan.quantities.units import parse_bytes
 
 
 def spec_to_dict(spec: GpuSpec) -> dict[str, Any]:

@@ -22,8 +22,8 @@ from stowplan.host.passport import (
 )
 from stowplan.models import resolve_model
 from stowplan.planner.residency import DEFAULT_KV_RESERVE, employment_to_json, plan_residency
-from stowplan.units import format_bytes
-from stowplan.wording import plural
+from stowplan.quantities.units import format_bytes
+from stowplan.text.wording import plural
 
 
 def _probe(current: HostTopology, quick: bool, threads: int | None = None) -> Passport:

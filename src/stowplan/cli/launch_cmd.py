@@ -11,7 +11,6 @@ from typing import Annotated, Any
 
 import typer
 
-from stowplan.checks import check_int, check_number
 from stowplan.cli.app import app
 from stowplan.cli.calibration_opts import cli_calibration, labelled_notes
 from stowplan.cli.common import err_console, out_console
@@ -29,16 +28,17 @@ from stowplan.cli.options import (
 )
 from stowplan.cluster.ray_runtime import require_ray
 from stowplan.errors import InputError, PlanError
-from stowplan.gpu_lists import stage_place_text
+from stowplan.files.fleets import load_nodes
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.models import resolve_model
-from stowplan.nodefile import load_nodes
 from stowplan.plan import plan_to_dict, with_inputs
 from stowplan.planner import plan_blocks as make_plan
 from stowplan.planner.context import default_context_tokens
+from stowplan.quantities.checks import check_int, check_number
+from stowplan.quantities.units import format_bytes
 from stowplan.report.terminal import render_plan
-from stowplan.units import format_bytes
-from stowplan.wording import plural, short_node_id
+from stowplan.stages.gpu_lists import stage_place_text
+from stowplan.text.wording import plural, short_node_id
 
 DEMO_NAMES = ("demo", "stowplan-demo")
 

@@ -12,7 +12,7 @@ from rich.table import Table
 from stowplan.cli.app import app
 from stowplan.cli.common import out_console
 from stowplan.models import ModelReport, inspect_model
-from stowplan.units import format_bytes
+from stowplan.quantities.units import format_bytes
 
 model_app = typer.Typer(help="Inspect model layouts.", no_args_is_help=True)
 app.add_typer(model_app, name="model")

@@ -25,8 +25,8 @@ import typer
 
 from stowplan.calibration.profile import Engine
 from stowplan.errors import InputError
-from stowplan.limits import MAX_CONTEXT_TOKENS
 from stowplan.model import Constraints, Strategy
+from stowplan.quantities.limits import MAX_CONTEXT_TOKENS
 
 __all__ = [
     "CONSTRAINT_DOCS",

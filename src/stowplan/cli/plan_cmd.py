@@ -10,7 +10,6 @@ from typing import Annotated, Any
 
 import typer
 
-from stowplan.baselines import compare_plans as compare_baselines
 from stowplan.cli.app import app
 from stowplan.cli.calibration_opts import (
     CALIBRATION_HELP,
@@ -35,15 +34,14 @@ from stowplan.cli.options import (
 )
 from stowplan.cli.progress import search_progress
 from stowplan.errors import InputError
-from stowplan.expert_stats import load_coactivation, load_expert_load
-from stowplan.fileio import read_text_file
-from stowplan.gpu_lists import stage_place_text
+from stowplan.files.fileio import read_text_file
+from stowplan.files.fleets import load_nodes
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, Objective
 from stowplan.models import known_names, lookup, model_source, resolve_model
-from stowplan.nodefile import load_nodes
+from stowplan.moe.stats import load_coactivation, load_expert_load
 from stowplan.plan import Plan, plan_from_json, plan_to_json, with_inputs
-from stowplan.plan_checks import check_plan_fits
 from stowplan.planner import plan as make_plan
+from stowplan.planner.baselines import compare_plans as compare_baselines
 from stowplan.planner.context import (
     ContextFit,
     default_context_tokens,
@@ -51,12 +49,14 @@ from stowplan.planner.context import (
     plan_within_context,
 )
 from stowplan.planner.experts import ExpertInputs, ExpertPlacement, expert_summary
+from stowplan.quantities.units import format_bytes, parse_tokens_per_s
 from stowplan.report.calibration import annotate_notes
 from stowplan.report.experts import render_experts
 from stowplan.report.html import write_html_report
 from stowplan.report.terminal import render_comparison, render_plan
-from stowplan.units import format_bytes, parse_tokens_per_s
-from stowplan.worker import stage_env
+from stowplan.rules.plan_fit import check_plan_fits
+from stowplan.stages.gpu_lists import stage_place_text
+from stowplan.stages.worker import stage_env
 
 
 @app.command("plan")

@@ -13,16 +13,16 @@ from typing import Annotated, Any
 
 import typer
 
-from stowplan.checks import check_int, check_number
 from stowplan.cli.app import app
 from stowplan.cli.common import err_console, out_console
 from stowplan.cli.options import NODES_HELP, MaxStages, MinStages
 from stowplan.errors import InputError
+from stowplan.files.fleets import load_nodes
 from stowplan.model import Constraints, NodeDescriptor
-from stowplan.nodefile import load_nodes
 from stowplan.plan import plan_to_dict
-from stowplan.units import format_bytes
-from stowplan.wording import plural
+from stowplan.quantities.checks import check_int, check_number
+from stowplan.quantities.units import format_bytes
+from stowplan.text.wording import plural
 
 QUIET_ENV = {
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",

@@ -15,10 +15,10 @@ import typer
 from typer._click.exceptions import NoArgsIsHelpError
 from typer.exceptions import TyperException
 
-from stowplan.checks import ascii_number_text
 from stowplan.cli.app import app
 from stowplan.errors import StowplanError
-from stowplan.shell import one_line
+from stowplan.quantities.checks import ascii_number_text
+from stowplan.text.shell import one_line
 
 __all__ = ["app", "run"]
 

@@ -14,9 +14,9 @@ from stowplan.cli.common import err_console, load_fleet, out_console, warn_about
 from stowplan.cli.options import EngineOption, Headroom, MaxStages, Nodes
 from stowplan.model import Constraints
 from stowplan.models import resolve_model
+from stowplan.quantities.units import parse_rate_per_s, parse_seconds, parse_time_per_token_s
 from stowplan.report.serving import render_serve_plan
 from stowplan.serving import serve
-from stowplan.units import parse_rate_per_s, parse_seconds, parse_time_per_token_s
 from stowplan.workload import Workload
 
 

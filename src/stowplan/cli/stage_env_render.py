@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 
-from stowplan.checks import check_choice, check_int
-from stowplan.shell import check_env_name, shell_comment, shell_quote
+from stowplan.quantities.checks import check_choice, check_int
+from stowplan.text.shell import check_env_name, shell_comment, shell_quote
 
 __all__ = ["EnvFormat", "render_stage_env"]
 

@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from stowplan.checks import check_choice, check_int
 from stowplan.errors import InputError
-from stowplan.limits import MAX_GPUS_PER_NODE, MAX_NODES
+from stowplan.quantities.checks import check_choice, check_int
+from stowplan.quantities.limits import MAX_GPUS_PER_NODE, MAX_NODES
 
 __all__ = [
     "ENV_GPUS_PER_NODE",

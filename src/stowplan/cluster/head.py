@@ -39,7 +39,7 @@ from pathlib import Path
 
 from stowplan.cluster.ray_runtime import LOCAL_START_ENV, OBJECT_STORE_BYTES
 from stowplan.errors import HeadStartError
-from stowplan.fileio import FileKind, read_json_file, write_text_atomic
+from stowplan.files.fileio import FileKind, read_json_file, write_text_atomic
 from stowplan.host.passport import cache_dir
 
 __all__ = [

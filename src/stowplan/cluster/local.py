@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from stowplan.checks import check_int
 from stowplan.cluster.ray_runtime import (
     LOCAL_HEAD_ARGS,
     LOCAL_START_ENV,
@@ -30,6 +29,7 @@ from stowplan.cluster.ray_runtime import (
 )
 from stowplan.errors import InputError
 from stowplan.model import NodeDescriptor
+from stowplan.quantities.checks import check_int
 
 __all__ = [
     "DEFAULT_FAKE_NODES",

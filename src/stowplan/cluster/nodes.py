@@ -35,7 +35,7 @@ from typing import Any
 from stowplan.cluster.ray_runtime import require_ray
 from stowplan.errors import InputError, NodeProbeError, StowplanError
 from stowplan.model import NodeDescriptor
-from stowplan.units import parse_bytes
+from stowplan.quantities.units import parse_bytes
 
 __all__ = [
     "GpuReport",

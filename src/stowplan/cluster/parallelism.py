@@ -15,14 +15,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from stowplan.checks import check_int
 from stowplan.cluster.fleet import ENV_PG_STRATEGY, ENV_ROLE, FleetRole, FleetSpec
 from stowplan.cluster.fleet import PlacementStrategy as _Strategy
 from stowplan.errors import InputError
-from stowplan.limits import MAX_GPUS_PER_NODE, MAX_NODES
 from stowplan.model import ModelLayout
-from stowplan.parallel_rules import kv_heads_allow, tensor_parallel_violation
-from stowplan.wording import plural
+from stowplan.quantities.checks import check_int
+from stowplan.quantities.limits import MAX_GPUS_PER_NODE, MAX_NODES
+from stowplan.rules.tensor_parallel import kv_heads_allow, tensor_parallel_violation
+from stowplan.text.wording import plural
 
 __all__ = [
     "ParallelismCheck",

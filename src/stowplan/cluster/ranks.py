@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from stowplan.checks import check_int
 from stowplan.errors import InputError
+from stowplan.quantities.checks import check_int
 
 __all__ = ["BundlePlace", "rank_order"]
 

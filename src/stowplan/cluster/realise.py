@@ -13,7 +13,7 @@ actors, in four steps:
    wait, fail-fast when infeasible), all within one deadline;
 3. one actor per stage inside its group, holding the bundle's GPUs,
    ``PLAN_JSON``/``STAGE``/… in its runtime env (the worker contract,
-   :func:`stowplan.worker.stage_env`) with ``PLAN_TP_SIZE`` and
+   :func:`stowplan.stages.worker.stage_env`) with ``PLAN_TP_SIZE`` and
    ``CUDA_VISIBLE_DEVICES`` (:func:`stowplan.cluster.stage_gpus.stage_device_env`),
    no restarts; each must answer within the same deadline;
 4. on any failure every actor is killed and every group removed before the
@@ -35,7 +35,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stowplan.checks import check_int
 from stowplan.cluster.errors import PlacementError
 from stowplan.cluster.groups import create_placement_group, remove_groups
 from stowplan.cluster.nodes import NODE_ID_LABEL, alive_nodes
@@ -57,8 +56,9 @@ from stowplan.errors import (
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.plan import Plan, StageAssignment, plan_to_json, with_inputs
 from stowplan.planner import plan_blocks as make_plan
-from stowplan.wording import plural
-from stowplan.worker import stage_env
+from stowplan.quantities.checks import check_int
+from stowplan.stages.worker import stage_env
+from stowplan.text.wording import plural
 
 __all__ = [
     "Attempt",
@@ -83,7 +83,7 @@ def stage_actor_env(plan: Plan, extra_env: Mapping[str, str] | None = None) -> l
     :data:`WORKER_ENV`, then ``extra_env``, then the stage's GPUs
     (:func:`~stowplan.cluster.stage_gpus.stage_device_env`: ``PLAN_TP_SIZE``,
     ``CUDA_VISIBLE_DEVICES``), then the worker-contract variables
-    (:func:`stowplan.worker.stage_env`), later ones winning.  A stage on a CPU node of
+    (:func:`stowplan.stages.worker.stage_env`), later ones winning.  A stage on a CPU node of
     the plan's :attr:`~stowplan.plan.Plan.nodes` gets no GPU ids (an empty
     ``CUDA_VISIBLE_DEVICES``).  :func:`realise`
     starts the actors with it and ``stowplan launch --plan-debug`` prints it.
@@ -351,14 +351,14 @@ class ContractStage:
 
     What ``stowplan launch`` starts for a model it does not execute itself: it
     proves each stage landed on its node with its ``PLAN_JSON`` and found its
-    own blocks (:func:`stowplan.worker.stage_from_env`).
+    own blocks (:func:`stowplan.stages.worker.stage_from_env`).
     """
 
     def __init__(self) -> None:
         import os
 
         import ray
-        from stowplan.worker import stage_from_env
+        from stowplan.stages.worker import stage_from_env
 
         self.stage = stage_from_env(os.environ)
         self.node_id = ray.get_runtime_context().get_node_id()

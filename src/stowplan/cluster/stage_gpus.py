@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 
 from stowplan.model import NodeDescriptor
 from stowplan.plan import Plan, StageAssignment
-from stowplan.wording import plural
+from stowplan.text.wording import plural
 
 __all__ = [
     "CPU_NAMES",

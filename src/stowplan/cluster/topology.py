@@ -20,11 +20,11 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from stowplan.checks import check_int
 from stowplan.errors import Infeasible, InputError
 from stowplan.host.fabric import DOMAIN_RESOURCE_PREFIX, domain_resource, node_domain, parse_fabric
-from stowplan.limits import MAX_NODES
-from stowplan.wording import plural
+from stowplan.quantities.checks import check_int
+from stowplan.quantities.limits import MAX_NODES
+from stowplan.text.wording import plural
 
 __all__ = [
     "TOPO_RANK_RESOURCE",

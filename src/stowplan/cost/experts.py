@@ -1,7 +1,7 @@
 """The cost model's expert term: per-token time of the experts a stage's MoE blocks use.
 
 An expert-parallel plan's stage time is the cost model's time for its backbone
-blocks (:func:`~stowplan.expert_routing.backbone_layout`) plus
+blocks (:func:`~stowplan.moe.routing.backbone_layout`) plus
 :func:`expert_stage_times` (the slowest holder's expert reads and the
 all-to-all); :func:`expert_prediction` is the whole prediction.
 """
@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 from stowplan.cost.cycle import cycle_seconds, microbatches, usd_per_million_tokens
 from stowplan.cost.rates import node_rates
 from stowplan.errors import InputError
-from stowplan.expert_routing import (
+from stowplan.model import Constraints, ModelLayout, NodeDescriptor
+from stowplan.moe.routing import (
     backbone_layout,
     copy_shares,
     holders_of,
@@ -25,8 +26,7 @@ from stowplan.expert_routing import (
     stage_of_block,
     token_routing,
 )
-from stowplan.expert_stats import CoActivation, ExpertLoad
-from stowplan.model import Constraints, ModelLayout, NodeDescriptor
+from stowplan.moe.stats import CoActivation, ExpertLoad
 from stowplan.plan import Plan, Prediction
 
 if TYPE_CHECKING:

@@ -53,7 +53,7 @@ part of a measured collective cost per block (tensor parallel) that 2·AR(tp) do
 already charge, and, for engines that run a
 multi-GPU node as a pipeline over its GPUs, that node's in-host hops.  Inputs come
 from the node descriptor when given and from :mod:`stowplan.gpus` and
-:mod:`stowplan.interconnect` otherwise (:mod:`stowplan.cost.rates`); every value
+:mod:`stowplan.gpus.interconnect` otherwise (:mod:`stowplan.cost.rates`); every value
 taken from a table (or defaulted) is listed in ``assumed``.  The pipeline's
 microbatches, cycle and tokens/s are :mod:`stowplan.cost.cycle`.
 """

@@ -1,7 +1,7 @@
 """A node's numbers in SI units: bandwidth, FLOPs, links, usable memory and price.
 
 Taken from the node descriptor when given, else from :mod:`stowplan.gpus` (the
-spec table and the GPU database) and :mod:`stowplan.interconnect`; every value
+spec table and the GPU database) and :mod:`stowplan.gpus.interconnect`; every value
 taken from a table (or defaulted) is listed beside the rates as assumed.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from stowplan.gpus import resolve_gpu
-from stowplan.interconnect import intra_link
+from stowplan.gpus.interconnect import intra_link
 from stowplan.model import NodeDescriptor, usable_bytes
 
 __all__ = ["DEFAULT_BANDWIDTH_GBPS", "NodeRates", "node_rates"]

@@ -52,8 +52,8 @@ from stowplan.cost.cycle import cycle_seconds, microbatches
 from stowplan.cost.model import CostModel
 from stowplan.cost.touch import expert_touch_bytes
 from stowplan.errors import InputError
-from stowplan.limits import MAX_BATCH
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
+from stowplan.quantities.limits import MAX_BATCH
 from stowplan.workload import Binding, Workload
 
 __all__ = [

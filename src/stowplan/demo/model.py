@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from stowplan.checks import check_int
 from stowplan.errors import InputError
 from stowplan.model import ModelLayout
+from stowplan.quantities.checks import check_int
 
 __all__ = [
     "DemoConfig",

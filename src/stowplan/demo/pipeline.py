@@ -1,7 +1,7 @@
 """The demo model run stage by stage across Ray actors, checked against one process.
 
 Each :class:`StageWorker` actor reads its share from its environment through
-the worker contract (:func:`stowplan.worker.stage_from_env`) and builds only
+the worker contract (:func:`stowplan.stages.worker.stage_from_env`) and builds only
 its own blocks (plus the embed or head when it owns them).  The driver chains
 the calls: stage i's output object is the argument of stage i+1, so
 activations travel stage to stage through Ray; the last stage samples
@@ -22,7 +22,7 @@ import numpy as np
 
 from stowplan.cluster.ray_runtime import require_ray
 from stowplan.demo.model import DemoConfig, Generation, StageModel, check_request
-from stowplan.worker import CONTRACT_KEYS, stage_from_env
+from stowplan.stages.worker import CONTRACT_KEYS, stage_from_env
 
 __all__ = [
     "PipelineRun",

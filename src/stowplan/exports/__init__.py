@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from stowplan.checks import check_choice
 from stowplan.errors import StowplanError
 from stowplan.exports.accelerate import FAMILIES, export_accelerate
 from stowplan.exports.llamacpp import export_llamacpp
@@ -26,6 +25,7 @@ from stowplan.exports.sglang import export_sglang
 from stowplan.exports.vllm import export_vllm
 from stowplan.model import ModelLayout, NodeDescriptor
 from stowplan.plan import Plan
+from stowplan.quantities.checks import check_choice
 
 __all__ = [
     "FAMILIES",
@@ -67,7 +67,7 @@ def export_plan(
     """
     from stowplan.exports.common import resolve_layout
     from stowplan.exports.context import check_kv_fits
-    from stowplan.plan_checks import check_plan_fits
+    from stowplan.rules.plan_fit import check_plan_fits
 
     engine = check_choice("--to", to, Engine, normalise=lambda v: v.strip().lower())
     if nodes is None and plan.nodes:

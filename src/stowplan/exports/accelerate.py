@@ -30,9 +30,9 @@ from stowplan.exports.common import (
     stage_of_block,
 )
 from stowplan.exports.result import Engine, EngineExport, UnsupportedByEngine
-from stowplan.gpu_lists import stage_place_text, uses_gpu_lists
 from stowplan.model import ModelLayout, NodeDescriptor
 from stowplan.plan import Plan
+from stowplan.stages.gpu_lists import stage_place_text, uses_gpu_lists
 
 __all__ = ["FAMILIES", "ModuleNames", "export_accelerate"]
 

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from stowplan.errors import InputError
-from stowplan.fileio import path_exists
+from stowplan.files.fileio import path_exists
 from stowplan.model import ModelLayout, NodeDescriptor
 from stowplan.models import hf_id, lookup, parse_dtype, resolve_model
 from stowplan.models.known import known_model, known_with_dtype
 from stowplan.plan import Plan, StageAssignment
-from stowplan.shell import shell_quote
+from stowplan.text.shell import shell_quote
 
 __all__ = [
     "ADDRESS_LABELS",

@@ -14,7 +14,7 @@ from stowplan.errors import Infeasible
 from stowplan.exports.common import replan_command
 from stowplan.model import DEFAULT_HEADROOM_FRAC, ModelLayout, NodeDescriptor
 from stowplan.plan import Plan, StageAssignment
-from stowplan.units import format_bytes
+from stowplan.quantities.units import format_bytes
 
 __all__ = ["check_kv_fits", "context_of", "memory_fraction", "sequences_of"]
 

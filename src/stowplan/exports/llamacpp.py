@@ -67,10 +67,10 @@ from stowplan.exports.common import (
 from stowplan.exports.context import context_of, sequences_of
 from stowplan.exports.llamacpp_rpc import RpcLayout, RpcServer, rpc_layout, rpc_notes, rpc_servers
 from stowplan.exports.result import Engine, EngineExport, UnsupportedByEngine, shell_line
-from stowplan.gpu_lists import stage_place_text, uses_gpu_lists, visible_devices
 from stowplan.model import ModelLayout, NodeDescriptor
 from stowplan.plan import Plan, StageAssignment
-from stowplan.shell import shell_comment
+from stowplan.stages.gpu_lists import stage_place_text, uses_gpu_lists, visible_devices
+from stowplan.text.shell import shell_comment
 
 __all__ = ["EXPERT_TENSORS", "OUTPUT_TENSOR", "block_regex", "export_llamacpp"]
 

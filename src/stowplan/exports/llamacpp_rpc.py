@@ -38,9 +38,9 @@ from dataclasses import dataclass
 
 from stowplan.exports.common import ADDRESS_LABELS, node_address, replan_command, stage_degree
 from stowplan.exports.result import Engine, UnsupportedByEngine, shell_line
-from stowplan.gpu_lists import stage_place_text, visible_devices
 from stowplan.model import NodeDescriptor
 from stowplan.plan import Plan, StageAssignment
+from stowplan.stages.gpu_lists import stage_place_text, visible_devices
 
 __all__ = [
     "ADDRESS_LABELS",

@@ -26,9 +26,9 @@ from stowplan.exports.common import (
     stage_of_block,
 )
 from stowplan.exports.result import Engine, UnsupportedByEngine
-from stowplan.gpu_lists import node_stages, uses_gpu_lists
 from stowplan.model import NodeDescriptor
 from stowplan.plan import Plan, StageAssignment
+from stowplan.stages.gpu_lists import node_stages, uses_gpu_lists
 
 __all__ = [
     "PARTITION_VARIABLE",

@@ -7,7 +7,7 @@ from enum import StrEnum
 from typing import Any
 
 from stowplan.errors import UnsupportedByEngine
-from stowplan.shell import check_env_name, heredoc_marker, shell_comment, shell_quote
+from stowplan.text.shell import check_env_name, heredoc_marker, shell_comment, shell_quote
 
 __all__ = ["Engine", "EngineExport", "UnsupportedByEngine", "shell_line"]
 

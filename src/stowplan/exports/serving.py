@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from stowplan.checks import check_choice
 from stowplan.exports.result import Engine, EngineExport
 from stowplan.model import NodeDescriptor
+from stowplan.quantities.checks import check_choice
 from stowplan.serve_plan import ReplicaPlan, ServePlan
 
 __all__ = ["ServeExport", "export_serve_plan"]

@@ -25,10 +25,10 @@ from stowplan.exports.pipeline import (
     stage_span,
 )
 from stowplan.exports.result import Engine, EngineExport, UnsupportedByEngine, shell_line
-from stowplan.gpu_lists import uses_gpu_lists
 from stowplan.model import NodeDescriptor
 from stowplan.plan import Plan, StageAssignment
-from stowplan.shell import shell_comment
+from stowplan.stages.gpu_lists import uses_gpu_lists
+from stowplan.text.shell import shell_comment
 
 __all__ = ["SGLANG_PORT", "export_sglang"]
 

@@ -27,7 +27,7 @@ from stowplan.gpus.curated import CURATED
 from stowplan.gpus.database import database_specs
 from stowplan.gpus.names import OTHER_PART, parse_gpu_name
 from stowplan.gpus.spec import GpuMatch, GpuOrigin, GpuSpec
-from stowplan.limits import MAX_BYTE_COUNT
+from stowplan.quantities.limits import MAX_BYTE_COUNT
 
 __all__ = ["DRIVER_PREFIX", "lookup_gpu", "resolve_gpu", "shadowed_by_curated"]
 

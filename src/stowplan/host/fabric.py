@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from stowplan.errors import InputError
-from stowplan.safeload import parse_json
+from stowplan.files.safeload import parse_json
 
 __all__ = [
     "DOMAIN_RESOURCE_PREFIX",

@@ -18,9 +18,9 @@ since a collective goes at the pace of its slowest link.
 
 * NVLink: ``#`` links × 25 GB/s per direction (NVLink 2-4; 50 for NVLink 5
   parts: B100/B200/GB200, see :func:`nvlink_gbps_per_link_for`), one step
-  ≈ :data:`~stowplan.interconnect.NVLINK_LATENCY_US`;
+  ≈ :data:`~stowplan.gpus.interconnect.NVLINK_LATENCY_US`;
 * PCIe: the GPUs' host link (``pcie_gbps``, e.g. from ``nvidia-smi -q``), else
-  PCIe gen 4 ×16; one step ≈ :data:`~stowplan.interconnect.PCIE_LATENCY_US`.
+  PCIe gen 4 ×16; one step ≈ :data:`~stowplan.gpus.interconnect.PCIE_LATENCY_US`.
 
 This module never runs the tool.
 """
@@ -34,13 +34,13 @@ from enum import StrEnum
 
 from stowplan.errors import InputError
 from stowplan.gpus import normalise_gpu_name
-from stowplan.interconnect import (
+from stowplan.gpus.interconnect import (
     NVLINK_LATENCY_US,
     PCIE_GBPS_X16,
     PCIE_LATENCY_US,
     nvlink_gbps_per_link,
 )
-from stowplan.limits import MAX_GPUS_PER_NODE
+from stowplan.quantities.limits import MAX_GPUS_PER_NODE
 
 __all__ = [
     "DEFAULT_PCIE_GEN",

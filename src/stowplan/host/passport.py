@@ -38,7 +38,7 @@ from typing import Any
 
 from stowplan.circuits import CapabilityMatrix, HostTopology
 from stowplan.errors import InputError, PassportUnreadable
-from stowplan.fileio import (
+from stowplan.files.fileio import (
     FileKind,
     path_exists,
     read_json_file,

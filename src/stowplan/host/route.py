@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from stowplan.circuits import CapabilityMatrix, HostTopology
 from stowplan.errors import StowplanError
-from stowplan.fileio import path_exists
+from stowplan.files.fileio import path_exists
 from stowplan.host.passport import (
     Passport,
     PassportUnreadable,

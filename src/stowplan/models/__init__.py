@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stowplan.errors import InputError
-from stowplan.fileio import path_exists
+from stowplan.files.fileio import path_exists
 from stowplan.model import ModelLayout
 from stowplan.models.dtypes import format_names, parse_dtype
 from stowplan.models.grouping import ModelReport

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from stowplan.errors import DependencyError, InputError
-from stowplan.fileio import check_regular_file
-from stowplan.limits import MAX_BLOCKS, MAX_CONFIG_INT, MAX_CONTEXT_TOKENS, MAX_EXPERTS
+from stowplan.files.fileio import check_regular_file
 from stowplan.models.grouping import ArchInfo, ModelReport, TensorEntry, assemble, classify_gguf
+from stowplan.quantities.limits import MAX_BLOCKS, MAX_CONFIG_INT, MAX_CONTEXT_TOKENS, MAX_EXPERTS
 
 __all__ = ["gguf_report"]
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from stowplan.errors import InputError
-from stowplan.limits import MAX_CONFIG_INT, MAX_CONTEXT_TOKENS
 from stowplan.model import ModelLayout
 from stowplan.models.dtypes import parse_dtype
 from stowplan.models.grouping import ArchInfo, ModelReport, assemble, classify_hf
@@ -39,6 +38,7 @@ from stowplan.models.hf_config import (
 )
 from stowplan.models.hf_pricing import mix_model, price_tensor, pricing_scheme
 from stowplan.models.hf_tensors import config_tensors
+from stowplan.quantities.limits import MAX_CONFIG_INT, MAX_CONTEXT_TOKENS
 
 __all__ = [
     "SUPPORTED",

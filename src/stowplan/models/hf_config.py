@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from stowplan.errors import InputError
-from stowplan.fileio import FileKind, read_json_file
-from stowplan.limits import MAX_BLOCKS, MAX_CONFIG_INT, MAX_EXPERTS
+from stowplan.files.fileio import FileKind, read_json_file
+from stowplan.quantities.limits import MAX_BLOCKS, MAX_CONFIG_INT, MAX_EXPERTS
 
 __all__ = [
     "MOE_TYPES",
@@ -83,7 +83,7 @@ _UPPER = {"num_hidden_layers": MAX_BLOCKS, "num_nextn_predict_layers": MAX_BLOCK
     key: MAX_EXPERTS
     for key in ("num_local_experts", "num_experts", "n_routed_experts", "n_shared_experts")
 }
-"""Caps tighter than :data:`~stowplan.limits.MAX_CONFIG_INT` for some config integers."""
+"""Caps tighter than :data:`~stowplan.quantities.limits.MAX_CONFIG_INT` for some config integers."""
 
 
 def config_int(cfg: Config, key: str, default: int | None = None) -> int:

@@ -14,7 +14,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from stowplan.errors import InputError
-from stowplan.limits import MAX_CONFIG_INT
 from stowplan.models.dtypes import (
     is_file_type,
     parse_dtype,
@@ -35,6 +34,7 @@ from stowplan.models.hf_config import (
 )
 from stowplan.models.hf_tensors import ConfigTensor
 from stowplan.models.quant_mix import MixModel, role_of, tensor_type
+from stowplan.quantities.limits import MAX_CONFIG_INT
 
 __all__ = ["Scheme", "mix_model", "price_tensor", "pricing_scheme"]
 

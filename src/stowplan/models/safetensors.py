@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from stowplan.errors import InputError
-from stowplan.fileio import open_regular_file
+from stowplan.files.fileio import open_regular_file
+from stowplan.files.safeload import MalformedJson, parse_json
 from stowplan.models.grouping import ModelReport, TensorEntry, assemble, classify_hf
 from stowplan.models.hf import arch_info, load_config, text_config
-from stowplan.safeload import MalformedJson, parse_json
 
 __all__ = ["DTYPE_BITS", "read_header", "safetensors_report", "shard_paths"]
 

@@ -34,10 +34,10 @@ from functools import cached_property
 from stowplan.cost import CostModel, served_tokens_per_s
 from stowplan.errors import DependencyError, Infeasible, InputError, PlanError
 from stowplan.model import Constraints, NodeDescriptor, Objective, gpu_group_node
-from stowplan.parallel_rules import legal_tensor_parallel
 from stowplan.plan import Plan, PlanRationale
 from stowplan.planner.exact.node_sets import SetMilp
 from stowplan.planner.problem import Problem, prepare
+from stowplan.rules.tensor_parallel import legal_tensor_parallel
 
 __all__ = [
     "MAX_PLANNED",

@@ -20,11 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from stowplan.errors import Infeasible, InputError, InsufficientVram, PlanError
-from stowplan.limits import MAX_CONTEXT_TOKENS
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, usable_bytes
 from stowplan.plan import Plan
 from stowplan.planner import plan
-from stowplan.units import format_bytes
+from stowplan.quantities.limits import MAX_CONTEXT_TOKENS
+from stowplan.quantities.units import format_bytes
 
 __all__ = [
     "DEFAULT_CONTEXT_TOKENS",

@@ -42,12 +42,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from stowplan.checks import check_int
 from stowplan.circuits import SYSTEM_POOL, CapabilityMatrix, HostTopology
 from stowplan.errors import InputError, InsufficientVram
-from stowplan.limits import MAX_BYTE_COUNT
+from stowplan.files.safeload import parse_json
 from stowplan.model import ModelLayout
-from stowplan.safeload import parse_json
+from stowplan.quantities.checks import check_int
+from stowplan.quantities.limits import MAX_BYTE_COUNT
 
 __all__ = [
     "DEFAULT_KV_RESERVE",

@@ -14,15 +14,15 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from stowplan.baselines import BaselineResult
 from stowplan.calibration.coverage import CoverageVerdict
-from stowplan.fileio import write_text_atomic
-from stowplan.gpu_lists import stage_place_text, uses_gpu_lists
+from stowplan.files.fileio import write_text_atomic
 from stowplan.model import ModelLayout, NodeDescriptor
 from stowplan.plan import Plan
+from stowplan.planner.baselines import BaselineResult
+from stowplan.quantities.units import format_bytes
 from stowplan.report.calibration import range_text
 from stowplan.report.segments import MemoryPart, NodeMemory, node_memory
-from stowplan.units import format_bytes
+from stowplan.stages.gpu_lists import stage_place_text, uses_gpu_lists
 
 __all__ = ["render_html", "write_html_report"]
 
@@ -333,7 +333,7 @@ def render_html(
 ) -> str:
     """The report page as one HTML string (no external resources).
 
-    ``baselines`` (from :func:`stowplan.baselines.compare_plans`) are shown beside the
+    ``baselines`` (from :func:`stowplan.planner.baselines.compare_plans`) are shown beside the
     plan's own prediction when given; ``notes`` replace the rationale's notes
     (:func:`stowplan.report.calibration.annotate_notes`); ``verdict`` names the model that
     predicted in the subtitle and, outside its data, adds the range to expect.

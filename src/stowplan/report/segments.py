@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from stowplan.gpu_lists import gpu_range_text
 from stowplan.model import ModelLayout, NodeDescriptor
 from stowplan.models import lookup
 from stowplan.plan import Plan
+from stowplan.stages.gpu_lists import gpu_range_text
 
 __all__ = ["MemoryPart", "NodeMemory", "Segment", "node_memory"]
 

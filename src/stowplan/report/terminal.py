@@ -14,12 +14,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from stowplan.baselines import BaselineResult
-from stowplan.gpu_lists import stage_place_text
 from stowplan.model import NodeDescriptor
 from stowplan.plan import Plan
+from stowplan.planner.baselines import BaselineResult
+from stowplan.quantities.units import format_bytes
 from stowplan.report.segments import MemoryPart, node_memory
-from stowplan.units import format_bytes
+from stowplan.stages.gpu_lists import stage_place_text
 
 __all__ = ["render_comparison", "render_node_bars", "render_plan"]
 

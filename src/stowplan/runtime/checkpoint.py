@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from stowplan.errors import InputError
-from stowplan.fileio import FileKind, read_json_file
+from stowplan.files.fileio import FileKind, read_json_file
 from stowplan.models.safetensors import read_header, shard_paths
 
 __all__ = [

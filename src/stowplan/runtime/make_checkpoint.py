@@ -13,10 +13,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from stowplan.checks import check_int
 from stowplan.errors import InputError
+from stowplan.quantities.checks import check_int
+from stowplan.quantities.units import parse_bytes
 from stowplan.runtime.families import Family
-from stowplan.units import parse_bytes
 
 __all__ = ["SENTENCES", "make_checkpoint", "make_tokenizer", "tiny_config"]
 

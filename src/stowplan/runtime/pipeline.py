@@ -4,7 +4,7 @@
 stage of a plan (through :func:`stowplan.cluster.realise.realise`: one pinned
 placement group per stage, the worker contract in its env).  Its only
 argument is the checkpoint folder; its blocks, embed and head come from
-``PLAN_JSON``/``STAGE`` (:func:`stowplan.worker.stage_from_env`).
+``PLAN_JSON``/``STAGE`` (:func:`stowplan.stages.worker.stage_from_env`).
 
 :func:`run_generation` runs ``U`` sequences as the plan's ``m = min(U, S)``
 microbatches (the cycle the cost model assumes, :func:`stowplan.cost.microbatches`):
@@ -26,15 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stowplan.checks import check_int
 from stowplan.cluster.ray_runtime import require_ray
 from stowplan.cluster.realise import Realisation, realise
 from stowplan.errors import InputError
 from stowplan.plan import Plan
+from stowplan.quantities.checks import check_int
 from stowplan.runtime.checkpoint import read_config
 from stowplan.runtime.families import check_runnable
 from stowplan.runtime.generation import Generation
-from stowplan.worker import CONTRACT_KEYS, stage_from_env
+from stowplan.stages.worker import CONTRACT_KEYS, stage_from_env
 
 __all__ = [
     "OFFLINE_ENV",

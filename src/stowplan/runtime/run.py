@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from stowplan.checks import check_int
 from stowplan.cost import microbatches, node_rates, predict
 from stowplan.errors import InputError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
@@ -22,6 +21,7 @@ from stowplan.models import resolve_model
 from stowplan.plan import Plan, Prediction
 from stowplan.planner import plan as make_plan
 from stowplan.planner.experts import ExpertInputs, ExpertPlacement
+from stowplan.quantities.checks import check_int
 from stowplan.runtime.checkpoint import read_config
 from stowplan.runtime.families import check_runnable, family_of
 from stowplan.runtime.generation import Comparison, compare, generate_reference

@@ -39,7 +39,7 @@ from stowplan.runtime.checkpoint import (
     stage_tensor_names,
 )
 from stowplan.runtime.families import Family, family_of
-from stowplan.worker import WorkerStage
+from stowplan.stages.worker import WorkerStage
 
 __all__ = ["LoadReport", "StageModel", "stage_device"]
 

@@ -21,9 +21,9 @@ from stowplan.cost import CostModel
 from stowplan.cost.serving import ReplicaServing, pipeline_serving, serving_constraints
 from stowplan.cost.touch import expert_touch_bytes
 from stowplan.errors import PlanError
-from stowplan.limits import MAX_BATCH
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_node
 from stowplan.plan import Plan
+from stowplan.quantities.limits import MAX_BATCH
 from stowplan.workload import Workload
 
 __all__ = [

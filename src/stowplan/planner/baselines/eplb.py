@@ -31,9 +31,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from stowplan.errors import InputError, InsufficientVram
-from stowplan.expert_routing import nodes_in_order, token_routing
-from stowplan.expert_stats import ExpertLoad
 from stowplan.model import Constraints, ExpertId, ModelLayout, NodeDescriptor, usable_bytes
+from stowplan.moe.routing import nodes_in_order, token_routing
+from stowplan.moe.stats import ExpertLoad
 from stowplan.plan import Plan, Topology
 from stowplan.planner.experts.inputs import expert_speeds, free_slots
 

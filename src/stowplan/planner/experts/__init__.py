@@ -66,14 +66,14 @@ The modules
 The cost model's expert term (:func:`expert_stage_times`,
 :func:`expert_prediction`) is in :mod:`stowplan.cost.experts`, and the routing
 figures both the planner and the cost model read (selection probabilities,
-where each copy lives, a node's reach) are in :mod:`stowplan.expert_routing`;
+where each copy lives, a node's reach) are in :mod:`stowplan.moe.routing`;
 both are re-exported here.
 """
 
 from __future__ import annotations
 
 from stowplan.cost.experts import ExpertTime, expert_prediction, expert_stage_times
-from stowplan.expert_routing import backbone_layout
+from stowplan.moe.routing import backbone_layout
 from stowplan.planner.experts.choice import BlockPlanner, plan_experts
 from stowplan.planner.experts.deprecated import plan_with_experts
 from stowplan.planner.experts.inputs import (

@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from stowplan.errors import Infeasible, InputError, InsufficientVram, PlanError
-from stowplan.expert_routing import backbone_layout
 from stowplan.model import (
     Constraints,
     ExpertId,
@@ -22,6 +21,7 @@ from stowplan.model import (
     Objective,
     usable_bytes,
 )
+from stowplan.moe.routing import backbone_layout
 from stowplan.plan import Plan, Topology
 from stowplan.planner.cheapest import served_rate
 from stowplan.planner.experts.inputs import ExpertInputs, ExpertPlacement

@@ -5,8 +5,8 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 
-from stowplan.expert_stats import CoActivation, ExpertLoad
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
+from stowplan.moe.stats import CoActivation, ExpertLoad
 from stowplan.plan import Plan
 from stowplan.planner.experts.inputs import LOCALITY_TOLERANCE, ExpertInputs, ExpertPlacement
 

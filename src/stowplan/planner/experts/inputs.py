@@ -6,12 +6,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from stowplan.checks import check_choice, check_int, check_number
 from stowplan.cost import node_rates
 from stowplan.errors import InputError
-from stowplan.expert_stats import CoActivation, ExpertLoad
 from stowplan.model import ModelLayout, NodeDescriptor, usable_bytes
+from stowplan.moe.stats import CoActivation, ExpertLoad
 from stowplan.plan import Plan
+from stowplan.quantities.checks import check_choice, check_int, check_number
 
 __all__ = [
     "LOCALITY_TOLERANCE",

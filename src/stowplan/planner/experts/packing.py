@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stowplan.errors import InputError
-from stowplan.expert_routing import Holders, Pairs, node_loads, slowest_finish
+from stowplan.moe.routing import Holders, Pairs, node_loads, slowest_finish
 from stowplan.planner.experts.inputs import LOCALITY_TOLERANCE
 from stowplan.planner.experts.refine import EPS, refine_block
 

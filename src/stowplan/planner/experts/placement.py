@@ -8,14 +8,14 @@ from dataclasses import replace
 
 from stowplan.cost.experts import expert_prediction
 from stowplan.errors import InputError, InsufficientVram
-from stowplan.expert_routing import (
+from stowplan.model import Constraints, ExpertId, ModelLayout, NodeDescriptor
+from stowplan.moe.routing import (
     nodes_in_order,
     remote_transfers,
     stage_of_block,
     token_routing,
 )
-from stowplan.expert_stats import CoActivation, ExpertLoad
-from stowplan.model import Constraints, ExpertId, ModelLayout, NodeDescriptor
+from stowplan.moe.stats import CoActivation, ExpertLoad
 from stowplan.plan import Plan, Prediction, Topology
 from stowplan.planner.certify import kv_capacity_note, prediction_note
 from stowplan.planner.experts.inputs import LOCALITY_TOLERANCE, expert_speeds, free_slots

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from stowplan.expert_routing import Holders
+from stowplan.moe.routing import Holders
 
 __all__ = ["EPS", "REFINE_STEPS", "REFINE_TARGETS", "refine_block"]
 

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stowplan.errors import InputError
-from stowplan.expert_routing import (
+from stowplan.model import ModelLayout, NodeDescriptor
+from stowplan.moe.routing import (
     holders_of,
     imbalance,
     node_loads,
@@ -15,8 +16,7 @@ from stowplan.expert_routing import (
     stage_of_block,
     token_routing,
 )
-from stowplan.expert_stats import CoActivation, ExpertLoad
-from stowplan.model import ModelLayout, NodeDescriptor
+from stowplan.moe.stats import CoActivation, ExpertLoad
 from stowplan.plan import Plan
 from stowplan.planner.experts.inputs import expert_speeds
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from stowplan.errors import Infeasible
 from stowplan.plan import Plan, PlanRationale, StageAssignment, Topology
 from stowplan.planner.problem import Problem, build_assignments
-from stowplan.units import format_bytes
+from stowplan.quantities.units import format_bytes
 
 __all__ = ["STRATEGY", "plan_balance_by_vram", "proportional_split"]
 

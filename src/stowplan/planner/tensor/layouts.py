@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 from stowplan.errors import Infeasible, InputError
 from stowplan.model import NodeDescriptor, gpu_group_node
-from stowplan.parallel_rules import legal_tensor_parallel, tensor_parallel_violation
 from stowplan.plan import Plan
 from stowplan.planner.problem import GpuGroup, Problem, prepare
 from stowplan.planner.strategies.throughput import Pipeline
+from stowplan.rules.tensor_parallel import legal_tensor_parallel, tensor_parallel_violation
 
 __all__ = [
     "ENGINE_EXPORTS",

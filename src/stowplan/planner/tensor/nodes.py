@@ -9,9 +9,9 @@ from typing import Any
 
 from stowplan.cost import CostModel
 from stowplan.model import NodeDescriptor, gpu_group_node
-from stowplan.parallel_rules import legal_tensor_parallel
 from stowplan.planner.exact.pipelines import stage_matrix
 from stowplan.planner.problem import Problem
+from stowplan.rules.tensor_parallel import legal_tensor_parallel
 
 __all__ = ["GroupCosts", "NodeSolver", "degrees", "node_signature", "numpy_module"]
 
