@@ -210,10 +210,10 @@ def test_the_passport_keeps_the_link_and_the_node_carries_it_as_measured() -> No
     node = node_from_passport(again)
     assert (node.intra_link_gbps, node.intra_link_latency_us) == (450.0, 3.0)
     labels = dict(node.labels)
-    assert labels["measured"] == "bandwidth,flops,intra_link"
+    assert labels["measured"] == "bandwidth,intra_link"
     assert labels["intra_link"] == topo.intra_link_source
     plain = node_from_passport(replace(passport, topology=_h100_host()))
-    assert plain.intra_link_gbps is None and dict(plain.labels)["measured"] == "bandwidth,flops"
+    assert plain.intra_link_gbps is None and dict(plain.labels)["measured"] == "bandwidth"
 
 
 def test_a_passport_without_the_link_fields_still_loads() -> None:

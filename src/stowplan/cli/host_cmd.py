@@ -11,7 +11,9 @@ from rich.text import Text
 
 from stowplan.circuits import HostTopology
 from stowplan.cli.app import app
+from stowplan.cli.calibration_opts import cli_calibration
 from stowplan.cli.common import err_console, out_console
+from stowplan.cli.options import EngineOption
 from stowplan.errors import InputError, InsufficientVram
 from stowplan.host.passport import (
     Passport,
@@ -20,8 +22,14 @@ from stowplan.host.passport import (
     obtain_passport,
     read_passport,
 )
+from stowplan.model import Constraints, ModelLayout
 from stowplan.models import resolve_model
-from stowplan.planner.residency import DEFAULT_KV_RESERVE, employment_to_json, plan_residency
+from stowplan.planner.residency import (
+    DEFAULT_KV_RESERVE,
+    EmploymentPlan,
+    employment_to_json,
+    plan_residency,
+)
 from stowplan.quantities.units import format_bytes
 from stowplan.text.wording import plural
 
@@ -134,8 +142,36 @@ _SMALLER_DTYPES = ("q8_0", "q6_k", "q5_k_m", "q4_k_m", "q3_k_m", "q2_k")
 """GGUF file types tried, largest first, when a model does not fit: the error names one."""
 
 
+def _residency(
+    p: Passport,
+    layout: ModelLayout,
+    kv_reserve: float,
+    context: int | None,
+    constraints: Constraints,
+) -> EmploymentPlan:
+    """The residency plan, timed by the cost model ``plan`` and ``launch`` use on this host
+    (its circuits as :func:`~stowplan.host.node.node_from_passport` nodes)."""
+    from stowplan.calibration.apply import calibration_label
+    from stowplan.host.node import whole_model_seconds
+
+    return plan_residency(
+        p.topology,
+        p.matrix,
+        layout,
+        kv_reserve=kv_reserve,
+        context_tokens=context,
+        whole_model_s=whole_model_seconds(p, layout, constraints),
+        model_label=calibration_label(constraints.calibration),
+    )
+
+
 def _smaller_dtype(
-    model: str, p: Passport, kv_reserve: float, context: int | None, weight_bytes: int
+    model: str,
+    p: Passport,
+    kv_reserve: float,
+    context: int | None,
+    weight_bytes: int,
+    constraints: Constraints,
 ) -> str:
     """``; --dtype D (X GiB) runs as P`` for the largest GGUF file type that fits, else ``""``."""
     for dtype in _SMALLER_DTYPES:
@@ -146,9 +182,7 @@ def _smaller_dtype(
         if layout.weight_bytes >= weight_bytes:
             continue
         try:
-            plan = plan_residency(
-                p.topology, p.matrix, layout, kv_reserve=kv_reserve, context_tokens=context
-            )
+            plan = _residency(p, layout, kv_reserve, context, constraints)
         except InsufficientVram:
             continue
         return (
@@ -187,9 +221,13 @@ def residency_command(
     quick: Annotated[
         bool, typer.Option("--quick", help="When a probe is needed, run the quick one.")
     ] = False,
+    engine: EngineOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan JSON.")] = False,
 ) -> None:
-    """Choose Resident, HeterogeneousOverflow or Streaming for MODEL on this host."""
+    """Choose Resident, HeterogeneousOverflow or Streaming for MODEL on this host.
+
+    Times per token come from the model ``plan`` and ``launch`` use (``--engine``,
+    default ``generic``), on this host's measured circuits."""
     if context is not None and context < 0:
         raise InputError("--context", context, "must be an integer >= 0 (tokens)")
     layout = resolve_model(model, dtype=dtype)
@@ -200,12 +238,11 @@ def residency_command(
             raise InputError("--passport", str(passport), str(exc)) from None
     else:
         p, _ = _passport(None, quick=quick, refresh=False)
+    constraints = Constraints(context_tokens=context, calibration=cli_calibration(engine, None))
     try:
-        plan = plan_residency(
-            p.topology, p.matrix, layout, kv_reserve=kv_reserve, context_tokens=context
-        )
+        plan = _residency(p, layout, kv_reserve, context, constraints)
     except InsufficientVram as exc:
-        hint = _smaller_dtype(model, p, kv_reserve, context, layout.weight_bytes)
+        hint = _smaller_dtype(model, p, kv_reserve, context, layout.weight_bytes, constraints)
         raise InsufficientVram(exc.needed, exc.available, exc.detail + hint) from None
     if as_json:
         out_console.file.write(employment_to_json(plan))

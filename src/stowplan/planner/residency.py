@@ -22,9 +22,17 @@ Decision D31:
    Ties go to ``HeterogeneousOverflow`` (it leaves the bus idle), then to the
    better-ranked circuit.
 
-The estimate is first order: decode is memory-bound, each weight a token uses
-is read once per token, there is no attention/activation cost and no overlap
-of compute with transfer.  A mixture-of-experts model stores every expert but
+By default the estimate is first order: decode is memory-bound, each weight a
+token uses is read once per token, there is no attention/activation cost and no
+overlap of compute with transfer.  With ``whole_model_s`` (per circuit, the
+seconds one token takes with the whole model on that circuit, e.g. the
+calibrated cost model's one-stage prediction, which ``stowplan residency``
+passes so that it predicts what ``plan`` and ``launch`` predict) a segment of
+``b`` of the model's ``B`` weight bytes computes in ``b / B · whole_model_s``;
+the first-order default is ``whole_model_s = read_bytes / compute_bytes_per_s``,
+which gives the formulas above.  Streaming's transfer is not scaled.
+
+A mixture-of-experts model stores every expert but
 a token reads only the ones it is routed to: with ``read_bytes`` (the bytes
 one token reads) every segment is read in that share (experts spread evenly
 over the blocks), and Streaming uploads only that share of the overflow (the
@@ -38,11 +46,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from stowplan.circuits import SYSTEM_POOL, CapabilityMatrix, HostTopology
+from stowplan.circuits import SYSTEM_POOL, CapabilityMatrix, CircuitCapability, HostTopology
 from stowplan.errors import InputError, InsufficientVram
 from stowplan.files.safeload import parse_json
 from stowplan.model import ModelLayout
@@ -261,6 +270,8 @@ def plan_employment(
     read_bytes: int | None = None,
     kv_bytes: int = 0,
     read_why: str = "the experts it is routed to",
+    whole_model_s: Mapping[str, float] | None = None,
+    model_label: str = "first-order",
 ) -> EmploymentPlan:
     """Derive the employment plan for ``model_bytes`` of weights on this host (D31).
 
@@ -287,6 +298,11 @@ def plan_employment(
         raise InputError("matrix", matrix.order, "measures no circuit of this topology")
     priority = tuple(e.circuit for e in ranked)
     rank = {cid: i for i, cid in enumerate(priority)}
+    whole = _whole_model_s(ranked, read, whole_model_s)
+
+    def compute_s(circuit: str, nbytes: float) -> float:
+        """Seconds per token for ``nbytes`` of the weights computed on ``circuit``."""
+        return nbytes / model_bytes * whole[circuit]
 
     # Step 1: the primary is the best-ranked circuit; Resident when the model fits its budget.
     top = ranked[0]
@@ -307,8 +323,14 @@ def plan_employment(
             "every segment is read in that share"
         )
     common = {"model_bytes": model_bytes, "read_bytes": read, "kv_bytes": kv}
+    if whole_model_s is not None:
+        notes.append(
+            f"times per token from the {model_label} model: whole model on "
+            + ", ".join(f"{e.circuit} {_fmt_ms(whole[e.circuit])}" for e in ranked)
+            + "; a segment takes its share of the weight bytes of that"
+        )
     if model_bytes <= budget:
-        t = read / top.compute_bytes_per_s
+        t = whole[top.circuit]
         notes.append(f"model {model_bytes} bytes fits {top.circuit}: Resident, {_fmt_ms(t)}/token")
         return EmploymentPlan(
             protocol=ResidencyProtocol.RESIDENT,
@@ -336,7 +358,7 @@ def plan_employment(
                 OverflowEstimate(
                     protocol=ResidencyProtocol.HETEROGENEOUS_OVERFLOW,
                     circuit=e.circuit,
-                    compute_s=overflow_read / e.compute_bytes_per_s,
+                    compute_s=compute_s(e.circuit, overflow),
                     transfer_s=0.0,
                 )
             )
@@ -346,7 +368,7 @@ def plan_employment(
             OverflowEstimate(
                 protocol=ResidencyProtocol.STREAMING,
                 circuit=top.circuit,
-                compute_s=overflow_read / top.compute_bytes_per_s,
+                compute_s=compute_s(top.circuit, overflow),
                 transfer_s=overflow_read / (top.upload_gbps * 1e9),
             )
         )
@@ -373,7 +395,7 @@ def plan_employment(
             f"{c.protocol.value} on {c.circuit}: compute {_fmt_ms(c.compute_s)} + "
             f"transfer {_fmt_ms(c.transfer_s)} = {_fmt_ms(c.total_s)}/token"
         )
-    resident_s = budget * share / top.compute_bytes_per_s
+    resident_s = compute_s(top.circuit, budget)
     predicted = resident_s + best.total_s
     notes.append(
         f"chose {best.protocol.value} on {best.circuit}: resident part {_fmt_ms(resident_s)} "
@@ -398,6 +420,24 @@ def plan_employment(
         predicted_s_per_token=predicted,
         rationale=tuple(notes),
     )
+
+
+def _whole_model_s(
+    ranked: list[CircuitCapability], read: int, given: Mapping[str, float] | None
+) -> dict[str, float]:
+    """Per ranked circuit, seconds per token with the whole model on it: ``given``'s
+    (checked: a finite number > 0 for every circuit), else first order."""
+    if given is None:
+        return {e.circuit: read / e.compute_bytes_per_s for e in ranked}
+    out = {}
+    for e in ranked:
+        t = given.get(e.circuit)
+        if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t < math.inf:
+            raise InputError(
+                f"whole_model_s[{e.circuit!r}]", t, "must be a finite number of seconds > 0"
+            )
+        out[e.circuit] = float(t)
+    return out
 
 
 def _does_not_fit(
@@ -439,9 +479,12 @@ def plan_residency(
     *,
     kv_reserve: float = DEFAULT_KV_RESERVE,
     context_tokens: int | None = None,
+    whole_model_s: Mapping[str, float] | None = None,
+    model_label: str = "first-order",
 ) -> EmploymentPlan:
     """:func:`plan_employment` for ``model``: its weights, what a token reads, and the KV
-    cache of ``context_tokens`` (none without a context)."""
+    cache of ``context_tokens`` (none without a context); ``whole_model_s`` and
+    ``model_label`` as there."""
     ctx = context_tokens or 0
     if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 0:
         raise InputError("context_tokens", context_tokens, "must be an integer >= 0")
@@ -458,6 +501,8 @@ def plan_residency(
             if model.experts is None
             else "the experts it is routed to and one row of the embedding table"
         ),
+        whole_model_s=whole_model_s,
+        model_label=model_label,
     )
 
 
