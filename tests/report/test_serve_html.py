@@ -14,8 +14,8 @@ from stowplan import ModelLayout, NodeDescriptor, ServePlan, Workload, serve
 from stowplan.cli import main
 from stowplan.report.serve_curve import curve_users, replica_curve
 from stowplan.report.serve_html import CHART, render_serve_html, write_serve_html_report
+from tests.common.chromium import CHROMIUM, chromium
 from tests.common.serving_referee import Load, Referee
-from tests.report.test_html import CHROMIUM, _chromium
 
 MB, GB = 10**6, 10**9
 MODEL = ModelLayout(
@@ -192,13 +192,13 @@ def _layout(name: str) -> ModelLayout:
 def test_serve_report_renders_in_headless_chromium_with_every_curve(tmp_path, served):
     page = write_serve_html_report(tmp_path / "serve.html", served, MODEL)
     url = Path(page).resolve().as_uri()
-    dom = _chromium(tmp_path, "--dump-dom", url)
+    dom = chromium(tmp_path, "--dump-dom", url)
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert 'data-check="ok"' in dom.stdout
     n = len(served.replicas)
     assert f"rendered {2 * n} curves for {n} replicas" in dom.stdout
     assert "Uncaught" not in dom.stderr and "Refused to" not in dom.stderr
     shot = tmp_path / "serve.png"
-    run = _chromium(tmp_path, f"--screenshot={shot}", url)
+    run = chromium(tmp_path, f"--screenshot={shot}", url)
     assert run.returncode == 0, run.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
