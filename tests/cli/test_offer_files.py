@@ -1,18 +1,15 @@
-"""Offer files wherever a fleet file goes, the offer table, and the search's progress bar."""
+"""Offer files wherever a fleet file goes, and the offer table."""
 
 from __future__ import annotations
 
 import io
 import json
-import time
 from pathlib import Path
 
 from rich.console import Console
 
 from stowplan.cli import main
-from stowplan.cli.progress import search_progress
 from stowplan.files.fleets import load_nodes, load_offers
-from stowplan.planner.cheapest import MAX_PLANNED, SearchProgress, reporting_progress
 from tests.common.paths import ROOT
 
 REAL_OFFER = ROOT / "tests" / "fixtures" / "vastai" / "offer_rtx4090_1x_2024_raw.json"
@@ -63,46 +60,3 @@ def test_the_plan_table_shows_an_offer_s_gpu_count_and_whole_id(tmp_path, capsys
         flat = "".join(table.split())  # a folded id's lines joined
         assert "offer-99000001" in flat and "offer-11684738" in flat, table
         assert "tp4" in table, table  # the offer's 4 GPUs, one tensor-parallel stage
-
-
-def _terminal() -> tuple[Console, io.StringIO]:
-    buf = io.StringIO()
-    return Console(file=buf, force_terminal=True, width=120), buf
-
-
-def test_a_long_search_shows_its_bar_and_a_quick_one_does_not():
-    console, buf = _terminal()
-    with search_progress(console, 20.0, show_after_s=0.0):
-        time.sleep(0.05)
-        with reporting_progress(lambda p: None):
-            pass  # an inner block does not disturb the outer one
-        from stowplan.planner import cheapest as selection
-
-        selection._PROGRESS.get()(  # type: ignore[misc]
-            SearchProgress(planned=3, budget=MAX_PLANNED, bound=1.5, best=2.25)
-        )
-        time.sleep(0.3)
-    text = buf.getvalue()
-    assert "cheapest node set for 20 tokens/s: 3 set(s) planned" in text
-    assert "none below $1.50/h, best $2.25/h" in text
-    console, buf = _terminal()
-    with search_progress(console, 20.0, show_after_s=5.0):
-        pass
-    assert buf.getvalue() == ""
-    with search_progress(console, None, show_after_s=0.0):
-        time.sleep(0.05)
-    assert buf.getvalue() == ""
-
-
-def test_a_search_on_a_console_that_is_no_terminal_writes_nothing(tmp_path, capsys):
-    buf = io.StringIO()
-    console = Console(file=buf, force_terminal=False, width=120)
-    with search_progress(console, 20.0, show_after_s=0.0):
-        time.sleep(0.3)  # past show_after_s: a terminal would show the bar
-    assert buf.getvalue() == ""
-    # So an error after a --target search is one line on stderr, nothing before it.
-    fleet = tmp_path / "fleet.yaml"
-    fleet.write_text("- {id: g, gpu_name: RTX 3090, vram_bytes: 24GiB, price_per_hour: 0.2}\n")
-    assert main(["plan", "llama3.1:8b", "--nodes", str(fleet), "--target", "5000tok/s"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("stowplan: error: ") and err.count("\n") == 1

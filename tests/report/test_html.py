@@ -4,30 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 
 from stowplan.cli import main
 from stowplan.report.html import render_html, write_html_report
+from tests.common.chromium import CHROMIUM, chromium
 from tests.common.paths import EXAMPLES
 from tests.common.report_sample import sample_baselines, sample_plan
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--enable-logging=stderr",
-    "--v=0",
-    "--window-size=1366,1900",
-]
 
 
 def test_report_is_self_contained_and_shows_every_part():
@@ -69,18 +53,6 @@ def test_report_without_baselines_has_no_baseline_section():
     assert "Baselines side by side" not in render_html(plan, fleet)
 
 
-def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    assert CHROMIUM is not None
-    profile = tmp_path / f"profile-{len(list(tmp_path.iterdir()))}"
-    return subprocess.run(
-        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
-
-
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (.ci/run installs it)")
 def test_report_renders_in_headless_chromium_with_every_node_bar(tmp_path):
     plan, fleet = sample_plan()
@@ -88,7 +60,7 @@ def test_report_renders_in_headless_chromium_with_every_node_bar(tmp_path):
         tmp_path / "report.html", plan, fleet, baselines=sample_baselines(fleet)
     )
     url = page.resolve().as_uri()
-    dom = _chromium(tmp_path, "--dump-dom", url)
+    dom = chromium(tmp_path, "--dump-dom", url)
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert 'data-check="ok"' in dom.stdout
     assert f"rendered {plan.num_stages} of {plan.num_stages} node bars" in dom.stdout
@@ -98,7 +70,7 @@ def test_report_renders_in_headless_chromium_with_every_node_bar(tmp_path):
     assert not [ln for ln in console if "stowplan-report-check" not in ln], console
     assert "Uncaught" not in dom.stderr and "Refused to" not in dom.stderr
     shot = tmp_path / "report.png"
-    run = _chromium(tmp_path, f"--screenshot={shot}", url)
+    run = chromium(tmp_path, f"--screenshot={shot}", url)
     assert run.returncode == 0, run.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert shot.stat().st_size > 20_000

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,6 +14,7 @@ import typer
 from stowplan.cli.app import app
 from stowplan.cli.calibration_opts import cli_calibration, labelled_notes
 from stowplan.cli.common import err_console, out_console
+from stowplan.cli.launch_serve import launch_serve_plan, read_serve_plan, refuse_plan_options
 from stowplan.cli.options import (
     FIRST_ORDER,
     NODES_HELP,
@@ -213,7 +214,7 @@ def launch_command(
         str,
         typer.Argument(
             help="Known model name, Hugging Face id, config.json, checkpoint folder, "
-            ".gguf file, or 'demo'."
+            ".gguf file, 'demo', or a serve plan (stowplan serve --json): every replica."
         ),
     ],
     ray_address: RayOption = None,
@@ -241,11 +242,38 @@ def launch_command(
 ) -> None:
     """Plan MODEL on the Ray cluster's nodes and start one stage actor per stage.
 
+    A serve plan launches every replica as planned (one placement group per stage,
+    replicas on disjoint nodes), each stage with its replica's stage env.
     Without --ray only the demo model launches (on a local fake cluster); --plan-debug
     prints the plan and every stage's environment and starts nothing: on --nodes, on
     the demo's fake nodes, or on this host (its cached passport).
     """
     _check_attempts(timeout, max_attempts)
+    served = read_serve_plan(model)
+    if served is not None:
+        refuse_plan_options(
+            model,
+            {
+                "--nodes": nodes,
+                "--min-stages": min_stages,
+                "--max-stages": max_stages,
+                "--headroom": headroom,
+                "--strategy": strategy,
+                "--context": context,
+                "--batch": batch if batch != 1 else None,
+                "--engine": engine,
+            },
+        )
+        if ray_address is None and not plan_debug:
+            raise InputError(
+                "--ray",
+                None,
+                f"is needed to launch the serve plan {model}: its replicas name the nodes "
+                "of a running Ray cluster (--plan-debug prints their stage envs)",
+            )
+        with _ray_session(ray_address, verbose) if not plan_debug else nullcontext():
+            launch_serve_plan(served, plan_debug=plan_debug, as_json=as_json, timeout=timeout)
+        return
     layout = _layout(model)
     constraints = _constraints(
         min_stages,

@@ -12,9 +12,12 @@ from stowplan.cli.app import app
 from stowplan.cli.calibration_opts import CALIBRATION_HELP, cli_calibration
 from stowplan.cli.common import err_console, load_fleet, out_console, warn_about_gpus
 from stowplan.cli.options import EngineOption, Headroom, MaxStages, Nodes
+from stowplan.cli.progress import run_progress
+from stowplan.errors import InputError
 from stowplan.model import Constraints
 from stowplan.models import resolve_model
 from stowplan.quantities.units import parse_rate_per_s, parse_seconds, parse_time_per_token_s
+from stowplan.report.serve_html import write_serve_html_report
 from stowplan.report.serving import render_serve_plan
 from stowplan.serving import serve
 from stowplan.workload import Workload
@@ -62,6 +65,12 @@ def serve_command(
         Path | None, typer.Option("--calibration", help=CALIBRATION_HELP)
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the serve-plan JSON.")] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html", help="Also write a self-contained HTML report (replicas, latency curves)."
+        ),
+    ] = None,
 ) -> None:
     """Split the fleet into replicas of MODEL serving the most users within --ttft and
     --tpot (or, with --users/--rate, the cheapest nodes that serve them)."""
@@ -81,15 +90,23 @@ def serve_command(
         vram_headroom_frac=headroom,
         calibration=cli_calibration(engine, calibration),
     )
-    with err_console.status("planning replicas …"):
-        result = serve(layout, fleet, workload, constraints)
-    if as_json:
-        out_console.file.write(result.to_json())
-        return
-    render_serve_plan(result, out_console)
+    with run_progress(err_console, "planning replicas: compositions tried") as bar:
+        result = serve(layout, fleet, workload, constraints, progress=bar.advance)
     cal = constraints.calibration
-    out_console.print(
+    predicted = (
         "prediction: first-order (no calibration)"
         if cal is None
         else f"prediction: calibrated by the {cal.name} profile ({cal.engine.value})"
     )
+    if html is not None:
+        try:
+            write_serve_html_report(
+                html, result, layout, constraints, nodes=fleet, prediction=predicted
+            )
+        except OSError as exc:
+            raise InputError("--html", str(html), f"cannot be written ({exc.strerror})") from None
+    if as_json:
+        out_console.file.write(result.to_json())
+        return
+    render_serve_plan(result, out_console)
+    out_console.print(predicted)

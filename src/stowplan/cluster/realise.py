@@ -71,6 +71,7 @@ __all__ = [
     "realise",
     "realise_with_replan",
     "stage_actor_env",
+    "unplaceable_stages",
 ]
 
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -179,6 +180,13 @@ def _precheck(plan: Plan) -> tuple[list[dict[str, float]], list[StageFailure]]:
             continue
         failures.append(StageFailure(stage=a.stage, node_id=a.node_id, reason=reason))
     return bundles, failures
+
+
+def unplaceable_stages(plan: Plan) -> list[StageFailure]:
+    """The stages of ``plan`` the live cluster cannot hold (:func:`realise`'s step 1: a
+    node gone, or short of the GPUs/CPUs its stages need), found before anything is
+    created; empty when every stage can be placed."""
+    return _precheck(plan)[1]
 
 
 def realise(
@@ -363,10 +371,15 @@ class ContractStage:
         self.stage = stage_from_env(os.environ)
         self.node_id = ray.get_runtime_context().get_node_id()
         self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+        replica = os.environ.get("STOWPLAN_REPLICA")
+        self.replica = None if replica is None else int(replica)
 
     def info(self) -> dict[str, Any]:
-        """Where this stage runs and what it resolved."""
-        return self.stage.placement_info(self.node_id) | {"gpu_ids": self.gpu_ids}
+        """Where this stage runs and what it resolved (and its replica of a serve plan)."""
+        extra: dict[str, Any] = {"gpu_ids": self.gpu_ids}
+        if self.replica is not None:
+            extra["replica"] = self.replica
+        return self.stage.placement_info(self.node_id) | extra
 
 
 def contract_stage_class() -> Any:

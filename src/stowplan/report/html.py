@@ -24,7 +24,7 @@ from stowplan.report.calibration import range_text
 from stowplan.report.segments import MemoryPart, NodeMemory, node_memory
 from stowplan.stages.gpu_lists import stage_place_text, uses_gpu_lists
 
-__all__ = ["render_html", "write_html_report"]
+__all__ = ["html_page", "render_html", "write_html_report"]
 
 _COLOURS = {
     MemoryPart.EMBED: "#b04fc4",
@@ -342,14 +342,7 @@ def render_html(
     name = plan.model_name or "model"
     heading = title or _heading(plan, name)
     order = " → ".join(stage_place_text(a) for a in plan.assignments)
-    return (
-        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-        "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "
-        "style-src 'unsafe-inline'; script-src 'unsafe-inline'\">"
-        "<meta name='viewport' content='width=device-width,initial-scale=1'>"
-        f"<title>stowplan · {escape(heading)}</title><style>{_CSS}</style></head>"
-        f"<body data-expected-nodes='{len(rows)}'><main>"
-        f"<h1>{escape(heading)}</h1>"
+    body = (
         f"<p class='sub'>{escape(plan.rationale.strategy)} · pipeline {escape(order)}"
         + (f" · predicted by the {escape(verdict.label)}" if verdict is not None else "")
         + "</p>"
@@ -358,8 +351,23 @@ def render_html(
         + _time_section(plan)
         + _baselines_section(plan, baselines)
         + _rationale_section(plan, notes)
-        + "<p class='check' id='self-check'></p></main>"
-        f"<script>{_SCRIPT}</script></body></html>\n"
+    )
+    return html_page(heading, body, f"data-expected-nodes='{len(rows)}'", _SCRIPT)
+
+
+def html_page(heading: str, body: str, body_attrs: str, script: str, css: str = "") -> str:
+    """A self-contained page: the report's styles (and ``css``), ``heading`` as its title
+    and first line, ``body`` and the self-check ``script`` (which writes into
+    ``#self-check``); a Content-Security-Policy forbids every fetch."""
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "
+        "style-src 'unsafe-inline'; script-src 'unsafe-inline'\">"
+        "<meta name='viewport' content='width=device-width,initial-scale=1'>"
+        f"<title>stowplan · {escape(heading)}</title><style>{_CSS}{css}</style></head>"
+        f"<body {body_attrs}><main>"
+        f"<h1>{escape(heading)}</h1>" + body + "<p class='check' id='self-check'></p></main>"
+        f"<script>{script}</script></body></html>\n"
     )
 
 

@@ -24,7 +24,7 @@ which).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from stowplan.errors import Infeasible, InputError
@@ -63,6 +63,8 @@ def serve(
     nodes: Sequence[NodeDescriptor],
     workload: Workload,
     constraints: Constraints | None = None,
+    *,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ServePlan:
     """Split ``nodes`` into replicas of ``model`` serving ``workload`` (see the module).
 
@@ -71,7 +73,8 @@ def serve(
     ``rate_per_s`` they are the cheapest ($/h = Σ node ``price_per_hour``) that serve
     it.  ``constraints`` gives the headroom, the calibration (engine) and the stage
     limits; its batch and context are the workload's.  The same input always gives
-    the same plan.
+    the same plan.  ``progress`` (when given) is called with (compositions tried, all
+    to try) as the search goes.
 
     Raises:
         Infeasible: no replica serves one request within the limits, or no subset of
@@ -112,7 +115,9 @@ def serve(
     bounds: dict[tuple[int, ...], int] = {}
     class_of = {n.id: k for k, cls in enumerate(classes) for n in cls}
     inside = _Inside(options, by_rate)
-    for combo in combos:
+    for done, combo in enumerate(combos):
+        if progress is not None:
+            progress(done, len(combos))
         members = [index[n.id] for k, c in enumerate(combo) for n in classes[k][:c]]
         ub = users_bound(rates, members, workload)
         bounds[combo] = ub
@@ -137,6 +142,8 @@ def serve(
         if old is None or _value(cand, by_rate) > _value(old.candidate, by_rate):
             options[key] = _Option(composition=key, candidate=cand, price=price)
             inside.clear()
+    if progress is not None:
+        progress(len(combos), len(combos))
     if not options:
         raise Infeasible(
             "no replica of the nodes serves one request within "
