@@ -22,6 +22,7 @@
         │   │                          ``Infeasible``)
         │   └── PlacementTimeout       not ready within the timeout (also a ``TimeoutError``)
         ├── StageUnplaceable    stages could not be placed, or their node died first
+        │   └── ReplicaUnplaceable  a replica of a serve plan cannot be placed (none started)
         └── StageStartError     a placed stage failed while starting
 
 ``InputError`` also subclasses :class:`ValueError` and ``DependencyError``
@@ -54,6 +55,7 @@ __all__ = [
     "PlacementInfeasible",
     "PlacementTimeout",
     "PlanError",
+    "ReplicaUnplaceable",
     "StageFailure",
     "StageStartError",
     "StageUnplaceable",
@@ -260,6 +262,28 @@ class StageUnplaceable(ClusterError):
     @property
     def node_ids(self) -> tuple[str, ...]:
         return tuple(f.node_id for f in self.failures)
+
+
+class ReplicaUnplaceable(StageUnplaceable):
+    """A replica of a serve plan cannot be placed; the replicas started are released."""
+
+    def __init__(
+        self,
+        replica: int,
+        num_replicas: int,
+        failures: Sequence[StageFailure],
+        waited_s: float,
+    ) -> None:
+        super().__init__(failures, waited_s)
+        self.replica = replica
+        listed = "; ".join(str(f) for f in self.failures)
+        self.args = (
+            f"replica {replica} of {num_replicas} cannot be placed, so no replica was "
+            f"started: {listed}",
+        )
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class StageStartError(ClusterError):

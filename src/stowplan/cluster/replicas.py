@@ -18,33 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stowplan.cluster.realise import Realisation, realise, unplaceable_stages
-from stowplan.errors import InputError, StageFailure, StageUnplaceable
+from stowplan.errors import InputError, ReplicaUnplaceable, StageUnplaceable
 from stowplan.exports.replica_env import replica_keys
 from stowplan.serve_plan import ServePlan
 
 __all__ = ["ReplicaUnplaceable", "ServeRealisation", "check_disjoint", "realise_serve_plan"]
-
-
-class ReplicaUnplaceable(StageUnplaceable):
-    """A replica of a serve plan cannot be placed; the replicas started are released."""
-
-    def __init__(
-        self,
-        replica: int,
-        num_replicas: int,
-        failures: Sequence[StageFailure],
-        waited_s: float,
-    ) -> None:
-        super().__init__(failures, waited_s)
-        self.replica = replica
-        listed = "; ".join(str(f) for f in self.failures)
-        self.args = (
-            f"replica {replica} of {num_replicas} cannot be placed, so no replica was "
-            f"started: {listed}",
-        )
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 @dataclass(slots=True)
