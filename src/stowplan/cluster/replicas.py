@@ -50,16 +50,25 @@ class ServeRealisation:
 
 
 def check_disjoint(sp: ServePlan) -> None:
-    """Raise :class:`InputError` when two replicas of ``sp`` name the same node."""
-    owner: dict[str, int] = {}
+    """Raise :class:`InputError` when two replicas of ``sp`` share a GPU: replicas side by
+    side on one node must name disjoint ``gpu_indices`` (a stage without indices takes
+    the whole node)."""
+    whole: dict[str, int] = {}
+    gpus: dict[tuple[str, int], int] = {}
     for i, r in enumerate(sp.replicas):
-        for nid in r.node_ids:
-            j = owner.setdefault(nid, i)
-            if j != i:
+        for a in r.plan.assignments:
+            nid = a.node_id
+            if a.gpu_indices:
+                clash = [whole.get(nid)] + [gpus.setdefault((nid, g), i) for g in a.gpu_indices]
+            else:
+                clash = [whole.setdefault(nid, i)] + [j for (n, _), j in gpus.items() if n == nid]
+            j = next((j for j in clash if j is not None and j != i), None)
+            if j is not None:
                 raise InputError(
                     "serve_plan.replicas",
                     nid,
-                    f"is a node of replicas {j} and {i}: replicas must use disjoint nodes",
+                    f"is a node of replicas {j} and {i} on the same GPUs: replicas must use "
+                    "disjoint nodes, or disjoint GPUs of one node",
                 )
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import replace
 
 from stowplan.cost import CostModel, microbatches
@@ -199,6 +201,21 @@ def prediction_note(pred: Prediction, num_stages: int) -> str:
     return text
 
 
+_SKETCH: ContextVar[bool] = ContextVar("stowplan_planner_sketch", default=False)
+
+
+@contextmanager
+def sketching() -> Iterator[None]:
+    """Plans finished inside are candidates a wider search compares and then certifies
+    itself: :func:`finish` skips their own optimum solve (their certificate says it is
+    not computed)."""
+    token = _SKETCH.set(True)
+    try:
+        yield
+    finally:
+        _SKETCH.reset(token)
+
+
 def finish(
     problem: Problem,
     cm: CostModel,
@@ -217,11 +234,17 @@ def finish(
 
     before = after = 0.0
     objective = objective_of(problem.constraints, strategy)
-    opt = (
-        optimum
-        if isinstance(optimum, Optimum)
-        else inline_optimum(problem, cm, objective, cm.evaluate(*p).cycle_s)
-    )
+    if isinstance(optimum, Optimum):
+        opt = optimum
+    elif _SKETCH.get():
+        opt = Optimum(
+            objective=objective,
+            value=0.0,
+            exact=False,
+            method="not computed: a candidate the wider search certifies",
+        )
+    else:
+        opt = inline_optimum(problem, cm, objective, cm.evaluate(*p).cycle_s)
     if (
         adopt_optimum
         and opt.pipeline is not None

@@ -5,8 +5,11 @@ as :func:`~stowplan.planner.plan_blocks` plans it, each serving U* requests unde
 the workload's TTFT/TPOT limits and memory (:mod:`stowplan.cost.serving`):
 
 * Step 1: nodes alike but for their id form classes; the compositions (nodes per
-  class) of a replica are enumerated — all of them on small fleets — and each
-  gets its replica (:mod:`~stowplan.serving.candidates`);
+  class) of a replica are enumerated — all of them on small fleets; on large ones
+  every single-class count, the small ones and groups of nodes that together hold
+  the weights a few times over — and each gets its replica
+  (:mod:`~stowplan.serving.candidates`); a multi-GPU node may also hold several
+  replicas side by side on its GPUs (data parallel inside the node);
 * Step 2: copies of the candidates are packed onto the fleet by an integer program
   — the most Σ U*, or, with ``users``/``rate_per_s`` set, the least $/h reaching it
   (:mod:`~stowplan.serving.packing`);
@@ -28,17 +31,28 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from stowplan.errors import Infeasible, InputError
-from stowplan.model import Constraints, ModelLayout, NodeDescriptor, check_unique_ids
+from stowplan.model import (
+    Constraints,
+    ModelLayout,
+    NodeDescriptor,
+    check_unique_ids,
+    gpu_group_id,
+)
 from stowplan.plan import Plan, with_inputs
 from stowplan.serve_plan import ReplicaPlan, ServeCertificate, ServeObjective, ServePlan
 from stowplan.serving.candidates import (
     Candidate,
     FleetRates,
+    ReplicaMemo,
     compositions,
+    grouped_compositions,
     node_classes,
     rate_bound,
-    replica_of,
+    renamed_text,
+    repriced,
     settle,
+    split_bound,
+    split_of,
     users_bound,
 )
 from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
@@ -110,11 +124,18 @@ def serve(
     index = {n.id: i for i, n in enumerate(nodes)}
     rates = FleetRates.of(model, nodes, replace(base, batch=1), workload)
     combos, complete = compositions(sizes, COMPOSITION_LIMIT)
+    if not complete:
+        known = set(combos)
+        combos += [
+            c for c in grouped_compositions(rates, classes, index, workload) if c not in known
+        ]
     by_rate = workload.rate_per_s is not None
     options: dict[tuple[int, ...], _Option] = {}
     bounds: dict[tuple[int, ...], int] = {}
+    split_bounds: dict[tuple[int, ...], float] = {}
     class_of = {n.id: k for k, cls in enumerate(classes) for n in cls}
     inside = _Inside(options, by_rate)
+    memo = ReplicaMemo(model, workload, base)
     for done, combo in enumerate(combos):
         if progress is not None:
             progress(done, len(combos))
@@ -123,14 +144,30 @@ def serve(
         bounds[combo] = ub
         if ub < 1:
             continue
+        whole = rate_bound(rates, members, workload) if by_rate else float(ub)
+        # One multi-GPU node may also hold several replicas side by side.
+        one = nodes[members[0]] if len(members) == 1 and nodes[members[0]].num_gpus > 1 else None
+        split_top = 0.0
+        if one is not None:
+            split_top = split_bound(model, one, workload, base, by_rate=by_rate)
+            split_bounds[combo] = split_top
         # A composition whose bound smaller replicas inside it already reach can improve
         # no answer: those replicas serve as much on a subset of its nodes.
         best_inside = inside.value(combo)
-        if best_inside is not None and best_inside >= (
-            rate_bound(rates, members, workload) if by_rate else ub
-        ):
+        if best_inside is not None and best_inside >= max(whole, split_top):
             continue
-        cand = replica_of(model, [nodes[i] for i in members], workload, base, ub)
+        cand = memo.replica([nodes[i] for i in members], ub)
+        if one is not None and split_top > (0.0 if cand is None else _value(cand, by_rate)):
+            split = split_of(
+                memo,
+                model,
+                one,
+                workload,
+                base,
+                by_rate=by_rate,
+                beat=0.0 if cand is None else _value(cand, by_rate),
+            )
+            cand = split or cand
         if cand is None:
             continue
         used = [0] * len(classes)
@@ -180,7 +217,14 @@ def serve(
     ]
     source = model_spec if isinstance(model_spec, str) else None
     replicas = [
-        replace(r, plan=with_inputs(r.plan, model_source=source, nodes=nodes))
+        replace(
+            r,
+            plan=with_inputs(
+                repriced(model, r.plan, nodes, r.price_per_hour, workload, base),
+                model_source=source,
+                nodes=nodes,
+            ),
+        )
         for r in _assign(ranked, x, classes, nodes)
     ]
     users = sum(r.users for r in replicas)
@@ -191,7 +235,16 @@ def serve(
     unused = tuple(n.id for n in nodes if n.id not in used_ids)
     # Step 3: the certificate.
     cert = _certificate(
-        objective, workload, rates, classes, index, bounds, complete, users, price, method
+        objective,
+        workload,
+        rates,
+        classes,
+        index,
+        (bounds, split_bounds),
+        complete,
+        users,
+        price,
+        method,
     )
     notes += _engine_notes(base, ranked, x)
     usd = None
@@ -213,7 +266,7 @@ def serve(
 
 
 def _value(c: Candidate, by_rate: bool) -> float:
-    return c.serving.requests_per_s if by_rate else float(c.serving.users)
+    return c.value_rate if by_rate else float(c.value_users)
 
 
 class _Inside:
@@ -260,7 +313,8 @@ def _assign(
     nodes: Sequence[NodeDescriptor],
 ) -> list[ReplicaPlan]:
     """Each chosen copy on nodes of its own: the candidate's nodes for the first copy,
-    the next free nodes of the same classes for the others (its plan renamed)."""
+    the next free nodes of the same classes for the others (its plan renamed); a split
+    candidate's copies as its replicas side by side on each node's GPU ranges."""
     free = [list(c) for c in classes]
     by_id = {n.id: n for n in nodes}
     class_of = {n.id: k for k, cls in enumerate(classes) for n in cls}
@@ -279,6 +333,13 @@ def _assign(
             for old, new in mapping.items():
                 taken.add(new)
                 free[class_of[old]].remove(by_id[new])
+            if cand.split > 1:
+                node = by_id[mapping[cand.node_ids[0]]]
+                group = node.num_gpus // cand.split
+                for j in range(cand.split):
+                    plan = _on_gpus(cand.plan, node.id, j * group, group)
+                    out.append(_replica(plan, cand, by_id, mapping))
+                continue
             out.append(_replica(_renamed(cand.plan, mapping), cand, by_id, mapping))
     return out
 
@@ -291,12 +352,34 @@ def _renamed(plan: Plan, mapping: dict[str, str]) -> Plan:
     return replace(plan, assignments=stages, rationale=replace(plan.rationale, notes=notes))
 
 
+def _on_gpus(plan: Plan, node_id: str, first: int, group: int) -> Plan:
+    """``plan`` (on a group of ``group`` GPUs of one node) moved to node ``node_id``'s
+    GPUs from ``first`` on."""
+    renames: dict[str, str] = {}
+    stages = []
+    for a in plan.assignments:
+        start = first + (a.gpu_indices[0] if a.gpu_indices else 0)
+        size = len(a.gpu_indices) or group
+        renames[a.node_id] = gpu_group_id(node_id, start, size)
+        # A stage on all of the group's GPUs names none: it takes them all.
+        gpus = a.gpu_indices or tuple(range(size))
+        stages.append(replace(a, node_id=node_id, gpu_indices=tuple(first + g for g in gpus)))
+    notes = [renamed_text(n, renames) for n in plan.rationale.notes]
+    return replace(
+        plan, assignments=tuple(stages), rationale=replace(plan.rationale, notes=tuple(notes))
+    )
+
+
 def _replica(
     plan: Plan, cand: Candidate, by_id: dict[str, NodeDescriptor], mapping: dict[str, str]
 ) -> ReplicaPlan:
     s = cand.serving
     prices = [by_id[mapping[nid]].price_per_hour for nid in cand.node_ids]
-    price = None if any(p is None for p in prices) else float(sum(p or 0.0 for p in prices))
+    price = (
+        None
+        if any(p is None for p in prices)
+        else float(sum(p or 0.0 for p in prices)) / cand.split
+    )
     return ReplicaPlan(
         plan=plan,
         users=s.users,
@@ -316,13 +399,14 @@ def _certificate(
     rates: FleetRates,
     classes: Sequence[Sequence[NodeDescriptor]],
     index: dict[str, int],
-    bounds: dict[tuple[int, ...], int],
+    all_bounds: tuple[dict[tuple[int, ...], int], dict[tuple[int, ...], float]],
     complete: bool,
     users: int,
     price: float,
     method: str,
 ) -> ServeCertificate:
     sizes = [len(c) for c in classes]
+    bounds, split_bounds = all_bounds
     combos = [c for c, b in bounds.items() if b > 0]
 
     def members(c: tuple[int, ...]) -> list[int]:
@@ -332,10 +416,13 @@ def _certificate(
         bound: float | None = None
         how = "pooled memory and prefill/decode floors of the whole fleet"
         if complete:
-            bound = bound_users(combos, sizes, [float(bounds[c]) for c in combos])
+            bound = bound_users(
+                combos, sizes, [max(float(bounds[c]), split_bounds.get(c, 0.0)) for c in combos]
+            )
             how = "every composition's relaxation bound, packed"
         if bound is None:
-            bound = _pooled_users(rates, list(index.values()), w)
+            gpus = sum(n.num_gpus for cls in classes for n in cls)
+            bound = _pooled_users(rates, list(index.values()), w, gpus)
             how = "pooled memory and prefill/decode floors of the whole fleet"
         bound = max(bound, float(users))
         gap = (bound - users) / bound if bound > 0 else 0.0
@@ -351,7 +438,13 @@ def _certificate(
     how = "none (the fleet is too large to enumerate)"
     if complete and combos:
         by_rate = w.rate_per_s is not None
-        vals = [rate_bound(rates, members(c), w) if by_rate else float(bounds[c]) for c in combos]
+        vals = [
+            max(
+                rate_bound(rates, members(c), w) if by_rate else float(bounds[c]),
+                split_bounds.get(c, 0.0),
+            )
+            for c in combos
+        ]
         prices = [
             sum(classes[k][0].price_per_hour or 0.0 for k, m in enumerate(c) for _ in range(m))
             for c in combos
@@ -380,25 +473,36 @@ def _target(w: Workload) -> float:
     return float(w.users or 0)
 
 
-def _pooled_users(rates: FleetRates, members: list[int], w: Workload) -> float:
-    """Users any r replicas of the fleet serve at most: r copies of the weights and the
-    requests' KV share the fleet's memory, and each replica holds at most the users
-    bound of the whole fleet's best rates."""
+def _pooled_users(rates: FleetRates, members: list[int], w: Workload, gpus: int) -> float:
+    """Users any r replicas of the fleet serve at most (r up to ``gpus``: replicas may
+    sit side by side on a node's GPUs).
+
+    Memory: r copies of the weights and the requests' KV share the fleet's memory.
+    Each replica holds at most the users bound of the whole fleet's best rates.  And
+    since a replica's U ≤ tpot·O / TTFT0 while TTFT0 is at least the prompt's FLOPs
+    (bytes) at the FLOPs (bytes/s) of the replica's fastest GPUs, and replicas use
+    disjoint GPUs, all replicas together serve at most tpot·O times the fleet's total
+    FLOPs (bytes/s) over one prompt's FLOPs (bytes)."""
     per_replica = users_bound(rates, members, w)
     room = sum(rates.usable[i] for i in members)
-    most = min(len(members), room // max(1, rates.weight_bytes))
+    most = min(gpus, room // max(1, rates.weight_bytes))
     best = 0.0
     for r in range(1, most + 1):
         left = room - r * rates.weight_bytes
         mem = math.inf if rates.kv_per_request == 0 else left // rates.kv_per_request
         best = max(best, min(mem, r * per_replica))
+    scale = w.tpot_s * w.output_tokens
+    for work, inv in ((rates.prefill_flops, rates.inv_flops), (rates.prefill_read, rates.inv_bw)):
+        speed = sum(math.inf if inv[i] <= 0 else 1.0 / inv[i] for i in members)
+        if work > 0 and math.isfinite(speed):
+            best = min(best, math.floor(scale * speed / work))
     return best
 
 
 def _engine_notes(c: Constraints, ranked: Sequence[_Option], x: Sequence[int]) -> list[str]:
     """How an engine runs the replicas: identical ones as one data-parallel instance
     (vLLM, SGLang), unlike ones as separate instances."""
-    copies = sum(x)
+    copies = sum(n * o.candidate.split for o, n in zip(ranked, x, strict=True))
     if copies <= 1:
         return []
     engine = c.calibration.engine.value if c.calibration is not None else None

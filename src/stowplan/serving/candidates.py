@@ -13,6 +13,7 @@ pipeline on a node set.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import product
@@ -29,9 +30,13 @@ from stowplan.workload import Workload
 __all__ = [
     "Candidate",
     "FleetRates",
+    "ReplicaMemo",
     "compositions",
+    "grouped_compositions",
     "node_classes",
     "replica_of",
+    "split_bound",
+    "split_of",
     "users_bound",
 ]
 
@@ -64,8 +69,9 @@ def node_classes(nodes: Sequence[NodeDescriptor]) -> list[list[NodeDescriptor]]:
 def compositions(sizes: Sequence[int], limit: int) -> tuple[list[Composition], bool]:
     """Compositions (nodes taken per class) to try, fewest nodes first, and whether they
     are all of them.  All when there are at most ``limit``; otherwise every single-class
-    count, every composition of up to three nodes, and the whole fleet, within ``limit``
-    beyond the single-class ones."""
+    count and the compositions of two or three nodes, the first ``limit`` of them
+    beyond the single-class ones (callers add groups of their own, see
+    :func:`grouped_compositions`)."""
     total = math.prod(s + 1 for s in sizes) - 1
     if total <= limit:
         every = [c for c in product(*(range(s + 1) for s in sizes)) if any(c)]
@@ -75,11 +81,63 @@ def compositions(sizes: Sequence[int], limit: int) -> tuple[list[Composition], b
     for i, s in enumerate(sizes):
         for count in range(1, s + 1):
             chosen[tuple(count if j == i else 0 for j in range(k))] = None
-    small = [c for c in _small(sizes, 3) if c not in chosen]
+    most = 3 if k <= 24 else 2
+    small = [c for c in _small(sizes, most) if c not in chosen]
     for c in sorted(small, key=lambda c: (sum(c), c))[:limit]:
         chosen[c] = None
-    chosen[tuple(sizes)] = None
     return list(chosen), False
+
+
+GROUP_ROOMS = (1.15, 1.5, 2.0, 3.0)
+"""The memory, in copies of the weights, each of :func:`grouped_compositions`' groups
+is filled up to."""
+
+
+def grouped_compositions(
+    rates: FleetRates,
+    classes: Sequence[Sequence[NodeDescriptor]],
+    index: dict[str, int],
+    w: Workload,
+) -> list[Composition]:
+    """Replicas for a fleet too large to enumerate: the nodes in order of their own
+    prefill and decode speed (then price per speed), cut into consecutive groups
+    that each hold :data:`GROUP_ROOMS` copies of the weights — disjoint groups that
+    packing can take side by side; the remainder joins the last group.  Nodes that
+    serve a request alone are left to the single-class compositions."""
+    flat = [(k, n) for k, cls in enumerate(classes) for n in cls]
+
+    def speed(i: int) -> float:
+        return 1.0 / max(rates.ttft0_floor([i]) + rates.cycle_floor([i]), 1e-30)
+
+    small = [(k, n) for k, n in flat if users_bound(rates, [index[n.id]], w) < 1]
+    orders = [sorted(small, key=lambda kn: -speed(index[kn[1].id]))]
+    if all(n.price_per_hour for _, n in small):
+        orders.append(
+            sorted(small, key=lambda kn: (kn[1].price_per_hour or 0.0) / speed(index[kn[1].id]))
+        )
+    out: dict[Composition, None] = {}
+    for order in orders:
+        for room in GROUP_ROOMS:
+            need = room * rates.weight_bytes
+            groups: list[list[tuple[int, NodeDescriptor]]] = [[]]
+            held = 0.0
+            for k, n in order:
+                groups[-1].append((k, n))
+                held += rates.usable[index[n.id]]
+                if held >= need:
+                    groups.append([])
+                    held = 0.0
+            if len(groups) > 1 and held < need:
+                rest = groups.pop()
+                groups[-1] += rest
+            for g in groups:
+                if not g:
+                    continue
+                combo = [0] * len(classes)
+                for k, _ in g:
+                    combo[k] += 1
+                out[tuple(combo)] = None
+    return list(out)
 
 
 def _small(sizes: Sequence[int], most: int) -> list[Composition]:
@@ -225,7 +283,22 @@ class Candidate:
     node_ids: tuple[str, ...]
     """The physical nodes it uses, in stage order."""
     nodes: tuple[NodeDescriptor, ...] = ()
-    """Their descriptors, in the same order."""
+    """The planning nodes of ``plan``, in the same order: the physical nodes, or for a
+    split the GPU group ``plan`` is on."""
+    split: int = 1
+    """Copies of the replica one node holds side by side (data parallel inside the
+    node): ``plan`` is on GPUs ``[0, g/split)`` of node ``node_ids[0]``, the other
+    copies on its next GPU ranges; ``serving`` is one copy's."""
+
+    @property
+    def value_users(self) -> int:
+        """Users of every copy the option holds."""
+        return self.serving.users * self.split
+
+    @property
+    def value_rate(self) -> float:
+        """Requests/s of every copy the option holds."""
+        return self.serving.requests_per_s * self.split
 
 
 def _score(
@@ -251,44 +324,124 @@ def replica_of(
 ) -> Candidate | None:
     """The best replica the block planner finds on ``nodes`` (None: none serves a user).
 
-    Bisection on U in ``[0, start_users]``: the plan for U requests (P + O tokens of KV
-    each) either serves U — then every U below is served too — or not; every plan's
-    own U* is kept as a lower end.  The plan serving the most (then the lower TPOT) wins.
+    The plan for the bound's U requests (P + O tokens of KV each) first: when it serves
+    some U* ≥ 1, the plan for U* itself (its KV reserve and microbatches then fit U*)
+    is tried too and the better kept.  When no plan holds U requests (or it serves
+    none), U is bisected downward until one serves; that plan's U* is then refined
+    the same way.  The plan serving the most (then the lower TPOT) wins.
     """
     from stowplan.planner import plan_blocks
 
     by_id = {n.id: n for n in nodes}
-    best: Candidate | None = None
+    tried: dict[int, Candidate | None] = {}
 
     def attempt(u: int) -> Candidate | None:
+        if u in tried:
+            return tried[u]
         try:
             found = plan_blocks(model, nodes, replace(serving_constraints(w, c), batch=u))
         except PlanError:
+            tried[u] = None
             return None
         got = _score(model, by_id, found, c, w)
         ids = tuple(dict.fromkeys(a.node_id for a in found.assignments))
-        return Candidate(plan=found, serving=got, node_ids=ids, nodes=tuple(by_id[i] for i in ids))
+        cand = Candidate(plan=found, serving=got, node_ids=ids, nodes=tuple(by_id[i] for i in ids))
+        tried[u] = cand
+        return cand
 
-    lo, hi = 0, max(1, min(start_users, MAX_BATCH))
-    first = True
-    while lo < hi:
-        mid = hi if first else (lo + hi + 1) // 2  # the bound itself first: often served
-        first = False
-        cand = attempt(mid)
-        if cand is not None:
-            got = cand.serving
-            if best is None or (got.users, -got.tpot_s) > (
-                best.serving.users,
-                -best.serving.tpot_s,
-            ):
-                best = cand
-            lo = max(lo, got.users)
-        if cand is None or cand.serving.users < mid:
-            hi = mid - 1
-        if best is None and hi < 1:
-            break
-    if best is None or best.serving.users < 1:
+    def served(cand: Candidate | None) -> bool:
+        return cand is not None and cand.serving.users >= 1
+
+    hi = max(1, min(start_users, MAX_BATCH))
+    u = hi
+    best = attempt(u)
+    while not served(best) and u > 1:
+        # No plan for ``u`` requests serves one: halve U until one does.
+        hi = u - 1
+        u //= 2
+        best = attempt(u)
+    if best is None or not served(best):
         return None
+    # Bisect between what is served and what was asked, a few steps: a plan for fewer
+    # requests reserves less KV and may split the blocks so that it serves more.
+    lo = best.serving.users
+    for _ in range(REFINE_STEPS):
+        if lo >= hi:
+            break
+        mid = (lo + hi + 1) // 2
+        got = attempt(mid)
+        if got is not None and _better(got, best):
+            best = got
+        if got is not None and got.serving.users >= mid:
+            lo = max(lo, got.serving.users)
+        else:
+            hi = mid - 1
+        lo = max(lo, best.serving.users)
+    again = attempt(min(best.serving.users, MAX_BATCH))
+    if again is not None and _better(again, best):
+        best = again
+    return best
+
+
+REFINE_STEPS = 6
+"""Bisection steps :func:`replica_of` takes between the users served and those asked."""
+
+
+def _better(a: Candidate, b: Candidate) -> bool:
+    return (a.serving.users, -a.serving.tpot_s) > (b.serving.users, -b.serving.tpot_s)
+
+
+def _splits(
+    model: ModelLayout, node: NodeDescriptor, w: Workload, c: Constraints, by_rate: bool
+) -> list[tuple[NodeDescriptor, int, int, float]]:
+    """Per divisor d < g of ``node``'s GPUs: the group of d GPUs, the copies g/d, the
+    group's users bound and the bound of all copies (users, or requests/s)."""
+    g = node.num_gpus
+    out = []
+    for d in (d for d in range(1, g) if g % d == 0):
+        group = gpu_group_node(node, 0, d)
+        rates = FleetRates.of(model, [group], replace(c, batch=1), w)
+        ub = users_bound(rates, [0], w)
+        copies = g // d
+        out.append((group, copies, ub, copies * (rate_bound(rates, [0], w) if by_rate else ub)))
+    return out
+
+
+def split_bound(
+    model: ModelLayout, node: NodeDescriptor, w: Workload, c: Constraints, *, by_rate: bool
+) -> float:
+    """An upper bound on what g/d replicas of d GPUs each serve together on multi-GPU
+    ``node``, over every divisor d < g (users, or requests/s with ``by_rate``)."""
+    return max((b for *_, b in _splits(model, node, w, c, by_rate)), default=0.0)
+
+
+def split_of(
+    memo: ReplicaMemo,
+    model: ModelLayout,
+    node: NodeDescriptor,
+    w: Workload,
+    c: Constraints,
+    *,
+    by_rate: bool,
+    beat: float,
+) -> Candidate | None:
+    """The best data-parallel split of multi-GPU ``node`` (g/d replicas of d GPUs, d a
+    divisor of g below it) serving more than ``beat`` in all (users, or requests/s with
+    ``by_rate``); None when none does.  Splits whose bound cannot beat the best so far
+    are not planned."""
+    best: Candidate | None = None
+    for group, copies, ub, bound in sorted(
+        _splits(model, node, w, c, by_rate), key=lambda t: -t[3]
+    ):
+        if ub < 1 or bound <= beat:
+            continue
+        cand = memo.replica([group], ub)
+        if cand is None:
+            continue
+        cand = replace(cand, node_ids=(node.id,), split=copies)
+        got = cand.value_rate if by_rate else float(cand.value_users)
+        if got > beat:
+            best, beat = cand, got
     return best
 
 
@@ -312,4 +465,95 @@ def settle(model: ModelLayout, cand: Candidate, w: Workload, c: Constraints) -> 
     got = _score(model, {n.id: n for n in nodes}, found, c, w)
     if (got.users, -got.tpot_s) < (u, -cand.serving.tpot_s):
         return cand
-    return Candidate(plan=found, serving=got, node_ids=cand.node_ids, nodes=cand.nodes)
+    return replace(cand, plan=found, serving=got)
+
+
+def _plan_key(n: NodeDescriptor, alone: bool) -> tuple[object, ...]:
+    """What a replica's plan reads of a node: every figure but its id and price (and,
+    for a replica on this node ``alone``, its network link, which no stage crosses)."""
+    key = _class_key(replace(n, price_per_hour=None))
+    if alone:
+        key = _class_key(replace(n, price_per_hour=None, link_mbps=1.0, link_latency_ms=0.0))
+    return key
+
+
+class ReplicaMemo:
+    """:func:`replica_of` once per kind of node list: nodes that differ only in their
+    ids, prices (and, alone, their network link) get the same plan, renamed.  A plan
+    reused on nodes of other prices carries the first nodes' $/h in its prediction
+    until :func:`repriced`."""
+
+    def __init__(self, model: ModelLayout, w: Workload, c: Constraints) -> None:
+        self._model, self._w, self._c = model, w, c
+        self._seen: dict[tuple[object, ...], tuple[Candidate | None, tuple[str, ...]]] = {}
+
+    def replica(self, nodes: Sequence[NodeDescriptor], start_users: int) -> Candidate | None:
+        alone = len(nodes) == 1
+        key = (start_users, *(_plan_key(n, alone) for n in nodes))
+        ids = tuple(n.id for n in nodes)
+        hit = self._seen.get(key)
+        if hit is None:
+            got = replica_of(self._model, nodes, self._w, self._c, start_users)
+            self._seen[key] = (got, ids)
+            return got
+        cand, first = hit
+        if cand is None or first == ids:
+            return cand
+        return _renamed_candidate(cand, dict(zip(first, ids, strict=True)), nodes)
+
+
+def renamed_text(text: str, mapping: dict[str, str]) -> str:
+    """``text`` with every node id of ``mapping`` (a whole id, not part of a longer one)
+    replaced at once by its new id."""
+    changed = {k: v for k, v in mapping.items() if k != v}
+    if not changed:
+        return text
+    alternatives = "|".join(re.escape(k) for k in sorted(changed, key=len, reverse=True))
+    pattern = rf"(?<![\w./-])(?:{alternatives})(?![\w./-])"
+    return re.sub(pattern, lambda m: changed[m.group(0)], text)
+
+
+def _renamed_candidate(
+    cand: Candidate, mapping: dict[str, str], nodes: Sequence[NodeDescriptor]
+) -> Candidate:
+    """``cand`` on ``nodes``, node ``k`` of it now ``mapping[k]``."""
+    stages = tuple(replace(a, node_id=mapping[a.node_id]) for a in cand.plan.assignments)
+    notes = [renamed_text(text, mapping) for text in cand.plan.rationale.notes]
+    plan = replace(
+        cand.plan,
+        assignments=stages,
+        rationale=replace(cand.plan.rationale, notes=tuple(notes)),
+    )
+    by_id = {n.id: n for n in nodes}
+    ids = tuple(mapping[i] for i in cand.node_ids)
+    return replace(cand, plan=plan, node_ids=ids, nodes=tuple(by_id[i] for i in ids))
+
+
+def repriced(
+    model: ModelLayout,
+    plan: Plan,
+    nodes: Sequence[NodeDescriptor],
+    rent: float | None,
+    w: Workload,
+    c: Constraints,
+) -> Plan:
+    """``plan`` with its prediction's rent ($/h, $ per million tokens) ``rent``: the
+    replica's share of its nodes (a plan :class:`ReplicaMemo` reused was predicted on
+    nodes of other prices; replicas side by side on one node share its rent)."""
+    from stowplan.cost.predict import predict
+    from stowplan.planner.certify import prediction_note
+
+    pred = plan.rationale.prediction
+    if pred is None or rent == pred.cost_per_hour:
+        return plan
+    fresh = predict(model, nodes, replace(serving_constraints(w, c), batch=pred.batch), plan)
+    usd = fresh.usd_per_million_tokens
+    if rent is not None and fresh.cost_per_hour and usd is not None:
+        usd = usd * rent / fresh.cost_per_hour
+    fresh = replace(
+        fresh, cost_per_hour=rent, usd_per_million_tokens=usd, calibration=pred.calibration
+    )
+    old_note = prediction_note(pred, len(plan.assignments))
+    new_note = prediction_note(fresh, len(plan.assignments))
+    notes = tuple(new_note if n == old_note else n for n in plan.rationale.notes)
+    return replace(plan, rationale=replace(plan.rationale, prediction=fresh, notes=notes))

@@ -34,7 +34,7 @@ from dataclasses import replace
 from stowplan.errors import Infeasible, PlanError
 from stowplan.model import NodeDescriptor, Strategy
 from stowplan.plan import Plan
-from stowplan.planner.certify import finish
+from stowplan.planner.certify import finish, sketching
 from stowplan.planner.exact.pipelines import Optimum
 from stowplan.planner.problem import Problem
 from stowplan.planner.tensor.engines import (
@@ -97,7 +97,8 @@ def _try(problem: Problem, runner: Runner, layout: Layout) -> Plan | None:
     if not any(layout.values()):
         return None
     try:
-        return runner(expand(problem, layout))
+        with sketching():
+            return runner(expand(problem, layout))
     except PlanError:
         return None
 
