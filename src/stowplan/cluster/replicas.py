@@ -58,6 +58,7 @@ def check_disjoint(sp: ServePlan) -> None:
     for i, r in enumerate(sp.replicas):
         for a in r.plan.assignments:
             nid = a.node_id
+            clash: list[int | None]
             if a.gpu_indices:
                 clash = [whole.get(nid)] + [gpus.setdefault((nid, g), i) for g in a.gpu_indices]
             else:
