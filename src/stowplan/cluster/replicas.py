@@ -60,9 +60,11 @@ def check_disjoint(sp: ServePlan) -> None:
             nid = a.node_id
             clash: list[int | None]
             if a.gpu_indices:
-                clash = [whole.get(nid)] + [gpus.setdefault((nid, g), i) for g in a.gpu_indices]
+                clash = [whole.get(nid)]
+                clash += [gpus.setdefault((nid, g), i) for g in a.gpu_indices]
             else:
-                clash = [whole.setdefault(nid, i)] + [j for (n, _), j in gpus.items() if n == nid]
+                clash = [whole.setdefault(nid, i)]
+                clash += [j for (n, _), j in gpus.items() if n == nid]
             j = next((j for j in clash if j is not None and j != i), None)
             if j is not None:
                 raise InputError(
