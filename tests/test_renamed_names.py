@@ -71,3 +71,30 @@ def test_tensor_parallel_rules_take_tp_as_a_deprecated_keyword() -> None:
         assert tensor_parallel_violation(tp=3, layout=DENSE) is not None  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="got both tensor_parallel= and its former name tp="):
         kv_heads_allow(tp=2, tensor_parallel=2, num_kv_heads=8)  # type: ignore[call-arg]
+
+
+def test_metric_is_the_certificate_objective_and_loads_from_its_string() -> None:
+    import stowplan
+    from stowplan.constraints import Metric
+    from stowplan.plan import Certificate, plan_from_json, plan_to_dict, plan_to_json
+    from stowplan.planner import plan
+    from tests.common.toy import TOY_MODEL, toy_node
+
+    assert stowplan.Metric is Metric and stowplan.Metric.__doc__
+    assert [m.value for m in Metric] == ["latency", "throughput"]
+    nodes = [toy_node(0), toy_node(1)]
+    for batch, metric in ((1, Metric.LATENCY), (4, Metric.THROUGHPUT)):
+        p = plan(TOY_MODEL, nodes, stowplan.Constraints(batch=batch))
+        cert = p.rationale.certificate
+        assert cert is not None and cert.objective is metric
+        written = plan_to_dict(p)["rationale"]["certificate"]["objective"]
+        assert type(written) is str and written == metric.value
+        loaded = plan_from_json(plan_to_json(p))
+        assert loaded == p and loaded.rationale.certificate is not None
+        assert loaded.rationale.certificate.objective is metric
+    figures = {"value": 1.0, "bound": 1.0, "exact": True, "gap": 0.0, "method": ""}
+    assert Certificate(objective="throughput", **figures).objective is Metric.THROUGHPUT
+    with pytest.raises(
+        InputError, match=r"^objective='speed': must be one of latency, throughput$"
+    ):
+        Certificate(objective="speed", **figures)

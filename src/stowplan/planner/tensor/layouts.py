@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from stowplan.errors import Infeasible, InputError
-from stowplan.model import NodeDescriptor, gpu_group_node
+from stowplan.model import Metric, NodeDescriptor, gpu_group_node
 from stowplan.moved import renamed_keywords
 from stowplan.plan import Plan
 from stowplan.planner.problem import GpuGroup, Problem, prepare
@@ -183,7 +183,7 @@ def of_plan(problem: Problem, plan: Plan) -> tuple[Problem, Pipeline]:
     )
 
 
-def cycle_of(vp: Problem, p: Pipeline, objective: str) -> float:
+def cycle_of(vp: Problem, p: Pipeline, objective: Metric) -> float:
     """The cycle of ``p`` (what both objectives rank by)."""
     return vp.cost_model().evaluate(*p).cycle_s
 
