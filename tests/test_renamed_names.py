@@ -98,3 +98,70 @@ def test_metric_is_the_certificate_objective_and_loads_from_its_string() -> None
         InputError, match=r"^objective='speed': must be one of latency, throughput$"
     ):
         Certificate(objective="speed", **figures)
+
+
+def test_residency_headroom_is_written_as_vram_headroom_frac_and_kv_reserve_still_loads() -> None:
+    import json
+
+    from stowplan.planner import residency
+    from stowplan.planner.residency import (
+        DEFAULT_RESIDENCY_HEADROOM_FRAC,
+        EmploymentPlan,
+        employment_from_json,
+        employment_to_json,
+        plan_employment,
+        plan_residency,
+    )
+    from tests.common.host import GIB, cap, host, matrix
+
+    topo, m = host(vram=24 * GIB), matrix(cap("gpu0", 1000.0))
+    p = plan_employment(topo, m, 10 * GIB, vram_headroom_frac=0.25)
+    assert p.vram_headroom_frac == 0.25
+    assert any("minus vram_headroom_frac 0.25" in note for note in p.rationale)
+    data = json.loads(employment_to_json(p))
+    assert data["vram_headroom_frac"] == 0.25 and "kv_reserve" not in data
+    assert employment_from_json(employment_to_json(p)) == p
+    old = {("kv_reserve" if k == "vram_headroom_frac" else k): v for k, v in data.items()}
+    with pytest.warns(DeprecationWarning, match="kv_reserve is deprecated; use vram_headroom_frac"):
+        assert employment_from_json(json.dumps(old)) == p
+    with pytest.raises(InputError, match="former name of vram_headroom_frac; give one of them"):
+        EmploymentPlan.from_dict({**data, "kv_reserve": 0.25})
+    with pytest.warns(DeprecationWarning, match=r"use EmploymentPlan\.vram_headroom_frac$"):
+        assert p.kv_reserve == 0.25
+    with pytest.warns(DeprecationWarning, match=r"plan_employment\(kv_reserve=\.\.\.\)"):
+        assert plan_employment(topo, m, 10 * GIB, kv_reserve=0.25) == p  # type: ignore[call-arg]
+    with pytest.warns(DeprecationWarning, match=r"plan_residency\(kv_reserve=\.\.\.\)"):
+        plan_residency(topo, m, DENSE, kv_reserve=0.25)  # type: ignore[call-arg]
+    with pytest.warns(DeprecationWarning, match="use DEFAULT_RESIDENCY_HEADROOM_FRAC$"):
+        assert residency.DEFAULT_KV_RESERVE == DEFAULT_RESIDENCY_HEADROOM_FRAC == 0.1
+
+
+def test_cli_residency_takes_headroom_and_kv_reserve_as_its_deprecated_spelling(
+    tmp_path, capsys
+) -> None:
+    import json
+
+    from stowplan.cli import main
+    from stowplan.host.passport import Passport, save_passport
+    from tests.common.host import GIB, cap, host, matrix
+
+    m = matrix(cap("gpu0", 400.0, upload_gbps=16.0), cap("cpu", 20.0))
+    path = save_passport(Passport.create(host(vram=24 * GIB, ram=64 * GIB), m), tmp_path / "p.json")
+    args = ["residency", "llama3.1:8b", "--passport", str(path), "--json"]
+    assert main([*args, "--headroom", "0.3"]) == 0
+    new = capsys.readouterr()
+    assert json.loads(new.out)["vram_headroom_frac"] == 0.3 and new.err == ""
+    assert main([*args, "--kv-reserve", "0.3"]) == 0
+    old = capsys.readouterr()
+    assert old.out == new.out
+    assert old.err == "stowplan: note: --kv-reserve is deprecated; use --headroom\n"
+    assert main([*args, "--kv-reserve", "0.3", "--headroom", "0.3"]) == 2
+    assert capsys.readouterr().err == (
+        "stowplan: error: --kv-reserve=0.3: is the former name of --headroom; give one\n"
+    )
+    assert main([*args, "--headroom", "1.5"]) == 2
+    assert capsys.readouterr().err == (
+        "stowplan: error: vram_headroom_frac=1.5: must be a fraction in [0, 1)\n"
+    )
+    assert main(["residency", "--help"]) == 0
+    assert "--kv-reserve" not in capsys.readouterr().out

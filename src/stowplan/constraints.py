@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_HEADROOM_FRAC", "Constraints", "Metric", "Objective", "Strategy"]
 
 DEFAULT_HEADROOM_FRAC = 0.2
-"""Seed §5.1: reserve 20 % of every node's VRAM unless told otherwise."""
+"""Seed §5.1: reserve 20 % of every node's VRAM unless told otherwise (the default
+:attr:`Constraints.vram_headroom_frac`)."""
 
 
 class Strategy(StrEnum):
@@ -82,7 +83,14 @@ class Constraints:
     """Most pipeline stages (default: the number of nodes)."""
     vram_headroom_frac: float | None = None
     """VRAM fraction in [0, 1) kept free per node for framework overhead and safety
-    (default 0.2)."""
+    (default 0.2).
+
+    No weight and no KV reserve may use it: the KV reserve
+    (``StageAssignment.kv_reserve_bytes``, the KV cache of ``context_tokens``) is counted
+    beside the weights, in the rest of the VRAM.  The residency planner of one host
+    (``stowplan residency``) keeps the same fraction of its primary pool under the same
+    name, with its own default
+    (:data:`~stowplan.planner.residency.DEFAULT_RESIDENCY_HEADROOM_FRAC`)."""
     strategy: Strategy | None = None
     """Planner strategy (default: ``latency`` at batch 1, ``throughput`` above)."""
     batch: int = 1

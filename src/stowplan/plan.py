@@ -120,6 +120,10 @@ class StageAssignment:
     """Weights + KV reserve this stage holds on its node."""
     owned_experts: tuple[ExpertId, ...] = ()
     kv_reserve_bytes: int = 0
+    """Bytes of KV cache reserved on this stage: its blocks' KV for ``context_tokens`` of
+    each of the ``batch`` sequences (0: no context asked for).  A byte count the plan
+    fills, unlike the headroom (:attr:`Constraints.vram_headroom_frac
+    <stowplan.model.Constraints.vram_headroom_frac>`), which no weight or KV may use."""
     usable_vram_bytes: int | None = None
     """The VRAM after headroom of the GPUs this stage runs on: the budget
     ``estimated_vram_bytes`` must respect."""
