@@ -259,7 +259,7 @@ def run_cuda(args: argparse.Namespace) -> None:
         matrix = CapabilityMatrix(entries=(cap, cpu_cap), quick=True)
         resident = plan_employment(topo, matrix, model_bytes)
         assert resident.protocol is ResidencyProtocol.RESIDENT and resident.primary == "gpu0"
-        capped_plan = plan_employment(capped, matrix, model_bytes, kv_reserve=0.0)
+        capped_plan = plan_employment(capped, matrix, model_bytes, vram_headroom_frac=0.0)
         stream = next(e for e in capped_plan.estimates if e.protocol is ResidencyProtocol.STREAMING)
         hetero = next(
             e

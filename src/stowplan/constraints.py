@@ -1,4 +1,5 @@
-"""What the caller asks of a plan: the :class:`Constraints`, and the strategy and objective enums.
+"""What the caller asks of a plan: the :class:`Constraints`, and the strategy, metric and
+objective enums.
 
 A frozen value validated at construction, like the other planner inputs of
 :mod:`stowplan.model` (which re-exports every name here). The first fields are
@@ -27,10 +28,11 @@ from stowplan.quantities.limits import (
 if TYPE_CHECKING:
     from stowplan.calibration.profile import Calibration
 
-__all__ = ["DEFAULT_HEADROOM_FRAC", "Constraints", "Objective", "Strategy"]
+__all__ = ["DEFAULT_HEADROOM_FRAC", "Constraints", "Metric", "Objective", "Strategy"]
 
 DEFAULT_HEADROOM_FRAC = 0.2
-"""Seed §5.1: reserve 20 % of every node's VRAM unless told otherwise."""
+"""Seed §5.1: reserve 20 % of every node's VRAM unless told otherwise (the default
+:attr:`Constraints.vram_headroom_frac`)."""
 
 
 class Strategy(StrEnum):
@@ -46,8 +48,24 @@ class Strategy(StrEnum):
     """The proven optimum of the workload's objective (slower; used to certify)."""
 
 
+class Metric(StrEnum):
+    """What a plan is measured by: the unit of its certificate
+    (:attr:`stowplan.plan.Certificate.objective`) and the figure the planner's searches
+    optimise.
+
+    The strategy chooses it (``latency`` and ``throughput`` name their metric), else the
+    workload does: latency at batch 1, throughput above.  Both rank pipelines by the
+    cycle; they differ in the unit a certificate states and the searches a strategy runs.
+    Not :class:`Objective`, which chooses the node set (best plan, or the cheapest)."""
+
+    LATENCY = "latency"
+    """Seconds per token of one sequence (lower is better)."""
+    THROUGHPUT = "throughput"
+    """Tokens/s of all concurrent sequences (higher is better)."""
+
+
 class Objective(StrEnum):
-    """What the node selection optimises."""
+    """What the node selection optimises (the plan's own figure is its :class:`Metric`)."""
 
     SPEED = "speed"
     """Best plan on all offered nodes."""
@@ -65,7 +83,14 @@ class Constraints:
     """Most pipeline stages (default: the number of nodes)."""
     vram_headroom_frac: float | None = None
     """VRAM fraction in [0, 1) kept free per node for framework overhead and safety
-    (default 0.2)."""
+    (default 0.2).
+
+    No weight and no KV reserve may use it: the KV reserve
+    (``StageAssignment.kv_reserve_bytes``, the KV cache of ``context_tokens``) is counted
+    beside the weights, in the rest of the VRAM.  The residency planner of one host
+    (``stowplan residency``) keeps the same fraction of its primary pool under the same
+    name, with its own default
+    (:data:`~stowplan.planner.residency.DEFAULT_RESIDENCY_HEADROOM_FRAC`)."""
     strategy: Strategy | None = None
     """Planner strategy (default: ``latency`` at batch 1, ``throughput`` above)."""
     batch: int = 1

@@ -19,7 +19,13 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from stowplan.constraints import DEFAULT_HEADROOM_FRAC, Constraints, Objective, Strategy
+from stowplan.constraints import (
+    DEFAULT_HEADROOM_FRAC,
+    Constraints,
+    Metric,
+    Objective,
+    Strategy,
+)
 from stowplan.errors import InputError
 from stowplan.quantities.checks import check_id, check_int, check_number, check_rate
 from stowplan.quantities.limits import (
@@ -40,6 +46,7 @@ __all__ = [
     "Constraints",
     "ExpertId",
     "ExpertLayout",
+    "Metric",
     "ModelLayout",
     "NodeDescriptor",
     "Objective",

@@ -16,8 +16,8 @@ from itertools import pairwise
 from typing import Any, ClassVar
 
 from stowplan.errors import InputError
-from stowplan.model import ExpertId, NodeDescriptor
-from stowplan.quantities.checks import check_id, check_int
+from stowplan.model import ExpertId, Metric, NodeDescriptor
+from stowplan.quantities.checks import check_choice, check_id, check_int
 from stowplan.quantities.limits import (
     MAX_BATCH,
     MAX_BLOCKS,
@@ -120,6 +120,10 @@ class StageAssignment:
     """Weights + KV reserve this stage holds on its node."""
     owned_experts: tuple[ExpertId, ...] = ()
     kv_reserve_bytes: int = 0
+    """Bytes of KV cache reserved on this stage: its blocks' KV for ``context_tokens`` of
+    each of the ``batch`` sequences (0: no context asked for).  A byte count the plan
+    fills, unlike the headroom (:attr:`Constraints.vram_headroom_frac
+    <stowplan.model.Constraints.vram_headroom_frac>`), which no weight or KV may use."""
     usable_vram_bytes: int | None = None
     """The VRAM after headroom of the GPUs this stage runs on: the budget
     ``estimated_vram_bytes`` must respect."""
@@ -202,8 +206,10 @@ class Certificate:
 
     __pydantic_config__: ClassVar[dict[str, Any]] = _FORBID
 
-    objective: str
-    """``latency`` (seconds per token, lower is better) or ``throughput`` (tokens/s)."""
+    objective: Metric
+    """What ``value`` and ``bound`` measure: :attr:`Metric.LATENCY` (seconds per token,
+    lower is better) or :attr:`Metric.THROUGHPUT` (tokens/s); written to JSON as the
+    string ``"latency"`` or ``"throughput"``."""
     value: float
     """The plan's value of the objective."""
     bound: float
@@ -213,6 +219,9 @@ class Certificate:
     """Relative distance to the bound: 0.0 means provably optimal."""
     method: str
     """How the bound was obtained."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "objective", check_choice("objective", self.objective, Metric))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

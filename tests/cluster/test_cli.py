@@ -88,7 +88,10 @@ def test_validate_checks_the_model_heads(
     fleet_env: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["validate", "--tp", "3", "--model", "llama3.1:8b"]) == 2
-    assert "tp=3: must divide num_attention_heads=32 of llama3.1:8b" in capsys.readouterr().err
+    assert (
+        "tensor_parallel=3: must divide num_attention_heads=32 of llama3.1:8b"
+        in capsys.readouterr().err
+    )
 
 
 def test_validate_without_a_fleet_names_the_flag_and_the_variable(

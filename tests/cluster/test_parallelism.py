@@ -52,7 +52,7 @@ TRAINER_2X8 = FleetSpec(role=FleetRole.TRAINER, num_nodes=2, gpus_per_node=8)
 
 
 def P(tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1) -> ParallelismSpec:
-    return ParallelismSpec(tensor=tp, pipeline=pp, data=dp, expert=ep)
+    return ParallelismSpec(tensor_parallel=tp, pipeline=pp, data=dp, expert=ep)
 
 
 def test_seed_example_ep_not_a_multiple_of_tp_is_rejected() -> None:
@@ -68,26 +68,26 @@ def test_seed_example_ep_not_a_multiple_of_tp_is_rejected() -> None:
             P(tp=3),
             FLEET,
             DENSE,
-            "tp=3: must divide num_attention_heads=32 of dense (32 % 3 = 2); nearest valid: 2, 4",
+            "tensor_parallel=3: must divide num_attention_heads=32 of dense (32 % 3 = 2); nearest valid: 2, 4",
         ),
         (
             P(tp=6),
             FleetSpec(role=FleetRole.TRAINER, num_nodes=2, gpus_per_node=8),
             GQA,
-            "tp=6: must divide num_kv_heads=8 of gqa-48 (8 % 6 = 2); nearest valid: 4, 8",
+            "tensor_parallel=6: must divide num_kv_heads=8 of gqa-48 (8 % 6 = 2); nearest valid: 4, 8",
         ),
         (
             P(tp=12),
             FleetSpec(role=FleetRole.TRAINER, num_nodes=2, gpus_per_node=8),
             GQA,
-            "tp=12: exceeds num_kv_heads=8 of gqa-48, so must be a multiple of it "
+            "tensor_parallel=12: exceeds num_kv_heads=8 of gqa-48, so must be a multiple of it "
             "(KV heads replicated; 12 % 8 = 4); nearest valid: 8, 16",
         ),
         (
             P(tp=4),
             FLEET,
             GQA_ODD,
-            "tp=4: must divide num_attention_heads=6 of gqa-odd (6 % 4 = 2); nearest valid: 3, 6",
+            "tensor_parallel=4: must divide num_attention_heads=6 of gqa-odd (6 % 4 = 2); nearest valid: 3, 6",
         ),
         (
             P(tp=8, pp=4),
@@ -153,8 +153,10 @@ def test_rejected_configurations_state_the_arithmetic(
 
 @pytest.mark.parametrize("bad", [0, -1, True, 2.0])
 def test_degrees_must_be_positive_integers(bad: object) -> None:
-    with pytest.raises(InputError, match=r"^tp=.*: must be an integer in \[1, 16777216\]$"):
-        ParallelismSpec(tensor=bad)  # type: ignore[arg-type]
+    with pytest.raises(
+        InputError, match=r"^tensor_parallel=.*: must be an integer in \[1, 16777216\]$"
+    ):
+        ParallelismSpec(tensor_parallel=bad)  # type: ignore[arg-type]
 
 
 def test_replica_within_a_node_uses_per_node_groups() -> None:
@@ -229,7 +231,7 @@ def _suggestions(message: str) -> tuple[str, list[int]]:
     if "; the largest dp that fits is " in message:
         return "data", [int(message.rsplit(" ", 1)[1])]
     if "; nearest valid: " in message:
-        field = {"tp": "tensor", "ep": "expert"}[message.split("=", 1)[0]]
+        field = {"tensor_parallel": "tensor_parallel", "ep": "expert"}[message.split("=", 1)[0]]
         tail = message.rsplit("; nearest valid: ", 1)[1]
         return field, [] if tail == "none" else [int(v) for v in tail.split(", ")]
     if message.endswith("; no dp fits with the other degrees unchanged"):
@@ -276,7 +278,7 @@ def test_every_suggested_tp_divides_attention_heads_and_suits_kv_heads(
         validate_parallelism(P(tp=tp), fleet, layout)
     except InputError as exc:
         degree, values = _suggestions(str(exc))
-        assert degree == "tensor"
+        assert degree == "tensor_parallel"
         assert values
         for value in values:
             assert layout.num_attention_heads is not None and layout.num_kv_heads is not None
@@ -324,7 +326,7 @@ def _walked(
     gpn=st.sampled_from([1, 2, 4, 6, 8]),
     layout=st.sampled_from([None, DENSE, MOE, GQA, GQA_ODD, KV_ONLY]),
     strict=st.booleans(),
-    degree=st.sampled_from(["tensor", "data", "expert"]),
+    degree=st.sampled_from(["tensor_parallel", "data", "expert"]),
 )
 def test_closed_form_suggestions_equal_the_walk_over_every_value(
     tp: int,

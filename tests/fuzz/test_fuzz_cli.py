@@ -58,7 +58,7 @@ COMMANDS: dict[str, tuple[list[str], dict[str, list[str]]]] = {
         ["@plan", "--to", "vllm"],
         {"--nodes": FILES, "--model": MODELS, "--family": ["llama", "x"]},
     ),
-    "residency": (["@model", "--passport", "@passport"], {"--kv-reserve": NUMBERS}),
+    "residency": (["@model", "--passport", "@passport"], {"--headroom": NUMBERS}),
     "calibrate": (
         [],
         {

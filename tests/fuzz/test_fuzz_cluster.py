@@ -111,7 +111,7 @@ def test_parallel_degrees_validate_or_raise_a_typed_error(
     model: str | None,
 ) -> None:
     tp, pp, dp, ep = degrees
-    spec = typed(ParallelismSpec, tensor=tp, pipeline=pp, data=dp, expert=ep)  # type: ignore[arg-type]
+    spec = typed(ParallelismSpec, tensor_parallel=tp, pipeline=pp, data=dp, expert=ep)  # type: ignore[arg-type]
     fleet = typed(
         FleetSpec,
         role=role,  # type: ignore[arg-type]

@@ -11,7 +11,9 @@ import stowplan.planner.residency as residency
 
 
 @pytest.mark.parametrize("old", ["stowplan.host.residency", "stowplan.host"])
-@pytest.mark.parametrize("name", ["plan_employment", "EmploymentPlan", "DEFAULT_KV_RESERVE"])
+@pytest.mark.parametrize(
+    "name", ["plan_employment", "EmploymentPlan", "DEFAULT_RESIDENCY_HEADROOM_FRAC"]
+)
 def test_an_old_path_warns_and_gives_the_new_name(old: str, name: str) -> None:
     module = importlib.import_module(old)
     with pytest.warns(DeprecationWarning, match=rf"{old}\.{name} .*stowplan\.planner\.residency"):

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from stowplan.errors import InputError, InsufficientVram
 from stowplan.planner.residency import (
-    DEFAULT_KV_RESERVE,
+    DEFAULT_RESIDENCY_HEADROOM_FRAC,
     PlacementRole,
     ResidencyProtocol,
     employment_from_json,
@@ -40,7 +40,7 @@ def test_model_that_fits_the_primary_is_resident() -> None:
 def test_exact_fit_is_resident_and_one_more_byte_overflows() -> None:
     topo = host(vram=20 * GIB)
     m = matrix(cap("gpu0", 1000.0, upload_gbps=25.0), cap("cpu", 50.0))
-    budget = math.floor(20 * GIB * (1 - DEFAULT_KV_RESERVE))
+    budget = math.floor(20 * GIB * (1 - DEFAULT_RESIDENCY_HEADROOM_FRAC))
     assert plan_employment(topo, m, budget).protocol is ResidencyProtocol.RESIDENT
     over = plan_employment(topo, m, budget + 1)
     assert over.protocol is not ResidencyProtocol.RESIDENT
@@ -51,7 +51,7 @@ def test_fast_but_far_loses_to_slower_but_in_place() -> None:
     # dGPU 1000 GB/s behind a 16 GB/s bus; iGPU 40 GB/s reading RAM in place.
     topo = host(vram=8 * GIB, igpu=True)
     m = matrix(cap("gpu0", 1000.0, upload_gbps=16.0), cap("igpu0", 40.0), cap("cpu", 20.0))
-    p = plan_employment(topo, m, 20 * GIB, kv_reserve=0.0)
+    p = plan_employment(topo, m, 20 * GIB, vram_headroom_frac=0.0)
     overflow = 12 * GIB
     stream = overflow / 1e12 + overflow / 16e9
     igpu = overflow / 40e9
@@ -74,7 +74,7 @@ def test_fast_but_far_loses_to_slower_but_in_place() -> None:
 def test_fast_bus_makes_streaming_win() -> None:
     topo = host(vram=8 * GIB)
     m = matrix(cap("gpu0", 1000.0, upload_gbps=64.0), cap("cpu", 10.0))
-    p = plan_employment(topo, m, 20 * GIB, kv_reserve=0.0)
+    p = plan_employment(topo, m, 20 * GIB, vram_headroom_frac=0.0)
     assert p.protocol is ResidencyProtocol.STREAMING
     assert p.estimates[0].transfer_s == pytest.approx(12 * GIB / 64e9)
     assert [pl.role for pl in p.placements] == [
@@ -90,7 +90,7 @@ def test_tie_between_in_place_and_streaming_goes_in_place() -> None:
     # stream: O/10e9 + O/10e9 ; CPU in place: O/5e9 — equal to the last bit.
     topo = host(vram=8 * GIB)
     m = matrix(cap("gpu0", 10.0, upload_gbps=10.0), cap("cpu", 5.0))
-    p = plan_employment(topo, m, 16 * GIB, kv_reserve=0.0)
+    p = plan_employment(topo, m, 16 * GIB, vram_headroom_frac=0.0)
     assert p.estimates[0].total_s == p.estimates[1].total_s
     assert p.protocol is ResidencyProtocol.HETEROGENEOUS_OVERFLOW
 
@@ -98,7 +98,7 @@ def test_tie_between_in_place_and_streaming_goes_in_place() -> None:
 def test_tie_between_two_in_place_circuits_goes_to_the_better_ranked() -> None:
     topo = host(vram=8 * GIB, igpu=True)
     m = matrix(cap("gpu0", 1000.0, upload_gbps=1.0), cap("igpu0", 30.0), cap("cpu", 30.0))
-    p = plan_employment(topo, m, 16 * GIB, kv_reserve=0.0)
+    p = plan_employment(topo, m, 16 * GIB, vram_headroom_frac=0.0)
     assert p.priority == ("gpu0", "cpu", "igpu0")  # equal throughput: ids break the tie
     assert p.estimates[0].total_s == p.estimates[1].total_s
     assert p.estimates[0].circuit == "cpu"
@@ -120,9 +120,9 @@ def test_cpu_only_host_too_small_raises_insufficient_vram() -> None:
     budget = math.floor(16 * GIB * 0.9)
     assert str(err.value) == (
         f"model does not fit: needs {32 * GIB} bytes, total available {budget}; "
-        "weights 32.0 GiB + KV 0.0 GiB + headroom 1.6 GiB (kv_reserve 0.1) on cpu's 16.0 GiB "
+        "weights 32.0 GiB + KV 0.0 GiB + headroom 1.6 GiB (vram_headroom_frac 0.1) on cpu's 16.0 GiB "
         "leave 17.6 GiB of weights over, and no other pool holds it (largest other: none); "
-        "needs weights of at most 14.4 GiB (a smaller --dtype or model), or a lower --kv-reserve"
+        "needs weights of at most 14.4 GiB (a smaller --dtype or model), or a lower --headroom"
     )
 
 
@@ -141,8 +141,14 @@ def test_real_fixture_host_8x4090_streams_a_70b_model() -> None:
     [
         ({"model_bytes": 0}, "model_bytes=0: must be an integer in [1, 9223372036854775807]"),
         ({"model_bytes": 1.5}, "model_bytes=1.5: must be an integer in [1, 9223372036854775807]"),
-        ({"model_bytes": 1, "kv_reserve": 1.0}, "kv_reserve=1.0: must be a fraction in [0, 1)"),
-        ({"model_bytes": 1, "kv_reserve": -0.1}, "kv_reserve=-0.1: must be a fraction in [0, 1)"),
+        (
+            {"model_bytes": 1, "vram_headroom_frac": 1.0},
+            "vram_headroom_frac=1.0: must be a fraction in [0, 1)",
+        ),
+        (
+            {"model_bytes": 1, "vram_headroom_frac": -0.1},
+            "vram_headroom_frac=-0.1: must be a fraction in [0, 1)",
+        ),
         (
             {"model_bytes": 10, "read_bytes": 0},
             "read_bytes=0: must be an integer in [1, 9223372036854775807]",
@@ -193,7 +199,7 @@ def test_chosen_protocol_is_the_argmin_of_the_estimates_and_bytes_add_up(
     topo = host(vram=vram_gib * GIB, ram=256 * GIB, igpu=True)
     m = matrix(cap("gpu0", gpu, upload_gbps=bus), cap("igpu0", igpu), cap("cpu", cpu))
     model = int(model_gib * GIB)
-    p = plan_employment(topo, m, model, kv_reserve=reserve)
+    p = plan_employment(topo, m, model, vram_headroom_frac=reserve)
     assert p.resident_bytes + p.overflow_bytes == model
     assert p.priority == m.order
     held = sum(pl.weight_bytes for pl in p.placements)

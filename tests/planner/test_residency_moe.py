@@ -45,8 +45,8 @@ def test_a_moe_model_is_timed_by_the_bytes_a_token_reads() -> None:
 def test_an_overflow_is_read_and_streamed_in_the_token_s_share() -> None:
     topo = host(vram=8 * GIB)
     m = matrix(cap("gpu0", 1000.0, upload_gbps=64.0), cap("cpu", 10.0))
-    full = plan_employment(topo, m, 20 * GIB, kv_reserve=0.0)
-    quarter = plan_employment(topo, m, 20 * GIB, kv_reserve=0.0, read_bytes=5 * GIB)
+    full = plan_employment(topo, m, 20 * GIB, vram_headroom_frac=0.0)
+    quarter = plan_employment(topo, m, 20 * GIB, vram_headroom_frac=0.0, read_bytes=5 * GIB)
     assert quarter.protocol is full.protocol is ResidencyProtocol.STREAMING
     assert quarter.overflow_bytes == full.overflow_bytes == 12 * GIB  # memory is all of it
     assert quarter.estimates[0].transfer_s == pytest.approx(3 * GIB / 64e9)
@@ -56,7 +56,7 @@ def test_an_overflow_is_read_and_streamed_in_the_token_s_share() -> None:
 def test_kv_bytes_come_out_of_the_primary_s_budget() -> None:
     topo = host(vram=24 * GIB)
     m = matrix(cap("gpu0", 1000.0, upload_gbps=25.0), cap("cpu", 50.0))
-    p = plan_employment(topo, m, 20 * GIB, kv_reserve=0.1, kv_bytes=2 * GIB)
+    p = plan_employment(topo, m, 20 * GIB, vram_headroom_frac=0.1, kv_bytes=2 * GIB)
     headroom = math.ceil(24 * GIB * 0.1)
     assert p.resident_bytes == 24 * GIB - headroom - 2 * GIB
     assert p.overflow_bytes == 20 * GIB - p.resident_bytes and p.kv_bytes == 2 * GIB
@@ -111,7 +111,8 @@ def test_cli_refusal_is_one_line_with_the_numbers_and_a_dtype_that_fits(tmp_path
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("stowplan: error: model does not fit")
     assert (
-        "weights 15.0 GiB + KV 0.0 GiB + headroom 0.6 GiB (kv_reserve 0.1) on gpu0's 6.0 GiB" in err
+        "weights 15.0 GiB + KV 0.0 GiB + headroom 0.6 GiB (vram_headroom_frac 0.1) on gpu0's 6.0 GiB"
+        in err
     )
     assert "no other pool holds it (largest other: 8.0 GiB)" in err
     assert err.rstrip().endswith("--dtype q8_0 (7.9 GiB) runs as heterogeneous-overflow")

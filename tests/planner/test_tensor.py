@@ -82,7 +82,7 @@ def test_the_planner_and_the_validator_share_one_rule() -> None:
     fleet = FleetSpec(role=FleetRole.INFERENCE, num_nodes=2, gpus_per_node=16)
     for tp in range(1, 17):
         try:
-            validate_parallelism(ParallelismSpec(tensor=tp), fleet, model)
+            validate_parallelism(ParallelismSpec(tensor_parallel=tp), fleet, model)
             ok = True
         except InputError:
             ok = False

@@ -160,7 +160,7 @@ def test_per_node_groups_land_on_the_pinned_nodes(cluster: dict[str, Any]) -> No
 
 def test_replica_larger_than_a_node_gets_one_unified_group(cluster: dict[str, Any]) -> None:
     spec = FleetSpec(role=FleetRole.INFERENCE, num_nodes=2, gpus_per_node=2)
-    vc = build_cluster(spec, ParallelismSpec(tensor=2, pipeline=2), timeout_s=20)
+    vc = build_cluster(spec, ParallelismSpec(tensor_parallel=2, pipeline=2), timeout_s=20)
     (pg,) = vc._init_placement_groups()
     placed = list(_placement(pg).values())
     assert len(placed) == 4

@@ -198,7 +198,7 @@ def test_a_tp_group_wider_than_a_node_ranks_peers_node_by_node(cluster: dict[str
         gpus_per_node=4,
         placement_strategy=PlacementStrategy.SPREAD,
     )
-    vc = build_cluster(spec, ParallelismSpec(tensor=8), timeout_s=TIMEOUT_S)
+    vc = build_cluster(spec, ParallelismSpec(tensor_parallel=8), timeout_s=TIMEOUT_S)
     try:
         (pg,) = vc._init_placement_groups()
         (order,) = vc.rank_orders()

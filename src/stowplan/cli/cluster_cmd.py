@@ -73,7 +73,7 @@ def _fleet_shape(
 
 @app.command("validate")
 def validate_command(
-    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")] = 1,
+    tensor_parallel: Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel size.")] = 1,
     dp: Annotated[int, typer.Option("--dp", help="Data-parallel size (replicas).")] = 1,
     ep: Annotated[int, typer.Option("--ep", help="Expert-parallel size.")] = 1,
@@ -130,7 +130,9 @@ def validate_command(
     fleet = FleetSpec.from_env(env)
     layout = None if model is None else resolve_model(model)
     check = validate_parallelism(
-        ParallelismSpec(tensor=tp, pipeline=pp, data=dp, expert=ep), fleet, layout
+        ParallelismSpec(tensor_parallel=tensor_parallel, pipeline=pp, data=dp, expert=ep),
+        fleet,
+        layout,
     )
     if nodes is not None and _is_count(nodes):
         # Said once the check passed: an error stays the one line it is.
@@ -149,7 +151,8 @@ def validate_command(
         out_console.file.write(json.dumps(doc, indent=2) + "\n")
         return
     out_console.file.write(
-        f"ok: tp×pp×dp = {tp}×{pp}×{dp} = {check.world_size} of {check.fleet_gpus} GPUs "
+        f"ok: tp×pp×dp = {tensor_parallel}×{pp}×{dp} = {check.world_size} of "
+        f"{check.fleet_gpus} GPUs "
         f"({fleet.role.value}, {plural(fleet.num_nodes, 'node')} × {fleet.gpus_per_node}), "
         f"ep={ep}\n"
     )

@@ -25,7 +25,7 @@ from stowplan.host.passport import (
 from stowplan.model import Constraints, ModelLayout
 from stowplan.models import resolve_model
 from stowplan.planner.residency import (
-    DEFAULT_KV_RESERVE,
+    DEFAULT_RESIDENCY_HEADROOM_FRAC,
     EmploymentPlan,
     employment_to_json,
     plan_residency,
@@ -142,10 +142,13 @@ _SMALLER_DTYPES = ("q8_0", "q6_k", "q5_k_m", "q4_k_m", "q3_k_m", "q2_k")
 """GGUF file types tried, largest first, when a model does not fit: the error names one."""
 
 
+_DEPRECATED_KV_RESERVE = "stowplan: note: --kv-reserve is deprecated; use --headroom"
+
+
 def _residency(
     p: Passport,
     layout: ModelLayout,
-    kv_reserve: float,
+    headroom: float,
     context: int | None,
     constraints: Constraints,
 ) -> EmploymentPlan:
@@ -158,7 +161,7 @@ def _residency(
         p.topology,
         p.matrix,
         layout,
-        kv_reserve=kv_reserve,
+        vram_headroom_frac=headroom,
         context_tokens=context,
         whole_model_s=whole_model_seconds(p, layout, constraints),
         model_label=calibration_label(constraints.calibration),
@@ -168,7 +171,7 @@ def _residency(
 def _smaller_dtype(
     model: str,
     p: Passport,
-    kv_reserve: float,
+    headroom: float,
     context: int | None,
     weight_bytes: int,
     constraints: Constraints,
@@ -182,7 +185,7 @@ def _smaller_dtype(
         if layout.weight_bytes >= weight_bytes:
             continue
         try:
-            plan = _residency(p, layout, kv_reserve, context, constraints)
+            plan = _residency(p, layout, headroom, context, constraints)
         except InsufficientVram:
             continue
         return (
@@ -211,13 +214,19 @@ def residency_command(
         int | None,
         typer.Option(help="Context tokens to hold the KV cache of (beside the reserve)."),
     ] = None,
-    kv_reserve: Annotated[
-        float,
+    headroom: Annotated[
+        float | None,
         typer.Option(
-            help="Fraction of the primary pool kept free (KV cache and buffers; headroom "
-            "when --context is given)."
+            "--headroom",
+            help="Fraction of the primary pool kept free: beside the KV cache of --context "
+            "when given, else the room of the KV cache and runtime buffers "
+            f"(default {DEFAULT_RESIDENCY_HEADROOM_FRAC:g}).",
         ),
-    ] = DEFAULT_KV_RESERVE,
+    ] = None,
+    kv_reserve: Annotated[
+        float | None,
+        typer.Option("--kv-reserve", hidden=True, help="Deprecated spelling of --headroom."),
+    ] = None,
     quick: Annotated[
         bool, typer.Option("--quick", help="When a probe is needed, run the quick one.")
     ] = False,
@@ -230,6 +239,11 @@ def residency_command(
     default ``generic``), on this host's measured circuits."""
     if context is not None and context < 0:
         raise InputError("--context", context, "must be an integer >= 0 (tokens)")
+    if kv_reserve is not None and headroom is not None:
+        raise InputError("--kv-reserve", kv_reserve, "is the former name of --headroom; give one")
+    frac = next(
+        (v for v in (headroom, kv_reserve) if v is not None), DEFAULT_RESIDENCY_HEADROOM_FRAC
+    )
     layout = resolve_model(model, dtype=dtype)
     if passport is not None:
         try:
@@ -240,10 +254,12 @@ def residency_command(
         p, _ = _passport(None, quick=quick, refresh=False)
     constraints = Constraints(context_tokens=context, calibration=cli_calibration(engine, None))
     try:
-        plan = _residency(p, layout, kv_reserve, context, constraints)
+        plan = _residency(p, layout, frac, context, constraints)
     except InsufficientVram as exc:
-        hint = _smaller_dtype(model, p, kv_reserve, context, layout.weight_bytes, constraints)
+        hint = _smaller_dtype(model, p, frac, context, layout.weight_bytes, constraints)
         raise InsufficientVram(exc.needed, exc.available, exc.detail + hint) from None
+    if kv_reserve is not None:  # said once the plan is made: an error stays one line
+        err_console.print(_DEPRECATED_KV_RESERVE, soft_wrap=True)
     if as_json:
         out_console.file.write(employment_to_json(plan))
         return

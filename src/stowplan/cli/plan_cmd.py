@@ -79,7 +79,7 @@ def plan_command(
     ] = None,
     min_stages: MinStages = None,
     max_stages: MaxStages = None,
-    tp: TensorParallel = None,
+    tensor_parallel: TensorParallel = None,
     headroom: Headroom = None,
     strategy: StrategyOption = None,
     batch: Batch = 1,
@@ -129,7 +129,7 @@ def plan_command(
     constraints = Constraints(
         min_stages=min_stages,
         max_stages=max_stages,
-        tensor_parallel=tp,
+        tensor_parallel=tensor_parallel,
         vram_headroom_frac=headroom,
         strategy=strategy,  # type: ignore[arg-type]  # validated by Constraints
         batch=batch,

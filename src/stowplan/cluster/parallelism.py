@@ -13,6 +13,7 @@ spans nodes instead of per-node groups.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, replace
 
 from stowplan.cluster.fleet import ENV_PG_STRATEGY, ENV_ROLE, FleetRole, FleetSpec
@@ -33,11 +34,18 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ParallelismSpec:
-    """Parallel degrees of one job."""
+_DEGREES = ("tensor_parallel", "pipeline", "data", "expert")
 
-    tensor: int = 1
+
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
+class ParallelismSpec:
+    """Parallel degrees of one job.
+
+    ``ParallelismSpec(tensor=...)`` still works, with a :class:`DeprecationWarning`:
+    the degree is ``tensor_parallel``, as in :class:`~stowplan.model.Constraints`.
+    """
+
+    tensor_parallel: int = 1
     """Tensor-parallel size (tp): GPUs that split every layer."""
     pipeline: int = 1
     """Pipeline-parallel size (pp): stages of contiguous layers."""
@@ -46,9 +54,34 @@ class ParallelismSpec:
     expert: int = 1
     """Expert-parallel size (ep): GPUs the routed experts are spread over."""
 
+    def __init__(
+        self,
+        *,
+        tensor_parallel: int | None = None,
+        pipeline: int = 1,
+        data: int = 1,
+        expert: int = 1,
+        tensor: int | None = None,
+    ) -> None:
+        if tensor is not None:
+            warnings.warn(
+                "ParallelismSpec(tensor=...) is deprecated; use tensor_parallel=",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            if tensor_parallel is not None:
+                raise InputError(
+                    "tensor", tensor, "is the former name of tensor_parallel; give one of them"
+                )
+            tensor_parallel = tensor
+        degrees = (1 if tensor_parallel is None else tensor_parallel, pipeline, data, expert)
+        for name, value in zip(_DEGREES, degrees, strict=True):
+            object.__setattr__(self, name, value)
+        self.__post_init__()
+
     def __post_init__(self) -> None:
         for name, value in (
-            ("tp", self.tensor),
+            ("tensor_parallel", self.tensor_parallel),
             ("pp", self.pipeline),
             ("dp", self.data),
             ("ep", self.expert),
@@ -56,9 +89,19 @@ class ParallelismSpec:
             check_int(name, value, minimum=1, maximum=MAX_NODES * MAX_GPUS_PER_NODE)
 
     @property
+    def tensor(self) -> int:
+        """Deprecated: :attr:`tensor_parallel`."""
+        warnings.warn(
+            "ParallelismSpec.tensor is deprecated; use ParallelismSpec.tensor_parallel",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.tensor_parallel
+
+    @property
     def replica_gpus(self) -> int:
         """GPUs of one model replica: tp × pp."""
-        return self.tensor * self.pipeline
+        return self.tensor_parallel * self.pipeline
 
     @property
     def world_size(self) -> int:
@@ -93,18 +136,22 @@ class _Failure:
     value: object
     rule: str
     vary: str | None = None
-    """``tensor``, ``data`` or ``expert``: the suggestions are the values of that degree
+    """``tensor_parallel``, ``data`` or ``expert``: the suggestions are the values of that degree
     for which the whole validation passes, the other degrees unchanged (see
     :func:`nearest_valid`)."""
 
 
-def _heads_failure(tp: int, layout: ModelLayout) -> _Failure | None:
-    rule = tensor_parallel_violation(tp, layout)
-    return None if rule is None else _Failure(field="tp", value=tp, rule=rule, vary="tensor")
+def _heads_failure(tensor_parallel: int, layout: ModelLayout) -> _Failure | None:
+    rule = tensor_parallel_violation(tensor_parallel, layout)
+    if rule is None:
+        return None
+    return _Failure(
+        field="tensor_parallel", value=tensor_parallel, rule=rule, vary="tensor_parallel"
+    )
 
 
 def _world_failure(spec: ParallelismSpec, fleet: FleetSpec) -> _Failure | None:
-    tp, pp, dp = spec.tensor, spec.pipeline, spec.data
+    tp, pp, dp = spec.tensor_parallel, spec.pipeline, spec.data
     total = fleet.total_gpus
     shape = f"{plural(fleet.num_nodes, 'node')} × {plural(fleet.gpus_per_node, 'GPU')}"
     if spec.replica_gpus > total:
@@ -138,7 +185,7 @@ def _world_failure(spec: ParallelismSpec, fleet: FleetSpec) -> _Failure | None:
 
 
 def _expert_failure(spec: ParallelismSpec, layout: ModelLayout | None) -> _Failure | None:
-    tp, ep, world = spec.tensor, spec.expert, spec.world_size
+    tp, ep, world = spec.tensor_parallel, spec.expert, spec.world_size
     if ep == 1:
         return None  # experts are not split
     num_experts = None if layout is None or layout.experts is None else layout.experts.num_experts
@@ -163,7 +210,7 @@ def _expert_failure(spec: ParallelismSpec, layout: ModelLayout | None) -> _Failu
         return _Failure(
             field="ep",
             value=ep,
-            rule=f"exceeds the world size tp×pp×dp = {spec.tensor}×{spec.pipeline}×"
+            rule=f"exceeds the world size tp×pp×dp = {spec.tensor_parallel}×{spec.pipeline}×"
             f"{spec.data} = {world}",
             vary="expert",
         )
@@ -187,7 +234,7 @@ def _first_failure(
 ) -> _Failure | None:
     """The first rule ``spec`` breaks (in the order of :func:`validate_parallelism`), or None."""
     return (
-        (None if layout is None else _heads_failure(spec.tensor, layout))
+        (None if layout is None else _heads_failure(spec.tensor_parallel, layout))
         or _world_failure(spec, fleet)
         or _expert_failure(spec, layout)
         or _strategy_failure(spec, fleet)
@@ -221,7 +268,7 @@ def _candidates(
     ``ep`` or of the expert count), and the size rules give at most two ranges, in which
     only the multiples nearest the current value are taken.
     """
-    tp, pp, dp, ep = spec.tensor, spec.pipeline, spec.data, spec.expert
+    tp, pp, dp, ep = spec.tensor_parallel, spec.pipeline, spec.data, spec.expert
     gpn, total = fleet.gpus_per_node, fleet.total_gpus
     value = int(getattr(spec, degree))
     if degree == "data":
@@ -235,7 +282,7 @@ def _candidates(
         if experts is not None:
             return _divisors(experts)
         return [1, *_edges(2, spec.world_size, tp, value)]
-    # degree == "tensor"
+    # degree == "tensor_parallel"
     heads = None if layout is None else layout.num_attention_heads
     if ep > 1:
         return _divisors(ep)
@@ -256,14 +303,22 @@ def _candidates(
 def nearest_valid(
     spec: ParallelismSpec, fleet: FleetSpec, layout: ModelLayout | None, degree: str
 ) -> tuple[int | None, int | None]:
-    """The values of ``degree`` (``tensor``, ``data`` or ``expert``) nearest below and above
-    its value in ``spec`` that pass the whole validation with the other degrees unchanged
-    (None where there is none).
+    """The values of ``degree`` (``tensor_parallel``, ``data`` or ``expert``) nearest below
+    and above its value in ``spec`` that pass the whole validation with the other degrees
+    unchanged (None where there is none).  ``degree="tensor"`` is the deprecated spelling of
+    ``tensor_parallel`` (it warns).
 
     Computed in closed form from divisors and ranges, not by walking the fleet's GPUs, so it
     costs the same on 16 GPUs and on 16 million; every value returned is checked against
     every rule.
     """
+    if degree == "tensor":
+        warnings.warn(
+            'nearest_valid(..., "tensor") is deprecated; use "tensor_parallel"',
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        degree = "tensor_parallel"
     value = int(getattr(spec, degree))
     below: int | None = None
     above: int | None = None

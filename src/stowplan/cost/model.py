@@ -500,11 +500,13 @@ def _planning_id_of(index: dict[str, int], a: StageAssignment) -> str:
     return gpu_group_id(a.node_id, a.gpu_indices[0], len(a.gpu_indices))
 
 
-def _all_reduce_s(tp: int, act_bytes: float, rates: NodeRates) -> float:
-    """AR(tp): one ring all-reduce of ``act_bytes`` over ``tp`` GPUs of one node.
+def _all_reduce_s(tensor_parallel: int, act_bytes: float, rates: NodeRates) -> float:
+    """AR(tp): one ring all-reduce of ``act_bytes`` over ``tp = tensor_parallel`` GPUs of
+    one node.
 
     ``0`` for ``tp == 1``, else ``intra_latency + 2 (tp − 1) / tp × act_bytes / intra_bw``.
     """
+    tp = tensor_parallel
     if tp <= 1:
         return 0.0
     return rates.intra_latency_s + 2 * (tp - 1) / tp * act_bytes / rates.intra_bytes_per_s

@@ -47,11 +47,14 @@ RAY_PORT = 6379
 
 
 def _gpu_order(
-    plan: Plan, runs: dict[str, list[StageAssignment]], tp: int, nodes_file: str | None
+    plan: Plan,
+    runs: dict[str, list[StageAssignment]],
+    tensor_parallel: int,
+    nodes_file: str | None,
 ) -> None:
     """Refuse node orders the Ray executor would change: after the first node, each node
     must use at least as many GPUs as the one before it."""
-    counts = [(node_id, len(stages) * tp) for node_id, stages in runs.items()]
+    counts = [(node_id, len(stages) * tensor_parallel) for node_id, stages in runs.items()]
     for (prev, more), (node_id, fewer) in pairwise(counts[1:]):
         if fewer < more:
             raise UnsupportedByEngine(

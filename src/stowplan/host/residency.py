@@ -8,6 +8,7 @@ _NEW = "stowplan.planner.residency"
 
 MOVED_NAMES = (
     "DEFAULT_KV_RESERVE",
+    "DEFAULT_RESIDENCY_HEADROOM_FRAC",
     "DevicePlacement",
     "EmploymentPlan",
     "OverflowEstimate",

@@ -30,7 +30,12 @@ from stowplan.host.passport import (
     default_passport_path,
     read_passport,
 )
-from stowplan.planner.residency import DEFAULT_KV_RESERVE, EmploymentPlan, plan_employment
+from stowplan.moved import renamed_keywords
+from stowplan.planner.residency import (
+    DEFAULT_RESIDENCY_HEADROOM_FRAC,
+    EmploymentPlan,
+    plan_employment,
+)
 
 if TYPE_CHECKING:
     from stowplan.host.bench import Progress
@@ -95,43 +100,51 @@ def _record(plan: EmploymentPlan) -> EmploymentPlan:
     return plan
 
 
+@renamed_keywords(kv_reserve="vram_headroom_frac")
 def route_employment_for_model(
     topology: HostTopology,
     matrix: CapabilityMatrix,
     model_bytes: int,
-    kv_reserve: float = DEFAULT_KV_RESERVE,
+    vram_headroom_frac: float = DEFAULT_RESIDENCY_HEADROOM_FRAC,
 ) -> EmploymentPlan | None:
     """When enabled: plan for ``model_bytes`` on the already-probed host, record and return it.
 
     None when the route is off, or when no plan can be made (one warning line says why).
+    ``vram_headroom_frac`` as in :func:`~stowplan.planner.residency.plan_employment`
+    (``kv_reserve=`` is its deprecated spelling).
     """
     if not route_enabled():
         return None
-    return _plan(topology, matrix, model_bytes, kv_reserve)
+    return _plan(topology, matrix, model_bytes, vram_headroom_frac)
 
 
 def _plan(
-    topology: HostTopology, matrix: CapabilityMatrix, model_bytes: int, kv_reserve: float
+    topology: HostTopology,
+    matrix: CapabilityMatrix,
+    model_bytes: int,
+    vram_headroom_frac: float,
 ) -> EmploymentPlan | None:
     try:
-        plan = plan_employment(topology, matrix, model_bytes, kv_reserve)
+        plan = plan_employment(topology, matrix, model_bytes, vram_headroom_frac)
     except StowplanError as exc:
         log.warning("residency route: no plan, the load goes on unrouted: %s", exc)
         return None
     return _record(plan)
 
 
+@renamed_keywords(kv_reserve="vram_headroom_frac")
 def route_employment_from_passport(
     model_bytes: int,
     *,
     path: str | Path | None = None,
-    kv_reserve: float = DEFAULT_KV_RESERVE,
+    vram_headroom_frac: float = DEFAULT_RESIDENCY_HEADROOM_FRAC,
 ) -> EmploymentPlan | None:
     """When enabled: plan from the cached passport (no probe, no benchmark, no GPU touched).
 
     Returns None when the route is off, when no passport exists yet (one info
     line on the ``stowplan.host`` logger says so), when the passport is
     unusable or the model cannot be placed (one warning line each). Never probes.
+    ``kv_reserve=`` is the deprecated spelling of ``vram_headroom_frac``.
     """
     if not route_enabled():
         return None
@@ -148,7 +161,7 @@ def route_employment_from_passport(
             exc,
         )
         return None
-    return _plan(passport.topology, passport.matrix, model_bytes, kv_reserve)
+    return _plan(passport.topology, passport.matrix, model_bytes, vram_headroom_frac)
 
 
 def probe_host(*, quick: bool = False, progress: Progress | None = None) -> Passport:
@@ -161,9 +174,14 @@ def probe_host(*, quick: bool = False, progress: Progress | None = None) -> Pass
     return Passport.create(topology, matrix, (*topology.notes, *notes))
 
 
+@renamed_keywords(kv_reserve="vram_headroom_frac")
 def plan_for_model(
-    model_bytes: int, *, quick: bool = False, kv_reserve: float = DEFAULT_KV_RESERVE
+    model_bytes: int,
+    *,
+    quick: bool = False,
+    vram_headroom_frac: float = DEFAULT_RESIDENCY_HEADROOM_FRAC,
 ) -> EmploymentPlan:
-    """Probe the real host (H0 + H1) and plan for ``model_bytes``. Heavy; not gated."""
+    """Probe the real host (H0 + H1) and plan for ``model_bytes``. Heavy; not gated.
+    ``kv_reserve=`` is the deprecated spelling of ``vram_headroom_frac``."""
     passport = probe_host(quick=quick)
-    return plan_employment(passport.topology, passport.matrix, model_bytes, kv_reserve)
+    return plan_employment(passport.topology, passport.matrix, model_bytes, vram_headroom_frac)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from stowplan.cost import CostModel
 from stowplan.errors import DependencyError, Infeasible, InputError, StowplanError
-from stowplan.model import Constraints, ModelLayout, NodeDescriptor, Objective, Strategy
+from stowplan.model import Constraints, Metric, ModelLayout, NodeDescriptor, Objective, Strategy
 from stowplan.plan import Plan
 from stowplan.planner.certify import finish, key_of, objective_of, pick_best
 from stowplan.planner.cheapest import plan_cheapest
@@ -41,10 +41,10 @@ def _balance_by_vram(problem: Problem) -> Plan:
     return finish(problem, cm, Strategy.BALANCE_BY_VRAM, (order, bounds), base.rationale.notes)
 
 
-def _heuristic(problem: Problem, cm: CostModel, objective: str) -> Pipeline | None:
+def _heuristic(problem: Problem, cm: CostModel, objective: Metric) -> Pipeline | None:
     """The search of ``objective`` (``latency``: time per token; ``throughput``: the slowest
     stage) at ``cm``'s microbatch, then the best of it and the peer rules by the cycle."""
-    if objective == "latency":
+    if objective == Metric.LATENCY:
         found, proven = latency_pipeline(problem, cm), False
     else:
         found, proven = throughput_search(problem, cm)
@@ -64,12 +64,12 @@ def _heuristic(problem: Problem, cm: CostModel, objective: str) -> Pipeline | No
     return pick_best(problem, cm, objective, found)
 
 
-def _fallback(problem: Problem, cm: CostModel, objective: str) -> Pipeline | None:
+def _fallback(problem: Problem, cm: CostModel, objective: Metric) -> Pipeline | None:
     """A pipeline when the strategy's own search found none: a heuristic must not report
     Infeasible while a pipeline exists.  The other strategy's search, and on small
     clusters the exact subset DP (which finds a pipeline whenever one exists)."""
 
-    if objective == "latency":
+    if objective == Metric.LATENCY:
         candidates = [throughput_search(problem, cm)[0]]
     else:
         candidates = [latency_pipeline(problem, cm)]
@@ -84,7 +84,7 @@ _SMALL_NONUNIFORM = 6
 """Clusters of blocks that differ are solved by the exact DP up to this many nodes."""
 
 
-def _solve(objective: str) -> Callable[[Problem, CostModel], Pipeline | None]:
+def _solve(objective: Metric) -> Callable[[Problem, CostModel], Pipeline | None]:
     """The strategy search for one stage count (``max_stages``) at its microbatch."""
 
     def run(problem: Problem, cm: CostModel) -> Pipeline | None:
@@ -93,24 +93,24 @@ def _solve(objective: str) -> Callable[[Problem, CostModel], Pipeline | None]:
     return run
 
 
-def _cycle_search(problem: Problem, cm: CostModel, first: str) -> Pipeline | None:
+def _cycle_search(problem: Problem, cm: CostModel, first: Metric) -> Pipeline | None:
     """The least-cycle pipeline of the ``first`` search and the other (the time per token
     or the slowest stage may decide the cycle), over the stage counts."""
     if cm.batch == 1:
-        return cycle.search(problem, cm, (_solve("latency"),))
-    other = "throughput" if first == "latency" else "latency"
+        return cycle.search(problem, cm, (_solve(Metric.LATENCY),))
+    other = Metric.THROUGHPUT if first == Metric.LATENCY else Metric.LATENCY
     return cycle.search(problem, cm, (_solve(first), _solve(other)))
 
 
 def _latency(problem: Problem) -> Plan:
     cm = problem.cost_model()
-    found = _need(_cycle_search(problem, cm, "latency"))
+    found = _need(_cycle_search(problem, cm, Metric.LATENCY))
     return finish(problem, cm, Strategy.LATENCY, found, adopt_optimum=True)
 
 
 def _throughput(problem: Problem) -> Plan:
     cm = problem.cost_model()
-    found = _need(_cycle_search(problem, cm, "throughput"))
+    found = _need(_cycle_search(problem, cm, Metric.THROUGHPUT))
     return finish(problem, cm, Strategy.THROUGHPUT, found, adopt_optimum=True)
 
 
@@ -119,7 +119,7 @@ def _exact(problem: Problem) -> Plan:
     cm = problem.cost_model()
     objective = objective_of(problem.constraints)
     if cm.batch == 1:
-        optimum = replace(solve_exact(problem, cm, "latency"), objective=objective)
+        optimum = replace(solve_exact(problem, cm, Metric.LATENCY), objective=objective)
         found = optimum.pipeline or _cycle_search(problem, cm, objective)
     else:
         found = _cycle_search(problem, cm, objective)
@@ -139,7 +139,7 @@ def _need(p: Pipeline | None) -> Pipeline:
 
 
 def _grouped(
-    runner: Callable[[Problem], Plan], objective: str, strategy: Strategy
+    runner: Callable[[Problem], Plan], objective: Metric, strategy: Strategy
 ) -> Callable[[Problem], Plan]:
     """``runner`` over the best GPU groups of the problem's multi-GPU nodes."""
 

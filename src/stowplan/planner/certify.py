@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from stowplan.cost import CostModel, microbatches
 from stowplan.errors import DependencyError
-from stowplan.model import Constraints, Strategy
+from stowplan.model import Constraints, Metric, Strategy
 from stowplan.plan import Certificate, Plan, PlanRationale, Prediction, Topology
 from stowplan.planner.baselines.peers import BASELINES
 from stowplan.planner.exact.pipelines import Optimum, fluid_bound, solve_exact
@@ -42,26 +42,28 @@ def _inline_exact(n: int, num_blocks: int) -> bool:
     return n <= INLINE_EXACT_NODES or (2**n) * n * (num_blocks + 1) ** 2 <= INLINE_EXACT_WORK
 
 
-def objective_of(constraints: Constraints, strategy: Strategy | None = None) -> str:
-    """``latency`` or ``throughput``: what the strategy optimises, else what the workload needs.
+def objective_of(constraints: Constraints, strategy: Strategy | None = None) -> Metric:
+    """The :class:`Metric`: what the strategy optimises, else what the workload needs.
 
     Both rank pipelines by the cycle (:func:`stowplan.cost.cycle_seconds`); they differ in
     the unit the certificate is stated in and in the searches a strategy runs."""
     if strategy is Strategy.LATENCY:
-        return "latency"
+        return Metric.LATENCY
     if strategy is Strategy.THROUGHPUT:
-        return "throughput"
-    return "latency" if constraints.batch == 1 else "throughput"
+        return Metric.THROUGHPUT
+    return Metric.LATENCY if constraints.batch == 1 else Metric.THROUGHPUT
 
 
-def key_of(cm: CostModel, objective: str, p: Pipeline) -> tuple[float, float, int, tuple[int, ...]]:
+def key_of(
+    cm: CostModel, objective: Metric, p: Pipeline
+) -> tuple[float, float, int, tuple[int, ...]]:
     """How pipelines rank: the cycle (per-sequence time per token; U / tokens/s), then the
     slowest stage, fewer stages, node ids (``objective`` says which search asks)."""
     return cycle.rank_key(cm, p)
 
 
 def pick_best(
-    problem: Problem, cm: CostModel, objective: str, found: Pipeline | None
+    problem: Problem, cm: CostModel, objective: Metric, found: Pipeline | None
 ) -> Pipeline | None:
     """The best of ``found`` and every peer rule's plan, by ``objective`` (never worse than one)."""
 
@@ -76,18 +78,18 @@ def pick_best(
 
 
 def inline_optimum(
-    problem: Problem, cm: CostModel, objective: str, value: float = math.inf
+    problem: Problem, cm: CostModel, objective: Metric, value: float = math.inf
 ) -> Optimum:
     """The least cycle (seconds): exact on clusters of up to :data:`INLINE_EXACT_NODES`, else
     a bound.  ``value``: the cycle of the plan being certified (skips needless solves)."""
     if cm.batch == 1:
-        return replace(solver_optimum(problem, cm, "latency"), objective=objective)
+        return replace(solver_optimum(problem, cm, Metric.LATENCY), objective=objective)
     n, nb = len(cm.nodes), cm.num_blocks
     exact = n <= INLINE_EXACT_NODES and (2**n) * n * n * (nb + 1) ** 2 <= 5 * INLINE_EXACT_WORK
     return cycle.optimum(problem, cm, objective, solver_optimum, value, exact=exact)
 
 
-def solver_optimum(problem: Problem, cm: CostModel, objective: str) -> Optimum:
+def solver_optimum(problem: Problem, cm: CostModel, objective: Metric) -> Optimum:
     """The optimum of a solver objective at ``cm``'s microbatch (``latency``: time per
     token; ``throughput``: the slowest stage), exact on small clusters, else a bound."""
 
@@ -107,7 +109,7 @@ def solver_optimum(problem: Problem, cm: CostModel, objective: str) -> Optimum:
 def certificate(
     problem: Problem,
     cm: CostModel,
-    objective: str,
+    objective: Metric,
     p: Pipeline,
     optimum_s: float | None = None,
     exact: bool = False,
@@ -118,7 +120,7 @@ def certificate(
     if optimum_s is None:
         opt = inline_optimum(problem, cm, objective, ev.cycle_s)
         optimum_s, exact, method = opt.value, opt.exact, opt.method
-    if objective == "latency":
+    if objective == Metric.LATENCY:
         value = ev.time_per_token_s
         bound = min(optimum_s, value)
         ratio = bound / value if value > 0 else 1.0
@@ -154,7 +156,7 @@ def _notes(
         )
     out.append(prediction_note(pred, n))
     out.append(kv_capacity_note(pred, problem.constraints.context_tokens))
-    unit = "s/token" if cert.objective == "latency" else "tokens/s"
+    unit = "s/token" if cert.objective == Metric.LATENCY else "tokens/s"
     out.append(
         f"certificate ({cert.objective}): {cert.value:.6g} {unit} vs "
         f"{'optimum' if cert.exact else 'bound'} {cert.bound:.6g}, gap {cert.gap:.2%} "

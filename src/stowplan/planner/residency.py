@@ -5,8 +5,8 @@ Pure: a function of the discovered :class:`HostTopology`, the measured
 
 Decision D31:
 
-1. The model fits the best-ranked circuit's pool minus the KV reserve →
-   ``Resident``.
+1. The model fits the best-ranked circuit's pool minus its headroom
+   (``vram_headroom_frac`` of the pool) and the KV cache asked for → ``Resident``.
 2. Otherwise the overflow (model bytes beyond that budget) goes to the argmin
    of measured compute + measured transfer over the candidates:
 
@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -55,11 +56,12 @@ from stowplan.circuits import SYSTEM_POOL, CapabilityMatrix, CircuitCapability, 
 from stowplan.errors import InputError, InsufficientVram
 from stowplan.files.safeload import parse_json
 from stowplan.model import ModelLayout
+from stowplan.moved import renamed_keywords
 from stowplan.quantities.checks import check_int
 from stowplan.quantities.limits import MAX_BYTE_COUNT
 
 __all__ = [
-    "DEFAULT_KV_RESERVE",
+    "DEFAULT_RESIDENCY_HEADROOM_FRAC",
     "DevicePlacement",
     "EmploymentPlan",
     "OverflowEstimate",
@@ -72,8 +74,28 @@ __all__ = [
     "read_bytes_per_token",
 ]
 
-DEFAULT_KV_RESERVE = 0.10
-"""Fraction of the primary circuit's pool kept for the KV cache and runtime buffers."""
+DEFAULT_RESIDENCY_HEADROOM_FRAC = 0.10
+"""The residency planner's default ``vram_headroom_frac``: the fraction of the primary
+circuit's pool kept free.
+
+The same quantity as :attr:`Constraints.vram_headroom_frac
+<stowplan.model.Constraints.vram_headroom_frac>` (whose default, for a fleet's nodes, is
+:data:`~stowplan.model.DEFAULT_HEADROOM_FRAC`): memory no weight and no counted KV cache
+may use.  Without a context the residency planner counts no KV cache, so this fraction is
+also what the KV cache and the runtime's buffers get."""
+
+_RENAMED = {"DEFAULT_KV_RESERVE": "DEFAULT_RESIDENCY_HEADROOM_FRAC"}
+
+
+def __getattr__(name: str) -> Any:
+    """``DEFAULT_KV_RESERVE``, the former name of :data:`DEFAULT_RESIDENCY_HEADROOM_FRAC`,
+    with a :class:`DeprecationWarning`."""
+    if name not in _RENAMED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"{__name__}.{name} is deprecated; use {_RENAMED[name]}", DeprecationWarning, stacklevel=2
+    )
+    return globals()[_RENAMED[name]]
 
 
 class ResidencyProtocol(StrEnum):
@@ -139,7 +161,9 @@ class EmploymentPlan:
     """Bytes one token reads (all of ``model_bytes`` for a dense model)."""
     kv_bytes: int
     """KV cache bytes the primary holds beside the weights (0: none asked for)."""
-    kv_reserve: float
+    vram_headroom_frac: float
+    """Fraction of the primary's pool kept free beside the weights and ``kv_bytes`` (JSON
+    key ``vram_headroom_frac``; plans written before read theirs from ``kv_reserve``)."""
     primary: str
     resident_bytes: int
     """Bytes held by the primary circuit."""
@@ -153,6 +177,16 @@ class EmploymentPlan:
     rationale: tuple[str, ...]
 
     @property
+    def kv_reserve(self) -> float:
+        """Deprecated: :attr:`vram_headroom_frac`."""
+        warnings.warn(
+            "EmploymentPlan.kv_reserve is deprecated; use EmploymentPlan.vram_headroom_frac",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.vram_headroom_frac
+
+    @property
     def predicted_tokens_per_s(self) -> float:
         """1 / predicted_s_per_token."""
         return 1.0 / self.predicted_s_per_token
@@ -163,7 +197,7 @@ class EmploymentPlan:
             "model_bytes": self.model_bytes,
             "read_bytes": self.read_bytes,
             "kv_bytes": self.kv_bytes,
-            "kv_reserve": self.kv_reserve,
+            "vram_headroom_frac": self.vram_headroom_frac,
             "primary": self.primary,
             "resident_bytes": self.resident_bytes,
             "overflow_bytes": self.overflow_bytes,
@@ -194,12 +228,27 @@ class EmploymentPlan:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> EmploymentPlan:
+        """The plan :meth:`to_dict` wrote; the former key ``kv_reserve`` is read as
+        ``vram_headroom_frac``, with a :class:`DeprecationWarning`."""
+        if "kv_reserve" in d:
+            if "vram_headroom_frac" in d:
+                raise InputError(
+                    "employment.kv_reserve",
+                    d["kv_reserve"],
+                    "is the former name of vram_headroom_frac; give one of them",
+                )
+            warnings.warn(
+                "employment plan key kv_reserve is deprecated; use vram_headroom_frac",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            d = {("vram_headroom_frac" if k == "kv_reserve" else k): v for k, v in d.items()}
         return cls(
             protocol=ResidencyProtocol(d["protocol"]),
             model_bytes=int(d["model_bytes"]),
             read_bytes=int(d.get("read_bytes", d["model_bytes"])),
             kv_bytes=int(d.get("kv_bytes", 0)),
-            kv_reserve=float(d["kv_reserve"]),
+            vram_headroom_frac=float(d["vram_headroom_frac"]),
             primary=str(d["primary"]),
             resident_bytes=int(d["resident_bytes"]),
             overflow_bytes=int(d["overflow_bytes"]),
@@ -261,11 +310,12 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
+@renamed_keywords(kv_reserve="vram_headroom_frac")
 def plan_employment(
     topology: HostTopology,
     matrix: CapabilityMatrix,
     model_bytes: int,
-    kv_reserve: float = DEFAULT_KV_RESERVE,
+    vram_headroom_frac: float = DEFAULT_RESIDENCY_HEADROOM_FRAC,
     *,
     read_bytes: int | None = None,
     kv_bytes: int = 0,
@@ -275,8 +325,10 @@ def plan_employment(
 ) -> EmploymentPlan:
     """Derive the employment plan for ``model_bytes`` of weights on this host (D31).
 
-    ``kv_reserve`` is the fraction of the primary's pool kept free (for the KV
-    cache and runtime buffers; headroom when ``kv_bytes`` is given), in [0, 1).
+    ``vram_headroom_frac`` is the fraction of the primary's pool kept free, in [0, 1):
+    beside ``kv_bytes`` when given, else it is also the room of the KV cache and runtime
+    buffers (the former keyword ``kv_reserve=`` still works, with a
+    :class:`DeprecationWarning`).
     ``read_bytes`` is what one token reads (MoE: the routed experts; default
     ``model_bytes``), ``read_why`` what it leaves unread, for the note; ``kv_bytes`` the
     KV cache the primary holds beside the weights.  Raises :class:`InputError` for bad arguments and
@@ -284,10 +336,9 @@ def plan_employment(
     change) when no candidate can hold the overflow.
     """
     check_int("model_bytes", model_bytes, minimum=1, maximum=MAX_BYTE_COUNT)
-    if isinstance(kv_reserve, bool) or not (
-        isinstance(kv_reserve, int | float) and 0 <= kv_reserve < 1
-    ):
-        raise InputError("kv_reserve", kv_reserve, "must be a fraction in [0, 1)")
+    frac = vram_headroom_frac
+    if isinstance(frac, bool) or not (isinstance(frac, int | float) and 0 <= frac < 1):
+        raise InputError("vram_headroom_frac", frac, "must be a fraction in [0, 1)")
     read = model_bytes if read_bytes is None else _check_bytes("read_bytes", read_bytes, 1)
     if read > model_bytes:
         raise InputError("read_bytes", read, f"must be at most model_bytes ({model_bytes})")
@@ -307,13 +358,13 @@ def plan_employment(
     # Step 1: the primary is the best-ranked circuit; Resident when the model fits its budget.
     top = ranked[0]
     top_pool = topology.pool(topology.circuit(top.circuit).pool)
-    headroom = math.ceil(top_pool.capacity_bytes * kv_reserve)
+    headroom = math.ceil(top_pool.capacity_bytes * frac)
     budget = max(top_pool.capacity_bytes - headroom - kv, 0)
     notes = [
         "priority by measured GEMV throughput: "
         + ", ".join(f"{e.circuit} {e.compute_bytes_per_s / 1e9:.2f} GB/s" for e in ranked),
         f"{top.circuit} budget: {top_pool.capacity_bytes} bytes of pool {top_pool.id} "
-        f"minus kv_reserve {kv_reserve:g}"
+        f"minus vram_headroom_frac {frac:g}"
         + (f" and KV cache {kv} bytes" if kv else "")
         + f" = {budget} bytes",
     ]
@@ -335,7 +386,7 @@ def plan_employment(
         return EmploymentPlan(
             protocol=ResidencyProtocol.RESIDENT,
             **common,
-            kv_reserve=float(kv_reserve),
+            vram_headroom_frac=float(frac),
             primary=top.circuit,
             resident_bytes=model_bytes,
             overflow_bytes=0,
@@ -378,7 +429,7 @@ def plan_employment(
             needed=model_bytes,
             available=budget + largest,
             detail=_does_not_fit(
-                top.circuit, top_pool.capacity_bytes, model_bytes, kv, headroom, kv_reserve,
+                top.circuit, top_pool.capacity_bytes, model_bytes, kv, headroom, frac,
                 overflow, largest,
             ),
         )  # fmt: skip
@@ -410,7 +461,7 @@ def plan_employment(
     return EmploymentPlan(
         protocol=best.protocol,
         **common,
-        kv_reserve=float(kv_reserve),
+        vram_headroom_frac=float(frac),
         primary=top.circuit,
         resident_bytes=budget,
         overflow_bytes=overflow,
@@ -446,7 +497,7 @@ def _does_not_fit(
     weights: int,
     kv: int,
     headroom: int,
-    kv_reserve: float,
+    frac: float,
     overflow: int,
     largest_other: int,
 ) -> str:
@@ -455,11 +506,11 @@ def _does_not_fit(
     changes = [f"weights of at most {_gib(fits)} (a smaller --dtype or model)"]
     if kv:
         changes.append("a shorter --context")
-    if kv_reserve > 0:
-        changes.append("a lower --kv-reserve")
+    if frac > 0:
+        changes.append("a lower --headroom")
     return (
         f"weights {_gib(weights)} + KV {_gib(kv)} + headroom {_gib(headroom)} "
-        f"(kv_reserve {kv_reserve:g}) on {primary}'s {_gib(capacity)} leave "
+        f"(vram_headroom_frac {frac:g}) on {primary}'s {_gib(capacity)} leave "
         f"{_gib(overflow)} of weights over, and no other pool holds it "
         f"(largest other: {_gib(largest_other) if largest_other else 'none'}); needs "
         + ", or ".join(changes)
@@ -472,19 +523,21 @@ def read_bytes_per_token(model: ModelLayout) -> int:
     return sum(model.block_read_sizes()) + model.head_params_bytes
 
 
+@renamed_keywords(kv_reserve="vram_headroom_frac")
 def plan_residency(
     topology: HostTopology,
     matrix: CapabilityMatrix,
     model: ModelLayout,
     *,
-    kv_reserve: float = DEFAULT_KV_RESERVE,
+    vram_headroom_frac: float = DEFAULT_RESIDENCY_HEADROOM_FRAC,
     context_tokens: int | None = None,
     whole_model_s: Mapping[str, float] | None = None,
     model_label: str = "first-order",
 ) -> EmploymentPlan:
     """:func:`plan_employment` for ``model``: its weights, what a token reads, and the KV
     cache of ``context_tokens`` (none without a context); ``whole_model_s`` and
-    ``model_label`` as there."""
+    ``model_label`` as there (``kv_reserve=`` is the deprecated spelling of
+    ``vram_headroom_frac``)."""
     ctx = context_tokens or 0
     if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 0:
         raise InputError("context_tokens", context_tokens, "must be an integer >= 0")
@@ -493,7 +546,7 @@ def plan_residency(
         topology,
         matrix,
         model.weight_bytes,
-        kv_reserve,
+        vram_headroom_frac,
         read_bytes=min(read_bytes_per_token(model), model.weight_bytes),
         kv_bytes=kv,
         read_why=(

@@ -156,13 +156,13 @@ def _segment(part: MemoryPart, n_bytes: int, total: int, bar_pct: float) -> str:
     )
 
 
-def _node_row(row: NodeMemory, widest: int, tp: int) -> str:
+def _node_row(row: NodeMemory, widest: int, tensor_parallel: int) -> str:
     total = row.capacity_bytes
     width = 100.0 * total / widest if widest else 100.0
     segs = "".join(_segment(s.part, s.bytes, total, width) for s in row.segments)
     lo, hi = row.block_range
     who = f"stage {row.stage}" + (f" · {escape(row.gpu_name)}" if row.gpu_name else "")
-    who += f" · tp{tp}" if tp > 1 else ""
+    who += f" · tp{tensor_parallel}" if tensor_parallel > 1 else ""
     place = f"{row.node_id} {row.gpus}" if row.gpus else row.node_id
     experts = f" + {row.num_experts} experts" if row.num_experts else ""
     usable = f" of {format_bytes(row.usable_bytes)}" if row.usable_bytes else ""

@@ -11,24 +11,33 @@ from __future__ import annotations
 import math
 
 from stowplan.model import ModelLayout
+from stowplan.moved import renamed_keywords
 
 __all__ = ["kv_heads_allow", "legal_tensor_parallel", "tensor_parallel_violation"]
 
 
-def kv_heads_allow(tp: int, num_kv_heads: int) -> bool:
-    """Whether ``tp`` ranks can share ``num_kv_heads`` KV heads, as inference engines do.
+@renamed_keywords(tp="tensor_parallel")
+def kv_heads_allow(tensor_parallel: int, num_kv_heads: int) -> bool:
+    """Whether ``tensor_parallel`` ranks can share ``num_kv_heads`` KV heads, as inference
+    engines do.
 
-    ``tp <= num_kv_heads``: the heads are partitioned, so tp must divide them;
-    ``tp > num_kv_heads``: every head is replicated on ``tp / num_kv_heads`` ranks,
-    so num_kv_heads must divide tp (an MLA model's single latent KV head takes any tp).
+    ``tensor_parallel <= num_kv_heads``: the heads are partitioned, so it must divide them;
+    ``tensor_parallel > num_kv_heads``: every head is replicated on
+    ``tensor_parallel / num_kv_heads`` ranks, so num_kv_heads must divide it (an MLA
+    model's single latent KV head takes any degree).  The former keyword ``tp=`` still
+    works, with a :class:`DeprecationWarning`.
     """
-    if tp <= num_kv_heads:
-        return num_kv_heads % tp == 0
-    return tp % num_kv_heads == 0
+    if tensor_parallel <= num_kv_heads:
+        return num_kv_heads % tensor_parallel == 0
+    return tensor_parallel % num_kv_heads == 0
 
 
-def tensor_parallel_violation(tp: int, layout: ModelLayout) -> str | None:
-    """Why ``tp`` cannot split ``layout``'s blocks (None when it can)."""
+@renamed_keywords(tp="tensor_parallel")
+def tensor_parallel_violation(tensor_parallel: int, layout: ModelLayout) -> str | None:
+    """Why ``tensor_parallel`` cannot split ``layout``'s blocks (None when it can).
+
+    The former keyword ``tp=`` still works, with a :class:`DeprecationWarning`."""
+    tp = tensor_parallel
     heads = layout.num_attention_heads
     if heads is not None and heads > 0 and heads % tp:
         return (

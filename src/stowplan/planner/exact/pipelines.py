@@ -24,6 +24,7 @@ from typing import Any
 
 from stowplan.cost import CostModel
 from stowplan.errors import DependencyError
+from stowplan.model import Metric
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies.throughput import Pipeline
 
@@ -54,8 +55,10 @@ whose certificate bounds their gap to the optimum instead."""
 class Optimum:
     """The optimum (or a bound) of one objective."""
 
-    objective: str
-    """``latency`` (seconds per token) or ``throughput`` (slowest stage, seconds)."""
+    objective: Metric | None
+    """:attr:`Metric.LATENCY` (seconds per token) or :attr:`Metric.THROUGHPUT` (slowest
+    stage, seconds); None for the least cycle itself (:func:`least_cycle`), which both
+    rank by."""
     value: float
     """Seconds: time per token, or the slowest stage's time."""
     exact: bool
@@ -126,10 +129,12 @@ def _best_single_stage(problem: Problem, cm: CostModel) -> tuple[float, Pipeline
     return best_val, best
 
 
-def _subset_dp(problem: Problem, cm: CostModel, objective: str, cap: float = math.inf) -> Optimum:
+def _subset_dp(
+    problem: Problem, cm: CostModel, objective: Metric, cap: float = math.inf
+) -> Optimum:
     np = _np()
     n, nb = len(cm.nodes), cm.num_blocks
-    add = objective == "latency"
+    add = objective == Metric.LATENCY
     comb = np.add if add else np.maximum
     best_val, best = _best_single_stage(problem, cm)
     if best is not None and cm.stage_time(best[0][0], 0, nb, True, True) > cap:
@@ -201,7 +206,7 @@ def _backtrack(
     return order[::-1], bounds[::-1]
 
 
-def _milp(problem: Problem, cm: CostModel, objective: str, time_limit_s: float) -> Optimum:
+def _milp(problem: Problem, cm: CostModel, objective: Metric, time_limit_s: float) -> Optimum:
     np = _np()
     try:
         from scipy.optimize import Bounds, LinearConstraint, milp
@@ -210,7 +215,7 @@ def _milp(problem: Problem, cm: CostModel, objective: str, time_limit_s: float) 
         raise DependencyError("scipy", "exact") from None
     n, nb = len(cm.nodes), cm.num_blocks
     single, single_p = _best_single_stage(problem, cm)
-    lat = objective == "latency"
+    lat = objective == Metric.LATENCY
     # Smallest block: exact for uniform layouts, a relaxation otherwise.
     rd, kvr, mem = cm.smallest_block()
     window = cm.max_window()
@@ -336,7 +341,7 @@ def _milp_pipeline(cm: CostModel, x: Any) -> Pipeline | None:
 
 
 def solve_exact(
-    problem: Problem, cm: CostModel, objective: str, *, time_limit_s: float = 60.0
+    problem: Problem, cm: CostModel, objective: Metric, *, time_limit_s: float = 60.0
 ) -> Optimum:
     """The optimum of ``objective`` (``latency`` or ``throughput``), or a bound on it.
 
@@ -378,14 +383,14 @@ def least_cycle(problem: Problem, cm: CostModel, stages: int) -> Optimum:
     caps = sorted(values)
     method = f"bisection on the slowest stage, subset dynamic programme over {n} nodes"
     if not caps:
-        return Optimum(objective="cycle", value=math.inf, exact=True, method=method)
+        return Optimum(objective=None, value=math.inf, exact=True, method=method)
 
     trips: dict[int, Optimum] = {}
 
     def trip(k: int) -> Optimum:
         """The least trip with every stage at most ``caps[k]`` (each cap solved once)."""
         if k not in trips:
-            trips[k] = _subset_dp(sub, cm, "latency", cap=caps[k] * (1 + 1e-12))
+            trips[k] = _subset_dp(sub, cm, Metric.LATENCY, cap=caps[k] * (1 + 1e-12))
         return trips[k]
 
     lo, hi = 0, len(caps) - 1
@@ -402,9 +407,9 @@ def least_cycle(problem: Problem, cm: CostModel, stages: int) -> Optimum:
     found = [o.pipeline for k in (lo - 1, lo) if 0 <= k < len(caps) and (o := trip(k)).pipeline]
     scored = [(cm.evaluate(*p).cycle_s, p) for p in found if p and cm.fits_pipeline(*p)]
     if not scored:
-        return Optimum(objective="cycle", value=math.inf, exact=True, method=method)
+        return Optimum(objective=None, value=math.inf, exact=True, method=method)
     value, best = min(scored, key=lambda vp: vp[0])
-    return Optimum(objective="cycle", value=value, exact=True, method=method, pipeline=best)
+    return Optimum(objective=None, value=value, exact=True, method=method, pipeline=best)
 
 
 def _min_stages_by_room(room: Sequence[float], nb: int) -> int:
@@ -417,7 +422,7 @@ def _min_stages_by_room(room: Sequence[float], nb: int) -> int:
     return len(room) + 1
 
 
-def fluid_bound(problem: Problem, cm: CostModel, objective: str) -> float:
+def fluid_bound(problem: Problem, cm: CostModel, objective: Metric) -> float:
     """A valid lower bound (seconds) on the objective, from a fractional relaxation.
 
     Every block is taken as small as the smallest; blocks flow to nodes
@@ -433,7 +438,7 @@ def fluid_bound(problem: Problem, cm: CostModel, objective: str) -> float:
     single, _ = _best_single_stage(problem, cm)
     if problem.max_stages < 2 or n < 2:
         return single
-    if objective == "latency":
+    if objective == Metric.LATENCY:
         left = float(nb)
         total = 0.0
         for d in sorted(range(n), key=lambda d: rate[d]):

@@ -38,6 +38,7 @@ from functools import lru_cache
 
 from stowplan.cost import CostModel, microbatches
 from stowplan.errors import DependencyError
+from stowplan.model import Metric
 from stowplan.planner.exact.pipelines import Optimum, least_cycle
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies.throughput import Pipeline
@@ -188,7 +189,7 @@ def rank_key(cm: CostModel, p: Pipeline) -> tuple[float, float, int, tuple[int, 
     return (ev.cycle_s, ev.bottleneck_s, len(p[0]), tuple(p[0]))
 
 
-Bound = Callable[[Problem, CostModel, str], "Optimum"]
+Bound = Callable[[Problem, CostModel, Metric], "Optimum"]
 """The optimum (or a bound) of a solver objective (``latency`` or ``throughput``:
 bottleneck seconds) of ``problem`` on a cost model."""
 
@@ -196,7 +197,7 @@ bottleneck seconds) of ``problem`` on a cost model."""
 def optimum(
     problem: Problem,
     cm: CostModel,
-    objective: str,
+    objective: Metric,
     bound: Bound,
     value: float = math.inf,
     *,
@@ -241,14 +242,14 @@ def optimum(
                 per_count.append(solved.value)
                 continue
         split = True
-        slowest = bound(sub, view, "throughput")
+        slowest = bound(sub, view, Metric.THROUGHPUT)
         methods.add(slowest.method)
         exact_parts &= slowest.exact and first == last
         if slowest.pipeline is not None:
             pipelines.append(slowest.pipeline)
         lb = max(quick, m * slowest.value)
         if lb < value:
-            trip = bound(sub, view, "latency")
+            trip = bound(sub, view, Metric.LATENCY)
             methods.add(trip.method)
             exact_parts &= trip.exact
             if trip.pipeline is not None:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 from stowplan.errors import PlanError
+from stowplan.model import Metric
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies.latency import latency_split
 from stowplan.planner.strategies.throughput import Pipeline, min_bottleneck_split
@@ -51,17 +52,17 @@ def engine_accepts(vp: Problem, order: Sequence[int], engine: str) -> bool:
     return True
 
 
-def _split(vp: Problem, order: list[int], objective: str) -> Pipeline | None:
+def _split(vp: Problem, order: list[int], objective: Metric) -> Pipeline | None:
 
     root = vp.cost_model()
     cm = root.for_stages(len(order))
-    if len(order) > 1 and (objective == "latency" or root.batch == 1):
+    if len(order) > 1 and (objective == Metric.LATENCY or root.batch == 1):
         return latency_split(cm, order)
     return min_bottleneck_split(cm, order, vp.min_stages)
 
 
 def engine_fit(
-    vp: Problem, pipeline: Pipeline, objective: str, engine: str
+    vp: Problem, pipeline: Pipeline, objective: Metric, engine: str
 ) -> tuple[Pipeline, bool]:
     """``pipeline``, or the best rearrangement of its stages the engine runs: vLLM's nodes
     after the first by GPUs used, fewest first; SGLang's nodes with equally many stages
@@ -92,7 +93,7 @@ def _engine_orders(vp: Problem, runs: list[tuple[str, list[int]]], engine: str) 
 
 
 def _best_engine_split(
-    vp: Problem, orders: list[list[int]], objective: str, engine: str
+    vp: Problem, orders: list[list[int]], objective: Metric, engine: str
 ) -> Pipeline | None:
     cm = vp.cost_model()
     best: tuple[float, Pipeline] | None = None
@@ -107,7 +108,7 @@ def _best_engine_split(
 
 
 def engine_candidates(
-    problem: Problem, rule: EngineRule, objective: str, engine: str
+    problem: Problem, rule: EngineRule, objective: Metric, engine: str
 ) -> tuple[Problem, Pipeline] | None:
     """The best pipeline the engine runs over every uniform degree, its stages in the
     fleet's node order rearranged as :func:`engine_fit` does (None: none fits)."""
@@ -130,7 +131,7 @@ def engine_candidates(
     return None if best is None else (best[1], best[2])
 
 
-def consecutive(vp: Problem, pipeline: Pipeline, objective: str) -> tuple[Problem, Pipeline]:
+def consecutive(vp: Problem, pipeline: Pipeline, objective: Metric) -> tuple[Problem, Pipeline]:
     """``pipeline`` with each node's stages brought together (in the order the nodes first
     appear) and its blocks split again for that order."""
 
@@ -143,7 +144,7 @@ def consecutive(vp: Problem, pipeline: Pipeline, objective: str) -> tuple[Proble
     cm = vp.cost_model()
     split = (
         latency_split(cm, regrouped)
-        if objective == "latency" and len(regrouped) > 1
+        if objective == Metric.LATENCY and len(regrouped) > 1
         else min_bottleneck_split(cm, regrouped, vp.min_stages)
     )
     return (vp, split) if split is not None else (vp, pipeline)

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stowplan.model import Metric
 from stowplan.planner.exact.pipelines import fluid_bound
 from stowplan.planner.problem import Problem
 from stowplan.planner.tensor.nodes import (
@@ -88,7 +89,7 @@ def _interior(problem: Problem) -> bool:
 
 
 def solve_grouped(
-    problem: Problem, objective: str, allowed: Sequence[int] | None = None, *, wrap: bool = True
+    problem: Problem, objective: Metric, allowed: Sequence[int] | None = None, *, wrap: bool = True
 ) -> GroupedOptimum | None:
     """The best pipeline over every grouping of ``problem``'s nodes into GPU groups of the
     ``allowed`` degrees (None: every legal one); None when nothing fits.
@@ -99,7 +100,7 @@ def solve_grouped(
     need.
     """
     np = numpy_module()
-    add = objective == "latency"
+    add = objective == Metric.LATENCY
     groups = GroupCosts(problem, allowed)
     nb = problem.model.num_blocks
     n = len(problem.nodes)
@@ -305,7 +306,9 @@ def _backtrack_nodes(
     return out[::-1]
 
 
-def grouped_bound(problem: Problem, objective: str, allowed: Sequence[int] | None = None) -> float:
+def grouped_bound(
+    problem: Problem, objective: Metric, allowed: Sequence[int] | None = None
+) -> float:
     """A valid lower bound (seconds) on ``objective`` over every grouping: see the module.
 
     For the time per token each block is also charged the least it can cost on any
@@ -315,7 +318,7 @@ def grouped_bound(problem: Problem, objective: str, allowed: Sequence[int] | Non
 
     cm = problem.cost_model().relax_groups()
     relaxed = fluid_bound(problem, cm, objective)
-    if objective != "latency":
+    if objective != Metric.LATENCY:
         return relaxed
     groups = GroupCosts(problem, allowed)
     gcm = groups.cm

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from stowplan.errors import Infeasible, PlanError
-from stowplan.model import NodeDescriptor, Strategy
+from stowplan.model import Metric, NodeDescriptor, Strategy
 from stowplan.plan import Plan
 from stowplan.planner.certify import finish, sketching
 from stowplan.planner.exact.pipelines import Optimum
@@ -86,11 +86,11 @@ LOCAL_SEARCH_TRIALS = 24
 """Most plans step 3 tries."""
 
 
-def _value(plan: Plan, objective: str) -> float:
+def _value(plan: Plan, objective: Metric) -> float:
     """Lower is better: seconds per token, or minus tokens/s."""
     pred = plan.rationale.prediction
     assert pred is not None
-    return pred.time_per_token_s if objective == "latency" else -pred.tokens_per_s
+    return pred.time_per_token_s if objective == Metric.LATENCY else -pred.tokens_per_s
 
 
 def _try(problem: Problem, runner: Runner, layout: Layout) -> Plan | None:
@@ -104,7 +104,7 @@ def _try(problem: Problem, runner: Runner, layout: Layout) -> Plan | None:
 
 
 def _search(
-    problem: Problem, runner: Runner, rule: EngineRule, objective: str, local: bool = True
+    problem: Problem, runner: Runner, rule: EngineRule, objective: Metric, local: bool = True
 ) -> tuple[Plan | None, Layout | None]:
     multi = [n for n in problem.nodes if n.num_gpus > 1]
     degrees = sorted(
@@ -133,7 +133,7 @@ def _improve(
     problem: Problem,
     runner: Runner,
     rule: EngineRule,
-    objective: str,
+    objective: Metric,
     best: tuple[float, Plan, Layout],
     multi: Sequence[NodeDescriptor],
     seen: set[tuple[tuple[str, tuple[int, ...]], ...]],
@@ -166,7 +166,9 @@ def _improve(
     return best
 
 
-def plan_with_groups(problem: Problem, runner: Runner, objective: str, strategy: Strategy) -> Plan:
+def plan_with_groups(
+    problem: Problem, runner: Runner, objective: Metric, strategy: Strategy
+) -> Plan:
     """``runner``'s plan over the best GPU grouping of ``problem``'s multi-GPU nodes.
 
     ``problem`` holds physical nodes; a fleet of single-GPU nodes is planned as it is.
@@ -188,7 +190,7 @@ def plan_with_groups(problem: Problem, runner: Runner, objective: str, strategy:
     # every block range) is the optimum whatever the blocks and links.
     lossless = adjacent or len(problem.nodes) == 1
     if problem.constraints.batch == 1:
-        value, exact, method, best = joint_optimum(problem, rule, "latency", runs, lossless)
+        value, exact, method, best = joint_optimum(problem, rule, Metric.LATENCY, runs, lossless)
     else:
         plan_cycle = (
             found.rationale.prediction.time_per_token_s
@@ -247,7 +249,7 @@ def plan_with_groups(problem: Problem, runner: Runner, objective: str, strategy:
     return replace(plan, rationale=replace(r, notes=(*notes, *r.notes)))
 
 
-def _engine_gap(problem: Problem, runner: Runner, objective: str, plan: Plan) -> list[str]:
+def _engine_gap(problem: Problem, runner: Runner, objective: Metric, plan: Plan) -> list[str]:
     """How far the engine's plan is from the best per-stage layout."""
     free, _ = _search(problem, runner, EngineRule("generic", None, False), objective)
     if free is None:
@@ -256,7 +258,7 @@ def _engine_gap(problem: Problem, runner: Runner, objective: str, plan: Plan) ->
     name = engine_rule(problem).name
     if other >= mine:
         return [f"{name}-expressible and as fast as any per-stage layout found"]
-    if objective == "latency":
+    if objective == Metric.LATENCY:
         return [f"{name}-expressible: {mine / other - 1:.1%} slower than the best per-stage plan"]
     return [
         f"{name}-expressible: {1 - mine / other:.1%} less throughput than the best per-stage plan"

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from stowplan.cost import microbatches
 from stowplan.errors import DependencyError
+from stowplan.model import Metric
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies import cycle
 from stowplan.planner.tensor.exact import (
@@ -46,7 +47,7 @@ def exact_allowed(rule: EngineRule, problem: Problem) -> list[tuple[int, ...] | 
 
 
 def joint_optimum(
-    problem: Problem, rule: EngineRule, objective: str, runs: bool, lossless: bool
+    problem: Problem, rule: EngineRule, objective: Metric, runs: bool, lossless: bool
 ) -> tuple[float, bool, str, GroupedOptimum | None]:
     """The optimum over every grouping the rule allows (exact on small fleets), or a bound:
     (seconds, exact?, method, its pipeline).  ``runs``: :func:`joint_runs`; ``lossless``:
@@ -99,8 +100,8 @@ def joint_cycle(
             m, u = microbatches(cm.batch, s)
             if u not in solved:
                 pu = replace(problem, microbatch=u)
-                b = joint_optimum(pu, rule, "throughput", runs, lossless)
-                t = joint_optimum(pu, rule, "latency", runs, lossless)
+                b = joint_optimum(pu, rule, Metric.THROUGHPUT, runs, lossless)
+                t = joint_optimum(pu, rule, Metric.LATENCY, runs, lossless)
                 found = [g for g in (b[3], t[3]) if g is not None and g.stages]
                 solved[u] = (b[0], t[0], found, {b[2], t[2]})
             slowest, trip, _, _ = solved[u]
@@ -109,7 +110,7 @@ def joint_cycle(
     candidates = [g for _, _, got, _ in solved.values() for g in got]
     best = min(
         candidates,
-        key=lambda g: cycle_of(*as_pipeline(problem, g.stages), "throughput"),
+        key=lambda g: cycle_of(*as_pipeline(problem, g.stages), Metric.THROUGHPUT),
         default=None,
     )
     kinds = "; ".join(sorted({k for *_, ks in solved.values() for k in ks})) or "closed form"

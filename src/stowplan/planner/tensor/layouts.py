@@ -7,7 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from stowplan.errors import Infeasible, InputError
-from stowplan.model import NodeDescriptor, gpu_group_node
+from stowplan.model import Metric, NodeDescriptor, gpu_group_node
+from stowplan.moved import renamed_keywords
 from stowplan.plan import Plan
 from stowplan.planner.problem import GpuGroup, Problem, prepare
 from stowplan.planner.strategies.throughput import Pipeline
@@ -51,8 +52,9 @@ class EngineRule:
     """A node's stages follow each other in pipeline order (the engine ranks a node's GPUs
     together)."""
 
-    def allows(self, tp: int) -> bool:
-        return self.degrees is None or tp in self.degrees
+    def allows(self, tensor_parallel: int) -> bool:
+        """Whether a stage may split its blocks over ``tensor_parallel`` GPUs."""
+        return self.degrees is None or tensor_parallel in self.degrees
 
 
 ENGINE_EXPORTS = {"vLLM": "vllm", "SGLang": "sglang"}
@@ -103,17 +105,20 @@ def expand(problem: Problem, layout: Layout) -> Problem:
     return prepare(problem.model, nodes, problem.constraints, groups)
 
 
-def _groups(problem: Problem, node: NodeDescriptor, tp: int) -> tuple[int, ...]:
-    """``node`` split into groups of ``tp`` GPUs: as many as fit, but never more than
-    there can be stages."""
+def _groups(problem: Problem, node: NodeDescriptor, tensor_parallel: int) -> tuple[int, ...]:
+    """``node`` split into groups of ``tensor_parallel`` GPUs: as many as fit, but never
+    more than there can be stages."""
     cap = problem.constraints.max_stages
-    most = min(node.num_gpus // tp, problem.model.num_blocks, cap or problem.model.num_blocks)
-    return (tp,) * most
+    blocks = problem.model.num_blocks
+    most = min(node.num_gpus // tensor_parallel, blocks, cap or blocks)
+    return (tensor_parallel,) * most
 
 
-def uniform_layout(problem: Problem, tp: int) -> dict[str, tuple[int, ...]]:
-    """Every node split into groups of ``tp`` GPUs (a node with fewer is left out)."""
-    return {n.id: _groups(problem, n, tp) for n in problem.nodes}
+@renamed_keywords(tp="tensor_parallel")
+def uniform_layout(problem: Problem, tensor_parallel: int) -> dict[str, tuple[int, ...]]:
+    """Every node split into groups of ``tensor_parallel`` GPUs (a node with fewer is left
+    out).  The former keyword ``tp=`` still works, with a :class:`DeprecationWarning`."""
+    return {n.id: _groups(problem, n, tensor_parallel) for n in problem.nodes}
 
 
 def layout_options(
@@ -178,7 +183,7 @@ def of_plan(problem: Problem, plan: Plan) -> tuple[Problem, Pipeline]:
     )
 
 
-def cycle_of(vp: Problem, p: Pipeline, objective: str) -> float:
+def cycle_of(vp: Problem, p: Pipeline, objective: Metric) -> float:
     """The cycle of ``p`` (what both objectives rank by)."""
     return vp.cost_model().evaluate(*p).cycle_s
 
