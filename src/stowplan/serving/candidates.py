@@ -370,6 +370,8 @@ def replica_of(
             break
         mid = (lo + hi + 1) // 2
         got = attempt(mid)
+        if got is not None and not _better(got, best) and _shape(got) == _shape(best):
+            break  # the plan for fewer requests is the same pipeline: it serves no more
         if got is not None and _better(got, best):
             best = got
         if got is not None and got.serving.users >= mid:
@@ -385,6 +387,12 @@ def replica_of(
 
 REFINE_STEPS = 6
 """Bisection steps :func:`replica_of` takes between the users served and those asked."""
+
+
+def _shape(c: Candidate) -> tuple[tuple[object, ...], ...]:
+    return tuple(
+        (a.node_id, a.block_range, a.tensor_parallel, a.gpu_indices) for a in c.plan.assignments
+    )
 
 
 def _better(a: Candidate, b: Candidate) -> bool:
