@@ -72,6 +72,7 @@ from stowplan.calibration.apply import (
 )
 from stowplan.calibration.profile import Calibration
 from stowplan.cost.cycle import Evaluation, microbatches, usd_per_million_tokens
+from stowplan.cost.prefill_rates import prefill_rates
 from stowplan.cost.rates import NodeRates, node_rates
 from stowplan.cost.touch import expert_touch_bytes
 from stowplan.errors import InputError
@@ -243,6 +244,16 @@ class CostModel:
             self.stage_s = tuple(
                 (g - 1) * c.hop_overhead_s for c, g in zip(cal, spread, strict=True)
             )
+        self.inv_prefill_flops, self.prefill_sources = prefill_rates(
+            self.nodes,
+            [r.flops_per_s for r in self.rates],
+            self.inv_flops,
+            self.calibration,
+            layers,
+        )
+        """Seconds per FLOP of a prompt's prefill on each node: the calibrated prefill
+        compute (:func:`~stowplan.calibration.prefill.prefill_efficiency`) where it
+        applies, else :attr:`inv_flops`; and where each figure comes from."""
 
     @property
     def constraints(self) -> Constraints:

@@ -153,7 +153,7 @@ def pipeline_prefill(
         flops = 2.0 * params * p + 2.0 * attention * width
         if last:
             flops += 2.0 * cm.head * cm.params_per_byte
-        t = max(read * cm.inv_bw[d], flops * cm.inv_flops[d])
+        t = max(read * cm.inv_bw[d], flops * cm.inv_prefill_flops[d])
         t += (hi - lo) * 2 * _all_reduce(cm, d, act)
         if not last:
             nxt = order[s + 1]

@@ -30,6 +30,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from stowplan.cost.prefill_rates import prefill_notes
 from stowplan.errors import Infeasible, InputError
 from stowplan.model import (
     Constraints,
@@ -247,6 +248,7 @@ def serve(
         method,
     )
     notes += _engine_notes(base, ranked, x)
+    notes += prefill_notes(base.calibration, [n for n in nodes if n.id in used_ids])
     usd = None
     if price > 0 and 0 < tokens < math.inf:
         usd = price / (tokens * 3600) * 1e6

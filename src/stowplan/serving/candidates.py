@@ -190,7 +190,7 @@ class FleetRates:
         return cls(
             usable=cm.usable,
             inv_bw=cm.inv_bw,
-            inv_flops=cm.inv_flops,
+            inv_flops=cm.inv_prefill_flops,
             weight_bytes=model.weight_bytes,
             kv_per_request=sum(
                 model.kv_bytes(b, w.context_tokens, 1) for b in range(model.num_blocks)
