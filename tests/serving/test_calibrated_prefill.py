@@ -38,7 +38,7 @@ def test_the_fitted_share_of_the_peak_applies_to_the_nodes_flops():
     cm, t = _ttft0(shipped_calibration("generic"))
     assert cm.inv_prefill_flops[0] == pytest.approx(1 / (165e12 * eff.efficiency))
     assert cm.prefill_sources[0] is not None and "fitted" in cm.prefill_sources[0]
-    first, t0 = _ttft0(None)
+    _, t0 = _ttft0(None)
     # A 2,048-token prompt of an 8B model is compute-bound on this card: TTFT0 scales
     # by the efficiency exactly.
     assert t == pytest.approx(t0 / eff.efficiency, rel=1e-9)
