@@ -435,6 +435,7 @@ PLANNER_ROOMS = {
     "residency": "one host: which circuits hold the weights, which stream (seed 004)",
     "strategies": "the block strategies (vram, latency, throughput, cycle)",
     "tensor": "tensor parallel inside nodes: GPU groups",
+    "tiebreak": "plans within 0.1 % of the best: more KV room, then balanced memory",
 }
 """The rooms of ``stowplan.planner``, one per capability (``docs/architecture.md`` names each)."""
 

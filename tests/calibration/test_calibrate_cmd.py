@@ -181,8 +181,10 @@ def test_from_probe_records_each_measured_circuit(
     assert figure.provenance.value == "measured"
     assert figure.value == pytest.approx(900.0 / 1008, abs=1e-4)
     assert "/ spec 1008 GB/s" in figure.source
-    # The shipped family figures for other dtypes stay, with their provenance.
-    assert gpu.fraction("q4_0").provenance.value == "fitted"
+    # The shipped family figures for other dtypes keep their values, labelled assumed.
+    assert gpu.fraction("q4_0").provenance.value == "assumed"
+    assert "assumed (kept from the prior profile): bandwidth fraction (" in out
+    assert "hop, collective, compute efficiency" in out
 
 
 def test_cpu_and_partial_offload_rows_are_left_out_of_the_gpu_fit_with_a_note(
@@ -262,3 +264,31 @@ def test_from_probe_uses_the_decode_run_figures_when_the_passport_has_them(
         "measured",
     )
     assert "decode run" in entry.block_overhead_s.source
+
+
+def test_one_decode_run_labels_each_figure_fitted_or_assumed(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One Q4 decode run on one GPU: the q4 fraction and the block cost are fitted; the
+    f16, q8 and default fractions, the hop, collective and compute figures are assumed."""
+    assert main(["calibrate", "--from-llama-bench", str(LB / "readme_rtx4080.json")]) == 0
+    out = capsys.readouterr().out
+    rows = {
+        line.split("│")[1].strip(): line.split("│")[3].strip()
+        for line in out.splitlines()
+        if line.count("│") == 4
+    }
+    assert rows["bandwidth fraction (q4)"] == rows["block overhead"] == "fitted"
+    for name in (
+        "bandwidth fraction (f16)",
+        "bandwidth fraction (q8)",
+        "bandwidth fraction (default)",
+        "hop overhead",
+        "collective overhead (per block, tensor parallel)",
+        "compute efficiency",
+    ):
+        assert rows[name] == "assumed", name
+    doc = json.loads((home / "calibration" / "llamacpp.json").read_text())
+    entry = doc["devices"][0]
+    assert entry["hop_overhead_s"]["provenance"] == "assumed"
+    assert entry["hop_overhead_s"]["source"].startswith("prior (")

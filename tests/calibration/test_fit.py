@@ -14,6 +14,7 @@ from stowplan.calibration import (
     fit_device,
     stage_time_s,
 )
+from stowplan.calibration.profile import assumed
 from stowplan.errors import InputError
 
 PRIOR = DeviceCalibration(
@@ -108,8 +109,61 @@ def test_fitted_figures_say_so_and_untouched_ones_keep_their_source() -> None:
     d = result.device
     assert d.fraction("q4").provenance is Provenance.FITTED
     assert d.fraction("q4").source == "my runs"
-    assert d.bandwidth_fraction["default"].source == "prior"
+    # What the runs did not determine keeps the prior's value, labelled assumed.
+    assert d.bandwidth_fraction["default"].provenance is Provenance.ASSUMED
+    assert d.bandwidth_fraction["default"].source == "prior (table): prior"
+    assert d.compute_efficiency == assumed(PRIOR.compute_efficiency)
+    assert d.compute_efficiency.value == PRIOR.compute_efficiency.value
+
+
+def test_the_prior_labels_stay_when_asked() -> None:
+    d = fit_device(
+        _runs(_truth(0.7, 0.5, 1e-4, 0.0)),
+        bandwidth_gbps=BW,
+        prior=PRIOR,
+        device="gpu",
+        label_assumed=False,
+    ).device
+    assert d.bandwidth_fraction["default"] == PRIOR.bandwidth_fraction["default"]
     assert d.compute_efficiency == PRIOR.compute_efficiency
+
+
+def test_one_f16_decode_run_fits_only_what_it_measures() -> None:
+    """One run on one GPU, f16, no hops: its fraction and the block cost are fitted; the
+    other dtype classes, the hop, the collective and the compute figures are assumed."""
+    prior = DeviceCalibration(
+        device="gpu",
+        bandwidth_fraction={
+            "default": Figure(value=0.8, provenance=Provenance.TABLE, source="datasheet"),
+            "f16": Figure(value=0.7, provenance=Provenance.FITTED, source="published runs"),
+            "q8": Figure(value=0.6, provenance=Provenance.FITTED, source="published runs"),
+        },
+        block_overhead_s=Figure(value=1e-4, provenance=Provenance.FITTED, source="published"),
+        hop_overhead_s=Figure(value=1e-5, provenance=Provenance.FITTED, source="published"),
+        collective_overhead_s=Figure(value=7e-6, provenance=Provenance.TABLE, source="x"),
+        compute_efficiency=Figure(value=0.6, provenance=Provenance.TABLE, source="y"),
+    )
+    run = Measurement(tokens_per_s=50.0, read_bytes=16 * 10**9, num_blocks=32, dtype="bf16")
+    d = fit_device([run], bandwidth_gbps=BW, prior=prior, device="gpu").device
+    labels = {
+        **{f"fraction {c}": f.provenance for c, f in d.bandwidth_fraction.items()},
+        "block": d.block_overhead_s.provenance,
+        "hop": d.hop_overhead_s.provenance,
+        "collective": d.collective_overhead_s.provenance,
+        "compute": d.compute_efficiency.provenance,
+    }
+    fitted, assumed_ = Provenance.FITTED, Provenance.ASSUMED
+    assert labels == {
+        "fraction f16": fitted,
+        "block": fitted,
+        "fraction default": assumed_,
+        "fraction q8": assumed_,
+        "hop": assumed_,
+        "collective": assumed_,
+        "compute": assumed_,
+    }
+    assert d.fraction("q8").value == 0.6
+    assert d.fraction("q8").source == "prior (fitted): published runs"
 
 
 def test_a_single_run_is_split_by_the_prior_and_reproduced() -> None:
@@ -117,7 +171,7 @@ def test_a_single_run_is_split_by_the_prior_and_reproduced() -> None:
     result = fit_device([run], bandwidth_gbps=BW, prior=PRIOR, device="gpu")
     assert result.predicted_tokens_per_s[0] == pytest.approx(100.0, rel=1e-3)
     assert 0 < result.device.fraction("q8").value <= 4.0
-    assert result.device.hop_overhead_s == PRIOR.hop_overhead_s
+    assert result.device.hop_overhead_s == assumed(PRIOR.hop_overhead_s)
 
 
 def test_fixed_costs_never_go_negative() -> None:
@@ -200,7 +254,7 @@ def test_single_gpu_runs_keep_the_prior_collective_cost() -> None:
         Measurement(tokens_per_s=180.0, read_bytes=4 * 10**9, num_blocks=16, dtype="bf16"),
     ]
     d = fit_device(runs, bandwidth_gbps=BW, prior=prior, device="x").device
-    assert d.collective_overhead_s == prior.collective_overhead_s
+    assert d.collective_overhead_s == assumed(prior.collective_overhead_s)
 
 
 def test_measurement_refuses_a_tensor_parallel_degree_below_one() -> None:

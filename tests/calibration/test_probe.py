@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stowplan.calibration import Provenance, probe_entries, shipped_calibration
+from stowplan.calibration import Provenance, assumed, probe_entries, shipped_calibration
 from tests.common.passports import Cap, passport
 
 
@@ -19,12 +19,15 @@ def test_a_gpu_gets_its_measured_rate_over_the_spec_peak_and_a_cpu_the_rate_itse
         "stowplan probe: synthetic f32 GEMV 50000x50000, 11.111 ms median of 5, 900.0 GB/s, "
         "passport 0123456789ab / spec 1008 GB/s"
     )
-    # Every other figure is the prior's entry for the device, provenance and all.
+    # Every other figure is the prior's entry for the device, labelled assumed.
     shipped = prior.for_device("RTX 4090")
     assert shipped is not None
-    assert gpu.fraction("q4_0") == shipped.fraction("q4_0")
-    assert gpu.block_overhead_s == shipped.block_overhead_s
-    assert gpu.compute_efficiency == shipped.compute_efficiency
+    assert gpu.fraction("q4_0") == assumed(shipped.fraction("q4_0"))
+    assert gpu.fraction("q4_0").provenance is Provenance.ASSUMED
+    assert gpu.fraction("q4_0").source.startswith("prior (fitted): ")
+    assert gpu.block_overhead_s == assumed(shipped.block_overhead_s)
+    assert gpu.hop_overhead_s == assumed(shipped.hop_overhead_s)
+    assert gpu.compute_efficiency == assumed(shipped.compute_efficiency)
     assert cpu.device == "ryzen-9-7950x"
     assert cpu.fraction("f32").value == 1.0
     assert cpu.fraction("f32").source.endswith("; no spec peak: the measured rate is the bandwidth")

@@ -186,7 +186,7 @@ def _doc(**over: object) -> dict[str, object]:
                     }
                 ]
             ),
-            "provenance='guess': must be one of table, fitted, measured",
+            "provenance='guess': must be one of table, fitted, measured, assumed",
         ),
         (
             _doc(

@@ -11,6 +11,7 @@ from stowplan.calibration import (
     Engine,
     PassportReading,
     Provenance,
+    assumed,
     calibrate,
     load_calibration_file,
     resolve_calibration,
@@ -51,14 +52,15 @@ def test_a_llama_bench_fit_is_saved_as_the_engines_profile_and_plans_read_it(hom
     assert q4.value == pytest.approx(4_677_120_000 * 118.881588 / 716.8e9, rel=2e-3)
     assert q4.source == "fitted to 1 llama-bench runs in readme_rtx4080.json"
     assert outcome.fit.result.predicted_tokens_per_s[0] == pytest.approx(118.88, rel=1e-3)
-    # What one Q4 run cannot see stays the shipped entry's.
+    # What one Q4 run cannot see is the shipped entry's value, labelled assumed.
     shipped = shipped_calibration("llamacpp").for_device("RTX 4080")
     assert shipped is not None and entry.device == shipped.device == "rtx-4080"
     for cls in ("default", "f16", "q8"):
-        assert entry.bandwidth_fraction[cls] == shipped.bandwidth_fraction[cls]
-    assert entry.hop_overhead_s == shipped.hop_overhead_s
-    assert entry.collective_overhead_s == shipped.collective_overhead_s
-    assert entry.compute_efficiency == shipped.compute_efficiency
+        assert entry.bandwidth_fraction[cls] == assumed(shipped.bandwidth_fraction[cls])
+        assert entry.bandwidth_fraction[cls].provenance is Provenance.ASSUMED
+    assert entry.hop_overhead_s == assumed(shipped.hop_overhead_s)
+    assert entry.collective_overhead_s == assumed(shipped.collective_overhead_s)
+    assert entry.compute_efficiency == assumed(shipped.compute_efficiency)
 
 
 def test_a_second_device_is_merged_in_front_of_the_first(home: Path) -> None:

@@ -1,4 +1,7 @@
-"""Plans never get worse: objective values on seeded clusters vs those recorded before a change."""
+"""Plans never get worse: objective values on seeded clusters vs those recorded before a change.
+
+A plan may be up to the tie-break margin slower than recorded: within 0.1 % of the best
+the planner takes more KV room (:mod:`stowplan.planner.tiebreak`)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import pytest
 
 from stowplan import Constraints, PlanError, lookup
 from stowplan.planner import plan_blocks
+from stowplan.planner.tiebreak import TOLERANCE
 from tests.common.seeded import cases, seeded_cluster
 
 RECORDED = json.loads(
@@ -39,6 +43,6 @@ def test_objective_on_seeded_clusters_is_not_worse_than_recorded(objective):
             assert now is None, (model_name, n, seed)
             continue
         assert now is not None, (model_name, n, seed)
-        assert now <= before * (1 + 1e-9), (model_name, n, seed, now, before)
+        assert now <= before * (1 + TOLERANCE) * (1 + 1e-9), (model_name, n, seed, now, before)
         checked += 1
     assert checked >= 70

@@ -28,6 +28,7 @@ from stowplan.calibration.profile import (
     DeviceCalibration,
     Figure,
     Provenance,
+    assumed,
     dtype_class,
 )
 from stowplan.errors import InputError
@@ -114,6 +115,10 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float]:
     return [v[i] / m[i][i] for i in range(n)]
 
 
+def _same(figure: Figure) -> Figure:
+    return figure
+
+
 def fit_device(
     measurements: Sequence[Measurement],
     *,
@@ -125,6 +130,7 @@ def fit_device(
     source: str = "",
     max_fraction: float = MAX_BANDWIDTH_FRACTION,
     fit_collective: bool | None = None,
+    label_assumed: bool = True,
 ) -> FitResult:
     """Fit ``device``'s bandwidth fraction per dtype class, block, hop and collective costs.
 
@@ -138,7 +144,10 @@ def fit_device(
     the default allows a CPU's cache-served working set).
 
     ``prior`` supplies the starting figures and every figure the data cannot
-    determine (the compute efficiency always: batch-1 decode is memory-bound).
+    determine (the compute efficiency always: batch-1 decode is memory-bound); those
+    are labelled ``assumed`` (:func:`~stowplan.calibration.profile.assumed`), the
+    fitted ones ``fitted``.  ``label_assumed=False`` keeps the prior's labels instead
+    (a shipped profile fitted on top of its own table).
     ``prior_weight`` is the weight of each prior row relative to one
     measurement's relative error.  Raises :class:`InputError` when there are no
     measurements or the bandwidth is not positive.
@@ -221,21 +230,21 @@ def fit_device(
             fixed[i] = 1.0 / max_fraction if i < len(classes) else 0.0
     note = source or f"least squares on {len(measurements)} decode runs"
     fitted = Provenance.FITTED
-    fractions = dict(prior.bandwidth_fraction)
+    # What the runs did not determine is the prior's figure, labelled assumed.
+    carry = assumed if label_assumed else _same
+    fractions = {c: carry(f) for c, f in prior.bandwidth_fraction.items()}
     for i, c in enumerate(classes):
         fractions[c] = Figure(value=round(1.0 / x[i], 4), provenance=fitted, source=note)
-    if "default" not in classes:
-        fractions.setdefault("default", prior.bandwidth_fraction["default"])
     block = Figure(value=round(x[i_block] * t_ref, 9), provenance=fitted, source=note)
     hop = (
         Figure(value=round(x[i_hop] * t_ref, 9), provenance=fitted, source=note)
         if fit_hops
-        else prior.hop_overhead_s
+        else carry(prior.hop_overhead_s)
     )
     collective = (
         Figure(value=round(x[i_coll] * t_ref, 9), provenance=fitted, source=note)
         if fit_coll
-        else prior.collective_overhead_s
+        else carry(prior.collective_overhead_s)
     )
     entry = DeviceCalibration(
         device=device,
@@ -244,7 +253,7 @@ def fit_device(
         block_overhead_s=block,
         hop_overhead_s=hop,
         collective_overhead_s=collective,
-        compute_efficiency=prior.compute_efficiency,
+        compute_efficiency=carry(prior.compute_efficiency),
     )
     # Predict each run as the cost model times it: the fitted entry through stage_time_s.
     predicted = [

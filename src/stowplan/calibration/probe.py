@@ -18,6 +18,7 @@ from stowplan.calibration.profile import (
     DeviceCalibration,
     Figure,
     Provenance,
+    assumed,
 )
 
 __all__ = ["PassportReading", "ProbeCapability", "probe_entries"]
@@ -106,7 +107,8 @@ def probe_entries(passport: PassportReading, prior: Calibration) -> tuple[Device
     name; any other circuit (a CPU) gets 1.0: its nodes take the measured rate
     itself as their bandwidth.  When the passport holds a decode run, a GPU
     also gets its f16 fraction and its measured per-block cost.  Every other
-    figure is kept from ``prior``'s entry for that device (else its last entry).
+    figure is kept from ``prior``'s entry for that device (else its last entry) and
+    labelled ``assumed``.
     Fractions are capped at ``MAX_BANDWIDTH_FRACTION`` and rounded to 4 places.
     """
     entries = []
@@ -124,13 +126,14 @@ def probe_entries(passport: PassportReading, prior: Calibration) -> tuple[Device
         else:
             value, source = 1.0, f"{where}; no spec peak: the measured rate is the bandwidth"
         base = prior.for_device(name) or prior.devices[-1]
-        fractions = dict(base.bandwidth_fraction)
+        # What the probe did not measure is the prior's figure, labelled assumed.
+        fractions = {c: assumed(f) for c, f in base.bandwidth_fraction.items()}
         fractions["f32"] = Figure(
             value=round(min(value, MAX_BANDWIDTH_FRACTION), 4),
             provenance=Provenance.MEASURED,
             source=source,
         )
-        block = base.block_overhead_s
+        block = assumed(base.block_overhead_s)
         if cap.decode_gbps is not None and cap.decode_block_s is not None:
             run = (
                 f"stowplan probe decode run: f16 block GEMVs, {cap.decode_gbps:.1f} GB/s, "
@@ -149,9 +152,9 @@ def probe_entries(passport: PassportReading, prior: Calibration) -> tuple[Device
                 match=device_match(name),
                 bandwidth_fraction=fractions,
                 block_overhead_s=block,
-                hop_overhead_s=base.hop_overhead_s,
-                collective_overhead_s=base.collective_overhead_s,
-                compute_efficiency=base.compute_efficiency,
+                hop_overhead_s=assumed(base.hop_overhead_s),
+                collective_overhead_s=assumed(base.collective_overhead_s),
+                compute_efficiency=assumed(base.compute_efficiency),
             )
         )
     return tuple(entries)

@@ -4,8 +4,9 @@ A :class:`Calibration` is a named set of :class:`DeviceCalibration` entries for
 one engine (``generic``, ``llamacpp``, ``vllm``, ``trtllm``, ``sglang``,
 ``transformers``).
 Every figure is a :class:`Figure` that says where it came from: ``table`` (a shipped default with
-its public source), ``fitted`` (least squares on the user's own runs) or
-``measured`` (a probe measured it directly).
+its public source), ``fitted`` (least squares on the user's own runs), ``measured``
+(a probe measured it directly) or ``assumed`` (an entry the user's runs or probe wrote
+kept it from the prior profile, their data not determining it).
 
 The JSON format (``schema_version`` 1)::
 
@@ -62,6 +63,7 @@ __all__ = [
     "Figure",
     "FractionTable",
     "Provenance",
+    "assumed",
     "calibration_from_dict",
     "calibration_from_json",
     "calibration_to_dict",
@@ -105,6 +107,9 @@ class Provenance(StrEnum):
     """Least squares on the user's own benchmark runs."""
     MEASURED = "measured"
     """Measured directly by the probe."""
+    ASSUMED = "assumed"
+    """Kept from the prior profile: the data of the run that wrote this entry did not
+    determine it (its source says where the prior figure came from)."""
 
 
 _DTYPE_CLASSES: tuple[tuple[str, str], ...] = (
@@ -177,6 +182,20 @@ class Figure:
     def __post_init__(self) -> None:
         provenance = check_choice("provenance", self.provenance, Provenance)
         object.__setattr__(self, "provenance", provenance)
+
+
+def assumed(figure: Figure) -> Figure:
+    """``figure`` taken over from a prior profile by an entry whose data did not determine
+    it: the same value, labelled :attr:`Provenance.ASSUMED`, its source naming the prior's
+    label and source."""
+    if figure.provenance is Provenance.ASSUMED:
+        return figure
+    source = f"prior ({figure.provenance.value})"
+    return Figure(
+        value=figure.value,
+        provenance=Provenance.ASSUMED,
+        source=f"{source}: {figure.source}" if figure.source else source,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

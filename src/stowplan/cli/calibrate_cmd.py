@@ -158,6 +158,24 @@ def _render_probe(outcome: CalibrationOutcome) -> None:
         if e.block_overhead_s.provenance is Provenance.MEASURED:
             line += f", block {e.block_overhead_s.value * 1e6:.1f} us measured"
         out_console.print(line, soft_wrap=True)
+        kept = [
+            f"bandwidth fraction ({cls})"
+            for cls, f in e.bandwidth_fraction.items()
+            if f.provenance is Provenance.ASSUMED
+        ] + [
+            name
+            for name, fig in (
+                ("block", e.block_overhead_s),
+                ("hop", e.hop_overhead_s),
+                ("collective", e.collective_overhead_s),
+                ("compute efficiency", e.compute_efficiency),
+            )
+            if fig.provenance is Provenance.ASSUMED
+        ]
+        if kept:
+            out_console.print(
+                f"  assumed (kept from the prior profile): {', '.join(kept)}", soft_wrap=True
+            )
 
 
 def _render_fit(fit: DeviceFit) -> None:

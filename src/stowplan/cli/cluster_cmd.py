@@ -20,7 +20,7 @@ from stowplan.cluster.fleet import (
     ENV_SEGMENT_SIZE,
     FleetSpec,
 )
-from stowplan.cluster.parallelism import ParallelismSpec, validate_parallelism
+from stowplan.cluster.parallelism import GpuMemory, ParallelismSpec, validate_parallelism
 from stowplan.cluster.topology import (
     UNKNOWN_DOMAIN,
     local_node_resources,
@@ -31,6 +31,7 @@ from stowplan.errors import InputError
 from stowplan.files.fileio import FileKind, read_text_file
 from stowplan.files.fleets import load_nodes
 from stowplan.models import resolve_model
+from stowplan.quantities.units import parse_bytes
 from stowplan.text.shell import shell_comment, shell_quote
 from stowplan.text.wording import plural
 
@@ -52,13 +53,14 @@ def _is_count(nodes: str) -> bool:
 
 def _fleet_shape(
     nodes: str, num_nodes: int | None, gpus_per_node: int | None
-) -> tuple[int, int | None]:
+) -> tuple[int, int | None, int | None]:
     """``--nodes``: a count (deprecated spelling of ``--num-nodes``) or a fleet file, read as
-    its node count and its GPUs per node (which must be the same on every node)."""
+    its node count, its GPUs per node (which must be the same on every node) and the
+    memory of its smallest GPU (None for a count)."""
     if num_nodes is not None:
         raise InputError("--nodes", nodes, "and --num-nodes are the same count; pass one")
     if _is_count(nodes):
-        return int(nodes), gpus_per_node
+        return int(nodes), gpus_per_node, None
     fleet = load_nodes(nodes)
     counts = sorted({n.num_gpus for n in fleet})
     if gpus_per_node is None and len(counts) > 1:
@@ -68,7 +70,25 @@ def _fleet_shape(
             f"has nodes of {', '.join(map(str, counts))} GPUs; pass --gpus-per-node to "
             "validate against one size",
         )
-    return len(fleet), counts[0] if gpus_per_node is None else gpus_per_node
+    smallest = min(n.vram_bytes // n.num_gpus for n in fleet)
+    return len(fleet), counts[0] if gpus_per_node is None else gpus_per_node, smallest
+
+
+_MEMORY_UNCHECKED = (
+    "note: whether a replica fits was not checked: pass --gpu-memory SIZE or a fleet file "
+    "as --nodes"
+)
+
+
+def _memory(per_gpu: int | None, context: int | None, layout: object) -> GpuMemory | None:
+    """The GPUs' memory for the fit check (None without a model or a memory figure)."""
+    if context is not None and context < 0:
+        raise InputError("--context", context, "must be >= 0 tokens (0: weights alone)")
+    if layout is None or per_gpu is None:
+        return None
+    if per_gpu <= 0:
+        raise InputError("--gpu-memory", per_gpu, "must be > 0 bytes, e.g. 24GiB")
+    return GpuMemory(bytes_per_gpu=per_gpu, context_tokens=context)
 
 
 @app.command("validate")
@@ -104,12 +124,34 @@ def validate_command(
     segment_size: Annotated[
         int | None, typer.Option(help=f"Nodes per NVLink segment (else ${ENV_SEGMENT_SIZE}).")
     ] = None,
+    gpu_memory: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu-memory",
+            help="Memory of one GPU, e.g. 24GiB or 80GB (default: the smallest GPU of the "
+            "--nodes fleet file): with --model, checks that one replica fits.",
+        ),
+    ] = None,
+    context: Annotated[
+        int | None,
+        typer.Option(
+            "--context",
+            help="Tokens of KV cache one sequence needs in the fit check (default: 8192, "
+            "or the model's maximum if smaller; 0: weights alone).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Check parallel degrees against the fleet before any placement group exists."""
+    """Check parallel degrees against the fleet before any placement group exists.
+
+    With --model and the GPUs' memory (--gpu-memory, or a fleet file as --nodes) it also
+    checks that one replica's weights and one sequence's KV cache fit its GPUs.
+    """
     env = dict(os.environ)
+    per_gpu = None if gpu_memory is None else parse_bytes(gpu_memory, field="--gpu-memory")
     if nodes is not None:
-        num_nodes, gpus_per_node = _fleet_shape(nodes, num_nodes, gpus_per_node)
+        num_nodes, gpus_per_node, from_file = _fleet_shape(nodes, num_nodes, gpus_per_node)
+        per_gpu = from_file if per_gpu is None else per_gpu
     for key, flag, value in (
         (ENV_ROLE, "--role trainer, inference or sandbox", role),
         (ENV_NUM_NODES, "--num-nodes N (or --nodes FLEET_FILE)", num_nodes),
@@ -129,14 +171,20 @@ def validate_command(
             env[key] = str(value)
     fleet = FleetSpec.from_env(env)
     layout = None if model is None else resolve_model(model)
+    memory = _memory(per_gpu, context, layout)
     check = validate_parallelism(
         ParallelismSpec(tensor_parallel=tensor_parallel, pipeline=pp, data=dp, expert=ep),
         fleet,
         layout,
+        memory,
     )
     if nodes is not None and _is_count(nodes):
         # Said once the check passed: an error stays the one line it is.
         err_console.print(_DEPRECATED_COUNT, soft_wrap=True)
+    for warning in check.warnings:
+        err_console.print(f"warning: {warning}", soft_wrap=True)
+    if layout is not None and memory is None:
+        err_console.print(_MEMORY_UNCHECKED, soft_wrap=True)
     if as_json:
         doc = {
             "ok": True,
@@ -146,7 +194,10 @@ def validate_command(
             "unified_group": check.unified_group,
             "nodes_per_replica": check.nodes_per_replica,
             "strategy": fleet.strategy.value,
+            "bytes_per_gpu": check.bytes_per_gpu,
+            "usable_bytes_per_gpu": check.usable_bytes_per_gpu,
             "notes": list(check.notes),
+            "warnings": list(check.warnings),
         }
         out_console.file.write(json.dumps(doc, indent=2) + "\n")
         return

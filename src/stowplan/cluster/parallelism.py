@@ -8,28 +8,40 @@ launch with the arithmetic and the nearest valid values, not mid-run.
 A model replica uses ``tp × pp`` GPUs; the job uses ``tp × pp × dp``.  When a
 replica exceeds one node's GPUs it needs one *unified* placement group that
 spans nodes instead of per-node groups.
+
+With a model and the GPUs' memory (:class:`GpuMemory`) the check also says
+whether one replica fits: the fullest GPU holds its stage's share (``1 / tp``)
+of the weights and of the KV cache of one sequence, with the blocks split over
+the ``pp`` stages as evenly as bytes allow.  A tensor-parallel group larger
+than a node passes with a warning: its all-reduces cross the network.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from stowplan.cluster.fleet import ENV_PG_STRATEGY, ENV_ROLE, FleetRole, FleetSpec
 from stowplan.cluster.fleet import PlacementStrategy as _Strategy
+from stowplan.constraints import DEFAULT_HEADROOM_FRAC
 from stowplan.errors import InputError
 from stowplan.model import ModelLayout
+from stowplan.planner.context import default_context_tokens
 from stowplan.quantities.checks import check_int
 from stowplan.quantities.limits import MAX_GPUS_PER_NODE, MAX_NODES
+from stowplan.quantities.units import format_bytes
 from stowplan.rules.tensor_parallel import kv_heads_allow, tensor_parallel_violation
 from stowplan.text.wording import plural
 
 __all__ = [
+    "GpuMemory",
     "ParallelismCheck",
     "ParallelismSpec",
     "kv_heads_allow",
     "nearest_valid",
+    "replica_bytes_per_gpu",
     "validate_parallelism",
 ]
 
@@ -110,6 +122,89 @@ class ParallelismSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GpuMemory:
+    """The memory of each GPU a replica gets, for the check that one replica fits."""
+
+    bytes_per_gpu: int
+    """Memory of one GPU, bytes (the smallest when the fleet's GPUs differ)."""
+    headroom: float = DEFAULT_HEADROOM_FRAC
+    """Share of each GPU kept free (the planner's default: 20 %)."""
+    context_tokens: int | None = None
+    """Tokens of KV cache held for the one sequence (None: what ``stowplan plan``
+    reserves, 8,192 or the model's maximum when smaller; 0: weights alone)."""
+
+    def __post_init__(self) -> None:
+        check_int("gpu_memory", self.bytes_per_gpu, minimum=1, maximum=2**62)
+        if not (isinstance(self.headroom, int | float) and 0.0 <= self.headroom < 1.0):
+            raise InputError("headroom", self.headroom, "must be a number in [0, 1)")
+        if self.context_tokens is not None:
+            check_int("context_tokens", self.context_tokens, minimum=0, maximum=2**40)
+
+    @property
+    def usable_per_gpu(self) -> int:
+        """Bytes of one GPU a replica may fill: its memory less the headroom."""
+        return math.floor(self.bytes_per_gpu * (1.0 - self.headroom))
+
+
+def _stage_capacity_fits(
+    sizes: Sequence[int], stages: int, cap: int, embed: int, head: int
+) -> bool:
+    """Whether ``sizes`` (per block) split into at most ``stages`` contiguous runs of at
+    least one block each, the first also holding ``embed`` and the last ``head``, keep
+    every run within ``cap`` bytes.  Filled greedily from the last block backwards: each
+    run takes as many blocks as fit, which leaves the first run the fewest."""
+    end, used, extra = len(sizes), 0, head
+    while end > 0:
+        if used == stages:
+            return False
+        total, start = extra, end
+        while start > 0 and total + sizes[start - 1] + (embed if start == 1 else 0) <= cap:
+            total += sizes[start - 1]
+            start -= 1
+        if start == end:
+            return False  # not even one block fits
+        used += 1
+        end, extra = start, 0
+    return True
+
+
+def replica_bytes_per_gpu(
+    layout: ModelLayout, tensor_parallel: int, pp: int, context_tokens: int, ep: int = 1
+) -> int:
+    """Bytes the fullest GPU of one replica holds at ``tensor_parallel × pp``: its stage's
+    share of the
+    weights and of the KV cache of one ``context_tokens``-token sequence, with the blocks
+    split over ``min(pp, blocks)`` stages to make the fullest GPU as light as it can be.
+
+    A stage's GPUs split its weights and KV ``tp`` ways; with ``ep > 1`` the routed
+    experts of a block are split ``ep`` ways instead.
+    """
+    tp = tensor_parallel
+    for name, value in (("tensor_parallel", tp), ("pp", pp), ("ep", ep)):
+        check_int(name, value, minimum=1, maximum=MAX_NODES * MAX_GPUS_PER_NODE)
+    ex = layout.experts
+    routed = set(ex.moe_blocks) if ex is not None and ep > 1 else set()
+    experts = ex.num_experts * ex.expert_params_bytes if ex is not None else 0
+    sizes = []
+    for i, w in enumerate(layout.block_sizes()):
+        part = min(experts, w) if i in routed else 0
+        sizes.append(-(-(w - part + layout.kv_bytes(i, context_tokens)) // tp) + -(-part // ep))
+    embed, head = -(-layout.embed_params_bytes // tp), -(-layout.head_params_bytes // tp)
+    stages = min(pp, len(sizes))
+    hi = sum(sizes) + embed + head
+    if not sizes:
+        return hi
+    lo = max(max(sizes), -(-hi // stages))
+    while lo < hi:  # the least cap a split into `stages` runs meets
+        mid = (lo + hi) // 2
+        if _stage_capacity_fits(sizes, stages, mid, embed, head):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ParallelismCheck:
     """A configuration that passed validation, with what placement it needs."""
 
@@ -126,6 +221,13 @@ class ParallelismCheck:
     nodes_per_replica: int
     """Nodes one replica touches (1 unless ``unified_group``)."""
     notes: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
+    """What passes but runs poorly: a tensor-parallel group larger than a node."""
+    bytes_per_gpu: int | None = None
+    """What the fullest GPU of a replica holds (None: not checked, for want of a model
+    or of the GPUs' memory)."""
+    usable_bytes_per_gpu: int | None = None
+    """What one GPU may hold after the headroom (None: not checked)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,6 +241,8 @@ class _Failure:
     """``tensor_parallel``, ``data`` or ``expert``: the suggestions are the values of that degree
     for which the whole validation passes, the other degrees unchanged (see
     :func:`nearest_valid`)."""
+    label: str = ""
+    """What the suggestions are, when ``field`` does not say (``tp (pp=2)``)."""
 
 
 def _heads_failure(tensor_parallel: int, layout: ModelLayout) -> _Failure | None:
@@ -217,6 +321,41 @@ def _expert_failure(spec: ParallelismSpec, layout: ModelLayout | None) -> _Failu
     return None
 
 
+def _memory_failure(
+    spec: ParallelismSpec, layout: ModelLayout | None, memory: GpuMemory | None
+) -> _Failure | None:
+    if layout is None or memory is None:
+        return None
+    ctx = _context(layout, memory)
+    need = replica_bytes_per_gpu(layout, spec.tensor_parallel, spec.pipeline, ctx, spec.expert)
+    usable = memory.usable_per_gpu
+    if need <= usable:
+        return None
+    total = replica_bytes_per_gpu(layout, 1, 1, ctx)
+    kv = (
+        f" and the KV cache of one {ctx:,}-token sequence"
+        if ctx and layout.kv_bytes_per_token
+        else ""
+    )
+    return _Failure(
+        field="tp×pp",
+        value=spec.replica_gpus,
+        rule=f"one replica of {layout.name} at tp={spec.tensor_parallel}, pp={spec.pipeline} puts "
+        f"{format_bytes(need)} on its fullest GPU (weights{kv}), more than the "
+        f"{format_bytes(usable)} usable of a {format_bytes(memory.bytes_per_gpu)} GPU "
+        f"({memory.headroom:.0%} kept free); accepted: tp×pp of at least "
+        f"{-(-total // usable)} such GPUs",
+        vary="tensor_parallel",
+        label=f"tp (pp={spec.pipeline})",
+    )
+
+
+def _context(layout: ModelLayout, memory: GpuMemory) -> int:
+    if memory.context_tokens is not None:
+        return memory.context_tokens
+    return default_context_tokens(layout)
+
+
 def _strategy_failure(spec: ParallelismSpec, fleet: FleetSpec) -> _Failure | None:
     if spec.replica_gpus > fleet.gpus_per_node and fleet.strategy is _Strategy.STRICT_PACK:
         return _Failure(
@@ -230,12 +369,16 @@ def _strategy_failure(spec: ParallelismSpec, fleet: FleetSpec) -> _Failure | Non
 
 
 def _first_failure(
-    spec: ParallelismSpec, fleet: FleetSpec, layout: ModelLayout | None
+    spec: ParallelismSpec,
+    fleet: FleetSpec,
+    layout: ModelLayout | None,
+    memory: GpuMemory | None = None,
 ) -> _Failure | None:
     """The first rule ``spec`` breaks (in the order of :func:`validate_parallelism`), or None."""
     return (
         (None if layout is None else _heads_failure(spec.tensor_parallel, layout))
         or _world_failure(spec, fleet)
+        or _memory_failure(spec, layout, memory)
         or _expert_failure(spec, layout)
         or _strategy_failure(spec, fleet)
     )
@@ -301,7 +444,11 @@ def _candidates(
 
 
 def nearest_valid(
-    spec: ParallelismSpec, fleet: FleetSpec, layout: ModelLayout | None, degree: str
+    spec: ParallelismSpec,
+    fleet: FleetSpec,
+    layout: ModelLayout | None,
+    degree: str,
+    memory: GpuMemory | None = None,
 ) -> tuple[int | None, int | None]:
     """The values of ``degree`` (``tensor_parallel``, ``data`` or ``expert``) nearest below
     and above its value in ``spec`` that pass the whole validation with the other degrees
@@ -325,7 +472,7 @@ def nearest_valid(
     for v in _candidates(spec, fleet, layout, degree):
         if v == value or (below is not None and below >= v) or (above is not None and v >= above):
             continue
-        if _first_failure(replace(spec, **{degree: v}), fleet, layout) is not None:
+        if _first_failure(replace(spec, **{degree: v}), fleet, layout, memory) is not None:
             continue
         if v < value:
             below = v
@@ -335,32 +482,44 @@ def nearest_valid(
 
 
 def _message(
-    failure: _Failure, spec: ParallelismSpec, fleet: FleetSpec, layout: ModelLayout | None
+    failure: _Failure,
+    spec: ParallelismSpec,
+    fleet: FleetSpec,
+    layout: ModelLayout | None,
+    memory: GpuMemory | None = None,
 ) -> str:
     if failure.vary is None:
         return failure.rule
-    below, above = nearest_valid(spec, fleet, layout, failure.vary)
+    below, above = nearest_valid(spec, fleet, layout, failure.vary, memory)
     if failure.vary == "data":  # dp is too large: the largest that fits is below it
         if below is not None:
             return f"{failure.rule}; the largest dp that fits is {below}"
         return f"{failure.rule}; no dp fits with the other degrees unchanged"
     picks = [str(v) for v in (below, above) if v is not None]
-    return f"{failure.rule}; nearest valid: {', '.join(picks) if picks else 'none'}"
+    which = f" {failure.label}" if failure.label else ""
+    return f"{failure.rule}; nearest valid{which}: {', '.join(picks) if picks else 'none'}"
 
 
 def validate_parallelism(
-    spec: ParallelismSpec, fleet: FleetSpec, layout: ModelLayout | None = None
+    spec: ParallelismSpec,
+    fleet: FleetSpec,
+    layout: ModelLayout | None = None,
+    memory: GpuMemory | None = None,
 ) -> ParallelismCheck:
     """Check ``spec`` against ``fleet`` (and the model's heads and experts when given).
 
     Rules, in order: the fleet has GPUs; tp divides the attention heads and suits
     the KV heads (:func:`kv_heads_allow`); the replica (tp × pp) and the world
-    (tp × pp × dp) fit the fleet, per-node replicas a whole number per node; ep
-    (when > 1) is a multiple of tp, divides the expert count and does not exceed
-    the world; a replica spanning nodes is not asked to be ``STRICT_PACK``.
+    (tp × pp × dp) fit the fleet, per-node replicas a whole number per node; with
+    a model and ``memory``, the fullest GPU of one replica holds its share of the
+    weights and of one sequence's KV cache within the GPU's usable memory
+    (:func:`replica_bytes_per_gpu`); ep (when > 1) is a multiple of tp, divides the
+    expert count and does not exceed the world; a replica spanning nodes is not
+    asked to be ``STRICT_PACK``.
 
-    Returns what the placement needs; raises :class:`InputError` naming the
-    flag, the arithmetic and the values that would pass (each suggested value
+    Returns what the placement needs, with a warning when tp exceeds a node's GPUs
+    (the group's all-reduces cross the network); raises :class:`InputError` naming
+    the flag, the arithmetic and the values that would pass (each suggested value
     passes every rule with the other degrees unchanged).
     """
     if fleet.role is FleetRole.SANDBOX:
@@ -369,9 +528,11 @@ def validate_parallelism(
             fleet.role.value,
             "has no GPUs; parallel degrees need the trainer or inference fleet",
         )
-    failure = _first_failure(spec, fleet, layout)
+    failure = _first_failure(spec, fleet, layout, memory)
     if failure is not None:
-        raise InputError(failure.field, failure.value, _message(failure, spec, fleet, layout))
+        raise InputError(
+            failure.field, failure.value, _message(failure, spec, fleet, layout, memory)
+        )
     unified = spec.replica_gpus > fleet.gpus_per_node
     nodes_per_replica = -(-spec.replica_gpus // fleet.gpus_per_node)
     notes: list[str] = []
@@ -390,6 +551,25 @@ def validate_parallelism(
         notes.append(
             f"replica tp×pp = {spec.replica_gpus} GPUs fits one node: per-node STRICT_PACK groups"
         )
+    warnings: list[str] = []
+    gpn = fleet.gpus_per_node
+    tp = spec.tensor_parallel
+    if tp > gpn:
+        warnings.append(
+            f"tp={tp} > {plural(gpn, 'GPU')} per node: each tensor-parallel group "
+            f"spans {-(-tp // gpn)} nodes and its all-reduces (two per block) cross "
+            f"the network; tp ≤ {gpn} with pp across nodes keeps them on the node's links"
+        )
+    need = usable = None
+    if layout is not None and memory is not None:
+        ctx = _context(layout, memory)
+        need = replica_bytes_per_gpu(layout, spec.tensor_parallel, spec.pipeline, ctx, spec.expert)
+        usable = memory.usable_per_gpu
+        kv = f" and one {ctx:,}-token sequence's KV" if ctx and layout.kv_bytes_per_token else ""
+        notes.append(
+            f"replica fits: {format_bytes(need)} on the fullest GPU (weights{kv}) of "
+            f"{format_bytes(usable)} usable"
+        )
     return ParallelismCheck(
         spec=spec,
         fleet=fleet,
@@ -399,4 +579,7 @@ def validate_parallelism(
         unified_group=unified,
         nodes_per_replica=nodes_per_replica if unified else 1,
         notes=tuple(notes),
+        warnings=tuple(warnings),
+        bytes_per_gpu=need,
+        usable_bytes_per_gpu=usable,
     )

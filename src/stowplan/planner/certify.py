@@ -17,6 +17,7 @@ from stowplan.planner.exact.pipelines import Optimum, fluid_bound, solve_exact
 from stowplan.planner.problem import Problem, build_assignments
 from stowplan.planner.strategies import cycle
 from stowplan.planner.strategies.throughput import Pipeline
+from stowplan.planner.tiebreak import settle
 
 __all__ = [
     "INLINE_EXACT_NODES",
@@ -226,12 +227,18 @@ def finish(
     notes: Sequence[str] = (),
     optimum: object | None = None,
     adopt_optimum: bool = False,
+    break_ties: bool = True,
 ) -> Plan:
     """The Plan of pipeline ``p`` with its prediction, certificate and notes.
 
     With ``adopt_optimum``, when the optimum computed for the certificate
     comes with a pipeline better than ``p``, that pipeline is the plan (a
     note says so): a plan is never slower than an optimum already in hand.
+
+    With ``break_ties`` (every strategy but balance-by-VRAM, which splits by
+    memory, not by speed), the plan is the one :func:`~stowplan.planner.tiebreak.settle`
+    chooses among ``p``, the optimum's pipeline and their rebalanced splits: within
+    0.1 % of the best cycle known, the most KV room, then balanced memory.
     """
 
     before = after = 0.0
@@ -264,6 +271,9 @@ def finish(
             "s per token per sequence): "
             "it is the plan",
         )
+    if break_ties and strategy is not Strategy.BALANCE_BY_VRAM:
+        candidates = [p] if opt.pipeline is None or opt.pipeline == p else [p, opt.pipeline]
+        p = settle(cm, candidates, opt.value if opt.exact else math.inf)
     order, bounds = p
     cert = certificate(problem, cm, objective, p, opt.value, opt.exact, opt.method)
     pred = cm.prediction(order, bounds)

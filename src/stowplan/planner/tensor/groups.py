@@ -66,6 +66,7 @@ from stowplan.planner.tensor.layouts import (
     uniform_layout,
     with_fixed_degree,
 )
+from stowplan.planner.tiebreak import within
 
 __all__ = [
     "LOCAL_SEARCH_NODES",
@@ -91,6 +92,13 @@ def _value(plan: Plan, objective: Metric) -> float:
     pred = plan.rationale.prediction
     assert pred is not None
     return pred.time_per_token_s if objective == Metric.LATENCY else -pred.tokens_per_s
+
+
+def _cycle(plan: Plan) -> float:
+    """The plan's cycle, seconds (what :mod:`stowplan.planner.tiebreak` compares)."""
+    pred = plan.rationale.prediction
+    assert pred is not None
+    return pred.time_per_token_s
 
 
 def _try(problem: Problem, runner: Runner, layout: Layout) -> Plan | None:
@@ -207,8 +215,10 @@ def plan_with_groups(
     if found is None:
         assert best is not None
         vp, pipeline = as_pipeline(problem, best.stages)
+        searched = None
     else:
         vp, pipeline = of_plan(problem, found)
+        searched = pipeline  # the search's plan, its ties already broken
         if rule.consecutive:
             vp, pipeline = consecutive(vp, pipeline, objective)
     if found is not None and best is not None and best.stages:
@@ -241,7 +251,8 @@ def plan_with_groups(
     exact = exact or value >= mine * (1 - 1e-12)  # a bound the plan meets is the optimum
     value = min(value, mine)
     optimum = Optimum(objective=objective, value=value, exact=exact, method=method)
-    plan = finish(vp, cm, strategy, pipeline, optimum=optimum)
+    # Ties are broken once per pipeline: again only when the search's plan was replaced.
+    plan = finish(vp, cm, strategy, pipeline, optimum=optimum, break_ties=pipeline is not searched)
     notes.insert(0, f"GPU groups ({rule.name} rule): {describe_groups(plan)}")
     if rule.name != "generic":
         notes += _engine_gap(problem, runner, objective, plan)
@@ -256,7 +267,7 @@ def _engine_gap(problem: Problem, runner: Runner, objective: Metric, plan: Plan)
         return []
     mine, other = _value(plan, objective), _value(free, objective)
     name = engine_rule(problem).name
-    if other >= mine:
+    if other >= mine or within(_cycle(plan), _cycle(free)):
         return [f"{name}-expressible and as fast as any per-stage layout found"]
     if objective == Metric.LATENCY:
         return [f"{name}-expressible: {mine / other - 1:.1%} slower than the best per-stage plan"]
