@@ -83,7 +83,9 @@ def test_a_405b_bf16_replica_does_not_fit_one_24_gib_gpu() -> None:
 def test_a_replica_that_fits_says_how_full_its_fullest_gpu_is() -> None:
     model = resolve_model("llama3.1:405b")
     memory = GpuMemory(bytes_per_gpu=80 * 10**9)
-    check = validate_parallelism(ParallelismSpec(tensor_parallel=8, pipeline=2), TWO_BY_8, model, memory)
+    check = validate_parallelism(
+        ParallelismSpec(tensor_parallel=8, pipeline=2), TWO_BY_8, model, memory
+    )
     assert check.bytes_per_gpu == replica_bytes_per_gpu(model, 8, 2, 8192)
     assert check.usable_bytes_per_gpu == 64 * 10**9
     assert check.bytes_per_gpu <= check.usable_bytes_per_gpu

@@ -16,9 +16,8 @@ from stowplan import (
     Workload,
     serve,
 )
-from stowplan.cost.serving import replica_serving
-from stowplan.model import gpu_group_node
 from stowplan.serving.candidates import FleetRates, replica_of, users_bound
+from tests.common.replica_check import recomputed
 from tests.common.toy import TOY_MODEL, toy_node
 
 GB = 10**9
@@ -41,18 +40,7 @@ FLEET = [
 
 def _recomputed(replica, nodes):
     """The replica's U*, TTFT, TPOT from its plan's pipeline, by the public function."""
-    by_id = {n.id: n for n in nodes}
-    stage_nodes, parents = [], []
-    for a in replica.plan.assignments:
-        node = by_id[a.node_id]
-        part = a.gpu_indices and a.tensor_parallel < node.num_gpus
-        stage_nodes.append(
-            gpu_group_node(node, a.gpu_indices[0], a.tensor_parallel) if part else node
-        )
-        parents.append(a.node_id)
-    bounds = [a.block_range[0] for a in replica.plan.assignments]
-    bounds.append(replica.plan.assignments[-1].block_range[1])
-    return replica_serving(TOY_MODEL, stage_nodes, bounds, WORK, parents=parents)
+    return recomputed(TOY_MODEL, replica, nodes, WORK)
 
 
 def test_the_fleet_is_split_into_disjoint_replicas_and_users_are_their_sum():

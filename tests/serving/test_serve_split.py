@@ -11,8 +11,8 @@ from stowplan import Constraints, InputError, Workload, serve
 from stowplan.cluster.replicas import check_disjoint
 from stowplan.serving.candidates import FleetRates, grouped_compositions, node_classes
 from stowplan.serving.candidates import renamed_text as rename
+from tests.common.replica_check import recomputed
 from tests.common.toy import TOY_MODEL, toy_node
-from tests.serving.test_serve import _recomputed
 
 GB = 10**9
 WORK = Workload(prompt_tokens=100, output_tokens=100, ttft_s=1.0, tpot_s=0.1)
@@ -45,7 +45,7 @@ def test_a_multi_gpu_node_holds_replicas_side_by_side_on_disjoint_gpus():
         assert r.node_ids == ("n0",)
         assert r.price_per_hour == pytest.approx(0.25)
         assert r.plan.rationale.prediction.cost_per_hour == pytest.approx(0.25)
-        got = _recomputed(r, [node])
+        got = recomputed(TOY_MODEL, r, [node], WORK)
         assert (got.users, got.ttft_s, got.tpot_s) == (r.users, r.ttft_s, r.tpot_s)
     assert sp.users == sum(r.users for r in sp.replicas) == 4 * sp.replicas[0].users
     assert sp.price_per_hour == pytest.approx(1.0)
@@ -117,5 +117,5 @@ def test_a_fleet_too_large_to_enumerate_is_cut_into_groups_that_hold_the_weights
     assert sp.certificate.bound >= sp.users
     assert sp.certificate.gap < 1.0
     for r in sp.replicas:
-        got = _recomputed(r, nodes)
+        got = recomputed(TOY_MODEL, r, nodes, WORK)
         assert got.users == r.users
