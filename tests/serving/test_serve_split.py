@@ -3,12 +3,16 @@ one plan for nodes that differ only in price, groups of small nodes, the pooled 
 
 from __future__ import annotations
 
+import io
 from dataclasses import replace
 
 import pytest
+from rich.console import Console
 
 from stowplan import Constraints, InputError, Workload, serve
 from stowplan.cluster.replicas import check_disjoint
+from stowplan.exports.serving import export_serve_plan
+from stowplan.report.serving import render_serve_plan
 from stowplan.serving.candidates import FleetRates, grouped_compositions, node_classes
 from stowplan.serving.candidates import renamed_text as rename
 from tests.common.replica_check import recomputed
@@ -119,3 +123,26 @@ def test_a_fleet_too_large_to_enumerate_is_cut_into_groups_that_hold_the_weights
     for r in sp.replicas:
         got = recomputed(TOY_MODEL, r, nodes, WORK)
         assert got.users == r.users
+
+
+def test_side_by_side_replicas_export_on_their_own_gpus_and_ports():
+    sp = serve(TOY_MODEL, [_slow_link_node(0, 2)], WORK)
+    assert len(sp.replicas) == 2
+    out = export_serve_plan(sp, "vllm", model="meta-llama/Llama-3.1-8B")
+    first, second = (next(c for c in e.commands if "vllm serve" in c) for e in out.replicas)
+    assert first.startswith("CUDA_VISIBLE_DEVICES=0 ") and "--port" not in first
+    assert second.startswith("CUDA_VISIBLE_DEVICES=1 ") and second.endswith("--port 8001")
+    (dp,) = out.commands
+    assert dp.startswith("CUDA_VISIBLE_DEVICES=0,1 ") and "--data-parallel-size 2" in dp
+    llama = export_serve_plan(sp, "llamacpp", model="/m/toy.gguf")
+    servers = [c for e in llama.replicas for c in e.commands if "llama-server" in c]
+    assert "--port" not in servers[0] and servers[1].endswith("--port 8081")
+
+
+def test_the_table_names_the_gpus_of_replicas_side_by_side():
+    sp = serve(TOY_MODEL, [_slow_link_node(0, 2)], WORK)
+    buf = io.StringIO()
+    render_serve_plan(sp, Console(file=buf, width=80))
+    text = buf.getvalue()
+    assert "n0/gpu0" in text and "n0/gpu1" in text
+    assert max(len(line) for line in text.splitlines()) <= 80

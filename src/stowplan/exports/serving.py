@@ -11,7 +11,9 @@ told how many requests it runs at once and how long each is:
 
 Identical replicas (the same blocks per stage on alike nodes, the same U*) are one
 vLLM instance with ``--data-parallel-size N`` or one SGLang instance with
-``--dp-size N``; the export adds that command and says so.  Unlike replicas are
+``--dp-size N``; the export adds that command and says so (with all of their GPUs
+when they sit side by side on one node).  Replicas side by side on one node serve on
+the engine's default port plus their rank on it.  Unlike replicas are
 separate engine instances.
 """
 
@@ -103,6 +105,40 @@ def _sized(e: EngineExport, r: ReplicaPlan, context: int) -> EngineExport:
     return replace(e, commands=tuple(commands), notes=(*e.notes, note))
 
 
+_PORTS = {Engine.VLLM: 8000, Engine.SGLANG: 30000, Engine.LLAMACPP: 8080}
+"""Each engine's default serving port; replicas side by side on one node take the next."""
+
+
+def _side_by_side(replicas: Sequence[ReplicaPlan], i: int) -> int:
+    """How many replicas before ``i`` run on the first node of replica ``i``."""
+    first = replicas[i].node_ids[0]
+    return sum(1 for r in replicas[:i] if first in r.node_ids)
+
+
+def _ported(e: EngineExport, k: int) -> EngineExport:
+    """``e`` serving on its engine's default port plus ``k`` (unchanged for ``k`` = 0)."""
+    base = _PORTS.get(e.engine)
+    launch = _LAUNCH.get(e.engine)
+    if k == 0 or base is None or launch is None:
+        return e
+    port = base + k
+    commands = tuple(
+        _set_flag(line, "--port", str(port)) if launch[0] in line else line for line in e.commands
+    )
+    note = f"port {port}: another replica serves on this node too"
+    return replace(e, commands=commands, notes=(*e.notes, note))
+
+
+def _one_node_gpus(replicas: Sequence[ReplicaPlan]) -> str | None:
+    """The GPUs ``replicas`` use, comma-separated, when they all run on one node and each
+    names its GPUs; else None."""
+    nodes = {a.node_id for r in replicas for a in r.plan.assignments}
+    if len(nodes) != 1 or any(not a.gpu_indices for r in replicas for a in r.plan.assignments):
+        return None
+    gpus = sorted({g for r in replicas for a in r.plan.assignments for g in a.gpu_indices})
+    return ",".join(map(str, gpus))
+
+
 def _alike_key(r: ReplicaPlan, by_id: dict[str, NodeDescriptor]) -> tuple[object, ...]:
     def node_key(nid: str) -> tuple[object, ...]:
         n = by_id.get(nid)
@@ -136,8 +172,11 @@ def export_serve_plan(
     all_nodes = list(nodes or ()) or [n for r in sp.replicas for n in r.plan.nodes]
     by_id = {n.id: n for n in all_nodes}
     exports = tuple(
-        _sized(export_plan(r.plan, engine, nodes=nodes or None, model=model), r, context)
-        for r in sp.replicas
+        _ported(
+            _sized(export_plan(r.plan, engine, nodes=nodes or None, model=model), r, context),
+            _side_by_side(sp.replicas, i),
+        )
+        for i, r in enumerate(sp.replicas)
     )
     groups: dict[tuple[object, ...], list[int]] = {}
     for i, r in enumerate(sp.replicas):
@@ -158,6 +197,13 @@ def export_serve_plan(
         first = exports[members[0]]
         words = _LAUNCH[engine][0]
         dp = [_set_flag(c, flag, str(len(members))) for c in first.commands if words in c]
+        shared = _one_node_gpus([sp.replicas[i] for i in members])
+        if shared is not None:
+            # Side by side on one node: the one instance gets all of their GPUs, on the
+            # first replica's port.
+            dp = [
+                re.sub(r"CUDA_VISIBLE_DEVICES=\S+", f"CUDA_VISIBLE_DEVICES={shared}", c) for c in dp
+            ]
         notes.append(
             f"replicas {names} are identical: one {engine.value} instance with {flag} "
             f"{len(members)} runs them all (instead of their own commands; start its ranks "

@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from stowplan.serve_plan import ServeObjective, ServePlan
+from stowplan.model import gpu_group_id
+from stowplan.serve_plan import ReplicaPlan, ServeObjective, ServePlan
 
 __all__ = ["render_serve_plan", "serve_summary"]
 
@@ -57,6 +58,26 @@ def serve_summary(sp: ServePlan) -> list[str]:
     return lines
 
 
+def _node_labels(r: ReplicaPlan) -> list[str]:
+    """The replica's nodes, in stage order; a node it uses only part of as its GPUs
+    (``n0/gpu2-3``): replicas side by side on one node."""
+    gpus_of = {n.id: n.num_gpus for n in r.plan.nodes}
+    used: dict[str, set[int]] = {}
+    for a in r.plan.assignments:
+        used.setdefault(a.node_id, set()).update(a.gpu_indices)
+    out = []
+    for nid, gpus in used.items():
+        total = gpus_of.get(nid)
+        ordered = sorted(gpus)
+        if not ordered or total is None or len(ordered) >= total:
+            out.append(nid)
+        elif ordered == list(range(ordered[0], ordered[0] + len(ordered))):
+            out.append(gpu_group_id(nid, ordered[0], len(ordered)))
+        else:
+            out.append(f"{nid}/gpu{','.join(map(str, ordered))}")
+    return out
+
+
 def render_serve_plan(sp: ServePlan, console: Console) -> None:
     """Print one row per replica (nodes, stages, U*, TTFT, TPOT, tokens/s, requests/s,
     binding, $/h), then :func:`serve_summary`."""
@@ -81,7 +102,7 @@ def render_serve_plan(sp: ServePlan, console: Console) -> None:
     for i, r in enumerate(sp.replicas):
         table.add_row(
             str(i),
-            Text(" ".join(r.node_ids)),
+            Text(" ".join(_node_labels(r))),
             str(r.plan.num_stages),
             f"{r.users:,}",
             _ms(r.ttft_s),
