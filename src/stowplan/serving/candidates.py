@@ -69,9 +69,9 @@ def node_classes(nodes: Sequence[NodeDescriptor]) -> list[list[NodeDescriptor]]:
 def compositions(sizes: Sequence[int], limit: int) -> tuple[list[Composition], bool]:
     """Compositions (nodes taken per class) to try, fewest nodes first, and whether they
     are all of them.  All when there are at most ``limit``; otherwise every single-class
-    count and the compositions of two or three nodes, the first ``limit`` of them
-    beyond the single-class ones (callers add groups of their own, see
-    :func:`grouped_compositions`)."""
+    count and, up to :data:`SMALL_CLASSES` classes, the compositions of two or three
+    nodes, the first ``limit`` of them beyond the single-class ones (callers add groups
+    of their own, see :func:`grouped_compositions`)."""
     total = math.prod(s + 1 for s in sizes) - 1
     if total <= limit:
         every = [c for c in product(*(range(s + 1) for s in sizes)) if any(c)]
@@ -81,14 +81,18 @@ def compositions(sizes: Sequence[int], limit: int) -> tuple[list[Composition], b
     for i, s in enumerate(sizes):
         for count in range(1, s + 1):
             chosen[tuple(count if j == i else 0 for j in range(k))] = None
-    most = 3 if k <= 24 else 2
+    most = 3 if k <= SMALL_CLASSES else 1
     small = [c for c in _small(sizes, most) if c not in chosen]
     for c in sorted(small, key=lambda c: (sum(c), c))[:limit]:
         chosen[c] = None
     return list(chosen), False
 
 
-GROUP_ROOMS = (1.15, 1.5, 2.0, 3.0)
+SMALL_CLASSES = 24
+"""Up to this many classes, every composition of two or three nodes is tried; beyond,
+the groups of :func:`grouped_compositions` stand for them."""
+
+GROUP_ROOMS = (1.2, 1.5, 2.0)
 """The memory, in copies of the weights, each of :func:`grouped_compositions`' groups
 is filled up to."""
 
@@ -100,10 +104,11 @@ def grouped_compositions(
     w: Workload,
 ) -> list[Composition]:
     """Replicas for a fleet too large to enumerate: the nodes in order of their own
-    prefill and decode speed (then price per speed), cut into consecutive groups
-    that each hold :data:`GROUP_ROOMS` copies of the weights — disjoint groups that
-    packing can take side by side; the remainder joins the last group.  Nodes that
-    serve a request alone are left to the single-class compositions."""
+    prefill and decode speed (and, for a target, of price per speed), cut into
+    consecutive groups that each hold :data:`GROUP_ROOMS` copies of the weights —
+    disjoint groups that packing can take side by side; the remainder joins the last
+    group.  Nodes that serve a request alone are left to the single-class
+    compositions."""
     flat = [(k, n) for k, cls in enumerate(classes) for n in cls]
 
     def speed(i: int) -> float:
@@ -111,7 +116,7 @@ def grouped_compositions(
 
     small = [(k, n) for k, n in flat if users_bound(rates, [index[n.id]], w) < 1]
     orders = [sorted(small, key=lambda kn: -speed(index[kn[1].id]))]
-    if all(n.price_per_hour for _, n in small):
+    if w.has_target and all(n.price_per_hour for _, n in small):
         orders.append(
             sorted(small, key=lambda kn: (kn[1].price_per_hour or 0.0) / speed(index[kn[1].id]))
         )
