@@ -16,7 +16,8 @@ from stowplan import (
     Workload,
     serve,
 )
-from stowplan.serving.candidates import FleetRates, replica_of, users_bound
+from stowplan.serving.bounds import FleetRates, users_bound
+from stowplan.serving.candidates import replica_of
 from tests.common.replica_check import recomputed
 from tests.common.toy import TOY_MODEL, toy_node
 

@@ -13,8 +13,9 @@ from stowplan import Constraints, InputError, Workload, serve
 from stowplan.cluster.replicas import check_disjoint
 from stowplan.exports.serving import export_serve_plan
 from stowplan.report.serving import render_serve_plan
-from stowplan.serving.candidates import FleetRates, grouped_compositions, node_classes
-from stowplan.serving.candidates import renamed_text as rename
+from stowplan.serving.bounds import FleetRates
+from stowplan.serving.compositions import grouped_compositions, node_classes
+from stowplan.serving.reuse import renamed_text as rename
 from tests.common.replica_check import recomputed
 from tests.common.toy import TOY_MODEL, toy_node
 

@@ -7,14 +7,16 @@ the workload's TTFT/TPOT limits and memory (:mod:`stowplan.cost.serving`):
 * Step 1: nodes alike but for their id form classes; the compositions (nodes per
   class) of a replica are enumerated — all of them on small fleets; on large ones
   every single-class count, the small ones and groups of nodes that together hold
-  the weights a few times over — and each gets its replica
-  (:mod:`~stowplan.serving.candidates`); a multi-GPU node may also hold several
-  replicas side by side on its GPUs (data parallel inside the node);
+  the weights a few times over (:mod:`~stowplan.serving.compositions`) — and each
+  gets its replica (:mod:`~stowplan.serving.candidates`; node lists alike but for
+  ids and prices are planned once, :mod:`~stowplan.serving.reuse`); a multi-GPU
+  node may also hold several replicas side by side on its GPUs (data parallel
+  inside the node);
 * Step 2: copies of the candidates are packed onto the fleet by an integer program
   — the most Σ U*, or, with ``users``/``rate_per_s`` set, the least $/h reaching it
   (:mod:`~stowplan.serving.packing`);
 * Step 3: the certificate bounds the optimum: the same program over every
-  composition's relaxation bound (:func:`~stowplan.serving.candidates.users_bound`)
+  composition's relaxation bound (:func:`~stowplan.serving.bounds.users_bound`)
   when all were enumerated, a pooled bound of the whole fleet otherwise.
 
 A MoE model's experts stay with their blocks (the cost model's expert-touch rule
@@ -41,22 +43,11 @@ from stowplan.model import (
 )
 from stowplan.plan import Plan, with_inputs
 from stowplan.serve_plan import ReplicaPlan, ServeCertificate, ServeObjective, ServePlan
-from stowplan.serving.candidates import (
-    Candidate,
-    FleetRates,
-    ReplicaMemo,
-    compositions,
-    grouped_compositions,
-    node_classes,
-    rate_bound,
-    renamed_text,
-    repriced,
-    settle,
-    split_bound,
-    split_of,
-    users_bound,
-)
+from stowplan.serving.bounds import FleetRates, rate_bound, users_bound
+from stowplan.serving.candidates import Candidate, settle, split_bound, split_of
+from stowplan.serving.compositions import compositions, grouped_compositions, node_classes
 from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
+from stowplan.serving.reuse import ReplicaMemo, renamed_text, repriced
 from stowplan.workload import Workload
 
 __all__ = ["COMPOSITION_LIMIT", "serve"]
@@ -160,7 +151,7 @@ def serve(
         cand = memo.replica([nodes[i] for i in members], ub)
         if one is not None and split_top > (0.0 if cand is None else _value(cand, by_rate)):
             split = split_of(
-                memo,
+                memo.replica,
                 model,
                 one,
                 workload,

@@ -1,282 +1,36 @@
-"""Candidate replicas of a serving fleet: node classes, compositions, the replica of each.
+"""The replica of a composition: the pipeline the block planner places, and what it serves.
 
-Nodes alike in every figure but their id form one class; a *composition* is how many
-nodes of each class a replica takes.  The replica of a composition is the pipeline
-the block planner (:func:`~stowplan.planner.plan_blocks`, per-stage tensor parallel
-and engine rules included) plans on those nodes for a batch of U requests with P + O
-tokens of KV each, scored by :func:`~stowplan.cost.serving.pipeline_serving`; U is
-set from the relaxation bound, then to the U* the plan serves, and the better plan
-is kept.  :func:`users_bound` is that relaxation: an upper bound on the U* of any
-pipeline on a node set.
+The replica of a node set is the pipeline the block planner
+(:func:`~stowplan.planner.plan_blocks`, per-stage tensor parallel and engine rules
+included) plans on those nodes for a batch of U requests with P + O tokens of KV
+each, scored by :func:`~stowplan.cost.serving.pipeline_serving`; U is set from the
+relaxation bound (:mod:`~stowplan.serving.bounds`), then refined towards the U* the
+plans serve, and the best plan is kept.  A multi-GPU node may hold several replicas
+side by side (:func:`split_of`).
 """
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from itertools import product
 
 from stowplan.cost import CostModel
 from stowplan.cost.serving import ReplicaServing, pipeline_serving, serving_constraints
-from stowplan.cost.touch import expert_touch_bytes
 from stowplan.errors import PlanError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_node
 from stowplan.plan import Plan
 from stowplan.quantities.limits import MAX_BATCH
+from stowplan.serving.bounds import FleetRates, rate_bound, users_bound
 from stowplan.workload import Workload
 
 __all__ = [
+    "REFINE_STEPS",
     "Candidate",
-    "FleetRates",
-    "ReplicaMemo",
-    "compositions",
-    "grouped_compositions",
-    "node_classes",
     "replica_of",
+    "settle",
     "split_bound",
     "split_of",
-    "users_bound",
 ]
-
-Composition = tuple[int, ...]
-
-
-def _class_key(n: NodeDescriptor) -> tuple[object, ...]:
-    return (
-        n.gpu_name,
-        n.vram_bytes,
-        n.flops_estimate,
-        n.link_mbps,
-        n.mem_bandwidth_gbps,
-        n.link_latency_ms,
-        n.price_per_hour,
-        n.num_gpus,
-        n.intra_link_gbps,
-        n.intra_link_latency_us,
-    )
-
-
-def node_classes(nodes: Sequence[NodeDescriptor]) -> list[list[NodeDescriptor]]:
-    """The nodes grouped into classes of nodes alike but for their id, in first-seen order."""
-    out: dict[tuple[object, ...], list[NodeDescriptor]] = {}
-    for n in nodes:
-        out.setdefault(_class_key(n), []).append(n)
-    return list(out.values())
-
-
-def compositions(sizes: Sequence[int], limit: int) -> tuple[list[Composition], bool]:
-    """Compositions (nodes taken per class) to try, fewest nodes first, and whether they
-    are all of them.  All when there are at most ``limit``; otherwise every single-class
-    count and, up to :data:`SMALL_CLASSES` classes, the compositions of two or three
-    nodes, the first ``limit`` of them beyond the single-class ones (callers add groups
-    of their own, see :func:`grouped_compositions`)."""
-    total = math.prod(s + 1 for s in sizes) - 1
-    if total <= limit:
-        every = [c for c in product(*(range(s + 1) for s in sizes)) if any(c)]
-        return sorted(every, key=lambda c: (sum(c), c)), True
-    k = len(sizes)
-    chosen: dict[Composition, None] = {}
-    for i, s in enumerate(sizes):
-        for count in range(1, s + 1):
-            chosen[tuple(count if j == i else 0 for j in range(k))] = None
-    most = 3 if k <= SMALL_CLASSES else 1
-    small = [c for c in _small(sizes, most) if c not in chosen]
-    for c in sorted(small, key=lambda c: (sum(c), c))[:limit]:
-        chosen[c] = None
-    return list(chosen), False
-
-
-SMALL_CLASSES = 24
-"""Up to this many classes, every composition of two or three nodes is tried; beyond,
-the groups of :func:`grouped_compositions` stand for them."""
-
-GROUP_ROOMS = (1.2, 1.5, 2.0)
-"""The memory, in copies of the weights, each of :func:`grouped_compositions`' groups
-is filled up to."""
-
-
-def grouped_compositions(
-    rates: FleetRates,
-    classes: Sequence[Sequence[NodeDescriptor]],
-    index: dict[str, int],
-    w: Workload,
-) -> list[Composition]:
-    """Replicas for a fleet too large to enumerate: the nodes in order of their own
-    prefill and decode speed (and, for a target, of price per speed), cut into
-    consecutive groups that each hold :data:`GROUP_ROOMS` copies of the weights —
-    disjoint groups that packing can take side by side; the remainder joins the last
-    group.  Nodes that serve a request alone are left to the single-class
-    compositions."""
-    flat = [(k, n) for k, cls in enumerate(classes) for n in cls]
-
-    def speed(i: int) -> float:
-        return 1.0 / max(rates.ttft0_floor([i]) + rates.cycle_floor([i]), 1e-30)
-
-    small = [(k, n) for k, n in flat if users_bound(rates, [index[n.id]], w) < 1]
-    orders = [sorted(small, key=lambda kn: -speed(index[kn[1].id]))]
-    if w.has_target and all(n.price_per_hour for _, n in small):
-        orders.append(
-            sorted(small, key=lambda kn: (kn[1].price_per_hour or 0.0) / speed(index[kn[1].id]))
-        )
-    out: dict[Composition, None] = {}
-    for order in orders:
-        for room in GROUP_ROOMS:
-            need = room * rates.weight_bytes
-            groups: list[list[tuple[int, NodeDescriptor]]] = [[]]
-            held = 0.0
-            for k, n in order:
-                groups[-1].append((k, n))
-                held += rates.usable[index[n.id]]
-                if held >= need:
-                    groups.append([])
-                    held = 0.0
-            if len(groups) > 1 and held < need:
-                rest = groups.pop()
-                groups[-1] += rest
-            for g in groups:
-                if not g:
-                    continue
-                combo = [0] * len(classes)
-                for k, _ in g:
-                    combo[k] += 1
-                out[tuple(combo)] = None
-    return list(out)
-
-
-def _small(sizes: Sequence[int], most: int) -> list[Composition]:
-    """Every composition of 1..``most`` nodes."""
-    out: list[Composition] = []
-
-    def walk(i: int, left: int, acc: list[int]) -> None:
-        if i == len(sizes):
-            if any(acc):
-                out.append(tuple(acc))
-            return
-        for c in range(min(sizes[i], left) + 1):
-            acc.append(c)
-            walk(i + 1, left - c, acc)
-            acc.pop()
-
-    walk(0, most, [])
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class FleetRates:
-    """Per physical node of the fleet, the figures the relaxation bound reads."""
-
-    usable: tuple[int, ...]
-    inv_bw: tuple[float, ...]
-    inv_flops: tuple[float, ...]
-    weight_bytes: int
-    kv_per_request: int
-    """KV bytes one request holds at P + O tokens, all blocks."""
-    prefill_read: float
-    prefill_flops: float
-    decode_read: float
-    """Weight bytes one decoded token reads (every block's per-token read and the head)."""
-    latency_s: tuple[float, ...]
-    """Each node's network hop latency."""
-    token_send_s: tuple[float, ...]
-    """Seconds each node's network link takes to send one token's activations."""
-
-    @classmethod
-    def of(
-        cls, model: ModelLayout, nodes: Sequence[NodeDescriptor], c: Constraints, w: Workload
-    ) -> FleetRates:
-        cm = CostModel(model, nodes, c)
-        p = w.prompt_tokens
-        reads = model.block_read_sizes()
-        windows = model.kv_window_tokens or (None,) * model.num_blocks
-        weights = sum(reads)
-        attention = sum(p * (p if x is None else min(p, x)) for x in windows)
-        return cls(
-            usable=cm.usable,
-            inv_bw=cm.inv_bw,
-            inv_flops=cm.inv_prefill_flops,
-            weight_bytes=model.weight_bytes,
-            kv_per_request=sum(
-                model.kv_bytes(b, w.context_tokens, 1) for b in range(model.num_blocks)
-            ),
-            prefill_read=weights + sum(expert_touch_bytes(model, p)) + cm.head,
-            prefill_flops=2.0 * weights * cm.params_per_byte * p
-            + 2.0 * attention * model.hidden_dim
-            + 2.0 * cm.head * cm.params_per_byte,
-            decode_read=weights + cm.head,
-            latency_s=cm.latency_s,
-            token_send_s=tuple(
-                model.hidden_dim * model.bytes_per_activation_elem / r.link_bytes_per_s
-                for r in cm.rates
-            ),
-        )
-
-    def ttft0_floor(self, members: Sequence[int]) -> float:
-        """A lower bound on TTFT0 of any pipeline on nodes ``members``: every stage reads
-        and computes its part at no better than the fastest node's rates."""
-        bw = min(self.inv_bw[i] for i in members)
-        fl = min(self.inv_flops[i] for i in members)
-        return max(self.prefill_read * bw, self.prefill_flops * fl)
-
-    def cycle_floor(self, members: Sequence[int]) -> float:
-        """A lower bound on cycle(U) for U ≥ 1: the trip reads every weight once."""
-        return self.decode_read * min(self.inv_bw[i] for i in members)
-
-    def memory_users(self, members: Sequence[int]) -> int:
-        """Requests the pooled memory of ``members`` holds beside one copy of the weights."""
-        room = sum(self.usable[i] for i in members) - self.weight_bytes
-        if room < 0:
-            return 0
-        return (
-            MAX_BATCH if self.kv_per_request == 0 else min(MAX_BATCH, room // self.kv_per_request)
-        )
-
-
-def users_bound(rates: FleetRates, members: Sequence[int], w: Workload) -> int:
-    """An upper bound on U* of any pipeline on (a subset of) nodes ``members``.
-
-    The larger of two cases.  One node ``i`` alone: U ≤ its own memory; TTFT0 ≥
-    its :meth:`FleetRates.ttft0_floor`, cycle ≥ its :meth:`FleetRates.cycle_floor`.
-    Several nodes: U ≤ their pooled memory; the floors at the best rates among them,
-    plus what a pipeline crossing the network pays at least — one forward hop's
-    latency and a prompt's send for TTFT0, the way out and back (two latencies) and
-    one token's send for the cycle.  Then TTFT(U) ≤ ttft needs TTFT0 + cycle ≤ ttft and
-    TPOT(U) ≤ tpot needs U ≤ (tpot − cycle floor) · O / TTFT0 floor.
-    """
-    if not members:
-        return 0
-    best = max(_bound_with(rates, [i], w, 0.0, 0.0) for i in members)
-    if len(members) > 1:
-        lat = min(rates.latency_s[i] for i in members)
-        send = min(rates.token_send_s[i] for i in members)
-        prompt = lat + w.prompt_tokens * send
-        best = max(best, _bound_with(rates, members, w, prompt, 2 * lat + send))
-    return best
-
-
-def _bound_with(
-    rates: FleetRates, members: Sequence[int], w: Workload, ttft0_extra: float, cycle_extra: float
-) -> int:
-    u = rates.memory_users(members)
-    t0 = rates.ttft0_floor(members) + ttft0_extra
-    cyc = rates.cycle_floor(members) + cycle_extra
-    if t0 + cyc > w.ttft_s or cyc >= w.tpot_s:
-        return 0
-    if t0 > 0:
-        u = min(u, math.floor((w.tpot_s - cyc) * w.output_tokens / t0))
-    return max(0, u)
-
-
-def rate_bound(rates: FleetRates, members: Sequence[int], w: Workload) -> float:
-    """An upper bound on the requests/s of any pipeline on ``members``: U/(O·TPOT(U)) ≤
-    U/(O·cycle floor + U·TTFT0 floor), which grows with U, at the users bound (the
-    floors of the whole set, the lowest of the cases :func:`users_bound` weighs)."""
-    u = users_bound(rates, members, w)
-    if u == 0:
-        return 0.0
-    den = w.output_tokens * rates.cycle_floor(members) + u * rates.ttft0_floor(members)
-    return math.inf if den <= 0 else u / den
 
 
 @dataclass(frozen=True, slots=True)
@@ -429,7 +183,7 @@ def split_bound(
 
 
 def split_of(
-    memo: ReplicaMemo,
+    plan_replica: Callable[[Sequence[NodeDescriptor], int], Candidate | None],
     model: ModelLayout,
     node: NodeDescriptor,
     w: Workload,
@@ -440,15 +194,16 @@ def split_of(
 ) -> Candidate | None:
     """The best data-parallel split of multi-GPU ``node`` (g/d replicas of d GPUs, d a
     divisor of g below it) serving more than ``beat`` in all (users, or requests/s with
-    ``by_rate``); None when none does.  Splits whose bound cannot beat the best so far
-    are not planned."""
+    ``by_rate``); None when none does.  ``plan_replica(nodes, users)`` plans a replica
+    (:func:`replica_of`, or a memo of it).  Splits whose bound cannot beat the best so
+    far are not planned."""
     best: Candidate | None = None
     for group, copies, ub, bound in sorted(
         _splits(model, node, w, c, by_rate), key=lambda t: -t[3]
     ):
         if ub < 1 or bound <= beat:
             continue
-        cand = memo.replica([group], ub)
+        cand = plan_replica([group], ub)
         if cand is None:
             continue
         cand = replace(cand, node_ids=(node.id,), split=copies)
@@ -479,94 +234,3 @@ def settle(model: ModelLayout, cand: Candidate, w: Workload, c: Constraints) -> 
     if (got.users, -got.tpot_s) < (u, -cand.serving.tpot_s):
         return cand
     return replace(cand, plan=found, serving=got)
-
-
-def _plan_key(n: NodeDescriptor, alone: bool) -> tuple[object, ...]:
-    """What a replica's plan reads of a node: every figure but its id and price (and,
-    for a replica on this node ``alone``, its network link, which no stage crosses)."""
-    key = _class_key(replace(n, price_per_hour=None))
-    if alone:
-        key = _class_key(replace(n, price_per_hour=None, link_mbps=1.0, link_latency_ms=0.0))
-    return key
-
-
-class ReplicaMemo:
-    """:func:`replica_of` once per kind of node list: nodes that differ only in their
-    ids, prices (and, alone, their network link) get the same plan, renamed.  A plan
-    reused on nodes of other prices carries the first nodes' $/h in its prediction
-    until :func:`repriced`."""
-
-    def __init__(self, model: ModelLayout, w: Workload, c: Constraints) -> None:
-        self._model, self._w, self._c = model, w, c
-        self._seen: dict[tuple[object, ...], tuple[Candidate | None, tuple[str, ...]]] = {}
-
-    def replica(self, nodes: Sequence[NodeDescriptor], start_users: int) -> Candidate | None:
-        alone = len(nodes) == 1
-        key = (start_users, *(_plan_key(n, alone) for n in nodes))
-        ids = tuple(n.id for n in nodes)
-        hit = self._seen.get(key)
-        if hit is None:
-            got = replica_of(self._model, nodes, self._w, self._c, start_users)
-            self._seen[key] = (got, ids)
-            return got
-        cand, first = hit
-        if cand is None or first == ids:
-            return cand
-        return _renamed_candidate(cand, dict(zip(first, ids, strict=True)), nodes)
-
-
-def renamed_text(text: str, mapping: dict[str, str]) -> str:
-    """``text`` with every node id of ``mapping`` (a whole id, not part of a longer one)
-    replaced at once by its new id."""
-    changed = {k: v for k, v in mapping.items() if k != v}
-    if not changed:
-        return text
-    alternatives = "|".join(re.escape(k) for k in sorted(changed, key=len, reverse=True))
-    pattern = rf"(?<![\w./-])(?:{alternatives})(?![\w./-])"
-    return re.sub(pattern, lambda m: changed[m.group(0)], text)
-
-
-def _renamed_candidate(
-    cand: Candidate, mapping: dict[str, str], nodes: Sequence[NodeDescriptor]
-) -> Candidate:
-    """``cand`` on ``nodes``, node ``k`` of it now ``mapping[k]``."""
-    stages = tuple(replace(a, node_id=mapping[a.node_id]) for a in cand.plan.assignments)
-    notes = [renamed_text(text, mapping) for text in cand.plan.rationale.notes]
-    plan = replace(
-        cand.plan,
-        assignments=stages,
-        rationale=replace(cand.plan.rationale, notes=tuple(notes)),
-    )
-    by_id = {n.id: n for n in nodes}
-    ids = tuple(mapping[i] for i in cand.node_ids)
-    return replace(cand, plan=plan, node_ids=ids, nodes=tuple(by_id[i] for i in ids))
-
-
-def repriced(
-    model: ModelLayout,
-    plan: Plan,
-    nodes: Sequence[NodeDescriptor],
-    rent: float | None,
-    w: Workload,
-    c: Constraints,
-) -> Plan:
-    """``plan`` with its prediction's rent ($/h, $ per million tokens) ``rent``: the
-    replica's share of its nodes (a plan :class:`ReplicaMemo` reused was predicted on
-    nodes of other prices; replicas side by side on one node share its rent)."""
-    from stowplan.cost.predict import predict
-    from stowplan.planner.certify import prediction_note
-
-    pred = plan.rationale.prediction
-    if pred is None or rent == pred.cost_per_hour:
-        return plan
-    fresh = predict(model, nodes, replace(serving_constraints(w, c), batch=pred.batch), plan)
-    usd = fresh.usd_per_million_tokens
-    if rent is not None and fresh.cost_per_hour and usd is not None:
-        usd = usd * rent / fresh.cost_per_hour
-    fresh = replace(
-        fresh, cost_per_hour=rent, usd_per_million_tokens=usd, calibration=pred.calibration
-    )
-    old_note = prediction_note(pred, len(plan.assignments))
-    new_note = prediction_note(fresh, len(plan.assignments))
-    notes = tuple(new_note if n == old_note else n for n in plan.rationale.notes)
-    return replace(plan, rationale=replace(plan.rationale, prediction=fresh, notes=notes))
