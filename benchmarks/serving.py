@@ -177,16 +177,30 @@ def quality(examples: int, seed: int) -> None:
 
 
 def timed(label: str, model: str, nodes: list[NodeDescriptor], w: Workload, repeat: int) -> None:
+    import stowplan.planner as planner
+
+    plan_blocks = planner.plan_blocks
+    calls = [0]
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls[0] += 1
+        return plan_blocks(*args, **kwargs)
+
     times, users = [], 0
-    for _ in range(repeat):
-        t = time.perf_counter()
-        try:
-            users = serve(model, nodes, w).users
-        except Infeasible as exc:
-            print(f"| {label} | infeasible: {exc} |")
-            return
-        times.append(time.perf_counter() - t)
-    print(f"| {label} | {model} | {users} | {statistics.median(times):.2f} s |")
+    planner.plan_blocks = counted  # type: ignore[assignment]
+    try:
+        for _ in range(repeat):
+            calls[0] = 0
+            t = time.perf_counter()
+            try:
+                users = serve(model, nodes, w).users
+            except Infeasible as exc:
+                print(f"| {label} | infeasible: {exc} |")
+                return
+            times.append(time.perf_counter() - t)
+    finally:
+        planner.plan_blocks = plan_blocks
+    print(f"| {label} | {model} | {users} | {calls[0]} | {statistics.median(times):.2f} s |")
 
 
 def speed(repeat: int) -> None:
@@ -197,8 +211,8 @@ def speed(repeat: int) -> None:
     mixed = offers(8, 1)
     single = offers(64, 2, consumer=True)
     many = offers(100, 3)
-    print("| fleet | model | users | serve() median |")
-    print("| --- | --- | ---: | ---: |")
+    print("| fleet | model | users | planner calls | serve() median |")
+    print("| --- | --- | ---: | ---: | ---: |")
     timed("8 mixed offers", "llama3.1:8b", mixed, w, repeat)
     timed("64 single-GPU offers", "llama3.1:70b-q4", single, consumer, repeat)
     timed("100 offers", "llama3.1:70b", many, w, repeat)
