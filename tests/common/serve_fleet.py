@@ -16,9 +16,11 @@ FLEET = (
     FakeNode(gpu_name="RTX-4090", vram_bytes=64 * MIB),
     FakeNode(gpu_name="RTX-3060", vram_bytes=5 * MIB),
     FakeNode(gpu_name="RTX-3060", vram_bytes=5 * MIB),
-    FakeNode(gpu_name="RTX-3090", vram_bytes=64 * MIB, num_gpus=2),
+    FakeNode(gpu_name="RTX-3090", vram_bytes=64 * MIB, num_gpus=2, num_cpus=2),
 )
-"""The demo model is about 6.5 MiB: the 5 MiB nodes hold it only together."""
+"""The demo model is about 6.5 MiB: the 5 MiB nodes hold it only together.  The
+two-GPU node has a CPU for each GPU: every stage's bundle takes one, so two replicas
+side by side there need two."""
 WORKLOAD = Workload(prompt_tokens=64, output_tokens=32, ttft_s=1.0, tpot_s=0.05)
 
 

@@ -6,6 +6,7 @@ with nothing left behind."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -122,4 +123,25 @@ def test_a_fleet_that_cannot_hold_a_replica_is_refused_in_one_line(
     data = json.loads(served.to_json().replace(gone, "f" * len(gone)))
     with pytest.raises(ReplicaUnplaceable, match=r"^replica 0 of 3 cannot be placed.*not alive"):
         realise_serve_plan(ServePlan.from_dict(data), contract_stage_class(), timeout_s=3)
+    assert _groups_left() == []
+
+
+@pytest.mark.ray
+def test_replicas_side_by_side_on_one_node_get_gpus_of_their_own(cluster) -> None:
+    import ray
+
+    # The two-GPU node alone, its GPUs joined by a slow link: two one-GPU replicas
+    # serve more than one tensor-parallel replica.
+    (two,) = [n for n in ray_node_descriptors(timeout_s=TIMEOUT_S) if n.num_gpus == 2]
+    slow = replace(two, intra_link_gbps=0.001, intra_link_latency_us=50_000.0)
+    sp = serve_fleet([slow])
+    assert [r.node_ids for r in sp.replicas] == [(two.id,), (two.id,)]
+    assert [a.gpu_indices for r in sp.replicas for a in r.plan.assignments] == [(0,), (1,)]
+    with realise_serve_plan(sp, contract_stage_class(), timeout_s=TIMEOUT_S) as running:
+        infos = [
+            ray.get(s.info.remote(), timeout=TIMEOUT_S) for r in running.replicas for s in r.actors
+        ]
+        assert [info["node_id"] for info in infos] == [two.id, two.id]
+        gpus = [tuple(info["gpu_ids"]) for info in infos]
+        assert all(len(g) == 1 for g in gpus) and gpus[0] != gpus[1]
     assert _groups_left() == []
