@@ -2,12 +2,13 @@
 
 Prefill is compute-bound, and engines reach a share of a GPU's datasheet peak on it
 that differs from decode's.  With a calibration whose engine is llama.cpp, or the
-generic profile (fitted on llama.cpp runs), a node whose FLOPs come from the spec
-table (no ``flops_estimate`` given) computes a prompt at the TFLOP/s
-:func:`~stowplan.calibration.prefill.prefill_efficiency` gives for its GPU — fitted
-from the device's own published runs, or scaled from other devices' outside the data
-— per GPU, times the GPUs that compute at once (all of them tensor parallel, one when
-the engine splits layers over them).  Elsewhere the decode rate stands.
+generic profile (fitted on llama.cpp runs), a node computes a prompt at the share of
+its 16-bit peak :func:`~stowplan.calibration.prefill.prefill_efficiency` gives for its
+GPU — fitted from the device's own published runs, or scaled from other devices'
+outside the data — applied to the node's FLOPs (stated, or the spec table's), per GPU
+times the GPUs that compute at once (all of them tensor parallel, one when the engine
+splits layers over them); a GPU without a peak in the table computes at the fitted
+TFLOP/s.  Elsewhere the decode rate stands.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ from stowplan.model import (
 from stowplan.plan import Plan, with_inputs
 from stowplan.serve_plan import ReplicaPlan, ServeCertificate, ServeObjective, ServePlan
 from stowplan.serving.bounds import FleetRates, rate_bound, users_bound
-from stowplan.serving.candidates import Candidate, settle, split_bound, split_of
+from stowplan.serving.candidates import Candidate, settle, split_of, splits
 from stowplan.serving.compositions import compositions, grouped_compositions, node_classes
 from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
 from stowplan.serving.reuse import ReplicaMemo, renamed_text, repriced
@@ -123,8 +123,9 @@ def serve(
         ]
     by_rate = workload.rate_per_s is not None
     options: dict[tuple[int, ...], _Option] = {}
-    bounds: dict[tuple[int, ...], int] = {}
-    split_bounds: dict[tuple[int, ...], float] = {}
+    bounds: dict[tuple[int, ...], float] = {}
+    """Each composition's relaxation bound in the objective's unit (users, or requests/s
+    for a rate target), its side-by-side splits included."""
     class_of = {n.id: k for k, cls in enumerate(classes) for n in cls}
     inside = _Inside(options, by_rate)
     memo = ReplicaMemo(model, workload, base)
@@ -133,16 +134,15 @@ def serve(
             progress(done, len(combos))
         members = [index[n.id] for k, c in enumerate(combo) for n in classes[k][:c]]
         ub = users_bound(rates, members, workload)
-        bounds[combo] = ub
+        bounds[combo] = 0.0
         if ub < 1:
             continue
         whole = rate_bound(rates, members, workload) if by_rate else float(ub)
         # One multi-GPU node may also hold several replicas side by side.
         one = nodes[members[0]] if len(members) == 1 and nodes[members[0]].num_gpus > 1 else None
-        split_top = 0.0
-        if one is not None:
-            split_top = split_bound(model, one, workload, base, by_rate=by_rate)
-            split_bounds[combo] = split_top
+        halves = [] if one is None else splits(model, one, workload, base, by_rate=by_rate)
+        split_top = max((sp.bound for sp in halves), default=0.0)
+        bounds[combo] = max(whole, split_top)
         # A composition whose bound smaller replicas inside it already reach can improve
         # no answer: those replicas serve as much on a subset of its nodes.
         best_inside = inside.value(combo)
@@ -152,10 +152,8 @@ def serve(
         if one is not None and split_top > (0.0 if cand is None else _value(cand, by_rate)):
             split = split_of(
                 memo.replica,
-                model,
                 one,
-                workload,
-                base,
+                halves,
                 by_rate=by_rate,
                 beat=0.0 if cand is None else _value(cand, by_rate),
             )
@@ -232,7 +230,7 @@ def serve(
         rates,
         classes,
         index,
-        (bounds, split_bounds),
+        bounds,
         complete,
         users,
         price,
@@ -392,26 +390,19 @@ def _certificate(
     rates: FleetRates,
     classes: Sequence[Sequence[NodeDescriptor]],
     index: dict[str, int],
-    all_bounds: tuple[dict[tuple[int, ...], int], dict[tuple[int, ...], float]],
+    bounds: dict[tuple[int, ...], float],
     complete: bool,
     users: int,
     price: float,
     method: str,
 ) -> ServeCertificate:
     sizes = [len(c) for c in classes]
-    bounds, split_bounds = all_bounds
     combos = [c for c, b in bounds.items() if b > 0]
-
-    def members(c: tuple[int, ...]) -> list[int]:
-        return [index[n.id] for k, m in enumerate(c) for n in classes[k][:m]]
-
     if objective is ServeObjective.USERS:
         bound: float | None = None
         how = "pooled memory and prefill/decode floors of the whole fleet"
         if complete:
-            bound = bound_users(
-                combos, sizes, [max(float(bounds[c]), split_bounds.get(c, 0.0)) for c in combos]
-            )
+            bound = bound_users(combos, sizes, [bounds[c] for c in combos])
             how = "every composition's relaxation bound, packed"
         if bound is None:
             gpus = sum(n.num_gpus for cls in classes for n in cls)
@@ -430,14 +421,7 @@ def _certificate(
     low: float | None = None
     how = "none (the fleet is too large to enumerate)"
     if complete and combos:
-        by_rate = w.rate_per_s is not None
-        vals = [
-            max(
-                rate_bound(rates, members(c), w) if by_rate else float(bounds[c]),
-                split_bounds.get(c, 0.0),
-            )
-            for c in combos
-        ]
+        vals = [bounds[c] for c in combos]
         prices = [
             sum(classes[k][0].price_per_hour or 0.0 for k, m in enumerate(c) for _ in range(m))
             for c in combos

@@ -26,10 +26,11 @@ from stowplan.workload import Workload
 __all__ = [
     "REFINE_STEPS",
     "Candidate",
+    "Split",
     "replica_of",
     "settle",
-    "split_bound",
     "split_of",
+    "splits",
 ]
 
 
@@ -158,11 +159,24 @@ def _better(a: Candidate, b: Candidate) -> bool:
     return (a.serving.users, -a.serving.tpot_s) > (b.serving.users, -b.serving.tpot_s)
 
 
-def _splits(
-    model: ModelLayout, node: NodeDescriptor, w: Workload, c: Constraints, by_rate: bool
-) -> list[tuple[NodeDescriptor, int, int, float]]:
-    """Per divisor d < g of ``node``'s GPUs: the group of d GPUs, the copies g/d, the
-    group's users bound and the bound of all copies (users, or requests/s)."""
+@dataclass(frozen=True, slots=True)
+class Split:
+    """g/d replicas of d GPUs side by side on one node of g GPUs."""
+
+    group: NodeDescriptor
+    """GPUs ``[0, d)`` of the node, as a planning node."""
+    copies: int
+    users_bound: int
+    """The users bound of one copy."""
+    bound: float
+    """The bound of all copies together (users, or requests/s)."""
+
+
+def splits(
+    model: ModelLayout, node: NodeDescriptor, w: Workload, c: Constraints, *, by_rate: bool
+) -> list[Split]:
+    """Per divisor d < g of ``node``'s GPUs, its :class:`Split` and what all copies serve at
+    most (users, or requests/s with ``by_rate``)."""
     g = node.num_gpus
     out = []
     for d in (d for d in range(1, g) if g % d == 0):
@@ -170,43 +184,31 @@ def _splits(
         rates = FleetRates.of(model, [group], replace(c, batch=1), w)
         ub = users_bound(rates, [0], w)
         copies = g // d
-        out.append((group, copies, ub, copies * (rate_bound(rates, [0], w) if by_rate else ub)))
+        bound = copies * (rate_bound(rates, [0], w) if by_rate else ub)
+        out.append(Split(group=group, copies=copies, users_bound=ub, bound=bound))
     return out
-
-
-def split_bound(
-    model: ModelLayout, node: NodeDescriptor, w: Workload, c: Constraints, *, by_rate: bool
-) -> float:
-    """An upper bound on what g/d replicas of d GPUs each serve together on multi-GPU
-    ``node``, over every divisor d < g (users, or requests/s with ``by_rate``)."""
-    return max((b for *_, b in _splits(model, node, w, c, by_rate)), default=0.0)
 
 
 def split_of(
     plan_replica: Callable[[Sequence[NodeDescriptor], int], Candidate | None],
-    model: ModelLayout,
     node: NodeDescriptor,
-    w: Workload,
-    c: Constraints,
+    options: Sequence[Split],
     *,
     by_rate: bool,
     beat: float,
 ) -> Candidate | None:
-    """The best data-parallel split of multi-GPU ``node`` (g/d replicas of d GPUs, d a
-    divisor of g below it) serving more than ``beat`` in all (users, or requests/s with
-    ``by_rate``); None when none does.  ``plan_replica(nodes, users)`` plans a replica
-    (:func:`replica_of`, or a memo of it).  Splits whose bound cannot beat the best so
-    far are not planned."""
+    """The best of ``options`` (:func:`splits` of multi-GPU ``node``) serving more than
+    ``beat`` in all (users, or requests/s with ``by_rate``); None when none does.
+    ``plan_replica(nodes, users)`` plans a replica (:func:`replica_of`, or a memo of
+    it).  Splits whose bound cannot beat the best so far are not planned."""
     best: Candidate | None = None
-    for group, copies, ub, bound in sorted(
-        _splits(model, node, w, c, by_rate), key=lambda t: -t[3]
-    ):
-        if ub < 1 or bound <= beat:
+    for sp in sorted(options, key=lambda sp: -sp.bound):
+        if sp.users_bound < 1 or sp.bound <= beat:
             continue
-        cand = plan_replica([group], ub)
+        cand = plan_replica([sp.group], sp.users_bound)
         if cand is None:
             continue
-        cand = replace(cand, node_ids=(node.id,), split=copies)
+        cand = replace(cand, node_ids=(node.id,), split=sp.copies)
         got = cand.value_rate if by_rate else float(cand.value_users)
         if got > beat:
             best, beat = cand, got
