@@ -67,8 +67,7 @@ def compositions(sizes: Sequence[int], limit: int) -> tuple[list[Composition], b
     for i, s in enumerate(sizes):
         for count in range(1, s + 1):
             chosen[tuple(count if j == i else 0 for j in range(k))] = None
-    most = 3 if k <= SMALL_CLASSES else 1
-    small = [c for c in _small(sizes, most) if c not in chosen]
+    small = [c for c in _small(sizes, 3) if c not in chosen] if k <= SMALL_CLASSES else []
     for c in sorted(small, key=lambda c: (sum(c), c))[:limit]:
         chosen[c] = None
     return list(chosen), False

@@ -25,10 +25,9 @@ __all__ = ["ReplicaMemo", "renamed_text", "repriced"]
 def _plan_key(n: NodeDescriptor, alone: bool) -> tuple[object, ...]:
     """What a replica's plan reads of a node: every figure but its id and price (and,
     for a replica on this node ``alone``, its network link, which no stage crosses)."""
-    key = class_key(replace(n, price_per_hour=None))
     if alone:
-        key = class_key(replace(n, price_per_hour=None, link_mbps=1.0, link_latency_ms=0.0))
-    return key
+        return class_key(replace(n, price_per_hour=None, link_mbps=1.0, link_latency_ms=0.0))
+    return class_key(replace(n, price_per_hour=None))
 
 
 class ReplicaMemo:
