@@ -60,6 +60,7 @@ __all__ = [
     "Binding",
     "Prefill",
     "ReplicaServing",
+    "group_all_reduce_s",
     "pipeline_prefill",
     "pipeline_serving",
     "prefill_seconds",
@@ -120,7 +121,8 @@ def serving_constraints(workload: Workload, constraints: Constraints | None = No
     )
 
 
-def _all_reduce(cm: CostModel, d: int, act_bytes: float) -> float:
+def group_all_reduce_s(cm: CostModel, d: int, act_bytes: float) -> float:
+    """One all-reduce of ``act_bytes`` among node ``d``'s tensor-parallel GPUs (0 for one)."""
     tp = cm.tensor_parallel[d]
     if tp <= 1:
         return 0.0
@@ -154,7 +156,7 @@ def pipeline_prefill(
         if last:
             flops += 2.0 * cm.head * cm.params_per_byte
         t = max(read * cm.inv_bw[d], flops * cm.inv_prefill_flops[d])
-        t += (hi - lo) * 2 * _all_reduce(cm, d, act)
+        t += (hi - lo) * 2 * group_all_reduce_s(cm, d, act)
         if not last:
             nxt = order[s + 1]
             r = cm.rates[d]

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from itertools import product
 
 from stowplan.cost.prefill_rates import prefill_notes
 from stowplan.errors import Infeasible, InputError
@@ -44,17 +45,20 @@ from stowplan.model import (
 from stowplan.plan import Plan, with_inputs
 from stowplan.serve_plan import ReplicaPlan, ServeCertificate, ServeObjective, ServePlan
 from stowplan.serving.bounds import FleetRates, rate_bound, users_bound
-from stowplan.serving.candidates import Candidate, settle, split_of, splits
+from stowplan.serving.candidates import Candidate, Split, settle, split_of, splits
 from stowplan.serving.compositions import compositions, grouped_compositions, node_classes
 from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
 from stowplan.serving.reuse import ReplicaMemo, renamed_text, repriced
 from stowplan.workload import Workload
 
-__all__ = ["COMPOSITION_LIMIT", "serve"]
+__all__ = ["BOUND_LIMIT", "COMPOSITION_LIMIT", "serve"]
 
 COMPOSITION_LIMIT = 127
 """Every composition is tried (and the bound is over all of them) up to this many; a
 fleet of 7 unlike nodes has 127."""
+BOUND_LIMIT = 4095
+"""Up to this many compositions (12 unlike nodes) the certificate packs every
+composition's bound, though only some are planned."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,32 +127,39 @@ def serve(
         ]
     by_rate = workload.rate_per_s is not None
     options: dict[tuple[int, ...], _Option] = {}
+    members_of = {
+        combo: [index[n.id] for k, c in enumerate(combo) for n in classes[k][:c]]
+        for combo in combos
+    }
+    bounder = _Bounds(model, nodes, rates, workload, base, by_rate)
     bounds: dict[tuple[int, ...], float] = {}
     """Each composition's relaxation bound in the objective's unit (users, or requests/s
-    for a rate target), its side-by-side splits included."""
+    for a rate target), its side-by-side splits included: every composition's when
+    there are at most :data:`BOUND_LIMIT`, else those planned."""
+    if not complete and math.prod(s + 1 for s in sizes) - 1 <= BOUND_LIMIT:
+        for combo in product(*(range(s + 1) for s in sizes)):
+            if any(combo):
+                members = [index[n.id] for k, c in enumerate(combo) for n in classes[k][:c]]
+                bounds[combo] = bounder.of(members)[0]
+        complete = True
     class_of = {n.id: k for k, cls in enumerate(classes) for n in cls}
     inside = _Inside(options, by_rate)
     memo = ReplicaMemo(model, workload, base)
     for done, combo in enumerate(combos):
         if progress is not None:
             progress(done, len(combos))
-        members = [index[n.id] for k, c in enumerate(combo) for n in classes[k][:c]]
-        ub = users_bound(rates, members, workload)
-        bounds[combo] = 0.0
-        if ub < 1:
+        members = members_of[combo]
+        top, ub, one, halves = bounder.of(members)
+        bounds[combo] = top
+        if ub < 1 and not halves:
             continue
-        whole = rate_bound(rates, members, workload) if by_rate else float(ub)
-        # One multi-GPU node may also hold several replicas side by side.
-        one = nodes[members[0]] if len(members) == 1 and nodes[members[0]].num_gpus > 1 else None
-        halves = [] if one is None else splits(model, one, workload, base, by_rate=by_rate)
         split_top = max((sp.bound for sp in halves), default=0.0)
-        bounds[combo] = max(whole, split_top)
         # A composition whose bound smaller replicas inside it already reach can improve
         # no answer: those replicas serve as much on a subset of its nodes.
         best_inside = inside.value(combo)
-        if best_inside is not None and best_inside >= max(whole, split_top):
+        if best_inside is not None and best_inside >= top:
             continue
-        cand = memo.replica([nodes[i] for i in members], ub)
+        cand = memo.replica([nodes[i] for i in members], ub) if ub >= 1 else None
         if one is not None and split_top > (0.0 if cand is None else _value(cand, by_rate)):
             split = split_of(
                 memo.replica,
@@ -254,6 +265,52 @@ def serve(
         model_name=model.name,
         notes=tuple(notes),
     )
+
+
+class _Bounds:
+    """Each node set's relaxation bounds (memoised): what a replica on it serves at most,
+    as one pipeline and, for one multi-GPU node, as replicas side by side."""
+
+    def __init__(
+        self,
+        model: ModelLayout,
+        nodes: Sequence[NodeDescriptor],
+        rates: FleetRates,
+        w: Workload,
+        c: Constraints,
+        by_rate: bool,
+    ) -> None:
+        self._model, self._nodes, self._rates = model, nodes, rates
+        self._w, self._c, self._by_rate = w, c, by_rate
+        self._memo: dict[
+            tuple[int, ...], tuple[float, int, NodeDescriptor | None, list[Split]]
+        ] = {}
+
+    def of(self, members: Sequence[int]) -> tuple[float, int, NodeDescriptor | None, list[Split]]:
+        """(the bound in the objective's unit, the users bound of one pipeline, the node
+        when ``members`` is one multi-GPU node, its splits)."""
+        key = tuple(members)
+        got = self._memo.get(key)
+        if got is not None:
+            return got
+        w, rates = self._w, self._rates
+        ub = users_bound(rates, members, w)
+        whole = 0.0 if ub < 1 else rate_bound(rates, members, w) if self._by_rate else float(ub)
+        node = self._nodes[members[0]]
+        one = node if len(members) == 1 and node.num_gpus > 1 else None
+        halves = (
+            []
+            if one is None
+            else [
+                sp
+                for sp in splits(self._model, one, w, self._c, by_rate=self._by_rate)
+                if sp.users_bound >= 1
+            ]
+        )
+        top = max([whole, *(sp.bound for sp in halves)])
+        got = (top, ub, one, halves)
+        self._memo[key] = got
+        return got
 
 
 def _value(c: Candidate, by_rate: bool) -> float:
@@ -455,25 +512,53 @@ def _pooled_users(rates: FleetRates, members: list[int], w: Workload, gpus: int)
     sit side by side on a node's GPUs).
 
     Memory: r copies of the weights and the requests' KV share the fleet's memory.
-    Each replica holds at most the users bound of the whole fleet's best rates.  And
-    since a replica's U ≤ tpot·O / TTFT0 while TTFT0 is at least the prompt's FLOPs
-    (bytes) at the FLOPs (bytes/s) of the replica's fastest GPUs, and replicas use
-    disjoint GPUs, all replicas together serve at most tpot·O times the fleet's total
-    FLOPs (bytes/s) over one prompt's FLOPs (bytes)."""
-    per_replica = users_bound(rates, members, w)
+    Prefill: a replica's TTFT0 is at least every block's prefill at its cheapest on one
+    node of the replica (:meth:`~stowplan.serving.bounds.FleetRates.lead_ttft0`), so
+    its U ≤ (tpot − cycle floor)·O / that; distinct replicas have distinct such nodes
+    (or GPU groups of one node), so r replicas serve at most the r largest of these
+    caps, a node of g GPUs counted as g groups of one and as itself.  Decode and prefill
+    together: U·(KV read / bandwidth + TTFT0/O) ≤ tpot for each replica, which summed
+    over replicas on disjoint GPUs is at most what the fleet's pooled bandwidth and
+    prefill speed allow."""
     room = sum(rates.usable[i] for i in members)
     most = min(gpus, room // max(1, rates.weight_bytes))
-    best = 0.0
-    for r in range(1, most + 1):
-        left = room - r * rates.weight_bytes
-        mem = math.inf if rates.kv_per_request == 0 else left // rates.kv_per_request
-        best = max(best, min(mem, r * per_replica))
-    scale = w.tpot_s * w.output_tokens
-    for work, inv in ((rates.prefill_flops, rates.inv_flops), (rates.prefill_read, rates.inv_bw)):
-        speed = sum(math.inf if inv[i] <= 0 else 1.0 / inv[i] for i in members)
-        if work > 0 and math.isfinite(speed):
-            best = min(best, math.floor(scale * speed / work))
-    return best
+    if most < 1:
+        return 0.0
+    cyc = min(rates.cycle_floor([i]) for i in members)
+    each = users_bound(rates, members, w)
+    bw = sum(rates.bandwidth[i] for i in members)
+    kv = rates.kv_read_per_request / bw if bw > 0 else 0.0
+    found = []
+    for path in (1, 2):  # TTFT0 floors by FLOPs, then by bytes
+        caps: list[float] = []
+        speed = 0.0
+        for i in members:
+            for lead in rates.lead_ttft0(i):
+                t, floor = lead[0], lead[path]
+                copies = rates.gpus[i] // t
+                cap = math.inf if floor <= 0 else (w.tpot_s - cyc) * w.output_tokens / floor
+                caps += [min(float(each), max(0.0, cap))] * copies
+            speed += max(
+                math.inf if lead[path] <= 0 else rates.gpus[i] // lead[0] / lead[path]
+                for lead in rates.lead_ttft0(i)
+            )
+        caps.sort(reverse=True)
+        best = 0.0
+        top = 0.0
+        for r in range(1, most + 1):
+            top += caps[r - 1] if r <= len(caps) else 0.0
+            left = room - r * rates.weight_bytes
+            mem = math.inf if rates.kv_per_request == 0 else left // rates.kv_per_request
+            best = max(best, min(mem, math.floor(top)))
+        # Each replica: U·(K/B + TTFT0/O) ≤ tpot, B its GPUs' bandwidth and 1/TTFT0 at
+        # most its cheapest group's speed; tpot/(K/B + 1/(O·S)) is concave and
+        # 1-homogeneous in (B, S), so the replicas together serve at most its value at
+        # the fleet's pooled bandwidth and summed group speeds.
+        den = kv + (1.0 / (w.output_tokens * speed) if speed > 0 else math.inf)
+        if den > 0:
+            best = min(best, math.floor(w.tpot_s / den))
+        found.append(best)
+    return float(min(found))
 
 
 def _engine_notes(c: Constraints, ranked: Sequence[_Option], x: Sequence[int]) -> list[str]:

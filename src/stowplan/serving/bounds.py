@@ -13,21 +13,48 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stowplan.cost import CostModel
+from stowplan.cost.model import kv_read_bytes
+from stowplan.cost.serving import group_all_reduce_s as all_reduce_s
 from stowplan.cost.touch import expert_touch_bytes
-from stowplan.model import Constraints, ModelLayout, NodeDescriptor
+from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_node
 from stowplan.quantities.limits import MAX_BATCH
 from stowplan.workload import Workload
 
-__all__ = ["FleetRates", "rate_bound", "users_bound"]
+__all__ = ["FleetRates", "GroupPrefill", "rate_bound", "users_bound"]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPrefill:
+    """A GPU group of ``size`` GPUs of one node, as a stage: the figures bounds read."""
+
+    size: int
+    compute_s: tuple[float, ...]
+    """Per block kind, seconds of one prompt's prefill FLOPs plus the block's two
+    all-reduces (none for one GPU)."""
+    stream_s: tuple[float, ...]
+    """Per block kind, the same for the bytes P tokens read in the block."""
+    head_compute_s: float
+    head_stream_s: float
+    decode_s: float
+    """Seconds to read every weight once."""
+    bandwidth: float
+    """Bytes/s of the node's GPUs when all of them form groups of this size."""
 
 
 @dataclass(frozen=True, slots=True)
 class FleetRates:
-    """Per physical node of the fleet, the figures the relaxation bound reads."""
+    """Per physical node of the fleet, the figures the relaxation bound reads.
+
+    A node's GPUs may form stages of any group size ``t`` dividing its GPU count (a
+    group of ``t`` reads and computes at ``t`` GPUs' rates and pays two all-reduces per
+    block when ``t > 1``), so the per-node floors are the least over its groupings.
+    """
 
     usable: tuple[int, ...]
     inv_bw: tuple[float, ...]
+    """Seconds per byte of each node with all its GPUs on one stage."""
     inv_flops: tuple[float, ...]
+    """Seconds per prefill FLOP of each node with all its GPUs on one stage."""
     weight_bytes: int
     kv_per_request: int
     """KV bytes one request holds at P + O tokens, all blocks."""
@@ -39,6 +66,20 @@ class FleetRates:
     """Each node's network hop latency."""
     token_send_s: tuple[float, ...]
     """Seconds each node's network link takes to send one token's activations."""
+    gpus: tuple[int, ...]
+    """Each node's GPU count."""
+    block_counts: tuple[int, ...]
+    """How many blocks there are of each kind (blocks alike in prefill work)."""
+    groups: tuple[tuple[GroupPrefill, ...], ...]
+    """Per node, the prefill figures of every GPU group a stage may take on it."""
+    head_s: tuple[float, float]
+    """The least seconds the head's prefill FLOPs, and its bytes, take on any group."""
+    decode_s: tuple[float, ...]
+    """Per node, the least seconds a GPU group of it takes to read every weight once."""
+    bandwidth: tuple[float, ...]
+    """Per node, the most bytes/s its GPUs read together (every group at once)."""
+    kv_read_per_request: float
+    """KV bytes a decode step reads per request, all blocks, at the mean context."""
 
     @classmethod
     def of(
@@ -48,8 +89,48 @@ class FleetRates:
         p = w.prompt_tokens
         reads = model.block_read_sizes()
         windows = model.kv_window_tokens or (None,) * model.num_blocks
+        touch = expert_touch_bytes(model, p)
         weights = sum(reads)
-        attention = sum(p * (p if x is None else min(p, x)) for x in windows)
+        attention = [p * (p if x is None else min(p, x)) for x in windows]
+        # Per block, the prefill work of one prompt (the formula of cost.serving).
+        work = [
+            (2.0 * r * cm.params_per_byte * p + 2.0 * a * model.hidden_dim, r + t)
+            for r, a, t in zip(reads, attention, touch, strict=True)
+        ]
+        kinds = sorted(set(work))
+        # Every GPU group a stage may take on each node: t GPUs, t dividing its count.
+        sizes = [[t for t in range(1, n.num_gpus + 1) if n.num_gpus % t == 0] for n in nodes]
+        gm = CostModel(
+            model,
+            [gpu_group_node(n, 0, t) for n, ts in zip(nodes, sizes, strict=True) for t in ts],
+            c,
+        )
+        act = p * model.hidden_dim * model.bytes_per_activation_elem
+        head_flops = 2.0 * cm.head * cm.params_per_byte
+        groups: list[tuple[GroupPrefill, ...]] = []
+        decode, bandwidth = [], []
+        j = 0
+        for n, ts in zip(nodes, sizes, strict=True):
+            own = []
+            for t in ts:
+                ar = 2 * all_reduce_s(gm, j, act)
+                y, x = gm.inv_prefill_flops[j], gm.inv_bw[j]
+                own.append(
+                    GroupPrefill(
+                        size=t,
+                        compute_s=tuple(f * y + ar for f, _ in kinds),
+                        stream_s=tuple(r * x + ar for _, r in kinds),
+                        head_compute_s=head_flops * y,
+                        head_stream_s=cm.head * x,
+                        decode_s=(weights + cm.head) * x,
+                        bandwidth=math.inf if x <= 0 else n.num_gpus // t / x,
+                    )
+                )
+                j += 1
+            groups.append(tuple(own))
+            decode.append(min(g.decode_s for g in own))
+            bandwidth.append(max(g.bandwidth for g in own))
+        every = [g for own in groups for g in own]
         return cls(
             usable=cm.usable,
             inv_bw=cm.inv_bw,
@@ -58,28 +139,68 @@ class FleetRates:
             kv_per_request=sum(
                 model.kv_bytes(b, w.context_tokens, 1) for b in range(model.num_blocks)
             ),
-            prefill_read=weights + sum(expert_touch_bytes(model, p)) + cm.head,
+            prefill_read=weights + sum(touch) + cm.head,
             prefill_flops=2.0 * weights * cm.params_per_byte * p
-            + 2.0 * attention * model.hidden_dim
-            + 2.0 * cm.head * cm.params_per_byte,
+            + 2.0 * sum(attention) * model.hidden_dim
+            + head_flops,
             decode_read=weights + cm.head,
             latency_s=cm.latency_s,
             token_send_s=tuple(
                 model.hidden_dim * model.bytes_per_activation_elem / r.link_bytes_per_s
                 for r in cm.rates
             ),
+            gpus=tuple(n.num_gpus for n in nodes),
+            block_counts=tuple(work.count(k) for k in kinds),
+            groups=tuple(groups),
+            head_s=(min(g.head_compute_s for g in every), min(g.head_stream_s for g in every)),
+            decode_s=tuple(decode),
+            bandwidth=tuple(bandwidth),
+            kv_read_per_request=sum(
+                kv_read_bytes(model, b, w.mean_context_tokens, 1) for b in range(model.num_blocks)
+            ),
         )
 
     def ttft0_floor(self, members: Sequence[int]) -> float:
-        """A lower bound on TTFT0 of any pipeline on nodes ``members``: every stage reads
-        and computes its part at no better than the fastest node's rates."""
-        bw = min(self.inv_bw[i] for i in members)
-        fl = min(self.inv_flops[i] for i in members)
-        return max(self.prefill_read * bw, self.prefill_flops * fl)
+        """A lower bound on TTFT0 of any pipeline on nodes ``members``: each block's
+        prefill at its cheapest on any GPU group of them (FLOPs, or bytes, plus the
+        group's all-reduces), and the head's."""
+        found = []
+        for path, head in ((0, self.head_s[0]), (1, self.head_s[1])):
+            total = head
+            for k, count in enumerate(self.block_counts):
+                total += count * min(
+                    (g.stream_s if path else g.compute_s)[k]
+                    for i in members
+                    for g in self.groups[i]
+                )
+            found.append(total)
+        return max(found)
+
+    def lead_ttft0(self, i: int) -> list[tuple[int, float, float]]:
+        """Per GPU group size ``t`` of node ``i``: (``t``, and by FLOPs and by bytes, a
+        TTFT0 floor of any pipeline whose cheapest group is one of that size there).
+        A pipeline's TTFT0 is at least every block at its cheapest group's cheapest
+        block kind (and the head at its cheapest anywhere)."""
+        blocks = sum(self.block_counts)
+        return [
+            (
+                g.size,
+                blocks * min(g.compute_s) + self.head_s[0],
+                blocks * min(g.stream_s) + self.head_s[1],
+            )
+            for g in self.groups[i]
+        ]
 
     def cycle_floor(self, members: Sequence[int]) -> float:
         """A lower bound on cycle(U) for U ≥ 1: the trip reads every weight once."""
-        return self.decode_read * min(self.inv_bw[i] for i in members)
+        return min(self.decode_s[i] for i in members)
+
+    def inv_pooled_bw(self, members: Sequence[int]) -> float:
+        """Seconds per byte of all ``members``' GPUs reading at once: cycle(U) ≥ m × the
+        slowest stage, which reads its weights and U/m requests' KV, so cycle(U) is at
+        least (weights + U × KV read) at this rate."""
+        total = sum(self.bandwidth[i] for i in members)
+        return 0.0 if total == math.inf else 1.0 / total
 
     def memory_users(self, members: Sequence[int]) -> int:
         """Requests the pooled memory of ``members`` holds beside one copy of the weights."""
@@ -121,17 +242,29 @@ def _bound_with(
     cyc = rates.cycle_floor(members) + cycle_extra
     if t0 + cyc > w.ttft_s or cyc >= w.tpot_s:
         return 0
+    o = w.output_tokens
     if t0 > 0:
-        u = min(u, math.floor((w.tpot_s - cyc) * w.output_tokens / t0))
+        u = min(u, math.floor((w.tpot_s - cyc) * o / t0))
+    # cycle(U) ≥ (weights + U·KV) at the pooled bandwidth: TPOT and TTFT cap U again.
+    pooled = rates.inv_pooled_bw(members)
+    kv = rates.kv_read_per_request * pooled
+    fixed = rates.decode_read * pooled + cycle_extra
+    if kv + t0 / o > 0:
+        u = min(u, math.floor((w.tpot_s - fixed) / (kv + t0 / o)))
+    if kv > 0:
+        u = min(u, math.floor((w.ttft_s - t0 - fixed) / kv))
     return max(0, u)
 
 
 def rate_bound(rates: FleetRates, members: Sequence[int], w: Workload) -> float:
     """An upper bound on the requests/s of any pipeline on ``members``: U/(O·TPOT(U)) ≤
-    U/(O·cycle floor + U·TTFT0 floor), which grows with U, at the users bound (the
-    floors of the whole set, the lowest of the cases :func:`users_bound` weighs)."""
+    U/(O·cycle floor(U) + U·TTFT0 floor), which grows with U, at the users bound (the
+    floors of the whole set, the lowest of the cases :func:`users_bound` weighs; the
+    cycle floor the larger of the trip's and the pooled read of U requests)."""
     u = users_bound(rates, members, w)
     if u == 0:
         return 0.0
-    den = w.output_tokens * rates.cycle_floor(members) + u * rates.ttft0_floor(members)
+    pooled = (rates.decode_read + u * rates.kv_read_per_request) * rates.inv_pooled_bw(members)
+    cycle = max(rates.cycle_floor(members), pooled)
+    den = w.output_tokens * cycle + u * rates.ttft0_floor(members)
     return math.inf if den <= 0 else u / den

@@ -49,6 +49,9 @@ class Candidate:
     """Copies of the replica one node holds side by side (data parallel inside the
     node): ``plan`` is on GPUs ``[0, g/split)`` of node ``node_ids[0]``, the other
     copies on its next GPU ranges; ``serving`` is one copy's."""
+    settled: bool = False
+    """The plan for its own U* requests was tried (and kept only when it serves as
+    many): :func:`settle` has nothing left to do."""
 
     @property
     def value_users(self) -> int:
@@ -142,7 +145,7 @@ def replica_of(
     again = attempt(min(best.serving.users, MAX_BATCH))
     if again is not None and _better(again, best):
         best = again
-    return best
+    return replace(best, settled=True)
 
 
 REFINE_STEPS = 6
@@ -223,7 +226,7 @@ def settle(model: ModelLayout, cand: Candidate, w: Workload, c: Constraints) -> 
 
     u = cand.serving.users
     pred = cand.plan.rationale.prediction
-    if pred is not None and pred.batch == u:
+    if cand.settled or (pred is not None and pred.batch == u):
         return cand
     nodes = list(cand.nodes)
     if not nodes:

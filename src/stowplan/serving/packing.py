@@ -28,9 +28,12 @@ def _milp(
     objective: Sequence[float],
     cover: tuple[Sequence[float], float] | None,
     integral: bool = True,
+    *,
+    proven: bool = False,
 ) -> list[int] | None:
     """``x`` minimising ``objective·x`` within the class sizes (and ``cover``: values·x ≥
-    target); None when infeasible.  Raises :class:`DependencyError` without scipy."""
+    target); None when infeasible (or, with ``proven``, not proven optimal within the
+    time limit).  Raises :class:`DependencyError` without scipy."""
     try:
         import numpy as np
         from scipy.optimize import Bounds, LinearConstraint, milp
@@ -52,11 +55,28 @@ def _milp(
         bounds=Bounds(np.zeros(r), np.asarray(upper, dtype=float)),
         options={"disp": False, "time_limit": 20.0},
     )
-    if res.x is None or res.status not in (0, 1):
+    if res.x is None or res.status not in ((0,) if proven else (0, 1)):
         return None
     if not integral:
         return [float(v) for v in res.x]  # type: ignore[misc]
     return [round(v) for v in res.x]
+
+
+def _milp_bound(
+    counts: Sequence[Sequence[int]],
+    sizes: Sequence[int],
+    objective: Sequence[float],
+    cover: tuple[Sequence[float], float] | None,
+) -> float | None:
+    """The least ``objective·x`` the program can reach, proven: the optimum when HiGHS
+    proves it, else the LP relaxation's (a time limit never passes off a mere feasible
+    point as a bound).  None when infeasible; raises :class:`DependencyError`."""
+    x = _milp(counts, sizes, objective, cover, proven=True)
+    if x is None:
+        x = _milp(counts, sizes, objective, cover, integral=False)
+        if x is None:
+            return None
+    return float(sum(c * v for c, v in zip(objective, x, strict=True)))
 
 
 def _greedy(
@@ -128,10 +148,10 @@ def bound_users(
     if not counts:
         return 0.0
     try:
-        x = _milp(counts, sizes, [-b for b in bounds], None)
+        got = _milp_bound(counts, sizes, [-b for b in bounds], None)
     except DependencyError:
         return None
-    return None if x is None else float(sum(b * v for b, v in zip(bounds, x, strict=True)))
+    return None if got is None else -got
 
 
 def bound_price(
@@ -144,7 +164,7 @@ def bound_price(
     """The least Σ price·x with Σ bound·x ≥ target (None without scipy; ``inf`` when even
     the bounds cannot reach it): a lower bound on the $/h of any node set serving it."""
     try:
-        x = _milp(counts, sizes, prices, (bounds, target))
+        got = _milp_bound(counts, sizes, prices, (bounds, target))
     except DependencyError:
         return None
-    return math.inf if x is None else float(sum(p * v for p, v in zip(prices, x, strict=True)))
+    return math.inf if got is None else got

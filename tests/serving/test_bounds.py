@@ -1,0 +1,145 @@
+"""The relaxation bounds of serving: never below what a replica (or a fleet) serves, and
+tight where the formulas allow — a tensor-parallel node pays its all-reduces, the KV a
+decode step reads grows with U."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from itertools import combinations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stowplan import Constraints, NodeDescriptor, Workload, serve
+from stowplan.cost import CostModel
+from stowplan.cost.serving import pipeline_prefill, serving_constraints
+from stowplan.errors import Infeasible
+from stowplan.model import gpu_group_node
+from stowplan.serving import _pooled_users
+from stowplan.serving.bounds import FleetRates, rate_bound, users_bound
+from stowplan.serving.candidates import replica_of
+from tests.common.serving_referee import Load, Referee
+from tests.serving.test_against_referee import dense, models, workload
+
+GB = 10**9
+SETTINGS = settings(
+    max_examples=int(os.environ.get("SERVE_EXAMPLES", "15")),
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+def _node(i: int, gpus: int, gb: int, bw: float, tflops: float, intra: float) -> NodeDescriptor:
+    return NodeDescriptor(
+        id=f"n{i}",
+        gpu_name="RTX 4090",
+        vram_bytes=gpus * gb * GB,
+        num_gpus=gpus,
+        mem_bandwidth_gbps=gpus * bw,
+        flops_estimate=gpus * tflops,
+        link_mbps=10_000.0,
+        link_latency_ms=0.5,
+        intra_link_gbps=intra,
+        intra_link_latency_us=10.0,
+        price_per_hour=float(gpus),
+    )
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> list[NodeDescriptor]:
+    """1–3 nodes of 1, 2 or 4 GPUs (slow or fast GPU links)."""
+    return [
+        _node(
+            i,
+            draw(st.sampled_from([1, 2, 4])),
+            draw(st.integers(4, 48)),
+            draw(st.floats(200, 3000)),
+            draw(st.floats(20, 400)),
+            draw(st.sampled_from([16.0, 64.0, 450.0])),
+        )
+        for i in range(draw(st.integers(1, 3)))
+    ]
+
+
+loads = st.builds(
+    lambda p, o, ttft, tpot: Load(prompt_tokens=p, output_tokens=o, ttft_s=ttft, tpot_s=tpot),
+    st.integers(64, 4096),
+    st.integers(16, 512),
+    st.floats(0.2, 5.0),
+    st.floats(0.02, 0.3),
+)
+
+
+@SETTINGS
+@given(models, fleets(), loads)
+def test_no_replica_and_no_fleet_serves_more_than_the_bounds(model, nodes, load) -> None:
+    """Every node subset's users bound is at least what the referee's pipelines (a
+    multi-GPU node as one tensor-parallel stage) and the planner's replicas (any split
+    of its GPUs into stages, replicas side by side) serve; the pooled bound of the
+    whole fleet is at least the referee's best disjoint replicas and serve()'s."""
+    w = workload(load)
+    ref = Referee(model, nodes, load)
+    rates = FleetRates.of(model, nodes, Constraints(), w)
+    for size in range(1, len(nodes) + 1):
+        for members in combinations(range(len(nodes)), size):
+            ub = users_bound(rates, members, w)
+            users, rate = ref.best_replica(members)
+            assert ub >= users
+            assert rate_bound(rates, members, w) >= rate * (1 - 1e-9)
+            got = replica_of(model, [nodes[i] for i in members], w, Constraints(), max(1, ub))
+            if got is not None:
+                assert ub >= got.serving.users
+    gpus = sum(n.num_gpus for n in nodes)
+    pooled = _pooled_users(rates, list(range(len(nodes))), w, gpus)
+    assert pooled >= ref.fleet_users()
+    with contextlib.suppress(Infeasible):
+        assert pooled >= serve(model, nodes, w).users
+
+
+LLAMA_LIKE = dense(32, 400, 131_072, 4096)
+"""32 blocks of 400 MB, 128 KiB of KV per token: an 8B model's shape."""
+
+
+def _pcie_node(gpus: int) -> NodeDescriptor:
+    return _node(0, gpus, 24, 1000.0, 165.0, 16.0)
+
+
+def test_a_tensor_parallel_node_pays_its_all_reduces_in_the_prefill_floor() -> None:
+    """Four GPUs on a slow GPU link: the floor is the one-stage TTFT0 at the cheapest
+    grouping, all-reduces included (the formula of cost.serving), not the prompt's FLOPs
+    at four GPUs' speed."""
+    w = Workload(prompt_tokens=2048, output_tokens=256, ttft_s=1.0, tpot_s=0.05)
+    node = _pcie_node(4)
+    rates = FleetRates.of(LLAMA_LIKE, [node], Constraints(), w)
+    cm = CostModel(LLAMA_LIKE, [node], serving_constraints(w))
+    one_stage = pipeline_prefill(cm, [0], [0, 32], 2048).ttft0_s
+    flops_only = rates.prefill_flops * rates.inv_flops[0]
+    floor = rates.ttft0_floor([0])
+    assert floor > flops_only * 1.05  # the all-reduces of 2048 tokens over 16 GB/s count
+    # Every grouping of the four GPUs is a candidate: the floor is the cheapest of them.
+    stages = []
+    for t in (1, 2, 4):
+        group = gpu_group_node(node, 0, t)
+        gm = CostModel(LLAMA_LIKE, [group], serving_constraints(w))
+        stages.append(pipeline_prefill(gm, [0], [0, 32], 2048).ttft0_s)
+    assert floor == pytest.approx(min(stages), rel=1e-9)
+    assert floor <= one_stage
+
+
+def test_the_users_bound_counts_the_kv_a_decode_step_reads() -> None:
+    """U·KV read at the node's bandwidth joins the TPOT limit: the bound is the
+    closed form (tpot − W/B) / (K/B + TTFT0/O) when that binds."""
+    w = Workload(prompt_tokens=2048, output_tokens=256, ttft_s=10.0, tpot_s=0.05)
+    node = _pcie_node(1)
+    rates = FleetRates.of(LLAMA_LIKE, [node], Constraints(), w)
+    t0 = rates.ttft0_floor([0])
+    b = rates.bandwidth[0]
+    k = rates.kv_read_per_request
+    expected = math.floor((w.tpot_s - rates.decode_read / b) / (k / b + t0 / 256))
+    memory = rates.memory_users([0])
+    assert users_bound(rates, [0], w) == min(memory, expected)
+    assert k == pytest.approx(32 * 131_072 * (2048 + 128))
