@@ -145,3 +145,38 @@ def test_replicas_side_by_side_on_one_node_get_gpus_of_their_own(cluster) -> Non
         gpus = [tuple(info["gpu_ids"]) for info in infos]
         assert all(len(g) == 1 for g in gpus) and gpus[0] != gpus[1]
     assert _groups_left() == []
+
+
+@pytest.mark.ray
+def test_a_replica_short_of_a_cpu_is_refused_naming_the_cpu(cluster) -> None:
+    """Every stage's bundle takes a CPU: with one of the two-GPU node's two CPUs held,
+    the second replica side by side there cannot start, and the reason names the CPU
+    (its GPU is free)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    import ray
+
+    (two,) = [n for n in ray_node_descriptors(timeout_s=TIMEOUT_S) if n.num_gpus == 2]
+    slow = replace(two, intra_link_gbps=0.001, intra_link_latency_us=50_000.0)
+    sp = serve_fleet([slow])
+    assert len(sp.replicas) == 2
+
+    @ray.remote(num_cpus=1)
+    class Hold:
+        def ping(self) -> int:
+            return 1
+
+    hold = Hold.options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(two.id, soft=False)
+    ).remote()
+    try:
+        assert ray.get(hold.ping.remote(), timeout=TIMEOUT_S) == 1
+        with pytest.raises(ReplicaUnplaceable) as info:
+            realise_serve_plan(sp, contract_stage_class(), timeout_s=3)
+        text = str(info.value)
+        assert text.startswith("replica 1 of 2 cannot be placed"), text
+        assert "the stage needs 1 CPU of the node (0 of 2 free now)" in text
+        assert "GPU" not in text.split("the stage needs", 1)[1]
+        assert _groups_left() == []
+    finally:
+        ray.kill(hold)

@@ -18,8 +18,7 @@ from stowplan.cost import CostModel
 from stowplan.cost.serving import pipeline_prefill, serving_constraints
 from stowplan.errors import Infeasible
 from stowplan.model import gpu_group_node
-from stowplan.serving import _pooled_users
-from stowplan.serving.bounds import FleetRates, rate_bound, users_bound
+from stowplan.serving.bounds import FleetRates, fleet_users_bound, rate_bound, users_bound
 from stowplan.serving.candidates import replica_of
 from tests.common.serving_referee import Load, Referee
 from tests.serving.test_against_referee import dense, models, workload
@@ -94,7 +93,7 @@ def test_no_replica_and_no_fleet_serves_more_than_the_bounds(model, nodes, load)
             if got is not None:
                 assert ub >= got.serving.users
     gpus = sum(n.num_gpus for n in nodes)
-    pooled = _pooled_users(rates, list(range(len(nodes))), w, gpus)
+    pooled = fleet_users_bound(rates, list(range(len(nodes))), w, gpus)
     assert pooled >= ref.fleet_users()
     with contextlib.suppress(Infeasible):
         assert pooled >= serve(model, nodes, w).users

@@ -90,6 +90,21 @@ def test_nodes_alike_but_for_their_price_share_one_plan_and_each_shows_its_own_r
         assert f"on {nid}:" in notes
 
 
+def test_a_copy_on_a_node_alike_keeps_its_notes_naming_its_own_node():
+    nodes = [toy_node(i, flops_estimate=1.0, price_per_hour=1.0) for i in range(3)]
+    sp = serve(TOY_MODEL, nodes, WORK)
+    assert sorted(r.node_ids for r in sp.replicas) == [("n0",), ("n1",), ("n2",)]
+    first = sp.replicas[0].plan.rationale.notes
+    for r in sp.replicas:
+        (nid,) = r.node_ids
+        notes = r.plan.rationale.notes
+        assert len(notes) == len(first)  # renamed, none dropped
+        text = " ".join(notes)
+        assert f"on {nid}:" in text
+        others = {"n0", "n1", "n2"} - {nid}
+        assert not any(f"on {o}:" in text for o in others)
+
+
 def test_node_ids_in_notes_are_renamed_whole_and_at_once():
     text = "stage 0 on a: 1 ms; a/gpu0-1 and ab, b"
     assert rename(text, {"a": "b", "b": "a"}) == "stage 0 on b: 1 ms; a/gpu0-1 and ab, a"
@@ -107,7 +122,7 @@ def _small_fleet(n: int):
 def test_a_fleet_too_large_to_enumerate_is_cut_into_groups_that_hold_the_weights():
     nodes = _small_fleet(12)
     classes = node_classes(nodes)
-    assert len(classes) == 12  # 4,095 compositions: more than serve() enumerates
+    assert len(classes) == 12  # 4,095 compositions: more than serve() plans
     index = {n.id: i for i, n in enumerate(nodes)}
     rates = FleetRates.of(TOY_MODEL, nodes, Constraints(), WORK)
     groups = grouped_compositions(rates, classes, index, WORK)
@@ -121,6 +136,8 @@ def test_a_fleet_too_large_to_enumerate_is_cut_into_groups_that_hold_the_weights
     assert len(used) == len(set(used))
     assert sp.certificate.bound >= sp.users
     assert sp.certificate.gap < 1.0
+    # Every composition's bound is still packed for the certificate (4,095 of them).
+    assert "every composition's relaxation bound, packed" in sp.certificate.method
     for r in sp.replicas:
         got = recomputed(TOY_MODEL, r, nodes, WORK)
         assert got.users == r.users

@@ -145,23 +145,41 @@ def _plan_tag(plan: Plan) -> str:
     return hashlib.sha256(plan_to_json(plan, indent=None).encode()).hexdigest()[:10]
 
 
-def _free_gpus() -> dict[str, float]:
-    """Node id → GPUs not held now (empty when Ray's state API cannot say)."""
+def _free_resources() -> dict[str, dict[str, float]]:
+    """Node id → its resources not held now (empty when Ray's state API cannot say)."""
     try:
         from ray._private.state import available_resources_per_node
 
         per_node: dict[str, dict[str, float]] = available_resources_per_node()  # type: ignore[no-untyped-call]
     except Exception:  # a private API: without it, reasons omit the free count
         return {}
-    return {str(k): float(v.get("GPU", 0.0)) for k, v in per_node.items()}
+    return {str(k): {r: float(x) for r, x in v.items()} for k, v in per_node.items()}
 
 
-def _with_gpus(a: StageAssignment, reason: str, resources: Mapping[str, float]) -> str:
-    """``reason``, then the GPUs the stage needs and the node's free ones."""
+def _free_gpus() -> dict[str, float]:
+    """Node id → GPUs not held now (empty when Ray's state API cannot say)."""
+    return {k: v.get("GPU", 0.0) for k, v in _free_resources().items()}
+
+
+def _with_shortfall(
+    a: StageAssignment, reason: str, resources: Mapping[str, float], bundle: Mapping[str, float]
+) -> str:
+    """``reason``, then what the stage's bundle needs that the node has not free now (its
+    CPU, its GPUs or both); its GPUs and the free ones when Ray cannot say."""
+    free = _free_resources().get(a.node_id)
+    if free is not None:
+        short = [
+            f"{plural(int(need), key)} of the node ({free.get(key, 0.0):g} of "
+            f"{float(resources.get(key, 0.0)):g} free now)"
+            for key, need in sorted(bundle.items(), key=lambda kv: kv[0] != "CPU")
+            if need > free.get(key, 0.0) + 1e-9
+        ]
+        if short:
+            return f"{reason}; the stage needs " + " and ".join(short)
     need = plural(len(stage_gpus(a)), "GPU")
-    free = _free_gpus().get(a.node_id)
+    gpus = None if free is None else free.get("GPU", 0.0)
     have = float(resources.get("GPU", 0.0))
-    tail = "" if free is None else f" ({free:g} of {have:g} free now)"
+    tail = "" if gpus is None else f" ({gpus:g} of {have:g} free now)"
     return f"{reason}; the stage needs {need} of the node{tail}"
 
 
@@ -245,7 +263,7 @@ def realise(
                 )
             except PlacementError as exc:
                 node = next((n for n in alive_nodes() if n["NodeID"] == a.node_id), {})
-                reason = _with_gpus(a, str(exc), node.get("Resources", {}))
+                reason = _with_shortfall(a, str(exc), node.get("Resources", {}), bundle)
                 failure = StageFailure(stage=a.stage, node_id=a.node_id, reason=reason)
                 raise StageUnplaceable([failure], time.monotonic() - start) from None
         # Step 3: one actor per stage in its group, the plan in its env.

@@ -44,11 +44,11 @@ from stowplan.model import (
 )
 from stowplan.plan import Plan, with_inputs
 from stowplan.serve_plan import ReplicaPlan, ServeCertificate, ServeObjective, ServePlan
-from stowplan.serving.bounds import FleetRates, rate_bound, users_bound
+from stowplan.serving.bounds import FleetRates, fleet_users_bound, rate_bound, users_bound
 from stowplan.serving.candidates import Candidate, Split, settle, split_of, splits
 from stowplan.serving.compositions import compositions, grouped_compositions, node_classes
 from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
-from stowplan.serving.reuse import ReplicaMemo, renamed_text, repriced
+from stowplan.serving.reuse import ReplicaMemo, renamed_plan, renamed_text, repriced
 from stowplan.workload import Workload
 
 __all__ = ["BOUND_LIMIT", "COMPOSITION_LIMIT", "serve"]
@@ -388,16 +388,8 @@ def _assign(
                     plan = _on_gpus(cand.plan, node.id, j * group, group)
                     out.append(_replica(plan, cand, by_id, mapping))
                 continue
-            out.append(_replica(_renamed(cand.plan, mapping), cand, by_id, mapping))
+            out.append(_replica(renamed_plan(cand.plan, mapping), cand, by_id, mapping))
     return out
-
-
-def _renamed(plan: Plan, mapping: dict[str, str]) -> Plan:
-    if all(k == v for k, v in mapping.items()):
-        return plan
-    stages = tuple(replace(a, node_id=mapping[a.node_id]) for a in plan.assignments)
-    notes = tuple(n for n in plan.rationale.notes if not any(k in n for k in mapping))
-    return replace(plan, assignments=stages, rationale=replace(plan.rationale, notes=notes))
 
 
 def _on_gpus(plan: Plan, node_id: str, first: int, group: int) -> Plan:
@@ -463,7 +455,7 @@ def _certificate(
             how = "every composition's relaxation bound, packed"
         if bound is None:
             gpus = sum(n.num_gpus for cls in classes for n in cls)
-            bound = _pooled_users(rates, list(index.values()), w, gpus)
+            bound = fleet_users_bound(rates, list(index.values()), w, gpus)
             how = "pooled memory and prefill/decode floors of the whole fleet"
         bound = max(bound, float(users))
         gap = (bound - users) / bound if bound > 0 else 0.0
@@ -505,60 +497,6 @@ def _target(w: Workload) -> float:
     if w.rate_per_s is not None:
         return w.rate_per_s
     return float(w.users or 0)
-
-
-def _pooled_users(rates: FleetRates, members: list[int], w: Workload, gpus: int) -> float:
-    """Users any r replicas of the fleet serve at most (r up to ``gpus``: replicas may
-    sit side by side on a node's GPUs).
-
-    Memory: r copies of the weights and the requests' KV share the fleet's memory.
-    Prefill: a replica's TTFT0 is at least every block's prefill at its cheapest on one
-    node of the replica (:meth:`~stowplan.serving.bounds.FleetRates.lead_ttft0`), so
-    its U ≤ (tpot − cycle floor)·O / that; distinct replicas have distinct such nodes
-    (or GPU groups of one node), so r replicas serve at most the r largest of these
-    caps, a node of g GPUs counted as g groups of one and as itself.  Decode and prefill
-    together: U·(KV read / bandwidth + TTFT0/O) ≤ tpot for each replica, which summed
-    over replicas on disjoint GPUs is at most what the fleet's pooled bandwidth and
-    prefill speed allow."""
-    room = sum(rates.usable[i] for i in members)
-    most = min(gpus, room // max(1, rates.weight_bytes))
-    if most < 1:
-        return 0.0
-    cyc = min(rates.cycle_floor([i]) for i in members)
-    each = users_bound(rates, members, w)
-    bw = sum(rates.bandwidth[i] for i in members)
-    kv = rates.kv_read_per_request / bw if bw > 0 else 0.0
-    found = []
-    for path in (1, 2):  # TTFT0 floors by FLOPs, then by bytes
-        caps: list[float] = []
-        speed = 0.0
-        for i in members:
-            for lead in rates.lead_ttft0(i):
-                t, floor = lead[0], lead[path]
-                copies = rates.gpus[i] // t
-                cap = math.inf if floor <= 0 else (w.tpot_s - cyc) * w.output_tokens / floor
-                caps += [min(float(each), max(0.0, cap))] * copies
-            speed += max(
-                math.inf if lead[path] <= 0 else rates.gpus[i] // lead[0] / lead[path]
-                for lead in rates.lead_ttft0(i)
-            )
-        caps.sort(reverse=True)
-        best = 0.0
-        top = 0.0
-        for r in range(1, most + 1):
-            top += caps[r - 1] if r <= len(caps) else 0.0
-            left = room - r * rates.weight_bytes
-            mem = math.inf if rates.kv_per_request == 0 else left // rates.kv_per_request
-            best = max(best, min(mem, math.floor(top)))
-        # Each replica: U·(K/B + TTFT0/O) ≤ tpot, B its GPUs' bandwidth and 1/TTFT0 at
-        # most its cheapest group's speed; tpot/(K/B + 1/(O·S)) is concave and
-        # 1-homogeneous in (B, S), so the replicas together serve at most its value at
-        # the fleet's pooled bandwidth and summed group speeds.
-        den = kv + (1.0 / (w.output_tokens * speed) if speed > 0 else math.inf)
-        if den > 0:
-            best = min(best, math.floor(w.tpot_s / den))
-        found.append(best)
-    return float(min(found))
 
 
 def _engine_notes(c: Constraints, ranked: Sequence[_Option], x: Sequence[int]) -> list[str]:

@@ -20,7 +20,7 @@ from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_n
 from stowplan.quantities.limits import MAX_BATCH
 from stowplan.workload import Workload
 
-__all__ = ["FleetRates", "GroupPrefill", "rate_bound", "users_bound"]
+__all__ = ["FleetRates", "GroupPrefill", "fleet_users_bound", "rate_bound", "users_bound"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +80,8 @@ class FleetRates:
     """Per node, the most bytes/s its GPUs read together (every group at once)."""
     kv_read_per_request: float
     """KV bytes a decode step reads per request, all blocks, at the mean context."""
+    block_room: tuple[float, ...]
+    """Per node, the most blocks its memory holds (at the smallest block's size)."""
 
     @classmethod
     def of(
@@ -91,6 +93,7 @@ class FleetRates:
         windows = model.kv_window_tokens or (None,) * model.num_blocks
         touch = expert_touch_bytes(model, p)
         weights = sum(reads)
+        smallest = min(model.block_sizes())
         attention = [p * (p if x is None else min(p, x)) for x in windows]
         # Per block, the prefill work of one prompt (the formula of cost.serving).
         work = [
@@ -154,6 +157,7 @@ class FleetRates:
             groups=tuple(groups),
             head_s=(min(g.head_compute_s for g in every), min(g.head_stream_s for g in every)),
             decode_s=tuple(decode),
+            block_room=tuple(math.inf if smallest == 0 else u / smallest for u in cm.usable),
             bandwidth=tuple(bandwidth),
             kv_read_per_request=sum(
                 kv_read_bytes(model, b, w.mean_context_tokens, 1) for b in range(model.num_blocks)
@@ -174,7 +178,28 @@ class FleetRates:
                     for g in self.groups[i]
                 )
             found.append(total)
+            if len(members) > 1:
+                found.append(head + self._filled(members, path))
         return max(found)
+
+    def _filled(self, members: Sequence[int], path: int) -> float:
+        """The blocks' prefill when each node holds no more blocks than its memory does:
+        the nodes cheapest per block (any kind, any group) filled first, fractionally."""
+        left = float(sum(self.block_counts))
+        total = 0.0
+        for cost, room in sorted(
+            (
+                min(min(g.stream_s if path else g.compute_s) for g in self.groups[i]),
+                self.block_room[i],
+            )
+            for i in members
+        ):
+            take = min(left, room)
+            total += take * cost
+            left -= take
+            if left <= 0:
+                return total
+        return math.inf
 
     def lead_ttft0(self, i: int) -> list[tuple[int, float, float]]:
         """Per GPU group size ``t`` of node ``i``: (``t``, and by FLOPs and by bytes, a
@@ -268,3 +293,80 @@ def rate_bound(rates: FleetRates, members: Sequence[int], w: Workload) -> float:
     cycle = max(rates.cycle_floor(members), pooled)
     den = w.output_tokens * cycle + u * rates.ttft0_floor(members)
     return math.inf if den <= 0 else u / den
+
+
+def fleet_users_bound(rates: FleetRates, members: list[int], w: Workload, gpus: int) -> int:
+    """Users any r disjoint replicas on nodes ``members`` serve at most, r up to ``gpus``
+    (replicas may sit side by side on a node's GPUs) and to the copies of the weights
+    the memory holds; the least of these, per r:
+
+    * memory: r copies of the weights and the requests' KV share the nodes' memory;
+    * leaders: a replica's TTFT0 is at least every block at its cheapest group's
+      cheapest block kind (:meth:`FleetRates.lead_ttft0`), so its U ≤ C / that, with
+      C = (tpot − cycle floor)·O; distinct replicas have distinct cheapest groups, so r
+      replicas serve at most the r largest of these caps (a node of g GPUs counted as
+      g/t groups of every size t);
+    * shares: a replica holding a share φ_j of the blocks on node j has TTFT0 ≥
+      Σ_j φ_j·τ_j (τ_j the whole model's prefill there), so Σ_j U·φ_j·τ_j ≤ C; summed
+      over replicas, the users Z_j node j's shares carry satisfy Σ_j τ_j·Z_j ≤ r·C,
+      and Z_j ≤ (one replica's users bound) × (copies of the weights node j holds);
+    * decode and prefill together: U·(KV read / bandwidth + TTFT0/O) ≤ tpot for each
+      replica, whose sum over replicas on disjoint GPUs is at most its value at the
+      pooled bandwidth and summed group speeds (the function is concave and
+      1-homogeneous in the two).
+
+    Each of the prefill terms holds by FLOPs and by bytes; the smaller is kept."""
+    room = sum(rates.usable[i] for i in members)
+    most = min(gpus, room // max(1, rates.weight_bytes))
+    if most < 1:
+        return 0
+    o = w.output_tokens
+    cyc = min(rates.cycle_floor([i]) for i in members)
+    budget = max(0.0, (w.tpot_s - cyc) * o)
+    each = users_bound(rates, members, w)
+    bw = sum(rates.bandwidth[i] for i in members)
+    kv = rates.kv_read_per_request / bw if bw > 0 else 0.0
+    found = []
+    for path in (1, 2):  # TTFT0 floors by FLOPs, then by bytes
+        caps: list[float] = []
+        speed = 0.0
+        shares: list[tuple[float, float]] = []
+        for i in members:
+            leads = rates.lead_ttft0(i)
+            for lead in leads:
+                cap = math.inf if lead[path] <= 0 else budget / lead[path]
+                caps += [min(float(each), cap)] * (rates.gpus[i] // lead[0])
+            speed += max(
+                math.inf if lead[path] <= 0 else rates.gpus[i] // lead[0] / lead[path]
+                for lead in leads
+            )
+            held = rates.usable[i] / max(1, rates.weight_bytes)
+            shares.append((min(lead[path] for lead in leads), each * held))
+        caps.sort(reverse=True)
+        shares.sort()
+        best = 0.0
+        top = 0.0
+        for r in range(1, most + 1):
+            top += caps[r - 1] if r <= len(caps) else 0.0
+            left = room - r * rates.weight_bytes
+            mem = math.inf if rates.kv_per_request == 0 else left // rates.kv_per_request
+            best = max(best, min(mem, top, _fill(shares, r * budget)))
+        den = kv + (1.0 / (o * speed) if speed > 0 else math.inf)
+        if den > 0:
+            best = min(best, w.tpot_s / den)
+        found.append(math.floor(best + 1e-9))
+    return min(found)
+
+
+def _fill(items: Sequence[tuple[float, float]], budget: float) -> float:
+    """The most units a budget buys of items (cost per unit, units) in cost order."""
+    got = 0.0
+    for cost, units in items:
+        if cost <= 0:
+            return math.inf
+        take = min(units, budget / cost)
+        got += take
+        budget -= take * cost
+        if budget <= 0:
+            break
+    return got

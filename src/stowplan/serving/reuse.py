@@ -19,7 +19,7 @@ from stowplan.serving.candidates import Candidate, replica_of
 from stowplan.serving.compositions import class_key
 from stowplan.workload import Workload
 
-__all__ = ["ReplicaMemo", "renamed_text", "repriced"]
+__all__ = ["ReplicaMemo", "renamed_plan", "renamed_text", "repriced"]
 
 
 def _plan_key(n: NodeDescriptor, alone: bool) -> tuple[object, ...]:
@@ -66,17 +66,20 @@ def renamed_text(text: str, mapping: dict[str, str]) -> str:
     return re.sub(pattern, lambda m: changed[m.group(0)], text)
 
 
+def renamed_plan(plan: Plan, mapping: dict[str, str]) -> Plan:
+    """``plan`` with node ``k`` of it now ``mapping[k]``, in its stages and notes."""
+    if all(k == v for k, v in mapping.items()):
+        return plan
+    stages = tuple(replace(a, node_id=mapping[a.node_id]) for a in plan.assignments)
+    notes = tuple(renamed_text(text, mapping) for text in plan.rationale.notes)
+    return replace(plan, assignments=stages, rationale=replace(plan.rationale, notes=notes))
+
+
 def _renamed_candidate(
     cand: Candidate, mapping: dict[str, str], nodes: Sequence[NodeDescriptor]
 ) -> Candidate:
     """``cand`` on ``nodes``, node ``k`` of it now ``mapping[k]``."""
-    stages = tuple(replace(a, node_id=mapping[a.node_id]) for a in cand.plan.assignments)
-    notes = [renamed_text(text, mapping) for text in cand.plan.rationale.notes]
-    plan = replace(
-        cand.plan,
-        assignments=stages,
-        rationale=replace(cand.plan.rationale, notes=tuple(notes)),
-    )
+    plan = renamed_plan(cand.plan, mapping)
     by_id = {n.id: n for n in nodes}
     ids = tuple(mapping[i] for i in cand.node_ids)
     return replace(cand, plan=plan, node_ids=ids, nodes=tuple(by_id[i] for i in ids))
