@@ -165,6 +165,9 @@ class ModelLayout:
     """Weight storage convention, e.g. ``bf16`` or ``q4_k_m``."""
     num_attention_heads: int | None = None
     num_kv_heads: int | None = None
+    head_dim: int | None = None
+    """Width of one attention head's queries and keys (MLA: its no-position and rotary
+    parts together); None: unknown."""
     family: str | None = None
     """Architecture family, e.g. ``llama`` (module names for exports)."""
     max_context_tokens: int | None = None
@@ -227,6 +230,7 @@ class ModelLayout:
             ("active_params", MAX_BYTE_COUNT),
             ("num_attention_heads", MAX_CONFIG_INT),
             ("num_kv_heads", MAX_CONFIG_INT),
+            ("head_dim", MAX_CONFIG_INT),
         ):
             v = getattr(self, name)
             if v is not None:
@@ -237,6 +241,14 @@ class ModelLayout:
             )
 
     # -- derived sizes ------------------------------------------------------------------
+    @property
+    def attention_width(self) -> int:
+        """The width attention scores are computed at per token pair:
+        ``num_attention_heads × head_dim``, or ``hidden_dim`` when either is unknown."""
+        if self.num_attention_heads and self.head_dim:
+            return self.num_attention_heads * self.head_dim
+        return self.hidden_dim
+
     def block_sizes(self) -> tuple[int, ...]:
         """Weight bytes of every block."""
         if self.block_bytes is not None:

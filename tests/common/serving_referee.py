@@ -29,7 +29,8 @@ output ``O``):
   + 2 · Σ_b P · min(P, window_b) · A + 2 · head_params · [last]) / F)
   + (hi − lo) · 2 · AR_P(tp) + [s < S−1] · P · hidden · act / link(s)``, ``read_P``
   the blocks as P tokens read them plus the head on the last stage, ``A`` the
-  attention width (``hidden_dim``: a layout states no head dimension);
+  attention width (``num_attention_heads × head_dim`` when the layout states both,
+  else ``hidden_dim``);
   ``TTFT0 = Σ pre(s) + Σ_{s < S−1} latency(s)``;
 * ``TPOT(U) = cycle(U) + U · TTFT0 / O``, ``TTFT(U) = TTFT0 + cycle(U)``; memory: each
   stage holds its blocks, embed (first), head (last) and ``U · Σ_b kv_b · min(P + O,
@@ -175,7 +176,13 @@ class Referee:
         n, p, head = self.nodes[d], self.load.prompt_tokens, self.model.head_params_bytes
         read = sum(self.block_read(b, p) for b in range(lo, hi)) + (head if last else 0)
         params = sum(self.reads[lo:hi]) * self.params_per_byte
-        attention = sum(2 * p * self.kv_tokens(b, p) * self.model.hidden_dim for b in range(lo, hi))
+        m = self.model
+        width = (
+            m.num_attention_heads * m.head_dim
+            if m.num_attention_heads and m.head_dim
+            else m.hidden_dim
+        )
+        attention = sum(2 * p * self.kv_tokens(b, p) * width for b in range(lo, hi))
         head_flops = 2 * head * self.params_per_byte if last else 0.0
         t = max(read / n.bw, (2 * params * p + attention + head_flops) / n.flops)
         t += (hi - lo) * 2 * self.all_reduce(n, p)

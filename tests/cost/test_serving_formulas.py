@@ -131,6 +131,16 @@ def test_a_sliding_window_caps_p_squared_at_p_times_the_window():
     assert pre.ttft0_s == pytest.approx((4e11 + 8e6 + 1e9) / 1e12, rel=1e-12)
 
 
+def test_the_attention_width_is_heads_times_head_dim_when_the_layout_states_them():
+    """8 heads of 250: A = 2000, twice the hidden width of 1000 — attention
+    2 × 4 × 100² × 2000 = 1.6e8 FLOPs instead of 8e7."""
+    model = replace(TOY_MODEL, num_attention_heads=8, head_dim=250)
+    assert model.attention_width == 2000
+    assert replace(TOY_MODEL, num_attention_heads=8).attention_width == 1000  # no head_dim
+    pre = prefill_seconds(model, [_fast(0)], [0, 4], 100)
+    assert pre.ttft0_s == pytest.approx((4e11 + 1.6e8 + 1e9) / 1e12, rel=1e-12)
+
+
 def test_prefill_pays_two_all_reduces_of_p_tokens_per_block_on_tensor_parallel_gpus():
     """2 GPUs, 100 GB/s between them, 5 µs: AR = 5 µs + 2 × ½ × 2e5 B / 1e11 = 7 µs;
     4 blocks × 2 × 7 µs = 56 µs over the single-stage prefill."""

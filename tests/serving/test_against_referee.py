@@ -32,7 +32,9 @@ SETTINGS = settings(
 )
 
 
-def dense(blocks: int, block_mb: int, kv: int, hidden: int) -> ModelLayout:
+def dense(blocks: int, block_mb: int, kv: int, hidden: int, heads: int = 0) -> ModelLayout:
+    """``heads`` > 0: that many attention heads, twice as wide together as the hidden
+    width (the attention width is then 2 × hidden)."""
     return ModelLayout(
         name="dense",
         num_blocks=blocks,
@@ -44,6 +46,8 @@ def dense(blocks: int, block_mb: int, kv: int, hidden: int) -> ModelLayout:
         kv_bytes_per_token=(kv,) * blocks,
         total_params=(blocks + 1) * block_mb * MB // 2,
         active_params=(blocks + 1) * block_mb * MB // 2,
+        num_attention_heads=heads or None,
+        head_dim=2 * hidden // heads if heads else None,
     )
 
 
@@ -79,6 +83,7 @@ models = st.one_of(
         st.integers(200, 3000),
         st.integers(1, 200_000),
         st.sampled_from([1024, 4096, 8192]),
+        st.sampled_from([0, 8]),
     ),
     st.builds(
         moe,

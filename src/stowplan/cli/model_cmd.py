@@ -32,6 +32,7 @@ def report_to_dict(report: ModelReport) -> dict[str, Any]:
         "hidden_dim": m.hidden_dim,
         "num_attention_heads": m.num_attention_heads,
         "num_kv_heads": m.num_kv_heads,
+        "head_dim": m.head_dim,
         "tied_embeddings": m.tied_embeddings,
         "total_params": m.total_params,
         "active_params": m.active_params,

@@ -51,6 +51,7 @@ from stowplan.planner.context import (
 from stowplan.planner.experts import ExpertInputs, ExpertPlacement, expert_summary
 from stowplan.quantities.units import format_bytes, parse_tokens_per_s
 from stowplan.report.calibration import annotate_notes
+from stowplan.report.comparison import comparison_to_json
 from stowplan.report.experts import render_experts
 from stowplan.report.html import write_html_report
 from stowplan.report.terminal import render_comparison, render_plan
@@ -89,7 +90,12 @@ def plan_command(
         typer.Option(help="Cheapest node set reaching this rate, e.g. 20tok/s (needs prices)."),
     ] = None,
     compare: Annotated[
-        bool, typer.Option("--compare", help="Print peer rules (exo, vLLM, …) side by side.")
+        bool,
+        typer.Option(
+            "--compare",
+            help="Print peer rules (exo, vLLM, …) side by side; with --json, one document "
+            "of the plan, its expected range and the peers' plans.",
+        ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan JSON.")] = False,
     expert_load: Annotated[
@@ -186,7 +192,10 @@ def plan_command(
     if as_json:
         # The same notes the terminal shows: the calibration named, the range outside it.
         named = replace(result, rationale=replace(result.rationale, notes=notes))
-        out_console.file.write(plan_to_json(named))
+        if compare:
+            out_console.file.write(comparison_to_json(named, baselines, fleet, verdict))
+        else:
+            out_console.file.write(plan_to_json(named))
         return
     render_plan(result, fleet, out_console, notes=notes)
     out_console.print(_context_line(layout, constraints, asked, fit), soft_wrap=True)

@@ -21,7 +21,9 @@ dense part plus the ``E × (1 − (1 − k/E)^P)`` experts they touch
 (:mod:`stowplan.cost.touch`) — plus the head's bytes on the last stage (read once,
 for the last prompt token).  ``params_P(s)`` is the stage's active parameters (what
 one token multiplies through: the compute of the touch rule stays 2 × active × u).
-``A`` is the attention width, ``hidden_dim`` (a layout states no head dimension);
+``A`` is the attention width, ``num_attention_heads × head_dim``
+(:attr:`~stowplan.model.ModelLayout.attention_width`; ``hidden_dim`` when the layout
+states no head dimension);
 a sliding-window block caps ``P²`` at ``P × window``.  ``link`` is the GPUs' own
 link when both stages are GPU groups of one node, else the sender's network link.
 
@@ -140,7 +142,7 @@ def pipeline_prefill(
     reads = model.block_read_sizes()
     touch = expert_touch_bytes(model, p)
     windows = model.kv_window_tokens or (None,) * model.num_blocks
-    width = model.hidden_dim
+    width = model.attention_width
     act = p * model.hidden_dim * model.bytes_per_activation_elem
     n = len(order)
     stages: list[float] = []

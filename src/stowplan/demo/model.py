@@ -140,6 +140,7 @@ def demo_layout(config: DemoConfig | None = None) -> ModelLayout:
         dtype="f32",
         num_attention_heads=config.num_heads,
         num_kv_heads=config.num_heads,
+        head_dim=h // config.num_heads,
         family="stowplan-demo",
     )
 

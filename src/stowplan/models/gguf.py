@@ -182,6 +182,7 @@ def gguf_report(path: Path, *, name: str | None = None) -> ModelReport:
         hidden_dim=hidden,
         num_attention_heads=heads,
         num_kv_heads=1 if kv_rank else kv_heads,
+        head_dim=key_len or (hidden // heads if heads else None),
         kv_bytes_per_token=(per_token,) * n if per_token is not None else None,
         kv_window_tokens=None,
         num_experts=num_experts,

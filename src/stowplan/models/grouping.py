@@ -88,6 +88,8 @@ class ArchInfo:
     experts_per_token: int = 0
     num_shared_experts: int = 0
     tied_embeddings: bool = False
+    head_dim: int | None = None
+    """Width of one attention head's queries and keys; None: unknown."""
     bytes_per_activation_elem: int = 2
     dtype: str | None = None
     attention_kind: str = "gqa"
@@ -263,6 +265,7 @@ def assemble(
         dtype=arch.dtype,
         num_attention_heads=arch.num_attention_heads,
         num_kv_heads=arch.num_kv_heads,
+        head_dim=arch.head_dim,
         family=arch.family,
         max_context_tokens=arch.max_context_tokens,
     )

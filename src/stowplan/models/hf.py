@@ -101,9 +101,11 @@ def arch_info(config: Config, *, name: str | None = None, dtype: str | None = No
     if mla:
         per_token = act * (config_int(cfg, "kv_lora_rank") + config_int(cfg, "qk_rope_head_dim"))
         kv_heads = 1
+        width = config_int(cfg, "qk_nope_head_dim") + config_int(cfg, "qk_rope_head_dim")
     else:
         kv_heads = config_int(cfg, "num_key_value_heads", heads)
-        per_token = 2 * kv_heads * head_dim(cfg) * act
+        width = head_dim(cfg)
+        per_token = 2 * kv_heads * width * act
     experts, k, shared = 0, 0, 0
     if mt in MOE_TYPES:
         experts = first_int(cfg, ("num_local_experts", "num_experts", "n_routed_experts"), 0)
@@ -126,6 +128,7 @@ def arch_info(config: Config, *, name: str | None = None, dtype: str | None = No
         hidden_dim=h,
         num_attention_heads=heads,
         num_kv_heads=kv_heads,
+        head_dim=width,
         kv_bytes_per_token=(per_token,) * n,
         kv_window_tokens=_windows(cfg, mt, n),
         num_experts=experts,

@@ -97,7 +97,7 @@ class FleetRates:
         attention = [p * (p if x is None else min(p, x)) for x in windows]
         # Per block, the prefill work of one prompt (the formula of cost.serving).
         work = [
-            (2.0 * r * cm.params_per_byte * p + 2.0 * a * model.hidden_dim, r + t)
+            (2.0 * r * cm.params_per_byte * p + 2.0 * a * model.attention_width, r + t)
             for r, a, t in zip(reads, attention, touch, strict=True)
         ]
         kinds = sorted(set(work))
@@ -144,7 +144,7 @@ class FleetRates:
             ),
             prefill_read=weights + sum(touch) + cm.head,
             prefill_flops=2.0 * weights * cm.params_per_byte * p
-            + 2.0 * sum(attention) * model.hidden_dim
+            + 2.0 * sum(attention) * model.attention_width
             + head_flops,
             decode_read=weights + cm.head,
             latency_s=cm.latency_s,
