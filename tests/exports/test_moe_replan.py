@@ -39,3 +39,33 @@ def test_the_refusal_names_a_block_local_replan_that_the_engine_runs(
     plan_path = tmp_path / "plan.json"
     plan_path.write_text(capsys.readouterr().out)
     assert main(["export", str(plan_path), "--to", engine, "--nodes", str(FLEET)]) == 0
+
+
+TWO_H100 = FLEET.parent / "two-h100-nodes.yaml"
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_the_default_moe_plan_is_one_the_engine_runs_and_names_the_faster_alternative(
+    engine: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """deepseek-v3 on two 8 × H100 nodes: expert-parallel predicts faster, but only a
+    custom stage worker runs it; the default plan is block-local, exports unedited, and
+    its notes give the alternative's figure and the gap."""
+    model = lookup("deepseek-v3")
+    assert model is not None
+    nodes = load_nodes(TWO_H100)
+    default = plan(model, nodes, Constraints())
+    local = plan(model, nodes, Constraints(), experts=ExpertInputs(placement="block-local"))
+    spread = plan(model, nodes, Constraints(), experts=ExpertInputs(placement="expert-parallel"))
+    assert default.assignments == local.assignments
+    t_local = local.rationale.prediction.time_per_token_s  # type: ignore[union-attr]
+    t_spread = spread.rationale.prediction.time_per_token_s  # type: ignore[union-attr]
+    assert t_spread < t_local  # the alternative is faster, and said so
+    gain = t_local / t_spread - 1
+    (note,) = [n for n in default.rationale.notes if "the layout engines run" in n]
+    assert note.endswith(f"{t_spread * 1e3:.4g} ms/token, {gain:.0%} faster")
+    assert main(["plan", "deepseek-v3", "--nodes", str(TWO_H100), "--json"]) == 0
+    path = tmp_path / "plan.json"
+    path.write_text(capsys.readouterr().out)
+    assert main(["export", str(path), "--to", engine, "--nodes", str(TWO_H100)]) == 0
+    assert "PP_LAYER_PARTITION" in capsys.readouterr().out

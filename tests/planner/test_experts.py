@@ -327,7 +327,12 @@ def test_over_wan_the_cost_model_keeps_experts_with_their_blocks() -> None:
     }
     assert t["local"] < t["spread"]  # 10-60 ms hops make every expert all-to-all expensive
     assert t["chosen"] == t["local"]
-    assert any("block-local chosen over expert-parallel" in n for n in chosen.rationale.notes)
+    (note,) = [n for n in chosen.rationale.notes if "the layout engines run" in n]
+    assert note == (
+        f"experts: block-local {t['local'] * 1e3:.4g} ms/token, the layout engines run; "
+        f"expert-parallel (a custom stage worker, --expert-parallel) "
+        f"{t['spread'] * 1e3:.4g} ms/token, no faster"
+    )
     summary = expert_summary(chosen, model, nodes)
     assert summary.block_local and summary.transfers_per_token == 0.0
     for a in chosen.assignments:  # every stage owns exactly its own blocks' experts

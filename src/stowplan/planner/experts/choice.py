@@ -1,10 +1,14 @@
-"""A MoE model end to end: block-local or expert-parallel, whichever the workload favours.
+"""A MoE model end to end: block-local, the layout engines run, with expert-parallel as the
+alternative.
 
-Block-local keeps every expert on the node of its block (a plain pipeline);
-expert-parallel plans the backbone first and spreads the experts over its
-nodes (:func:`~stowplan.planner.experts.placement.place_experts`).  By default
-(:attr:`ExpertPlacement.AUTO`) the cost model's prediction decides: latency at
-batch 1, throughput above, and price for a cost objective.
+Block-local keeps every expert on the node of its block (a plain pipeline, what vLLM,
+SGLang and llama.cpp run); expert-parallel plans the backbone first and spreads the
+experts over its nodes (:func:`~stowplan.planner.experts.placement.place_experts`),
+which only a custom stage worker runs.  By default (:attr:`ExpertPlacement.AUTO`) the
+plan is block-local whenever a block-local plan exists, and its notes give the
+expert-parallel alternative's prediction and the gap (latency at batch 1, throughput
+above, price for a cost objective); expert-parallel leads only when no block-local plan
+fits.
 """
 
 from __future__ import annotations
@@ -45,9 +49,10 @@ def plan_experts(
     """Plan a model end to end: blocks (by ``plan_blocks``), then experts.
 
     Dense models get exactly ``plan_blocks(model, nodes, constraints)``.  A MoE
-    model has two placements, and by default (``ExpertPlacement.AUTO``) the one
-    the cost model predicts faster for the workload's objective (latency at
-    batch 1, throughput above; the cheaper for a cost objective) wins:
+    model has two placements; by default (``ExpertPlacement.AUTO``) the plan is the
+    block-local one, which engines run, whenever it fits, and its notes compare it
+    with the expert-parallel one by the workload's objective (latency at batch 1,
+    throughput above; price for a cost objective):
 
     * block-local: every expert stays on the node of its block (a plain
       pipeline; no expert traffic between nodes; what engines without
@@ -88,8 +93,14 @@ def plan_experts(
         return spread
     try:
         local = _block_local(plan_blocks(model, nodes, constraints), model)
-    except PlanError:
-        return spread
+    except PlanError as exc:
+        note = (
+            "experts: expert-parallel, which only a custom stage worker runs: no "
+            f"block-local plan (what engines run) fits ({exc})"
+        )
+        return replace(
+            spread, rationale=replace(spread.rationale, notes=(*spread.rationale.notes, note))
+        )
     if constraints.objective is Objective.COST:
         return _cheaper(local, spread)
     return _faster(local, spread, constraints)
@@ -130,22 +141,16 @@ def _meeting_target(
 
 
 def _cheaper(local: Plan, spread: Plan) -> Plan:
-    """The cheaper of two plans that both meet the target (the faster on a tie), noted."""
+    """The block-local plan of a cost search, the expert-parallel one's price noted."""
     a, b = local.rationale.prediction, spread.rationale.prediction
     if a is None or b is None or a.cost_per_hour is None or b.cost_per_hour is None:
         return local
-    local_wins = (a.cost_per_hour, -_served(local)) <= (b.cost_per_hour, -_served(spread))
-    chosen, other = (
-        ("block-local", "expert-parallel") if local_wins else ("expert-parallel", "block-local")
-    )
     note = (
-        f"experts: {chosen} chosen over {other} by price "
-        f"(block-local ${a.cost_per_hour:.2f}/h, expert-parallel ${b.cost_per_hour:.2f}/h)"
+        f"experts: block-local ${a.cost_per_hour:.2f}/h, the layout engines run; "
+        f"expert-parallel (a custom stage worker, --expert-parallel) "
+        f"${b.cost_per_hour:.2f}/h"
     )
-    winner = local if local_wins else spread
-    return replace(
-        winner, rationale=replace(winner.rationale, notes=(*winner.rationale.notes, note))
-    )
+    return replace(local, rationale=replace(local.rationale, notes=(*local.rationale.notes, note)))
 
 
 def _block_local(plan: Plan, model: ModelLayout) -> Plan:
@@ -175,27 +180,23 @@ def _block_local(plan: Plan, model: ModelLayout) -> Plan:
 
 
 def _faster(local: Plan, spread: Plan, constraints: Constraints) -> Plan:
-    """The better of the two placements by the workload's objective, with both figures noted."""
+    """The block-local plan, with the expert-parallel alternative's figure and the gap
+    by the workload's objective noted."""
     a, b = local.rationale.prediction, spread.rationale.prediction
     if a is None or b is None:
         return local
     if constraints.batch == 1:
         unit, va, vb = "ms/token", a.time_per_token_s * 1e3, b.time_per_token_s * 1e3
-        local_wins = a.time_per_token_s <= b.time_per_token_s
+        gain = a.time_per_token_s / b.time_per_token_s - 1 if b.time_per_token_s > 0 else 0.0
     else:
         unit, va, vb = "tokens/s", a.tokens_per_s, b.tokens_per_s
-        local_wins = a.tokens_per_s >= b.tokens_per_s
-    chosen, other = "block-local", "expert-parallel"
-    if not local_wins:
-        chosen, other = other, chosen
+        gain = b.tokens_per_s / a.tokens_per_s - 1 if a.tokens_per_s > 0 else 0.0
+    than = f"{gain:.0%} faster" if gain > 0 else "no faster"
     note = (
-        f"experts: {chosen} chosen over {other} by the cost model "
-        f"(block-local {va:.4g} {unit}, expert-parallel {vb:.4g} {unit})"
+        f"experts: block-local {va:.4g} {unit}, the layout engines run; expert-parallel "
+        f"(a custom stage worker, --expert-parallel) {vb:.4g} {unit}, {than}"
     )
-    winner = local if local_wins else spread
-    return replace(
-        winner, rationale=replace(winner.rationale, notes=(*winner.rationale.notes, note))
-    )
+    return replace(local, rationale=replace(local.rationale, notes=(*local.rationale.notes, note)))
 
 
 def _expert_parallel(

@@ -29,8 +29,8 @@ class ExpertPlacement(StrEnum):
     """Where a MoE model's routed experts live."""
 
     AUTO = "auto"
-    """Whichever of the two below the cost model predicts better for the workload
-    (latency at batch 1, throughput above, price for a cost objective)."""
+    """Block-local whenever it fits (the layout engines run), the expert-parallel
+    alternative's prediction noted; expert-parallel when no block-local plan fits."""
     BLOCK_LOCAL = "block-local"
     """Every expert on the node of its block: a plain pipeline with no expert traffic
     (what engines without expert parallelism run)."""
