@@ -328,6 +328,10 @@ def _class_ends(times: _RoleTimes, role: list[int], mid: list[int]) -> list[tupl
     return sorted(ends, key=lambda ic: ids[ic[0]])
 
 
+_NODE_LEVEL = 16
+"""Up to this many nodes the capacity test runs node by node (cheaper than counting)."""
+
+
 def _passes(times: _RoleTimes, caps: _Caps, nb: int, max_stages: int) -> bool:
     """Whether :func:`_capacity_order` finds an order at these class capacities.
 
@@ -335,6 +339,10 @@ def _passes(times: _RoleTimes, caps: _Caps, nb: int, max_stages: int) -> bool:
     nodes other than the two ends sum the same whichever nodes alike hold them.
     """
     mid, first, last = caps
+    if len(times.nodes) <= _NODE_LEVEL:
+        cls = times.cls
+        node_caps = ([mid[c] for c in cls], [first[c] for c in cls], [last[c] for c in cls])
+        return _capacity_order(times.nodes, node_caps, nb, max_stages) is not None
     # Interior capacities, largest first: distinct values, how many nodes reach each.
     counts: dict[int, int] = {}
     for c, members in enumerate(times.members):
