@@ -25,9 +25,11 @@ run to show it is not worse than theirs.
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
+from itertools import accumulate
 
 from stowplan.cost import CostModel
 from stowplan.planner.problem import Problem
@@ -145,50 +147,75 @@ class _RoleTimes:
         self.k_last: list[int] = []
         self.base: list[list[float]] = []
         self.tail: list[list[float]] = []
+        self.cls: list[int] = []
+        """Per node position, its class: nodes alike in every figure the times use."""
+        self.members: list[list[int]] = []
+        """Per class, its node positions in order."""
+        classes: dict[tuple[float | int, ...], int] = {}
         shared: dict[tuple[float, float, float, float, int], list[float]] = {}
         total_m = mp[nb]
-        for d in self.nodes:
+        for i, d in enumerate(self.nodes):
             u = cm.usable[d]
-            k_mid = min(nb, bisect_right(mp, u) - 1)
-            self.k_mid.append(max(k_mid, 0))
-            self.k_first.append(max(min(nb, bisect_right(mp, u - cm.embed) - 1), 0))
+            k_mid = max(min(nb, bisect_right(mp, u) - 1), 0)
+            k_first = max(min(nb, bisect_right(mp, u - cm.embed) - 1), 0)
             # Last stage: blocks [nb-k, nb) with the head.
             room = u - cm.head
-            k_last = 0 if room < 0 else nb - bisect_left(mp, total_m - room)
-            self.k_last.append(max(min(k_last, nb), 0))
+            k_last = max(min(0 if room < 0 else nb - bisect_left(mp, total_m - room), nb), 0)
             ib, fl = cm.inv_bw[d], cm.flop_s_per_byte[d]
             bs, ss = cm.block_s[d], cm.stage_s[d]
-            key = (ib, fl, bs, ss, self.k_mid[-1])
-            if key not in shared:
-                shared[key] = [
-                    max((rp[k] + kp[k]) * ib, rp[k] * fl) + (k * bs + ss)
-                    for k in range(1, self.k_mid[-1] + 1)
-                ]
-            self.base.append(shared[key])
-            head = cm.head
-            self.tail.append(
-                [
+            key = (ib, fl, bs, ss, k_mid, k_first, k_last, self.xfer[i])
+            c = classes.get(key)
+            if c is None:
+                c = classes[key] = len(self.members)
+                self.members.append([])
+                base_key = (ib, fl, bs, ss, k_mid)
+                if base_key not in shared:
+                    shared[base_key] = [
+                        max((rp[k] + kp[k]) * ib, rp[k] * fl) + (k * bs + ss)
+                        for k in range(1, k_mid + 1)
+                    ]
+                base = shared[base_key]
+                head = cm.head
+                tail = [
                     max(
                         (rp[nb] - rp[nb - k] + head + kp[nb] - kp[nb - k]) * ib,
                         (rp[nb] - rp[nb - k] + head) * fl,
                     )
                     + (k * bs + ss)
-                    for k in range(1, self.k_last[-1] + 1)
+                    for k in range(1, k_last + 1)
                 ]
-            )
+            else:
+                first_of = self.members[c][0]
+                base, tail = self.base[first_of], self.tail[first_of]
+            self.members[c].append(i)
+            self.cls.append(c)
+            self.k_mid.append(k_mid)
+            self.k_first.append(k_first)
+            self.k_last.append(k_last)
+            self.base.append(base)
+            self.tail.append(tail)
+        for m in self.members:
+            m.sort(key=lambda i: self.nodes[i])
+        self.rep = [m[0] for m in self.members]
+        """Per class, its first node position (whose figures every member shares)."""
+
+    def class_caps(self, t: float, strict: bool) -> tuple[list[int], list[int], list[int]]:
+        """:meth:`caps` per class (every member of a class holds as many blocks)."""
+        if strict:
+            mids = [_count(self.base[i], self.xfer[i], t, True) for i in self.rep]
+            lasts = [_count(self.tail[i], 0.0, t, True) for i in self.rep]
+        else:
+            mids = [_count_within(self.base[i], self.xfer[i], t) for i in self.rep]
+            lasts = [_count_within(self.tail[i], 0.0, t) for i in self.rep]
+        k_first = self.k_first
+        firsts = [min(k, k_first[i]) for k, i in zip(mids, self.rep, strict=True)]
+        return mids, firsts, lasts
 
     def caps(self, t: float, strict: bool) -> tuple[list[int], list[int], list[int]]:
         """Blocks each node holds within ``t`` (``< t`` when strict): interior, first, last."""
-        mid: list[int] = []
-        first: list[int] = []
-        last: list[int] = []
-        for i in range(len(self.nodes)):
-            base, x = self.base[i], self.xfer[i]
-            k = _count(base, x, t, strict)
-            mid.append(k)
-            first.append(min(k, self.k_first[i]))
-            last.append(_count(self.tail[i], 0.0, t, strict))
-        return mid, first, last
+        mid, first, last = self.class_caps(t, strict)
+        cls = self.cls
+        return [mid[c] for c in cls], [first[c] for c in cls], [last[c] for c in cls]
 
     def values(self, i: int, role: int, lo: int, hi: int) -> list[float]:
         """Stage times of k = lo+1 .. hi blocks of node ``i`` in ``role`` (0/1: base, 2: tail)."""
@@ -196,6 +223,17 @@ class _RoleTimes:
             return self.tail[i][lo:hi]
         x = self.xfer[i]
         return [v + x for v in self.base[i][lo:hi]]
+
+
+def _count_within(times: list[float], x: float, t: float) -> int:
+    """:func:`_count`, not strict."""
+    k = bisect_right(times, t - x)
+    n = len(times)
+    while k < n and times[k] + x <= t:
+        k += 1
+    while k > 0 and times[k - 1] + x > t:
+        k -= 1
+    return k
 
 
 def _count(times: list[float], x: float, t: float, strict: bool) -> int:
@@ -269,6 +307,91 @@ def _top_ends(nodes: Sequence[int], role: list[int], mid: list[int]) -> list[int
     return sorted(set(by_cap) | set(by_gain), key=lambda i: nodes[i])
 
 
+def _class_ends(times: _RoleTimes, role: list[int], mid: list[int]) -> list[tuple[int, int]]:
+    """:func:`_top_ends` from class capacities: (node position, its class), the same nodes
+    (a class offers only its first four members: no more can be among the four best)."""
+    ids = times.nodes
+    by_cap = heapq.nsmallest(
+        4,
+        [(-role[c], ids[i], i, c) for c, ms in enumerate(times.members) if role[c] for i in ms[:4]],
+    )
+    by_gain = heapq.nsmallest(
+        4,
+        [
+            (mid[c] - role[c], -role[c], ids[i], i, c)
+            for c, ms in enumerate(times.members)
+            if role[c]
+            for i in ms[:4]
+        ],
+    )
+    ends = {(e[-2], e[-1]) for e in by_cap} | {(e[-2], e[-1]) for e in by_gain}
+    return sorted(ends, key=lambda ic: ids[ic[0]])
+
+
+_NODE_LEVEL = 16
+"""Up to this many nodes the capacity test runs node by node (cheaper than counting)."""
+
+
+def _passes(times: _RoleTimes, caps: _Caps, nb: int, max_stages: int) -> bool:
+    """Whether :func:`_capacity_order` finds an order at these class capacities.
+
+    The same test, by counts: the ``max_stages − 2`` largest interior capacities among the
+    nodes other than the two ends sum the same whichever nodes alike hold them.
+    """
+    mid, first, last = caps
+    if len(times.nodes) <= _NODE_LEVEL:
+        cls = times.cls
+        node_caps = ([mid[c] for c in cls], [first[c] for c in cls], [last[c] for c in cls])
+        return _capacity_order(times.nodes, node_caps, nb, max_stages) is not None
+    # Interior capacities, largest first: distinct values, how many nodes reach each.
+    counts: dict[int, int] = {}
+    for c, members in enumerate(times.members):
+        if mid[c] > 0:
+            counts[mid[c]] = counts.get(mid[c], 0) + len(members)
+    values = sorted(counts, reverse=True)
+    reach = list(accumulate(counts[v] for v in values))
+    sums = list(accumulate(counts[v] * v for v in values))
+    size = reach[-1] if reach else 0
+
+    def top(k: int) -> int:
+        """Sum of the ``k`` largest interior capacities."""
+        if k <= 0:
+            return 0
+        j = bisect_left(reach, k)
+        if j >= len(values):
+            return sums[-1] if sums else 0
+        return (sums[j - 1] if j else 0) + (k - (reach[j - 1] if j else 0)) * values[j]
+
+    descending = [-v for v in values]
+
+    def at_least(v: int) -> int:
+        """How many interior capacities are ≥ v (v > 0)."""
+        j = bisect_right(descending, -v)
+        return reach[j - 1] if j else 0
+
+    k_inner = max_stages - 2
+    ends_first = _class_ends(times, first, mid)
+    ends_last = _class_ends(times, last, mid)
+    for f, cf in ends_first:
+        for lst, cl in ends_last:
+            if f == lst:
+                continue
+            removed = sorted((mid[c] for c in (cf, cl) if mid[c] > 0), reverse=True)
+            positions = []
+            for n_, v in enumerate(removed):
+                same = sum(1 for w in removed[: n_ + 1] if w == v)
+                positions.append((at_least(v) - same, v))
+            end = min(k_inner, size)
+            excluded = 0
+            for pos, v in sorted(positions):
+                if pos < end:
+                    excluded += v
+                    end = min(end + 1, size)
+            if first[cf] + last[cl] + top(end) - excluded >= nb:
+                return True
+    return False
+
+
 _ENUMERATE = 4096
 """Candidate bottlenecks listed and sorted outright once this few remain."""
 
@@ -276,46 +399,47 @@ _ENUMERATE = 4096
 def _least_feasible(times: _RoleTimes, nb: int, max_stages: int) -> tuple[float, list[int]] | None:
     """The least candidate bottleneck T at which the capacity test passes, and its order."""
     nodes = times.nodes
-    n = len(nodes)
     hi_t = math.inf
-    hi_caps = (times.k_mid, times.k_first, times.k_last)
-    hi_order = _capacity_order(nodes, hi_caps, nb, max_stages)
-    if hi_order is None:
+    hi_caps = times.class_caps(hi_t, strict=False)
+    if not _passes(times, hi_caps, nb, max_stages):
         return None
-    lo_caps: _Caps = ([0] * n, [0] * n, [0] * n)
+    k = len(times.members)
+    lo_caps: _Caps = ([0] * k, [0] * k, [0] * k)
+    weight = [len(m) for m in times.members]
 
     def spans(lo: _Caps, hi: _Caps) -> list[tuple[int, int, int, int]]:
         out = []
-        for i in range(n):
+        for c in range(k):
             # Stage 0 and interior capacities change only where the base times do.
-            a, b = lo[0][i], hi[0][i]
+            a, b = lo[0][c], hi[0][c]
             if b > a:
-                out.append((i, 0, a, b))
-            if hi[2][i] > lo[2][i]:
-                out.append((i, 2, lo[2][i], hi[2][i]))
+                out.append((c, 0, a, b))
+            if hi[2][c] > lo[2][c]:
+                out.append((c, 2, lo[2][c], hi[2][c]))
         return out
 
+    rep = times.rep
     force = False
     while True:
         todo = spans(lo_caps, hi_caps)
-        count = sum(b - a for _, _, a, b in todo)
+        count = sum((b - a) * weight[c] for c, _, a, b in todo)
         if count <= _ENUMERATE or force:
-            cands = sorted({v for i, r, a, b in todo for v in times.values(i, r, a, b)})
+            cands = sorted({v for c, r, a, b in todo for v in times.values(rep[c], r, a, b)})
             cands = [v for v in cands if v < hi_t]
             left, right = 0, len(cands)  # the answer is cands[right] (or hi_t at len)
             while left < right:
                 m = (left + right) // 2
-                caps = times.caps(cands[m], strict=False)
-                order = _capacity_order(nodes, caps, nb, max_stages)
-                if order is None:
-                    left = m + 1
+                caps = times.class_caps(cands[m], strict=False)
+                if _passes(times, caps, nb, max_stages):
+                    right, hi_caps = m, caps
                 else:
-                    right, hi_order = m, order
+                    left = m + 1
             t = cands[right] if right < len(cands) else hi_t
-            return t, hi_order
+            break
         # A weighted median of the spans' middle values removes at least a quarter.
         pivots = sorted(
-            (times.values(i, r, (a + b) // 2, (a + b) // 2 + 1)[0], b - a) for i, r, a, b in todo
+            (times.values(rep[c], r, (a + b) // 2, (a + b) // 2 + 1)[0], (b - a) * weight[c])
+            for c, r, a, b in todo
         )
         half, acc, pivot = count / 2, 0, pivots[-1][0]
         for v, w in pivots:
@@ -326,12 +450,16 @@ def _least_feasible(times: _RoleTimes, nb: int, max_stages: int) -> tuple[float,
         if pivot >= hi_t:  # ties at the top: list them all
             force = True
             continue
-        caps = times.caps(pivot, strict=False)
-        order = _capacity_order(nodes, caps, nb, max_stages)
-        if order is None:
-            lo_caps = caps
+        caps = times.class_caps(pivot, strict=False)
+        if _passes(times, caps, nb, max_stages):
+            hi_t, hi_caps = pivot, caps
         else:
-            hi_t, hi_caps, hi_order = pivot, caps, order
+            lo_caps = caps
+    cls = times.cls
+    node_caps = tuple([part[c] for c in cls] for part in hi_caps)
+    order = _capacity_order(nodes, node_caps, nb, max_stages)  # type: ignore[arg-type]
+    assert order is not None
+    return t, order
 
 
 def proves_optimal(cm: CostModel, times: _RoleTimes, bottleneck_s: float, max_stages: int) -> bool:

@@ -89,7 +89,12 @@ def _interior(problem: Problem) -> bool:
 
 
 def solve_grouped(
-    problem: Problem, objective: Metric, allowed: Sequence[int] | None = None, *, wrap: bool = True
+    problem: Problem,
+    objective: Metric,
+    allowed: Sequence[int] | None = None,
+    *,
+    wrap: bool = True,
+    groups: GroupCosts | None = None,
 ) -> GroupedOptimum | None:
     """The best pipeline over every grouping of ``problem``'s nodes into GPU groups of the
     ``allowed`` degrees (None: every legal one); None when nothing fits.
@@ -97,11 +102,12 @@ def solve_grouped(
     ``problem`` holds whole nodes; the stage count is free (1 to the number of groups).
     Without ``wrap`` a node's stages are consecutive in pipeline order (no node holds
     both ends unless it is the only one), as engines that rank a node's GPUs together
-    need.
+    need.  ``groups``: ``GroupCosts(problem, allowed)`` when the caller has it (the solves
+    of both objectives share its stage times).
     """
     np = numpy_module()
     add = objective == Metric.LATENCY
-    groups = GroupCosts(problem, allowed)
+    groups = GroupCosts(problem, allowed) if groups is None else groups
     nb = problem.model.num_blocks
     n = len(problem.nodes)
     solvers = [
@@ -307,7 +313,10 @@ def _backtrack_nodes(
 
 
 def grouped_bound(
-    problem: Problem, objective: Metric, allowed: Sequence[int] | None = None
+    problem: Problem,
+    objective: Metric,
+    allowed: Sequence[int] | None = None,
+    groups: GroupCosts | None = None,
 ) -> float:
     """A valid lower bound (seconds) on ``objective`` over every grouping: see the module.
 
@@ -320,7 +329,7 @@ def grouped_bound(
     relaxed = fluid_bound(problem, cm, objective)
     if objective != Metric.LATENCY:
         return relaxed
-    groups = GroupCosts(problem, allowed)
+    groups = GroupCosts(problem, allowed) if groups is None else groups
     gcm = groups.cm
     nb = cm.num_blocks
     rd, kvr, mem = cm.smallest_block()

@@ -21,6 +21,7 @@ from stowplan.planner.tensor.exact import (
     solve_grouped,
 )
 from stowplan.planner.tensor.layouts import EngineRule, as_pipeline, cycle_of
+from stowplan.planner.tensor.nodes import GroupCosts
 
 __all__ = [
     "INLINE_GROUPED_WORK",
@@ -47,15 +48,31 @@ def exact_allowed(rule: EngineRule, problem: Problem) -> list[tuple[int, ...] | 
 
 
 def joint_optimum(
-    problem: Problem, rule: EngineRule, objective: Metric, runs: bool, lossless: bool
+    problem: Problem,
+    rule: EngineRule,
+    objective: Metric,
+    runs: bool,
+    lossless: bool,
+    shared: dict[tuple[int, ...] | None, GroupCosts] | None = None,
 ) -> tuple[float, bool, str, GroupedOptimum | None]:
     """The optimum over every grouping the rule allows (exact on small fleets), or a bound:
     (seconds, exact?, method, its pipeline).  ``runs``: :func:`joint_runs`; ``lossless``:
-    :func:`adjacency_loses_nothing`."""
+    :func:`adjacency_loses_nothing`; ``shared``: the groups of each degree set, kept for
+    another objective's solve of the same ``problem``."""
     sets = exact_allowed(rule, problem)
+    shared = {} if shared is None else shared
+
+    def of(a: tuple[int, ...] | None) -> GroupCosts:
+        if a not in shared:
+            shared[a] = GroupCosts(problem, a)
+        return shared[a]
+
     if runs:
         try:
-            found = [solve_grouped(problem, objective, a, wrap=not rule.consecutive) for a in sets]
+            found = [
+                solve_grouped(problem, objective, a, wrap=not rule.consecutive, groups=of(a))
+                for a in sets
+            ]
         except DependencyError:
             found = []
         else:
@@ -70,10 +87,10 @@ def joint_optimum(
                 return value, True, method, best
             # Blocks differ or a GPU link is dearer than the network: a pipeline that
             # interleaves nodes may be better, so the solve's value is no bound.
-            bound = min(grouped_bound(problem, objective, a) for a in sets)
+            bound = min(grouped_bound(problem, objective, a, of(a)) for a in sets)
             method = "bound: fractional relaxation, every node at full bandwidth, no all-reduce"
             return min(bound, value), False, method, best
-    bound = min(grouped_bound(problem, objective, a) for a in sets)
+    bound = min(grouped_bound(problem, objective, a, of(a)) for a in sets)
     return (
         bound,
         False,
@@ -100,8 +117,9 @@ def joint_cycle(
             m, u = microbatches(cm.batch, s)
             if u not in solved:
                 pu = replace(problem, microbatch=u)
-                b = joint_optimum(pu, rule, Metric.THROUGHPUT, runs, lossless)
-                t = joint_optimum(pu, rule, Metric.LATENCY, runs, lossless)
+                shared: dict[tuple[int, ...] | None, GroupCosts] = {}
+                b = joint_optimum(pu, rule, Metric.THROUGHPUT, runs, lossless, shared)
+                t = joint_optimum(pu, rule, Metric.LATENCY, runs, lossless, shared)
                 found = [g for g in (b[3], t[3]) if g is not None and g.stages]
                 solved[u] = (b[0], t[0], found, {b[2], t[2]})
             slowest, trip, _, _ = solved[u]

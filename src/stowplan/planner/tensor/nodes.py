@@ -64,6 +64,16 @@ class GroupCosts:
             parents=parents,
             microbatch=problem.microbatch,
         )
+        self._stages: dict[tuple[int, bool, bool, float | None], Any] = {}
+
+    def stage(self, v: int, first: bool, last: bool, hop: float, xfer: float | None = None) -> Any:
+        """:func:`~stowplan.planner.exact.pipelines.stage_matrix` of group ``v``: the times
+        without ``hop`` are computed once and shared by every solve of these groups."""
+        key = (v, first, last, xfer)
+        base = self._stages.get(key)
+        if base is None:
+            base = self._stages[key] = stage_matrix(self.cm, v, first, last, 0.0, xfer=xfer)
+        return base + hop if hop else base
 
 
 class NodeSolver:
@@ -71,6 +81,7 @@ class NodeSolver:
 
     def __init__(self, groups: GroupCosts, d: int, gpus: int, add: bool) -> None:
         self.cm = groups.cm
+        self.groups = groups
         self.kinds = groups.kinds[d]
         self.gpus = gpus
         self.add = add
@@ -139,14 +150,13 @@ class NodeSolver:
         return got
 
     def _stage_matrix(self, v: int, first: bool, last: bool, out: str, ret: float) -> Any:
-
-        cm = self.cm
+        cm, groups = self.cm, self.groups
         if last:
-            return stage_matrix(cm, v, first, True, ret if self.add else 0.0)
+            return groups.stage(v, first, True, ret if self.add else 0.0)
         if out == "intra":
             hop = cm.intra_latency_s[v] if self.add else 0.0
-            return stage_matrix(cm, v, first, False, hop, xfer=cm.intra_xfer_s[v])
-        return stage_matrix(cm, v, first, False, cm.latency_s[v] if self.add else 0.0)
+            return groups.stage(v, first, False, hop, xfer=cm.intra_xfer_s[v])
+        return groups.stage(v, first, False, cm.latency_s[v] if self.add else 0.0)
 
     def combine(self, a: Any, b: Any) -> Any:
         """Chain ``a`` (rows: start block) then ``b``: best over the block between them."""
