@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from stowplan import Constraints, NodeDescriptor, lookup, plan
 from stowplan.planner.strategies.throughput import _capacity_order, _passes
-from tests.planner.test_identical_nodes import KINDS, _shape
+from tests.common.identical_nodes import KINDS
+from tests.common.identical_nodes import plan_shape as _shape
 
 
 class _Classes:

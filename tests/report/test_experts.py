@@ -20,7 +20,10 @@ def test_expert_table_shows_every_stage_with_its_share() -> None:
     model = toy_moe()
     load = zipf_load(5, 16, seed=2)
     p = plan(
-        model, HETERO, Constraints(strategy="balance-by-vram"), experts=ExpertInputs(load=load)
+        model,
+        HETERO,
+        Constraints(strategy="balance-by-vram"),
+        experts=ExpertInputs(load=load, placement="expert-parallel"),
     )
     summary = expert_summary(p, model, HETERO, load)
     console = Console(record=True, width=200)

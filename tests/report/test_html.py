@@ -19,8 +19,14 @@ def test_report_is_self_contained_and_shows_every_part():
     baselines = sample_baselines(fleet)
     page = render_html(plan, fleet, baselines=baselines)
     assert page.count('class="node-bar"') == plan.num_stages
-    assert page.count('class="time-bar') == plan.num_stages
-    assert page.count("time-bar bottleneck") == 1
+    # One stream: the token passes every stage in turn, then the hops; no stage sets
+    # the pace alone.
+    assert page.count('class="time-bar') == plan.num_stages + 1
+    assert page.count("time-bar bottleneck") == 0
+    assert "Time per token: every stage in turn, then the hops" in page
+    pred = plan.rationale.prediction
+    hops = pred.time_per_token_s - sum(pred.stage_time_s)
+    assert hops >= 0 and f"{hops * 1e3:.3g} ms</div>" in page
     assert "Baselines side by side" in page
     # One row for this plan and one per peer rule, each with the rule's predicted rate.
     assert page.count("<tr class='baseline'>") == 1 + len(baselines)
@@ -42,7 +48,7 @@ def test_plan_html_option_writes_the_report(tmp_path, capsys):
     page = out.read_text()
     assert stages == 2
     assert page.count('class="node-bar"') == stages
-    assert page.count('class="time-bar') == stages  # every plan carries its prediction
+    assert page.count('class="time-bar') == stages + 1  # every stage, then the hops
     # --html computes the peer rules itself (no --compare needed) and shows them.
     assert "Baselines side by side" in page
     assert page.count("<tr class='baseline'>") == 5  # this plan + exo, vllm, accelerate, v1
@@ -74,3 +80,20 @@ def test_report_renders_in_headless_chromium_with_every_node_bar(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert shot.stat().st_size > 20_000
+
+
+def test_under_many_sequences_the_slowest_stage_sets_the_pace(tmp_path, capsys):
+    out = tmp_path / "report.html"
+    fleet = EXAMPLES / "fleets" / "case-a.yaml"
+    args = ["plan", "llama3.1:8b", "--nodes", str(fleet), "--min-stages", "2", "--batch", "16"]
+    assert main([*args, "--html", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    pred = doc["rationale"]["prediction"]
+    page = out.read_text()
+    m = min(16, doc["topology"]["num_stages"])
+    if pred["time_per_token_s"] <= m * max(pred["stage_time_s"]) * (1 + 1e-9):
+        assert f"{m} microbatches on the slowest stage set the pace" in page
+        assert page.count("time-bar bottleneck") == 1
+        assert page.count('class="time-bar') == doc["topology"]["num_stages"]
+    else:  # the trip binds even with every microbatch in flight
+        assert "every stage in turn, then the hops" in page

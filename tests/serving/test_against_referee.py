@@ -13,14 +13,13 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from stowplan import (
-    ExpertLayout,
     Infeasible,
     ModelLayout,
     NodeDescriptor,
     ServePlan,
-    Workload,
     serve,
 )
+from tests.common.serving_models import dense, models, workload
 from tests.common.serving_referee import Load, Referee
 
 MB, GB = 10**6, 10**9
@@ -29,69 +28,6 @@ SETTINGS = settings(
     derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
-)
-
-
-def dense(blocks: int, block_mb: int, kv: int, hidden: int, heads: int = 0) -> ModelLayout:
-    """``heads`` > 0: that many attention heads, twice as wide together as the hidden
-    width (the attention width is then 2 × hidden)."""
-    return ModelLayout(
-        name="dense",
-        num_blocks=blocks,
-        hidden_dim=hidden,
-        bytes_per_activation_elem=2,
-        block_params_bytes=block_mb * MB,
-        head_params_bytes=block_mb * MB // 2,
-        embed_params_bytes=block_mb * MB // 2,
-        kv_bytes_per_token=(kv,) * blocks,
-        total_params=(blocks + 1) * block_mb * MB // 2,
-        active_params=(blocks + 1) * block_mb * MB // 2,
-        num_attention_heads=heads or None,
-        head_dim=2 * hidden // heads if heads else None,
-    )
-
-
-def moe(blocks: int, expert_mb: int, kv: int, hidden: int) -> ModelLayout:
-    """Block 0 dense; the others 200 MB of attention plus 16 experts, top-2."""
-    other, e, k = 200 * MB, 16, 2
-    sizes = [other] + [other + e * expert_mb * MB] * (blocks - 1)
-    reads = [other] + [other + k * expert_mb * MB] * (blocks - 1)
-    return ModelLayout(
-        name="moe",
-        num_blocks=blocks,
-        hidden_dim=hidden,
-        bytes_per_activation_elem=2,
-        block_params_bytes=round(sum(sizes) / blocks),
-        block_bytes=tuple(sizes),
-        block_read_bytes=tuple(reads),
-        head_params_bytes=100 * MB,
-        embed_params_bytes=100 * MB,
-        kv_bytes_per_token=(kv,) * blocks,
-        experts=ExpertLayout(
-            num_experts=e,
-            experts_per_token=k,
-            expert_params_bytes=expert_mb * MB,
-            moe_blocks=tuple(range(1, blocks)),
-        ),
-    )
-
-
-models = st.one_of(
-    st.builds(
-        dense,
-        st.integers(2, 5),
-        st.integers(200, 3000),
-        st.integers(1, 200_000),
-        st.sampled_from([1024, 4096, 8192]),
-        st.sampled_from([0, 8]),
-    ),
-    st.builds(
-        moe,
-        st.integers(2, 4),
-        st.integers(20, 300),
-        st.integers(1, 100_000),
-        st.sampled_from([1024, 2048]),
-    ),
 )
 
 
@@ -120,16 +56,6 @@ workloads = st.builds(
     st.floats(0.2, 5.0),
     st.floats(0.02, 0.3),
 )
-
-
-def workload(load: Load, users: int | None = None) -> Workload:
-    return Workload(
-        prompt_tokens=load.prompt_tokens,
-        output_tokens=load.output_tokens,
-        ttft_s=load.ttft_s,
-        tpot_s=load.tpot_s,
-        users=users,
-    )
 
 
 def pipeline(ref_nodes: list[NodeDescriptor], r: object) -> tuple[tuple[int, ...], list[int]]:

@@ -20,8 +20,8 @@ from stowplan.errors import Infeasible
 from stowplan.model import gpu_group_node
 from stowplan.serving.bounds import FleetRates, fleet_users_bound, rate_bound, users_bound
 from stowplan.serving.candidates import replica_of
+from tests.common.serving_models import dense, models, workload
 from tests.common.serving_referee import Load, Referee
-from tests.serving.test_against_referee import dense, models, workload
 
 GB = 10**9
 SETTINGS = settings(

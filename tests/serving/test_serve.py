@@ -126,10 +126,20 @@ def test_an_unreachable_target_says_what_the_fleet_serves_at_most():
     )
 
 
-def test_limits_no_replica_meets_are_infeasible():
+def test_limits_no_replica_meets_are_infeasible_and_say_what_rules_them_out():
     w = Workload(prompt_tokens=100, output_tokens=100, ttft_s=0.01, tpot_s=0.1)
-    with pytest.raises(Infeasible, match="no replica of the nodes serves one request"):
+    with pytest.raises(Infeasible, match="no replica of the nodes serves one request") as err:
         serve(TOY_MODEL, FLEET, w)
+    # The fastest node (2 TFLOPs, 200 GB/s) still takes 0.2 s to prefill 100 tokens.
+    rates = FleetRates.of(TOY_MODEL, FLEET, Constraints(), w)
+    least = min(rates.ttft0_floor([i]) + rates.cycle_floor([i]) for i in range(len(FLEET)))
+    assert str(err.value).endswith(
+        f": one prompt's prefill and a decode step take at least {least:.3g} s on the "
+        "fastest node (TTFT 0.01 s)"
+    )
+    small = [_node(i, vram_bytes=2 * GB) for i in range(2)]
+    with pytest.raises(Infeasible, match=r": the weights and one request's KV need [\d.]+ GB"):
+        serve(TOY_MODEL, small, WORK)
 
 
 def test_a_target_needs_a_price_on_every_node():

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from stowplan.calibration.coverage import CoverageVerdict
+from stowplan.cost.cycle import microbatches
 from stowplan.files.fileio import write_text_atomic
 from stowplan.model import ModelLayout, NodeDescriptor
 from stowplan.plan import Plan
@@ -187,15 +188,24 @@ def _memory_section(plan: Plan, rows: list[NodeMemory]) -> str:
 
 
 def _time_section(plan: Plan) -> str:
+    """Each stage's time per step, drawn to one scale, and what sets the cycle: one
+    token passing every stage in turn plus the hops (the trip), or m microbatches on the
+    slowest stage, whichever is longer."""
     prediction = plan.rationale.prediction
     if prediction is None or not prediction.stage_time_s:
         return ""
     times = prediction.stage_time_s
-    top = max(times) or 1.0
+    m, _ = microbatches(prediction.batch, len(times))
+    cycle = prediction.time_per_token_s
+    paced = m * max(times)
+    # cycle = max(Σ t + hops, m × slowest): the trip binds when it exceeds m × slowest.
+    trip = cycle > paced * (1 + 1e-9) or m == 1
+    hops = max(0.0, cycle - sum(times)) if trip else None
+    top = max([*times, hops or 0.0]) or 1.0
     rows = []
     for i, t in enumerate(times):
         node = stage_place_text(plan.assignments[i]) if i < len(plan.assignments) else "?"
-        slow = i == prediction.bottleneck_stage
+        slow = i == prediction.bottleneck_stage and not trip
         cls = "time-bar bottleneck" if slow else "time-bar"
         tag = " · bottleneck" if slow else ""
         rows.append(
@@ -204,11 +214,23 @@ def _time_section(plan: Plan) -> str:
             f'style="width:{100.0 * t / top:.3f}%"></div></div>'
             f'<div class="fig">{_fmt(t, "stage_time_s")}</div></div>'
         )
-    return (
-        "<section><h2>Time per stage per token (the slowest stage sets the pace)</h2>"
-        + "".join(rows)
-        + "</section>"
-    )
+    if hops is not None:
+        rows.append(
+            '<div class="row"><div class="who"><b>hops</b><span>latency, every stage to '
+            'the next and back</span></div><div class="track"><div class="time-bar" '
+            f'style="width:{100.0 * hops / top:.3f}%"></div></div>'
+            f'<div class="fig">{_fmt(hops, "stage_time_s")}</div></div>'
+        )
+        title = (
+            "Time per token: every stage in turn, then the hops "
+            f"(sum {_fmt(cycle, 'time_per_token_s')})"
+        )
+    else:
+        title = (
+            f"Time per stage per microbatch: {m} microbatches on the slowest stage set the "
+            f"pace ({_fmt(cycle, 'time_per_token_s')} per token of each sequence)"
+        )
+    return f"<section><h2>{escape(title)}</h2>" + "".join(rows) + "</section>"
 
 
 def _table(pairs: Sequence[tuple[str, str]]) -> str:

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stowplan.model import gpu_group_id
+from stowplan.report.terminal import print_bullet
 from stowplan.serve_plan import ReplicaPlan, ServeObjective, ServePlan
 
 __all__ = ["render_serve_plan", "serve_summary"]
@@ -114,4 +115,4 @@ def render_serve_plan(sp: ServePlan, console: Console) -> None:
         )
     console.print(table, width=80)
     for line in serve_summary(sp):
-        console.print(Text(f"  • {line}"), soft_wrap=False, width=80)
+        print_bullet(console, line, width=80)

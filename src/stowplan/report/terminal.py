@@ -7,6 +7,7 @@ them is shown, not read as markup, whatever console is passed in.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 
 from rich import box
@@ -84,10 +85,19 @@ def render_plan(
     console.print(table)
     render_node_bars(plan, nodes, console)
     for note in plan.rationale.notes if notes is None else notes:
-        console.print(f"  • {note}", highlight=False, markup=False)
+        print_bullet(console, note)
     idle = idle_note(plan, nodes)
     if idle:
-        console.print(f"  • {idle}", highlight=False, markup=False)
+        print_bullet(console, idle)
+
+
+def print_bullet(console: Console, text: str, width: int | None = None) -> None:
+    """``  • text``, its wrapped lines indented under the text (a hanging indent), at the
+    console's width or ``width``; no line carries trailing spaces."""
+    room = max(20, (width or console.width) - 4)
+    lines = textwrap.wrap(text, room, break_long_words=False, break_on_hyphens=False) or [""]
+    for i, line in enumerate(lines):
+        console.print(Text(("  • " if i == 0 else "    ") + line), soft_wrap=True)
 
 
 def idle_note(plan: Plan, nodes: Sequence[NodeDescriptor]) -> str | None:
@@ -156,16 +166,22 @@ _STYLE = {
 }
 
 
-def _bar(segments: Sequence[tuple[MemoryPart, int]], scale: float) -> Text:
-    """Segments as coloured characters; every non-empty used part gets at least one."""
-    text = Text()
+def _bar(segments: Sequence[tuple[MemoryPart, int]], scale: float, most: int) -> Text:
+    """Segments as coloured characters, at most ``most`` of them; every non-empty used
+    part gets at least one (the widest segments give up the characters that costs)."""
+    widths = []
     carried = 0.0
     for part, n_bytes in segments:
         exact = n_bytes / scale + carried
-        width = round(exact)
-        if width == 0 and part not in (MemoryPart.FREE, MemoryPart.HEADROOM):
+        width = max(0, round(exact))
+        if width == 0 and n_bytes > 0 and part not in (MemoryPart.FREE, MemoryPart.HEADROOM):
             width = 1
         carried = exact - width
+        widths.append(width)
+    while sum(widths) > most and max(widths, default=0) > 1:
+        widths[widths.index(max(widths))] -= 1
+    text = Text()
+    for (part, _), width in zip(segments, widths, strict=True):
         char, style = _STYLE[part]
         text.append(char * width, style=style)
     return text
@@ -177,19 +193,24 @@ def render_node_bars(plan: Plan, nodes: Sequence[NodeDescriptor], console: Conso
     rows = node_memory(plan, nodes)
     labels = [f"{r.node_id} {r.gpus}" if r.gpus else r.node_id for r in rows]
     width = max(len(label) for label in labels)
-    bar_width = max(12, min(BAR_WIDTH, console.width - width - 34))
-    scale = max(r.capacity_bytes for r in rows) / bar_width
-    console.print()
-    for r, label in zip(rows, labels, strict=True):
-        line = Text(f"  {label:<{width}} ")
-        bar = _bar([(s.part, s.bytes) for s in r.segments], scale)
-        bar.pad_right(bar_width - len(bar))
-        line.append_text(bar)
+    tails = []
+    for r in rows:
         lo, hi = r.block_range
         experts = f" +{r.num_experts}e" if r.num_experts else ""
-        line.append(
+        tails.append(
             f" {format_bytes(r.used_bytes)}/{format_bytes(r.capacity_bytes)} [{lo},{hi}){experts}"
         )
+    # The bars shrink so that label, bar and figures fit the console's width on one line.
+    room = console.width - width - 3 - max(len(t) for t in tails)
+    bar_width = max(12, min(BAR_WIDTH, room))
+    scale = max(r.capacity_bytes for r in rows) / bar_width
+    console.print()
+    for r, label, tail in zip(rows, labels, tails, strict=True):
+        line = Text(f"  {label:<{width}} ")
+        bar = _bar([(s.part, s.bytes) for s in r.segments], scale, bar_width)
+        bar.pad_right(bar_width - len(bar))
+        line.append_text(bar)
+        line.append(tail)
         console.print(line)
     legend = Text("  ")
     for part in MemoryPart:

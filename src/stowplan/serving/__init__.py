@@ -127,10 +127,10 @@ def serve(
         ]
     by_rate = workload.rate_per_s is not None
     options: dict[tuple[int, ...], _Option] = {}
-    members_of = {
-        combo: [index[n.id] for k, c in enumerate(combo) for n in classes[k][:c]]
-        for combo in combos
-    }
+
+    def members_of(combo: tuple[int, ...]) -> list[int]:
+        return [index[n.id] for k, c in enumerate(combo) for n in classes[k][:c]]
+
     bounder = _Bounds(model, nodes, rates, workload, base, by_rate)
     bounds: dict[tuple[int, ...], float] = {}
     """Each composition's relaxation bound in the objective's unit (users, or requests/s
@@ -139,8 +139,7 @@ def serve(
     if not complete and math.prod(s + 1 for s in sizes) - 1 <= BOUND_LIMIT:
         for combo in product(*(range(s + 1) for s in sizes)):
             if any(combo):
-                members = [index[n.id] for k, c in enumerate(combo) for n in classes[k][:c]]
-                bounds[combo] = bounder.of(members)[0]
+                bounds[combo] = bounder.of(members_of(combo))[0]
         complete = True
     class_of = {n.id: k for k, cls in enumerate(classes) for n in cls}
     inside = _Inside(options, by_rate)
@@ -148,7 +147,7 @@ def serve(
     for done, combo in enumerate(combos):
         if progress is not None:
             progress(done, len(combos))
-        members = members_of[combo]
+        members = members_of(combo)
         top, ub, one, halves = bounder.of(members)
         bounds[combo] = top
         if ub < 1 and not halves:
@@ -187,6 +186,7 @@ def serve(
             "no replica of the nodes serves one request within "
             f"TTFT {workload.ttft_s:g} s, TPOT {workload.tpot_s:g} s and memory "
             f"({workload.context_tokens} tokens of KV per request)"
+            + _why_none(rates, list(index.values()), workload)
         )
     ranked = sorted(options.values(), key=lambda o: (sum(o.composition), o.composition))
     counts = [o.composition for o in ranked]
@@ -311,6 +311,28 @@ class _Bounds:
         got = (top, ub, one, halves)
         self._memo[key] = got
         return got
+
+
+def _why_none(rates: FleetRates, members: list[int], w: Workload) -> str:
+    """What rules out every replica, by the bounds: memory, or the least one prompt's
+    prefill and one decode step take on the fastest nodes."""
+    if rates.memory_users(members) < 1:
+        held = sum(rates.usable[i] for i in members)
+        need = rates.weight_bytes + rates.kv_per_request
+        return (
+            f": the weights and one request's KV need {need / 1e9:.1f} GB, all nodes hold "
+            f"{held / 1e9:.1f} GB usable"
+        )
+    t0 = min(rates.ttft0_floor([i]) for i in members)
+    cyc = min(rates.cycle_floor([i]) for i in members)
+    if t0 + cyc > w.ttft_s:
+        return (
+            f": one prompt's prefill and a decode step take at least {t0 + cyc:.3g} s on "
+            f"the fastest node (TTFT {w.ttft_s:g} s)"
+        )
+    if cyc >= w.tpot_s:
+        return f": a decode step takes at least {cyc:.3g} s on the fastest node"
+    return ""
 
 
 def _value(c: Candidate, by_rate: bool) -> float:

@@ -1,0 +1,84 @@
+"""Small dense and MoE layouts for serving tests, a hypothesis strategy drawing them,
+and the :class:`~stowplan.Workload` of a referee :class:`Load`."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from stowplan import ExpertLayout, ModelLayout, Workload
+from tests.common.serving_referee import Load
+
+MB = 10**6
+
+
+def dense(blocks: int, block_mb: int, kv: int, hidden: int, heads: int = 0) -> ModelLayout:
+    """``heads`` > 0: that many attention heads, twice as wide together as the hidden
+    width (the attention width is then 2 × hidden)."""
+    return ModelLayout(
+        name="dense",
+        num_blocks=blocks,
+        hidden_dim=hidden,
+        bytes_per_activation_elem=2,
+        block_params_bytes=block_mb * MB,
+        head_params_bytes=block_mb * MB // 2,
+        embed_params_bytes=block_mb * MB // 2,
+        kv_bytes_per_token=(kv,) * blocks,
+        total_params=(blocks + 1) * block_mb * MB // 2,
+        active_params=(blocks + 1) * block_mb * MB // 2,
+        num_attention_heads=heads or None,
+        head_dim=2 * hidden // heads if heads else None,
+    )
+
+
+def moe(blocks: int, expert_mb: int, kv: int, hidden: int) -> ModelLayout:
+    """Block 0 dense; the others 200 MB of attention plus 16 experts, top-2."""
+    other, e, k = 200 * MB, 16, 2
+    sizes = [other] + [other + e * expert_mb * MB] * (blocks - 1)
+    reads = [other] + [other + k * expert_mb * MB] * (blocks - 1)
+    return ModelLayout(
+        name="moe",
+        num_blocks=blocks,
+        hidden_dim=hidden,
+        bytes_per_activation_elem=2,
+        block_params_bytes=round(sum(sizes) / blocks),
+        block_bytes=tuple(sizes),
+        block_read_bytes=tuple(reads),
+        head_params_bytes=100 * MB,
+        embed_params_bytes=100 * MB,
+        kv_bytes_per_token=(kv,) * blocks,
+        experts=ExpertLayout(
+            num_experts=e,
+            experts_per_token=k,
+            expert_params_bytes=expert_mb * MB,
+            moe_blocks=tuple(range(1, blocks)),
+        ),
+    )
+
+
+models = st.one_of(
+    st.builds(
+        dense,
+        st.integers(2, 5),
+        st.integers(200, 3000),
+        st.integers(1, 200_000),
+        st.sampled_from([1024, 4096, 8192]),
+        st.sampled_from([0, 8]),
+    ),
+    st.builds(
+        moe,
+        st.integers(2, 4),
+        st.integers(20, 300),
+        st.integers(1, 100_000),
+        st.sampled_from([1024, 2048]),
+    ),
+)
+
+
+def workload(load: Load, users: int | None = None) -> Workload:
+    return Workload(
+        prompt_tokens=load.prompt_tokens,
+        output_tokens=load.output_tokens,
+        ttft_s=load.ttft_s,
+        tpot_s=load.tpot_s,
+        users=users,
+    )
