@@ -26,6 +26,7 @@ Pure: datasheets come from the GPU spec table (:func:`stowplan.gpus.lookup_gpu`)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from statistics import median
@@ -317,8 +318,8 @@ def ordered_entry(calibration: Calibration, gpu_name: str) -> DeviceCalibration 
         values = {}
         for name in names:
             own = _keyed(entry, sheet, name)
-            lo = max((_keyed(a, s, name) for a, s in above), default=own)
-            hi = min((_keyed(a, s, name) for a, s in below), default=own)
+            lo = max((_keyed(a, s, name) for a, s in above), default=-math.inf)
+            hi = min((_keyed(a, s, name) for a, s in below), default=math.inf)
             if name not in (*COSTS, "compute"):
                 lo = max(lo, -sheet.bandwidth_gbps)  # a fraction of at most 1
             values[name] = _clamp(own, lo, hi)
