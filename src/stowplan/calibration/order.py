@@ -13,10 +13,11 @@ run can come out with a large block cost), so:
   pooling the most violated pair until none is left), held there, and each device's
   other figures refitted around them, until the figures are in order;
 * applying (:func:`ordered_entry`): a device's figures are kept between those of the
-  profile's devices that dominate it and those it dominates (the *anchors*: each
-  device entry at the datasheet of the GPU its runs measured).  For a profile whose
-  entries are in order this changes only devices that fall to the ``*`` entry, and
-  the result is monotone over every pair of GPUs.
+  known datasheets that dominate it and those it dominates (the *anchors*: each device
+  entry at the datasheet of the GPU its runs measured, and every GPU of the curated
+  spec table with the figures its entry gives it, pooled into order).  For a profile
+  whose entries are in order this leaves each entry's own GPU as fitted, and the
+  result is monotone over every pair of GPUs of the spec table.
 
 A GPU's bandwidth fraction is also kept at most 1: a prediction never beats reading the
 bytes at the datasheet peak.
@@ -32,7 +33,7 @@ from dataclasses import dataclass, replace
 from statistics import median
 
 from stowplan.calibration.profile import Calibration, DeviceCalibration, Figure
-from stowplan.gpus import lookup_gpu
+from stowplan.gpus import GPU_SPECS, lookup_gpu
 
 __all__ = [
     "COSTS",
@@ -185,12 +186,22 @@ def pool_in_order(
 
 
 def _pairs(sheets: Sequence[Datasheet | None]) -> list[tuple[int, int]]:
-    return [
-        (i, j)
-        for i, a in enumerate(sheets)
-        for j, b in enumerate(sheets)
-        if i != j and a is not None and b is not None and dominates(a, b)
-    ]
+    """(i, j) where sheet i dominates sheet j: both ways between equal sheets, and of the
+    strict ones only those with no sheet strictly between (the rest follow from them)."""
+    rated = [i for i, s in enumerate(sheets) if s is not None]
+    key = {i: (sheets[i].bandwidth_gbps, sheets[i].tflops) for i in rated}  # type: ignore[union-attr]
+    equal = [(i, j) for i in rated for j in rated if i != j and key[i] == key[j]]
+    below = {
+        i: {j for j in rated if key[i] != key[j] and dominates(sheets[i], sheets[j])}  # type: ignore[arg-type]
+        for i in rated
+    }
+    covers = []
+    for i in rated:
+        beneath: set[int] = set()
+        for k in below[i]:
+            beneath |= below[k]
+        covers += [(i, j) for j in sorted(below[i] - beneath)]
+    return equal + covers
 
 
 def in_order_violations(
@@ -200,7 +211,13 @@ def in_order_violations(
     (``h200 block 1.4e-04 > h100-sxm 0.0e+00``); empty when the entries are in order."""
     out = []
     names = [*COSTS, "compute", *_classes(entries)]
-    for i, j in _pairs(sheets):
+    every = [
+        (i, j)
+        for i, a in enumerate(sheets)
+        for j, b in enumerate(sheets)
+        if i != j and a is not None and b is not None and dominates(a, b)
+    ]
+    for i, j in every:
         a, b, sa, sb = entries[i], entries[j], sheets[i], sheets[j]
         assert sa is not None and sb is not None
         for name in names:
@@ -274,24 +291,46 @@ def hold_in_order(
 
 # -- applying -------------------------------------------------------------------------------
 
-_Anchors = tuple[tuple[DeviceCalibration, Datasheet], ...]
+_Anchors = tuple[tuple[Datasheet, dict[str, float]], ...]
 _ANCHORS: dict[int, tuple[Calibration, _Anchors]] = {}
 _ORDERED: dict[tuple[int, str], tuple[Calibration, DeviceCalibration | None]] = {}
+_MEASURED_WEIGHT = 1000.0
+"""Weight of a device entry at the datasheet its runs measured, per run, against 1 for
+another GPU of the spec table that the profile resolves (to that entry or another)."""
 
 
 def _anchors(calibration: Calibration) -> _Anchors:
+    """The profile's figures at known datasheets, in order: each device entry at the
+    datasheet its runs measured, and every GPU of the curated spec table at its own, with
+    the figures its entry gives it; pooled over the dominance order (:func:`pool_in_order`,
+    an entry at its measured datasheet outweighing the rest), so that they are in order
+    even where the table's GPUs fall between the profile's devices."""
     hit = _ANCHORS.get(id(calibration))
     if hit is not None and hit[0] is calibration:
         return hit[1]
-    found = []
+    rows: list[tuple[DeviceCalibration, Datasheet, float]] = []
     for entry in calibration.devices:
         sheet = entry_datasheet(calibration, entry)
         if sheet is not None:
-            found.append((entry, sheet))
+            runs = sum(r.family == entry.device for r in calibration.fitted_runs)
+            rows.append((entry, sheet, _MEASURED_WEIGHT * max(runs, 1)))
+    for spec in GPU_SPECS:
+        sheet = datasheet(spec.name)
+        entry = calibration.for_device(spec.name)
+        if sheet is not None and entry is not None:
+            rows.append((entry, sheet, 1.0))
+    sheets = [s for _, s, _ in rows]
+    pairs = _pairs(sheets)
+    pooled: list[dict[str, float]] = [{} for _ in rows]
+    for name in [*COSTS, "compute", *_classes([e for e, _, _ in rows])]:
+        values = [_keyed(e, s, name) for e, s, _ in rows]
+        for k, v in enumerate(pool_in_order(values, [w for _, _, w in rows], pairs)):
+            pooled[k][name] = v
+    found = tuple(zip(sheets, pooled, strict=True))
     if len(_ANCHORS) > 256:
         _ANCHORS.clear()
-    _ANCHORS[id(calibration)] = (calibration, tuple(found))
-    return tuple(found)
+    _ANCHORS[id(calibration)] = (calibration, found)
+    return found
 
 
 def _clamp(value: float, lo: float, hi: float) -> float:
@@ -312,14 +351,14 @@ def ordered_entry(calibration: Calibration, gpu_name: str) -> DeviceCalibration 
     result = entry
     if entry is not None and sheet is not None:
         anchors = _anchors(calibration)
-        above = [(a, s) for a, s in anchors if dominates(s, sheet)]
-        below = [(a, s) for a, s in anchors if dominates(sheet, s)]
-        names = [*COSTS, "compute", *_classes([entry, *(a for a, _ in anchors)])]
+        above = [v for s, v in anchors if dominates(s, sheet)]
+        below = [v for s, v in anchors if dominates(sheet, s)]
+        names = {*COSTS, "compute", *entry.bandwidth_fraction, *(n for _, v in anchors for n in v)}
         values = {}
-        for name in names:
+        for name in sorted(names):
             own = _keyed(entry, sheet, name)
-            lo = max((_keyed(a, s, name) for a, s in above), default=-math.inf)
-            hi = min((_keyed(a, s, name) for a, s in below), default=math.inf)
+            lo = max((v.get(name, -math.inf) for v in above), default=-math.inf)
+            hi = min((v.get(name, math.inf) for v in below), default=math.inf)
             if name not in (*COSTS, "compute"):
                 lo = max(lo, -sheet.bandwidth_gbps)  # a fraction of at most 1
             values[name] = _clamp(own, lo, hi)
