@@ -192,7 +192,7 @@ def fit_device(
     if fit_coll:
         prior_x.append(prior.collective_overhead_s.value / t_ref)
     held = dict(fixed or {})
-    fixed: dict[int, float] = {
+    pinned: dict[int, float] = {
         i: (1.0 / held[n] if i < len(classes) else held[n] / t_ref)
         for i, n in enumerate(names)
         if n in held
@@ -221,13 +221,13 @@ def fit_device(
             row[i] = lam / max(abs(p), 1e-3) if i < len(classes) else lam * 10.0
             rows.append(row)
             rhs.append(row[i] * p)
-        free = [i for i in range(len(names)) if i not in fixed]
+        free = [i for i in range(len(names)) if i not in pinned]
         b = [
-            r - sum(row[i] * v for i, v in fixed.items()) for row, r in zip(rows, rhs, strict=True)
+            r - sum(row[i] * v for i, v in pinned.items()) for row, r in zip(rows, rhs, strict=True)
         ]
         sol = _solve([[row[i] for i in free] for row in rows], b) if free else []
         x = [0.0] * len(names)
-        for i, v in fixed.items():
+        for i, v in pinned.items():
             x[i] = v
         for i, v in zip(free, sol, strict=True):
             x[i] = v
@@ -240,7 +240,7 @@ def fit_device(
         if not bad:
             break
         for i in bad:
-            fixed[i] = 1.0 / max_fraction if i < len(classes) else 0.0
+            pinned[i] = 1.0 / max_fraction if i < len(classes) else 0.0
     note = source or f"least squares on {len(measurements)} decode runs"
     fitted = Provenance.FITTED
     # What the runs did not determine is the prior's figure, labelled assumed.

@@ -316,9 +316,9 @@ def _anchors(calibration: Calibration) -> _Anchors:
             rows.append((entry, sheet, _MEASURED_WEIGHT * max(runs, 1)))
     for spec in GPU_SPECS:
         sheet = datasheet(spec.name)
-        entry = calibration.for_device(spec.name)
-        if sheet is not None and entry is not None:
-            rows.append((entry, sheet, 1.0))
+        rated = calibration.for_device(spec.name)
+        if sheet is not None and rated is not None:
+            rows.append((rated, sheet, 1.0))
     sheets = [s for _, s, _ in rows]
     pairs = _pairs(sheets)
     pooled: list[dict[str, float]] = [{} for _ in rows]
