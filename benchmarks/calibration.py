@@ -47,6 +47,7 @@ from stowplan.calibration import (
     shipped_calibration,
     stage_time_s,
 )
+from stowplan.calibration.order import ordered_entry
 from stowplan.calibration.profile import DeviceCalibration, Figure, Provenance
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -93,8 +94,9 @@ def _shipped_profile(engine: Engine) -> Calibration:
 
 
 def shipped_entry(r: Run) -> DeviceCalibration | None:
-    """The entry the shipped profile of the run's engine has for its GPU."""
-    return _shipped_profile(Engine(str(r["engine"]))).for_device(str(r["gpu_name"]))
+    """The entry the shipped profile of the run's engine gives its GPU, as the cost model
+    applies it (in datasheet order, :func:`~stowplan.calibration.order.ordered_entry`)."""
+    return ordered_entry(_shipped_profile(Engine(str(r["engine"]))), str(r["gpu_name"]))
 
 
 def published_table(scored: Scored) -> list[str]:
@@ -141,7 +143,7 @@ def default_table(runs: list[Run]) -> list[str]:
         preds = (
             predict(r, None),
             predict(r, held_out_entry(Engine.GENERIC, runs, i)),
-            predict(r, generic.for_device(str(r["gpu_name"]))),
+            predict(r, ordered_entry(generic, str(r["gpu_name"]))),
         )
         errs = tuple((p - measured) / measured for p in preds)
         rows[str(r["engine"])].append((errs[0], errs[1], errs[2]))

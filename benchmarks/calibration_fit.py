@@ -5,7 +5,10 @@ source) and the table priors of ``calibration_table.json``, and builds each engi
 profile: one entry per GPU family and ``*``, every fit starting from the table
 figures, the profile recording the runs behind it with the prediction its fitting
 makes for each when that run is held out (``stowplan.calibration.runs``).  The
-``generic`` profile, the CLI's default, is fitted to the runs of every engine.
+``generic`` profile, the CLI's default, is fitted to the runs of every engine.  The
+families' figures are held in datasheet order (``stowplan.calibration.order``): a
+family whose GPU has at least another's bandwidth and FLOP/s never gets figures that
+predict it slower.
 
 ``calibration.py --write-profiles`` writes them to ``src/stowplan/calibration/data``;
 ``calibration.py`` and ``moe_single_user.py`` score them.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -28,7 +32,8 @@ from stowplan.calibration import (
     load_calibration_file,
     stage_time_s,
 )
-from stowplan.calibration.profile import DeviceCalibration
+from stowplan.calibration.order import hold_in_order, ordered_entry, runs_datasheet
+from stowplan.calibration.profile import DeviceCalibration, dtype_class
 from stowplan.calibration.runs import PublishedRun
 
 HERE = Path(__file__).resolve().parent
@@ -74,13 +79,18 @@ def read_bytes(r: Run) -> int:
 
 
 def fit_entry(
-    runs: list[Run], prior: DeviceCalibration, device: str, source: str
+    runs: list[Run],
+    prior: DeviceCalibration,
+    device: str,
+    source: str,
+    fixed: Mapping[str, float] | None = None,
 ) -> DeviceCalibration:
     """Fit one device entry; runs on different devices are normalised to their own bandwidth.
 
     Every run is on a GPU, so no fraction exceeds 1.  The ``*`` entry pools families,
     so its collective cost is never fitted: a tensor-parallel family against other
     families' single-GPU runs would credit it with every difference between them.
+    ``fixed`` holds figures at given values (see :func:`fit_device`).
     """
     # Each run's bytes are rescaled to a common 1000 GB/s per GPU so one fit spans devices.
     ms = [
@@ -104,7 +114,50 @@ def fit_entry(
         max_fraction=1.0,
         fit_collective=False if device == "*" else None,
         label_assumed=False,  # the table's figures stay "table" in a shipped profile
+        fixed=fixed,
     ).device
+
+
+def _weights(runs: list[Run]) -> dict[str, float]:
+    """How many of a family's runs determine each figure (what pooling weighs it by)."""
+    tps = {tensor_parallel(r) > 1 for r in runs}
+    out: dict[str, float] = {
+        "block": float(len(runs)),
+        "hop": float(sum(int(r["hops"]) > 0 for r in runs)),
+        "collective": float(sum(tensor_parallel(r) > 1 for r in runs)) if len(tps) > 1 else 0.0,
+    }
+    for r in runs:
+        c = dtype_class(str(r["dtype"]))
+        out[c] = out.get(c, 0.0) + 1.0
+    return out
+
+
+def family_entries(runs: list[Run], star: DeviceCalibration) -> list[DeviceCalibration]:
+    """One entry per GPU family of ``runs``, each fitted from ``star``, with their figures
+    held in datasheet order (:func:`~stowplan.calibration.order.hold_in_order`), in
+    family order."""
+    by_family: dict[str, list[Run]] = defaultdict(list)
+    for r in runs:
+        by_family[str(r["family"])].append(r)
+    families = sorted(by_family.items())
+    sources = [_sources(rs) for _, rs in families]
+
+    def refit(i: int, held: Mapping[str, float] | None = None) -> DeviceCalibration:
+        fam, rs = families[i]
+        return replace(fit_entry(rs, star, fam, sources[i], held), match=family_match(fam))
+
+    sheets = [
+        runs_datasheet([str(r["gpu_name"]) for r in rs], [float(r["bandwidth_gbps"]) for r in rs])
+        for _, rs in families
+    ]
+    return list(
+        hold_in_order(
+            [refit(i) for i in range(len(families))],
+            sheets,
+            [_weights(rs) for _, rs in families],
+            refit,
+        )
+    )
 
 
 def predict(r: Run, entry: DeviceCalibration | None) -> float:
@@ -229,13 +282,7 @@ def build_profile(engine: Engine, runs: list[Run], description: str) -> Calibrat
     ]
     star = fit_entry(mine, base, "*", _sources(mine)) if mine else base
     held_out = {id(r): predict(r, held_out_entry(engine, mine, i)) for i, r in enumerate(mine)}
-    by_family: dict[str, list[Run]] = defaultdict(list)
-    for r in mine:
-        by_family[str(r["family"])].append(r)
-    entries = [
-        replace(fit_entry(rs, star, fam, _sources(rs)), match=family_match(fam))
-        for fam, rs in sorted(by_family.items())
-    ]
+    entries = family_entries(mine, star)
     profile = Calibration(
         name=f"{engine.value}-default",
         engine=engine,
@@ -243,8 +290,12 @@ def build_profile(engine: Engine, runs: list[Run], description: str) -> Calibrat
         devices=(*entries, star),
     )
     # A kept-out run was never fitted: the profile itself predicts it without it.
+    records = tuple(published_run(r) for r in on_record)
+    profile = replace(profile, runs=records)
     records = tuple(
-        published_run(r, held_out.get(id(r)) or predict(r, profile.for_device(str(r["gpu_name"]))))
+        published_run(
+            r, held_out.get(id(r)) or predict(r, ordered_entry(profile, str(r["gpu_name"])))
+        )
         for r in on_record
     )
     return replace(profile, runs=records)
@@ -273,15 +324,24 @@ DESCRIPTIONS = {
 
 
 def held_out_entry(engine: Engine | str, runs: list[Run], i: int) -> DeviceCalibration:
-    """The entry ``engine``'s profile would give run ``runs[i]`` if fitted without it.
+    """The entry ``engine``'s profile would give run ``runs[i]`` if fitted without it, as
+    the cost model applies it (:func:`~stowplan.calibration.order.ordered_entry`).
 
-    The :func:`pool`'s other runs on the same GPU family give the entry when there are
-    any; its prior (and the entry when there are none) is the fit over the pool's other
-    families, or the table defaults when there is no other family.
+    The :func:`pool`'s other runs give one entry per GPU family, held in datasheet order
+    (:func:`family_entries`), their prior the fit over the pool's families other than
+    the run's (the table defaults when there is none), which is also the ``*`` entry:
+    the run's GPU gets its family's entry when the family has other runs, else ``*``.
     """
     r = runs[i]
     rest = pool(engine, [o for j, o in enumerate(runs) if j != i])
-    same = [o for o in rest if o["family"] == r["family"]]
     others = [o for o in rest if o["family"] != r["family"]]
     star = fit_entry(others, table_prior(), "*", "loo") if others else table_prior()
-    return fit_entry(same, star, str(r["family"]), "loo") if same else star
+    profile = Calibration(
+        name="loo",
+        engine=Engine(engine),
+        devices=(*family_entries(rest, star), replace(star, device="*", match=())),
+        runs=tuple(published_run(o) for o in rest),
+    )
+    entry = ordered_entry(profile, str(r["gpu_name"]))
+    assert entry is not None  # "*" matches every GPU
+    return entry

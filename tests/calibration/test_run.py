@@ -47,14 +47,17 @@ def test_a_llama_bench_fit_is_saved_as_the_engines_profile_and_plans_read_it(hom
     assert (outcome.profile.name, outcome.profile.devices) == ("llamacpp-fitted", (entry,))
     assert load_calibration_file(target) == outcome.profile
     assert resolve_calibration("llamacpp").for_device("NVIDIA GeForce RTX 4080") == entry
-    # One Q4_K_M run of 4.68 GB at 118.88 tok/s: the fit gives the streaming its whole time.
+    # One Q4_K_M run of 4.68 GB at 118.88 tok/s, the run the shipped rtx-4080 entry is
+    # fitted to: one run cannot tell streaming from the block cost, so the fit stays near
+    # the shipped split (its block cost held in datasheet order with the other GPUs').
+    shipped = shipped_calibration("llamacpp").for_device("RTX 4080")
+    assert shipped is not None and entry.device == shipped.device == "rtx-4080"
     q4 = entry.fraction("Q4_K_M")
-    assert q4.value == pytest.approx(4_677_120_000 * 118.881588 / 716.8e9, rel=2e-3)
+    assert q4.value == pytest.approx(shipped.fraction("Q4_K_M").value, rel=0.02)
+    assert q4.value > 4_677_120_000 * 118.881588 / 716.8e9  # the blocks take some time
     assert q4.source == "fitted to 1 llama-bench runs in readme_rtx4080.json"
     assert outcome.fit.result.predicted_tokens_per_s[0] == pytest.approx(118.88, rel=1e-3)
     # What one Q4 run cannot see is the shipped entry's value, labelled assumed.
-    shipped = shipped_calibration("llamacpp").for_device("RTX 4080")
-    assert shipped is not None and entry.device == shipped.device == "rtx-4080"
     for cls in ("default", "f16", "q8"):
         assert entry.bandwidth_fraction[cls] == assumed(shipped.bandwidth_fraction[cls])
         assert entry.bandwidth_fraction[cls].provenance is Provenance.ASSUMED

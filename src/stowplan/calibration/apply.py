@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from stowplan.calibration.order import ordered_entry
 from stowplan.calibration.profile import Calibration, DeviceCalibration
 from stowplan.errors import InputError
 from stowplan.model import NodeDescriptor
@@ -88,9 +89,11 @@ def node_calibration(
     bandwidth was measured (``bandwidth_measured``, see
     :func:`bandwidth_is_measured`) already streams at the achieved rate, so
     its fraction is 1.0.  A node of ``tensor_parallel`` > 1 GPUs adds the
-    profile's collective cost to every block.
+    profile's collective cost to every block.  The entry's figures are held in
+    datasheet order (:func:`~stowplan.calibration.order.ordered_entry`): a GPU that
+    dominates another on the datasheet never gets figures that make it slower.
     """
-    entry = calibration.for_device(gpu_name) if calibration is not None else None
+    entry = ordered_entry(calibration, gpu_name) if calibration is not None else None
     if entry is None:
         return NodeCalibration()
     collective = entry.collective_overhead_s.value if tensor_parallel > 1 else 0.0

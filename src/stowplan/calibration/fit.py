@@ -12,13 +12,15 @@ with ``u = 1 / bandwidth_fraction``.  The fit minimises the squared relative
 error of the time per token plus a small pull towards the prior profile (so a
 dtype seen once, or a single model size, still gives a sane split between the
 fraction and the fixed cost), keeps the fixed costs >= 0 and every fraction
-in (0, MAX_BANDWIDTH_FRACTION].  Pure Python: the systems have a handful of unknowns.
+in (0, MAX_BANDWIDTH_FRACTION].  Figures may be held at given values (``fixed``): the
+rest are fitted around them (:mod:`.order` holds devices' figures in datasheet order
+that way).  Pure Python: the systems have a handful of unknowns.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import median
 
@@ -36,6 +38,8 @@ from stowplan.errors import InputError
 __all__ = ["FitResult", "Measurement", "fit_device"]
 
 _MAX_FRACTION = MAX_BANDWIDTH_FRACTION
+_FIGURES = ("block", "hop", "collective")
+"""Names of the fixed costs ``fixed`` may hold (anything else is a dtype class)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,6 +135,7 @@ def fit_device(
     max_fraction: float = MAX_BANDWIDTH_FRACTION,
     fit_collective: bool | None = None,
     label_assumed: bool = True,
+    fixed: Mapping[str, float] | None = None,
 ) -> FitResult:
     """Fit ``device``'s bandwidth fraction per dtype class, block, hop and collective costs.
 
@@ -149,8 +154,11 @@ def fit_device(
     fitted ones ``fitted``.  ``label_assumed=False`` keeps the prior's labels instead
     (a shipped profile fitted on top of its own table).
     ``prior_weight`` is the weight of each prior row relative to one
-    measurement's relative error.  Raises :class:`InputError` when there are no
-    measurements or the bandwidth is not positive.
+    measurement's relative error.  ``fixed`` holds figures at given values and fits the
+    rest around them: ``block``, ``hop``, ``collective`` (seconds) or a dtype class
+    (its bandwidth fraction); a held figure the runs do not determine is set as given.
+    Raises :class:`InputError` when there are no measurements or the bandwidth is not
+    positive.
     """
     if not measurements:
         raise InputError("measurements", 0, "need at least one decode measurement")
@@ -183,7 +191,12 @@ def fit_device(
         prior_x.append(prior.hop_overhead_s.value / t_ref)
     if fit_coll:
         prior_x.append(prior.collective_overhead_s.value / t_ref)
-    fixed: dict[int, float] = {}
+    held = dict(fixed or {})
+    pinned: dict[int, float] = {
+        i: (1.0 / held[n] if i < len(classes) else held[n] / t_ref)
+        for i, n in enumerate(names)
+        if n in held
+    }
     lam = math.sqrt(prior_weight)
     for _ in range(len(names) + 1):
         # Step 2: rows scaled by 1/t_i (relative error), then prior rows.
@@ -208,13 +221,13 @@ def fit_device(
             row[i] = lam / max(abs(p), 1e-3) if i < len(classes) else lam * 10.0
             rows.append(row)
             rhs.append(row[i] * p)
-        free = [i for i in range(len(names)) if i not in fixed]
+        free = [i for i in range(len(names)) if i not in pinned]
         b = [
-            r - sum(row[i] * v for i, v in fixed.items()) for row, r in zip(rows, rhs, strict=True)
+            r - sum(row[i] * v for i, v in pinned.items()) for row, r in zip(rows, rhs, strict=True)
         ]
-        sol = _solve([[row[i] for i in free] for row in rows], b)
+        sol = _solve([[row[i] for i in free] for row in rows], b) if free else []
         x = [0.0] * len(names)
-        for i, v in fixed.items():
+        for i, v in pinned.items():
             x[i] = v
         for i, v in zip(free, sol, strict=True):
             x[i] = v
@@ -227,7 +240,7 @@ def fit_device(
         if not bad:
             break
         for i in bad:
-            fixed[i] = 1.0 / max_fraction if i < len(classes) else 0.0
+            pinned[i] = 1.0 / max_fraction if i < len(classes) else 0.0
     note = source or f"least squares on {len(measurements)} decode runs"
     fitted = Provenance.FITTED
     # What the runs did not determine is the prior's figure, labelled assumed.
@@ -246,6 +259,22 @@ def fit_device(
         if fit_coll
         else carry(prior.collective_overhead_s)
     )
+    if held:
+        # A held figure keeps the fit's label; its source says it was held in order.
+        note = f"{note}; held in order with other devices' figures"
+
+        def hold(name: str, figure: Figure) -> Figure:
+            if name not in held:
+                return figure
+            digits = 9 if name in _FIGURES else 6
+            return Figure(value=round(held[name], digits), provenance=fitted, source=note)
+
+        extra = {c for c in held if c not in _FIGURES}
+        fractions = {
+            c: hold(c, fractions.get(c, fractions["default"])) for c in {*fractions, *extra}
+        }
+        block, hop = hold("block", block), hold("hop", hop)
+        collective = hold("collective", collective)
     entry = DeviceCalibration(
         device=device,
         match=tuple(match),
