@@ -21,7 +21,7 @@ from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_n
 from stowplan.plan import Plan
 from stowplan.quantities.limits import MAX_BATCH
 from stowplan.serving.bounds import FleetRates, rate_bound, users_bound
-from stowplan.workload import Workload
+from stowplan.workload import Binding, Workload
 
 __all__ = [
     "REFINE_STEPS",
@@ -89,9 +89,9 @@ def replica_of(
 
     The plan for the bound's U requests (P + O tokens of KV each) first: when it serves
     some U* ≥ 1, the plan for U* itself (its KV reserve and microbatches then fit U*)
-    is tried too and the better kept.  When no plan holds U requests (or it serves
-    none), U is bisected downward until one serves; that plan's U* is then refined
-    the same way.  The plan serving the most (then the lower TPOT) wins.
+    is tried too and the better kept.  When no plan holds U requests, U is halved
+    until one serves (straight to one request when the plan fits but misses the
+    TTFT/TPOT limits even for one); that plan's U* is then refined the same way.  The plan serving the most (then the lower TPOT) wins.
     """
     from stowplan.planner import plan_blocks
 
@@ -119,9 +119,11 @@ def replica_of(
     u = hi
     best = attempt(u)
     while not served(best) and u > 1:
-        # No plan for ``u`` requests serves one: halve U until one does.
+        # No plan for ``u`` requests serves one: halve U until one does — or go straight
+        # to one request when the plan fits but misses the TTFT/TPOT limits even for one
+        # (the reserve for fewer requests is what halving would buy).
         hi = u - 1
-        u //= 2
+        u = 1 if best is not None and best.serving.binding is not Binding.MEMORY else u // 2
         best = attempt(u)
     if best is None or not served(best):
         return None
