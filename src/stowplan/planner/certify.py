@@ -13,7 +13,7 @@ from stowplan.errors import DependencyError
 from stowplan.model import Constraints, Metric, Strategy
 from stowplan.plan import Certificate, Plan, PlanRationale, Prediction, Topology
 from stowplan.planner.baselines.peers import BASELINES
-from stowplan.planner.exact.pipelines import Optimum, fluid_bound, solve_exact
+from stowplan.planner.exact.pipelines import Optimum, fluid_bound, solve_exact, solve_milp
 from stowplan.planner.problem import Problem, build_assignments
 from stowplan.planner.strategies import cycle
 from stowplan.planner.strategies.throughput import Pipeline
@@ -22,6 +22,8 @@ from stowplan.planner.tiebreak import settle
 __all__ = [
     "INLINE_EXACT_NODES",
     "INLINE_EXACT_WORK",
+    "INLINE_MILP_NODES",
+    "INLINE_MILP_SECONDS",
     "certificate",
     "finish",
     "key_of",
@@ -92,19 +94,37 @@ def inline_optimum(
 
 def solver_optimum(problem: Problem, cm: CostModel, objective: Metric) -> Optimum:
     """The optimum of a solver objective at ``cm``'s microbatch (``latency``: time per
-    token; ``throughput``: the slowest stage), exact on small clusters, else a bound."""
+    token; ``throughput``: the slowest stage), exact on small clusters, else a bound.
 
+    Time per token on up to :data:`INLINE_MILP_NODES` nodes: the MILP within
+    :data:`INLINE_MILP_SECONDS` — its optimum (with its pipeline) when it proves one,
+    else the larger of its dual bound and the fractional relaxation."""
+    fluid = Optimum(
+        objective=objective,
+        value=0.0,
+        exact=False,
+        method="bound: fractional relaxation (blocks flow to the fastest VRAM)",
+    )
     try:
-        if not _inline_exact(len(cm.nodes), cm.num_blocks):
-            raise DependencyError("numpy", "exact")  # use the bound
-        return solve_exact(problem, cm, objective)
+        n = len(cm.nodes)
+        if _inline_exact(n, cm.num_blocks):
+            return solve_exact(problem, cm, objective)
+        fluid = replace(fluid, value=fluid_bound(problem, cm, objective))
+        if objective is not Metric.LATENCY or n > INLINE_MILP_NODES:
+            return fluid
+        got = solve_milp(problem, cm, objective, time_limit_s=INLINE_MILP_SECONDS)
     except DependencyError:
-        return Optimum(
-            objective=objective,
-            value=fluid_bound(problem, cm, objective),
-            exact=False,
-            method="bound: fractional relaxation (blocks flow to the fastest VRAM)",
-        )
+        return fluid
+    if got.exact or got.value >= fluid.value:
+        return got
+    return fluid
+
+
+INLINE_MILP_NODES = 64
+"""Up to this many nodes a one-stream plan is certified by the MILP (beyond the subset
+DP's reach), which also hands over its pipeline when it is better."""
+INLINE_MILP_SECONDS = 0.15
+"""The MILP's time limit inline: past it, its dual bound is the certificate's."""
 
 
 def certificate(

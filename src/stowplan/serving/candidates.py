@@ -91,7 +91,8 @@ def replica_of(
     some U* ≥ 1, the plan for U* itself (its KV reserve and microbatches then fit U*)
     is tried too and the better kept.  When no plan holds U requests, U is halved
     until one serves (straight to one request when the plan fits but misses the
-    TTFT/TPOT limits even for one); that plan's U* is then refined the same way.  The plan serving the most (then the lower TPOT) wins.
+    TTFT/TPOT limits even for one); that plan's U* is then refined the same way.
+    The plan serving the most (then the lower TPOT) wins.
     """
     from stowplan.planner import plan_blocks
 

@@ -36,6 +36,7 @@ __all__ = [
     "fluid_bound",
     "least_cycle",
     "solve_exact",
+    "solve_milp",
     "stage_matrix",
 ]
 
@@ -304,7 +305,8 @@ def _milp(problem: Problem, cm: CostModel, objective: Metric, time_limit_s: floa
         value = math.inf
     else:
         value = float(bound) if bound is not None and math.isfinite(bound) else 0.0
-    pipeline = _milp_pipeline(cm, res.x) if optimal and res.x is not None else None
+    # Past the time limit the best pipeline found so far still comes back (not exact).
+    pipeline = _milp_pipeline(cm, res.x) if res.x is not None and res.status in (0, 1) else None
     exact = optimal and cm.uniform
     if single <= value:
         return Optimum(
@@ -322,7 +324,7 @@ def _milp(problem: Problem, cm: CostModel, objective: Metric, time_limit_s: floa
         value=value,
         exact=exact,
         method=f"MILP over {n} nodes, HiGHS via scipy.optimize.milp: {what}",
-        pipeline=pipeline if exact else None,
+        pipeline=pipeline if exact or (not optimal and cm.uniform) else None,
     )
 
 
@@ -352,6 +354,18 @@ def solve_exact(
         opt = _subset_dp(problem, cm, objective)
     else:
         opt = _milp(problem, cm, objective, time_limit_s)
+    if opt.pipeline is not None and not cm.fits_pipeline(*opt.pipeline):
+        opt = replace(opt, pipeline=None, exact=False)
+    return opt
+
+
+def solve_milp(
+    problem: Problem, cm: CostModel, objective: Metric, *, time_limit_s: float
+) -> Optimum:
+    """The MILP's optimum of ``objective`` whatever the cluster's size (:func:`solve_exact`
+    uses the subset DP on small ones), or its dual bound past ``time_limit_s``; its
+    pipeline fits every node's usable VRAM."""
+    opt = _milp(problem, cm, objective, time_limit_s)
     if opt.pipeline is not None and not cm.fits_pipeline(*opt.pipeline):
         opt = replace(opt, pipeline=None, exact=False)
     return opt
