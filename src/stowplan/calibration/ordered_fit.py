@@ -62,7 +62,9 @@ def _own_fit(a: list[list[float]], b: list[float], lower: list[float]) -> list[f
     x = [0.0] * n
     for _ in range(n + 1):
         free = [i for i in range(n) if i not in pinned]
-        rhs = [bi - sum(row[i] * v for i, v in pinned.items()) for row, bi in zip(a, b, strict=True)]
+        rhs = [
+            bi - sum(row[i] * v for i, v in pinned.items()) for row, bi in zip(a, b, strict=True)
+        ]
         sol = _solve([[row[i] for i in free] for row in a], rhs) if free else []
         x = [0.0] * n
         for i, v in pinned.items():
@@ -126,7 +128,11 @@ def fit_in_order(
             rows.append(full)
             rhs.append(r)
         for n in extra:
-            p = 1.0 / d.prior.fraction(n).value if n in classes else _prior_cost(d.prior, n) / s.t_ref
+            p = (
+                1.0 / d.prior.fraction(n).value
+                if n in classes
+                else _prior_cost(d.prior, n) / s.t_ref
+            )
             w = prior_row_weight(n, p, prior_weight)
             full = np.zeros(len(devices) * width)
             full[base + names.index(n)] = w
@@ -157,8 +163,8 @@ def fit_in_order(
                 c[a], c[b] = systems[i].t_ref, -systems[j].t_ref
             constraints.append(c)
     moved: list[dict[str, float]] = [{} for _ in devices]
-    if not constraints or all(c @ own <= 1e-12 * max(abs(c @ own), 1.0) for c in constraints):
-        return moved
+    if not constraints or all(float(c @ own) <= 1e-12 for c in constraints):
+        return moved  # the devices' own fits are in order
     # Unknowns scaled to their own fit's size (a cost is a few 1e-3 of t_ref, a u near 1).
     scale = np.maximum(np.abs(own), np.where(lower > 0, lower, 1e-3))
     cons = np.array(constraints) * scale
