@@ -32,7 +32,8 @@ from stowplan.calibration import (
     load_calibration_file,
     stage_time_s,
 )
-from stowplan.calibration.order import hold_in_order, ordered_entry, runs_datasheet
+from stowplan.calibration.order import ordered_entry, runs_datasheet, settle_in_order
+from stowplan.calibration.ordered_fit import DeviceRuns, fit_in_order
 from stowplan.calibration.profile import DeviceCalibration, dtype_class
 from stowplan.calibration.runs import PublishedRun
 
@@ -78,6 +79,23 @@ def read_bytes(r: Run) -> int:
     return int(r["read_bytes"]) - int(r.get("embed_bytes", 0))
 
 
+def measurements(runs: list[Run]) -> tuple[Measurement, ...]:
+    """The runs as fit measurements, each run's bytes rescaled to a common 1000 GB/s per
+    GPU so that one fit spans devices."""
+    return tuple(
+        Measurement(
+            tokens_per_s=float(r["tokens_per_s"]),
+            read_bytes=round(read_bytes(r) * 1000.0 / float(r["bandwidth_gbps"])),
+            num_blocks=int(r["num_blocks"]),
+            dtype=str(r["dtype"]),
+            hops=int(r["hops"]),
+            tensor_parallel=tensor_parallel(r),
+            label=f"{r['family']} {r['model']} {r['dtype']}",
+        )
+        for r in runs
+    )
+
+
 def fit_entry(
     runs: list[Run],
     prior: DeviceCalibration,
@@ -92,21 +110,8 @@ def fit_entry(
     families' single-GPU runs would credit it with every difference between them.
     ``fixed`` holds figures at given values (see :func:`fit_device`).
     """
-    # Each run's bytes are rescaled to a common 1000 GB/s per GPU so one fit spans devices.
-    ms = [
-        Measurement(
-            tokens_per_s=float(r["tokens_per_s"]),
-            read_bytes=round(read_bytes(r) * 1000.0 / float(r["bandwidth_gbps"])),
-            num_blocks=int(r["num_blocks"]),
-            dtype=str(r["dtype"]),
-            hops=int(r["hops"]),
-            tensor_parallel=tensor_parallel(r),
-            label=f"{r['family']} {r['model']} {r['dtype']}",
-        )
-        for r in runs
-    ]
     return fit_device(
-        ms,
+        measurements(runs),
         bandwidth_gbps=1000.0,
         prior=prior,
         device=device,
@@ -133,31 +138,31 @@ def _weights(runs: list[Run]) -> dict[str, float]:
 
 
 def family_entries(runs: list[Run], star: DeviceCalibration) -> list[DeviceCalibration]:
-    """One entry per GPU family of ``runs``, each fitted from ``star``, with their figures
-    held in datasheet order (:func:`~stowplan.calibration.order.hold_in_order`), in
-    family order."""
+    """One entry per GPU family of ``runs``, each fitted from ``star``, all together with
+    their figures in datasheet order (:func:`~stowplan.calibration.ordered_fit.fit_in_order`,
+    then :func:`~stowplan.calibration.order.settle_in_order`), in family order."""
     by_family: dict[str, list[Run]] = defaultdict(list)
     for r in runs:
         by_family[str(r["family"])].append(r)
     families = sorted(by_family.items())
-    sources = [_sources(rs) for _, rs in families]
-
-    def refit(i: int, held: Mapping[str, float] | None = None) -> DeviceCalibration:
-        fam, rs = families[i]
-        return replace(fit_entry(rs, star, fam, sources[i], held), match=family_match(fam))
-
     sheets = [
         runs_datasheet([str(r["gpu_name"]) for r in rs], [float(r["bandwidth_gbps"]) for r in rs])
         for _, rs in families
     ]
-    return list(
-        hold_in_order(
-            [refit(i) for i in range(len(families))],
-            sheets,
-            [_weights(rs) for _, rs in families],
-            refit,
-        )
+    held = fit_in_order(
+        [
+            DeviceRuns(
+                measurements=measurements(rs), bandwidth_gbps=1000.0, prior=star, max_fraction=1.0
+            )
+            for _, rs in families
+        ],
+        sheets,
     )
+    entries = [
+        replace(fit_entry(rs, star, fam, _sources(rs), held[i] or None), match=family_match(fam))
+        for i, (fam, rs) in enumerate(families)
+    ]
+    return list(settle_in_order(entries, sheets, [_weights(rs) for _, rs in families]))
 
 
 def predict(r: Run, entry: DeviceCalibration | None) -> float:

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import re
 from pathlib import Path
+from statistics import median
 from types import ModuleType
 
 import pytest
@@ -105,15 +106,32 @@ def test_the_default_profile_fitted_to_every_engine_is_within_10_percent_over_al
         cells = [c.strip().strip("*") for c in line.strip("|").split("|")]
         rows[cells[0]] = (int(cells[1]), *(float(c.rstrip("%")) for c in cells[2:]))
     assert set(rows) == {"llamacpp", "vllm", "trtllm", "sglang", "generic", "transformers", "all"}
-    n, first, loo, shipped = rows["all"]
+    n, first, loo, shipped, _ = rows["all"]
     assert n == len(FITTED)
-    # Leave-one-out 7 % over all 101 runs, the first-order model 88 %.
+    # Leave-one-out 6 % over all 101 runs, the first-order model 88 %.
     assert loo <= 10 < 50 < first
     assert shipped <= loo
     # Eager transformers decodes far below what the other engines reach on the same GPU:
     # the every-engine default over-predicts it most (the --engine transformers profile
     # is fitted to it).
     assert rows["transformers"][2] == max(r[2] for r in rows.values())
+
+
+def test_the_default_profile_is_within_10_percent_of_llamacpp_runs_without_a_systematic_sign() -> (
+    None
+):
+    """Issue 25, item 7: the calibrated default (what ``stowplan plan`` uses without
+    ``--engine``), each published llama.cpp run held out of its fit."""
+    errs = [e[1] for e in _bench().default_errors(FITTED)["llamacpp"]]
+    assert len(errs) >= 35
+    abs_median = median(abs(e) for e in errs)
+    signed_median = median(errs)
+    # 6.0 % median abs, -1.6 % median signed (13 % and -10 % when the issue was filed).
+    assert abs_median <= 0.10
+    assert abs(signed_median) <= 0.03
+    # Neither side dominates: 21 of 35 runs under-predicted (a sign test puts that at
+    # chance, p = 0.31); at most two thirds on one side.
+    assert max(sum(e > 0 for e in errs), sum(e < 0 for e in errs)) <= 2 * len(errs) / 3
 
 
 def test_excluded_runs_say_why_and_stay_out_of_the_fits() -> None:

@@ -35,7 +35,14 @@ from stowplan.calibration.profile import (
 )
 from stowplan.errors import InputError
 
-__all__ = ["FitResult", "Measurement", "fit_device"]
+__all__ = [
+    "DeviceSystem",
+    "FitResult",
+    "Measurement",
+    "device_system",
+    "fit_device",
+    "prior_row_weight",
+]
 
 _MAX_FRACTION = MAX_BANDWIDTH_FRACTION
 _FIGURES = ("block", "hop", "collective")
@@ -119,6 +126,109 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float]:
     return [v[i] / m[i][i] for i in range(n)]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceSystem:
+    """The least-squares system :func:`fit_device` solves for one device.
+
+    Unknowns ``x``, by ``names``: one per dtype class (``1 / bandwidth_fraction``), then
+    ``block`` and, where fitted, ``hop`` and ``collective`` (each in units of ``t_ref``
+    seconds).  ``rows`` · x ≈ ``rhs``: first one row per measurement (its relative time
+    error), then one prior row per unknown (the pull towards ``prior_x``).  ``lower``
+    bounds each unknown (a fraction at most the cap, a cost at least 0).
+    """
+
+    classes: tuple[str, ...]
+    names: tuple[str, ...]
+    rows: tuple[tuple[float, ...], ...]
+    rhs: tuple[float, ...]
+    prior_x: tuple[float, ...]
+    lower: tuple[float, ...]
+    t_ref: float
+    """The median measured time per token, seconds: the unit of the fixed costs in ``x``."""
+
+
+def device_system(
+    measurements: Sequence[Measurement],
+    *,
+    bandwidth_gbps: float,
+    prior: DeviceCalibration,
+    prior_weight: float = 0.01,
+    max_fraction: float = MAX_BANDWIDTH_FRACTION,
+    fit_collective: bool | None = None,
+) -> DeviceSystem:
+    """The system :func:`fit_device` solves (see there for the arguments and errors)."""
+    if not measurements:
+        raise InputError("measurements", 0, "need at least one decode measurement")
+    if not (math.isfinite(bandwidth_gbps) and bandwidth_gbps > 0):
+        raise InputError("bandwidth_gbps", bandwidth_gbps, "must be a finite number > 0")
+    if not (math.isfinite(max_fraction) and 0 < max_fraction <= _MAX_FRACTION):
+        raise InputError("max_fraction", max_fraction, f"must be in (0, {_MAX_FRACTION}]")
+    bw = bandwidth_gbps * 1e9
+    times = [1.0 / m.tokens_per_s for m in measurements]
+    t_ref = median(times)
+    classes = sorted({dtype_class(m.dtype) for m in measurements})
+    fit_hops = any(m.hops > 0 for m in measurements)
+    split = {m.tensor_parallel > 1 for m in measurements}
+    fit_coll = (
+        split == {True, False} if fit_collective is None else fit_collective and True in split
+    )
+    # Step 1: unknown vector x = [u_class..., c_block / t_ref, (c_hop / t_ref), (c_coll / t_ref)].
+    names = [
+        *classes,
+        "block",
+        *(["hop"] if fit_hops else []),
+        *(["collective"] if fit_coll else []),
+    ]
+    i_block = len(classes)
+    i_hop = i_block + 1 if fit_hops else -1
+    i_coll = len(names) - 1 if fit_coll else -1
+    prior_x = [1.0 / prior.fraction(c).value for c in classes]
+    prior_x.append(prior.block_overhead_s.value / t_ref)
+    if fit_hops:
+        prior_x.append(prior.hop_overhead_s.value / t_ref)
+    if fit_coll:
+        prior_x.append(prior.collective_overhead_s.value / t_ref)
+    # Step 2: rows scaled by 1/t_i (relative error), then prior rows.
+    rows: list[tuple[float, ...]] = []
+    rhs: list[float] = []
+    for m, t in zip(measurements, times, strict=True):
+        row = [0.0] * len(names)
+        row[classes.index(dtype_class(m.dtype))] = m.read_bytes / (bw * m.tensor_parallel) / t
+        row[i_block] = m.num_blocks * t_ref / t
+        if fit_hops:
+            row[i_hop] = m.hops * t_ref / t
+        # A collective kept from the prior still costs its time: it leaves the rest to fit.
+        kept = 0.0
+        if fit_coll:
+            row[i_coll] = m.collective_blocks * t_ref / t
+        else:
+            kept = m.collective_blocks * prior.collective_overhead_s.value
+        rows.append(tuple(row))
+        rhs.append(1.0 - kept / t)
+    for i, p in enumerate(prior_x):
+        row = [0.0] * len(names)
+        row[i] = prior_row_weight(names[i], p, prior_weight)
+        rows.append(tuple(row))
+        rhs.append(row[i] * p)
+    return DeviceSystem(
+        classes=tuple(classes),
+        names=tuple(names),
+        rows=tuple(rows),
+        rhs=tuple(rhs),
+        prior_x=tuple(prior_x),
+        lower=tuple(1.0 / max_fraction if i < len(classes) else 0.0 for i in range(len(names))),
+        t_ref=t_ref,
+    )
+
+
+def prior_row_weight(name: str, prior_x: float, prior_weight: float = 0.01) -> float:
+    """The weight of the prior row of unknown ``name`` (a dtype class or a fixed cost) at
+    ``prior_x`` in :class:`DeviceSystem` units: relative for a fraction, per ``t_ref`` for a
+    cost."""
+    lam = math.sqrt(prior_weight)
+    return lam * 10.0 if name in _FIGURES else lam / max(abs(prior_x), 1e-3)
+
+
 def _same(figure: Figure) -> Figure:
     return figure
 
@@ -160,67 +270,27 @@ def fit_device(
     Raises :class:`InputError` when there are no measurements or the bandwidth is not
     positive.
     """
-    if not measurements:
-        raise InputError("measurements", 0, "need at least one decode measurement")
-    if not (math.isfinite(bandwidth_gbps) and bandwidth_gbps > 0):
-        raise InputError("bandwidth_gbps", bandwidth_gbps, "must be a finite number > 0")
-    bw = bandwidth_gbps * 1e9
-    times = [1.0 / m.tokens_per_s for m in measurements]
-    t_ref = median(times)
-    classes = sorted({dtype_class(m.dtype) for m in measurements})
-    fit_hops = any(m.hops > 0 for m in measurements)
-    if not (math.isfinite(max_fraction) and 0 < max_fraction <= _MAX_FRACTION):
-        raise InputError("max_fraction", max_fraction, f"must be in (0, {_MAX_FRACTION}]")
-    split = {m.tensor_parallel > 1 for m in measurements}
-    fit_coll = (
-        split == {True, False} if fit_collective is None else fit_collective and True in split
+    system = device_system(
+        measurements,
+        bandwidth_gbps=bandwidth_gbps,
+        prior=prior,
+        prior_weight=prior_weight,
+        max_fraction=max_fraction,
+        fit_collective=fit_collective,
     )
-    # Step 1: unknown vector x = [u_class..., c_block / t_ref, (c_hop / t_ref), (c_coll / t_ref)].
-    names = [
-        *classes,
-        "block",
-        *(["hop"] if fit_hops else []),
-        *(["collective"] if fit_coll else []),
-    ]
-    i_block = len(classes)
-    i_hop = i_block + 1 if fit_hops else -1
-    i_coll = len(names) - 1 if fit_coll else -1
-    prior_x = [1.0 / prior.fraction(c).value for c in classes]
-    prior_x.append(prior.block_overhead_s.value / t_ref)
-    if fit_hops:
-        prior_x.append(prior.hop_overhead_s.value / t_ref)
-    if fit_coll:
-        prior_x.append(prior.collective_overhead_s.value / t_ref)
+    classes, names, t_ref = system.classes, system.names, system.t_ref
+    fit_hops, fit_coll = "hop" in names, "collective" in names
+    i_block = names.index("block")
+    i_hop = names.index("hop") if fit_hops else -1
+    i_coll = names.index("collective") if fit_coll else -1
     held = dict(fixed or {})
     pinned: dict[int, float] = {
         i: (1.0 / held[n] if i < len(classes) else held[n] / t_ref)
         for i, n in enumerate(names)
         if n in held
     }
-    lam = math.sqrt(prior_weight)
+    rows, rhs = system.rows, system.rhs
     for _ in range(len(names) + 1):
-        # Step 2: rows scaled by 1/t_i (relative error), then prior rows.
-        rows: list[list[float]] = []
-        rhs: list[float] = []
-        for m, t in zip(measurements, times, strict=True):
-            row = [0.0] * len(names)
-            row[classes.index(dtype_class(m.dtype))] = m.read_bytes / (bw * m.tensor_parallel) / t
-            row[i_block] = m.num_blocks * t_ref / t
-            if fit_hops:
-                row[i_hop] = m.hops * t_ref / t
-            # A collective kept from the prior still costs its time: it leaves the rest to fit.
-            kept = 0.0
-            if fit_coll:
-                row[i_coll] = m.collective_blocks * t_ref / t
-            else:
-                kept = m.collective_blocks * prior.collective_overhead_s.value
-            rows.append(row)
-            rhs.append(1.0 - kept / t)
-        for i, p in enumerate(prior_x):
-            row = [0.0] * len(names)
-            row[i] = lam / max(abs(p), 1e-3) if i < len(classes) else lam * 10.0
-            rows.append(row)
-            rhs.append(row[i] * p)
         free = [i for i in range(len(names)) if i not in pinned]
         b = [
             r - sum(row[i] * v for i, v in pinned.items()) for row, r in zip(rows, rhs, strict=True)
@@ -232,15 +302,11 @@ def fit_device(
         for i, v in zip(free, sol, strict=True):
             x[i] = v
         # Step 3: clamp what left its range and refit the rest.
-        bad = [
-            i
-            for i in free
-            if (i < len(classes) and x[i] < 1.0 / max_fraction) or (i >= len(classes) and x[i] < 0)
-        ]
+        bad = [i for i in free if x[i] < system.lower[i]]
         if not bad:
             break
         for i in bad:
-            pinned[i] = 1.0 / max_fraction if i < len(classes) else 0.0
+            pinned[i] = system.lower[i]
     note = source or f"least squares on {len(measurements)} decode runs"
     fitted = Provenance.FITTED
     # What the runs did not determine is the prior's figure, labelled assumed.

@@ -8,10 +8,10 @@ FLOP/s (peak × compute efficiency) no smaller, fixed costs per block, per hop a
 collective no larger.  Per-device fits do not promise that (a device with one published
 run can come out with a large block cost), so:
 
-* fitting (:func:`hold_in_order`): devices' figures that break the order are pooled to
-  their weighted mean (weighted isotonic regression over the dominance order, by
-  pooling the most violated pair until none is left), held there, and each device's
-  other figures refitted around them, until the figures are in order;
+* fitting (:func:`~stowplan.calibration.ordered_fit.fit_in_order`): the devices are
+  fitted jointly, by least squares under the order as linear constraints, and
+  :func:`settle_in_order` pools any figure a rounding step out of order (weighted
+  isotonic regression over the dominance order, :func:`pool_in_order`);
 * applying (:func:`ordered_entry`): a device's figures are kept between those of the
   known datasheets that dominate it and those it dominates (the *anchors*: each device
   entry at the datasheet of the GPU its runs measured, and every GPU of the curated
@@ -28,7 +28,7 @@ Pure: datasheets come from the GPU spec table (:func:`stowplan.gpus.lookup_gpu`)
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from statistics import median
 
@@ -39,13 +39,14 @@ __all__ = [
     "COSTS",
     "Datasheet",
     "datasheet",
+    "dominance_pairs",
     "dominates",
     "entry_datasheet",
-    "hold_in_order",
     "in_order_violations",
     "ordered_entry",
     "pool_in_order",
     "runs_datasheet",
+    "settle_in_order",
 ]
 
 COSTS = ("block", "hop", "collective")
@@ -185,7 +186,7 @@ def pool_in_order(
         group = [keep if g == gone else g for g in group]
 
 
-def _pairs(sheets: Sequence[Datasheet | None]) -> list[tuple[int, int]]:
+def dominance_pairs(sheets: Sequence[Datasheet | None]) -> list[tuple[int, int]]:
     """(i, j) where sheet i dominates sheet j: both ways between equal sheets, and of the
     strict ones only those with no sheet strictly between (the rest follow from them)."""
     rated = [i for i, s in enumerate(sheets) if s is not None]
@@ -227,65 +228,44 @@ def in_order_violations(
     return out
 
 
-def hold_in_order(
+def _moved_by_pooling(
     entries: Sequence[DeviceCalibration],
     sheets: Sequence[Datasheet | None],
     weights: Sequence[Mapping[str, float]],
-    refit: Callable[[int, Mapping[str, float]], DeviceCalibration],
-    *,
-    max_rounds: int = 12,
+) -> list[dict[str, float]]:
+    """Per entry, the keyed figures (:func:`_keyed`) that pooling over the dominance order
+    (:func:`pool_in_order`, weighted by ``weights[i][name]``) moves, with their pooled
+    values."""
+    pairs = dominance_pairs(sheets)
+    moved: list[dict[str, float]] = [{} for _ in entries]
+    idx = [i for i, s in enumerate(sheets) if s is not None]
+    pos = {i: k for k, i in enumerate(idx)}
+    for name in [*COSTS, "compute", *_classes(entries)]:
+        vals = [_keyed(entries[i], sheets[i], name) for i in idx]  # type: ignore[arg-type]
+        ws = [weights[i].get(name, 0.0) for i in idx]
+        # Figures are stored rounded (fractions to 6 digits): smaller gaps are left to
+        # ordered_entry, which keeps the order exactly where the profile is applied.
+        out = pool_in_order(vals, ws, [(pos[i], pos[j]) for i, j in pairs], rel=1e-5)
+        for k, i in enumerate(idx):
+            if abs(out[k] - vals[k]) > 1e-5 * max(abs(vals[k]), 1e-12):
+                moved[i][name] = out[k]
+    return moved
+
+
+def settle_in_order(
+    entries: Sequence[DeviceCalibration],
+    sheets: Sequence[Datasheet | None],
+    weights: Sequence[Mapping[str, float]],
 ) -> tuple[DeviceCalibration, ...]:
-    """``entries`` (one per device, ``sheets`` their datasheets, None: out of the order)
-    with their figures in datasheet order.
-
-    Step 1: every figure (fixed costs, per-class effective bandwidth, effective FLOP/s) is
-    pooled over the dominance order (:func:`pool_in_order`), weighted by
-    ``weights[i][name]`` (the runs that determine it; missing: 0).  Step 2: each device
-    whose figures moved is refitted with them held (``refit(i, held)``, held figures by
-    name: ``block``, ``hop``, ``collective`` in seconds, a dtype class as its bandwidth
-    fraction), which lets its other figures absorb the change.  Repeat until nothing
-    moves; after ``max_rounds`` the pooled figures are set as they are.
-    """
-    current = list(entries)
-    names = [*COSTS, "compute", *_classes(current)]
-    pairs = _pairs(sheets)
-    held: list[dict[str, float]] = [{} for _ in current]
-
-    def pooled() -> list[dict[str, float]]:
-        moved: list[dict[str, float]] = [{} for _ in current]
-        for name in names:
-            idx = [i for i, s in enumerate(sheets) if s is not None]
-            pos = {i: k for k, i in enumerate(idx)}
-            vals = [_keyed(current[i], sheets[i], name) for i in idx]  # type: ignore[arg-type]
-            ws = [weights[i].get(name, 0.0) for i in idx]
-            # Figures are stored rounded (fractions to 6 digits): smaller gaps are left to
-            # ordered_entry, which keeps the order exactly where the profile is applied.
-            out = pool_in_order(vals, ws, [(pos[i], pos[j]) for i, j in pairs], rel=1e-5)
-            for k, i in enumerate(idx):
-                if abs(out[k] - vals[k]) > 1e-5 * max(abs(vals[k]), 1e-12):
-                    moved[i][name] = out[k]
-        return moved
-
-    for _ in range(max_rounds):
-        moved = pooled()
-        if not any(moved):
-            return tuple(current)
-        for i, m in enumerate(moved):
-            if not m:
-                continue
-            sheet = sheets[i]
-            assert sheet is not None
-            for name, v in m.items():
-                if name == "compute":
-                    continue  # the efficiency is never fitted: set below
-                held[i][name] = v if name in COSTS else -v / sheet.bandwidth_gbps
-            current[i] = refit(i, held[i])
-            if "compute" in m:
-                current[i] = _with(current[i], sheet, {"compute": m["compute"]})
-    moved = pooled()
+    """``entries`` with any figure still out of datasheet order pooled into it
+    (:func:`pool_in_order`, weighted by ``weights[i][name]``) and set as pooled, without
+    refitting the rest: the last step after a fit in order
+    (:func:`~stowplan.calibration.ordered_fit.fit_in_order`), whose figures, rounded as
+    a profile stores them, can be a rounding step out."""
+    moved = _moved_by_pooling(entries, sheets, weights)
     return tuple(
         _with(e, s, m) if m and s is not None else e
-        for e, s, m in zip(current, sheets, moved, strict=True)
+        for e, s, m in zip(entries, sheets, moved, strict=True)
     )
 
 
@@ -294,7 +274,7 @@ def hold_in_order(
 _Anchors = tuple[tuple[Datasheet, dict[str, float]], ...]
 _ANCHORS: dict[int, tuple[Calibration, _Anchors]] = {}
 _ORDERED: dict[tuple[int, str], tuple[Calibration, DeviceCalibration | None]] = {}
-_MEASURED_WEIGHT = 1000.0
+_MEASURED_WEIGHT = 1e6
 """Weight of a device entry at the datasheet its runs measured, per run, against 1 for
 another GPU of the spec table that the profile resolves (to that entry or another)."""
 
@@ -320,7 +300,7 @@ def _anchors(calibration: Calibration) -> _Anchors:
         if sheet is not None and rated is not None:
             rows.append((rated, sheet, 1.0))
     sheets = [s for _, s, _ in rows]
-    pairs = _pairs(sheets)
+    pairs = dominance_pairs(sheets)
     pooled: list[dict[str, float]] = [{} for _ in rows]
     for name in [*COSTS, "compute", *_classes([e for e, _, _ in rows])]:
         values = [_keyed(e, s, name) for e, s, _ in rows]
