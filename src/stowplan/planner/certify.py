@@ -96,7 +96,7 @@ def solver_optimum(problem: Problem, cm: CostModel, objective: Metric) -> Optimu
     """The optimum of a solver objective at ``cm``'s microbatch (``latency``: time per
     token; ``throughput``: the slowest stage), exact on small clusters, else a bound.
 
-    Time per token on up to :data:`INLINE_MILP_NODES` nodes: the MILP within
+    One stream's time per token on up to :data:`INLINE_MILP_NODES` nodes: the MILP within
     :data:`INLINE_MILP_SECONDS` — its optimum (with its pipeline) when it proves one,
     else the larger of its dual bound and the fractional relaxation."""
     fluid = Optimum(
@@ -110,8 +110,8 @@ def solver_optimum(problem: Problem, cm: CostModel, objective: Metric) -> Optimu
         if _inline_exact(n, cm.num_blocks):
             return solve_exact(problem, cm, objective)
         fluid = replace(fluid, value=fluid_bound(problem, cm, objective))
-        if objective is not Metric.LATENCY or n > INLINE_MILP_NODES:
-            return fluid
+        if objective is not Metric.LATENCY or cm.batch > 1 or n > INLINE_MILP_NODES:
+            return fluid  # the MILP certifies one stream only: per stage count it costs too much
         got = solve_milp(problem, cm, objective, time_limit_s=INLINE_MILP_SECONDS)
     except DependencyError:
         return fluid
