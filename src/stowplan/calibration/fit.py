@@ -41,6 +41,7 @@ __all__ = [
     "Measurement",
     "device_system",
     "fit_device",
+    "least_squares",
     "prior_row_weight",
 ]
 
@@ -107,7 +108,7 @@ class FitResult:
         return median(abs(e) for e in self.relative_errors)
 
 
-def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+def least_squares(a: list[list[float]], b: list[float]) -> list[float]:
     """Least squares ``min |A x - b|`` by the normal equations (small, well-scaled systems)."""
     n = len(a[0])
     m = [[sum(r[i] * r[j] for r in a) for j in range(n)] for i in range(n)]
@@ -295,7 +296,7 @@ def fit_device(
         b = [
             r - sum(row[i] * v for i, v in pinned.items()) for row, r in zip(rows, rhs, strict=True)
         ]
-        sol = _solve([[row[i] for i in free] for row in rows], b) if free else []
+        sol = least_squares([[row[i] for i in free] for row in rows], b) if free else []
         x = [0.0] * len(names)
         for i, v in pinned.items():
             x[i] = v

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from stowplan.calibration.fit import Measurement, _solve, device_system, prior_row_weight
+from stowplan.calibration.fit import Measurement, device_system, least_squares, prior_row_weight
 from stowplan.calibration.order import Datasheet, dominance_pairs
 from stowplan.calibration.profile import MAX_BANDWIDTH_FRACTION, DeviceCalibration
 from stowplan.errors import DependencyError
@@ -65,7 +65,7 @@ def _own_fit(a: list[list[float]], b: list[float], lower: list[float]) -> list[f
         rhs = [
             bi - sum(row[i] * v for i, v in pinned.items()) for row, bi in zip(a, b, strict=True)
         ]
-        sol = _solve([[row[i] for i in free] for row in a], rhs) if free else []
+        sol = least_squares([[row[i] for i in free] for row in a], rhs) if free else []
         x = [0.0] * n
         for i, v in pinned.items():
             x[i] = v

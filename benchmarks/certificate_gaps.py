@@ -1,0 +1,89 @@
+"""Certificates of one-stream plans on random fleets of 8-64 single-GPU nodes (issue 26).
+
+python benchmarks/certificate_gaps.py --fleets 40 --seed 0
+
+Each fleet draws 8, 16, 32 or 64 nodes of four GPU kinds (``_clusters.cluster``, LAN
+or WAN links) and one of four models, plans one stream with the default strategy and,
+up to 32 nodes, with ``strategy="exact"`` (the MILP without a time limit).  Printed:
+the plan over the exact optimum (time per token, 1.000 = optimal), the certificate's
+gap on every plan and on the plans that are optimal, the share of optimal plans whose
+certificate is within 1 %, and the median CPU time of one plan per fleet size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _clusters import cluster
+from stowplan import Constraints, PlanError, plan
+from stowplan.models import resolve_model
+
+MODELS = ["llama3.1:8b", "llama3.1:70b-q4_0", "llama3.1:70b", "llama3.1:405b-q4_0"]
+SIZES = [8, 16, 32, 64]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fleets", type=int, default=40)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    plan(resolve_model("llama3.1:8b"), cluster(rng, 8, wan=False), Constraints())  # warm-up
+    ratios: list[float] = []
+    gaps: list[float] = []
+    optimal_gaps: list[float] = []
+    times: dict[int, list[float]] = {n: [] for n in SIZES}
+    for i in range(args.fleets):
+        n = SIZES[i % len(SIZES)]
+        model = resolve_model(rng.choice(MODELS))
+        nodes = cluster(rng, n, wan=rng.random() < 0.5)
+        try:
+            start = time.process_time()
+            got = plan(model, nodes, Constraints())
+            times[n].append(time.process_time() - start)
+        except PlanError:
+            continue
+        cert = got.rationale.certificate
+        assert cert is not None and got.rationale.prediction is not None
+        gaps.append(cert.gap)
+        if n > 32:
+            if cert.exact:
+                optimal_gaps.append(cert.gap)
+            continue
+        best = plan(model, nodes, Constraints(strategy="exact")).rationale.prediction
+        assert best is not None
+        ratio = best.time_per_token_s / got.rationale.prediction.time_per_token_s
+        ratios.append(ratio)
+        if ratio >= 1 - 1e-9:
+            optimal_gaps.append(cert.gap)
+
+    def pct(xs: list[float], q: float) -> float:
+        return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+    print(f"{len(gaps)} fleets of 8-64 nodes, seed {args.seed}")
+    print(
+        "| plans vs exact (≤ 32 nodes): min | below 0.99 | gap: median | p90 | max "
+        "| optimal plans with gap ≤ 1 % |"
+    )
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    within = sum(g <= 0.01 for g in optimal_gaps)
+    print(
+        f"| {min(ratios):.3f} | {sum(r < 0.99 for r in ratios)}/{len(ratios)} "
+        f"| {statistics.median(gaps):.2%} | {pct(gaps, 0.9):.2%} | {max(gaps):.2%} "
+        f"| {within}/{len(optimal_gaps)} |"
+    )
+    print("| nodes | median CPU ms per plan |")
+    print("| ---: | ---: |")
+    for n in SIZES:
+        if times[n]:
+            print(f"| {n} | {statistics.median(times[n]) * 1e3:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
