@@ -142,3 +142,45 @@ def test_the_users_bound_counts_the_kv_a_decode_step_reads() -> None:
     memory = rates.memory_users([0])
     assert users_bound(rates, [0], w) == min(memory, expected)
     assert k == pytest.approx(32 * 131_072 * (2048 + 128))
+
+
+def test_a_fleet_of_small_replicas_gets_an_exact_certificate() -> None:
+    """llama3.1:8b on the shipped consumer fleet: every replica is one GPU, so the
+    compositions the bound packs are tried pipeline by pipeline and the bound is the
+    answer itself (gap 0); their values equal the exhaustive search's."""
+    from stowplan.files.fleets import load_nodes
+    from stowplan.serving.exhaustive import best_replica_value
+    from tests.common.paths import EXAMPLES
+
+    nodes = load_nodes(EXAMPLES / "fleets" / "mixed-consumer.yaml")
+    w = Workload(prompt_tokens=2048, output_tokens=256, ttft_s=1.0, tpot_s=0.05)
+    sp = serve("llama3.1:8b", nodes, w)
+    assert sp.certificate.exact and sp.certificate.gap == 0.0
+    assert sp.certificate.bound == sp.users
+    assert "every pipeline tried" in sp.certificate.method
+    from stowplan.models import resolve_model
+
+    model = resolve_model("llama3.1:8b")
+    by_id = {n.id: n for n in nodes}
+    for r in sp.replicas:
+        (nid,) = r.node_ids
+        assert best_replica_value(model, [by_id[nid]], w, Constraints(), by_rate=False) == r.users
+
+
+def test_a_pair_of_nodes_is_tried_pipeline_by_pipeline() -> None:
+    """Two single-GPU nodes: the exhaustive value is the best of both orders and every
+    split (and each node alone), at least what the planner's replica serves, and at
+    most the relaxation bound."""
+    from stowplan.serving.exhaustive import best_replica_value
+
+    nodes = [_node(0, 1, 12, 900.0, 80.0, 16.0), _node(1, 1, 8, 500.0, 40.0, 16.0)]
+    w = Workload(prompt_tokens=512, output_tokens=128, ttft_s=2.0, tpot_s=0.1)
+    got = best_replica_value(LLAMA_LIKE, nodes, w, Constraints(), by_rate=False)
+    assert got is not None
+    rates = FleetRates.of(LLAMA_LIKE, nodes, Constraints(), w)
+    planned = replica_of(LLAMA_LIKE, nodes, w, Constraints(), users_bound(rates, [0, 1], w))
+    assert planned is not None and planned.serving.users <= got <= users_bound(rates, [0, 1], w)
+    # A node of several GPUs, or three nodes, is not tried this way.
+    assert best_replica_value(LLAMA_LIKE, [_pcie_node(2)], w, Constraints(), by_rate=False) is None
+    three = [*nodes, _node(2, 1, 8, 500.0, 40.0, 16.0)]
+    assert best_replica_value(LLAMA_LIKE, three, w, Constraints(), by_rate=False) is None

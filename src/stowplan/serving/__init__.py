@@ -47,6 +47,7 @@ from stowplan.serve_plan import ReplicaPlan, ServeCertificate, ServeObjective, S
 from stowplan.serving.bounds import FleetRates, fleet_users_bound, rate_bound, users_bound
 from stowplan.serving.candidates import Candidate, Split, settle, split_of, splits
 from stowplan.serving.compositions import compositions, grouped_compositions, node_classes
+from stowplan.serving.exhaustive import best_replica_value
 from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
 from stowplan.serving.reuse import ReplicaMemo, renamed_plan, renamed_text, repriced
 from stowplan.workload import Workload
@@ -234,7 +235,13 @@ def serve(
     price = sum(r.price_per_hour or 0.0 for r in replicas)
     used_ids = {nid for r in replicas for nid in r.node_ids}
     unused = tuple(n.id for n in nodes if n.id not in used_ids)
+
     # Step 3: the certificate.
+    def exact_value(combo: tuple[int, ...]) -> float | None:
+        return best_replica_value(
+            model, [nodes[i] for i in members_of(combo)], workload, base, by_rate=by_rate
+        )
+
     cert = _certificate(
         objective,
         workload,
@@ -246,6 +253,7 @@ def serve(
         users,
         price,
         method,
+        exact_value,
     )
     notes += _engine_notes(base, ranked, x)
     notes += prefill_notes(base.calibration, [n for n in nodes if n.id in used_ids])
@@ -466,15 +474,48 @@ def _certificate(
     users: int,
     price: float,
     method: str,
+    exact_value: Callable[[tuple[int, ...]], float | None],
 ) -> ServeCertificate:
+    """The certificate: the packing of every composition's bound (when all are known),
+    the compositions it packs tried pipeline by pipeline where they are small enough
+    (``exact_value``) and packed again, until it packs only those it cannot refine or
+    already did; else the pooled bound of the whole fleet."""
     sizes = [len(c) for c in classes]
-    combos = [c for c, b in bounds.items() if b > 0]
+    bounds = dict(bounds)
+    refined: set[tuple[int, ...]] = set()
+    how = "every composition's relaxation bound, packed"
+
+    def packed() -> tuple[float, Sequence[float]] | None:
+        combos = [c for c, b in bounds.items() if b > 0]
+        if objective is ServeObjective.USERS:
+            got = bound_users(combos, sizes, [bounds[c] for c in combos])
+        else:
+            prices = [
+                sum(classes[k][0].price_per_hour or 0.0 for k, m in enumerate(c) for _ in range(m))
+                for c in combos
+            ]
+            got = bound_price(combos, sizes, [bounds[c] for c in combos], prices, _target(w))
+        if got is None:
+            return None
+        used = [c for c, v in zip(combos, got[1], strict=False) if v > 1e-9]
+        fresh = False
+        for c in used:
+            if c in refined:
+                continue
+            refined.add(c)
+            value = exact_value(c)
+            if value is not None and value < bounds[c]:
+                bounds[c], fresh = value, True
+        return packed() if fresh and len(refined) < REFINE_LIMIT else got
+
+    found = packed() if complete else None
+    if found is not None and refined:
+        how = (
+            "every composition's relaxation bound, packed (those of one or two single-GPU "
+            "nodes it packs: every pipeline tried)"
+        )
     if objective is ServeObjective.USERS:
-        bound: float | None = None
-        how = "pooled memory and prefill/decode floors of the whole fleet"
-        if complete:
-            bound = bound_users(combos, sizes, [bounds[c] for c in combos])
-            how = "every composition's relaxation bound, packed"
+        bound = None if found is None else found[0]
         if bound is None:
             gpus = sum(n.num_gpus for cls in classes for n in cls)
             bound = fleet_users_bound(rates, list(index.values()), w, gpus)
@@ -489,17 +530,9 @@ def _certificate(
             exact=gap == 0.0,
             method=f"{method}; bound: {how}",
         )
-    low: float | None = None
-    how = "none (the fleet is too large to enumerate)"
-    if complete and combos:
-        vals = [bounds[c] for c in combos]
-        prices = [
-            sum(classes[k][0].price_per_hour or 0.0 for k, m in enumerate(c) for _ in range(m))
-            for c in combos
-        ]
-        target = _target(w)
-        low = bound_price(combos, sizes, vals, prices, target)
-        how = "every composition's relaxation bound, packed"
+    low = None if found is None else found[0]
+    if found is None:
+        how = "none (the fleet is too large to enumerate)"
     if low is None or not math.isfinite(low):
         low = 0.0 if low is None else price
     low = min(low, price)
@@ -512,6 +545,10 @@ def _certificate(
         exact=gap == 0.0,
         method=f"{method}; bound: {how}",
     )
+
+
+REFINE_LIMIT = 64
+"""Most compositions the certificate tries pipeline by pipeline."""
 
 
 def _target(w: Workload) -> float:

@@ -21,6 +21,7 @@ from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_n
 from stowplan.plan import Plan
 from stowplan.quantities.limits import MAX_BATCH
 from stowplan.serving.bounds import FleetRates, rate_bound, users_bound
+from stowplan.serving.exhaustive import best_pipeline
 from stowplan.workload import Binding, Workload
 
 __all__ = [
@@ -96,6 +97,9 @@ def replica_of(
     """
     from stowplan.planner import plan_blocks
 
+    tried_all, small = _tried_all(model, nodes, w, c)
+    if tried_all:
+        return small
     by_id = {n.id: n for n in nodes}
     tried: dict[int, Candidate | None] = {}
 
@@ -153,6 +157,41 @@ def replica_of(
 
 REFINE_STEPS = 6
 """Bisection steps :func:`replica_of` takes between the users served and those asked."""
+
+
+def _tried_all(
+    model: ModelLayout, nodes: Sequence[NodeDescriptor], w: Workload, c: Constraints
+) -> tuple[bool, Candidate | None]:
+    """On one or two single-GPU nodes, (True, the replica of the pipeline serving the
+    most of every one tried (:func:`~stowplan.serving.exhaustive.best_pipeline`), planned
+    for its own U*; None when none serves a request); (False, None) for larger sets."""
+    from stowplan.model import Strategy
+    from stowplan.planner.certify import finish
+    from stowplan.planner.problem import prepare
+
+    if c.tensor_parallel not in (None, 1):
+        return False, None
+    found = best_pipeline(model, nodes, w, c, by_rate=False)
+    if found is None:
+        return False, None
+    order, bounds, serving = found
+    if serving is None:
+        return True, None
+    problem = prepare(model, nodes, replace(serving_constraints(w, c), batch=serving.users))
+    cm = problem.cost_model()
+    index = {n.id: i for i, n in enumerate(cm.nodes)}
+    pipeline = ([index[nodes[d].id] for d in order], bounds)
+    note = "replica: every pipeline of its nodes tried, this one serves the most users"
+    plan = finish(problem, cm, Strategy.EXACT, pipeline, notes=(note,), break_ties=False)
+    by_id = {n.id: n for n in nodes}
+    ids = tuple(nodes[d].id for d in order)
+    return True, Candidate(
+        plan=plan,
+        serving=_score(model, by_id, plan, c, w),
+        node_ids=ids,
+        nodes=tuple(by_id[i] for i in ids),
+        settled=True,
+    )
 
 
 def _shape(c: Candidate) -> tuple[tuple[object, ...], ...]:

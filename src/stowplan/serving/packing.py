@@ -67,16 +67,16 @@ def _milp_bound(
     sizes: Sequence[int],
     objective: Sequence[float],
     cover: tuple[Sequence[float], float] | None,
-) -> float | None:
-    """The least ``objective·x`` the program can reach, proven: the optimum when HiGHS
-    proves it, else the LP relaxation's (a time limit never passes off a mere feasible
-    point as a bound).  None when infeasible; raises :class:`DependencyError`."""
-    x = _milp(counts, sizes, objective, cover, proven=True)
+) -> tuple[float, Sequence[float]] | None:
+    """The least ``objective·x`` the program can reach, proven, and its ``x``: the optimum
+    when HiGHS proves it, else the LP relaxation's (a time limit never passes off a mere
+    feasible point as a bound).  None when infeasible; raises :class:`DependencyError`."""
+    x: Sequence[float] | None = _milp(counts, sizes, objective, cover, proven=True)
     if x is None:
         x = _milp(counts, sizes, objective, cover, integral=False)
         if x is None:
             return None
-    return float(sum(c * v for c, v in zip(objective, x, strict=True)))
+    return float(sum(c * v for c, v in zip(objective, x, strict=True))), x
 
 
 def _greedy(
@@ -142,16 +142,17 @@ def pack_price(
 
 def bound_users(
     counts: Sequence[Sequence[int]], sizes: Sequence[int], bounds: Sequence[float]
-) -> float | None:
-    """The most Σ bound·x over the class sizes (None without scipy): with every
-    composition's users bound, an upper bound on the users of any disjoint replicas."""
+) -> tuple[float, Sequence[float]] | None:
+    """The most Σ bound·x over the class sizes and its ``x`` (None without scipy): with
+    every composition's users bound, an upper bound on the users of any disjoint
+    replicas."""
     if not counts:
-        return 0.0
+        return 0.0, []
     try:
         got = _milp_bound(counts, sizes, [-b for b in bounds], None)
     except DependencyError:
         return None
-    return None if got is None else -got
+    return None if got is None else (-got[0], got[1])
 
 
 def bound_price(
@@ -160,11 +161,12 @@ def bound_price(
     bounds: Sequence[float],
     prices: Sequence[float],
     target: float,
-) -> float | None:
-    """The least Σ price·x with Σ bound·x ≥ target (None without scipy; ``inf`` when even
-    the bounds cannot reach it): a lower bound on the $/h of any node set serving it."""
+) -> tuple[float, Sequence[float]] | None:
+    """The least Σ price·x with Σ bound·x ≥ target and its ``x`` (None without scipy;
+    ``inf`` and no ``x`` when even the bounds cannot reach it): a lower bound on the $/h
+    of any node set serving it."""
     try:
         got = _milp_bound(counts, sizes, prices, (bounds, target))
     except DependencyError:
         return None
-    return math.inf if got is None else got
+    return (math.inf, []) if got is None else got
