@@ -153,6 +153,7 @@ class _RoleTimes:
         """Per class, its node positions in order."""
         classes: dict[tuple[float | int, ...], int] = {}
         shared: dict[tuple[float, float, float, float, int], list[float]] = {}
+        shared_tail: dict[tuple[float, float, float, float, int], list[float]] = {}
         total_m = mp[nb]
         for i, d in enumerate(self.nodes):
             u = cm.usable[d]
@@ -175,15 +176,18 @@ class _RoleTimes:
                         for k in range(1, k_mid + 1)
                     ]
                 base = shared[base_key]
-                head = cm.head
-                tail = [
-                    max(
-                        (rp[nb] - rp[nb - k] + head + kp[nb] - kp[nb - k]) * ib,
-                        (rp[nb] - rp[nb - k] + head) * fl,
-                    )
-                    + (k * bs + ss)
-                    for k in range(1, k_last + 1)
-                ]
+                tail_key = (ib, fl, bs, ss, k_last)
+                if tail_key not in shared_tail:
+                    head = cm.head
+                    shared_tail[tail_key] = [
+                        max(
+                            (rp[nb] - rp[nb - k] + head + kp[nb] - kp[nb - k]) * ib,
+                            (rp[nb] - rp[nb - k] + head) * fl,
+                        )
+                        + (k * bs + ss)
+                        for k in range(1, k_last + 1)
+                    ]
+                tail = shared_tail[tail_key]
             else:
                 first_of = self.members[c][0]
                 base, tail = self.base[first_of], self.tail[first_of]
@@ -194,6 +198,11 @@ class _RoleTimes:
             self.k_last.append(k_last)
             self.base.append(base)
             self.tail.append(tail)
+        # Per class, the stage times as the test compares them (``v + xfer``, the same
+        # floats): a capacity at T is then one bisection of a sorted list.
+        self.stage = [
+            [v + self.xfer[m[0]] for v in self.base[m[0]]] if m else [] for m in self.members
+        ]
         for m in self.members:
             m.sort(key=lambda i: self.nodes[i])
         self.rep = [m[0] for m in self.members]
@@ -201,12 +210,11 @@ class _RoleTimes:
 
     def class_caps(self, t: float, strict: bool) -> tuple[list[int], list[int], list[int]]:
         """:meth:`caps` per class (every member of a class holds as many blocks)."""
-        if strict:
-            mids = [_count(self.base[i], self.xfer[i], t, True) for i in self.rep]
-            lasts = [_count(self.tail[i], 0.0, t, True) for i in self.rep]
-        else:
-            mids = [_count_within(self.base[i], self.xfer[i], t) for i in self.rep]
-            lasts = [_count_within(self.tail[i], 0.0, t) for i in self.rep]
+        # ``v + x`` is non-decreasing in v, so a count is a bisection of the shifted times.
+        count = bisect_left if strict else bisect_right
+        mids = [count(times, t) for times in self.stage]
+        tail = self.tail
+        lasts = [count(tail[i], t) for i in self.rep]
         k_first = self.k_first
         firsts = [min(k, k_first[i]) for k, i in zip(mids, self.rep, strict=True)]
         return mids, firsts, lasts
@@ -221,36 +229,7 @@ class _RoleTimes:
         """Stage times of k = lo+1 .. hi blocks of node ``i`` in ``role`` (0/1: base, 2: tail)."""
         if role == 2:
             return self.tail[i][lo:hi]
-        x = self.xfer[i]
-        return [v + x for v in self.base[i][lo:hi]]
-
-
-def _count_within(times: list[float], x: float, t: float) -> int:
-    """:func:`_count`, not strict."""
-    k = bisect_right(times, t - x)
-    n = len(times)
-    while k < n and times[k] + x <= t:
-        k += 1
-    while k > 0 and times[k - 1] + x > t:
-        k -= 1
-    return k
-
-
-def _count(times: list[float], x: float, t: float, strict: bool) -> int:
-    """How many ``v + x`` for v in ``times`` are ≤ t (< t when strict)."""
-    k = (bisect_left if strict else bisect_right)(times, t - x)
-    n = len(times)
-    if strict:
-        while k < n and times[k] + x < t:
-            k += 1
-        while k > 0 and not times[k - 1] + x < t:
-            k -= 1
-    else:
-        while k < n and times[k] + x <= t:
-            k += 1
-        while k > 0 and times[k - 1] + x > t:
-            k -= 1
-    return k
+        return self.stage[self.cls[i]][lo:hi]
 
 
 _Caps = tuple[list[int], list[int], list[int]]
@@ -311,17 +290,27 @@ def _class_ends(times: _RoleTimes, role: list[int], mid: list[int]) -> list[tupl
     """:func:`_top_ends` from class capacities: (node position, its class), the same nodes
     (a class offers only its first four members: no more can be among the four best)."""
     ids = times.nodes
+    members = times.members
+    # A class's members share its key but for their ids, sorted: the four best nodes are
+    # among the members of the four classes whose first member is best.
+    able = [c for c, r in enumerate(role) if r]
+    first_ids = [ids[members[c][0]] for c in able]
+    cap_classes = heapq.nsmallest(4, zip([-role[c] for c in able], first_ids, able, strict=True))
     by_cap = heapq.nsmallest(
+        4, [(-role[c], ids[i], i, c) for *_, c in cap_classes for i in members[c][:4]]
+    )
+    gain_classes = heapq.nsmallest(
         4,
-        [(-role[c], ids[i], i, c) for c, ms in enumerate(times.members) if role[c] for i in ms[:4]],
+        zip(
+            [mid[c] - role[c] for c in able], [-role[c] for c in able], first_ids, able, strict=True
+        ),
     )
     by_gain = heapq.nsmallest(
         4,
         [
             (mid[c] - role[c], -role[c], ids[i], i, c)
-            for c, ms in enumerate(times.members)
-            if role[c]
-            for i in ms[:4]
+            for *_, c in gain_classes
+            for i in members[c][:4]
         ],
     )
     ends = {(e[-2], e[-1]) for e in by_cap} | {(e[-2], e[-1]) for e in by_gain}
