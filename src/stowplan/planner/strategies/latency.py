@@ -184,11 +184,18 @@ def latency_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
     """g[j]: least time with blocks [0, j) placed as stages before the last."""
     best, at = inf, (-1, -1)
     choices: list[list[int]] = []
+    rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
+    head, embed = cm.head, cm.embed
     for p, d in enumerate(order):
         lat = cm.latency_s[d]
+        # CostModel.stage_time and fits, inlined with the same arithmetic.
+        ib, fl, bs, ss = cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d]
+        xfer, room = cm.xfer_s[d], cm.usable[d]
         for j in range(1, nb):
-            if g[j] < inf and cm.fits(d, j, nb, False, True):
-                v = g[j] + cm.stage_time(d, j, nb, False, True) + lat
+            if g[j] < inf and mp[nb] - mp[j] + head <= room:
+                weights = rp[nb] - rp[j] + head
+                t = max((weights + kp[nb] - kp[j]) * ib, weights * fl)
+                v = g[j] + (t + ((nb - j) * bs + ss)) + lat
                 if v < best:
                     best, at = v, (p, j)
         new = g[:]
@@ -197,10 +204,13 @@ def latency_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
             base = lat if j == 0 else g[j] + lat
             if base == inf:
                 continue
+            extra = embed if j == 0 else 0
             for k in range(j + 1, nb):
-                if not cm.fits(d, j, k, j == 0, False):
+                if mp[k] - mp[j] + extra > room:
                     break
-                v = base + cm.stage_time(d, j, k, j == 0, False)
+                weights = rp[k] - rp[j]
+                t = max((weights + kp[k] - kp[j]) * ib, weights * fl)
+                v = base + (t + ((k - j) * bs + ss) + xfer)
                 if v < new[k]:
                     new[k], choice[k] = v, j
         choices.append(choice)
