@@ -277,16 +277,21 @@ class CostModel:
     def _node_calibrations(self, single_gpu: bool) -> list[NodeCalibration]:
         """Each node's calibration factors, as tensor parallel over its GPUs unless
         ``single_gpu``."""
-        return [
-            node_calibration(
-                self.calibration,
-                n.gpu_name,
-                self.model.dtype,
-                bandwidth_measured=bandwidth_is_measured(n),
-                tensor_parallel=1 if single_gpu else n.num_gpus,
-            )
-            for n in self.nodes
-        ]
+        # Nodes of one GPU kind, measurement and split share one lookup.
+        known: dict[tuple[str, bool, int], NodeCalibration] = {}
+        out = []
+        for n in self.nodes:
+            key = (n.gpu_name, bandwidth_is_measured(n), 1 if single_gpu else n.num_gpus)
+            if key not in known:
+                known[key] = node_calibration(
+                    self.calibration,
+                    n.gpu_name,
+                    self.model.dtype,
+                    bandwidth_measured=key[1],
+                    tensor_parallel=key[2],
+                )
+            out.append(known[key])
+        return out
 
     def relax_groups(self) -> CostModel:
         """This model with every node as fast as any grouping of its GPUs could be (for
