@@ -28,6 +28,8 @@ class _Classes:
         self.nodes = list(range(len(cls)))
         self.cls = cls
         self.members = [[i for i, c in enumerate(cls) if c == k] for k in range(max(cls) + 1)]
+        self.first_ids = [m[0] for m in self.members]
+        self.sizes = [len(m) for m in self.members]
 
 
 @st.composite

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from itertools import accumulate
+from itertools import accumulate, compress
 
 from stowplan.cost import CostModel
 from stowplan.planner.problem import Problem
@@ -207,16 +208,20 @@ class _RoleTimes:
             m.sort(key=lambda i: self.nodes[i])
         self.rep = [m[0] for m in self.members]
         """Per class, its first node position (whose figures every member shares)."""
+        self.first_ids = [self.nodes[i] for i in self.rep]
+        """Per class, its first member's node id (the least)."""
+        self.sizes = [len(m) for m in self.members]
+        """Per class, how many nodes it has."""
+        self._rep_tail = [self.tail[i] for i in self.rep]
+        self._rep_k_first = [self.k_first[i] for i in self.rep]
 
     def class_caps(self, t: float, strict: bool) -> tuple[list[int], list[int], list[int]]:
         """:meth:`caps` per class (every member of a class holds as many blocks)."""
         # ``v + x`` is non-decreasing in v, so a count is a bisection of the shifted times.
         count = bisect_left if strict else bisect_right
         mids = [count(times, t) for times in self.stage]
-        tail = self.tail
-        lasts = [count(tail[i], t) for i in self.rep]
-        k_first = self.k_first
-        firsts = [min(k, k_first[i]) for k, i in zip(mids, self.rep, strict=True)]
+        lasts = [count(times, t) for times in self._rep_tail]
+        firsts = list(map(min, mids, self._rep_k_first))
         return mids, firsts, lasts
 
     def caps(self, t: float, strict: bool) -> tuple[list[int], list[int], list[int]]:
@@ -292,17 +297,20 @@ def _class_ends(times: _RoleTimes, role: list[int], mid: list[int]) -> list[tupl
     ids = times.nodes
     members = times.members
     # A class's members share its key but for their ids, sorted: the four best nodes are
-    # among the members of the four classes whose first member is best.
-    able = [c for c, r in enumerate(role) if r]
-    first_ids = [ids[members[c][0]] for c in able]
-    cap_classes = heapq.nsmallest(4, zip([-role[c] for c in able], first_ids, able, strict=True))
+    # among the members of the four classes whose first member is best (classes able to
+    # take the role: ``compress`` keeps those whose capacity in it is not 0).
+    classes = range(len(members))
+    neg = list(map(operator.neg, role))
+    cap_classes = heapq.nsmallest(
+        4, compress(zip(neg, times.first_ids, classes, strict=True), role)
+    )
     by_cap = heapq.nsmallest(
         4, [(-role[c], ids[i], i, c) for *_, c in cap_classes for i in members[c][:4]]
     )
     gain_classes = heapq.nsmallest(
         4,
-        zip(
-            [mid[c] - role[c] for c in able], [-role[c] for c in able], first_ids, able, strict=True
+        compress(
+            zip(map(operator.sub, mid, role), neg, times.first_ids, classes, strict=True), role
         ),
     )
     by_gain = heapq.nsmallest(
@@ -334,9 +342,9 @@ def _passes(times: _RoleTimes, caps: _Caps, nb: int, max_stages: int) -> bool:
         return _capacity_order(times.nodes, node_caps, nb, max_stages) is not None
     # Interior capacities, largest first: distinct values, how many nodes reach each.
     counts: dict[int, int] = {}
-    for c, members in enumerate(times.members):
-        if mid[c] > 0:
-            counts[mid[c]] = counts.get(mid[c], 0) + len(members)
+    for v, size_c in zip(mid, times.sizes, strict=True):
+        if v > 0:
+            counts[v] = counts.get(v, 0) + size_c
     values = sorted(counts, reverse=True)
     reach = list(accumulate(counts[v] for v in values))
     sums = list(accumulate(counts[v] * v for v in values))
