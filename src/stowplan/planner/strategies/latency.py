@@ -192,8 +192,8 @@ def latency_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
     tables: dict[tuple[float | int, ...], tuple[list[float], list[list[float]]]] = {}
     for p, d in enumerate(order):
         lat = cm.latency_s[d]
-        key = (cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d])
-        key += (cm.xfer_s[d], cm.usable[d])
+        key: tuple[float | int, ...] = (cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d])
+        key += (cm.stage_s[d], cm.xfer_s[d], cm.usable[d])
         if key not in tables:
             tables[key] = _stage_tables(cm, d)
         last_s, stage_s = tables[key]
