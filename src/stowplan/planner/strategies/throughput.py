@@ -56,18 +56,49 @@ def _ok(cm: CostModel, d: int, lo: int, hi: int, first: bool, last: bool, t_max:
 
 
 def _reach(cm: CostModel, d: int, lo: int, t_max: float, first: bool) -> int:
-    """Largest ``hi`` such that ``[lo, hi)`` as a non-last stage on ``d`` fits; ``lo`` if none."""
+    """Largest ``hi`` such that ``[lo, hi)`` as a non-last stage on ``d`` fits; ``lo`` if none.
+
+    :meth:`CostModel.fits` and :meth:`CostModel.stage_time` inlined, with the same
+    arithmetic: this runs for every node and step of every bisection.
+    """
     nb = cm.num_blocks
-    if lo >= nb or not _ok(cm, d, lo, lo + 1, first, False, t_max):
+    if lo >= nb:
         return lo
-    good, bad = lo + 1, nb + 1
+    rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
+    ib, fl, bs, ss = cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d]
+    xfer, room, extra = cm.xfer_s[d], cm.usable[d], cm.embed if first else 0
+    hi = lo + 1
+    if mp[hi] - mp[lo] + extra > room:
+        return lo
+    weights = rp[hi] - rp[lo]
+    t = max((weights + kp[hi] - kp[lo]) * ib, weights * fl)
+    if not t + ((hi - lo) * bs + ss) + xfer <= t_max:
+        return lo
+    good, bad = hi, nb + 1
     while bad - good > 1:
-        mid = (good + bad) // 2
-        if _ok(cm, d, lo, mid, first, False, t_max):
-            good = mid
+        hi = (good + bad) // 2
+        ok = mp[hi] - mp[lo] + extra <= room
+        if ok:
+            weights = rp[hi] - rp[lo]
+            t = max((weights + kp[hi] - kp[lo]) * ib, weights * fl)
+            ok = t + ((hi - lo) * bs + ss) + xfer <= t_max
+        if ok:
+            good = hi
         else:
-            bad = mid
+            bad = hi
     return good
+
+
+def _ends_within(cm: CostModel, d: int, lo: int, first: bool, t_max: float) -> bool:
+    """Whether ``[lo, nb)`` with the head fits node ``d`` as the last stage within ``t_max``
+    (:meth:`CostModel.fits` and :meth:`CostModel.stage_time` inlined, same arithmetic)."""
+    nb, head = cm.num_blocks, cm.head
+    rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
+    if mp[nb] - mp[lo] + (cm.embed if first else 0) + head > cm.usable[d]:
+        return False
+    weights = rp[nb] - rp[lo] + head
+    t = max((weights + kp[nb] - kp[lo]) * cm.inv_bw[d], weights * cm.flop_s_per_byte[d])
+    return t + ((nb - lo) * cm.block_s[d] + cm.stage_s[d]) <= t_max
 
 
 def greedy_split(
@@ -80,7 +111,7 @@ def greedy_split(
     bounds = [0]
     for d in order:
         first = not used
-        if len(used) + 1 >= min_stages and _ok(cm, d, pos, nb, first, True, t_max):
+        if len(used) + 1 >= min_stages and _ends_within(cm, d, pos, first, t_max):
             used.append(d)
             bounds.append(nb)
             return used, bounds
