@@ -268,6 +268,24 @@ class CostModel:
                 v + b + max(0.0, c.block_overhead_s - b - v)
                 for v, c, b in zip(self.block_s, cal, base, strict=True)
             )
+        self._set_stage_classes()
+
+    def _set_stage_classes(self) -> None:
+        """:attr:`stage_class` from the figures as they now are."""
+        figures = zip(
+            self.inv_bw,
+            self.flop_s_per_byte,
+            self.block_s,
+            self.stage_s,
+            self.xfer_s,
+            self.usable,
+            strict=True,
+        )
+        classes: dict[tuple[float | int, ...], int] = {}
+        self.stage_class = tuple(classes.setdefault(f, len(classes)) for f in figures)
+        """Per node index, its class: nodes alike in every figure a stage's time (without
+        an in-host hop) and fit read — bandwidth, compute, block and stage costs, transfer
+        and usable VRAM — share one."""
 
     @property
     def constraints(self) -> Constraints:
@@ -320,6 +338,7 @@ class CostModel:
         self.xfer_s = tuple(map(min, self.xfer_s, self.intra_xfer_s))
         self.latency_s = tuple(map(min, self.latency_s, self.intra_latency_s))
         self._relaxed = True
+        self._set_stage_classes()
 
     def at_microbatch(self, microbatch: int) -> CostModel:
         """This model with stages stepping ``microbatch`` sequences (the KV reserve still

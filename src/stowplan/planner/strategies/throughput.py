@@ -109,7 +109,13 @@ def greedy_split(
     pos = 0
     used: list[int] = []
     bounds = [0]
+    node_class = cm.stage_class
+    # Classes of nodes that took nothing since the split last grew: a node alike, at the
+    # same point of the split, takes nothing too.
+    idle: set[int] = set()
     for d in order:
+        if node_class[d] in idle:
+            continue
         first = not used
         if len(used) + 1 >= min_stages and _ends_within(cm, d, pos, first, t_max):
             used.append(d)
@@ -120,6 +126,9 @@ def greedy_split(
             used.append(d)
             bounds.append(reach)
             pos = reach
+            idle.clear()
+        else:
+            idle.add(node_class[d])
     return None
 
 
