@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _clusters import cluster
 from stowplan import Constraints, ModelLayout, NodeDescriptor, PlanError, lookup, plan
+from stowplan.calibration import resolve_calibration
 from stowplan.plan import plan_to_json
 
 H100_GB = 80
@@ -55,9 +56,19 @@ Case = tuple[str, str, str, Callable[[], list[NodeDescriptor]], Constraints, boo
 def cases() -> list[Case]:
     """(fleet, model, objective, nodes, constraints, slow)."""
     one, sixteen = Constraints(batch=1), Constraints(batch=16)
+    # The CLI case of the issue: plan llama3.1:405b --engine sglang --batch 64.
+    sglang = Constraints(batch=64, calibration=resolve_calibration("sglang"))
     return [
         ("64 × 8 H100", "llama3.1:405b", "one stream", lambda: h100_nodes(64), one, False),
         ("64 × 8 H100", "llama3.1:405b", "16 sequences", lambda: h100_nodes(64), sixteen, False),
+        (
+            "16 × 8 H100",
+            "llama3.1:405b",
+            "64 sequences, sglang",
+            lambda: h100_nodes(16),
+            sglang,
+            False,
+        ),
         ("16 × 8 H100", "deepseek-v3", "one stream", lambda: h100_nodes(16), one, False),
         ("64 × 8 H100", "deepseek-v3", "one stream", lambda: h100_nodes(64), one, False),
         ("16 × 8 H100", "deepseek-v3", "16 sequences", lambda: h100_nodes(16), sixteen, True),
