@@ -4,7 +4,9 @@ python benchmarks/planning_speed.py --repeats 3            # every case but the 
 python benchmarks/planning_speed.py --repeats 3 --slow     # also the 16-sequence MoE cases
 
 CPU time is ``time.process_time`` around one ``plan()`` call; each case is planned once
-as a warm-up, then ``--repeats`` times, and the median is printed as a markdown table.
+as a warm-up, then ``--repeats`` times, and the median is printed as a markdown table
+with a digest of the plan's JSON (or of the refusal's message): the same digest before
+and after a change means the same plan.
 The fleets are identical nodes: 8 × H100 SXM5 nodes (NVLink, 100 Gbit/s links) or
 single-GPU nodes drawn from a fixed seed (``_clusters.cluster``, LAN links).
 """
@@ -12,6 +14,7 @@ single-GPU nodes drawn from a fixed seed (``_clusters.cluster``, LAN links).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import random
 import statistics
 import sys
@@ -22,6 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _clusters import cluster
 from stowplan import Constraints, ModelLayout, NodeDescriptor, PlanError, lookup, plan
+from stowplan.calibration import resolve_calibration
+from stowplan.plan import plan_to_json
 
 H100_GB = 80
 
@@ -51,9 +56,19 @@ Case = tuple[str, str, str, Callable[[], list[NodeDescriptor]], Constraints, boo
 def cases() -> list[Case]:
     """(fleet, model, objective, nodes, constraints, slow)."""
     one, sixteen = Constraints(batch=1), Constraints(batch=16)
+    # The CLI case of the issue: plan llama3.1:405b --engine sglang --batch 64.
+    sglang = Constraints(batch=64, calibration=resolve_calibration("sglang"))
     return [
         ("64 × 8 H100", "llama3.1:405b", "one stream", lambda: h100_nodes(64), one, False),
         ("64 × 8 H100", "llama3.1:405b", "16 sequences", lambda: h100_nodes(64), sixteen, False),
+        (
+            "16 × 8 H100",
+            "llama3.1:405b",
+            "64 sequences, sglang",
+            lambda: h100_nodes(16),
+            sglang,
+            False,
+        ),
         ("16 × 8 H100", "deepseek-v3", "one stream", lambda: h100_nodes(16), one, False),
         ("64 × 8 H100", "deepseek-v3", "one stream", lambda: h100_nodes(64), one, False),
         ("16 × 8 H100", "deepseek-v3", "16 sequences", lambda: h100_nodes(16), sixteen, True),
@@ -66,13 +81,17 @@ def cases() -> list[Case]:
 
 
 def cpu_ms(model: ModelLayout, nodes: list[NodeDescriptor], c: Constraints) -> tuple[float, str]:
+    """CPU ms of one plan() and its outcome: ``plan <digest>`` or ``refused (<error>) <digest>``."""
     t0 = time.process_time()
     try:
-        plan(model, nodes, c)
-        outcome = "plan"
+        result = plan(model, nodes, c)
     except PlanError as e:
-        outcome = f"refused ({type(e).__name__})"
-    return (time.process_time() - t0) * 1e3, outcome
+        ms = (time.process_time() - t0) * 1e3
+        text, outcome = str(e), f"refused ({type(e).__name__})"
+    else:
+        ms = (time.process_time() - t0) * 1e3
+        text, outcome = plan_to_json(result), "plan"
+    return ms, f"{outcome} {hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
 def main() -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from stowplan import Constraints
+from stowplan import Constraints, NodeDescriptor
+from stowplan.calibration import resolve_calibration
 from stowplan.cost import CostModel
 from stowplan.model import gpu_group_node
+from stowplan.models import resolve_model
 from tests.common.toy import TOY_MODEL, toy_node
 
 MODEL = TOY_MODEL
@@ -70,3 +72,38 @@ def test_relax_groups_returns_a_relaxed_model_and_leaves_this_one_as_it_was() ->
     view = relaxed.at_microbatch(2)
     assert view.stage_s == (0.0, 0.0)
     assert cm.at_microbatch(2).stage_s == cm.stage_s
+
+
+@pytest.mark.parametrize("calibrated", [False, True])
+@pytest.mark.parametrize("relaxed", [False, True])
+def test_a_microbatch_view_has_the_figures_of_a_model_built_for_it(
+    calibrated: bool, relaxed: bool
+) -> None:
+    # at_microbatch shares the root's microbatch-free figures and computes the rest anew.
+    model = resolve_model("mixtral:8x7b-q4_0")
+    assert model is not None
+    nodes = [
+        NodeDescriptor(
+            id="a",
+            gpu_name="RTX 4090",
+            vram_bytes=2 * 24 * 10**9,
+            num_gpus=2,
+            link_mbps=1000.0,
+            link_latency_ms=0.5,
+        ),
+        NodeDescriptor(id="b", gpu_name="RTX 3090", vram_bytes=24 * 10**9, link_mbps=100.0),
+    ]
+    cal = resolve_calibration("generic") if calibrated else None
+    c = Constraints(batch=8, context_tokens=4096, calibration=cal)
+    root = CostModel(model, nodes, c)
+    if relaxed:
+        root = root.relax_groups()
+    for mb in (1, 3, 8):
+        fresh = CostModel(model, nodes, c, microbatch=mb)
+        if relaxed:
+            fresh._relax()
+        view = root.at_microbatch(mb)
+        skip = {"_views", "_root"}
+        assert {k: v for k, v in vars(view).items() if k not in skip} == {
+            k: v for k, v in vars(fresh).items() if k not in skip
+        }

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from stowplan import InputError
 from stowplan.planner.experts import pack_experts
+from stowplan.planner.experts.packing import _pack_layer
 
 
 def test_copies_go_heaviest_first_to_the_node_that_finishes_first() -> None:
@@ -99,3 +100,32 @@ def test_bad_shapes_are_input_errors(args: tuple[object, ...], message: str) -> 
     with pytest.raises(InputError) as exc:
         pack_experts(*args, redundant_per_layer=0, experts_per_token=2)  # type: ignore[arg-type]
     assert str(exc.value) == message
+
+
+@given(
+    w=st.lists(st.integers(1, 20), min_size=2, max_size=12),
+    speeds=st.lists(st.sampled_from([1.0, 1.5, 2.0, 3.0]), min_size=2, max_size=5),
+    budget=st.integers(0, 4),
+    slack=st.lists(st.integers(0, 30), min_size=5, max_size=5),
+    pairs=st.booleans(),
+)
+def test_a_quota_above_the_copies_a_layer_places_never_binds(
+    w: list[int], speeds: list[float], budget: int, slack: list[int], pairs: bool
+) -> None:
+    # pack_experts caps every quota at num_experts + budget + 1 to pack layers alike once.
+    cap = len(w) + budget + 1
+    quota = [cap + s for s in slack[: len(speeds)]]
+    capped = [cap] * len(speeds)
+    layer_pairs = [(0, 1, 0.9)] if pairs else None
+    assert _pack_layer(w, speeds, quota, budget, layer_pairs, 2, 0.05) == _pack_layer(
+        w, speeds, capped, budget, layer_pairs, 2, 0.05
+    )
+
+
+def test_layers_alike_are_packed_alike_and_each_takes_its_own_slots() -> None:
+    one = pack_experts([[3, 1, 1, 1]], [1, 1], [3, 3], redundant_per_layer=1, experts_per_token=2)
+    got = pack_experts(
+        [[3, 1, 1, 1]] * 3, [1, 1], [9, 9], redundant_per_layer=1, experts_per_token=2
+    )
+    assert got.holders == one.holders * 3
+    assert got.holders[0] is not got.holders[1]

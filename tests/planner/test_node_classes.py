@@ -12,7 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stowplan import Constraints, NodeDescriptor, lookup, plan
-from stowplan.planner.strategies.throughput import _capacity_order, _passes
+from stowplan.planner.strategies.throughput import (
+    _capacity_order,
+    _class_ends,
+    _passes,
+    _top_ends,
+)
 from tests.common.identical_nodes import KINDS
 from tests.common.identical_nodes import plan_shape as _shape
 
@@ -24,6 +29,8 @@ class _Classes:
         self.nodes = list(range(len(cls)))
         self.cls = cls
         self.members = [[i for i, c in enumerate(cls) if c == k] for k in range(max(cls) + 1)]
+        self.first_ids = [m[0] for m in self.members]
+        self.sizes = [len(m) for m in self.members]
 
 
 @st.composite
@@ -70,3 +77,17 @@ def test_forty_nodes_of_two_kinds_plan_alike_in_any_order(name: str, batch: int)
     p1, p2 = first.rationale.prediction, second.rationale.prediction
     assert p1 is not None and p2 is not None
     assert p2.tokens_per_s == pytest.approx(p1.tokens_per_s, rel=1e-12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_class_caps())
+def test_end_candidates_by_classes_are_the_node_by_node_ones(
+    case: tuple[list[int], list[list[int]], int, int],
+) -> None:
+    cls, (mid, first, _), _, _ = case
+    times = _Classes(cls)
+    per_mid = [mid[c] for c in cls]
+    per_first = [first[c] for c in cls]
+    got = _class_ends(times, first, mid)  # type: ignore[arg-type]
+    assert [i for i, _ in got] == _top_ends(times.nodes, per_first, per_mid)
+    assert all(cls[i] == c for i, c in got)

@@ -18,6 +18,7 @@ from stowplan.cost.rates import node_rates
 from stowplan.errors import InputError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.moe.routing import (
+    Holders,
     backbone_layout,
     copy_shares,
     holders_of,
@@ -104,36 +105,56 @@ def expert_stage_times(
     act = model.hidden_dim * model.bytes_per_activation_elem
     compute = [0.0] * plan.num_stages
     transfer = [0.0] * plan.num_stages
+    # Blocks alike (same copies, load, pairs and home stage) cost the same.
+    seen: dict[tuple[object, ...], tuple[float, float | None]] = {}
     for li, holders in enumerate(all_holders):
         w = routing.p[li]
         h = home_stage[ex.moe_blocks[li]]
-        hit = [0.0] * n
-        for e, hs in enumerate(holders):
-            for j, s in zip(hs, copy_shares(hs), strict=True):
-                hit[j] += 1.0 - (1.0 - w[e] * s) ** batch
-        compute[h] += max(hit[j] * ex.expert_params_bytes / (bws[j] * 1e9) for j in range(n))
         pairs = routing.pairs[li] if routing.pairs is not None else None
-        reach = node_reach(holders, w, pairs, routing.k, n)
-        remote = [j for j in range(n) if j != h and reach[j] > 0]
-        if not remote:
-            continue
-        sent_bits = sum(batch * reach[j] * act * 8 for j in remote)
-        send = sent_bits / (ordered[h].link_mbps * 1e6) if ordered[h].link_mbps else 0.0
-        back = max(
-            batch * reach[j] * act * 8 / (ordered[j].link_mbps * 1e6)
-            if ordered[j].link_mbps
-            else 0.0
-            for j in remote
-        )
-        p_any = 1.0 - math.prod((1.0 - reach[j]) ** batch for j in remote)
-        latency = p_any * (
-            ordered[h].link_latency_ms + max(ordered[j].link_latency_ms for j in remote)
-        )
-        transfer[h] += send + back + latency / 1e3
+        key = (tuple(map(tuple, holders)), w, pairs, h)
+        if key not in seen:
+            reads = _block_reads(holders, w, batch, ex.expert_params_bytes, bws)
+            reach = node_reach(holders, w, pairs, routing.k, n)
+            seen[key] = (reads, _block_transfer(ordered, h, reach, batch, act))
+        reads, block_transfer = seen[key]
+        compute[h] += reads
+        if block_transfer is not None:
+            transfer[h] += block_transfer
     return tuple(
         ExpertTime(stage=a.stage, compute_s=compute[a.stage], transfer_s=transfer[a.stage])
         for a in plan.assignments
     )
+
+
+def _block_reads(
+    holders: Holders, w: Sequence[float], batch: int, expert_bytes: int, bws: Sequence[float]
+) -> float:
+    """Seconds the slowest node of one MoE block reads the experts ``batch`` tokens hit."""
+    n = len(bws)
+    hit = [0.0] * n
+    for e, hs in enumerate(holders):
+        for j, s in zip(hs, copy_shares(hs), strict=True):
+            hit[j] += 1.0 - (1.0 - w[e] * s) ** batch
+    return max(hit[j] * expert_bytes / (bws[j] * 1e9) for j in range(n))
+
+
+def _block_transfer(
+    ordered: Sequence[NodeDescriptor], h: int, reach: Sequence[float], batch: int, act: int
+) -> float | None:
+    """Seconds of one MoE block's all-to-all from the node ``h`` (None: no token leaves it);
+    ``act`` bytes per token and node reached."""
+    remote = [j for j in range(len(ordered)) if j != h and reach[j] > 0]
+    if not remote:
+        return None
+    sent_bits = sum(batch * reach[j] * act * 8 for j in remote)
+    send = sent_bits / (ordered[h].link_mbps * 1e6) if ordered[h].link_mbps else 0.0
+    back = max(
+        batch * reach[j] * act * 8 / (ordered[j].link_mbps * 1e6) if ordered[j].link_mbps else 0.0
+        for j in remote
+    )
+    p_any = 1.0 - math.prod((1.0 - reach[j]) ** batch for j in remote)
+    latency = p_any * (ordered[h].link_latency_ms + max(ordered[j].link_latency_ms for j in remote))
+    return send + back + latency / 1e3
 
 
 def expert_prediction(

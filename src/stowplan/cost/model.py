@@ -145,7 +145,6 @@ class CostModel:
         )
         self.uniform = len(set(per_block)) == 1
         """Every block has the same bytes, read bytes and KV figures."""
-        b = self.microbatch
         ctx = constraints.context_tokens or 0
         kv_held = [model.kv_bytes(i, ctx, self.batch) for i in range(model.num_blocks)]
         self.has_kv_figure = model.kv_bytes_per_token is not None
@@ -158,37 +157,19 @@ class CostModel:
         self.read_prefix = (0, *accumulate(model.block_read_sizes()))
         self.kv_read_tokens = constraints.kv_read_context
         """Context tokens of KV a step reads per sequence (half the reserve by default)."""
-        touch = expert_touch_bytes(model, b)
-        self.kv_prefix = (
-            0,
-            *accumulate(
-                kv_read_bytes(model, i, self.kv_read_tokens, b) + touch[i]
-                for i in range(model.num_blocks)
-            ),
-        )
-        """Bytes a step of one microbatch reads beyond the weights one token reads (which
-        are also its compute): the KV of its b sequences at the read context, and the
-        further routed experts b tokens touch in a MoE block (:mod:`stowplan.cost.touch`)."""
         per_token = model.kv_bytes_per_token or (0,) * model.num_blocks
         self.kv_token_prefix = (0, *accumulate(per_token))
         self.head = model.head_params_bytes
         self.embed = model.embed_params_bytes
         self.num_blocks = model.num_blocks
         ppb = _params_per_byte(model)
-        act = b * model.hidden_dim * model.bytes_per_activation_elem
         # Rates are capped at a finite (absurdly slow) value so 0 bytes always take 0 s.
         self.inv_bw = tuple(min(1.0 / r.bandwidth_bytes_per_s, _SLOWEST) for r in self.rates)
-        self.flop_s_per_byte = tuple(
-            min(2.0 * ppb * b / r.flops_per_s, _SLOWEST) for r in self.rates
-        )
         self.params_per_byte = ppb
         """Parameters per weight byte (the layout's own ratio)."""
         self.inv_flops = tuple(min(1.0 / r.flops_per_s, _SLOWEST) for r in self.rates)
         """Seconds per FLOP of each node (0 when its FLOPs are unknown: not counted)."""
-        self.xfer_s = tuple(act / r.link_bytes_per_s for r in self.rates)
         self.latency_s = tuple(r.latency_s for r in self.rates)
-        self.intra_xfer_s = tuple(act / r.intra_bytes_per_s for r in self.rates)
-        """Seconds to pass the activations to a stage on another GPU group of the same node."""
         self.intra_latency_s = tuple(r.intra_latency_s for r in self.rates)
         self.usable = tuple(r.usable_bytes for r in self.rates)
         n_nodes = len(self.nodes)
@@ -197,14 +178,6 @@ class CostModel:
         self.tensor_parallel = tuple(1 if layers else n.num_gpus for n in self.nodes)
         """GPUs that split every block of a stage on each node (1 when the engine runs a
         multi-GPU node as a pipeline over its GPUs instead)."""
-        self.all_reduce_s = tuple(
-            _all_reduce_s(tp, act, r)
-            for tp, r in zip(self.tensor_parallel, self.rates, strict=True)
-        )
-        """One all-reduce of the activations among the node's tensor-parallel GPUs."""
-        self.block_s: tuple[float, ...] = tuple(2 * ar for ar in self.all_reduce_s)
-        """Fixed seconds every block adds on each node: two all-reduces when the stage is
-        tensor parallel, plus its calibrated block cost."""
         self.stage_s: tuple[float, ...] = (0.0,) * n_nodes
         """Fixed seconds a stage on each node adds whatever its blocks: the hops between
         the node's own GPUs when the engine splits layers across them."""
@@ -214,36 +187,25 @@ class CostModel:
         # up, every block pays the collective) unless the engine splits layers over the
         # GPUs, as llama.cpp and an Accelerate device_map do: then one GPU streams at a
         # time and the token crosses num_gpus - 1 hops inside the node.
+        self._cal: list[NodeCalibration] | None = None
+        self._cal_single: list[NodeCalibration] | None = None
+        self._spread: list[int] = []
         if self.calibration is not None:
-            cal = self._node_calibrations(layers)
-            spread = [n.num_gpus if layers else 1 for n in nodes]
+            cal = self._cal = self._node_calibrations(layers)
+            self._cal_single = self._node_calibrations(single_gpu=True)
+            spread = self._spread = [n.num_gpus if layers else 1 for n in nodes]
             self.inv_bw = tuple(
                 min(v * g / c.bandwidth_fraction, _SLOWEST)
                 for v, c, g in zip(self.inv_bw, cal, spread, strict=True)
-            )
-            self.flop_s_per_byte = tuple(
-                min(v * g / c.compute_efficiency, _SLOWEST)
-                for v, c, g in zip(self.flop_s_per_byte, cal, spread, strict=True)
             )
             self.inv_flops = tuple(
                 min(v * g / c.compute_efficiency, _SLOWEST)
                 for v, c, g in zip(self.inv_flops, cal, spread, strict=True)
             )
-            self.xfer_s = tuple(v + c.hop_overhead_s for v, c in zip(self.xfer_s, cal, strict=True))
-            self.intra_xfer_s = tuple(
-                v + c.hop_overhead_s for v, c in zip(self.intra_xfer_s, cal, strict=True)
-            )
-            # A profile's collective figure is the measured cost of a block's two
-            # all-reduces; the first-order 2·AR(tp) already charges part of it, so the
-            # calibration adds the rest: a block pays max(2·AR, collective).
-            base = [c.block_overhead_s for c in self._node_calibrations(single_gpu=True)]
-            self.block_s = tuple(
-                v + b + max(0.0, c.block_overhead_s - b - v)
-                for v, c, b in zip(self.block_s, cal, base, strict=True)
-            )
             self.stage_s = tuple(
                 (g - 1) * c.hop_overhead_s for c, g in zip(cal, spread, strict=True)
             )
+        self._set_microbatch()
         self.inv_prefill_flops, self.prefill_sources = prefill_rates(
             self.nodes,
             [r.flops_per_s for r in self.rates],
@@ -255,6 +217,76 @@ class CostModel:
         compute (:func:`~stowplan.calibration.prefill.prefill_efficiency`) where it
         applies, else :attr:`inv_flops`; and where each figure comes from."""
 
+    def _set_microbatch(self) -> None:
+        """The figures that depend on the microbatch: the reads beyond the weights, the
+        compute per byte, the transfers and the all-reduces (calibrated when a profile
+        applies)."""
+        model, b = self.model, self.microbatch
+        touch = expert_touch_bytes(model, b)
+        self.kv_prefix = (
+            0,
+            *accumulate(
+                kv_read_bytes(model, i, self.kv_read_tokens, b) + touch[i]
+                for i in range(model.num_blocks)
+            ),
+        )
+        """Bytes a step of one microbatch reads beyond the weights one token reads (which
+        are also its compute): the KV of its b sequences at the read context, and the
+        further routed experts b tokens touch in a MoE block (:mod:`stowplan.cost.touch`)."""
+        ppb = self.params_per_byte
+        act = b * model.hidden_dim * model.bytes_per_activation_elem
+        self.flop_s_per_byte = tuple(
+            min(2.0 * ppb * b / r.flops_per_s, _SLOWEST) for r in self.rates
+        )
+        self.xfer_s = tuple(act / r.link_bytes_per_s for r in self.rates)
+        self.intra_xfer_s = tuple(act / r.intra_bytes_per_s for r in self.rates)
+        """Seconds to pass the activations to a stage on another GPU group of the same node."""
+        self.all_reduce_s = tuple(
+            _all_reduce_s(tp, act, r)
+            for tp, r in zip(self.tensor_parallel, self.rates, strict=True)
+        )
+        """One all-reduce of the activations among the node's tensor-parallel GPUs."""
+        self.block_s: tuple[float, ...] = tuple(2 * ar for ar in self.all_reduce_s)
+        """Fixed seconds every block adds on each node: two all-reduces when the stage is
+        tensor parallel, plus its calibrated block cost."""
+        cal, single = self._cal, self._cal_single
+        if cal is not None and single is not None:
+            spread = self._spread
+            self.flop_s_per_byte = tuple(
+                min(v * g / c.compute_efficiency, _SLOWEST)
+                for v, c, g in zip(self.flop_s_per_byte, cal, spread, strict=True)
+            )
+            self.xfer_s = tuple(v + c.hop_overhead_s for v, c in zip(self.xfer_s, cal, strict=True))
+            self.intra_xfer_s = tuple(
+                v + c.hop_overhead_s for v, c in zip(self.intra_xfer_s, cal, strict=True)
+            )
+            # A profile's collective figure is the measured cost of a block's two
+            # all-reduces; the first-order 2·AR(tp) already charges part of it, so the
+            # calibration adds the rest: a block pays max(2·AR, collective).
+            base = [c.block_overhead_s for c in single]
+            self.block_s = tuple(
+                v + b + max(0.0, c.block_overhead_s - b - v)
+                for v, c, b in zip(self.block_s, cal, base, strict=True)
+            )
+        self._set_stage_classes()
+
+    def _set_stage_classes(self) -> None:
+        """:attr:`stage_class` from the figures as they now are."""
+        figures = zip(
+            self.inv_bw,
+            self.flop_s_per_byte,
+            self.block_s,
+            self.stage_s,
+            self.xfer_s,
+            self.usable,
+            strict=True,
+        )
+        classes: dict[tuple[float | int, ...], int] = {}
+        self.stage_class = tuple(classes.setdefault(f, len(classes)) for f in figures)
+        """Per node index, its class: nodes alike in every figure a stage's time (without
+        an in-host hop) and fit read — bandwidth, compute, block and stage costs, transfer
+        and usable VRAM — share one."""
+
     @property
     def constraints(self) -> Constraints:
         """The constraints this model was built for."""
@@ -263,16 +295,21 @@ class CostModel:
     def _node_calibrations(self, single_gpu: bool) -> list[NodeCalibration]:
         """Each node's calibration factors, as tensor parallel over its GPUs unless
         ``single_gpu``."""
-        return [
-            node_calibration(
-                self.calibration,
-                n.gpu_name,
-                self.model.dtype,
-                bandwidth_measured=bandwidth_is_measured(n),
-                tensor_parallel=1 if single_gpu else n.num_gpus,
-            )
-            for n in self.nodes
-        ]
+        # Nodes of one GPU kind, measurement and split share one lookup.
+        known: dict[tuple[str, bool, int], NodeCalibration] = {}
+        out = []
+        for n in self.nodes:
+            key = (n.gpu_name, bandwidth_is_measured(n), 1 if single_gpu else n.num_gpus)
+            if key not in known:
+                known[key] = node_calibration(
+                    self.calibration,
+                    n.gpu_name,
+                    self.model.dtype,
+                    bandwidth_measured=key[1],
+                    tensor_parallel=key[2],
+                )
+            out.append(known[key])
+        return out
 
     def relax_groups(self) -> CostModel:
         """This model with every node as fast as any grouping of its GPUs could be (for
@@ -301,6 +338,7 @@ class CostModel:
         self.xfer_s = tuple(map(min, self.xfer_s, self.intra_xfer_s))
         self.latency_s = tuple(map(min, self.latency_s, self.intra_latency_s))
         self._relaxed = True
+        self._set_stage_classes()
 
     def at_microbatch(self, microbatch: int) -> CostModel:
         """This model with stages stepping ``microbatch`` sequences (the KV reserve still
@@ -313,15 +351,15 @@ class CostModel:
             return root
         view = root._views.get(microbatch)
         if view is None:
-            view = CostModel(
-                self.model,
-                self.nodes,
-                self._constraints,
-                self.calibration,
-                parents=self.parent,
-                microbatch=microbatch,
-            )
-            view._root = root
+            if not 1 <= microbatch <= root.batch:
+                raise InputError("microbatch", microbatch, f"must be within 1..{root.batch}")
+            # The root's figures that do not depend on the microbatch are shared (relaxed
+            # ones are relaxed again, which changes nothing); the rest are computed anew.
+            view = object.__new__(CostModel)
+            view.__dict__.update(root.__dict__)
+            view._views, view._root, view._relaxed = {}, root, False
+            view.microbatch = microbatch
+            view._set_microbatch()
             if root._relaxed:
                 view._relax()
             root._views[microbatch] = view

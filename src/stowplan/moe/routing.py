@@ -98,7 +98,7 @@ def token_routing(model: ModelLayout, load: ExpertLoad | None, co: CoActivation 
     assert ex is not None
     k, n = ex.experts_per_token, ex.num_experts
     rows = load.per_block(ex) if load is not None else ((1.0,) * n,) * len(ex.moe_blocks)
-    p = tuple(tuple(min(1.0, k * w / sum(r)) for w in r) for r in rows)
+    p = tuple(_selection(r, k) for r in rows)
     pairs = None
     if co is not None:
         co_rows = co.per_block(ex)
@@ -113,6 +113,12 @@ def token_routing(model: ModelLayout, load: ExpertLoad | None, co: CoActivation 
             norm.append(tuple((e, f, min(1.0, c * scale)) for e, f, c in r))
         pairs = tuple(norm)
     return Routing(p=p, pairs=pairs, k=k)
+
+
+def _selection(row: Sequence[float], k: int) -> tuple[float, ...]:
+    """Per expert, the probability a token selects it: ``k`` selections shared by load."""
+    total = sum(row)
+    return tuple(min(1.0, k * w / total) for w in row)
 
 
 # -- one MoE block ------------------------------------------------------------------------

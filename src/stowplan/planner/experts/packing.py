@@ -86,6 +86,9 @@ def pack_experts(
     rem = list(slots)
     out: list[Holders] = []
     load_only: list[Holders] = []
+    # Steps 2-5 are a pure function of a layer's loads, quota, budget and pairs: layers
+    # alike (a uniform load, even quotas) are packed once.
+    packed: dict[tuple[object, ...], tuple[Holders, Holders]] = {}
     for li in range(layers):
         # Step 1: this layer's quota of every node's remaining slots.
         left = layers - li
@@ -97,19 +100,18 @@ def pack_experts(
         spare = sum(rem) - num_e * left
         budget = min(redundant_per_layer, max(0, spare) // left)
         layer_pairs = pairs[li] if pairs is not None else None
-        # Steps 2-4: replicate, pack and refine the experts one by one.
-        singles = [[e] for e in range(num_e)]
-        holders = _place_block(w, speeds, limits, singles, budget)
+        # A layer places at most num_e + budget copies, so a quota above that never binds:
+        # capped there, layers whose quotas differ only in slack share one packing.
+        cap = num_e + budget + 1
+        quota = tuple(min(x, cap) for x in limits)
+        key = (tuple(w), quota, budget, None if layer_pairs is None else tuple(layer_pairs))
+        if key not in packed:
+            packed[key] = _pack_layer(
+                w, speeds, quota, budget, layer_pairs, experts_per_token, locality_tolerance
+            )
+        single, holders = (_copy(h) for h in packed[key])
         if layer_pairs is not None:
-            load_only.append(holders)
-            # Step 5: the same with co-activated experts kept together, when it costs little.
-            groups = _groups(w, layer_pairs, experts_per_token)
-            if any(len(g) > 1 for g in groups):
-                grouped = _place_block(w, speeds, limits, groups, budget)
-                worst_g = slowest_finish(node_loads(grouped, w, len(speeds)), speeds)
-                worst_s = slowest_finish(node_loads(holders, w, len(speeds)), speeds)
-                if worst_g <= worst_s * (1 + locality_tolerance) + EPS:
-                    holders = grouped
+            load_only.append(single)
         # Step 6: the copies use up their nodes' slots.
         for hs in holders:
             for j in hs:
@@ -118,6 +120,36 @@ def pack_experts(
     return ExpertPacking(
         holders=tuple(out), load_only=tuple(load_only) if pairs is not None else None
     )
+
+
+def _pack_layer(
+    w: Sequence[float],
+    speeds: Sequence[float],
+    limits: Sequence[int],
+    budget: int,
+    layer_pairs: Pairs | None,
+    experts_per_token: int,
+    locality_tolerance: float,
+) -> tuple[Holders, Holders]:
+    """Steps 2-5 for one layer: (the load-only packing, the packing kept)."""
+    # Steps 2-4: replicate, pack and refine the experts one by one.
+    singles = [[e] for e in range(len(w))]
+    holders = _place_block(w, speeds, limits, singles, budget)
+    kept = holders
+    if layer_pairs is not None:
+        # Step 5: the same with co-activated experts kept together, when it costs little.
+        groups = _groups(w, layer_pairs, experts_per_token)
+        if any(len(g) > 1 for g in groups):
+            grouped = _place_block(w, speeds, limits, groups, budget)
+            worst_g = slowest_finish(node_loads(grouped, w, len(speeds)), speeds)
+            worst_s = slowest_finish(node_loads(holders, w, len(speeds)), speeds)
+            if worst_g <= worst_s * (1 + locality_tolerance) + EPS:
+                kept = grouped
+    return holders, kept
+
+
+def _copy(holders: Holders) -> Holders:
+    return [list(hs) for hs in holders]
 
 
 def _check(

@@ -77,15 +77,24 @@ def expert_summary(
     work = [0.0] * n
     imbalances = []
     transfers = 0.0
+    # Blocks alike (same copies, load, pairs and home stage) have the same figures.
+    seen: dict[tuple[object, ...], tuple[list[float], float, float]] = {}
     for li, holders in enumerate(all_holders):
         w = routing.p[li]
-        for j, node_load in enumerate(node_loads(holders, w, n)):
-            work[j] += node_load
-        imbalances.append(imbalance(holders, w, speeds))
         pairs = routing.pairs[li] if routing.pairs is not None else None
-        transfers += remote_transfers(
-            holders, w, pairs, routing.k, n, home_stage[ex.moe_blocks[li]]
-        )
+        home = home_stage[ex.moe_blocks[li]]
+        key = (tuple(map(tuple, holders)), w, pairs, home)
+        if key not in seen:
+            seen[key] = (
+                node_loads(holders, w, n),
+                imbalance(holders, w, speeds),
+                remote_transfers(holders, w, pairs, routing.k, n, home),
+            )
+        loads, block_imbalance, block_transfers = seen[key]
+        for j, node_load in enumerate(loads):
+            work[j] += node_load
+        imbalances.append(block_imbalance)
+        transfers += block_transfers
     total_work = sum(work) or 1.0
     rows = []
     for j, a in enumerate(plan.assignments):

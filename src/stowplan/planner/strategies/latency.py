@@ -162,7 +162,11 @@ def latency_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
                 # nodes exactly, in its order and in the orders of their VRAM.
                 order = got[1]
                 by_room = sorted(order, key=lambda d: (cm.usable[d], d))
+                tried: set[tuple[int, ...]] = set()
                 for o in (order, by_room, by_room[::-1]):
+                    if tuple(o) in tried:
+                        continue  # the same split again: the first of equal candidates wins
+                    tried.add(tuple(o))
                     split = latency_split(cm, o)
                     if split is not None and min_n <= len(split[0]) <= max_n:
                         candidates.append(split)
@@ -184,11 +188,18 @@ def latency_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
     """g[j]: least time with blocks [0, j) placed as stages before the last."""
     best, at = inf, (-1, -1)
     choices: list[list[int]] = []
+    # Nodes alike in every figure the stage times use share their tables.
+    tables: dict[tuple[float | int, ...], tuple[list[float], list[list[float]]]] = {}
     for p, d in enumerate(order):
         lat = cm.latency_s[d]
+        key: tuple[float | int, ...] = (cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d])
+        key += (cm.stage_s[d], cm.xfer_s[d], cm.usable[d])
+        if key not in tables:
+            tables[key] = _stage_tables(cm, d)
+        last_s, stage_s = tables[key]
         for j in range(1, nb):
-            if g[j] < inf and cm.fits(d, j, nb, False, True):
-                v = g[j] + cm.stage_time(d, j, nb, False, True) + lat
+            if g[j] < inf and last_s[j] < inf:
+                v = g[j] + last_s[j] + lat
                 if v < best:
                     best, at = v, (p, j)
         new = g[:]
@@ -197,10 +208,8 @@ def latency_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
             base = lat if j == 0 else g[j] + lat
             if base == inf:
                 continue
-            for k in range(j + 1, nb):
-                if not cm.fits(d, j, k, j == 0, False):
-                    break
-                v = base + cm.stage_time(d, j, k, j == 0, False)
+            for k, s in enumerate(stage_s[j], start=j + 1):
+                v = base + s
                 if v < new[k]:
                     new[k], choice[k] = v, j
         choices.append(choice)
@@ -218,6 +227,35 @@ def latency_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
         q -= 1
     stages.reverse()
     return [d for d, _ in stages], [lo for _, lo in stages] + [nb]
+
+
+def _stage_tables(cm: CostModel, d: int) -> tuple[list[float], list[list[float]]]:
+    """Node ``d``'s stage times for :func:`latency_split`, as :meth:`CostModel.stage_time`
+    computes them: as the last stage from each block ``j`` (inf where it does not fit),
+    and as an earlier stage from each ``j`` to every ``k`` while it fits."""
+    nb = cm.num_blocks
+    rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
+    head, embed = cm.head, cm.embed
+    ib, fl, bs, ss = cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d]
+    xfer, room = cm.xfer_s[d], cm.usable[d]
+    last = [math.inf] * nb
+    for j in range(1, nb):
+        if mp[nb] - mp[j] + head <= room:
+            weights = rp[nb] - rp[j] + head
+            t = max((weights + kp[nb] - kp[j]) * ib, weights * fl)
+            last[j] = t + ((nb - j) * bs + ss)
+    runs: list[list[float]] = []
+    for j in range(nb - 1):
+        extra = embed if j == 0 else 0
+        run = []
+        for k in range(j + 1, nb):
+            if mp[k] - mp[j] + extra > room:
+                break
+            weights = rp[k] - rp[j]
+            t = max((weights + kp[k] - kp[j]) * ib, weights * fl)
+            run.append(t + ((k - j) * bs + ss) + xfer)
+        runs.append(run)
+    return last, runs
 
 
 def _improve(

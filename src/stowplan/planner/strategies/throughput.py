@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from itertools import accumulate
+from itertools import accumulate, compress
 
 from stowplan.cost import CostModel
 from stowplan.planner.problem import Problem
@@ -55,18 +56,49 @@ def _ok(cm: CostModel, d: int, lo: int, hi: int, first: bool, last: bool, t_max:
 
 
 def _reach(cm: CostModel, d: int, lo: int, t_max: float, first: bool) -> int:
-    """Largest ``hi`` such that ``[lo, hi)`` as a non-last stage on ``d`` fits; ``lo`` if none."""
+    """Largest ``hi`` such that ``[lo, hi)`` as a non-last stage on ``d`` fits; ``lo`` if none.
+
+    :meth:`CostModel.fits` and :meth:`CostModel.stage_time` inlined, with the same
+    arithmetic: this runs for every node and step of every bisection.
+    """
     nb = cm.num_blocks
-    if lo >= nb or not _ok(cm, d, lo, lo + 1, first, False, t_max):
+    if lo >= nb:
         return lo
-    good, bad = lo + 1, nb + 1
+    rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
+    ib, fl, bs, ss = cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d]
+    xfer, room, extra = cm.xfer_s[d], cm.usable[d], cm.embed if first else 0
+    hi = lo + 1
+    if mp[hi] - mp[lo] + extra > room:
+        return lo
+    weights = rp[hi] - rp[lo]
+    t = max((weights + kp[hi] - kp[lo]) * ib, weights * fl)
+    if not t + ((hi - lo) * bs + ss) + xfer <= t_max:
+        return lo
+    good, bad = hi, nb + 1
     while bad - good > 1:
-        mid = (good + bad) // 2
-        if _ok(cm, d, lo, mid, first, False, t_max):
-            good = mid
+        hi = (good + bad) // 2
+        ok = mp[hi] - mp[lo] + extra <= room
+        if ok:
+            weights = rp[hi] - rp[lo]
+            t = max((weights + kp[hi] - kp[lo]) * ib, weights * fl)
+            ok = t + ((hi - lo) * bs + ss) + xfer <= t_max
+        if ok:
+            good = hi
         else:
-            bad = mid
+            bad = hi
     return good
+
+
+def _ends_within(cm: CostModel, d: int, lo: int, first: bool, t_max: float) -> bool:
+    """Whether ``[lo, nb)`` with the head fits node ``d`` as the last stage within ``t_max``
+    (:meth:`CostModel.fits` and :meth:`CostModel.stage_time` inlined, same arithmetic)."""
+    nb, head = cm.num_blocks, cm.head
+    rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
+    if mp[nb] - mp[lo] + (cm.embed if first else 0) + head > cm.usable[d]:
+        return False
+    weights = rp[nb] - rp[lo] + head
+    t = max((weights + kp[nb] - kp[lo]) * cm.inv_bw[d], weights * cm.flop_s_per_byte[d])
+    return t + ((nb - lo) * cm.block_s[d] + cm.stage_s[d]) <= t_max
 
 
 def greedy_split(
@@ -77,9 +109,15 @@ def greedy_split(
     pos = 0
     used: list[int] = []
     bounds = [0]
+    node_class = cm.stage_class
+    # Classes of nodes that took nothing since the split last grew: a node alike, at the
+    # same point of the split, takes nothing too.
+    idle: set[int] = set()
     for d in order:
+        if node_class[d] in idle:
+            continue
         first = not used
-        if len(used) + 1 >= min_stages and _ok(cm, d, pos, nb, first, True, t_max):
+        if len(used) + 1 >= min_stages and _ends_within(cm, d, pos, first, t_max):
             used.append(d)
             bounds.append(nb)
             return used, bounds
@@ -88,6 +126,9 @@ def greedy_split(
             used.append(d)
             bounds.append(reach)
             pos = reach
+            idle.clear()
+        else:
+            idle.add(node_class[d])
     return None
 
 
@@ -153,6 +194,7 @@ class _RoleTimes:
         """Per class, its node positions in order."""
         classes: dict[tuple[float | int, ...], int] = {}
         shared: dict[tuple[float, float, float, float, int], list[float]] = {}
+        shared_tail: dict[tuple[float, float, float, float, int], list[float]] = {}
         total_m = mp[nb]
         for i, d in enumerate(self.nodes):
             u = cm.usable[d]
@@ -175,15 +217,18 @@ class _RoleTimes:
                         for k in range(1, k_mid + 1)
                     ]
                 base = shared[base_key]
-                head = cm.head
-                tail = [
-                    max(
-                        (rp[nb] - rp[nb - k] + head + kp[nb] - kp[nb - k]) * ib,
-                        (rp[nb] - rp[nb - k] + head) * fl,
-                    )
-                    + (k * bs + ss)
-                    for k in range(1, k_last + 1)
-                ]
+                tail_key = (ib, fl, bs, ss, k_last)
+                if tail_key not in shared_tail:
+                    head = cm.head
+                    shared_tail[tail_key] = [
+                        max(
+                            (rp[nb] - rp[nb - k] + head + kp[nb] - kp[nb - k]) * ib,
+                            (rp[nb] - rp[nb - k] + head) * fl,
+                        )
+                        + (k * bs + ss)
+                        for k in range(1, k_last + 1)
+                    ]
+                tail = shared_tail[tail_key]
             else:
                 first_of = self.members[c][0]
                 base, tail = self.base[first_of], self.tail[first_of]
@@ -194,21 +239,29 @@ class _RoleTimes:
             self.k_last.append(k_last)
             self.base.append(base)
             self.tail.append(tail)
+        # Per class, the stage times as the test compares them (``v + xfer``, the same
+        # floats): a capacity at T is then one bisection of a sorted list.
+        self.stage = [
+            [v + self.xfer[m[0]] for v in self.base[m[0]]] if m else [] for m in self.members
+        ]
         for m in self.members:
             m.sort(key=lambda i: self.nodes[i])
         self.rep = [m[0] for m in self.members]
         """Per class, its first node position (whose figures every member shares)."""
+        self.first_ids = [self.nodes[i] for i in self.rep]
+        """Per class, its first member's node id (the least)."""
+        self.sizes = [len(m) for m in self.members]
+        """Per class, how many nodes it has."""
+        self._rep_tail = [self.tail[i] for i in self.rep]
+        self._rep_k_first = [self.k_first[i] for i in self.rep]
 
     def class_caps(self, t: float, strict: bool) -> tuple[list[int], list[int], list[int]]:
         """:meth:`caps` per class (every member of a class holds as many blocks)."""
-        if strict:
-            mids = [_count(self.base[i], self.xfer[i], t, True) for i in self.rep]
-            lasts = [_count(self.tail[i], 0.0, t, True) for i in self.rep]
-        else:
-            mids = [_count_within(self.base[i], self.xfer[i], t) for i in self.rep]
-            lasts = [_count_within(self.tail[i], 0.0, t) for i in self.rep]
-        k_first = self.k_first
-        firsts = [min(k, k_first[i]) for k, i in zip(mids, self.rep, strict=True)]
+        # ``v + x`` is non-decreasing in v, so a count is a bisection of the shifted times.
+        count = bisect_left if strict else bisect_right
+        mids = [count(times, t) for times in self.stage]
+        lasts = [count(times, t) for times in self._rep_tail]
+        firsts = list(map(min, mids, self._rep_k_first))
         return mids, firsts, lasts
 
     def caps(self, t: float, strict: bool) -> tuple[list[int], list[int], list[int]]:
@@ -221,36 +274,7 @@ class _RoleTimes:
         """Stage times of k = lo+1 .. hi blocks of node ``i`` in ``role`` (0/1: base, 2: tail)."""
         if role == 2:
             return self.tail[i][lo:hi]
-        x = self.xfer[i]
-        return [v + x for v in self.base[i][lo:hi]]
-
-
-def _count_within(times: list[float], x: float, t: float) -> int:
-    """:func:`_count`, not strict."""
-    k = bisect_right(times, t - x)
-    n = len(times)
-    while k < n and times[k] + x <= t:
-        k += 1
-    while k > 0 and times[k - 1] + x > t:
-        k -= 1
-    return k
-
-
-def _count(times: list[float], x: float, t: float, strict: bool) -> int:
-    """How many ``v + x`` for v in ``times`` are ≤ t (< t when strict)."""
-    k = (bisect_left if strict else bisect_right)(times, t - x)
-    n = len(times)
-    if strict:
-        while k < n and times[k] + x < t:
-            k += 1
-        while k > 0 and not times[k - 1] + x < t:
-            k -= 1
-    else:
-        while k < n and times[k] + x <= t:
-            k += 1
-        while k > 0 and times[k - 1] + x > t:
-            k -= 1
-    return k
+        return self.stage[self.cls[i]][lo:hi]
 
 
 _Caps = tuple[list[int], list[int], list[int]]
@@ -311,17 +335,30 @@ def _class_ends(times: _RoleTimes, role: list[int], mid: list[int]) -> list[tupl
     """:func:`_top_ends` from class capacities: (node position, its class), the same nodes
     (a class offers only its first four members: no more can be among the four best)."""
     ids = times.nodes
+    members = times.members
+    # A class's members share its key but for their ids, sorted: the four best nodes are
+    # among the members of the four classes whose first member is best (classes able to
+    # take the role: ``compress`` keeps those whose capacity in it is not 0).
+    classes = range(len(members))
+    neg = list(map(operator.neg, role))
+    cap_classes = heapq.nsmallest(
+        4, compress(zip(neg, times.first_ids, classes, strict=True), role)
+    )
     by_cap = heapq.nsmallest(
+        4, [(-role[c], ids[i], i, c) for *_, c in cap_classes for i in members[c][:4]]
+    )
+    gain_classes = heapq.nsmallest(
         4,
-        [(-role[c], ids[i], i, c) for c, ms in enumerate(times.members) if role[c] for i in ms[:4]],
+        compress(
+            zip(map(operator.sub, mid, role), neg, times.first_ids, classes, strict=True), role
+        ),
     )
     by_gain = heapq.nsmallest(
         4,
         [
             (mid[c] - role[c], -role[c], ids[i], i, c)
-            for c, ms in enumerate(times.members)
-            if role[c]
-            for i in ms[:4]
+            for *_, c in gain_classes
+            for i in members[c][:4]
         ],
     )
     ends = {(e[-2], e[-1]) for e in by_cap} | {(e[-2], e[-1]) for e in by_gain}
@@ -345,9 +382,9 @@ def _passes(times: _RoleTimes, caps: _Caps, nb: int, max_stages: int) -> bool:
         return _capacity_order(times.nodes, node_caps, nb, max_stages) is not None
     # Interior capacities, largest first: distinct values, how many nodes reach each.
     counts: dict[int, int] = {}
-    for c, members in enumerate(times.members):
-        if mid[c] > 0:
-            counts[mid[c]] = counts.get(mid[c], 0) + len(members)
+    for v, size_c in zip(mid, times.sizes, strict=True):
+        if v > 0:
+            counts[v] = counts.get(v, 0) + size_c
     values = sorted(counts, reverse=True)
     reach = list(accumulate(counts[v] for v in values))
     sums = list(accumulate(counts[v] * v for v in values))
