@@ -28,10 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.common.serving_models import dense, moe  # noqa: E402
 from tests.common.serving_referee import Load, Referee  # noqa: E402
 
 from stowplan import (  # noqa: E402
-    ExpertLayout,
     Infeasible,
     ModelLayout,
     NodeDescriptor,
@@ -53,41 +53,11 @@ def _offer_module():  # type: ignore[no-untyped-def]
 
 
 def toy_model(rng: random.Random) -> ModelLayout:
+    """A dense model (7 in 10) or a MoE one, of the referee tests' shapes."""
     blocks, hidden, kv = rng.randint(2, 5), rng.choice([1024, 4096]), rng.randint(1, 200_000)
     if rng.random() < 0.7:
-        mb = rng.randint(200, 3000)
-        return ModelLayout(
-            name="dense",
-            num_blocks=blocks,
-            hidden_dim=hidden,
-            bytes_per_activation_elem=2,
-            block_params_bytes=mb * MB,
-            head_params_bytes=mb * MB // 2,
-            embed_params_bytes=mb * MB // 2,
-            kv_bytes_per_token=(kv,) * blocks,
-            total_params=(blocks + 1) * mb * MB // 2,
-            active_params=(blocks + 1) * mb * MB // 2,
-        )
-    expert, e, k, other = rng.randint(20, 300) * MB, 16, 2, 200 * MB
-    sizes = [other] + [other + e * expert] * (blocks - 1)
-    return ModelLayout(
-        name="moe",
-        num_blocks=blocks,
-        hidden_dim=hidden,
-        bytes_per_activation_elem=2,
-        block_params_bytes=round(sum(sizes) / blocks),
-        block_bytes=tuple(sizes),
-        block_read_bytes=tuple([other] + [other + k * expert] * (blocks - 1)),
-        head_params_bytes=100 * MB,
-        embed_params_bytes=100 * MB,
-        kv_bytes_per_token=(kv,) * blocks,
-        experts=ExpertLayout(
-            num_experts=e,
-            experts_per_token=k,
-            expert_params_bytes=expert,
-            moe_blocks=tuple(range(1, blocks)),
-        ),
-    )
+        return dense(blocks, rng.randint(200, 3000), kv, hidden)
+    return moe(blocks, rng.randint(20, 300), kv, hidden)
 
 
 def fleet(rng: random.Random) -> list[NodeDescriptor]:

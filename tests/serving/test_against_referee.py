@@ -19,7 +19,7 @@ from stowplan import (
     ServePlan,
     serve,
 )
-from tests.common.serving_models import dense, models, workload
+from tests.common.serving_models import dense, models, moe, workload
 from tests.common.serving_referee import Load, Referee
 
 MB, GB = 10**6, 10**9
@@ -126,10 +126,36 @@ MISSED_ORDER = (
 )
 """Pinned: serve() at eb72afd ran n1 → n0 (120 users) where n0 → n1 serves 124."""
 
+MISSED_THREE = (
+    moe(3, 210, 2, 2048),
+    [
+        NodeDescriptor(
+            id=f"n{i}",
+            gpu_name=gpu,
+            vram_bytes=v * GB,
+            flops_estimate=f,
+            link_mbps=link,
+            mem_bandwidth_gbps=200.0,
+            price_per_hour=price,
+        )
+        for i, (gpu, v, f, link, price) in enumerate(
+            [
+                ("L4", 5, 20.0, 1000.0, 1.0),
+                ("RTX 3090", 5, 20.0, 1000.0, 1.0),
+                ("RTX 3090", 2, 149.0, 8553.0, 3.0),
+            ]
+        )
+    ],
+    Load(prompt_tokens=1093, output_tokens=17, ttft_s=5.0, tpot_s=0.25),
+)
+"""Pinned: serve() at 802038f planned 31 users on n0 → n1 where n2 → n0 → n1 serves 32
+(a 3-block model: every pipeline of the three nodes is now tried)."""
+
 
 @SETTINGS
 @given(models, fleets(), workloads)
 @example(*MISSED_ORDER)
+@example(*MISSED_THREE)
 def test_serve_reaches_097_of_the_most_users(
     model: ModelLayout, nodes: list[NodeDescriptor], load: Load
 ) -> None:

@@ -171,16 +171,21 @@ def test_a_pair_of_nodes_is_tried_pipeline_by_pipeline() -> None:
     """Two single-GPU nodes: the exhaustive value is the best of both orders and every
     split (and each node alone), at least what the planner's replica serves, and at
     most the relaxation bound."""
-    from stowplan.serving.exhaustive import best_replica_value
+    from stowplan.serving.exhaustive import best_replica_value, pipeline_count
 
-    nodes = [_node(0, 1, 12, 900.0, 80.0, 16.0), _node(1, 1, 8, 500.0, 40.0, 16.0)]
+    nodes = [_node(0, 1, 16, 900.0, 80.0, 16.0), _node(1, 1, 12, 500.0, 40.0, 16.0)]
     w = Workload(prompt_tokens=512, output_tokens=128, ttft_s=2.0, tpot_s=0.1)
     got = best_replica_value(LLAMA_LIKE, nodes, w, Constraints(), by_rate=False)
-    assert got is not None
+    assert got is not None and got >= 1
     rates = FleetRates.of(LLAMA_LIKE, nodes, Constraints(), w)
     planned = replica_of(LLAMA_LIKE, nodes, w, Constraints(), users_bound(rates, [0, 1], w))
     assert planned is not None and planned.serving.users <= got <= users_bound(rates, [0, 1], w)
-    # A node of several GPUs, or three nodes, is not tried this way.
+    # A node of several GPUs, or three nodes of 32 blocks (3 + 6·31 + 6·465 pipelines),
+    # is not tried this way; three nodes of a 3-block model (3 + 6·2 + 6·1) are.
     assert best_replica_value(LLAMA_LIKE, [_pcie_node(2)], w, Constraints(), by_rate=False) is None
     three = [*nodes, _node(2, 1, 8, 500.0, 40.0, 16.0)]
+    assert pipeline_count(3, 32) == 3 + 6 * 31 + 6 * 465
     assert best_replica_value(LLAMA_LIKE, three, w, Constraints(), by_rate=False) is None
+    small = dense(3, 400, 131_072, 4096)
+    assert pipeline_count(3, 3) == 21
+    assert best_replica_value(small, three, w, Constraints(), by_rate=False) is not None

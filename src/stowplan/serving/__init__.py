@@ -511,8 +511,8 @@ def _certificate(
     found = packed() if complete else None
     if found is not None and refined:
         how = (
-            "every composition's relaxation bound, packed (those of one or two single-GPU "
-            "nodes it packs: every pipeline tried)"
+            "every composition's relaxation bound, packed (those of few single-GPU nodes "
+            "it packs: every pipeline tried)"
         )
     if objective is ServeObjective.USERS:
         bound = None if found is None else found[0]

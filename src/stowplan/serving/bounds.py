@@ -273,7 +273,7 @@ def _bound_with(
     # cycle(U) ≥ (weights + U·KV) at the pooled bandwidth: TPOT and TTFT cap U again.
     pooled = rates.inv_pooled_bw(members)
     kv = rates.kv_read_per_request * pooled
-    fixed = rates.decode_read * pooled + cycle_extra
+    fixed = rates.decode_read * pooled  # the m × slowest-stage branch: no hops
     if kv + t0 / o > 0:
         u = min(u, math.floor((w.tpot_s - fixed) / (kv + t0 / o)))
     if kv > 0:

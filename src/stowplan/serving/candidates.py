@@ -162,9 +162,10 @@ REFINE_STEPS = 6
 def _tried_all(
     model: ModelLayout, nodes: Sequence[NodeDescriptor], w: Workload, c: Constraints
 ) -> tuple[bool, Candidate | None]:
-    """On one or two single-GPU nodes, (True, the replica of the pipeline serving the
-    most of every one tried (:func:`~stowplan.serving.exhaustive.best_pipeline`), planned
-    for its own U*; None when none serves a request); (False, None) for larger sets."""
+    """On single-GPU nodes with few pipelines (one or two nodes; more for a model of few
+    blocks), (True, the replica of the pipeline serving the most of every one tried
+    (:func:`~stowplan.serving.exhaustive.best_pipeline`), planned for its own U*; None when
+    none serves a request); (False, None) for larger sets."""
     from stowplan.model import Strategy
     from stowplan.planner.certify import finish
     from stowplan.planner.problem import prepare

@@ -1,5 +1,7 @@
-"""The exact best replica of a node set small enough to try every pipeline: one or two
-single-GPU nodes (every order, every block split, each scored at its own U*).
+"""The exact best replica of a node set small enough to try every pipeline: single-GPU
+nodes with at most :data:`EXHAUSTIVE_SHAPES` pipelines (every order of every subset,
+every block split, each scored at its own U*) — one or two nodes of any model, more of
+a model of few blocks.
 
 The certificate (:mod:`stowplan.serving`) replaces such a composition's relaxation bound
 by this value, which makes the bound exact on fleets whose replicas are that small.
@@ -9,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from itertools import permutations
+from itertools import combinations, permutations
+from math import comb, perm
 
 from stowplan.cost import CostModel
 from stowplan.cost.serving import ReplicaServing, pipeline_serving, serving_constraints
@@ -17,10 +20,18 @@ from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.quantities.limits import MAX_BATCH
 from stowplan.workload import Workload
 
-__all__ = ["EXHAUSTIVE_NODES", "best_pipeline", "best_replica_value"]
+__all__ = ["EXHAUSTIVE_SHAPES", "best_pipeline", "best_replica_value", "pipeline_count"]
 
-EXHAUSTIVE_NODES = 2
-"""Node sets of up to this many single-GPU nodes are tried pipeline by pipeline."""
+EXHAUSTIVE_SHAPES = 600
+"""Node sets of single-GPU nodes with at most this many pipelines are tried pipeline by
+pipeline (two nodes and 126 blocks make 252)."""
+
+
+def pipeline_count(nodes: int, blocks: int, lo: int = 1, hi: int | None = None) -> int:
+    """Pipelines of ``lo``..``hi`` stages on ``nodes`` nodes: ordered node choices times
+    block splits."""
+    top = min(nodes, blocks) if hi is None else min(hi, nodes, blocks)
+    return sum(perm(nodes, k) * comb(blocks - 1, k - 1) for k in range(lo, top + 1))
 
 
 def best_replica_value(
@@ -33,7 +44,7 @@ def best_replica_value(
 ) -> float | None:
     """The most users (requests/s with ``by_rate``) any replica on ``nodes`` or a subset
     of them serves: every pipeline tried; None when the set is too large for that (more
-    than :data:`EXHAUSTIVE_NODES` nodes, or a node of several GPUs)."""
+    than :data:`EXHAUSTIVE_SHAPES` pipelines, or a node of several GPUs)."""
     found = best_pipeline(model, nodes, w, c, by_rate=by_rate)
     if found is None:
         return None
@@ -52,20 +63,21 @@ def best_pipeline(
     users (requests/s with ``by_rate``; then the lower TPOT, fewer stages) of every one
     on ``nodes`` or a subset, and what it serves (None: no pipeline serves a request);
     None when the set is too large to try them all (see :func:`best_replica_value`)."""
-    if len(nodes) > EXHAUSTIVE_NODES or any(n.num_gpus != 1 for n in nodes):
+    nb = model.num_blocks
+    lo_stages = max(1, c.min_stages or 1)
+    hi_stages = min(len(nodes), c.max_stages or len(nodes))
+    if any(n.num_gpus != 1 for n in nodes):
+        return None
+    if pipeline_count(len(nodes), nb, lo_stages, hi_stages) > EXHAUSTIVE_SHAPES:
         return None
     base = serving_constraints(w, c)
     fits = CostModel(model, nodes, replace(base, batch=1))
     # The views of U requests pipeline_serving asks for all come from one root.
     score = CostModel(model, nodes, replace(base, batch=MAX_BATCH))
-    nb = model.num_blocks
-    lo_stages = max(1, c.min_stages or 1)
-    hi_stages = min(len(nodes), c.max_stages or len(nodes))
     best: tuple[tuple[float, float, int], list[int], list[int], ReplicaServing] | None = None
     for size in range(lo_stages, hi_stages + 1):
         for order in permutations(range(len(nodes)), size):
-            cuts: Sequence[Sequence[int]] = [[]] if size == 1 else [[k] for k in range(1, nb)]
-            for cut in cuts:
+            for cut in combinations(range(1, nb), size - 1):
                 bounds = [0, *cut, nb]
                 if not fits.fits_pipeline(list(order), bounds):
                     continue
