@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.common.serving_models import dense, moe  # noqa: E402
+from tests.common.serving_models import dense, moe, workload  # noqa: E402
 from tests.common.serving_referee import Load, Referee  # noqa: E402
 
 from stowplan import (  # noqa: E402
@@ -85,16 +85,6 @@ def load(rng: random.Random) -> Load:
     )
 
 
-def work(ld: Load, users: int | None = None) -> Workload:
-    return Workload(
-        prompt_tokens=ld.prompt_tokens,
-        output_tokens=ld.output_tokens,
-        ttft_s=ld.ttft_s,
-        tpot_s=ld.tpot_s,
-        users=users,
-    )
-
-
 def formula_gap(ref: Referee, nodes: list[NodeDescriptor], got: object) -> float:
     index = {n.id: i for i, n in enumerate(nodes)}
     worst = 0.0
@@ -121,13 +111,13 @@ def quality(examples: int, seed: int) -> None:
         best = ref.fleet_users()
         if best == 0:
             continue
-        got = serve(model, nodes, work(ld))
+        got = serve(model, nodes, workload(ld))
         ratios.append(got.users / best)
         gaps.append(formula_gap(ref, nodes, got))
         if got.users < best:
             misses.append((drawn, got.users, best))
         target = max(1, best // 2)
-        cheap = serve(model, nodes, work(ld, users=target))
+        cheap = serve(model, nodes, workload(ld, users=target))
         prices.append(cheap.price_per_hour / ref.cheapest(target))
     ratios.sort()
     p10 = ratios[max(0, math.ceil(0.1 * len(ratios)) - 1)]

@@ -38,6 +38,7 @@ from stowplan.gpus import GPU_SPECS, lookup_gpu
 __all__ = [
     "COSTS",
     "Datasheet",
+    "cost_figure",
     "datasheet",
     "dominance_pairs",
     "dominates",
@@ -104,7 +105,8 @@ def _classes(entries: Sequence[DeviceCalibration]) -> list[str]:
     return sorted({c for e in entries for c in e.bandwidth_fraction})
 
 
-def _cost(entry: DeviceCalibration, name: str) -> float:
+def cost_figure(entry: DeviceCalibration, name: str) -> float:
+    """Seconds of ``entry``'s fixed cost ``name`` (``block``, ``hop`` or ``collective``)."""
     figure = {
         "block": entry.block_overhead_s,
         "hop": entry.hop_overhead_s,
@@ -117,7 +119,7 @@ def _keyed(entry: DeviceCalibration, sheet: Datasheet, name: str) -> float:
     """Figure ``name`` of ``entry`` on ``sheet`` such that smaller is faster: a cost, or
     minus an effective bandwidth (GB/s) or FLOP/s (TFLOP/s, ``compute``)."""
     if name in COSTS:
-        return _cost(entry, name)
+        return cost_figure(entry, name)
     if name == "compute":
         return -sheet.tflops * entry.compute_efficiency.value
     return -sheet.bandwidth_gbps * entry.fraction(name).value

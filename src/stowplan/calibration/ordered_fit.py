@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from stowplan.calibration.fit import Measurement, device_system, least_squares, prior_row_weight
-from stowplan.calibration.order import Datasheet, dominance_pairs
+from stowplan.calibration.order import Datasheet, cost_figure, dominance_pairs
 from stowplan.calibration.profile import MAX_BANDWIDTH_FRACTION, DeviceCalibration
 from stowplan.errors import DependencyError
 
@@ -131,7 +131,7 @@ def fit_in_order(
             p = (
                 1.0 / d.prior.fraction(n).value
                 if n in classes
-                else _prior_cost(d.prior, n) / s.t_ref
+                else cost_figure(d.prior, n) / s.t_ref
             )
             w = prior_row_weight(n, p, prior_weight)
             full = np.zeros(len(devices) * width)
@@ -148,7 +148,7 @@ def fit_in_order(
                 own[j] = 1.0 / d.prior.fraction(n).value
                 lower[j] = 1.0 / d.max_fraction
             else:
-                own[j] = _prior_cost(d.prior, n) / s.t_ref
+                own[j] = cost_figure(d.prior, n) / s.t_ref
     # Step 2: the order as linear constraints, c · x <= 0 per pair and figure.
     constraints = []
     for i, j in dominance_pairs(sheets):
@@ -210,12 +210,3 @@ def _least_squares_above(e: np.ndarray, f: np.ndarray, g: np.ndarray, h: np.ndar
     z = -resid[:n] / resid[n]
     # Step 3: back to x.
     return np.asarray(np.linalg.solve(r, z + f1))
-
-
-def _prior_cost(prior: DeviceCalibration, name: str) -> float:
-    figure = {
-        "block": prior.block_overhead_s,
-        "hop": prior.hop_overhead_s,
-        "collective": prior.collective_overhead_s,
-    }[name]
-    return figure.value
