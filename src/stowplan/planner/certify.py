@@ -99,25 +99,28 @@ def solver_optimum(problem: Problem, cm: CostModel, objective: Metric) -> Optimu
     One stream's time per token on up to :data:`INLINE_MILP_NODES` nodes: the MILP within
     :data:`INLINE_MILP_SECONDS` — its optimum (with its pipeline) when it proves one,
     else the larger of its dual bound and the fractional relaxation."""
-    fluid = Optimum(
-        objective=objective,
-        value=0.0,
-        exact=False,
-        method="bound: fractional relaxation (blocks flow to the fastest VRAM)",
-    )
+
+    def fluid() -> Optimum:
+        return Optimum(
+            objective=objective,
+            value=fluid_bound(problem, cm, objective),
+            exact=False,
+            method="bound: fractional relaxation (blocks flow to the fastest VRAM)",
+        )
+
     try:
         n = len(cm.nodes)
         if _inline_exact(n, cm.num_blocks):
             return solve_exact(problem, cm, objective)
-        fluid = replace(fluid, value=fluid_bound(problem, cm, objective))
         if objective is not Metric.LATENCY or cm.batch > 1 or n > INLINE_MILP_NODES:
-            return fluid  # the MILP certifies one stream only: per stage count it costs too much
+            return fluid()  # the MILP certifies one stream only: per stage count it costs too much
         got = solve_milp(problem, cm, objective, time_limit_s=INLINE_MILP_SECONDS)
     except DependencyError:
-        return fluid
-    if got.exact or got.value >= fluid.value:
-        return got
-    return fluid
+        return fluid()
+    if got.exact:
+        return got  # the relaxation is needed only beside a dual bound
+    relaxed = fluid()
+    return got if got.value >= relaxed.value else relaxed
 
 
 INLINE_MILP_NODES = 64

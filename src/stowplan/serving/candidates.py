@@ -188,7 +188,7 @@ def _tried_all(
     ids = tuple(nodes[d].id for d in order)
     return True, Candidate(
         plan=plan,
-        serving=_score(model, by_id, plan, c, w),
+        serving=serving,  # the plan's pipeline, scored by the search
         node_ids=ids,
         nodes=tuple(by_id[i] for i in ids),
         settled=True,
