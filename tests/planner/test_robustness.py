@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from stowplan import Constraints, ModelLayout, NodeDescriptor, Strategy, load_nodes, lookup, plan
 from stowplan.errors import InputError, PlanError
 from stowplan.plan import plan_to_json
+from stowplan.planner.tiebreak import TOLERANCE
 from stowplan.quantities.limits import (
     MAX_BATCH,
     MAX_BYTE_COUNT,
@@ -64,7 +65,9 @@ def test_the_plan_is_the_optimum_the_certificate_computed() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(instances(max_nodes=5, max_blocks=8), st.sampled_from([1, 4]))
-def test_an_exact_certificate_never_shows_a_gap(inst, batch):
+def test_an_exact_certificate_shows_no_gap_beyond_the_tie_break(inst, batch):
+    """An exact certificate's bound is the optimum; the plan is the optimum or, within
+    the tie-break's 0.1 %, one with more KV room."""
     model, nodes = inst
     found = {
         s: p
@@ -76,7 +79,7 @@ def test_an_exact_certificate_never_shows_a_gap(inst, batch):
         cert = p.rationale.certificate
         assert cert is not None
         if cert.exact:
-            assert cert.gap <= 1e-9, (s, cert)
+            assert cert.gap <= TOLERANCE * (1 + 1e-9), (s, cert)
 
 
 E = 2**62
