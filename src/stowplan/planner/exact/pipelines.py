@@ -130,8 +130,32 @@ def _best_single_stage(problem: Problem, cm: CostModel) -> tuple[float, Pipeline
     return best_val, best
 
 
+StageMatrices = dict[tuple[int, bool, bool], Any]
+"""Node d's :func:`stage_matrix` as first, middle or last stage, keyed ``(d, first,
+last)``: uncapped, with no hop (what :func:`least_cycle` builds once for every cap)."""
+
+
+def _stage_matrices(cm: CostModel, stages: int) -> StageMatrices:
+    roles = [(True, True)] if stages == 1 else [(True, False), (False, False), (False, True)]
+    return {
+        (d, first, last): stage_matrix(cm, d, first, last, 0.0)
+        for d in range(len(cm.nodes))
+        for first, last in roles
+    }
+
+
+def _capped(np: Any, base: Any, cap: float, hop: float) -> Any:
+    """``base`` (uncapped, no hop) as :func:`stage_matrix` with ``cap`` and ``hop`` gives
+    it: the same float operations, so the same values."""
+    return np.where(base <= cap, base, np.inf) + hop
+
+
 def _subset_dp(
-    problem: Problem, cm: CostModel, objective: Metric, cap: float = math.inf
+    problem: Problem,
+    cm: CostModel,
+    objective: Metric,
+    cap: float = math.inf,
+    mats: StageMatrices | None = None,
 ) -> Optimum:
     np = _np()
     n, nb = len(cm.nodes), cm.num_blocks
@@ -143,9 +167,14 @@ def _subset_dp(
     best_end: tuple[int, int] | None = None
     if problem.max_stages >= 2 and n >= 2:
         hop = [cm.latency_s[d] if add else 0.0 for d in range(n)]
-        first = [stage_matrix(cm, d, True, False, hop[d], cap=cap)[0] for d in range(n)]
-        mid = [stage_matrix(cm, d, False, False, hop[d], cap=cap) for d in range(n)]
-        last = [stage_matrix(cm, d, False, True, hop[d], cap=cap)[:, nb] for d in range(n)]
+        if mats is None:
+            first = [stage_matrix(cm, d, True, False, hop[d], cap=cap)[0] for d in range(n)]
+            mid = [stage_matrix(cm, d, False, False, hop[d], cap=cap) for d in range(n)]
+            last = [stage_matrix(cm, d, False, True, hop[d], cap=cap)[:, nb] for d in range(n)]
+        else:
+            first = [_capped(np, mats[d, True, False][0], cap, hop[d]) for d in range(n)]
+            mid = [_capped(np, mats[d, False, False], cap, hop[d]) for d in range(n)]
+            last = [_capped(np, mats[d, False, True][:, nb], cap, hop[d]) for d in range(n)]
         size = 1 << n
         g = np.full((size, nb + 1), np.inf)
         for d in range(n):
@@ -387,14 +416,9 @@ def least_cycle(problem: Problem, cm: CostModel, stages: int) -> Optimum:
     m = min(cm.batch, stages)
     sub = replace(problem, min_stages=stages, max_stages=stages)
     n = len(cm.nodes)
-    values: set[float] = set()
-    for d in range(n):
-        for first, last in ((True, False), (False, False), (False, True), (True, True)):
-            if (first and last) != (stages == 1):
-                continue
-            mat = stage_matrix(cm, d, first, last, 0.0)
-            values.update(float(v) for v in mat[np.isfinite(mat)])
-    caps = sorted(values)
+    mats = _stage_matrices(cm, stages)
+    finite = [m[np.isfinite(m)] for m in mats.values()]
+    caps = [float(v) for v in np.unique(np.concatenate(finite))] if finite else []
     method = f"bisection on the slowest stage, subset dynamic programme over {n} nodes"
     if not caps:
         return Optimum(objective=None, value=math.inf, exact=True, method=method)
@@ -404,7 +428,7 @@ def least_cycle(problem: Problem, cm: CostModel, stages: int) -> Optimum:
     def trip(k: int) -> Optimum:
         """The least trip with every stage at most ``caps[k]`` (each cap solved once)."""
         if k not in trips:
-            trips[k] = _subset_dp(sub, cm, Metric.LATENCY, cap=caps[k] * (1 + 1e-12))
+            trips[k] = _subset_dp(sub, cm, Metric.LATENCY, caps[k] * (1 + 1e-12), mats)
         return trips[k]
 
     lo, hi = 0, len(caps) - 1
