@@ -43,12 +43,14 @@ from stowplan.model import (
     gpu_group_id,
 )
 from stowplan.plan import Plan, with_inputs
+from stowplan.quantities.limits import MAX_BATCH
 from stowplan.serve_plan import ReplicaPlan, ServeCertificate, ServeObjective, ServePlan
 from stowplan.serving.bounds import FleetRates, fleet_users_bound, rate_bound, users_bound
 from stowplan.serving.candidates import Candidate, Split, settle, split_of, splits
 from stowplan.serving.compositions import compositions, grouped_compositions, node_classes
 from stowplan.serving.exhaustive import best_replica_value
 from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
+from stowplan.serving.pipeline_bound import pipeline_users_bound
 from stowplan.serving.reuse import ReplicaMemo, renamed_plan, renamed_text, repriced
 from stowplan.workload import Workload
 
@@ -237,10 +239,16 @@ def serve(
     unused = tuple(n.id for n in nodes if n.id not in used_ids)
 
     # Step 3: the certificate.
-    def exact_value(combo: tuple[int, ...]) -> float | None:
-        return best_replica_value(
-            model, [nodes[i] for i in members_of(combo)], workload, base, by_rate=by_rate
-        )
+    def refined_value(combo: tuple[int, ...]) -> tuple[float, str] | None:
+        members = [nodes[i] for i in members_of(combo)]
+        got = best_replica_value(model, members, workload, base, by_rate=by_rate)
+        if got is not None:
+            return got, TRIED
+        if by_rate:
+            return None
+        most = math.floor(bounds[combo]) if math.isfinite(bounds[combo]) else MAX_BATCH
+        ub = pipeline_users_bound(model, members, workload, base, most)
+        return None if ub is None else (float(ub), PROGRAMMED)
 
     cert = _certificate(
         objective,
@@ -253,7 +261,7 @@ def serve(
         users,
         price,
         method,
-        exact_value,
+        refined_value,
     )
     notes += _engine_notes(base, ranked, x)
     notes += prefill_notes(base.calibration, [n for n in nodes if n.id in used_ids])
@@ -474,15 +482,20 @@ def _certificate(
     users: int,
     price: float,
     method: str,
-    exact_value: Callable[[tuple[int, ...]], float | None],
+    refined_value: Callable[[tuple[int, ...]], tuple[float, str] | None],
 ) -> ServeCertificate:
     """The certificate: the packing of every composition's bound (when all are known),
-    the compositions it packs tried pipeline by pipeline where they are small enough
-    (``exact_value``) and packed again, until it packs only those it cannot refine or
-    already did; else the pooled bound of the whole fleet."""
+    the compositions it packs refined where they are a few single-GPU nodes
+    (``refined_value``: every pipeline tried, or the bound of a subset programme over
+    their pipelines, :mod:`~stowplan.serving.pipeline_bound`) and packed again, until
+    it packs only those it cannot refine or already did; else the pooled bound of the
+    whole fleet."""
     sizes = [len(c) for c in classes]
     bounds = dict(bounds)
     refined: set[tuple[int, ...]] = set()
+    ways: set[str] = set()
+    """How the bounds of the compositions packed were refined (:data:`TRIED`,
+    :data:`PROGRAMMED`)."""
     how = "every composition's relaxation bound, packed"
 
     def packed() -> tuple[float, Sequence[float]] | None:
@@ -503,16 +516,20 @@ def _certificate(
             if c in refined:
                 continue
             refined.add(c)
-            value = exact_value(c)
-            if value is not None and value < bounds[c]:
+            refinement = refined_value(c)
+            if refinement is None:
+                continue
+            value, way = refinement
+            ways.add(way)
+            if value < bounds[c]:
                 bounds[c], fresh = value, True
         return packed() if fresh and len(refined) < REFINE_LIMIT else got
 
     found = packed() if complete else None
-    if found is not None and refined:
+    if found is not None and ways:
         how = (
             "every composition's relaxation bound, packed (those of few single-GPU nodes "
-            "it packs: every pipeline tried)"
+            f"it packs: {' or '.join(sorted(ways, key=(TRIED, PROGRAMMED).index))})"
         )
     if objective is ServeObjective.USERS:
         bound = None if found is None else found[0]
@@ -548,7 +565,14 @@ def _certificate(
 
 
 REFINE_LIMIT = 64
-"""Most compositions the certificate tries pipeline by pipeline."""
+"""Most compositions the certificate refines."""
+
+TRIED = "every pipeline tried"
+"""A composition's value found by trying every pipeline on it (exact)."""
+
+PROGRAMMED = "TPOT and TTFT bounded by a subset programme"
+"""A composition's users bounded by
+:func:`~stowplan.serving.pipeline_bound.pipeline_users_bound`."""
 
 
 def _target(w: Workload) -> float:

@@ -1,0 +1,109 @@
+"""The subset programme's users bound (stowplan.serving.pipeline_bound): never below the
+U* of any pipeline the independent referee tries on the nodes or a subset, on node sets
+too large to try pipeline by pipeline; and what it makes of the certificate."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stowplan import Constraints, ModelLayout, NodeDescriptor, Workload, serve
+from stowplan.serving.exhaustive import EXHAUSTIVE_SHAPES, pipeline_count
+from stowplan.serving.pipeline_bound import pipeline_users_bound
+from tests.common.serving_models import dense, moe, workload
+from tests.common.serving_referee import Load, Referee
+
+GB = 10**9
+SETTINGS = settings(
+    max_examples=int(os.environ.get("SERVE_EXAMPLES", "12")),
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+models = st.one_of(
+    st.builds(
+        dense,
+        st.integers(16, 20),
+        st.integers(100, 1500),
+        st.integers(1, 200_000),
+        st.sampled_from([1024, 4096]),
+        st.sampled_from([0, 8]),
+    ),
+    st.builds(
+        moe, st.integers(16, 18), st.integers(10, 150), st.integers(1, 100_000), st.just(2048)
+    ),
+)
+
+
+@st.composite
+def three_nodes(draw: st.DrawFn) -> list[NodeDescriptor]:
+    return [
+        NodeDescriptor(
+            id=f"n{i}",
+            gpu_name="RTX 4090",
+            vram_bytes=draw(st.integers(2, 24)) * GB,
+            mem_bandwidth_gbps=draw(st.floats(200, 3000)),
+            flops_estimate=draw(st.floats(20, 400)),
+            link_mbps=draw(st.floats(1000, 100_000)),
+            link_latency_ms=draw(st.floats(0, 20)),
+        )
+        for i in range(3)
+    ]
+
+
+loads = st.builds(
+    Load,
+    prompt_tokens=st.integers(64, 4096),
+    output_tokens=st.integers(16, 512),
+    ttft_s=st.floats(0.2, 5.0),
+    tpot_s=st.floats(0.02, 0.3),
+)
+
+
+@SETTINGS
+@given(models, three_nodes(), loads)
+def test_the_bound_is_never_below_any_pipeline_of_the_nodes(
+    model: ModelLayout, nodes: list[NodeDescriptor], load: Load
+) -> None:
+    assert pipeline_count(3, model.num_blocks) > EXHAUSTIVE_SHAPES  # not tried one by one
+    ref = Referee(model, nodes, load)
+    best = max(
+        ref.best_replica(sub)[0] for k in (1, 2, 3) for sub in itertools.combinations(range(3), k)
+    )
+    most = 4 * best + 20
+    got = pipeline_users_bound(model, nodes, workload(load), Constraints(), most)
+    assert got is not None
+    assert best <= got <= most
+    # The cap is a cap: below the true optimum it is what comes back.
+    if best > 1:
+        assert pipeline_users_bound(model, nodes, workload(load), Constraints(), best - 1) == (
+            best - 1
+        )
+
+
+def test_nodes_of_several_gpus_or_too_many_are_not_bounded() -> None:
+    node = NodeDescriptor(id="a", gpu_name="RTX 4090", vram_bytes=24 * GB, num_gpus=2)
+    w = Workload(prompt_tokens=512, output_tokens=128, ttft_s=1.0, tpot_s=0.05)
+    assert pipeline_users_bound(dense(16, 500, 1000, 1024), [node], w, Constraints(), 10) is None
+    many = [NodeDescriptor(id=f"n{i}", gpu_name="RTX 4090", vram_bytes=24 * GB) for i in range(9)]
+    assert pipeline_users_bound(dense(16, 500, 1000, 1024), many, w, Constraints(), 10) is None
+
+
+def test_a_fleet_of_two_node_replicas_gets_an_exact_certificate() -> None:
+    """llama3.1:70b-q4 on the shipped consumer fleet (the README's example): replicas of
+    one and two 24-32 GB cards, and three-card sets (too many pipelines to try one by
+    one) bounded by the programme to no more than the pairs inside them serve, so the
+    bound is the answer (gap 0)."""
+    from stowplan.files.fleets import load_nodes
+    from tests.common.paths import EXAMPLES
+
+    nodes = load_nodes(EXAMPLES / "fleets" / "mixed-consumer.yaml")
+    w = Workload(prompt_tokens=2048, output_tokens=256, ttft_s=3.0, tpot_s=0.1)
+    sp = serve("llama3.1:70b-q4_0", nodes, w)
+    assert sp.users == 6
+    assert sp.certificate.bound == 6.0 and sp.certificate.exact
+    assert "subset programme" in sp.certificate.method
