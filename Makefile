@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml constraints.txt
 	# torch first, by pip: it takes the CPU build from the local wheel cache, which uv does
 	# not see; uv then finds torch==2.13.0 installed and keeps it.
 	$(BIN)/python -m pip install -q --disable-pip-version-check "torch==2.13.0"
-	$(BIN)/uv pip install --python $(BIN)/python -q -c constraints.txt -e ".[dev]"
+	$(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
 venv: $(STAMP)

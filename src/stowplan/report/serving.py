@@ -26,6 +26,10 @@ def _price(p: float | None) -> str:
     return "-" if p is None else f"{p:.2f}"
 
 
+UNUSED_SHOWN = 8
+"""Unused nodes the terminal names; past that it gives their count and the first few."""
+
+
 def serve_summary(sp: ServePlan) -> list[str]:
     """The lines under the table: totals, certificate, unused nodes, notes."""
     w = sp.workload
@@ -53,8 +57,14 @@ def serve_summary(sp: ServePlan) -> list[str]:
             f"certificate (price for {target}): ${c.value:.2f}/h vs at least "
             f"${c.bound:.2f}/h, gap {c.gap:.1%}{' (optimal)' if c.exact else ''} [{c.method}]"
         )
-    if sp.unused_nodes:
-        lines.append("unused nodes: " + ", ".join(sp.unused_nodes))
+    unused = sp.unused_nodes
+    if len(unused) > UNUSED_SHOWN:
+        lines.append(
+            f"unused nodes: {len(unused)} ({', '.join(unused[: UNUSED_SHOWN - 1])}, …; "
+            "--json lists them all)"
+        )
+    elif unused:
+        lines.append("unused nodes: " + ", ".join(unused))
     lines += list(sp.notes)
     return lines
 

@@ -51,6 +51,7 @@ from stowplan.serving.compositions import compositions, grouped_compositions, no
 from stowplan.serving.exhaustive import best_replica_value
 from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
 from stowplan.serving.pipeline_bound import pipeline_users_bound
+from stowplan.serving.price_floor import price_floor
 from stowplan.serving.reuse import ReplicaMemo, renamed_plan, renamed_text, repriced
 from stowplan.workload import Workload
 
@@ -549,7 +550,15 @@ def _certificate(
         )
     low = None if found is None else found[0]
     if found is None:
-        how = "none (the fleet is too large to enumerate)"
+        prices = [0.0] * len(index)
+        for n in (n for cls in classes for n in cls):
+            prices[index[n.id]] = n.price_per_hour or 0.0
+        low = price_floor(rates, prices, w, _target(w), by_rate=w.rate_per_s is not None)
+        how = (
+            "none (the fleet is too large to enumerate)"
+            if low is None
+            else "a linear programme over the nodes' pooled bandwidth, prefill speed and memory"
+        )
     if low is None or not math.isfinite(low):
         low = 0.0 if low is None else price
     low = min(low, price)

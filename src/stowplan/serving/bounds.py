@@ -216,6 +216,15 @@ class FleetRates:
             for g in self.groups[i]
         ]
 
+    def prefill_speed(self, i: int, path: int) -> float:
+        """Prompts per second node ``i`` prefills at most, its GPUs in groups of the best
+        size each taking its own prompt: by FLOPs (``path`` 1) or by bytes (2), from
+        :meth:`lead_ttft0`."""
+        return max(
+            math.inf if lead[path] <= 0 else self.gpus[i] // lead[0] / lead[path]
+            for lead in self.lead_ttft0(i)
+        )
+
     def cycle_floor(self, members: Sequence[int]) -> float:
         """A lower bound on cycle(U) for U ≥ 1: the trip reads every weight once."""
         return min(self.decode_s[i] for i in members)
@@ -336,10 +345,7 @@ def fleet_users_bound(rates: FleetRates, members: list[int], w: Workload, gpus: 
             for lead in leads:
                 cap = math.inf if lead[path] <= 0 else budget / lead[path]
                 caps += [min(float(each), cap)] * (rates.gpus[i] // lead[0])
-            speed += max(
-                math.inf if lead[path] <= 0 else rates.gpus[i] // lead[0] / lead[path]
-                for lead in leads
-            )
+            speed += rates.prefill_speed(i, path)
             held = rates.usable[i] / max(1, rates.weight_bytes)
             shares.append((min(lead[path] for lead in leads), each * held))
         caps.sort(reverse=True)
