@@ -54,12 +54,16 @@ def pipeline_users_bound(
     most: int,
 ) -> int | None:
     """At least the U* of every pipeline on ``nodes`` or a subset of them (see the
-    module), and at most ``most``; None when the set is not a few single-GPU nodes."""
+    module), and at most ``most``; None when the set is not a few single-GPU nodes (or
+    numpy, of the ``exact`` extra, is missing)."""
     if not nodes or len(nodes) > PIPELINE_BOUND_NODES or any(n.num_gpus != 1 for n in nodes):
         return None
     if most < 1:
         return 0
-    import numpy as np
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy ships with the exact extra
+        return None
 
     base = serving_constraints(w, c)
     n, nb = len(nodes), model.num_blocks
