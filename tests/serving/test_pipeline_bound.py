@@ -5,14 +5,16 @@ too large to try pipeline by pipeline; and what it makes of the certificate."""
 from __future__ import annotations
 
 import itertools
+import math
 import os
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stowplan import Constraints, ModelLayout, NodeDescriptor, Workload, serve
 from stowplan.serving.exhaustive import EXHAUSTIVE_SHAPES, pipeline_count
-from stowplan.serving.pipeline_bound import pipeline_users_bound
+from stowplan.serving.pipeline_bound import pipeline_rate_bound, pipeline_users_bound
 from tests.common.serving_models import dense, moe, workload
 from tests.common.serving_referee import Load, Referee
 
@@ -78,6 +80,13 @@ def test_the_bound_is_never_below_any_pipeline_of_the_nodes(
     got = pipeline_users_bound(model, nodes, workload(load), Constraints(), most)
     assert got is not None
     assert best <= got <= most
+    fastest = max(
+        ref.best_replica(sub)[1] for k in (1, 2, 3) for sub in itertools.combinations(range(3), k)
+    )
+    rate = pipeline_rate_bound(model, nodes, workload(load), Constraints(), math.inf)
+    assert rate is not None
+    assert rate >= fastest * (1 - 1e-9)
+    assert (rate == 0) == (best == 0)
     # The cap is a cap: below the true optimum it is what comes back.
     if best > 1:
         assert pipeline_users_bound(model, nodes, workload(load), Constraints(), best - 1) == (
@@ -107,3 +116,8 @@ def test_a_fleet_of_two_node_replicas_gets_an_exact_certificate() -> None:
     assert sp.users == 6
     assert sp.certificate.bound == 6.0 and sp.certificate.exact
     assert "subset programme" in sp.certificate.method
+    # The cheapest nodes for a rate: the programme bounds requests/s too.
+    cheap = serve("llama3.1:70b-q4_0", nodes, replace(w, rate_per_s=0.2))
+    assert cheap.rate_per_s >= 0.2
+    assert cheap.certificate.exact and cheap.certificate.bound == cheap.price_per_hour
+    assert "subset programme" in cheap.certificate.method

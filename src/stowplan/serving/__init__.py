@@ -50,7 +50,7 @@ from stowplan.serving.candidates import Candidate, Split, settle, split_of, spli
 from stowplan.serving.compositions import compositions, grouped_compositions, node_classes
 from stowplan.serving.exhaustive import best_replica_value
 from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
-from stowplan.serving.pipeline_bound import pipeline_users_bound
+from stowplan.serving.pipeline_bound import pipeline_rate_bound, pipeline_users_bound
 from stowplan.serving.price_floor import price_floor
 from stowplan.serving.reuse import ReplicaMemo, renamed_plan, renamed_text, repriced
 from stowplan.workload import Workload
@@ -245,9 +245,11 @@ def serve(
         got = best_replica_value(model, members, workload, base, by_rate=by_rate)
         if got is not None:
             return got, TRIED
+        top = bounds[combo]
         if by_rate:
-            return None
-        most = math.floor(bounds[combo]) if math.isfinite(bounds[combo]) else MAX_BATCH
+            rate = pipeline_rate_bound(model, members, workload, base, top)
+            return None if rate is None else (rate, PROGRAMMED)
+        most = math.floor(top) if math.isfinite(top) else MAX_BATCH
         ub = pipeline_users_bound(model, members, workload, base, most)
         return None if ub is None else (float(ub), PROGRAMMED)
 
@@ -580,8 +582,9 @@ TRIED = "every pipeline tried"
 """A composition's value found by trying every pipeline on it (exact)."""
 
 PROGRAMMED = "TPOT and TTFT bounded by a subset programme"
-"""A composition's users bounded by
-:func:`~stowplan.serving.pipeline_bound.pipeline_users_bound`."""
+"""A composition's users or requests/s bounded by
+:func:`~stowplan.serving.pipeline_bound.pipeline_users_bound` or
+:func:`~stowplan.serving.pipeline_bound.pipeline_rate_bound`."""
 
 
 def _target(w: Workload) -> float:

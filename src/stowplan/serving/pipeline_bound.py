@@ -34,9 +34,10 @@ from stowplan.cost.serving import group_all_reduce_s, serving_constraints
 from stowplan.cost.touch import expert_touch_bytes
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.planner.exact.pipelines import stage_matrix
+from stowplan.quantities.limits import MAX_BATCH
 from stowplan.workload import Workload
 
-__all__ = ["PIPELINE_BOUND_NODES", "pipeline_users_bound"]
+__all__ = ["PIPELINE_BOUND_NODES", "pipeline_rate_bound", "pipeline_users_bound"]
 
 PIPELINE_BOUND_NODES = 6
 """Node sets of up to this many single-GPU nodes are bounded by the programme."""
@@ -56,68 +57,141 @@ def pipeline_users_bound(
     """At least the U* of every pipeline on ``nodes`` or a subset of them (see the
     module), and at most ``most``; None when the set is not a few single-GPU nodes (or
     numpy, of the ``exact`` extra, is missing)."""
-    if not nodes or len(nodes) > PIPELINE_BOUND_NODES or any(n.num_gpus != 1 for n in nodes):
+    prog = _Programme.of(model, nodes, w, c)
+    if prog is None:
         return None
-    if most < 1:
-        return 0
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover - numpy ships with the exact extra
+    best = 0
+    for stages in prog.stage_counts:
+        best = prog.most_users(stages, best, most)
+    return best
+
+
+def pipeline_rate_bound(
+    model: ModelLayout,
+    nodes: Sequence[NodeDescriptor],
+    w: Workload,
+    c: Constraints,
+    most: float,
+) -> float | None:
+    """At least the requests/s ``U / (O · TPOT(U))`` of every pipeline on ``nodes`` or a
+    subset of them at every U it serves, and at most ``most``; None as
+    :func:`pipeline_users_bound`.
+
+    Per stage count, the U the programme lets through are ``1 … U_S`` (its users
+    bound); on each run ``[a, b]`` of them the requests/s are at most ``b / (O ·
+    TPOT_lb(a))``, the least TPOT sum growing with U — every U alone up to
+    :data:`RATE_EVERY`, runs growing by :data:`RATE_STEP` beyond."""
+    prog = _Programme.of(model, nodes, w, c)
+    if prog is None:
         return None
+    o = w.output_tokens
+    best = 0.0
+    for stages in prog.stage_counts:
+        top = prog.most_users(stages, 0, MAX_BATCH)
+        a = 1
+        while a <= top and best < most:
+            b = a if a < RATE_EVERY else min(top, max(a, math.floor(a * RATE_STEP)))
+            tpot = prog.least(a, stages, ttft=False)[0]
+            best = max(best, math.inf if tpot <= 0 else b / (o * tpot))
+            a = b + 1
+    return min(best, most)
 
-    base = serving_constraints(w, c)
-    n, nb = len(nodes), model.num_blocks
-    one = CostModel(model, nodes, replace(base, batch=1))
-    pre = [
-        (_prefill_matrix(np, one, d, w, False), _prefill_matrix(np, one, d, w, True))
-        for d in range(n)
-    ]
-    models: dict[int, CostModel] = {}
 
-    def feasible(users: int, stages: int) -> bool:
-        cm = models.get(users)
+RATE_EVERY = 32
+"""Up to this many requests the rate bound scores every U."""
+RATE_STEP = 1.03
+"""Beyond, a run of U spans 3 %: the bound is that much above the curve at most."""
+
+
+class _Programme:
+    """The stage costs of a node set for the programme: each node's prefill matrices
+    (the same for every U) and a cost model per U."""
+
+    def __init__(
+        self,
+        np: Any,
+        model: ModelLayout,
+        nodes: Sequence[NodeDescriptor],
+        w: Workload,
+        c: Constraints,
+    ) -> None:
+        self.np, self.model, self.nodes, self.w = np, model, list(nodes), w
+        self.base = serving_constraints(w, c)
+        one = CostModel(model, nodes, replace(self.base, batch=1))
+        self.pre = [
+            (_prefill_matrix(np, one, d, w, False), _prefill_matrix(np, one, d, w, True))
+            for d in range(len(nodes))
+        ]
+        self.models: dict[int, CostModel] = {}
+        n = len(nodes)
+        self.stage_counts = range(
+            max(1, c.min_stages or 1), min(n, model.num_blocks, c.max_stages or n) + 1
+        )
+
+    @classmethod
+    def of(
+        cls, model: ModelLayout, nodes: Sequence[NodeDescriptor], w: Workload, c: Constraints
+    ) -> _Programme | None:
+        if not nodes or len(nodes) > PIPELINE_BOUND_NODES or any(n.num_gpus != 1 for n in nodes):
+            return None
+        try:
+            import numpy as np
+        except ImportError:  # pragma: no cover - numpy ships with the exact extra
+            return None
+        return cls(np, model, nodes, w, c)
+
+    def least(self, users: int, stages: int, *, ttft: bool = True) -> tuple[float, float]:
+        """The least TPOT and TTFT sums of ``stages`` stages at ``users`` requests (the
+        TTFT one left at inf when the TPOT one already breaks its limit, or without
+        ``ttft``)."""
+        np, w, nb, n = self.np, self.w, self.model.num_blocks, len(self.nodes)
+        cm = self.models.get(users)
         if cm is None:
-            cm = models[users] = CostModel(model, nodes, replace(base, batch=users))
+            cm = self.models[users] = CostModel(
+                self.model, self.nodes, replace(self.base, batch=users)
+            )
         view = cm.for_stages(stages)
         r = users / w.output_tokens
+        pre = self.pre
         if stages == 1:
             dec = [stage_matrix(view, d, True, True, 0.0)[0, nb] for d in range(n)]
             tpot = min(t + r * pre[d][1][0, nb] for d, t in enumerate(dec))
-            ttft = min(t + pre[d][1][0, nb] for d, t in enumerate(dec))
-        else:
-            lat = view.latency_s
-            first = [stage_matrix(view, d, True, False, 0.0)[0] for d in range(n)]
-            mid = [stage_matrix(view, d, False, False, 0.0) for d in range(n)]
-            last = [stage_matrix(view, d, False, True, 0.0)[:, nb] for d in range(n)]
+            return tpot, min(t + pre[d][1][0, nb] for d, t in enumerate(dec))
+        lat = view.latency_s
+        first = [stage_matrix(view, d, True, False, 0.0)[0] for d in range(n)]
+        mid = [stage_matrix(view, d, False, False, 0.0) for d in range(n)]
+        last = [stage_matrix(view, d, False, True, 0.0)[:, nb] for d in range(n)]
 
-            def costs(k: float) -> tuple[list[Any], list[Any], list[Any]]:
-                return (
-                    [first[d] + k * pre[d][0][0] + lat[d] * (1 + k) for d in range(n)],
-                    [mid[d] + k * pre[d][0] + lat[d] * (1 + k) for d in range(n)],
-                    [last[d] + k * pre[d][1][:, nb] + lat[d] for d in range(n)],
-                )
+        def costs(k: float) -> tuple[list[Any], list[Any], list[Any]]:
+            return (
+                [first[d] + k * pre[d][0][0] + lat[d] * (1 + k) for d in range(n)],
+                [mid[d] + k * pre[d][0] + lat[d] * (1 + k) for d in range(n)],
+                [last[d] + k * pre[d][1][:, nb] + lat[d] for d in range(n)],
+            )
 
-            tpot = _least_sum(np, *costs(r), stages)
-            if tpot > w.tpot_s * (1 + SLACK):
-                return False
-            ttft = _least_sum(np, *costs(1.0), stages)
+        tpot = _least_sum(np, *costs(r), stages)
+        if not ttft or tpot > w.tpot_s * (1 + SLACK):
+            return tpot, math.inf
+        return tpot, _least_sum(np, *costs(1.0), stages)
+
+    def meets(self, users: int, stages: int) -> bool:
+        tpot, ttft = self.least(users, stages)
+        w = self.w
         return bool(tpot <= w.tpot_s * (1 + SLACK) and ttft <= w.ttft_s * (1 + SLACK))
 
-    lo_s = max(1, c.min_stages or 1)
-    hi_s = min(n, nb, c.max_stages or n)
-    best = 0
-    for stages in range(lo_s, hi_s + 1):
-        if best >= most or not feasible(best + 1, stages):
-            continue
-        lo, hi = best + 1, most
+    def most_users(self, stages: int, above: int, most: int) -> int:
+        """The largest U ≤ ``most`` that ``stages`` stages let through, when it is above
+        ``above`` (else ``above``)."""
+        if above >= most or not self.meets(above + 1, stages):
+            return above
+        lo, hi = above + 1, most
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if feasible(mid, stages):
+            if self.meets(mid, stages):
                 lo = mid
             else:
                 hi = mid - 1
-        best = lo
-    return best
+        return lo
 
 
 def _prefill_matrix(np: Any, cm: CostModel, d: int, w: Workload, last: bool) -> Any:
