@@ -14,6 +14,7 @@ from stowplan.model import Constraints, Metric, Strategy
 from stowplan.plan import Certificate, Plan, PlanRationale, Prediction, Topology
 from stowplan.planner.baselines.peers import BASELINES
 from stowplan.planner.exact.pipelines import Optimum, fluid_bound, solve_exact, solve_milp
+from stowplan.planner.exact.trip import trip_bound
 from stowplan.planner.problem import Problem, build_assignments
 from stowplan.planner.strategies import cycle
 from stowplan.planner.strategies.throughput import Pipeline
@@ -101,12 +102,13 @@ def solver_optimum(problem: Problem, cm: CostModel, objective: Metric) -> Optimu
     else the larger of its dual bound and the fractional relaxation."""
 
     def fluid() -> Optimum:
-        return Optimum(
-            objective=objective,
-            value=fluid_bound(problem, cm, objective),
-            exact=False,
-            method="bound: fractional relaxation (blocks flow to the fastest VRAM)",
-        )
+        value = fluid_bound(problem, cm, objective)
+        method = "bound: fractional relaxation (blocks flow to the fastest VRAM)"
+        if objective is Metric.LATENCY:
+            knapsack = trip_bound(problem, cm)
+            if knapsack is not None and knapsack > value:
+                value, method = knapsack, f"bound: {KNAPSACK}"
+        return Optimum(objective=objective, value=value, exact=False, method=method)
 
     try:
         n = len(cm.nodes)
@@ -122,6 +124,10 @@ def solver_optimum(problem: Problem, cm: CostModel, objective: Metric) -> Optimu
     relaxed = fluid()
     return got if got.value >= relaxed.value else relaxed
 
+
+KNAPSACK = "a knapsack of the nodes' blocks and hops (each node pays the hop of its own stage)"
+"""How the time-per-token bound of :func:`~stowplan.planner.exact.trip.trip_bound` is
+named where it is above the fractional relaxation."""
 
 INLINE_MILP_NODES = 64
 """Up to this many nodes a one-stream plan is certified by the MILP (beyond the subset
