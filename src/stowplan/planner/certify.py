@@ -90,7 +90,18 @@ def inline_optimum(
         return replace(solver_optimum(problem, cm, Metric.LATENCY), objective=objective)
     n, nb = len(cm.nodes), cm.num_blocks
     exact = n <= INLINE_EXACT_NODES and (2**n) * n * n * (nb + 1) ** 2 <= 5 * INLINE_EXACT_WORK
-    return cycle.optimum(problem, cm, objective, solver_optimum, value, exact=exact)
+    return cycle.optimum(
+        problem, cm, objective, solver_optimum, value, exact=exact, tighten=knapsack_optimum
+    )
+
+
+def knapsack_optimum(problem: Problem, cm: CostModel) -> Optimum | None:
+    """The knapsack bound on time per token (:func:`~stowplan.planner.exact.trip.trip_bound`)
+    as an :class:`Optimum`; None where it is not computed."""
+    value = trip_bound(problem, cm)
+    if value is None:
+        return None
+    return Optimum(objective=Metric.LATENCY, value=value, exact=False, method=f"bound: {KNAPSACK}")
 
 
 def solver_optimum(problem: Problem, cm: CostModel, objective: Metric) -> Optimum:
@@ -104,7 +115,7 @@ def solver_optimum(problem: Problem, cm: CostModel, objective: Metric) -> Optimu
     def fluid() -> Optimum:
         value = fluid_bound(problem, cm, objective)
         method = "bound: fractional relaxation (blocks flow to the fastest VRAM)"
-        if objective is Metric.LATENCY:
+        if objective is Metric.LATENCY and cm.batch == 1:  # several: cycle.optimum tightens
             knapsack = trip_bound(problem, cm)
             if knapsack is not None and knapsack > value:
                 value, method = knapsack, f"bound: {KNAPSACK}"

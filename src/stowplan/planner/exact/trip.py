@@ -5,12 +5,14 @@ holds.
 A stage of ``k`` blocks on node ``d`` takes at least ``k · r_d`` (``r_d`` the smallest
 block's seconds there, its block cost included) plus the node's fixed stage cost, its
 hop out (the network's latency; the in-host one where another GPU group of the same
-node may be next) and, unless it is the last stage, its transfer out; the last stage also reads the head, at least ``head ·
-min(1/BW, s/FLOP)`` (``max(a + c, b + d) ≥ max(a, b) + min(c, d)``).  A node holds at
-most the most consecutive blocks its memory fits.  So every pipeline's trip is at least
-the least cost of choosing nodes — any number as interior stages, exactly one as the
-last — and a whole number of blocks on each, covering every block: a knapsack solved
-exactly over block counts, node by node.  The fractional relaxation
+node may be next) and, unless it is the last stage, its transfer out; the last stage
+also reads the head, at least ``head · min(1/BW, s/FLOP)`` (``max(a + c, b + d) ≥
+max(a, b) + min(c, d)``).  An interior stage holds at most the most consecutive blocks
+the node's memory fits, the first at most the blocks from 0 that fit beside the embed,
+the last at most those up to the end that fit beside the head.  So every pipeline's
+trip is at least the least cost of choosing nodes — one first stage, one last, any
+number of interior ones — and a whole number of blocks on each, covering every block:
+a knapsack solved exactly over block counts, node by node.  The fractional relaxation
 (:func:`~stowplan.planner.exact.pipelines.fluid_bound`) instead pays the cheapest hops
 of any nodes beside the fastest nodes' blocks; this one pays the hops of the nodes that
 hold the blocks, which is what the optimum pays on slow links.
@@ -19,6 +21,7 @@ hold the blocks, which is what the optimum pays on slow links.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from typing import Any
 
@@ -52,15 +55,21 @@ def trip_bound(problem: Problem, cm: CostModel) -> float | None:
         return single
     rd, kvr, _ = cm.smallest_block()
     window = cm.max_window()
+    mp = cm.mem_prefix
     inf = math.inf
-    mid = np.full(nb + 1, inf)
-    mid[0] = 0.0
-    last = np.full(nb + 1, inf)
     idx = np.arange(nb + 1)
     siblings = Counter(cm.parent)
+    # g[f, l, j]: the least cost of j blocks on the nodes taken so far, f: the first stage
+    # among them (blocks [0, k) beside the embed), l: the last (blocks [nb - k, nb) beside
+    # the head); every other node an interior stage.
+    g = np.full((2, 2, nb + 1), inf)
+    g[0, 0, 0] = 0.0
     for d in range(n):
-        cap = min(window[d], nb)
-        if cap <= 0:
+        room = cm.usable[d]
+        inner = min(window[d], nb)
+        lead = bisect_right(mp, room - cm.embed) - 1 if room >= cm.embed else 0
+        tail = nb - bisect_left(mp, mp[nb] - (room - cm.head)) if room >= cm.head else 0
+        if max(inner, lead, tail) <= 0:
             continue
         rate = cm.block_seconds(d, rd + kvr, rd)
         hop, out = cm.latency_s[d], cm.xfer_s[d]
@@ -68,17 +77,30 @@ def trip_bound(problem: Problem, cm: CostModel) -> float | None:
             hop, out = min(hop, cm.intra_latency_s[d]), min(out, cm.intra_xfer_s[d])
         hop += cm.stage_s[d]
         head = cm.head * min(cm.inv_bw[d], cm.flop_s_per_byte[d])
-        take_mid = _take(np, mid, cap, rate, idx)
-        new_last = np.minimum(last, _take(np, last, cap, rate, idx) + hop + out)
-        new_last = np.minimum(new_last, take_mid + hop + head)
-        mid = np.minimum(mid, take_mid + hop + out)
-        last = new_last
-    return min(single, float(last[nb]))
+        fresh = g.copy()
+        if inner > 0:  # an interior stage
+            np.minimum(fresh, _take(np, g, inner, rate, idx) + (hop + out), out=fresh)
+        if lead > 0:  # the first stage
+            cand = _take(np, g[0], lead, rate, idx) + (hop + out)
+            np.minimum(fresh[1], cand, out=fresh[1])
+        if tail > 0:  # the last stage
+            cand = _take(np, g[:, 0], tail, rate, idx) + (hop + head)
+            np.minimum(fresh[:, 1], cand, out=fresh[:, 1])
+        g = fresh
+    return min(single, float(g[1, 1, nb]))
 
 
 def _take(np: Any, x: Any, cap: int, rate: float, idx: Any) -> Any:
-    """y[j] = min over 1 ≤ k ≤ cap of x[j − k] + k · rate (inf where none)."""
-    z = x - idx * rate
-    i, j = idx[:, None], idx[None, :]
-    m = np.where((i < j) & (i >= j - cap), z[:, None], math.inf)
-    return m.min(axis=0) + idx * rate
+    """y[..., j] = min over 1 ≤ k ≤ cap of x[..., j − k] + k · rate (inf where none): a
+    sliding minimum of ``x[i] − i · rate`` over the window ``[j − cap, j − 1]``, by
+    doubling, along the last axis."""
+    pad = np.full((*x.shape[:-1], cap), math.inf)
+    z = np.concatenate([pad, x - idx * rate], axis=-1)
+    width = 1
+    while 2 * width <= cap:
+        z = np.minimum(z[..., :-width], z[..., width:])
+        width *= 2
+    # z[..., i] is now the least of ``width`` entries from i; two windows cover ``cap``.
+    n = len(idx)
+    window = np.minimum(z[..., :n], z[..., cap - width : cap - width + n])
+    return window + idx * rate

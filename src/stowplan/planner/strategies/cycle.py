@@ -189,9 +189,17 @@ def rank_key(cm: CostModel, p: Pipeline) -> tuple[float, float, int, tuple[int, 
     return (ev.cycle_s, ev.bottleneck_s, len(p[0]), tuple(p[0]))
 
 
+Tighten = Callable[[Problem, CostModel], "Optimum | None"]
+"""A costlier bound on the least time per token of ``problem`` at a cost model's
+microbatch (None where it is not computed)."""
+
 Bound = Callable[[Problem, CostModel, Metric], "Optimum"]
 """The optimum (or a bound) of a solver objective (``latency`` or ``throughput``:
 bottleneck seconds) of ``problem`` on a cost model."""
+
+
+REFINE_RANGES = 32
+"""Most splits of the range holding the least bound, per certificate."""
 
 
 def optimum(
@@ -202,6 +210,7 @@ def optimum(
     value: float = math.inf,
     *,
     exact: bool = False,
+    tighten: Tighten | None = None,
 ) -> Optimum:
     """A lower bound on the cycle of every pipeline (the optimum when one in hand meets it).
 
@@ -209,25 +218,35 @@ def optimum(
     (exact solvers or relaxations); ``value`` is the cycle of the plan being certified:
     a stage count whose quick bound is already at or above it needs no solve.  With
     ``exact``, each stage count's least cycle is solved outright where the cluster is
-    small enough (:func:`~stowplan.planner.exact.pipelines.least_cycle`).
+    small enough (:func:`~stowplan.planner.exact.pipelines.least_cycle`).  ``tighten``
+    gives a costlier bound on the least time per token, tried only on the range of stage
+    counts that holds the least bound, where that range's time per token decides it.
     """
 
     points = list(stage_counts(problem)) if exact else ladder(problem, cm.batch, fine=False)
     # Stage counts [a, b] bounded together: m ≥ m_a and stage times at u_b or more, so
-    # the cycle of any of them is at least max(m_a · B(≤ b, u_b), L(≤ b, u_b)).
+    # the cycle of any of them is at least max(m_a · B(≥ a, ≤ b, u_b), L(≥ a, ≤ b, u_b)).
     ranges = [(a, b - 1) for a, b in itertools.pairwise(points)] + [(points[-1], points[-1])]
-    per_count: list[float] = []
+    got: dict[tuple[int, int], float] = {}
+    """Each range's bound."""
     pipelines: list[Pipeline] = []
     exact_parts = True
     split = False
     """Whether some stage count was bounded by its two parts rather than solved whole."""
     methods: set[str] = set()
-    quick_of = {r: quick_bound(problem, cm, *r) for r in ranges}
-    for first, last in sorted(ranges, key=lambda r: quick_of[r]):
-        quick = quick_of[(first, last)]
-        if quick >= min([value, *per_count]) or not math.isfinite(quick):
-            per_count.append(quick)  # cannot lower the least bound: no solve needed
-            continue
+
+    quick_only: set[tuple[int, int]] = set()
+    """Ranges whose bound is their quick bound alone (it could not lower the least)."""
+    loose: dict[tuple[int, int], tuple[Problem, CostModel]] = {}
+    """Ranges whose time-per-token bound is not exact: what ``tighten`` would be given."""
+
+    def bounded(first: int, last: int, floor: float = 0.0, *, force: bool = False) -> float:
+        nonlocal exact_parts, split
+        quick = max(floor, quick_bound(problem, cm, first, last))
+        if not math.isfinite(quick) or (quick >= min([value, *got.values()]) and not force):
+            quick_only.add((first, last))
+            return quick  # cannot lower the least bound: no solve needed
+        quick_only.discard((first, last))
         m, _ = microbatches(cm.batch, first)
         sub, view = _at(problem, last), cm.for_stages(last)
         if exact and first == last:
@@ -239,9 +258,10 @@ def optimum(
                 methods.add(solved.method)
                 if solved.pipeline is not None:
                     pipelines.append(solved.pipeline)
-                per_count.append(solved.value)
-                continue
+                return solved.value
         split = True
+        # The range holds pipelines of at least ``first`` stages: their hops are paid.
+        sub = replace(sub, min_stages=max(sub.min_stages, first))
         slowest = bound(sub, view, Metric.THROUGHPUT)
         methods.add(slowest.method)
         exact_parts &= slowest.exact and first == last
@@ -254,8 +274,37 @@ def optimum(
             exact_parts &= trip.exact
             if trip.pipeline is not None:
                 pipelines.append(trip.pipeline)
+            if not trip.exact:
+                loose[(first, last)] = (sub, view)
             lb = max(lb, trip.value)
-        per_count.append(lb)
+        return lb
+
+    for r in sorted(ranges, key=lambda r: quick_bound(problem, cm, *r)):
+        got[r] = bounded(*r)
+    # The range holding the least bound, split (finer ladder, then halves) and bounded
+    # again while it is below the plan: m and the microbatch then fit its counts.
+    fine = ladder(problem, cm.batch)
+    for _ in range(REFINE_RANGES):
+        (first, last), least = min(got.items(), key=lambda kv: kv[1])
+        if least >= value * (1 - 1e-12) or not math.isfinite(least):
+            break
+        if (first, last) in quick_only:  # the least is a quick bound: solve it now
+            got[(first, last)] = bounded(first, last, least, force=True)
+            continue
+        if tighten is not None and (first, last) in loose:
+            better = tighten(*loose.pop((first, last)))
+            if better is not None and better.value > least:
+                methods.add(better.method)
+                got[(first, last)] = better.value
+            continue
+        if first == last:
+            break
+        cuts = [p for p in fine if first < p <= last] or [(first + last + 1) // 2]
+        starts = [first, *cuts]
+        del got[(first, last)]
+        for a, b in zip(starts, [*(c - 1 for c in cuts), last], strict=True):
+            got[(a, b)] = bounded(a, b, least)
+    per_count = list(got.values())
     lower = min(per_count, default=math.inf)
     best = min(pipelines, key=lambda p: cm.evaluate(*p).cycle_s, default=None)
     best_cycle = cm.evaluate(*best).cycle_s if best is not None else math.inf
