@@ -34,6 +34,12 @@ from itertools import accumulate, compress
 
 from stowplan.cost import CostModel
 from stowplan.planner.problem import Problem
+from stowplan.planner.strategies.capacity_arrays import (
+    ARRAY_NODES,
+    ENUMERATE,
+    CapacityArrays,
+    numpy_module,
+)
 
 __all__ = [
     "Pipeline",
@@ -239,11 +245,6 @@ class _RoleTimes:
             self.k_last.append(k_last)
             self.base.append(base)
             self.tail.append(tail)
-        # Per class, the stage times as the test compares them (``v + xfer``, the same
-        # floats): a capacity at T is then one bisection of a sorted list.
-        self.stage = [
-            [v + self.xfer[m[0]] for v in self.base[m[0]]] if m else [] for m in self.members
-        ]
         for m in self.members:
             m.sort(key=lambda i: self.nodes[i])
         self.rep = [m[0] for m in self.members]
@@ -254,9 +255,31 @@ class _RoleTimes:
         """Per class, how many nodes it has."""
         self._rep_tail = [self.tail[i] for i in self.rep]
         self._rep_k_first = [self.k_first[i] for i in self.rep]
+        self._stage: list[list[float]] | None = None
+        self.arrays: CapacityArrays | None = None
+        """The same figures on arrays, on a fleet of :data:`ARRAY_NODES` nodes or more."""
+        if len(self.nodes) >= ARRAY_NODES and numpy_module() is not None:
+            self.arrays = CapacityArrays(
+                [self.base[i] for i in self.rep],
+                self._rep_tail,
+                [self.xfer[i] for i in self.rep],
+                self._rep_k_first,
+                self.members,
+                self.nodes,
+            )
+
+    @property
+    def stage(self) -> list[list[float]]:
+        """Per class, the stage times as the test compares them (``v + xfer``, the same
+        floats): a capacity at T is then one bisection of a sorted list."""
+        if self._stage is None:
+            self._stage = [[v + self.xfer[i] for v in self.base[i]] for i in self.rep]
+        return self._stage
 
     def class_caps(self, t: float, strict: bool) -> tuple[list[int], list[int], list[int]]:
         """:meth:`caps` per class (every member of a class holds as many blocks)."""
+        if self.arrays is not None:
+            return self.arrays.caps(t, strict)
         # ``v + x`` is non-decreasing in v, so a count is a bisection of the shifted times.
         count = bisect_left if strict else bisect_right
         mids = [count(times, t) for times in self.stage]
@@ -429,12 +452,14 @@ def _passes(times: _RoleTimes, caps: _Caps, nb: int, max_stages: int) -> bool:
     return False
 
 
-_ENUMERATE = 4096
-"""Candidate bottlenecks listed and sorted outright once this few remain."""
-
-
 def _least_feasible(times: _RoleTimes, nb: int, max_stages: int) -> tuple[float, list[int]] | None:
     """The least candidate bottleneck T at which the capacity test passes, and its order."""
+    if times.arrays is not None:
+        found = times.arrays.least_feasible(nb, max_stages)
+        if found is None:
+            return None
+        t, hi_caps = found
+        return t, _order_at(times, hi_caps, nb, max_stages)
     nodes = times.nodes
     hi_t = math.inf
     hi_caps = times.class_caps(hi_t, strict=False)
@@ -460,7 +485,7 @@ def _least_feasible(times: _RoleTimes, nb: int, max_stages: int) -> tuple[float,
     while True:
         todo = spans(lo_caps, hi_caps)
         count = sum((b - a) * weight[c] for c, _, a, b in todo)
-        if count <= _ENUMERATE or force:
+        if count <= ENUMERATE or force:
             cands = sorted({v for c, r, a, b in todo for v in times.values(rep[c], r, a, b)})
             cands = [v for v in cands if v < hi_t]
             left, right = 0, len(cands)  # the answer is cands[right] (or hi_t at len)
@@ -492,11 +517,17 @@ def _least_feasible(times: _RoleTimes, nb: int, max_stages: int) -> tuple[float,
             hi_t, hi_caps = pivot, caps
         else:
             lo_caps = caps
+    return t, _order_at(times, hi_caps, nb, max_stages)
+
+
+def _order_at(times: _RoleTimes, class_caps: _Caps, nb: int, max_stages: int) -> list[int]:
+    """The order :func:`_capacity_order` picks at these class capacities (the test passes)."""
     cls = times.cls
-    node_caps = tuple([part[c] for c in cls] for part in hi_caps)
-    order = _capacity_order(nodes, node_caps, nb, max_stages)  # type: ignore[arg-type]
+    mid, first, last = class_caps
+    node_caps = ([mid[c] for c in cls], [first[c] for c in cls], [last[c] for c in cls])
+    order = _capacity_order(times.nodes, node_caps, nb, max_stages)
     assert order is not None
-    return t, order
+    return order
 
 
 def proves_optimal(cm: CostModel, times: _RoleTimes, bottleneck_s: float, max_stages: int) -> bool:

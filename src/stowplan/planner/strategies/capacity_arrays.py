@@ -1,0 +1,290 @@
+"""The throughput search's capacity test on arrays, for fleets of many nodes.
+
+:mod:`~stowplan.planner.strategies.throughput` finds the least bottleneck T at which
+the capacity test passes by bisecting over the stage times of every node class.  On
+a fleet of ``ARRAY_NODES`` nodes or more (1,024 single-GPU nodes with links of their
+own make as many classes) each step of that search is a pass over every class; here
+the classes' stage times are rows of a padded 2-D array and a step is a few array
+operations.  The answers are the same numbers as the pure path's: capacities are
+counts of the same floats (a row is non-decreasing, so a count is the bisection),
+and the test's sums are of the same integers.
+
+numpy is imported on first use (``import stowplan`` stays light); without it
+:func:`numpy_module` is None and the pure path runs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "ARRAY_NODES",
+    "ENUMERATE",
+    "CapacityArrays",
+    "numpy_module",
+]
+
+ARRAY_NODES = 128
+"""From this many nodes the capacity test runs on arrays."""
+
+ENUMERATE = 4096
+"""Candidate bottlenecks listed and sorted outright once this few remain."""
+
+_NUMPY: list[Any] = []
+
+
+def numpy_module() -> Any:
+    """numpy, imported on first use; None when it is not installed."""
+    if not _NUMPY:
+        try:
+            import numpy as np
+        except ImportError:  # pragma: no cover - numpy ships with the exact extra
+            np = None
+        _NUMPY.append(np)
+    return _NUMPY[0]
+
+
+Caps = tuple[list[int], list[int], list[int]]
+"""Per class: blocks it holds as an interior stage, as stage 0 and as the last stage."""
+
+
+def _rows(np: Any, lists: Sequence[Sequence[float]]) -> tuple[Any, Any]:
+    """The lists as rows of one array padded with inf, and their lengths.
+
+    Lists shared between classes (the same object) are converted once."""
+    distinct: dict[int, int] = {}
+    unique: list[Sequence[float]] = []
+    index = []
+    for row in lists:
+        i = distinct.get(id(row))
+        if i is None:
+            i = distinct[id(row)] = len(unique)
+            unique.append(row)
+        index.append(i)
+    width = max((len(r) for r in unique), default=0)
+    table = np.full((len(unique), max(width, 1)), np.inf)
+    for i, r in enumerate(unique):
+        table[i, : len(r)] = r
+    lengths = np.array([len(r) for r in unique], dtype=np.int64)
+    at = np.array(index, dtype=np.int64)
+    return table[at], lengths[at]
+
+
+class CapacityArrays:
+    """Per class, its stage times as array rows (the figures the capacity test counts).
+
+    ``base[c]`` are the times of blocks ``[0, k)``, k = 1, 2, … on class ``c`` without
+    its transfer ``xfer[c]`` (the stage-0 and interior role), ``tail[c]`` those of the
+    last k blocks with the head (the last role); ``k_first[c]`` the most blocks it holds
+    beside the embed; ``members[c]`` its node positions sorted by id, ``ids`` the node id
+    of every position.
+    """
+
+    def __init__(
+        self,
+        base: Sequence[Sequence[float]],
+        tail: Sequence[Sequence[float]],
+        xfer: Sequence[float],
+        k_first: Sequence[int],
+        members: Sequence[Sequence[int]],
+        ids: Sequence[int],
+    ) -> None:
+        np = numpy_module()
+        self.np = np
+        base_rows, self.base_len = _rows(np, base)
+        # The stage times as the pure path compares them: ``v + xfer``, the same floats.
+        self.stage = base_rows + np.asarray(xfer, dtype=np.float64)[:, None]
+        self.tail, self.tail_len = _rows(np, tail)
+        self.k_first = np.asarray(k_first, dtype=np.int64)
+        self.members = members
+        self.ids = ids
+        self.sizes = np.array([len(m) for m in members], dtype=np.int64)
+        self.first_ids = np.array([ids[m[0]] for m in members], dtype=np.int64)
+        self.id_span = max(ids, default=0) + 1
+        """Node ids are below this: the ends' keys pack an id under the capacities."""
+
+    def class_caps(self, t: float, strict: bool) -> tuple[Any, Any, Any]:
+        """Per class, blocks held within ``t`` (``< t`` when strict): interior, first, last."""
+        if strict:
+            mids, lasts = (self.stage < t).sum(1), (self.tail < t).sum(1)
+        else:
+            mids, lasts = (self.stage <= t).sum(1), (self.tail <= t).sum(1)
+        np = self.np
+        if t == math.inf and not strict:  # the padding counts too: a row holds its length
+            mids, lasts = np.minimum(mids, self.base_len), np.minimum(lasts, self.tail_len)
+        return mids, np.minimum(mids, self.k_first), lasts
+
+    def caps(self, t: float, strict: bool) -> Caps:
+        """:meth:`class_caps` as lists."""
+        mids, firsts, lasts = self.class_caps(t, strict)
+        return mids.tolist(), firsts.tolist(), lasts.tolist()
+
+    def _ends(self, role: Any, mid: Any, nb: int) -> list[tuple[int, int]]:
+        """End candidates (node position, class): the four largest capacities in the role
+        and the four least losses against the interior role, ties to the least node id."""
+        np = self.np
+        able = np.flatnonzero(role > 0)
+        if able.size == 0:
+            return []
+        r = role[able]
+        ids = self.first_ids[able]
+        span = self.id_span
+        # (−role, id) and (mid − role, −role, id), each packed into one integer.
+        by_cap = (nb - r) * span + ids
+        by_gain = ((mid[able] - r + nb) * (nb + 1) + (nb - r)) * span + ids
+        ids_of, members = self.ids, self.members
+        out: set[tuple[int, int]] = set()
+        role_l = role.tolist()
+        mid_l = mid.tolist()
+        for key, gain in ((by_cap, False), (by_gain, True)):
+            ranked: list[tuple[int, ...]]
+            if key.size > 4:
+                picked = able[np.argpartition(key, 3)[:4]]
+            else:
+                picked = able
+            if gain:
+                ranked = heapq.nsmallest(
+                    4,
+                    [
+                        (mid_l[c] - role_l[c], -role_l[c], ids_of[i], i, c)
+                        for c in picked.tolist()
+                        for i in members[c][:4]
+                    ],
+                )
+            else:
+                ranked = heapq.nsmallest(
+                    4,
+                    [
+                        (-role_l[c], ids_of[i], i, c)
+                        for c in picked.tolist()
+                        for i in members[c][:4]
+                    ],
+                )
+            out.update((e[-2], e[-1]) for e in ranked)
+        return sorted(out, key=lambda ic: ids_of[ic[0]])
+
+    def passes(self, caps: tuple[Any, Any, Any], nb: int, max_stages: int) -> bool:
+        """Whether the capacity test passes at these class capacities: a first node, a
+        last node and the ``max_stages − 2`` largest interior capacities among the rest
+        hold every block."""
+        np = self.np
+        mid, first, last = caps
+        held = mid > 0
+        if held.any():
+            per_value = np.bincount(mid[held], weights=self.sizes[held]).astype(np.int64)
+            present = np.flatnonzero(per_value)[::-1]
+            counts = per_value[present]
+            values = present.tolist()
+            reach = np.cumsum(counts).tolist()
+            sums = np.cumsum(counts * present).tolist()
+        else:
+            values, reach, sums = [], [], []
+        size = reach[-1] if reach else 0
+
+        def top(k: int) -> int:
+            """Sum of the ``k`` largest interior capacities."""
+            if k <= 0:
+                return 0
+            j = bisect_left(reach, k)
+            if j >= len(values):
+                return sums[-1] if sums else 0
+            return (sums[j - 1] if j else 0) + (k - (reach[j - 1] if j else 0)) * values[j]
+
+        descending = [-v for v in values]
+
+        def at_least(v: int) -> int:
+            """How many interior capacities are ≥ v (v > 0)."""
+            j = bisect_right(descending, -v)
+            return reach[j - 1] if j else 0
+
+        k_inner = max_stages - 2
+        ends_first = self._ends(first, mid, nb)
+        if not ends_first:
+            return False
+        ends_last = self._ends(last, mid, nb)
+        mid_at = {c: int(mid[c]) for _, c in ends_first + ends_last}
+        for f, cf in ends_first:
+            for lst, cl in ends_last:
+                if f == lst:
+                    continue
+                removed = sorted((mid_at[c] for c in (cf, cl) if mid_at[c] > 0), reverse=True)
+                positions = []
+                for n_, v in enumerate(removed):
+                    same = sum(1 for w in removed[: n_ + 1] if w == v)
+                    positions.append((at_least(v) - same, v))
+                end = min(k_inner, size)
+                excluded = 0
+                for pos, v in sorted(positions):
+                    if pos < end:
+                        excluded += v
+                        end = min(end + 1, size)
+                if int(first[cf]) + int(last[cl]) + top(end) - excluded >= nb:
+                    return True
+        return False
+
+    def least_feasible(self, nb: int, max_stages: int) -> tuple[float, Caps] | None:
+        """The least candidate bottleneck T at which the capacity test passes, and the
+        class capacities at T; None when it fails with no bound at all.
+
+        Candidates are the stage times; while more than :data:`ENUMERATE` remain between
+        the failing and the passing capacities, a weighted median of the remaining
+        ranges' middle values halves them; then they are listed and bisected.
+        """
+        np = self.np
+        hi_t = math.inf
+        hi_caps = self.class_caps(hi_t, strict=False)
+        if not self.passes(hi_caps, nb, max_stages):
+            return None
+        k = len(self.members)
+        zero = np.zeros(k, dtype=np.int64)
+        lo_caps: tuple[Any, Any, Any] = (zero, zero, zero)
+        weight = self.sizes
+        force = False
+        while True:
+            # Stage 0 and interior capacities change only where the base times do.
+            a0, b0, a2, b2 = lo_caps[0], hi_caps[0], lo_caps[2], hi_caps[2]
+            rows0, rows2 = np.flatnonzero(b0 > a0), np.flatnonzero(b2 > a2)
+            a0, b0, a2, b2 = a0[rows0], b0[rows0], a2[rows2], b2[rows2]
+            w0, w2 = (b0 - a0) * weight[rows0], (b2 - a2) * weight[rows2]
+            count = int(w0.sum()) + int(w2.sum())
+            if count <= ENUMERATE or force:
+                cols0 = np.arange(self.stage.shape[1])
+                cols2 = np.arange(self.tail.shape[1])
+                in0 = (cols0 >= a0[:, None]) & (cols0 < b0[:, None])
+                in2 = (cols2 >= a2[:, None]) & (cols2 < b2[:, None])
+                listed = np.concatenate((self.stage[rows0][in0], self.tail[rows2][in2]))
+                values = np.unique(listed)
+                cands = values[values < hi_t].tolist()
+                left, right = 0, len(cands)  # the answer is cands[right] (or hi_t at len)
+                while left < right:
+                    m = (left + right) // 2
+                    caps = self.class_caps(cands[m], strict=False)
+                    if self.passes(caps, nb, max_stages):
+                        right, hi_caps = m, caps
+                    else:
+                        left = m + 1
+                t = cands[right] if right < len(cands) else hi_t
+                break
+            # A weighted median of the spans' middle values removes at least a quarter.
+            middle = np.concatenate(
+                (self.stage[rows0, (a0 + b0) // 2], self.tail[rows2, (a2 + b2) // 2])
+            )
+            weights = np.concatenate((w0, w2))
+            order = np.lexsort((weights, middle))
+            reached = np.cumsum(weights[order])
+            at = int(np.searchsorted(reached, count / 2, side="left"))
+            pivot = float(middle[order[min(at, len(order) - 1)]])
+            if pivot >= hi_t:  # ties at the top: list them all
+                force = True
+                continue
+            caps = self.class_caps(pivot, strict=False)
+            if self.passes(caps, nb, max_stages):
+                hi_t, hi_caps = pivot, caps
+            else:
+                lo_caps = caps
+        mids, firsts, lasts = hi_caps
+        return t, (mids.tolist(), firsts.tolist(), lasts.tolist())
