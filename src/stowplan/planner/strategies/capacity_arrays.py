@@ -41,10 +41,11 @@ def numpy_module() -> Any:
     """numpy, imported on first use; None when it is not installed."""
     if not _NUMPY:
         try:
-            import numpy as np
+            import numpy
         except ImportError:  # pragma: no cover - numpy ships with the exact extra
-            np = None
-        _NUMPY.append(np)
+            _NUMPY.append(None)
+        else:
+            _NUMPY.append(numpy)
     return _NUMPY[0]
 
 
@@ -142,10 +143,7 @@ class CapacityArrays:
         mid_l = mid.tolist()
         for key, gain in ((by_cap, False), (by_gain, True)):
             ranked: list[tuple[int, ...]]
-            if key.size > 4:
-                picked = able[np.argpartition(key, 3)[:4]]
-            else:
-                picked = able
+            picked = able[np.argpartition(key, 3)[:4]] if key.size > 4 else able
             if gain:
                 ranked = heapq.nsmallest(
                     4,
@@ -174,6 +172,9 @@ class CapacityArrays:
         np = self.np
         mid, first, last = caps
         held = mid > 0
+        values: list[int] = []
+        reach: list[int] = []
+        sums: list[int] = []
         if held.any():
             per_value = np.bincount(mid[held], weights=self.sizes[held]).astype(np.int64)
             present = np.flatnonzero(per_value)[::-1]
@@ -181,8 +182,6 @@ class CapacityArrays:
             values = present.tolist()
             reach = np.cumsum(counts).tolist()
             sums = np.cumsum(counts * present).tolist()
-        else:
-            values, reach, sums = [], [], []
         size = reach[-1] if reach else 0
 
         def top(k: int) -> int:

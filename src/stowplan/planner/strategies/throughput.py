@@ -460,7 +460,6 @@ def _least_feasible(times: _RoleTimes, nb: int, max_stages: int) -> tuple[float,
             return None
         t, hi_caps = found
         return t, _order_at(times, hi_caps, nb, max_stages)
-    nodes = times.nodes
     hi_t = math.inf
     hi_caps = times.class_caps(hi_t, strict=False)
     if not _passes(times, hi_caps, nb, max_stages):
