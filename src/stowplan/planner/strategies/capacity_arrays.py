@@ -25,6 +25,7 @@ __all__ = [
     "ARRAY_NODES",
     "ENUMERATE",
     "CapacityArrays",
+    "fluid_capacity",
     "numpy_module",
 ]
 
@@ -287,3 +288,40 @@ class CapacityArrays:
                 lo_caps = caps
         mids, firsts, lasts = hi_caps
         return t, (mids.tolist(), firsts.tolist(), lasts.tolist())
+
+
+def fluid_capacity(
+    xfer: Sequence[float],
+    stage: Sequence[float],
+    inverse_rate: Sequence[float],
+    limit: Sequence[float],
+    top: int,
+) -> Any:
+    """The fractional capacity test of :func:`~stowplan.planner.exact.pipelines.fluid_bound`
+    on arrays: ``capacity(tm)`` is the same count as the pure one's.
+
+    Per node, the fractional blocks within ``tm`` as an interior stage (after its
+    transfer) and as the last stage (no transfer), ``min(max(tm − x − s, 0) / rate,
+    limit)`` (the limit itself where the rate is 0); the ``top`` largest interior ones,
+    each floored, plus the best end gain, floored, plus one.
+    """
+    np = numpy_module()
+    x = np.asarray(xfer, dtype=np.float64)
+    s = np.asarray(stage, dtype=np.float64)
+    v = np.asarray(inverse_rate, dtype=np.float64)
+    c = np.asarray(limit, dtype=np.float64)
+    free = v == math.inf
+    v = np.where(free, 0.0, v)
+    n = len(c)
+    cut = n - min(top, n)
+
+    def capacity(tm: float) -> float:
+        mid = np.where(free, c, np.minimum(np.maximum(tm - x - s, 0.0) * v, c))
+        end = np.where(free, c, np.minimum(np.maximum(tm - s, 0.0) * v, c))
+        held = np.floor(mid + 1e-9)
+        if cut > 0:
+            held = np.partition(held, cut)[cut:]
+        gain = float(np.max(end - mid))
+        return float(held.sum()) + math.floor(gain + 1e-9) + 1
+
+    return capacity
