@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from operator import attrgetter
+from weakref import WeakKeyDictionary
 
 from stowplan.cost import CostModel
 from stowplan.planner.problem import Problem
@@ -27,18 +28,46 @@ _POOL_PER_KEY = 16
 _MAX_ROUNDS = 30
 
 
-@dataclass(frozen=True, slots=True)
 class _Node:
-    index: int
-    slope: float
-    """Seconds per (average) block."""
-    head: float
-    """Seconds the head adds on this node."""
-    xfer: float
-    lat: float
-    cap_mid: int
-    cap_first: int
-    cap_last: int
+    """A node's surrogate figures: blocks all as the average one."""
+
+    __slots__ = (
+        "cap_first",
+        "cap_last",
+        "cap_mid",
+        "end_key",
+        "first_key",
+        "head",
+        "index",
+        "lat",
+        "slope",
+        "slope_key",
+        "xfer",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        slope: float,
+        head: float,
+        xfer: float,
+        lat: float,
+        caps: tuple[int, int, int],
+    ) -> None:
+        self.index = index
+        self.slope = slope
+        """Seconds per (average) block."""
+        self.head = head
+        """Seconds the head adds on this node."""
+        self.xfer = xfer
+        self.lat = lat
+        self.cap_mid, self.cap_first, self.cap_last = caps
+        self.end_key = (head - xfer, index)
+        """The last stage goes to the least of these (the head's cost less the transfer)."""
+        self.first_key = (slope, -index)
+        """Stage 0 (the embed) goes to the greatest of these: the slowest node."""
+        self.slope_key = (slope, index)
+        """Blocks fill the nodes in this order: fastest first."""
 
 
 def _surrogates(cm: CostModel) -> list[_Node]:
@@ -46,61 +75,72 @@ def _surrogates(cm: CostModel) -> list[_Node]:
     read = (cm.read_prefix[nb] + cm.kv_prefix[nb]) / nb
     weights = cm.read_prefix[nb] / nb
     mem = cm.mem_prefix[nb] / nb
+
+    def cap(anchor: int, u: int) -> int:
+        room = u - anchor
+        if room < 0:
+            return 0
+        return nb if mem <= 0 else min(nb, int(room // mem))
+
+    # Nodes alike in bandwidth, compute and block cost share a slope; in memory, capacities.
+    rates: dict[tuple[float, float, float], tuple[float, float]] = {}
+    capacities: dict[int, tuple[int, int, int]] = {}
     out = []
     for d in range(len(cm.nodes)):
-        slope = cm.block_seconds(d, read, weights)
-        head = max(cm.head * cm.inv_bw[d], cm.head * cm.flop_s_per_byte[d])
-        u = cm.usable[d]
-
-        def cap(anchor: int, u: int = u) -> int:
-            room = u - anchor
-            if room < 0:
-                return 0
-            return nb if mem <= 0 else min(nb, int(room // mem))
-
-        out.append(
-            _Node(
-                index=d,
-                slope=slope,
-                head=head,
-                xfer=cm.xfer_s[d],
-                lat=cm.latency_s[d] + cm.stage_s[d],
-                cap_mid=cap(0),
-                cap_first=cap(cm.embed),
-                cap_last=cap(cm.head),
+        ib, fl = cm.inv_bw[d], cm.flop_s_per_byte[d]
+        key = (ib, fl, cm.block_s[d])
+        rate = rates.get(key)
+        if rate is None:
+            rate = rates[key] = (
+                cm.block_seconds(d, read, weights),
+                max(cm.head * ib, cm.head * fl),
             )
-        )
+        u = cm.usable[d]
+        caps = capacities.get(u)
+        if caps is None:
+            caps = capacities[u] = (cap(0, u), cap(cm.embed, u), cap(cm.head, u))
+        out.append(_Node(d, rate[0], rate[1], cm.xfer_s[d], cm.latency_s[d] + cm.stage_s[d], caps))
     return out
 
 
-def _arrange(nodes: Sequence[_Node], nb: int) -> tuple[float, list[int], list[int]] | None:
+_Arranged = tuple[float, list[int], list[int]]
+
+
+def _arrange(nodes: Sequence[_Node], nb: int) -> _Arranged | None:
     """Surrogate time per token, stage order and block counts of a node set (≥ 2 nodes)."""
     lasts = [x for x in nodes if x.cap_last >= 1]
     if not lasts:
         return None
-    last = min(lasts, key=lambda x: (x.head - x.xfer, x.index))
+    last = min(lasts, key=_END)
     firsts = [x for x in nodes if x is not last and x.cap_first >= 1]
     if not firsts:
         return None
-    first = max(firsts, key=lambda x: (x.slope, -x.index))
+    first = max(firsts, key=_FIRST)
     caps = {x.index: x.cap_mid for x in nodes}
     caps[first.index] = first.cap_first
     caps[last.index] = last.cap_last
-    if any(c < 1 for c in caps.values()) or sum(caps.values()) < nb:
+    if min(caps.values()) < 1 or sum(caps.values()) < nb:
         return None
     counts = dict.fromkeys(caps, 1)
     left = nb - len(nodes)
     if left < 0:
         return None
-    for x in sorted(nodes, key=lambda x: (x.slope, x.index)):
+    for x in sorted(nodes, key=_SLOPE):
+        if not left:
+            break  # every later node keeps its one block
         take = min(left, caps[x.index] - 1)
         counts[x.index] += take
         left -= take
-    time = last.head + sum(x.slope * counts[x.index] + x.lat for x in nodes)
-    time += sum(x.xfer for x in nodes if x is not last)
-    middle = sorted((x for x in nodes if x is not first and x is not last), key=lambda x: x.index)
-    order = [first.index, *(x.index for x in middle), last.index]
+    time = last.head + sum([x.slope * counts[x.index] + x.lat for x in nodes])
+    time += sum([x.xfer for x in nodes if x is not last])
+    middle = sorted(x.index for x in nodes if x is not first and x is not last)
+    order = [first.index, *middle, last.index]
     return time, order, [counts[d] for d in order]
+
+
+_END = attrgetter("end_key")
+_FIRST = attrgetter("first_key")
+_SLOPE = attrgetter("slope_key")
 
 
 def _to_pipeline(order: list[int], counts: list[int]) -> Pipeline:
@@ -110,31 +150,68 @@ def _to_pipeline(order: list[int], counts: list[int]) -> Pipeline:
     return order, bounds
 
 
+_KEYS = (
+    lambda x: (x.slope, x.index),
+    lambda x: (x.lat + x.xfer, x.slope, x.index),
+    lambda x: ((x.lat + x.xfer) / max(x.cap_mid, 1) + x.slope, x.index),
+    lambda x: (-x.cap_mid, x.slope, x.index),
+)
+"""The rankings the node sets are seeded from: fastest per block, best connected,
+cheapest per block when full, largest."""
+
+
+class _Surrogates:
+    """A cost model's surrogate nodes, their rankings and every node list arranged so far
+    (by its order: the time is summed in it).  The searches on one model share them: the
+    stage counts that step at one microbatch plan on one model."""
+
+    def __init__(self, cm: CostModel) -> None:
+        self.nodes = _surrogates(cm)
+        self.rankings = [sorted(self.nodes, key=k) for k in _KEYS]
+        self.arranged: dict[tuple[int, ...], _Arranged | None] = {}
+
+
+_SURROGATES: WeakKeyDictionary[CostModel, _Surrogates] = WeakKeyDictionary()
+
+
+def _surrogates_of(cm: CostModel) -> _Surrogates:
+    found = _SURROGATES.get(cm)
+    if found is None:
+        found = _SURROGATES[cm] = _Surrogates(cm)
+    return found
+
+
 def latency_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
     """The pipeline with the least time per token this strategy finds; None if none fits."""
     nb = cm.num_blocks
     min_n, max_n = max(problem.min_stages, 2), problem.max_stages
     candidates: list[Pipeline] = []
     if problem.min_stages <= 1:
+        # One stage: its time depends only on the node's rates, so of nodes alike only
+        # the first (the one ``min`` would keep among equal keys) is a candidate.
+        alike: set[tuple[float, float, float, float]] = set()
         for d in range(len(cm.nodes)):
             if cm.fits(d, 0, nb, True, True):
-                candidates.append(([d], [0, nb]))
+                key = (cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d])
+                if key not in alike:
+                    alike.add(key)
+                    candidates.append(([d], [0, nb]))
     if max_n >= 2:
-        nodes = _surrogates(cm)
-        keys = (
-            lambda x: (x.slope, x.index),
-            lambda x: (x.lat + x.xfer, x.slope, x.index),
-            lambda x: ((x.lat + x.xfer) / max(x.cap_mid, 1) + x.slope, x.index),
-            lambda x: (-x.cap_mid, x.slope, x.index),
-        )
-        rankings = [sorted(nodes, key=k) for k in keys]
-        seen: dict[tuple[int, ...], tuple[float, list[int], list[int]] | None] = {}
+        shared = _surrogates_of(cm)
+        nodes, rankings, arranged = shared.nodes, shared.rankings, shared.arranged
+        seen: dict[tuple[int, ...], _Arranged | None] = {}
 
-        def score(members: Sequence[_Node]) -> tuple[float, list[int], list[int]] | None:
+        def score(members: Sequence[_Node]) -> _Arranged | None:
             key = tuple(sorted(x.index for x in members))
             if key not in seen:
-                ok = min_n <= len(members) <= max_n
-                seen[key] = _arrange(members, nb) if ok else None
+                got = None
+                if min_n <= len(members) <= max_n:
+                    ordered = tuple(x.index for x in members)
+                    if ordered in arranged:
+                        got = arranged[ordered]
+                    else:
+                        got = arranged[ordered] = _arrange(members, nb)
+                seen[key] = got
             return seen[key]
 
         best: tuple[float, list[_Node]] | None = None
