@@ -31,6 +31,7 @@ import operator
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from itertools import accumulate, compress
+from weakref import WeakKeyDictionary
 
 from stowplan.cost import CostModel
 from stowplan.planner.problem import Problem
@@ -202,16 +203,26 @@ class _RoleTimes:
         shared: dict[tuple[float, float, float, float, int], list[float]] = {}
         shared_tail: dict[tuple[float, float, float, float, int], list[float]] = {}
         total_m = mp[nb]
+        embed, head = cm.embed, cm.head
+        inv_bw, flop_s, block_s, stage_s = cm.inv_bw, cm.flop_s_per_byte, cm.block_s, cm.stage_s
+        usable, xfer = cm.usable, self.xfer
+        # Nodes of one usable VRAM hold as many blocks in every role.
+        counts: dict[int, tuple[int, int, int]] = {}
         for i, d in enumerate(self.nodes):
-            u = cm.usable[d]
-            k_mid = max(min(nb, bisect_right(mp, u) - 1), 0)
-            k_first = max(min(nb, bisect_right(mp, u - cm.embed) - 1), 0)
-            # Last stage: blocks [nb-k, nb) with the head.
-            room = u - cm.head
-            k_last = max(min(0 if room < 0 else nb - bisect_left(mp, total_m - room), nb), 0)
-            ib, fl = cm.inv_bw[d], cm.flop_s_per_byte[d]
-            bs, ss = cm.block_s[d], cm.stage_s[d]
-            key = (ib, fl, bs, ss, k_mid, k_first, k_last, self.xfer[i])
+            u = usable[d]
+            held = counts.get(u)
+            if held is None:
+                k_mid = max(min(nb, bisect_right(mp, u) - 1), 0)
+                k_first = max(min(nb, bisect_right(mp, u - embed) - 1), 0)
+                # Last stage: blocks [nb-k, nb) with the head.
+                room = u - head
+                k_last = max(min(0 if room < 0 else nb - bisect_left(mp, total_m - room), nb), 0)
+                held = counts[u] = (k_mid, k_first, k_last)
+            else:
+                k_mid, k_first, k_last = held
+            ib, fl = inv_bw[d], flop_s[d]
+            bs, ss = block_s[d], stage_s[d]
+            key = (ib, fl, bs, ss, k_mid, k_first, k_last, xfer[i])
             c = classes.get(key)
             if c is None:
                 c = classes[key] = len(self.members)
@@ -225,7 +236,6 @@ class _RoleTimes:
                 base = shared[base_key]
                 tail_key = (ib, fl, bs, ss, k_last)
                 if tail_key not in shared_tail:
-                    head = cm.head
                     shared_tail[tail_key] = [
                         max(
                             (rp[nb] - rp[nb - k] + head + kp[nb] - kp[nb - k]) * ib,
@@ -555,6 +565,30 @@ def proves_optimal(cm: CostModel, times: _RoleTimes, bottleneck_s: float, max_st
     return sum(top) + max(gains) < cm.num_blocks
 
 
+class _Tables:
+    """A cost model's stage-time tables and the capacity test's answers per stage limit:
+    the stage counts that step at one microbatch plan on one model and share them."""
+
+    def __init__(self, cm: CostModel) -> None:
+        self.times = _RoleTimes(cm, range(len(cm.nodes)))
+        self.least: dict[int, tuple[float, list[int]] | None] = {}
+
+    def least_feasible(self, nb: int, max_stages: int) -> tuple[float, list[int]] | None:
+        if max_stages not in self.least:
+            self.least[max_stages] = _least_feasible(self.times, nb, max_stages)
+        return self.least[max_stages]
+
+
+_TABLES: WeakKeyDictionary[CostModel, _Tables] = WeakKeyDictionary()
+
+
+def _tables(cm: CostModel) -> _Tables:
+    found = _TABLES.get(cm)
+    if found is None:
+        found = _TABLES[cm] = _Tables(cm)
+    return found
+
+
 def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None, bool]:
     """The best pipeline this strategy finds, and whether it is proven optimal."""
     nodes = list(range(len(cm.nodes)))
@@ -569,8 +603,9 @@ def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None,
     times: _RoleTimes | None = None
     if max_n >= 2 and len(nodes) >= 2:
         # The least bottleneck the capacity test admits chooses the nodes and the ends.
-        times = _RoleTimes(cm, nodes)
-        found = _least_feasible(times, cm.num_blocks, max_n)
+        tables = _tables(cm)
+        times = tables.times
+        found = tables.least_feasible(cm.num_blocks, max_n)
         if found is not None:
             t, order = found
             split = greedy_split(cm, order, t * (1 + 1e-9), min_n)
