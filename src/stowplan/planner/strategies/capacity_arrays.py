@@ -83,7 +83,7 @@ class CapacityArrays:
     its transfer ``xfer[c]`` (the stage-0 and interior role), ``tail[c]`` those of the
     last k blocks with the head (the last role); ``k_first[c]`` the most blocks it holds
     beside the embed; ``members[c]`` its node positions sorted by id, ``ids`` the node id
-    of every position.
+    of every position, ``cls`` the class of every position.
     """
 
     def __init__(
@@ -94,6 +94,7 @@ class CapacityArrays:
         k_first: Sequence[int],
         members: Sequence[Sequence[int]],
         ids: Sequence[int],
+        cls: Sequence[int],
     ) -> None:
         np = numpy_module()
         self.np = np
@@ -108,6 +109,9 @@ class CapacityArrays:
         self.first_ids = np.array([ids[m[0]] for m in members], dtype=np.int64)
         self.id_span = max(ids, default=0) + 1
         """Node ids are below this: the ends' keys pack an id under the capacities."""
+        self.cls = np.asarray(cls, dtype=np.int64)
+        """Per node position, its class."""
+        self.node_ids = np.asarray(ids, dtype=np.int64)
 
     def class_caps(self, t: float, strict: bool) -> tuple[Any, Any, Any]:
         """Per class, blocks held within ``t`` (``< t`` when strict): interior, first, last."""
@@ -140,17 +144,17 @@ class CapacityArrays:
         by_gain = ((mid[able] - r + nb) * (nb + 1) + (nb - r)) * span + ids
         ids_of, members = self.ids, self.members
         out: set[tuple[int, int]] = set()
-        role_l = role.tolist()
-        mid_l = mid.tolist()
         for key, gain in ((by_cap, False), (by_gain, True)):
             ranked: list[tuple[int, ...]]
             picked = able[np.argpartition(key, 3)[:4]] if key.size > 4 else able
+            classes = picked.tolist()
+            roles, mids = role[picked].tolist(), mid[picked].tolist()
             if gain:
                 ranked = heapq.nsmallest(
                     4,
                     [
-                        (mid_l[c] - role_l[c], -role_l[c], ids_of[i], i, c)
-                        for c in picked.tolist()
+                        (m - r, -r, ids_of[i], i, c)
+                        for c, r, m in zip(classes, roles, mids, strict=True)
                         for i in members[c][:4]
                     ],
                 )
@@ -158,8 +162,8 @@ class CapacityArrays:
                 ranked = heapq.nsmallest(
                     4,
                     [
-                        (-role_l[c], ids_of[i], i, c)
-                        for c in picked.tolist()
+                        (-r, ids_of[i], i, c)
+                        for c, r in zip(classes, roles, strict=True)
                         for i in members[c][:4]
                     ],
                 )
@@ -226,9 +230,9 @@ class CapacityArrays:
                     return True
         return False
 
-    def least_feasible(self, nb: int, max_stages: int) -> tuple[float, Caps] | None:
+    def least_feasible(self, nb: int, max_stages: int) -> tuple[float, list[int]] | None:
         """The least candidate bottleneck T at which the capacity test passes, and the
-        class capacities at T; None when it fails with no bound at all.
+        order it picks at T (node ids); None when it fails with no bound at all.
 
         Candidates are the stage times; while more than :data:`ENUMERATE` remain between
         the failing and the passing capacities, a weighted median of the remaining
@@ -286,8 +290,69 @@ class CapacityArrays:
                 hi_t, hi_caps = pivot, caps
             else:
                 lo_caps = caps
-        mids, firsts, lasts = hi_caps
-        return t, (mids.tolist(), firsts.tolist(), lasts.tolist())
+        order = self.order(hi_caps, nb, max_stages)
+        assert order is not None
+        return t, order
+
+    def _node_ends(self, role: Any, mid: Any, nb: int) -> list[int]:
+        """End candidates by node: the four largest capacities in the role and the four
+        least losses against the interior role, ties to the least id; sorted by id."""
+        np = self.np
+        able = np.flatnonzero(role > 0)
+        r, ids = role[able], self.node_ids[able]
+        span = self.id_span
+        picked: set[int] = set()
+        for key in (
+            (nb - r) * span + ids,
+            ((mid[able] - r + nb) * (nb + 1) + (nb - r)) * span + ids,
+        ):
+            best = np.argpartition(key, 3)[:4] if key.size > 4 else np.arange(key.size)
+            picked.update(able[best].tolist())
+        return sorted(picked, key=self.ids.__getitem__)
+
+    def order(self, class_caps: tuple[Any, Any, Any], nb: int, max_stages: int) -> list[int] | None:
+        """The order the capacity test picks at these class capacities (node ids): the
+        first node, the ``max_stages − 2`` largest interior capacities among the rest by
+        capacity then id, the last node; None if the test fails."""
+        np = self.np
+        mid, first, last = (part[self.cls] for part in class_caps)
+        ids = self.node_ids
+        able = np.flatnonzero(mid > 0)
+        ranked = able[np.lexsort((ids[able], -mid[able]))]
+        place = np.full(len(mid), -1, dtype=np.int64)
+        place[ranked] = np.arange(len(ranked))
+        prefix = [0, *np.cumsum(mid[ranked]).tolist()]
+        k_inner = max_stages - 2
+        top_first = self._node_ends(first, mid, nb)
+        top_last = self._node_ends(last, mid, nb)
+        ends = sorted(set(top_first) | set(top_last))
+        at = dict(zip(ends, place[ends].tolist(), strict=True))
+        held = dict(zip(ends, mid[ends].tolist(), strict=True))
+        as_first = dict(zip(top_first, first[top_first].tolist(), strict=True))
+        as_last = dict(zip(top_last, last[top_last].tolist(), strict=True))
+        size = len(ranked)
+        best_total = -1
+        best: tuple[int, int, int] | None = None
+        for f in top_first:
+            for lst in top_last:
+                if f == lst:
+                    continue
+                # The first k_inner of ranked without f and lst.
+                end = min(k_inner, size)
+                excluded = 0
+                for p, e in sorted((at[e], e) for e in (f, lst) if at[e] >= 0):
+                    if p < end:
+                        excluded += held[e]
+                        end = min(end + 1, size)
+                total = as_first[f] + as_last[lst] + prefix[end] - excluded
+                if total >= nb and total > best_total:
+                    best_total, best = total, (f, lst, end)
+        if best is None:
+            return None
+        f, lst, end = best
+        inner = [i for i in ranked[:end].tolist() if i not in (f, lst)]
+        ids_of = self.ids
+        return [ids_of[f], *(ids_of[i] for i in inner), ids_of[lst]]
 
 
 def fluid_capacity(

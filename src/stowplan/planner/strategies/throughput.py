@@ -276,6 +276,7 @@ class _RoleTimes:
                 self._rep_k_first,
                 self.members,
                 self.nodes,
+                self.cls,
             )
 
     @property
@@ -465,11 +466,7 @@ def _passes(times: _RoleTimes, caps: _Caps, nb: int, max_stages: int) -> bool:
 def _least_feasible(times: _RoleTimes, nb: int, max_stages: int) -> tuple[float, list[int]] | None:
     """The least candidate bottleneck T at which the capacity test passes, and its order."""
     if times.arrays is not None:
-        found = times.arrays.least_feasible(nb, max_stages)
-        if found is None:
-            return None
-        t, hi_caps = found
-        return t, _order_at(times, hi_caps, nb, max_stages)
+        return times.arrays.least_feasible(nb, max_stages)
     hi_t = math.inf
     hi_caps = times.class_caps(hi_t, strict=False)
     if not _passes(times, hi_caps, nb, max_stages):
