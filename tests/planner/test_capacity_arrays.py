@@ -16,7 +16,7 @@ from stowplan.model import Metric
 from stowplan.plan import plan_to_json
 from stowplan.planner.exact import pipelines
 from stowplan.planner.problem import prepare
-from stowplan.planner.strategies import capacity_arrays, throughput
+from stowplan.planner.strategies import capacity_arrays, latency, throughput
 from stowplan.planner.strategies.capacity_arrays import ARRAY_NODES, CapacityArrays
 from stowplan.planner.strategies.throughput import (
     _capacity_order,
@@ -198,3 +198,39 @@ def test_a_plan_is_the_same_without_numpy(n: int, monkeypatch: pytest.MonkeyPatc
             m.setattr(throughput, "numpy_module", lambda: None)
             m.setattr(pipelines, "numpy_module", lambda: None)
             assert plan_to_json(plan(lookup(model), nodes, c)) == with_arrays
+
+
+def _surrogate_nodes(rng: random.Random, n: int) -> list[latency._Node]:
+    """Surrogate nodes with few distinct figures (ties in every key) and some that cannot
+    take a role at all."""
+    slopes = [rng.uniform(1e-4, 1e-3) for _ in range(3)]
+    heads = [rng.uniform(0, 1e-3) for _ in range(3)]
+    xfers = [rng.uniform(0, 1e-3) for _ in range(3)]
+    return [
+        latency._Node(
+            i,
+            rng.choice(slopes),
+            rng.choice(heads),
+            rng.choice(xfers),
+            rng.uniform(0, 1e-3),
+            (rng.choice((0, 1, 5, 20, 40)), rng.choice((0, 1, 4, 18)), rng.choice((0, 1, 3, 19))),
+        )
+        for i in rng.sample(range(4 * n), n)
+    ]
+
+
+def test_extensions_timed_on_arrays_are_the_arranged_times() -> None:
+    rng = random.Random(5)
+    checked = timed = 0
+    for _ in range(300):
+        nodes = _surrogate_nodes(rng, rng.randrange(3, 40))
+        k = rng.randrange(1, min(12, len(nodes) - 1))
+        base, ys = nodes[:k], nodes[k:]
+        nb = rng.randrange(k + 1, 120)
+        got = latency._extended_times(base, ys, nb)
+        for y, t in zip(ys, got, strict=True):
+            expected = latency._arrange([*base, y], nb)
+            assert t == (None if expected is None else expected[0])
+            checked += 1
+            timed += t is not None
+    assert 0 < timed < checked

@@ -16,10 +16,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from operator import attrgetter
+from typing import Any
 from weakref import WeakKeyDictionary
 
 from stowplan.cost import CostModel
 from stowplan.planner.problem import Problem
+from stowplan.planner.strategies.capacity_arrays import ARRAY_NODES, numpy_module
 from stowplan.planner.strategies.throughput import Pipeline
 
 __all__ = ["latency_pipeline", "latency_split"]
@@ -143,6 +145,177 @@ _FIRST = attrgetter("first_key")
 _SLOPE = attrgetter("slope_key")
 
 
+class _Scorer:
+    """Surrogate times of node lists for one search: a node set is scored once, in the
+    order it first comes in (the time is summed in it), and only within the stage limits.
+    The arrangements themselves come from the model's shared tables."""
+
+    def __init__(self, shared: _Surrogates, nb: int, min_n: int, max_n: int) -> None:
+        self.shared = shared
+        self.nb = nb
+        self.min_n, self.max_n = min_n, max_n
+        self.seen: dict[tuple[int, ...], tuple[float, tuple[_Node, ...]] | None] = {}
+        """Per node set (sorted indices): its time and the list it was scored as."""
+
+    def _timed(self, members: Sequence[_Node]) -> float | None:
+        ordered = tuple(x.index for x in members)
+        timed = self.shared.timed
+        if ordered not in timed:
+            got = self._arranged(members)
+            timed[ordered] = None if got is None else got[0]
+        return timed[ordered]
+
+    def _arranged(self, members: Sequence[_Node]) -> _Arranged | None:
+        ordered = tuple(x.index for x in members)
+        arranged = self.shared.arranged
+        if ordered not in arranged:
+            arranged[ordered] = _arrange(members, self.nb)
+        return arranged[ordered]
+
+    def time(self, members: Sequence[_Node]) -> float | None:
+        """The surrogate time of the set ``members`` (None: no arrangement, or outside the
+        stage limits)."""
+        key = tuple(sorted(x.index for x in members))
+        seen = self.seen
+        if key not in seen:
+            got = None
+            if self.min_n <= len(members) <= self.max_n:
+                t = self._timed(members)
+                if t is not None:
+                    got = (t, tuple(members))
+            seen[key] = got
+        found = seen[key]
+        return None if found is None else found[0]
+
+    def arrangement(self, members: Sequence[_Node]) -> _Arranged | None:
+        """The arrangement of the set ``members`` as it was scored."""
+        self.time(members)
+        found = self.seen[tuple(sorted(x.index for x in members))]
+        return None if found is None else self._arranged(found[1])
+
+    def extended(self, base: list[_Node], ys: Sequence[_Node]) -> list[float | None]:
+        """:meth:`time` of ``[*base, y]`` for every ``y`` in turn (none of them in ``base``)."""
+        seen, timed = self.seen, self.shared.timed
+        ids = tuple(x.index for x in base)
+        within = self.min_n <= len(base) + 1 <= self.max_n
+        keys = [tuple(sorted((*ids, y.index))) for y in ys]
+        todo = [
+            j for j, key in enumerate(keys) if key not in seen and (*ids, ys[j].index) not in timed
+        ]
+        if within and todo:
+            if self.shared.batched and len(todo) >= _BATCH:
+                times = _extended_times(base, [ys[j] for j in todo], self.nb)
+                for j, t in zip(todo, times, strict=True):
+                    timed[(*ids, ys[j].index)] = t
+            else:
+                for j in todo:
+                    self._timed([*base, ys[j]])
+        out: list[float | None] = []
+        for j, key in enumerate(keys):
+            if key not in seen:
+                got = None
+                if within:
+                    t = timed[(*ids, ys[j].index)]
+                    if t is not None:
+                        got = (t, (*base, ys[j]))
+                seen[key] = got
+            found = seen[key]
+            out.append(None if found is None else found[0])
+        return out
+
+
+_BATCH = 8
+"""Extensions timed on arrays from this many at once."""
+
+
+def _extended_times(base: list[_Node], ys: Sequence[_Node], nb: int) -> list[float | None]:
+    """:func:`_arrange`'s time of ``[*base, y]`` for every ``y``, on arrays, the same floats:
+    the ends, capacities and greedy fill per ``y`` as :func:`_arrange` chooses them, and
+    the time summed in the list's order (``base`` first, then ``y``)."""
+    np = numpy_module()
+    k = len(base)
+    n_y = len(ys)
+    y_index = np.array([y.index for y in ys], dtype=np.int64)
+    y_slope = np.array([y.slope for y in ys])
+    y_head = np.array([y.head for y in ys])
+    y_xfer = np.array([y.xfer for y in ys])
+    y_lat = np.array([y.lat for y in ys])
+    y_mid = np.array([y.cap_mid for y in ys], dtype=np.int64)
+    y_first = np.array([y.cap_first for y in ys], dtype=np.int64)
+    y_last = np.array([y.cap_last for y in ys], dtype=np.int64)
+    y_end = np.array([y.end_key[0] for y in ys])
+    # The last stage: base's best, unless y is better (and able).
+    lasts = [x for x in base if x.cap_last >= 1]
+    base_last = min(lasts, key=_END) if lasts else None
+    y_is_last = y_last >= 1
+    if base_last is not None:
+        e, i = base_last.end_key
+        y_is_last &= (y_end < e) | ((y_end == e) & (y_index < i))
+    has_last = y_is_last | (base_last is not None)
+    # Stage 0 when base's last stays last: base's best of the rest, unless y is better.
+    rest = [x for x in base if x is not base_last and x.cap_first >= 1]
+    rest_first = max(rest, key=_FIRST) if rest else None
+    y_is_first = ~y_is_last & (y_first >= 1)
+    if rest_first is not None:
+        sl, i = rest_first.slope, rest_first.index
+        y_is_first &= (y_slope > sl) | ((y_slope == sl) & (y_index < i))
+    # ... and when y is last: base's best of all.
+    every = [x for x in base if x.cap_first >= 1]
+    all_first = max(every, key=_FIRST) if every else None
+    has_first = np.where(y_is_last, all_first is not None, y_is_first | (rest_first is not None))
+    ok = has_last & has_first
+    # Capacities: base's (per y) and y's own.
+    caps = []
+    for x in base:
+        cap = np.full(n_y, x.cap_mid, dtype=np.int64)
+        if x is base_last:
+            cap = np.where(y_is_last, cap, x.cap_last)
+        is_first = np.zeros(n_y, dtype=bool)
+        if x is rest_first:
+            is_first |= ~y_is_last & ~y_is_first
+        if x is all_first:
+            is_first |= y_is_last
+        caps.append(np.where(is_first, x.cap_first, cap))
+    y_cap = np.where(y_is_last, y_last, np.where(y_is_first, y_first, y_mid))
+    total = y_cap.copy()
+    for cap in caps:
+        ok &= cap >= 1
+        total += cap
+    ok &= (y_cap >= 1) & (total >= nb)
+    left = nb - (k + 1)
+    if left < 0 or not ok.any():
+        return [None] * n_y
+    # The greedy fill, fastest first: a node takes what the ones before left, up to its room.
+    spare = [cap - 1 for cap in caps]
+    y_spare = y_cap - 1
+    by_slope = sorted(range(k), key=lambda j: base[j].slope_key)
+    before = np.zeros(n_y, dtype=np.int64)
+    y_before = np.zeros(n_y, dtype=np.int64)
+    y_placed = np.zeros(n_y, dtype=bool)
+    counts: list[Any] = [None] * k
+    for j in by_slope:
+        x = base[j]
+        y_ahead = ~y_placed & ((y_slope < x.slope) | ((y_slope == x.slope) & (y_index < x.index)))
+        y_before = np.where(y_ahead, before, y_before)
+        before = before + np.where(y_ahead, y_spare, 0)
+        y_placed |= y_ahead
+        counts[j] = 1 + np.minimum(np.maximum(left - before, 0), spare[j])
+        before = before + spare[j]
+    y_before = np.where(y_placed, y_before, before)
+    y_count = 1 + np.minimum(np.maximum(left - y_before, 0), y_spare)
+    # The time, summed in the list's order.
+    acc = np.zeros(n_y)
+    for j, x in enumerate(base):
+        acc = acc + (x.slope * counts[j] + x.lat)
+    acc = acc + (y_slope * y_count + y_lat)
+    head = np.where(y_is_last, y_head, base_last.head if base_last is not None else 0.0)
+    time = head + acc
+    xfer_kept = sum([x.xfer for x in base if x is not base_last])
+    xfer_all = sum([x.xfer for x in base])
+    time = np.where(y_is_last, time + xfer_all, time + (xfer_kept + y_xfer))
+    return [t if good else None for t, good in zip(time.tolist(), ok.tolist(), strict=True)]
+
+
 def _to_pipeline(order: list[int], counts: list[int]) -> Pipeline:
     bounds = [0]
     for c in counts:
@@ -169,6 +342,10 @@ class _Surrogates:
         self.nodes = _surrogates(cm)
         self.rankings = [sorted(self.nodes, key=k) for k in _KEYS]
         self.arranged: dict[tuple[int, ...], _Arranged | None] = {}
+        self.timed: dict[tuple[int, ...], float | None] = {}
+        """The surrogate time of every node list scored so far, by its order."""
+        self.batched = len(self.nodes) >= ARRAY_NODES and numpy_module() is not None
+        """Whether a node list's extensions by one node are timed together on arrays."""
 
 
 _SURROGATES: WeakKeyDictionary[CostModel, _Surrogates] = WeakKeyDictionary()
@@ -198,21 +375,9 @@ def latency_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
                     candidates.append(([d], [0, nb]))
     if max_n >= 2:
         shared = _surrogates_of(cm)
-        nodes, rankings, arranged = shared.nodes, shared.rankings, shared.arranged
-        seen: dict[tuple[int, ...], _Arranged | None] = {}
-
-        def score(members: Sequence[_Node]) -> _Arranged | None:
-            key = tuple(sorted(x.index for x in members))
-            if key not in seen:
-                got = None
-                if min_n <= len(members) <= max_n:
-                    ordered = tuple(x.index for x in members)
-                    if ordered in arranged:
-                        got = arranged[ordered]
-                    else:
-                        got = arranged[ordered] = _arrange(members, nb)
-                seen[key] = got
-            return seen[key]
+        nodes, rankings = shared.nodes, shared.rankings
+        scorer = _Scorer(shared, nb, min_n, max_n)
+        score = scorer.time
 
         best: tuple[float, list[_Node]] | None = None
         for ranking in rankings:
@@ -224,20 +389,20 @@ def latency_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
                 for extra in range(3):
                     members = ranking[: size + extra]
                     got = score(members)
-                    if got is not None and (best is None or got[0] < best[0]):
-                        best = (got[0], list(members))
+                    if got is not None and (best is None or got < best[0]):
+                        best = (got, list(members))
                 break
         if best is not None:
             pool_ids = {x.index for r in rankings for x in r[:_POOL_PER_KEY]}
             pool = [nodes[i] for i in sorted(pool_ids)]
-            best = _improve(best, pool, score)
-            got = score(best[1])
-            assert got is not None
-            candidates.append(_to_pipeline(got[1], got[2]))
+            best = _improve(best, pool, scorer)
+            chosen = scorer.arrangement(best[1])
+            assert chosen is not None
+            candidates.append(_to_pipeline(chosen[1], chosen[2]))
             if not cm.uniform:
                 # Blocks differ: the surrogate's counts are averages.  Split the chosen
                 # nodes exactly, in its order and in the orders of their VRAM.
-                order = got[1]
+                order = chosen[1]
                 by_room = sorted(order, key=lambda d: (cm.usable[d], d))
                 tried: set[tuple[int, ...]] = set()
                 for o in (order, by_room, by_room[::-1]):
@@ -338,25 +503,27 @@ def _stage_tables(cm: CostModel, d: int) -> tuple[list[float], list[list[float]]
 def _improve(
     best: tuple[float, list[_Node]],
     pool: Sequence[_Node],
-    score: object,
+    scorer: _Scorer,
 ) -> tuple[float, list[_Node]]:
     """Drop and swap moves while one lowers the surrogate time (best improvement)."""
-    assert callable(score)
     for _ in range(_MAX_ROUNDS):
         _, members = best
         inside = {x.index for x in members}
         outside = [x for x in pool if x.index not in inside]
-        trial: list[list[_Node]] = []
-        for i in range(len(members)):
-            rest = members[:i] + members[i + 1 :]
-            trial.append(rest)
-            trial.extend([*rest, y] for y in outside)
-        trial.extend([*members, y] for y in outside)
         improved = best
-        for members_t in trial:
-            got = score(members_t)
-            if got is not None and got[0] < improved[0] - 1e-15:
-                improved = (got[0], members_t)
+        # The trials in turn: each member dropped, then swapped for each outside node;
+        # then each outside node added.
+        for i in range(len(members) + 1):
+            if i < len(members):
+                rest = members[:i] + members[i + 1 :]
+                got = scorer.time(rest)
+                if got is not None and got < improved[0] - 1e-15:
+                    improved = (got, rest)
+            else:
+                rest = members
+            for y, got in zip(outside, scorer.extended(rest, outside), strict=True):
+                if got is not None and got < improved[0] - 1e-15:
+                    improved = (got, [*rest, y])
         if improved is best:
             return best
         best = improved
