@@ -219,18 +219,21 @@ def _surrogate_nodes(rng: random.Random, n: int) -> list[latency._Node]:
     ]
 
 
-def test_extensions_timed_on_arrays_are_the_arranged_times() -> None:
+def test_swaps_timed_on_arrays_are_the_arranged_times() -> None:
     rng = random.Random(5)
     checked = timed = 0
-    for _ in range(300):
+    for _ in range(200):
         nodes = _surrogate_nodes(rng, rng.randrange(3, 40))
         k = rng.randrange(1, min(12, len(nodes) - 1))
-        base, ys = nodes[:k], nodes[k:]
+        members, ys = nodes[:k], nodes[k:]
         nb = rng.randrange(k + 1, 120)
-        got = latency._extended_times(base, ys, nb)
-        for y, t in zip(ys, got, strict=True):
-            expected = latency._arrange([*base, y], nb)
-            assert t == (None if expected is None else expected[0])
-            checked += 1
-            timed += t is not None
+        got = latency._swap_times(members, ys, nb)
+        families = [members[:i] + members[i + 1 :] for i in range(k)] + [members]
+        assert len(got) == len(families)
+        for rest, row in zip(families, got, strict=True):
+            for y, t in zip(ys, row, strict=True):
+                expected = latency._arrange([*rest, y], nb)
+                assert t == (None if expected is None else expected[0])
+                checked += 1
+                timed += t is not None
     assert 0 < timed < checked

@@ -34,6 +34,7 @@ class _Node:
     """A node's surrogate figures: blocks all as the average one."""
 
     __slots__ = (
+        "bit",
         "cap_first",
         "cap_last",
         "cap_mid",
@@ -70,6 +71,8 @@ class _Node:
         """Stage 0 (the embed) goes to the greatest of these: the slowest node."""
         self.slope_key = (slope, index)
         """Blocks fill the nodes in this order: fastest first."""
+        self.bit = 1 << index
+        """A node set is the sum of its nodes' bits."""
 
 
 def _surrogates(cm: CostModel) -> list[_Node]:
@@ -145,6 +148,13 @@ _FIRST = attrgetter("first_key")
 _SLOPE = attrgetter("slope_key")
 
 
+def _set_of(members: Sequence[_Node]) -> int:
+    key = 0
+    for x in members:
+        key |= x.bit
+    return key
+
+
 class _Scorer:
     """Surrogate times of node lists for one search: a node set is scored once, in the
     order it first comes in (the time is summed in it), and only within the stage limits.
@@ -154,8 +164,8 @@ class _Scorer:
         self.shared = shared
         self.nb = nb
         self.min_n, self.max_n = min_n, max_n
-        self.seen: dict[tuple[int, ...], tuple[float, tuple[_Node, ...]] | None] = {}
-        """Per node set (sorted indices): its time and the list it was scored as."""
+        self.seen: dict[int, tuple[float, tuple[_Node, ...]] | None] = {}
+        """Per node set (the sum of its nodes' bits): its time and the list it was scored as."""
 
     def _timed(self, members: Sequence[_Node]) -> float | None:
         ordered = tuple(x.index for x in members)
@@ -175,7 +185,7 @@ class _Scorer:
     def time(self, members: Sequence[_Node]) -> float | None:
         """The surrogate time of the set ``members`` (None: no arrangement, or outside the
         stage limits)."""
-        key = tuple(sorted(x.index for x in members))
+        key = _set_of(members)
         seen = self.seen
         if key not in seen:
             got = None
@@ -190,130 +200,159 @@ class _Scorer:
     def arrangement(self, members: Sequence[_Node]) -> _Arranged | None:
         """The arrangement of the set ``members`` as it was scored."""
         self.time(members)
-        found = self.seen[tuple(sorted(x.index for x in members))]
+        found = self.seen[_set_of(members)]
         return None if found is None else self._arranged(found[1])
 
-    def extended(self, base: list[_Node], ys: Sequence[_Node]) -> list[float | None]:
-        """:meth:`time` of ``[*base, y]`` for every ``y`` in turn (none of them in ``base``)."""
+    def swaps(self, members: list[_Node], ys: Sequence[_Node]) -> list[list[float | None]]:
+        """:meth:`time` of ``[*rest, y]`` for every ``rest`` (``members`` less its i-th, for
+        each i; then ``members`` whole) and every ``y`` (none of them in ``members``), in
+        that order."""
+        m = len(members)
+        families = [members[:i] + members[i + 1 :] for i in range(m)] + [members]
+        if not (self.shared.batched and (m + 1) * len(ys) >= _BATCH):
+            out: list[list[float | None]] = []
+            for rest in families:
+                out.append([self.time([*rest, y]) for y in ys])
+            return out
         seen, timed = self.seen, self.shared.timed
-        ids = tuple(x.index for x in base)
-        within = self.min_n <= len(base) + 1 <= self.max_n
-        keys = [tuple(sorted((*ids, y.index))) for y in ys]
-        todo = [
-            j for j, key in enumerate(keys) if key not in seen and (*ids, ys[j].index) not in timed
-        ]
-        if within and todo:
-            if self.shared.batched and len(todo) >= _BATCH:
-                times = _extended_times(base, [ys[j] for j in todo], self.nb)
-                for j, t in zip(todo, times, strict=True):
-                    timed[(*ids, ys[j].index)] = t
-            else:
-                for j in todo:
-                    self._timed([*base, ys[j]])
-        out: list[float | None] = []
-        for j, key in enumerate(keys):
-            if key not in seen:
-                got = None
-                if within:
-                    t = timed[(*ids, ys[j].index)]
-                    if t is not None:
-                        got = (t, (*base, ys[j]))
-                seen[key] = got
-            found = seen[key]
-            out.append(None if found is None else found[0])
-        return out
+        times = _swap_times(members, ys, self.nb)
+        mask = 0
+        for x in members:
+            mask |= x.bit
+        table: list[list[float | None]] = []
+        for i, rest in enumerate(families):
+            size = len(rest) + 1
+            within = self.min_n <= size <= self.max_n
+            rest_mask = mask & ~members[i].bit if i < m else mask
+            row: list[float | None] = []
+            for y, t in zip(ys, times[i], strict=True):
+                key = rest_mask | y.bit
+                if key not in seen:
+                    got = None
+                    if within:
+                        ordered = (*(x.index for x in rest), y.index)
+                        t = timed.setdefault(ordered, t)
+                        if t is not None:
+                            got = (t, (*rest, y))
+                    seen[key] = got
+                found = seen[key]
+                row.append(None if found is None else found[0])
+            table.append(row)
+        return table
 
 
 _BATCH = 8
-"""Extensions timed on arrays from this many at once."""
+"""Swaps timed on arrays from this many at once."""
 
 
-def _extended_times(base: list[_Node], ys: Sequence[_Node], nb: int) -> list[float | None]:
-    """:func:`_arrange`'s time of ``[*base, y]`` for every ``y``, on arrays, the same floats:
-    the ends, capacities and greedy fill per ``y`` as :func:`_arrange` chooses them, and
-    the time summed in the list's order (``base`` first, then ``y``)."""
+def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list[float | None]]:
+    """:func:`_arrange`'s time of ``[*rest, y]`` for every ``rest`` (``members`` less its
+    i-th, for each i; then ``members`` whole) and ``y``, on arrays, the same floats: the
+    ends, capacities and greedy fill as :func:`_arrange` chooses them, and the time summed
+    in the list's order (``rest`` first, then ``y``; a member left out adds 0.0)."""
     np = numpy_module()
-    k = len(base)
-    n_y = len(ys)
-    y_index = np.array([y.index for y in ys], dtype=np.int64)
-    y_slope = np.array([y.slope for y in ys])
-    y_head = np.array([y.head for y in ys])
-    y_xfer = np.array([y.xfer for y in ys])
-    y_lat = np.array([y.lat for y in ys])
-    y_mid = np.array([y.cap_mid for y in ys], dtype=np.int64)
-    y_first = np.array([y.cap_first for y in ys], dtype=np.int64)
-    y_last = np.array([y.cap_last for y in ys], dtype=np.int64)
-    y_end = np.array([y.end_key[0] for y in ys])
-    # The last stage: base's best, unless y is better (and able).
-    lasts = [x for x in base if x.cap_last >= 1]
-    base_last = min(lasts, key=_END) if lasts else None
-    y_is_last = y_last >= 1
-    if base_last is not None:
-        e, i = base_last.end_key
-        y_is_last &= (y_end < e) | ((y_end == e) & (y_index < i))
-    has_last = y_is_last | (base_last is not None)
-    # Stage 0 when base's last stays last: base's best of the rest, unless y is better.
-    rest = [x for x in base if x is not base_last and x.cap_first >= 1]
-    rest_first = max(rest, key=_FIRST) if rest else None
-    y_is_first = ~y_is_last & (y_first >= 1)
-    if rest_first is not None:
-        sl, i = rest_first.slope, rest_first.index
-        y_is_first &= (y_slope > sl) | ((y_slope == sl) & (y_index < i))
-    # ... and when y is last: base's best of all.
-    every = [x for x in base if x.cap_first >= 1]
-    all_first = max(every, key=_FIRST) if every else None
-    has_first = np.where(y_is_last, all_first is not None, y_is_first | (rest_first is not None))
-    ok = has_last & has_first
-    # Capacities: base's (per y) and y's own.
+    m = len(members)
+    families = [members[:i] + members[i + 1 :] for i in range(m)] + [members]
+    column = [y.index for y in ys]
+    y_index = np.array(column, dtype=np.int64)[None, :]
+    y_slope = np.array([y.slope for y in ys])[None, :]
+    y_head = np.array([y.head for y in ys])[None, :]
+    y_xfer = np.array([y.xfer for y in ys])[None, :]
+    y_lat = np.array([y.lat for y in ys])[None, :]
+    y_mid = np.array([y.cap_mid for y in ys], dtype=np.int64)[None, :]
+    y_first = np.array([y.cap_first for y in ys], dtype=np.int64)[None, :]
+    y_last = np.array([y.cap_last for y in ys], dtype=np.int64)[None, :]
+    y_end = np.array([y.end_key[0] for y in ys])[None, :]
+
+    def best_of(nodes: list[_Node], able: str, key: Any, pick: Any) -> _Node | None:
+        found = [x for x in nodes if getattr(x, able) >= 1]
+        return pick(found, key=key) if found else None
+
+    # Per family (a row): its own last stage, stage 0 beside it, stage 0 of all.
+    lasts = [best_of(f, "cap_last", _END, min) for f in families]
+    rest_firsts = [
+        best_of([x for x in f if x is not last], "cap_first", _FIRST, max)
+        for f, last in zip(families, lasts, strict=True)
+    ]
+    all_firsts = [best_of(f, "cap_first", _FIRST, max) for f in families]
+
+    def column_of(values: list[Any], dtype: Any = np.float64) -> Any:
+        return np.array(values, dtype=dtype)[:, None]
+
+    has_last = column_of([x is not None for x in lasts], bool)
+    end = column_of([x.end_key[0] if x else 0.0 for x in lasts])
+    end_at = column_of([x.index if x else 0 for x in lasts], np.int64)
+    y_is_last = (y_last >= 1) & (~has_last | (y_end < end) | ((y_end == end) & (y_index < end_at)))
+    has_rest_first = column_of([x is not None for x in rest_firsts], bool)
+    first_slope = column_of([x.slope if x else 0.0 for x in rest_firsts])
+    first_at = column_of([x.index if x else 0 for x in rest_firsts], np.int64)
+    y_is_first = (
+        ~y_is_last
+        & (y_first >= 1)
+        & (
+            ~has_rest_first
+            | (y_slope > first_slope)
+            | ((y_slope == first_slope) & (y_index < first_at))
+        )
+    )
+    has_all_first = column_of([x is not None for x in all_firsts], bool)
+    ok = (y_is_last | has_last) & np.where(y_is_last, has_all_first, y_is_first | has_rest_first)
+    rows = np.arange(m + 1)[:, None]
+    # Capacities of the members (per row and y) and of y.
     caps = []
-    for x in base:
-        cap = np.full(n_y, x.cap_mid, dtype=np.int64)
-        if x is base_last:
-            cap = np.where(y_is_last, cap, x.cap_last)
-        is_first = np.zeros(n_y, dtype=bool)
-        if x is rest_first:
-            is_first |= ~y_is_last & ~y_is_first
-        if x is all_first:
-            is_first |= y_is_last
-        caps.append(np.where(is_first, x.cap_first, cap))
+    present = []
     y_cap = np.where(y_is_last, y_last, np.where(y_is_first, y_first, y_mid))
     total = y_cap.copy()
-    for cap in caps:
-        ok &= cap >= 1
-        total += cap
-    ok &= (y_cap >= 1) & (total >= nb)
-    left = nb - (k + 1)
-    if left < 0 or not ok.any():
-        return [None] * n_y
+    ok &= y_cap >= 1
+    for j, x in enumerate(members):
+        here = rows != j
+        is_last = column_of([last is x for last in lasts], bool) & ~y_is_last
+        is_first = (column_of([f is x for f in rest_firsts], bool) & ~y_is_last & ~y_is_first) | (
+            column_of([f is x for f in all_firsts], bool) & y_is_last
+        )
+        cap = np.where(is_first, x.cap_first, np.where(is_last, x.cap_last, x.cap_mid))
+        ok &= ~here | (cap >= 1)
+        total = total + np.where(here, cap, 0)
+        caps.append(cap)
+        present.append(here)
+    sizes = column_of([len(f) + 1 for f in families], np.int64)
+    left = nb - sizes
+    ok &= (total >= nb) & (left >= 0)
+    if not ok.any():
+        return [[None] * len(ys) for _ in families]
     # The greedy fill, fastest first: a node takes what the ones before left, up to its room.
-    spare = [cap - 1 for cap in caps]
     y_spare = y_cap - 1
-    by_slope = sorted(range(k), key=lambda j: base[j].slope_key)
-    before = np.zeros(n_y, dtype=np.int64)
-    y_before = np.zeros(n_y, dtype=np.int64)
-    y_placed = np.zeros(n_y, dtype=bool)
-    counts: list[Any] = [None] * k
-    for j in by_slope:
-        x = base[j]
+    before = np.zeros(ok.shape, dtype=np.int64)
+    y_before = np.zeros(ok.shape, dtype=np.int64)
+    y_placed = np.zeros(ok.shape, dtype=bool)
+    counts: list[Any] = [None] * m
+    for j in sorted(range(m), key=lambda j: members[j].slope_key):
+        x = members[j]
         y_ahead = ~y_placed & ((y_slope < x.slope) | ((y_slope == x.slope) & (y_index < x.index)))
         y_before = np.where(y_ahead, before, y_before)
         before = before + np.where(y_ahead, y_spare, 0)
         y_placed |= y_ahead
-        counts[j] = 1 + np.minimum(np.maximum(left - before, 0), spare[j])
-        before = before + spare[j]
+        spare = np.where(present[j], caps[j] - 1, 0)
+        counts[j] = 1 + np.minimum(np.maximum(left - before, 0), spare)
+        before = before + spare
     y_before = np.where(y_placed, y_before, before)
     y_count = 1 + np.minimum(np.maximum(left - y_before, 0), y_spare)
     # The time, summed in the list's order.
-    acc = np.zeros(n_y)
-    for j, x in enumerate(base):
-        acc = acc + (x.slope * counts[j] + x.lat)
+    acc = np.zeros(ok.shape)
+    for j, x in enumerate(members):
+        acc = acc + np.where(present[j], x.slope * counts[j] + x.lat, 0.0)
     acc = acc + (y_slope * y_count + y_lat)
-    head = np.where(y_is_last, y_head, base_last.head if base_last is not None else 0.0)
+    head = np.where(y_is_last, y_head, column_of([x.head if x else 0.0 for x in lasts]))
     time = head + acc
-    xfer_kept = sum([x.xfer for x in base if x is not base_last])
-    xfer_all = sum([x.xfer for x in base])
+    xfer_kept = column_of(
+        [sum([x.xfer for x in f if x is not last]) for f, last in zip(families, lasts, strict=True)]
+    )
+    xfer_all = column_of([sum([x.xfer for x in f]) for f in families])
     time = np.where(y_is_last, time + xfer_all, time + (xfer_kept + y_xfer))
-    return [t if good else None for t, good in zip(time.tolist(), ok.tolist(), strict=True)]
+    return [
+        [t if good else None for t, good in zip(row, row_ok, strict=True)]
+        for row, row_ok in zip(time.tolist(), ok.tolist(), strict=True)
+    ]
 
 
 def _to_pipeline(order: list[int], counts: list[int]) -> Pipeline:
@@ -513,15 +552,15 @@ def _improve(
         improved = best
         # The trials in turn: each member dropped, then swapped for each outside node;
         # then each outside node added.
-        for i in range(len(members) + 1):
+        drops = [scorer.time(members[:i] + members[i + 1 :]) for i in range(len(members))]
+        swaps = scorer.swaps(members, outside)
+        for i, row in enumerate(swaps):
+            rest = members[:i] + members[i + 1 :] if i < len(members) else members
             if i < len(members):
-                rest = members[:i] + members[i + 1 :]
-                got = scorer.time(rest)
+                got = drops[i]
                 if got is not None and got < improved[0] - 1e-15:
                     improved = (got, rest)
-            else:
-                rest = members
-            for y, got in zip(outside, scorer.extended(rest, outside), strict=True):
+            for y, got in zip(outside, row, strict=True):
                 if got is not None and got < improved[0] - 1e-15:
                     improved = (got, [*rest, y])
         if improved is best:
