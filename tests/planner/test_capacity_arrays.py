@@ -237,3 +237,12 @@ def test_swaps_timed_on_arrays_are_the_arranged_times() -> None:
                 checked += 1
                 timed += t is not None
     assert 0 < timed < checked
+
+
+def test_rankings_on_arrays_are_the_sorted_rankings() -> None:
+    rng = random.Random(8)
+    for _ in range(20):
+        nodes = _surrogate_nodes(rng, rng.randrange(2, 200))
+        nodes.sort(key=lambda x: x.index)
+        expected = [sorted(nodes, key=k) for k in latency._KEYS]
+        assert latency._rankings_on_arrays(nodes) == expected

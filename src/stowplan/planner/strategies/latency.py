@@ -164,8 +164,9 @@ class _Scorer:
         self.shared = shared
         self.nb = nb
         self.min_n, self.max_n = min_n, max_n
-        self.seen: dict[int, tuple[float, tuple[_Node, ...]] | None] = {}
-        """Per node set (the sum of its nodes' bits): its time and the list it was scored as."""
+        self.seen: dict[int, tuple[float, Sequence[_Node], _Node | None] | None] = {}
+        """Per node set (the sum of its nodes' bits): its time and the list it was scored as
+        (a list, and a node after it or None)."""
 
     def _timed(self, members: Sequence[_Node]) -> float | None:
         ordered = tuple(x.index for x in members)
@@ -192,7 +193,7 @@ class _Scorer:
             if self.min_n <= len(members) <= self.max_n:
                 t = self._timed(members)
                 if t is not None:
-                    got = (t, tuple(members))
+                    got = (t, tuple(members), None)
             seen[key] = got
         found = seen[key]
         return None if found is None else found[0]
@@ -201,7 +202,10 @@ class _Scorer:
         """The arrangement of the set ``members`` as it was scored."""
         self.time(members)
         found = self.seen[_set_of(members)]
-        return None if found is None else self._arranged(found[1])
+        if found is None:
+            return None
+        _, listed, after = found
+        return self._arranged(listed if after is None else [*listed, after])
 
     def swaps(self, members: list[_Node], ys: Sequence[_Node]) -> list[list[float | None]]:
         """:meth:`time` of ``[*rest, y]`` for every ``rest`` (``members`` less its i-th, for
@@ -214,27 +218,20 @@ class _Scorer:
             for rest in families:
                 out.append([self.time([*rest, y]) for y in ys])
             return out
-        seen, timed = self.seen, self.shared.timed
+        seen = self.seen
         times = _swap_times(members, ys, self.nb)
         mask = 0
         for x in members:
             mask |= x.bit
         table: list[list[float | None]] = []
         for i, rest in enumerate(families):
-            size = len(rest) + 1
-            within = self.min_n <= size <= self.max_n
+            within = self.min_n <= len(rest) + 1 <= self.max_n
             rest_mask = mask & ~members[i].bit if i < m else mask
             row: list[float | None] = []
             for y, t in zip(ys, times[i], strict=True):
                 key = rest_mask | y.bit
                 if key not in seen:
-                    got = None
-                    if within:
-                        ordered = (*(x.index for x in rest), y.index)
-                        t = timed.setdefault(ordered, t)
-                        if t is not None:
-                            got = (t, (*rest, y))
-                    seen[key] = got
+                    seen[key] = (t, rest, y) if within and t is not None else None
                 found = seen[key]
                 row.append(None if found is None else found[0])
             table.append(row)
@@ -372,6 +369,23 @@ _KEYS = (
 cheapest per block when full, largest."""
 
 
+def _rankings_on_arrays(nodes: list[_Node]) -> list[list[_Node]]:
+    """The nodes sorted by each of :data:`_KEYS`, on arrays (the same keys, the same
+    floats; the index breaks every tie, so the orders are the same)."""
+    np = numpy_module()
+    index = np.array([x.index for x in nodes], dtype=np.int64)
+    slope = np.array([x.slope for x in nodes])
+    hop = np.array([x.lat for x in nodes]) + np.array([x.xfer for x in nodes])
+    cap = np.array([x.cap_mid for x in nodes], dtype=np.int64)
+    orders = (
+        np.lexsort((index, slope)),
+        np.lexsort((index, slope, hop)),
+        np.lexsort((index, hop / np.maximum(cap, 1) + slope)),
+        np.lexsort((index, slope, -cap)),
+    )
+    return [[nodes[i] for i in order.tolist()] for order in orders]
+
+
 class _Surrogates:
     """A cost model's surrogate nodes, their rankings and every node list arranged so far
     (by its order: the time is summed in it).  The searches on one model share them: the
@@ -379,12 +393,15 @@ class _Surrogates:
 
     def __init__(self, cm: CostModel) -> None:
         self.nodes = _surrogates(cm)
-        self.rankings = [sorted(self.nodes, key=k) for k in _KEYS]
+        self.batched = len(self.nodes) >= ARRAY_NODES and numpy_module() is not None
+        """Whether the rankings are sorted, and a member list's swaps timed, on arrays."""
+        if self.batched:
+            self.rankings = _rankings_on_arrays(self.nodes)
+        else:
+            self.rankings = [sorted(self.nodes, key=k) for k in _KEYS]
         self.arranged: dict[tuple[int, ...], _Arranged | None] = {}
         self.timed: dict[tuple[int, ...], float | None] = {}
         """The surrogate time of every node list scored so far, by its order."""
-        self.batched = len(self.nodes) >= ARRAY_NODES and numpy_module() is not None
-        """Whether a node list's extensions by one node are timed together on arrays."""
 
 
 _SURROGATES: WeakKeyDictionary[CostModel, _Surrogates] = WeakKeyDictionary()
