@@ -246,3 +246,18 @@ def test_rankings_on_arrays_are_the_sorted_rankings() -> None:
         nodes.sort(key=lambda x: x.index)
         expected = [sorted(nodes, key=k) for k in latency._KEYS]
         assert latency._rankings_on_arrays(nodes) == expected
+
+
+@pytest.mark.parametrize("n", [40, ARRAY_NODES, 300])
+def test_the_relaxed_test_on_arrays_is_the_pure_one(n: int) -> None:
+    rng = random.Random(n)
+    cm, times = _tables("llama3.1:70b", _fleet(n + 3, n), batch=8)
+    times = _pure(times)
+    arrays = _with_arrays(times)
+    answers = set()
+    for t in _probes(times, rng):
+        for stages in (2, 3, 6, 20, n):
+            expected = throughput.proves_optimal(cm, times, t, stages)  # type: ignore[arg-type]
+            assert arrays.relaxation_fails(t, cm.num_blocks, stages) == expected
+            answers.add(expected)
+    assert answers == {True, False}

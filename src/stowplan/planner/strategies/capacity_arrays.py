@@ -294,6 +294,30 @@ class CapacityArrays:
         assert order is not None
         return t, order
 
+    def relaxation_fails(self, t: float, nb: int, max_stages: int) -> bool:
+        """Whether the relaxed capacity test of
+        :func:`~stowplan.planner.strategies.throughput.proves_optimal` fails strictly
+        below ``t``: the ``max_stages`` largest interior capacities (two at least) and
+        the best gains of two different nodes as stage 0 and as the last stage hold
+        fewer than ``nb`` blocks."""
+        np = self.np
+        mid, first, last = (part[self.cls] for part in self.class_caps(t, strict=True))
+        positions = np.arange(len(mid))
+
+        def best_two(role: Any) -> list[tuple[int, int]]:
+            # The two largest (gain, position) of the nodes able to take the role.
+            able = np.flatnonzero(role > 0)
+            gain = role[able] - mid[able]
+            top = np.lexsort((positions[able], gain))[::-1][:2]
+            return list(zip(gain[top].tolist(), able[top].tolist(), strict=True))
+
+        gains = [gf + gl for gf, f in best_two(first) for gl, lst in best_two(last) if f != lst]
+        if not gains:
+            return True
+        top = max(max_stages, 2)
+        held = np.sort(mid)[::-1][:top]
+        return int(held.sum()) + max(gains) < nb
+
     def _node_ends(self, role: Any, mid: Any, nb: int) -> list[int]:
         """End candidates by node: the four largest capacities in the role and the four
         least losses against the interior role, ties to the least id; sorted by id."""

@@ -547,6 +547,8 @@ def proves_optimal(cm: CostModel, times: _RoleTimes, bottleneck_s: float, max_st
     """
     if not cm.uniform:
         return False
+    if times.arrays is not None:
+        return times.arrays.relaxation_fails(bottleneck_s, cm.num_blocks, max_stages)
     mid, first, last = times.caps(bottleneck_s, strict=True)
     # A stage holds at least one block: only nodes able to take the role can end the chain.
     firsts = sorted(
