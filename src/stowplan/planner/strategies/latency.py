@@ -423,8 +423,9 @@ def latency_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
         # One stage: its time depends only on the node's rates, so of nodes alike only
         # the first (the one ``min`` would keep among equal keys) is a candidate.
         alike: set[tuple[float, float, float, float]] = set()
-        for d in range(len(cm.nodes)):
-            if cm.fits(d, 0, nb, True, True):
+        need = cm.stage_bytes(0, nb, True, True)  # what :meth:`CostModel.fits` compares
+        for d, room in enumerate(cm.usable):
+            if need <= room:
                 key = (cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d])
                 if key not in alike:
                     alike.add(key)

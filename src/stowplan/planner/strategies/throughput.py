@@ -595,7 +595,8 @@ def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None,
     candidates: list[Pipeline] = []
     # One stage: the fastest single node that holds everything.
     if min_n <= 1:
-        singles = [d for d in nodes if cm.fits(d, 0, cm.num_blocks, True, True)]
+        need = cm.stage_bytes(0, cm.num_blocks, True, True)  # what :meth:`CostModel.fits` compares
+        singles = [d for d in nodes if need <= cm.usable[d]]
         if singles:
             d = min(singles, key=lambda d: (cm.stage_time(d, 0, cm.num_blocks, True, True), d))
             candidates.append(([d], [0, cm.num_blocks]))
