@@ -210,6 +210,14 @@ class CapacityArrays:
         if not ends_first:
             return False
         ends_last = self._ends(last, mid, nb)
+        if not ends_last:
+            return False
+        first_at = {c: int(first[c]) for _, c in ends_first}
+        last_at = {c: int(last[c]) for _, c in ends_last}
+        # Leaving two ends out of the interior never raises its sum: no pair can pass
+        # when the best ends with the whole top cannot.
+        if max(first_at.values()) + max(last_at.values()) + top(min(k_inner, size)) < nb:
+            return False
         mid_at = {c: int(mid[c]) for _, c in ends_first + ends_last}
         for f, cf in ends_first:
             for lst, cl in ends_last:
@@ -226,7 +234,7 @@ class CapacityArrays:
                     if pos < end:
                         excluded += v
                         end = min(end + 1, size)
-                if int(first[cf]) + int(last[cl]) + top(end) - excluded >= nb:
+                if first_at[cf] + last_at[cl] + top(end) - excluded >= nb:
                     return True
         return False
 
