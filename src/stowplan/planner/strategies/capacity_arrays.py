@@ -58,21 +58,15 @@ def _rows(np: Any, lists: Sequence[Sequence[float]]) -> tuple[Any, Any]:
     """The lists as rows of one array padded with inf, and their lengths.
 
     Lists shared between classes (the same object) are converted once."""
-    distinct: dict[int, int] = {}
-    unique: list[Sequence[float]] = []
-    index = []
-    for row in lists:
-        i = distinct.get(id(row))
-        if i is None:
-            i = distinct[id(row)] = len(unique)
-            unique.append(row)
-        index.append(i)
+    keys = np.fromiter(map(id, lists), dtype=np.uint64, count=len(lists))
+    _, first, index = np.unique(keys, return_index=True, return_inverse=True)
+    unique = [lists[i] for i in first.tolist()]
     width = max((len(r) for r in unique), default=0)
     table = np.full((len(unique), max(width, 1)), np.inf)
     for i, r in enumerate(unique):
         table[i, : len(r)] = r
     lengths = np.array([len(r) for r in unique], dtype=np.int64)
-    at = np.array(index, dtype=np.int64)
+    at = index.reshape(-1)
     return table[at], lengths[at]
 
 

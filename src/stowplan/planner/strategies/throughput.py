@@ -190,15 +190,16 @@ class _RoleTimes:
         rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
         self.nodes = list(nodes)
         self.xfer = [cm.xfer_s[d] for d in self.nodes]
-        self.k_mid: list[int] = []
-        self.k_first: list[int] = []
-        self.k_last: list[int] = []
-        self.base: list[list[float]] = []
-        self.tail: list[list[float]] = []
-        self.cls: list[int] = []
+        cls: list[int] = []
+        self.cls = cls
         """Per node position, its class: nodes alike in every figure the times use."""
-        self.members: list[list[int]] = []
+        members: list[list[int]] = []
+        self.members = members
         """Per class, its node positions in order."""
+        # Per class: its role counts (interior, first, last), base and tail times.
+        held_of: list[tuple[int, int, int]] = []
+        base_of: list[list[float]] = []
+        tail_of: list[list[float]] = []
         classes: dict[tuple[float | int, ...], int] = {}
         shared: dict[tuple[float, float, float, float, int], list[float]] = {}
         shared_tail: dict[tuple[float, float, float, float, int], list[float]] = {}
@@ -218,22 +219,19 @@ class _RoleTimes:
                 room = u - head
                 k_last = max(min(0 if room < 0 else nb - bisect_left(mp, total_m - room), nb), 0)
                 held = counts[u] = (k_mid, k_first, k_last)
-            else:
-                k_mid, k_first, k_last = held
-            ib, fl = inv_bw[d], flop_s[d]
-            bs, ss = block_s[d], stage_s[d]
-            key = (ib, fl, bs, ss, k_mid, k_first, k_last, xfer[i])
+            ib, fl, bs, ss = inv_bw[d], flop_s[d], block_s[d], stage_s[d]
+            key = (ib, fl, bs, ss, *held, xfer[i])
             c = classes.get(key)
             if c is None:
-                c = classes[key] = len(self.members)
-                self.members.append([])
+                c = classes[key] = len(members)
+                members.append([])
+                k_mid, _, k_last = held
                 base_key = (ib, fl, bs, ss, k_mid)
                 if base_key not in shared:
                     shared[base_key] = [
                         max((rp[k] + kp[k]) * ib, rp[k] * fl) + (k * bs + ss)
                         for k in range(1, k_mid + 1)
                     ]
-                base = shared[base_key]
                 tail_key = (ib, fl, bs, ss, k_last)
                 if tail_key not in shared_tail:
                     shared_tail[tail_key] = [
@@ -244,19 +242,20 @@ class _RoleTimes:
                         + (k * bs + ss)
                         for k in range(1, k_last + 1)
                     ]
-                tail = shared_tail[tail_key]
-            else:
-                first_of = self.members[c][0]
-                base, tail = self.base[first_of], self.tail[first_of]
-            self.members[c].append(i)
-            self.cls.append(c)
-            self.k_mid.append(k_mid)
-            self.k_first.append(k_first)
-            self.k_last.append(k_last)
-            self.base.append(base)
-            self.tail.append(tail)
-        for m in self.members:
-            m.sort(key=lambda i: self.nodes[i])
+                held_of.append(held)
+                base_of.append(shared[base_key])
+                tail_of.append(shared_tail[tail_key])
+            members[c].append(i)
+            cls.append(c)
+        self.k_mid = [held_of[c][0] for c in cls]
+        self.k_first = [held_of[c][1] for c in cls]
+        self.k_last = [held_of[c][2] for c in cls]
+        self.base = [base_of[c] for c in cls]
+        self.tail = [tail_of[c] for c in cls]
+        nodes_ = self.nodes
+        for m in members:
+            if len(m) > 1:
+                m.sort(key=nodes_.__getitem__)
         self.rep = [m[0] for m in self.members]
         """Per class, its first node position (whose figures every member shares)."""
         self.first_ids = [self.nodes[i] for i in self.rep]
