@@ -123,8 +123,9 @@ def _best_single_stage(problem: Problem, cm: CostModel) -> tuple[float, Pipeline
     best: Pipeline | None = None
     nb = cm.num_blocks
     if problem.min_stages <= 1:
-        for d in range(len(cm.nodes)):
-            if cm.fits(d, 0, nb, True, True):
+        need = cm.stage_bytes(0, nb, True, True)  # what :meth:`CostModel.fits` compares
+        for d, room in enumerate(cm.usable):
+            if need <= room:
                 v = cm.stage_time(d, 0, nb, True, True)
                 if v < best_val:
                     best_val, best = v, ([d], [0, nb])
@@ -447,7 +448,11 @@ def fluid_bound(problem: Problem, cm: CostModel, objective: Metric) -> float:
     nb = cm.num_blocks
     n = len(cm.nodes)
     rd, kvr, mem = cm.smallest_block()
-    rate = [cm.block_seconds(d, rd + kvr, rd) for d in range(n)]
+    read = rd + kvr  # :meth:`CostModel.block_seconds` of each node, inlined
+    rate = [
+        max(read * ib, rd * fl) + bs
+        for ib, fl, bs in zip(cm.inv_bw, cm.flop_s_per_byte, cm.block_s, strict=True)
+    ]
     window = cm.max_window()
     room = [min(window[d], nb if mem <= 0 else cm.usable[d] / mem) for d in range(n)]
     single, _ = _best_single_stage(problem, cm)
