@@ -50,6 +50,12 @@ def numpy_module() -> Any:
     return _NUMPY[0]
 
 
+_UNABLE = 2**63 - 1
+"""The key of a class that cannot take the role: above every packed key."""
+
+_ROLE_ROWS = [[0], [1], [0], [1]]
+"""Per row of the end keys, its role (0: first, 1: last)."""
+
 Caps = tuple[list[int], list[int], list[int]]
 """Per class: blocks it holds as an interior stage, as stage 0 and as the last stage."""
 
@@ -123,46 +129,57 @@ class CapacityArrays:
         mids, firsts, lasts = self.class_caps(t, strict)
         return mids.tolist(), firsts.tolist(), lasts.tolist()
 
-    def _ends(self, role: Any, mid: Any, nb: int) -> list[tuple[int, int]]:
-        """End candidates (node position, class): the four largest capacities in the role
-        and the four least losses against the interior role, ties to the least node id."""
+    def _ends(
+        self, first: Any, last: Any, mid: Any, nb: int
+    ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """End candidates (node position, class) as stage 0 and as the last stage: in each
+        role the four largest capacities and the four least losses against the interior
+        role, ties to the least node id (of classes able to take the role); each list
+        sorted by id."""
         np = self.np
-        able = np.flatnonzero(role > 0)
-        if able.size == 0:
-            return []
-        r = role[able]
-        ids = self.first_ids[able]
-        span = self.id_span
-        # (−role, id) and (mid − role, −role, id), each packed into one integer.
-        by_cap = (nb - r) * span + ids
-        by_gain = ((mid[able] - r + nb) * (nb + 1) + (nb - r)) * span + ids
+        roles = np.stack((first, last))
+        span, ids = self.id_span, self.first_ids
+        short = nb - roles
+        # (−role, id) and (mid − role, −role, id), each packed into one integer; rows: by
+        # capacity as first, as last, by loss as first, as last.
+        keys = np.concatenate(
+            (short * span + ids, ((mid - roles + nb) * (nb + 1) + short) * span + ids)
+        )
+        able = roles > 0
+        keys = np.where(np.concatenate((able, able)), keys, _UNABLE)
+        k = keys.shape[1]
+        if k > 4:
+            picked = np.argpartition(keys, 3, axis=1)[:, :4]
+        else:
+            picked = np.broadcast_to(np.arange(k), (4, k))
+        role_at = roles[_ROLE_ROWS, picked]
+        valid = (role_at > 0).tolist()
+        role_l, mid_l, picked_l = role_at.tolist(), mid[picked].tolist(), picked.tolist()
         ids_of, members = self.ids, self.members
-        out: set[tuple[int, int]] = set()
-        for key, gain in ((by_cap, False), (by_gain, True)):
+        out: tuple[set[tuple[int, int]], set[tuple[int, int]]] = (set(), set())
+        for row in range(4):
             ranked: list[tuple[int, ...]]
-            picked = able[np.argpartition(key, 3)[:4]] if key.size > 4 else able
-            classes = picked.tolist()
-            roles, mids = role[picked].tolist(), mid[picked].tolist()
-            if gain:
+            cands = [
+                (c, r, m)
+                for c, r, m, ok in zip(
+                    picked_l[row], role_l[row], mid_l[row], valid[row], strict=True
+                )
+                if ok
+            ]
+            if row >= 2:
                 ranked = heapq.nsmallest(
                     4,
-                    [
-                        (m - r, -r, ids_of[i], i, c)
-                        for c, r, m in zip(classes, roles, mids, strict=True)
-                        for i in members[c][:4]
-                    ],
+                    [(m - r, -r, ids_of[i], i, c) for c, r, m in cands for i in members[c][:4]],
                 )
             else:
                 ranked = heapq.nsmallest(
-                    4,
-                    [
-                        (-r, ids_of[i], i, c)
-                        for c, r in zip(classes, roles, strict=True)
-                        for i in members[c][:4]
-                    ],
+                    4, [(-r, ids_of[i], i, c) for c, r, _ in cands for i in members[c][:4]]
                 )
-            out.update((e[-2], e[-1]) for e in ranked)
-        return sorted(out, key=lambda ic: ids_of[ic[0]])
+            out[row % 2].update((e[-2], e[-1]) for e in ranked)
+        return (
+            sorted(out[0], key=lambda ic: ids_of[ic[0]]),
+            sorted(out[1], key=lambda ic: ids_of[ic[0]]),
+        )
 
     def passes(self, caps: tuple[Any, Any, Any], nb: int, max_stages: int) -> bool:
         """Whether the capacity test passes at these class capacities: a first node, a
@@ -200,11 +217,8 @@ class CapacityArrays:
             return reach[j - 1] if j else 0
 
         k_inner = max_stages - 2
-        ends_first = self._ends(first, mid, nb)
-        if not ends_first:
-            return False
-        ends_last = self._ends(last, mid, nb)
-        if not ends_last:
+        ends_first, ends_last = self._ends(first, last, mid, nb)
+        if not ends_first or not ends_last:
             return False
         first_at = {c: int(first[c]) for _, c in ends_first}
         last_at = {c: int(last[c]) for _, c in ends_last}
