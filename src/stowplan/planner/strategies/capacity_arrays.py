@@ -276,13 +276,20 @@ class CapacityArrays:
                 cols2 = np.arange(self.tail.shape[1])
                 in0 = (cols0 >= a0[:, None]) & (cols0 < b0[:, None])
                 in2 = (cols2 >= a2[:, None]) & (cols2 < b2[:, None])
-                listed = np.concatenate((self.stage[rows0][in0], self.tail[rows2][in2]))
-                values = np.unique(listed)
+                values0, values2 = self.stage[rows0][in0], self.tail[rows2][in2]
+                values = np.unique(np.concatenate((values0, values2)))
                 cands = values[values < hi_t].tolist()
+                # Every candidate lies above the failing bound and below the passing one:
+                # a class holds its failing count plus its listed times within the candidate.
+                of0, of2 = np.repeat(rows0, b0 - a0), np.repeat(rows2, b2 - a2)
+                base0, base2 = lo_caps[0], lo_caps[2]
                 left, right = 0, len(cands)  # the answer is cands[right] (or hi_t at len)
                 while left < right:
                     m = (left + right) // 2
-                    caps = self.class_caps(cands[m], strict=False)
+                    t = cands[m]
+                    mids = base0 + np.bincount(of0[values0 <= t], minlength=k)
+                    lasts = base2 + np.bincount(of2[values2 <= t], minlength=k)
+                    caps = (mids, np.minimum(mids, self.k_first), lasts)
                     if self.passes(caps, nb, max_stages):
                         right, hi_caps = m, caps
                     else:
