@@ -123,9 +123,8 @@ def _best_single_stage(problem: Problem, cm: CostModel) -> tuple[float, Pipeline
     best: Pipeline | None = None
     nb = cm.num_blocks
     if problem.min_stages <= 1:
-        need = cm.stage_bytes(0, nb, True, True)  # what :meth:`CostModel.fits` compares
-        for d, room in enumerate(cm.usable):
-            if need <= room:
+        for d in range(len(cm.nodes)):
+            if cm.fits(d, 0, nb, True, True):
                 v = cm.stage_time(d, 0, nb, True, True)
                 if v < best_val:
                     best_val, best = v, ([d], [0, nb])
