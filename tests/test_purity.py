@@ -70,6 +70,7 @@ PURE_MODULES = (
     "stowplan.planner.exact.pipelines",
     "stowplan.planner.experts",
     "stowplan.planner.problem",
+    "stowplan.planner.strategies.capacity_arrays",
     "stowplan.planner.strategies.cycle",
     "stowplan.planner.strategies.latency",
     "stowplan.planner.strategies.throughput",

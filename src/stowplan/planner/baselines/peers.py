@@ -18,6 +18,7 @@ as stowplan's own strategies (:func:`compare`).
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -40,8 +41,12 @@ def _fits(cm: CostModel, p: Pipeline) -> bool:
 
 def _exo(problem: Problem, cm: CostModel) -> Pipeline | None:
     nb = cm.num_blocks
-    order = sorted(range(len(cm.nodes)), key=lambda d: (-cm.nodes[d].vram_bytes, cm.nodes[d].id))
-    order = order[: problem.max_stages]
+    # The ``max_stages`` first of the nodes sorted by VRAM (``nsmallest`` is that prefix).
+    order = heapq.nsmallest(
+        max(problem.max_stages, 0),
+        range(len(cm.nodes)),
+        key=lambda d: (-cm.nodes[d].vram_bytes, cm.nodes[d].id),
+    )
     total = sum(cm.nodes[d].vram_bytes for d in order)
     if total <= 0:
         return None

@@ -26,6 +26,7 @@ from stowplan.cost import CostModel
 from stowplan.errors import DependencyError
 from stowplan.model import Metric
 from stowplan.planner.problem import Problem
+from stowplan.planner.strategies.capacity_arrays import ARRAY_NODES, fluid_capacity, numpy_module
 from stowplan.planner.strategies.throughput import Pipeline
 
 __all__ = [
@@ -470,7 +471,11 @@ def fluid_bound(problem: Problem, cm: CostModel, objective: Metric) -> float:
     nb = cm.num_blocks
     n = len(cm.nodes)
     rd, kvr, mem = cm.smallest_block()
-    rate = [cm.block_seconds(d, rd + kvr, rd) for d in range(n)]
+    read = rd + kvr  # :meth:`CostModel.block_seconds` of each node, inlined
+    rate = [
+        max(read * ib, rd * fl) + bs
+        for ib, fl, bs in zip(cm.inv_bw, cm.flop_s_per_byte, cm.block_s, strict=True)
+    ]
     window = cm.max_window()
     room = [min(window[d], nb if mem <= 0 else cm.usable[d] / mem) for d in range(n)]
     single, _ = _best_single_stage(problem, cm)
@@ -514,6 +519,8 @@ def fluid_bound(problem: Problem, cm: CostModel, objective: Metric) -> float:
         gain = max(e - m for e, m in zip(end, mid, strict=True))
         return sum(math.floor(x + 1e-9) for x in mid_sorted) + math.floor(gain + 1e-9) + 1
 
+    if n >= ARRAY_NODES and numpy_module() is not None:
+        capacity = fluid_capacity(xs, ss, inv, lim, top)  # the same counts, on arrays
     lo, hi = 0.0, max(nb * r for r in rate) + max(cm.xfer_s) + max(ss) + 1.0
     for _ in range(60):
         if hi - lo <= 1e-9 * hi:

@@ -72,6 +72,18 @@ def _rates(inverse: tuple[float, ...]) -> list[float]:
     return sorted((math.inf if x == 0 else 1.0 / x for x in inverse), reverse=True)
 
 
+@lru_cache(maxsize=256)
+def _largest_held(usable: tuple[int, ...]) -> list[int]:
+    """Per k, the usable bytes of the k largest memories together (k = 0 .. n)."""
+    return [0, *itertools.accumulate(sorted(usable, reverse=True))]
+
+
+@lru_cache(maxsize=256)
+def _cheapest_hops(latency: tuple[float, ...], intra: tuple[float, ...]) -> list[float]:
+    """Each node's cheaper hop (network or in-host), cheapest first."""
+    return sorted(min(a, b) for a, b in zip(latency, intra, strict=True))
+
+
 def quick_bound(problem: Problem, cm: CostModel, stages: int, most: int | None = None) -> float:
     """A lower bound on the cycle of every pipeline of ``stages`` to ``most`` (default:
     ``stages``) stages.
@@ -92,7 +104,7 @@ def quick_bound(problem: Problem, cm: CostModel, stages: int, most: int | None =
     m, _ = microbatches(cm.batch, stages)
     nb = cm.num_blocks
     held = cm.mem_prefix[nb] + cm.embed + cm.head
-    if sum(sorted(cm.usable, reverse=True)[:k]) < held:
+    if _largest_held(cm.usable)[k] < held:
         return math.inf
     weights = view.read_prefix[nb] + view.head
     read = weights + view.kv_prefix[nb]
@@ -100,7 +112,7 @@ def quick_bound(problem: Problem, cm: CostModel, stages: int, most: int | None =
     slowest = max(read / sum(bw[:k]), weights / sum(fl[:k]))
     trip = max(_fill(view, read), weights / fl[0])
     if stages > 1:
-        hops = sorted(min(a, b) for a, b in zip(view.latency_s, view.intra_latency_s, strict=True))
+        hops = _cheapest_hops(view.latency_s, view.intra_latency_s)
         trip += sum(hops[:stages]) + max(0, stages - len(hops)) * hops[0]
     return max(m * slowest, trip)
 

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any
+from weakref import WeakKeyDictionary
 
 from stowplan.cost import CostModel
 from stowplan.planner.problem import Problem
+from stowplan.planner.strategies.capacity_arrays import ARRAY_NODES, numpy_module
 from stowplan.planner.strategies.throughput import Pipeline
 
 __all__ = ["latency_pipeline", "latency_split"]
@@ -27,18 +30,49 @@ _POOL_PER_KEY = 16
 _MAX_ROUNDS = 30
 
 
-@dataclass(frozen=True, slots=True)
 class _Node:
-    index: int
-    slope: float
-    """Seconds per (average) block."""
-    head: float
-    """Seconds the head adds on this node."""
-    xfer: float
-    lat: float
-    cap_mid: int
-    cap_first: int
-    cap_last: int
+    """A node's surrogate figures: blocks all as the average one."""
+
+    __slots__ = (
+        "bit",
+        "cap_first",
+        "cap_last",
+        "cap_mid",
+        "end_key",
+        "first_key",
+        "head",
+        "index",
+        "lat",
+        "slope",
+        "slope_key",
+        "xfer",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        slope: float,
+        head: float,
+        xfer: float,
+        lat: float,
+        caps: tuple[int, int, int],
+    ) -> None:
+        self.index = index
+        self.slope = slope
+        """Seconds per (average) block."""
+        self.head = head
+        """Seconds the head adds on this node."""
+        self.xfer = xfer
+        self.lat = lat
+        self.cap_mid, self.cap_first, self.cap_last = caps
+        self.end_key = (head - xfer, index)
+        """The last stage goes to the least of these (the head's cost less the transfer)."""
+        self.first_key = (slope, -index)
+        """Stage 0 (the embed) goes to the greatest of these: the slowest node."""
+        self.slope_key = (slope, index)
+        """Blocks fill the nodes in this order: fastest first."""
+        self.bit = 1 << index
+        """A node set is the sum of its nodes' bits."""
 
 
 def _surrogates(cm: CostModel) -> list[_Node]:
@@ -46,61 +80,276 @@ def _surrogates(cm: CostModel) -> list[_Node]:
     read = (cm.read_prefix[nb] + cm.kv_prefix[nb]) / nb
     weights = cm.read_prefix[nb] / nb
     mem = cm.mem_prefix[nb] / nb
+
+    def cap(anchor: int, u: int) -> int:
+        room = u - anchor
+        if room < 0:
+            return 0
+        return nb if mem <= 0 else min(nb, int(room // mem))
+
+    # Nodes alike in bandwidth, compute and block cost share a slope; in memory, capacities.
+    rates: dict[tuple[float, float, float], tuple[float, float]] = {}
+    capacities: dict[int, tuple[int, int, int]] = {}
     out = []
     for d in range(len(cm.nodes)):
-        slope = cm.block_seconds(d, read, weights)
-        head = max(cm.head * cm.inv_bw[d], cm.head * cm.flop_s_per_byte[d])
-        u = cm.usable[d]
-
-        def cap(anchor: int, u: int = u) -> int:
-            room = u - anchor
-            if room < 0:
-                return 0
-            return nb if mem <= 0 else min(nb, int(room // mem))
-
-        out.append(
-            _Node(
-                index=d,
-                slope=slope,
-                head=head,
-                xfer=cm.xfer_s[d],
-                lat=cm.latency_s[d] + cm.stage_s[d],
-                cap_mid=cap(0),
-                cap_first=cap(cm.embed),
-                cap_last=cap(cm.head),
+        ib, fl = cm.inv_bw[d], cm.flop_s_per_byte[d]
+        key = (ib, fl, cm.block_s[d])
+        rate = rates.get(key)
+        if rate is None:
+            rate = rates[key] = (
+                cm.block_seconds(d, read, weights),
+                max(cm.head * ib, cm.head * fl),
             )
-        )
+        u = cm.usable[d]
+        caps = capacities.get(u)
+        if caps is None:
+            caps = capacities[u] = (cap(0, u), cap(cm.embed, u), cap(cm.head, u))
+        out.append(_Node(d, rate[0], rate[1], cm.xfer_s[d], cm.latency_s[d] + cm.stage_s[d], caps))
     return out
 
 
-def _arrange(nodes: Sequence[_Node], nb: int) -> tuple[float, list[int], list[int]] | None:
+_Arranged = tuple[float, list[int], list[int]]
+
+
+def _arrange(nodes: Sequence[_Node], nb: int) -> _Arranged | None:
     """Surrogate time per token, stage order and block counts of a node set (≥ 2 nodes)."""
     lasts = [x for x in nodes if x.cap_last >= 1]
     if not lasts:
         return None
-    last = min(lasts, key=lambda x: (x.head - x.xfer, x.index))
+    last = min(lasts, key=_END)
     firsts = [x for x in nodes if x is not last and x.cap_first >= 1]
     if not firsts:
         return None
-    first = max(firsts, key=lambda x: (x.slope, -x.index))
+    first = max(firsts, key=_FIRST)
     caps = {x.index: x.cap_mid for x in nodes}
     caps[first.index] = first.cap_first
     caps[last.index] = last.cap_last
-    if any(c < 1 for c in caps.values()) or sum(caps.values()) < nb:
+    if min(caps.values()) < 1 or sum(caps.values()) < nb:
         return None
     counts = dict.fromkeys(caps, 1)
     left = nb - len(nodes)
     if left < 0:
         return None
-    for x in sorted(nodes, key=lambda x: (x.slope, x.index)):
+    for x in sorted(nodes, key=_SLOPE):
+        if not left:
+            break  # every later node keeps its one block
         take = min(left, caps[x.index] - 1)
         counts[x.index] += take
         left -= take
-    time = last.head + sum(x.slope * counts[x.index] + x.lat for x in nodes)
-    time += sum(x.xfer for x in nodes if x is not last)
-    middle = sorted((x for x in nodes if x is not first and x is not last), key=lambda x: x.index)
-    order = [first.index, *(x.index for x in middle), last.index]
+    time = last.head + sum([x.slope * counts[x.index] + x.lat for x in nodes])
+    time += sum([x.xfer for x in nodes if x is not last])
+    middle = sorted(x.index for x in nodes if x is not first and x is not last)
+    order = [first.index, *middle, last.index]
     return time, order, [counts[d] for d in order]
+
+
+_END = attrgetter("end_key")
+_FIRST = attrgetter("first_key")
+_SLOPE = attrgetter("slope_key")
+
+
+def _set_of(members: Sequence[_Node]) -> int:
+    key = 0
+    for x in members:
+        key |= x.bit
+    return key
+
+
+class _Scorer:
+    """Surrogate times of node lists for one search: a node set is scored once, in the
+    order it first comes in (the time is summed in it), and only within the stage limits.
+    The arrangements themselves come from the model's shared tables."""
+
+    def __init__(self, shared: _Surrogates, nb: int, min_n: int, max_n: int) -> None:
+        self.shared = shared
+        self.nb = nb
+        self.min_n, self.max_n = min_n, max_n
+        self.seen: dict[int, tuple[float, Sequence[_Node], _Node | None] | None] = {}
+        """Per node set (the sum of its nodes' bits): its time and the list it was scored as
+        (a list, and a node after it or None)."""
+
+    def _timed(self, members: Sequence[_Node]) -> float | None:
+        ordered = tuple(x.index for x in members)
+        timed = self.shared.timed
+        if ordered not in timed:
+            got = self._arranged(members)
+            timed[ordered] = None if got is None else got[0]
+        return timed[ordered]
+
+    def _arranged(self, members: Sequence[_Node]) -> _Arranged | None:
+        ordered = tuple(x.index for x in members)
+        arranged = self.shared.arranged
+        if ordered not in arranged:
+            arranged[ordered] = _arrange(members, self.nb)
+        return arranged[ordered]
+
+    def time(self, members: Sequence[_Node]) -> float | None:
+        """The surrogate time of the set ``members`` (None: no arrangement, or outside the
+        stage limits)."""
+        key = _set_of(members)
+        seen = self.seen
+        if key not in seen:
+            got = None
+            if self.min_n <= len(members) <= self.max_n:
+                t = self._timed(members)
+                if t is not None:
+                    got = (t, tuple(members), None)
+            seen[key] = got
+        found = seen[key]
+        return None if found is None else found[0]
+
+    def arrangement(self, members: Sequence[_Node]) -> _Arranged | None:
+        """The arrangement of the set ``members`` as it was scored."""
+        self.time(members)
+        found = self.seen[_set_of(members)]
+        if found is None:
+            return None
+        _, listed, after = found
+        return self._arranged(listed if after is None else [*listed, after])
+
+    def swaps(self, members: list[_Node], ys: Sequence[_Node]) -> list[list[float | None]]:
+        """:meth:`time` of ``[*rest, y]`` for every ``rest`` (``members`` less its i-th, for
+        each i; then ``members`` whole) and every ``y`` (none of them in ``members``), in
+        that order."""
+        m = len(members)
+        families = [members[:i] + members[i + 1 :] for i in range(m)] + [members]
+        if not (self.shared.batched and (m + 1) * len(ys) >= _BATCH):
+            out: list[list[float | None]] = []
+            for rest in families:
+                out.append([self.time([*rest, y]) for y in ys])
+            return out
+        seen = self.seen
+        times = _swap_times(members, ys, self.nb)
+        mask = 0
+        for x in members:
+            mask |= x.bit
+        table: list[list[float | None]] = []
+        for i, rest in enumerate(families):
+            within = self.min_n <= len(rest) + 1 <= self.max_n
+            rest_mask = mask & ~members[i].bit if i < m else mask
+            row: list[float | None] = []
+            for y, t in zip(ys, times[i], strict=True):
+                key = rest_mask | y.bit
+                if key not in seen:
+                    seen[key] = (t, rest, y) if within and t is not None else None
+                found = seen[key]
+                row.append(None if found is None else found[0])
+            table.append(row)
+        return table
+
+
+_BATCH = 8
+"""Swaps timed on arrays from this many at once."""
+
+
+def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list[float | None]]:
+    """:func:`_arrange`'s time of ``[*rest, y]`` for every ``rest`` (``members`` less its
+    i-th, for each i; then ``members`` whole) and ``y``, on arrays, the same floats: the
+    ends, capacities and greedy fill as :func:`_arrange` chooses them, and the time summed
+    in the list's order (``rest`` first, then ``y``; a member left out adds 0.0)."""
+    np = numpy_module()
+    m = len(members)
+    families = [members[:i] + members[i + 1 :] for i in range(m)] + [members]
+    column = [y.index for y in ys]
+    y_index = np.array(column, dtype=np.int64)[None, :]
+    y_slope = np.array([y.slope for y in ys])[None, :]
+    y_head = np.array([y.head for y in ys])[None, :]
+    y_xfer = np.array([y.xfer for y in ys])[None, :]
+    y_lat = np.array([y.lat for y in ys])[None, :]
+    y_mid = np.array([y.cap_mid for y in ys], dtype=np.int64)[None, :]
+    y_first = np.array([y.cap_first for y in ys], dtype=np.int64)[None, :]
+    y_last = np.array([y.cap_last for y in ys], dtype=np.int64)[None, :]
+    y_end = np.array([y.end_key[0] for y in ys])[None, :]
+
+    def best_of(nodes: list[_Node], able: str, key: Any, pick: Any) -> _Node | None:
+        found = [x for x in nodes if getattr(x, able) >= 1]
+        return pick(found, key=key) if found else None
+
+    # Per family (a row): its own last stage, stage 0 beside it, stage 0 of all.
+    lasts = [best_of(f, "cap_last", _END, min) for f in families]
+    rest_firsts = [
+        best_of([x for x in f if x is not last], "cap_first", _FIRST, max)
+        for f, last in zip(families, lasts, strict=True)
+    ]
+    all_firsts = [best_of(f, "cap_first", _FIRST, max) for f in families]
+
+    def column_of(values: list[Any], dtype: Any = np.float64) -> Any:
+        return np.array(values, dtype=dtype)[:, None]
+
+    has_last = column_of([x is not None for x in lasts], bool)
+    end = column_of([x.end_key[0] if x else 0.0 for x in lasts])
+    end_at = column_of([x.index if x else 0 for x in lasts], np.int64)
+    y_is_last = (y_last >= 1) & (~has_last | (y_end < end) | ((y_end == end) & (y_index < end_at)))
+    has_rest_first = column_of([x is not None for x in rest_firsts], bool)
+    first_slope = column_of([x.slope if x else 0.0 for x in rest_firsts])
+    first_at = column_of([x.index if x else 0 for x in rest_firsts], np.int64)
+    y_is_first = (
+        ~y_is_last
+        & (y_first >= 1)
+        & (
+            ~has_rest_first
+            | (y_slope > first_slope)
+            | ((y_slope == first_slope) & (y_index < first_at))
+        )
+    )
+    has_all_first = column_of([x is not None for x in all_firsts], bool)
+    ok = (y_is_last | has_last) & np.where(y_is_last, has_all_first, y_is_first | has_rest_first)
+    rows = np.arange(m + 1)[:, None]
+    # Capacities of the members (per row and y) and of y.
+    caps = []
+    present = []
+    y_cap = np.where(y_is_last, y_last, np.where(y_is_first, y_first, y_mid))
+    total = y_cap.copy()
+    ok &= y_cap >= 1
+    for j, x in enumerate(members):
+        here = rows != j
+        is_last = column_of([last is x for last in lasts], bool) & ~y_is_last
+        is_first = (column_of([f is x for f in rest_firsts], bool) & ~y_is_last & ~y_is_first) | (
+            column_of([f is x for f in all_firsts], bool) & y_is_last
+        )
+        cap = np.where(is_first, x.cap_first, np.where(is_last, x.cap_last, x.cap_mid))
+        ok &= ~here | (cap >= 1)
+        total = total + np.where(here, cap, 0)
+        caps.append(cap)
+        present.append(here)
+    sizes = column_of([len(f) + 1 for f in families], np.int64)
+    left = nb - sizes
+    ok &= (total >= nb) & (left >= 0)
+    if not ok.any():
+        return [[None] * len(ys) for _ in families]
+    # The greedy fill, fastest first: a node takes what the ones before left, up to its room.
+    y_spare = y_cap - 1
+    before = np.zeros(ok.shape, dtype=np.int64)
+    y_before = np.zeros(ok.shape, dtype=np.int64)
+    y_placed = np.zeros(ok.shape, dtype=bool)
+    counts: list[Any] = [None] * m
+    for j in sorted(range(m), key=lambda j: members[j].slope_key):
+        x = members[j]
+        y_ahead = ~y_placed & ((y_slope < x.slope) | ((y_slope == x.slope) & (y_index < x.index)))
+        y_before = np.where(y_ahead, before, y_before)
+        before = before + np.where(y_ahead, y_spare, 0)
+        y_placed |= y_ahead
+        spare = np.where(present[j], caps[j] - 1, 0)
+        counts[j] = 1 + np.minimum(np.maximum(left - before, 0), spare)
+        before = before + spare
+    y_before = np.where(y_placed, y_before, before)
+    y_count = 1 + np.minimum(np.maximum(left - y_before, 0), y_spare)
+    # The time, summed in the list's order.
+    acc = np.zeros(ok.shape)
+    for j, x in enumerate(members):
+        acc = acc + np.where(present[j], x.slope * counts[j] + x.lat, 0.0)
+    acc = acc + (y_slope * y_count + y_lat)
+    head = np.where(y_is_last, y_head, column_of([x.head if x else 0.0 for x in lasts]))
+    time = head + acc
+    xfer_kept = column_of(
+        [sum([x.xfer for x in f if x is not last]) for f, last in zip(families, lasts, strict=True)]
+    )
+    xfer_all = column_of([sum([x.xfer for x in f]) for f in families])
+    time = np.where(y_is_last, time + xfer_all, time + (xfer_kept + y_xfer))
+    return [
+        [t if good else None for t, good in zip(row, row_ok, strict=True)]
+        for row, row_ok in zip(time.tolist(), ok.tolist(), strict=True)
+    ]
 
 
 def _to_pipeline(order: list[int], counts: list[int]) -> Pipeline:
@@ -110,32 +359,82 @@ def _to_pipeline(order: list[int], counts: list[int]) -> Pipeline:
     return order, bounds
 
 
+_KEYS = (
+    lambda x: (x.slope, x.index),
+    lambda x: (x.lat + x.xfer, x.slope, x.index),
+    lambda x: ((x.lat + x.xfer) / max(x.cap_mid, 1) + x.slope, x.index),
+    lambda x: (-x.cap_mid, x.slope, x.index),
+)
+"""The rankings the node sets are seeded from: fastest per block, best connected,
+cheapest per block when full, largest."""
+
+
+def _rankings_on_arrays(nodes: list[_Node]) -> list[list[_Node]]:
+    """The nodes sorted by each of :data:`_KEYS`, on arrays (the same keys, the same
+    floats; the index breaks every tie, so the orders are the same)."""
+    np = numpy_module()
+    index = np.array([x.index for x in nodes], dtype=np.int64)
+    slope = np.array([x.slope for x in nodes])
+    hop = np.array([x.lat for x in nodes]) + np.array([x.xfer for x in nodes])
+    cap = np.array([x.cap_mid for x in nodes], dtype=np.int64)
+    orders = (
+        np.lexsort((index, slope)),
+        np.lexsort((index, slope, hop)),
+        np.lexsort((index, hop / np.maximum(cap, 1) + slope)),
+        np.lexsort((index, slope, -cap)),
+    )
+    return [[nodes[i] for i in order.tolist()] for order in orders]
+
+
+class _Surrogates:
+    """A cost model's surrogate nodes, their rankings and every node list arranged so far
+    (by its order: the time is summed in it).  The searches on one model share them: the
+    stage counts that step at one microbatch plan on one model."""
+
+    def __init__(self, cm: CostModel) -> None:
+        self.nodes = _surrogates(cm)
+        self.batched = len(self.nodes) >= ARRAY_NODES and numpy_module() is not None
+        """Whether the rankings are sorted, and a member list's swaps timed, on arrays."""
+        if self.batched:
+            self.rankings = _rankings_on_arrays(self.nodes)
+        else:
+            self.rankings = [sorted(self.nodes, key=k) for k in _KEYS]
+        self.arranged: dict[tuple[int, ...], _Arranged | None] = {}
+        self.timed: dict[tuple[int, ...], float | None] = {}
+        """The surrogate time of every node list scored so far, by its order."""
+
+
+_SURROGATES: WeakKeyDictionary[CostModel, _Surrogates] = WeakKeyDictionary()
+
+
+def _surrogates_of(cm: CostModel) -> _Surrogates:
+    found = _SURROGATES.get(cm)
+    if found is None:
+        found = _SURROGATES[cm] = _Surrogates(cm)
+    return found
+
+
 def latency_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
     """The pipeline with the least time per token this strategy finds; None if none fits."""
     nb = cm.num_blocks
     min_n, max_n = max(problem.min_stages, 2), problem.max_stages
     candidates: list[Pipeline] = []
     if problem.min_stages <= 1:
-        for d in range(len(cm.nodes)):
-            if cm.fits(d, 0, nb, True, True):
-                candidates.append(([d], [0, nb]))
+        # One stage: its time depends only on the node's rates, so of nodes alike only
+        # the first (the one ``min`` would keep among equal keys) is a candidate.
+        alike: set[tuple[float, float, float, float]] = set()
+        need = cm.stage_bytes(0, nb, True, True)  # what :meth:`CostModel.fits` compares
+        for d, room in enumerate(cm.usable):
+            if need <= room:
+                key = (cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d])
+                if key not in alike:
+                    alike.add(key)
+                    candidates.append(([d], [0, nb]))
     if max_n >= 2:
-        nodes = _surrogates(cm)
-        keys = (
-            lambda x: (x.slope, x.index),
-            lambda x: (x.lat + x.xfer, x.slope, x.index),
-            lambda x: ((x.lat + x.xfer) / max(x.cap_mid, 1) + x.slope, x.index),
-            lambda x: (-x.cap_mid, x.slope, x.index),
-        )
-        rankings = [sorted(nodes, key=k) for k in keys]
-        seen: dict[tuple[int, ...], tuple[float, list[int], list[int]] | None] = {}
-
-        def score(members: Sequence[_Node]) -> tuple[float, list[int], list[int]] | None:
-            key = tuple(sorted(x.index for x in members))
-            if key not in seen:
-                ok = min_n <= len(members) <= max_n
-                seen[key] = _arrange(members, nb) if ok else None
-            return seen[key]
+        shared = _surrogates_of(cm)
+        nodes, rankings = shared.nodes, shared.rankings
+        scorer = _Scorer(shared, nb, min_n, max_n)
+        score = scorer.time
 
         best: tuple[float, list[_Node]] | None = None
         for ranking in rankings:
@@ -147,20 +446,20 @@ def latency_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
                 for extra in range(3):
                     members = ranking[: size + extra]
                     got = score(members)
-                    if got is not None and (best is None or got[0] < best[0]):
-                        best = (got[0], list(members))
+                    if got is not None and (best is None or got < best[0]):
+                        best = (got, list(members))
                 break
         if best is not None:
             pool_ids = {x.index for r in rankings for x in r[:_POOL_PER_KEY]}
             pool = [nodes[i] for i in sorted(pool_ids)]
-            best = _improve(best, pool, score)
-            got = score(best[1])
-            assert got is not None
-            candidates.append(_to_pipeline(got[1], got[2]))
+            best = _improve(best, pool, scorer)
+            chosen = scorer.arrangement(best[1])
+            assert chosen is not None
+            candidates.append(_to_pipeline(chosen[1], chosen[2]))
             if not cm.uniform:
                 # Blocks differ: the surrogate's counts are averages.  Split the chosen
                 # nodes exactly, in its order and in the orders of their VRAM.
-                order = got[1]
+                order = chosen[1]
                 by_room = sorted(order, key=lambda d: (cm.usable[d], d))
                 tried: set[tuple[int, ...]] = set()
                 for o in (order, by_room, by_room[::-1]):
@@ -261,25 +560,27 @@ def _stage_tables(cm: CostModel, d: int) -> tuple[list[float], list[list[float]]
 def _improve(
     best: tuple[float, list[_Node]],
     pool: Sequence[_Node],
-    score: object,
+    scorer: _Scorer,
 ) -> tuple[float, list[_Node]]:
     """Drop and swap moves while one lowers the surrogate time (best improvement)."""
-    assert callable(score)
     for _ in range(_MAX_ROUNDS):
         _, members = best
         inside = {x.index for x in members}
         outside = [x for x in pool if x.index not in inside]
-        trial: list[list[_Node]] = []
-        for i in range(len(members)):
-            rest = members[:i] + members[i + 1 :]
-            trial.append(rest)
-            trial.extend([*rest, y] for y in outside)
-        trial.extend([*members, y] for y in outside)
         improved = best
-        for members_t in trial:
-            got = score(members_t)
-            if got is not None and got[0] < improved[0] - 1e-15:
-                improved = (got[0], members_t)
+        # The trials in turn: each member dropped, then swapped for each outside node;
+        # then each outside node added.
+        drops = [scorer.time(members[:i] + members[i + 1 :]) for i in range(len(members))]
+        swaps = scorer.swaps(members, outside)
+        for i, row in enumerate(swaps):
+            rest = members[:i] + members[i + 1 :] if i < len(members) else members
+            if i < len(members):
+                got = drops[i]
+                if got is not None and got < improved[0] - 1e-15:
+                    improved = (got, rest)
+            for y, got in zip(outside, row, strict=True):
+                if got is not None and got < improved[0] - 1e-15:
+                    improved = (got, [*rest, y])
         if improved is best:
             return best
         best = improved

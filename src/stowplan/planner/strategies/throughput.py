@@ -31,9 +31,16 @@ import operator
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from itertools import accumulate, compress
+from weakref import WeakKeyDictionary
 
 from stowplan.cost import CostModel
 from stowplan.planner.problem import Problem
+from stowplan.planner.strategies.capacity_arrays import (
+    ARRAY_NODES,
+    ENUMERATE,
+    CapacityArrays,
+    numpy_module,
+)
 
 __all__ = [
     "Pipeline",
@@ -183,43 +190,50 @@ class _RoleTimes:
         rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
         self.nodes = list(nodes)
         self.xfer = [cm.xfer_s[d] for d in self.nodes]
-        self.k_mid: list[int] = []
-        self.k_first: list[int] = []
-        self.k_last: list[int] = []
-        self.base: list[list[float]] = []
-        self.tail: list[list[float]] = []
-        self.cls: list[int] = []
+        cls: list[int] = []
+        self.cls = cls
         """Per node position, its class: nodes alike in every figure the times use."""
-        self.members: list[list[int]] = []
+        members: list[list[int]] = []
+        self.members = members
         """Per class, its node positions in order."""
+        # Per class: its role counts (interior, first, last), base and tail times.
+        held_of: list[tuple[int, int, int]] = []
+        base_of: list[list[float]] = []
+        tail_of: list[list[float]] = []
         classes: dict[tuple[float | int, ...], int] = {}
         shared: dict[tuple[float, float, float, float, int], list[float]] = {}
         shared_tail: dict[tuple[float, float, float, float, int], list[float]] = {}
         total_m = mp[nb]
+        embed, head = cm.embed, cm.head
+        inv_bw, flop_s, block_s, stage_s = cm.inv_bw, cm.flop_s_per_byte, cm.block_s, cm.stage_s
+        usable, xfer = cm.usable, self.xfer
+        # Nodes of one usable VRAM hold as many blocks in every role.
+        counts: dict[int, tuple[int, int, int]] = {}
         for i, d in enumerate(self.nodes):
-            u = cm.usable[d]
-            k_mid = max(min(nb, bisect_right(mp, u) - 1), 0)
-            k_first = max(min(nb, bisect_right(mp, u - cm.embed) - 1), 0)
-            # Last stage: blocks [nb-k, nb) with the head.
-            room = u - cm.head
-            k_last = max(min(0 if room < 0 else nb - bisect_left(mp, total_m - room), nb), 0)
-            ib, fl = cm.inv_bw[d], cm.flop_s_per_byte[d]
-            bs, ss = cm.block_s[d], cm.stage_s[d]
-            key = (ib, fl, bs, ss, k_mid, k_first, k_last, self.xfer[i])
+            u = usable[d]
+            held = counts.get(u)
+            if held is None:
+                k_mid = max(min(nb, bisect_right(mp, u) - 1), 0)
+                k_first = max(min(nb, bisect_right(mp, u - embed) - 1), 0)
+                # Last stage: blocks [nb-k, nb) with the head.
+                room = u - head
+                k_last = max(min(0 if room < 0 else nb - bisect_left(mp, total_m - room), nb), 0)
+                held = counts[u] = (k_mid, k_first, k_last)
+            ib, fl, bs, ss = inv_bw[d], flop_s[d], block_s[d], stage_s[d]
+            key = (ib, fl, bs, ss, *held, xfer[i])
             c = classes.get(key)
             if c is None:
-                c = classes[key] = len(self.members)
-                self.members.append([])
+                c = classes[key] = len(members)
+                members.append([])
+                k_mid, _, k_last = held
                 base_key = (ib, fl, bs, ss, k_mid)
                 if base_key not in shared:
                     shared[base_key] = [
                         max((rp[k] + kp[k]) * ib, rp[k] * fl) + (k * bs + ss)
                         for k in range(1, k_mid + 1)
                     ]
-                base = shared[base_key]
                 tail_key = (ib, fl, bs, ss, k_last)
                 if tail_key not in shared_tail:
-                    head = cm.head
                     shared_tail[tail_key] = [
                         max(
                             (rp[nb] - rp[nb - k] + head + kp[nb] - kp[nb - k]) * ib,
@@ -228,24 +242,20 @@ class _RoleTimes:
                         + (k * bs + ss)
                         for k in range(1, k_last + 1)
                     ]
-                tail = shared_tail[tail_key]
-            else:
-                first_of = self.members[c][0]
-                base, tail = self.base[first_of], self.tail[first_of]
-            self.members[c].append(i)
-            self.cls.append(c)
-            self.k_mid.append(k_mid)
-            self.k_first.append(k_first)
-            self.k_last.append(k_last)
-            self.base.append(base)
-            self.tail.append(tail)
-        # Per class, the stage times as the test compares them (``v + xfer``, the same
-        # floats): a capacity at T is then one bisection of a sorted list.
-        self.stage = [
-            [v + self.xfer[m[0]] for v in self.base[m[0]]] if m else [] for m in self.members
-        ]
-        for m in self.members:
-            m.sort(key=lambda i: self.nodes[i])
+                held_of.append(held)
+                base_of.append(shared[base_key])
+                tail_of.append(shared_tail[tail_key])
+            members[c].append(i)
+            cls.append(c)
+        self.k_mid = [held_of[c][0] for c in cls]
+        self.k_first = [held_of[c][1] for c in cls]
+        self.k_last = [held_of[c][2] for c in cls]
+        self.base = [base_of[c] for c in cls]
+        self.tail = [tail_of[c] for c in cls]
+        nodes_ = self.nodes
+        for m in members:
+            if len(m) > 1:
+                m.sort(key=nodes_.__getitem__)
         self.rep = [m[0] for m in self.members]
         """Per class, its first node position (whose figures every member shares)."""
         self.first_ids = [self.nodes[i] for i in self.rep]
@@ -254,9 +264,32 @@ class _RoleTimes:
         """Per class, how many nodes it has."""
         self._rep_tail = [self.tail[i] for i in self.rep]
         self._rep_k_first = [self.k_first[i] for i in self.rep]
+        self._stage: list[list[float]] | None = None
+        self.arrays: CapacityArrays | None = None
+        """The same figures on arrays, on a fleet of :data:`ARRAY_NODES` nodes or more."""
+        if len(self.nodes) >= ARRAY_NODES and numpy_module() is not None:
+            self.arrays = CapacityArrays(
+                [self.base[i] for i in self.rep],
+                self._rep_tail,
+                [self.xfer[i] for i in self.rep],
+                self._rep_k_first,
+                self.members,
+                self.nodes,
+                self.cls,
+            )
+
+    @property
+    def stage(self) -> list[list[float]]:
+        """Per class, the stage times as the test compares them (``v + xfer``, the same
+        floats): a capacity at T is then one bisection of a sorted list."""
+        if self._stage is None:
+            self._stage = [[v + self.xfer[i] for v in self.base[i]] for i in self.rep]
+        return self._stage
 
     def class_caps(self, t: float, strict: bool) -> tuple[list[int], list[int], list[int]]:
         """:meth:`caps` per class (every member of a class holds as many blocks)."""
+        if self.arrays is not None:
+            return self.arrays.caps(t, strict)
         # ``v + x`` is non-decreasing in v, so a count is a bisection of the shifted times.
         count = bisect_left if strict else bisect_right
         mids = [count(times, t) for times in self.stage]
@@ -429,13 +462,10 @@ def _passes(times: _RoleTimes, caps: _Caps, nb: int, max_stages: int) -> bool:
     return False
 
 
-_ENUMERATE = 4096
-"""Candidate bottlenecks listed and sorted outright once this few remain."""
-
-
 def _least_feasible(times: _RoleTimes, nb: int, max_stages: int) -> tuple[float, list[int]] | None:
     """The least candidate bottleneck T at which the capacity test passes, and its order."""
-    nodes = times.nodes
+    if times.arrays is not None:
+        return times.arrays.least_feasible(nb, max_stages)
     hi_t = math.inf
     hi_caps = times.class_caps(hi_t, strict=False)
     if not _passes(times, hi_caps, nb, max_stages):
@@ -460,7 +490,7 @@ def _least_feasible(times: _RoleTimes, nb: int, max_stages: int) -> tuple[float,
     while True:
         todo = spans(lo_caps, hi_caps)
         count = sum((b - a) * weight[c] for c, _, a, b in todo)
-        if count <= _ENUMERATE or force:
+        if count <= ENUMERATE or force:
             cands = sorted({v for c, r, a, b in todo for v in times.values(rep[c], r, a, b)})
             cands = [v for v in cands if v < hi_t]
             left, right = 0, len(cands)  # the answer is cands[right] (or hi_t at len)
@@ -492,11 +522,17 @@ def _least_feasible(times: _RoleTimes, nb: int, max_stages: int) -> tuple[float,
             hi_t, hi_caps = pivot, caps
         else:
             lo_caps = caps
+    return t, _order_at(times, hi_caps, nb, max_stages)
+
+
+def _order_at(times: _RoleTimes, class_caps: _Caps, nb: int, max_stages: int) -> list[int]:
+    """The order :func:`_capacity_order` picks at these class capacities (the test passes)."""
     cls = times.cls
-    node_caps = tuple([part[c] for c in cls] for part in hi_caps)
-    order = _capacity_order(nodes, node_caps, nb, max_stages)  # type: ignore[arg-type]
+    mid, first, last = class_caps
+    node_caps = ([mid[c] for c in cls], [first[c] for c in cls], [last[c] for c in cls])
+    order = _capacity_order(times.nodes, node_caps, nb, max_stages)
     assert order is not None
-    return t, order
+    return order
 
 
 def proves_optimal(cm: CostModel, times: _RoleTimes, bottleneck_s: float, max_stages: int) -> bool:
@@ -510,6 +546,8 @@ def proves_optimal(cm: CostModel, times: _RoleTimes, bottleneck_s: float, max_st
     """
     if not cm.uniform:
         return False
+    if times.arrays is not None:
+        return times.arrays.relaxation_fails(bottleneck_s, cm.num_blocks, max_stages)
     mid, first, last = times.caps(bottleneck_s, strict=True)
     # A stage holds at least one block: only nodes able to take the role can end the chain.
     firsts = sorted(
@@ -525,6 +563,30 @@ def proves_optimal(cm: CostModel, times: _RoleTimes, bottleneck_s: float, max_st
     return sum(top) + max(gains) < cm.num_blocks
 
 
+class _Tables:
+    """A cost model's stage-time tables and the capacity test's answers per stage limit:
+    the stage counts that step at one microbatch plan on one model and share them."""
+
+    def __init__(self, cm: CostModel) -> None:
+        self.times = _RoleTimes(cm, range(len(cm.nodes)))
+        self.least: dict[int, tuple[float, list[int]] | None] = {}
+
+    def least_feasible(self, nb: int, max_stages: int) -> tuple[float, list[int]] | None:
+        if max_stages not in self.least:
+            self.least[max_stages] = _least_feasible(self.times, nb, max_stages)
+        return self.least[max_stages]
+
+
+_TABLES: WeakKeyDictionary[CostModel, _Tables] = WeakKeyDictionary()
+
+
+def _tables(cm: CostModel) -> _Tables:
+    found = _TABLES.get(cm)
+    if found is None:
+        found = _TABLES[cm] = _Tables(cm)
+    return found
+
+
 def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None, bool]:
     """The best pipeline this strategy finds, and whether it is proven optimal."""
     nodes = list(range(len(cm.nodes)))
@@ -532,15 +594,17 @@ def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None,
     candidates: list[Pipeline] = []
     # One stage: the fastest single node that holds everything.
     if min_n <= 1:
-        singles = [d for d in nodes if cm.fits(d, 0, cm.num_blocks, True, True)]
+        need = cm.stage_bytes(0, cm.num_blocks, True, True)  # what :meth:`CostModel.fits` compares
+        singles = [d for d in nodes if need <= cm.usable[d]]
         if singles:
             d = min(singles, key=lambda d: (cm.stage_time(d, 0, cm.num_blocks, True, True), d))
             candidates.append(([d], [0, cm.num_blocks]))
     times: _RoleTimes | None = None
     if max_n >= 2 and len(nodes) >= 2:
         # The least bottleneck the capacity test admits chooses the nodes and the ends.
-        times = _RoleTimes(cm, nodes)
-        found = _least_feasible(times, cm.num_blocks, max_n)
+        tables = _tables(cm)
+        times = tables.times
+        found = tables.least_feasible(cm.num_blocks, max_n)
         if found is not None:
             t, order = found
             split = greedy_split(cm, order, t * (1 + 1e-9), min_n)

@@ -7,6 +7,7 @@ VRAM each node has left.  Deliberately blind to speed: the ``latency`` and
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
 from stowplan.errors import Infeasible
@@ -79,7 +80,10 @@ def _chain_order(problem: Problem, chosen: Sequence[str]) -> list[str] | None:
 
 def plan_balance_by_vram(problem: Problem) -> Plan:
     """Seed §6 steps 1–6 on a prepared problem."""
-    ranked = sorted(problem.nodes, key=lambda n: (-problem.usable[n.id], n.id))
+    # Only the first ``max_stages`` are ever chosen (``nsmallest`` is that prefix).
+    ranked = heapq.nsmallest(
+        max(problem.max_stages, 0), problem.nodes, key=lambda n: (-problem.usable[n.id], n.id)
+    )
     total = problem.total_bytes
     notes: list[str] = []
     for n in range(problem.min_stages, problem.max_stages + 1):
@@ -124,7 +128,10 @@ def plan_balance_by_vram(problem: Problem) -> Plan:
 
 def _utilisation_notes(problem: Problem, assignments: Sequence[object]) -> list[str]:
 
-    names = {problem.parent(n.id): n.gpu_name for n in problem.nodes}
+    if problem.groups:
+        names = {problem.parent(n.id): n.gpu_name for n in problem.nodes}
+    else:  # every node is its own physical node
+        names = {n.id: n.gpu_name for n in problem.nodes}
     out = []
     tight = None
     for a in assignments:

@@ -1,0 +1,439 @@
+"""The throughput search's capacity test on arrays, for fleets of many nodes.
+
+:mod:`~stowplan.planner.strategies.throughput` finds the least bottleneck T at which
+the capacity test passes by bisecting over the stage times of every node class.  On
+a fleet of ``ARRAY_NODES`` nodes or more (1,024 single-GPU nodes with links of their
+own make as many classes) each step of that search is a pass over every class; here
+the classes' stage times are rows of a padded 2-D array and a step is a few array
+operations.  The answers are the same numbers as the pure path's: capacities are
+counts of the same floats (a row is non-decreasing, so a count is the bisection),
+and the test's sums are of the same integers.
+
+numpy is imported on first use (``import stowplan`` stays light); without it
+:func:`numpy_module` is None and the pure path runs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "ARRAY_NODES",
+    "ENUMERATE",
+    "CapacityArrays",
+    "fluid_capacity",
+    "numpy_module",
+]
+
+ARRAY_NODES = 128
+"""From this many nodes the capacity test runs on arrays."""
+
+ENUMERATE = 4096
+"""Candidate bottlenecks listed and sorted outright once this few remain."""
+
+_NUMPY: list[Any] = []
+
+
+def numpy_module() -> Any:
+    """numpy, imported on first use; None when it is not installed."""
+    if not _NUMPY:
+        try:
+            import numpy
+        except ImportError:  # pragma: no cover - numpy ships with the exact extra
+            _NUMPY.append(None)
+        else:
+            _NUMPY.append(numpy)
+    return _NUMPY[0]
+
+
+_UNABLE = 2**63 - 1
+"""The key of a class that cannot take the role: above every packed key."""
+
+_ROLE_ROWS = [[0], [1], [0], [1]]
+"""Per row of the end keys, its role (0: first, 1: last)."""
+
+Caps = tuple[list[int], list[int], list[int]]
+"""Per class: blocks it holds as an interior stage, as stage 0 and as the last stage."""
+
+
+def _rows(np: Any, lists: Sequence[Sequence[float]]) -> tuple[Any, Any]:
+    """The lists as rows of one array padded with inf, and their lengths.
+
+    Lists shared between classes (the same object) are converted once."""
+    keys = np.fromiter(map(id, lists), dtype=np.uint64, count=len(lists))
+    _, first, index = np.unique(keys, return_index=True, return_inverse=True)
+    unique = [lists[i] for i in first.tolist()]
+    width = max((len(r) for r in unique), default=0)
+    table = np.full((len(unique), max(width, 1)), np.inf)
+    for i, r in enumerate(unique):
+        table[i, : len(r)] = r
+    lengths = np.array([len(r) for r in unique], dtype=np.int64)
+    at = index.reshape(-1)
+    return table[at], lengths[at]
+
+
+class CapacityArrays:
+    """Per class, its stage times as array rows (the figures the capacity test counts).
+
+    ``base[c]`` are the times of blocks ``[0, k)``, k = 1, 2, … on class ``c`` without
+    its transfer ``xfer[c]`` (the stage-0 and interior role), ``tail[c]`` those of the
+    last k blocks with the head (the last role); ``k_first[c]`` the most blocks it holds
+    beside the embed; ``members[c]`` its node positions sorted by id, ``ids`` the node id
+    of every position, ``cls`` the class of every position.
+    """
+
+    def __init__(
+        self,
+        base: Sequence[Sequence[float]],
+        tail: Sequence[Sequence[float]],
+        xfer: Sequence[float],
+        k_first: Sequence[int],
+        members: Sequence[Sequence[int]],
+        ids: Sequence[int],
+        cls: Sequence[int],
+    ) -> None:
+        np = numpy_module()
+        self.np = np
+        base_rows, self.base_len = _rows(np, base)
+        # The stage times as the pure path compares them: ``v + xfer``, the same floats.
+        self.stage = base_rows + np.asarray(xfer, dtype=np.float64)[:, None]
+        self.tail, self.tail_len = _rows(np, tail)
+        self.k_first = np.asarray(k_first, dtype=np.int64)
+        self.members = members
+        self.ids = ids
+        self.sizes = np.array([len(m) for m in members], dtype=np.int64)
+        self.first_ids = np.array([ids[m[0]] for m in members], dtype=np.int64)
+        self.id_span = max(ids, default=0) + 1
+        """Node ids are below this: the ends' keys pack an id under the capacities."""
+        self.cls = np.asarray(cls, dtype=np.int64)
+        """Per node position, its class."""
+        self.node_ids = np.asarray(ids, dtype=np.int64)
+
+    def class_caps(self, t: float, strict: bool) -> tuple[Any, Any, Any]:
+        """Per class, blocks held within ``t`` (``< t`` when strict): interior, first, last."""
+        if strict:
+            mids, lasts = (self.stage < t).sum(1), (self.tail < t).sum(1)
+        else:
+            mids, lasts = (self.stage <= t).sum(1), (self.tail <= t).sum(1)
+        np = self.np
+        if t == math.inf and not strict:  # the padding counts too: a row holds its length
+            mids, lasts = np.minimum(mids, self.base_len), np.minimum(lasts, self.tail_len)
+        return mids, np.minimum(mids, self.k_first), lasts
+
+    def caps(self, t: float, strict: bool) -> Caps:
+        """:meth:`class_caps` as lists."""
+        mids, firsts, lasts = self.class_caps(t, strict)
+        return mids.tolist(), firsts.tolist(), lasts.tolist()
+
+    def _ends(
+        self, first: Any, last: Any, mid: Any, nb: int
+    ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """End candidates (node position, class) as stage 0 and as the last stage: in each
+        role the four largest capacities and the four least losses against the interior
+        role, ties to the least node id (of classes able to take the role); each list
+        sorted by id."""
+        np = self.np
+        roles = np.stack((first, last))
+        span, ids = self.id_span, self.first_ids
+        short = nb - roles
+        # (−role, id) and (mid − role, −role, id), each packed into one integer; rows: by
+        # capacity as first, as last, by loss as first, as last.
+        keys = np.concatenate(
+            (short * span + ids, ((mid - roles + nb) * (nb + 1) + short) * span + ids)
+        )
+        able = roles > 0
+        keys = np.where(np.concatenate((able, able)), keys, _UNABLE)
+        k = keys.shape[1]
+        if k > 4:
+            picked = np.argpartition(keys, 3, axis=1)[:, :4]
+        else:
+            picked = np.broadcast_to(np.arange(k), (4, k))
+        role_at = roles[_ROLE_ROWS, picked]
+        valid = (role_at > 0).tolist()
+        role_l, mid_l, picked_l = role_at.tolist(), mid[picked].tolist(), picked.tolist()
+        ids_of, members = self.ids, self.members
+        out: tuple[set[tuple[int, int]], set[tuple[int, int]]] = (set(), set())
+        for row in range(4):
+            ranked: list[tuple[int, ...]]
+            cands = [
+                (c, r, m)
+                for c, r, m, ok in zip(
+                    picked_l[row], role_l[row], mid_l[row], valid[row], strict=True
+                )
+                if ok
+            ]
+            if row >= 2:
+                ranked = heapq.nsmallest(
+                    4,
+                    [(m - r, -r, ids_of[i], i, c) for c, r, m in cands for i in members[c][:4]],
+                )
+            else:
+                ranked = heapq.nsmallest(
+                    4, [(-r, ids_of[i], i, c) for c, r, _ in cands for i in members[c][:4]]
+                )
+            out[row % 2].update((e[-2], e[-1]) for e in ranked)
+        return (
+            sorted(out[0], key=lambda ic: ids_of[ic[0]]),
+            sorted(out[1], key=lambda ic: ids_of[ic[0]]),
+        )
+
+    def passes(self, caps: tuple[Any, Any, Any], nb: int, max_stages: int) -> bool:
+        """Whether the capacity test passes at these class capacities: a first node, a
+        last node and the ``max_stages − 2`` largest interior capacities among the rest
+        hold every block."""
+        np = self.np
+        mid, first, last = caps
+        held = mid > 0
+        values: list[int] = []
+        reach: list[int] = []
+        sums: list[int] = []
+        if held.any():
+            per_value = np.bincount(mid[held], weights=self.sizes[held]).astype(np.int64)
+            present = np.flatnonzero(per_value)[::-1]
+            counts = per_value[present]
+            values = present.tolist()
+            reach = np.cumsum(counts).tolist()
+            sums = np.cumsum(counts * present).tolist()
+        size = reach[-1] if reach else 0
+
+        def top(k: int) -> int:
+            """Sum of the ``k`` largest interior capacities."""
+            if k <= 0:
+                return 0
+            j = bisect_left(reach, k)
+            if j >= len(values):
+                return sums[-1] if sums else 0
+            return (sums[j - 1] if j else 0) + (k - (reach[j - 1] if j else 0)) * values[j]
+
+        descending = [-v for v in values]
+
+        def at_least(v: int) -> int:
+            """How many interior capacities are ≥ v (v > 0)."""
+            j = bisect_right(descending, -v)
+            return reach[j - 1] if j else 0
+
+        k_inner = max_stages - 2
+        ends_first, ends_last = self._ends(first, last, mid, nb)
+        if not ends_first or not ends_last:
+            return False
+        first_at = {c: int(first[c]) for _, c in ends_first}
+        last_at = {c: int(last[c]) for _, c in ends_last}
+        # Leaving two ends out of the interior never raises its sum: no pair can pass
+        # when the best ends with the whole top cannot.
+        if max(first_at.values()) + max(last_at.values()) + top(min(k_inner, size)) < nb:
+            return False
+        mid_at = {c: int(mid[c]) for _, c in ends_first + ends_last}
+        for f, cf in ends_first:
+            for lst, cl in ends_last:
+                if f == lst:
+                    continue
+                removed = sorted((mid_at[c] for c in (cf, cl) if mid_at[c] > 0), reverse=True)
+                positions = []
+                for n_, v in enumerate(removed):
+                    same = sum(1 for w in removed[: n_ + 1] if w == v)
+                    positions.append((at_least(v) - same, v))
+                end = min(k_inner, size)
+                excluded = 0
+                for pos, v in sorted(positions):
+                    if pos < end:
+                        excluded += v
+                        end = min(end + 1, size)
+                if first_at[cf] + last_at[cl] + top(end) - excluded >= nb:
+                    return True
+        return False
+
+    def least_feasible(self, nb: int, max_stages: int) -> tuple[float, list[int]] | None:
+        """The least candidate bottleneck T at which the capacity test passes, and the
+        order it picks at T (node ids); None when it fails with no bound at all.
+
+        Candidates are the stage times; while more than :data:`ENUMERATE` remain between
+        the failing and the passing capacities, a weighted median of the remaining
+        ranges' middle values halves them; then they are listed and bisected.
+        """
+        np = self.np
+        hi_t = math.inf
+        hi_caps = self.class_caps(hi_t, strict=False)
+        if not self.passes(hi_caps, nb, max_stages):
+            return None
+        k = len(self.members)
+        zero = np.zeros(k, dtype=np.int64)
+        lo_caps: tuple[Any, Any, Any] = (zero, zero, zero)
+        weight = self.sizes
+        force = False
+        while True:
+            # Stage 0 and interior capacities change only where the base times do.
+            a0, b0, a2, b2 = lo_caps[0], hi_caps[0], lo_caps[2], hi_caps[2]
+            rows0, rows2 = np.flatnonzero(b0 > a0), np.flatnonzero(b2 > a2)
+            a0, b0, a2, b2 = a0[rows0], b0[rows0], a2[rows2], b2[rows2]
+            w0, w2 = (b0 - a0) * weight[rows0], (b2 - a2) * weight[rows2]
+            count = int(w0.sum()) + int(w2.sum())
+            if count <= ENUMERATE or force:
+                cols0 = np.arange(self.stage.shape[1])
+                cols2 = np.arange(self.tail.shape[1])
+                in0 = (cols0 >= a0[:, None]) & (cols0 < b0[:, None])
+                in2 = (cols2 >= a2[:, None]) & (cols2 < b2[:, None])
+                values0, values2 = self.stage[rows0][in0], self.tail[rows2][in2]
+                values = np.unique(np.concatenate((values0, values2)))
+                cands = values[values < hi_t].tolist()
+                # Every candidate lies above the failing bound and below the passing one:
+                # a class holds its failing count plus its listed times within the candidate.
+                of0, of2 = np.repeat(rows0, b0 - a0), np.repeat(rows2, b2 - a2)
+                base0, base2 = lo_caps[0], lo_caps[2]
+                left, right = 0, len(cands)  # the answer is cands[right] (or hi_t at len)
+                while left < right:
+                    m = (left + right) // 2
+                    t = cands[m]
+                    mids = base0 + np.bincount(of0[values0 <= t], minlength=k)
+                    lasts = base2 + np.bincount(of2[values2 <= t], minlength=k)
+                    caps = (mids, np.minimum(mids, self.k_first), lasts)
+                    if self.passes(caps, nb, max_stages):
+                        right, hi_caps = m, caps
+                    else:
+                        left = m + 1
+                t = cands[right] if right < len(cands) else hi_t
+                break
+            # A weighted median of the spans' middle values removes at least a quarter.
+            middle = np.concatenate(
+                (self.stage[rows0, (a0 + b0) // 2], self.tail[rows2, (a2 + b2) // 2])
+            )
+            weights = np.concatenate((w0, w2))
+            order = np.lexsort((weights, middle))
+            reached = np.cumsum(weights[order])
+            at = int(np.searchsorted(reached, count / 2, side="left"))
+            pivot = float(middle[order[min(at, len(order) - 1)]])
+            if pivot >= hi_t:  # ties at the top: list them all
+                force = True
+                continue
+            caps = self.class_caps(pivot, strict=False)
+            if self.passes(caps, nb, max_stages):
+                hi_t, hi_caps = pivot, caps
+            else:
+                lo_caps = caps
+        order = self.order(hi_caps, nb, max_stages)
+        assert order is not None
+        return t, order
+
+    def relaxation_fails(self, t: float, nb: int, max_stages: int) -> bool:
+        """Whether the relaxed capacity test of
+        :func:`~stowplan.planner.strategies.throughput.proves_optimal` fails strictly
+        below ``t``: the ``max_stages`` largest interior capacities (two at least) and
+        the best gains of two different nodes as stage 0 and as the last stage hold
+        fewer than ``nb`` blocks."""
+        np = self.np
+        mid, first, last = (part[self.cls] for part in self.class_caps(t, strict=True))
+        positions = np.arange(len(mid))
+
+        def best_two(role: Any) -> list[tuple[int, int]]:
+            # The two largest (gain, position) of the nodes able to take the role.
+            able = np.flatnonzero(role > 0)
+            gain = role[able] - mid[able]
+            top = np.lexsort((positions[able], gain))[::-1][:2]
+            return list(zip(gain[top].tolist(), able[top].tolist(), strict=True))
+
+        gains = [gf + gl for gf, f in best_two(first) for gl, lst in best_two(last) if f != lst]
+        if not gains:
+            return True
+        top = max(max_stages, 2)
+        held = np.sort(mid)[::-1][:top]
+        return int(held.sum()) + max(gains) < nb
+
+    def _node_ends(self, role: Any, mid: Any, nb: int) -> list[int]:
+        """End candidates by node: the four largest capacities in the role and the four
+        least losses against the interior role, ties to the least id; sorted by id."""
+        np = self.np
+        able = np.flatnonzero(role > 0)
+        r, ids = role[able], self.node_ids[able]
+        span = self.id_span
+        picked: set[int] = set()
+        for key in (
+            (nb - r) * span + ids,
+            ((mid[able] - r + nb) * (nb + 1) + (nb - r)) * span + ids,
+        ):
+            best = np.argpartition(key, 3)[:4] if key.size > 4 else np.arange(key.size)
+            picked.update(able[best].tolist())
+        return sorted(picked, key=self.ids.__getitem__)
+
+    def order(self, class_caps: tuple[Any, Any, Any], nb: int, max_stages: int) -> list[int] | None:
+        """The order the capacity test picks at these class capacities (node ids): the
+        first node, the ``max_stages − 2`` largest interior capacities among the rest by
+        capacity then id, the last node; None if the test fails."""
+        np = self.np
+        mid, first, last = (part[self.cls] for part in class_caps)
+        ids = self.node_ids
+        able = np.flatnonzero(mid > 0)
+        ranked = able[np.lexsort((ids[able], -mid[able]))]
+        place = np.full(len(mid), -1, dtype=np.int64)
+        place[ranked] = np.arange(len(ranked))
+        prefix = [0, *np.cumsum(mid[ranked]).tolist()]
+        k_inner = max_stages - 2
+        top_first = self._node_ends(first, mid, nb)
+        top_last = self._node_ends(last, mid, nb)
+        ends = sorted(set(top_first) | set(top_last))
+        at = dict(zip(ends, place[ends].tolist(), strict=True))
+        held = dict(zip(ends, mid[ends].tolist(), strict=True))
+        as_first = dict(zip(top_first, first[top_first].tolist(), strict=True))
+        as_last = dict(zip(top_last, last[top_last].tolist(), strict=True))
+        size = len(ranked)
+        best_total = -1
+        best: tuple[int, int, int] | None = None
+        for f in top_first:
+            for lst in top_last:
+                if f == lst:
+                    continue
+                # The first k_inner of ranked without f and lst.
+                end = min(k_inner, size)
+                excluded = 0
+                for p, e in sorted((at[e], e) for e in (f, lst) if at[e] >= 0):
+                    if p < end:
+                        excluded += held[e]
+                        end = min(end + 1, size)
+                total = as_first[f] + as_last[lst] + prefix[end] - excluded
+                if total >= nb and total > best_total:
+                    best_total, best = total, (f, lst, end)
+        if best is None:
+            return None
+        f, lst, end = best
+        inner = [i for i in ranked[:end].tolist() if i not in (f, lst)]
+        ids_of = self.ids
+        return [ids_of[f], *(ids_of[i] for i in inner), ids_of[lst]]
+
+
+def fluid_capacity(
+    xfer: Sequence[float],
+    stage: Sequence[float],
+    inverse_rate: Sequence[float],
+    limit: Sequence[float],
+    top: int,
+) -> Any:
+    """The fractional capacity test of :func:`~stowplan.planner.exact.pipelines.fluid_bound`
+    on arrays: ``capacity(tm)`` is the same count as the pure one's.
+
+    Per node, the fractional blocks within ``tm`` as an interior stage (after its
+    transfer) and as the last stage (no transfer), ``min(max(tm − x − s, 0) / rate,
+    limit)`` (the limit itself where the rate is 0); the ``top`` largest interior ones,
+    each floored, plus the best end gain, floored, plus one.
+    """
+    np = numpy_module()
+    x = np.asarray(xfer, dtype=np.float64)
+    s = np.asarray(stage, dtype=np.float64)
+    v = np.asarray(inverse_rate, dtype=np.float64)
+    c = np.asarray(limit, dtype=np.float64)
+    free = v == math.inf
+    v = np.where(free, 0.0, v)
+    n = len(c)
+    cut = n - min(top, n)
+
+    def capacity(tm: float) -> float:
+        mid = np.where(free, c, np.minimum(np.maximum(tm - x - s, 0.0) * v, c))
+        end = np.where(free, c, np.minimum(np.maximum(tm - s, 0.0) * v, c))
+        held = np.floor(mid + 1e-9)
+        if cut > 0:
+            held = np.partition(held, cut)[cut:]
+        gain = float(np.max(end - mid))
+        return float(held.sum()) + math.floor(gain + 1e-9) + 1
+
+    return capacity
