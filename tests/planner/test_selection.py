@@ -6,7 +6,15 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from stowplan import Constraints, Infeasible, ModelLayout, NodeDescriptor, Objective, plan
+from stowplan import (
+    Constraints,
+    Infeasible,
+    ModelLayout,
+    NodeDescriptor,
+    Objective,
+    TargetUnreached,
+    plan,
+)
 from stowplan.cli import main
 from stowplan.errors import PlanError
 from tests.common.instances import instances
@@ -60,8 +68,16 @@ def test_a_higher_target_buys_the_fast_node():
 
 
 def test_an_unreachable_target_says_why():
-    with pytest.raises(Infeasible, match="no node set reaches 500 tokens/s: the fastest plan"):
+    # fast alone: 4 GB / 400 GB/s = 10 ms per token = 100 tokens/s, the most any set serves.
+    with pytest.raises(TargetUnreached) as info:
         plan(MODEL, NODES, _cost(500))
+    assert (info.value.target, info.value.reach) == (500, pytest.approx(100))
+    assert info.value.reason == (
+        "no node set reaches 500 tokens/s (target_tokens_per_s): no pipeline of the 2 nodes "
+        "serves more than 100.00 tokens/s to 1 sequence (a bound: every step reads the "
+        "weights and KV at the fastest nodes' bandwidth, and a token crosses the cheapest "
+        "hops)"
+    )
 
 
 def test_cli_prints_the_plan_with_peers(capsys, tmp_path):
