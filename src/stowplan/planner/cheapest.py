@@ -248,11 +248,12 @@ def _beyond_reach(problem: Problem, nodes: Sequence[NodeDescriptor], target: flo
         return  # the search decides (and refuses a fleet that holds nothing)
     batch = problem.constraints.batch
     sequences = f"{batch:,} sequence{'' if batch == 1 else 's'}"
+    fleet = "the one node" if len(nodes) == 1 else f"the {len(nodes):,} nodes"
     raise TargetUnreached(
         target,
         reach,
         f"no node set reaches {target:g} tokens/s (target_tokens_per_s): no pipeline of "
-        f"the {len(nodes):,} nodes serves more than {reach:.2f} tokens/s to {sequences} "
+        f"{fleet} serves more than {reach:.2f} tokens/s to {sequences} "
         "(a bound: every step reads the weights and KV at the fastest nodes' bandwidth, "
         "and a token crosses the cheapest hops)",
     )
