@@ -8,8 +8,11 @@ told otherwise, so a plan it prints has room to run.
 
 :func:`fit_context` finds the largest context that fits, as llama.cpp's
 ``llama-fit-params`` does: plans are deterministic and a longer context only adds
-bytes to every block, so it binary-searches the context over the planner itself,
-between 0 and the model's maximum context (or what the memory could hold at all).
+bytes to every block, so it bisects the context.  The memory bounds it first, with no
+plan made: the weights and KV within the usable VRAM of the largest nodes, every block
+whole on a node (:func:`~stowplan.planner.problem.most_blocks`).  The context that
+bound gives is planned; only when its plan fails is the planner itself bisected, below
+it.  The most sequences a refusal names are found the same way.
 :func:`plan_within_context` plans and, when only the context is too long, refuses
 with the weights, the KV bytes, the usable VRAM and the largest context that fits.
 """
@@ -142,9 +145,11 @@ def fit_context(
 
     The limit is ``upper`` when given, else the model's maximum context, else
     ``MAX_CONTEXT_TOKENS``; the search never goes past what the usable VRAM of the
-    largest ``max_stages`` nodes could hold beside the weights.  ``planner`` (default
-    :func:`stowplan.planner.plan`) is called about log2(limit) times with
-    ``constraints`` whose ``context_tokens`` is replaced; every other constraint is kept.
+    largest ``max_stages`` nodes could hold beside the weights, every block whole on a
+    node.  ``planner`` (default :func:`stowplan.planner.plan`, or one that keeps every
+    stage within its node's usable VRAM as it does) is called with ``constraints`` whose
+    ``context_tokens`` is replaced, every other constraint kept: once when the context
+    the memory bounds fits, else about log2 of it more times.
 
     Raises:
         InputError: the layout has no KV-cache figure and no maximum context (every
