@@ -170,7 +170,7 @@ def most_blocks(
     anchors: bool = True,
 ) -> int:
     """An upper bound on the blocks (of ``block_mem`` bytes each) a pipeline on at most
-    ``most`` of nodes with ``usable`` bytes holds, every block whole on one node.
+    ``most`` of the nodes with ``usable`` bytes holds, every block whole on one node.
 
     A node holds at most as many blocks as its smallest ones that fit (stages on GPU
     groups of one node share its bytes); together the ``most`` largest nodes hold at
