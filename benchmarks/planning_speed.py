@@ -2,6 +2,7 @@
 
 python benchmarks/planning_speed.py --repeats 3            # every case but the slow ones
 python benchmarks/planning_speed.py --repeats 3 --slow     # also the 16-sequence MoE cases
+python benchmarks/planning_speed.py --repeats 3 --refusals # requests that cannot be met
 
 CPU time is ``time.process_time`` around one ``plan()`` call; each case is planned once
 as a warm-up, then ``--repeats`` times, and the median is printed as a markdown table
@@ -9,6 +10,12 @@ with a digest of the plan's JSON (or of the refusal's message): the same digest 
 and after a change means the same plan.
 The fleets are identical nodes: 8 × H100 SXM5 nodes (NVLink, 100 Gbit/s links) or
 single-GPU nodes drawn from a fixed seed (``_clusters.cluster``, LAN links).
+
+``--refusals`` times requests that cannot be met instead, as the command line makes
+them (:func:`stowplan.plan_within_context`, which names the largest context and batch
+that fit): more sequences than the memory holds at the default 8,192-token context, and
+throughput targets (``objective="cost"``, the H100 nodes priced at $2/GPU-hour) beyond
+what the fleet reaches.
 """
 
 from __future__ import annotations
@@ -24,14 +31,23 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _clusters import cluster
-from stowplan import Constraints, ModelLayout, NodeDescriptor, PlanError, lookup, plan
+from stowplan import (
+    Constraints,
+    ModelLayout,
+    NodeDescriptor,
+    Objective,
+    PlanError,
+    lookup,
+    plan,
+    plan_within_context,
+)
 from stowplan.calibration import resolve_calibration
 from stowplan.plan import plan_to_json
 
 H100_GB = 80
 
 
-def h100_nodes(n: int) -> list[NodeDescriptor]:
+def h100_nodes(n: int, price_per_hour: float | None = None) -> list[NodeDescriptor]:
     """``n`` nodes of 8 × H100 SXM5, each with a 100 Gbit/s, 0.05 ms link."""
     return [
         NodeDescriptor(
@@ -41,6 +57,7 @@ def h100_nodes(n: int) -> list[NodeDescriptor]:
             num_gpus=8,
             link_mbps=100_000.0,
             link_latency_ms=0.05,
+            price_per_hour=price_per_hour,
         )
         for i in range(n)
     ]
@@ -80,11 +97,40 @@ def cases() -> list[Case]:
     ]
 
 
+def refusals() -> list[Case]:
+    """Requests that cannot be met: (fleet, model, request, nodes, constraints, False)."""
+
+    def sequences(batch: int) -> Constraints:
+        return Constraints(batch=batch, context_tokens=8192)
+
+    def target(rate: float) -> Constraints:
+        return Constraints(batch=16, objective=Objective.COST, target_tokens_per_s=rate)
+
+    return [
+        ("16 × 8 H100", "llama3.1:405b", "4,096 × 8,192 tokens", lambda: h100_nodes(16),
+         sequences(4096), False),
+        ("64 × 8 H100", "llama3.1:405b", "16,384 × 8,192 tokens", lambda: h100_nodes(64),
+         sequences(16384), False),
+        ("1,024 × 1 GPU", "llama3.1:70b", "4,096 × 8,192 tokens",
+         lambda: single_gpu_nodes(1024), sequences(4096), False),
+        ("16 × 8 H100", "llama3.1:405b", "16 sequences, target 1e6 tok/s",
+         lambda: h100_nodes(16, 16.0), target(1e6), False),
+        ("1,024 × 1 GPU", "llama3.1:8b", "16 sequences, target 1e7 tok/s",
+         lambda: single_gpu_nodes(1024), target(1e7), False),
+    ]  # fmt: skip
+
+
 def cpu_ms(model: ModelLayout, nodes: list[NodeDescriptor], c: Constraints) -> tuple[float, str]:
-    """CPU ms of one plan() and its outcome: ``plan <digest>`` or ``refused (<error>) <digest>``."""
+    """CPU ms of one plan() (with :func:`stowplan.plan_within_context` when the constraints
+    reserve a context, as the command line plans) and its outcome: ``plan <digest>`` or
+    ``refused (<error>) <digest>``."""
     t0 = time.process_time()
     try:
-        result = plan(model, nodes, c)
+        result = (
+            plan(model, nodes, c)
+            if c.context_tokens is None
+            else plan_within_context(model, nodes, c)
+        )
     except PlanError as e:
         ms = (time.process_time() - t0) * 1e3
         text, outcome = str(e), f"refused ({type(e).__name__})"
@@ -98,10 +144,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--slow", action="store_true", help="also the 16-sequence MoE cases")
+    ap.add_argument(
+        "--refusals", action="store_true", help="time requests that cannot be met instead"
+    )
     args = ap.parse_args()
     print("| fleet | model | objective | CPU ms (median) | outcome |")
     print("| --- | --- | --- | ---: | --- |")
-    for fleet, name, objective, make, c, slow in cases():
+    for fleet, name, objective, make, c, slow in refusals() if args.refusals else cases():
         if slow and not args.slow:
             continue
         model = lookup(name)

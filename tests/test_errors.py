@@ -128,6 +128,10 @@ def test_placement_infeasible_is_the_one_infeasible_and_keeps_its_message() -> N
         (errors.MalformedJson("plan", "{", "is not JSON"), "plan='{': is not JSON"),
         (errors.Infeasible("no node"), "constraints unsatisfiable: no node"),
         (
+            errors.TargetUnreached(500.0, 100.0, "no node set reaches 500 tokens/s"),
+            "constraints unsatisfiable: no node set reaches 500 tokens/s",
+        ),
+        (
             errors.UnsupportedByEngine(Engine.VLLM, "no"),
             "vllm cannot run this plan: no",
         ),

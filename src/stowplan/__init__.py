@@ -45,6 +45,7 @@ from stowplan.errors import (
     StageStartError,
     StageUnplaceable,
     StowplanError,
+    TargetUnreached,
     UnsupportedByEngine,
     UnsupportedByWorker,
 )
@@ -194,6 +195,7 @@ __all__ = [
     "StageUnplaceable",
     "StowplanError",
     "Strategy",
+    "TargetUnreached",
     "Topology",
     "TopologyKind",
     "UnsupportedByEngine",

@@ -11,6 +11,7 @@
     │   ├── InsufficientVram    the model needs more bytes than the nodes offer
     │   ├── NoNodeFitsHead      no node can hold the largest indivisible component
     │   ├── Infeasible          the constraints cannot be met (reason says which)
+    │   │   └── TargetUnreached a throughput target above what the nodes can reach
     │   ├── UnsupportedByEngine the plan asks for a placement the engine cannot express
     │   └── UnsupportedByWorker the reference stage worker cannot execute the plan or model
     └── ClusterError            running a plan on a Ray cluster failed
@@ -60,6 +61,7 @@ __all__ = [
     "StageStartError",
     "StageUnplaceable",
     "StowplanError",
+    "TargetUnreached",
     "UnsupportedByEngine",
     "UnsupportedByWorker",
     "show_value",
@@ -160,6 +162,17 @@ class Infeasible(PlanError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(f"constraints unsatisfiable: {reason}")
+
+
+class TargetUnreached(Infeasible):
+    """A throughput target no plan of the nodes can meet: ``target`` tokens/s is above
+    ``reach``, the most tokens/s any pipeline of them can serve (a bound; no plan passes
+    it).  ``reason`` says so with the numbers."""
+
+    def __init__(self, target: float, reach: float, reason: str) -> None:
+        self.target = target
+        self.reach = reach
+        super().__init__(reason)
 
 
 class UnsupportedByEngine(PlanError):

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from stowplan import Constraints, Objective, TargetUnreached
 from stowplan.calibration import shipped_calibration
 from stowplan.cli import main
+from stowplan.cli.calibration_opts import target_named
 from tests.common.paths import EXAMPLES
 
 CASE_C = str(EXAMPLES / "fleets" / "case-c.yaml")
@@ -105,6 +107,14 @@ def test_target_names_the_profile_that_chose_the_node_set(
     err = capsys.readouterr().err.strip()  # after the search's progress line, if shown
     assert err.startswith("stowplan: error: constraints unsatisfiable: no node set reaches 15")
     assert err.endswith(f"(predicted with {DEFAULT})")
+
+
+def test_an_unreached_target_keeps_its_numbers_when_the_predicting_model_is_named() -> None:
+    c = Constraints(objective=Objective.COST, target_tokens_per_s=5.0)
+    with pytest.raises(TargetUnreached) as info, target_named(c):
+        raise TargetUnreached(5.0, 2.0, "no node set reaches 5 tokens/s")
+    assert (info.value.target, info.value.reach) == (5.0, 2.0)
+    assert info.value.reason.startswith("no node set reaches 5 tokens/s (predicted with ")
 
 
 def test_first_order_with_a_profile_file_is_refused(

@@ -129,6 +129,31 @@ def test_a_refusal_after_a_search_is_one_line_once_the_bar_is_gone(tmp_path, cap
     assert err.startswith("stowplan: error: ") and err.count("\n") == 1
 
 
+def test_a_target_beyond_reach_is_refused_in_one_line_naming_the_reach(
+    tmp_path, capsys, shown_at_once
+):
+    fleet = _fleet(tmp_path, ["id: g, gpu_name: RTX 3090, vram_bytes: 24GiB, price_per_hour: 0.2"])
+    assert main(["plan", "llama3.1:8b", "--nodes", str(fleet), "--target", "5000tok/s"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "stowplan: error: constraints unsatisfiable: no node set reaches 5000 tokens/s "
+        "(target_tokens_per_s): no pipeline of the one node serves more than "
+    )
+    assert "(predicted with " in err and err.count("\n") == 1
+
+
+def test_a_batch_that_does_not_fit_is_refused_in_one_line_once_the_bar_is_gone(
+    tmp_path, capsys, shown_at_once
+):
+    fleet = _fleet(tmp_path, ["id: g, gpu_name: RTX 3090, vram_bytes: 24GiB"])
+    assert main(["plan", "llama3.1:8b", "--nodes", str(fleet), "--batch", "4096"]) == 2
+    assert "planning" in shown_at_once.getvalue()
+    assert shown_at_once.getvalue().endswith(ERASE)
+    err = capsys.readouterr().err
+    assert err.startswith("stowplan: error: constraints unsatisfiable: a context of 8,192 ")
+    assert "sequences fit 8,192 tokens each (--batch)" in err and err.count("\n") == 1
+
+
 def test_a_plain_plan_shows_a_bar_without_a_count(tmp_path, shown_at_once):
     fleet = _fleet(tmp_path, ["id: g, gpu_name: RTX 3090, vram_bytes: 24GiB"])
     assert main(["plan", "llama3.1:8b", "--nodes", str(fleet), "--json"]) == 0

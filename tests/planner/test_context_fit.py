@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -18,6 +19,7 @@ from stowplan.planner.context import (
     fit_context,
     plan_within_context,
 )
+from stowplan.planner.problem import most_blocks
 from tests.common.paths import EXAMPLES
 
 GiB = 2**30
@@ -181,3 +183,105 @@ def test_the_found_context_fits_and_the_next_does_not_or_is_the_limit(
     assert fit.context_tokens == fit.limit_tokens or not _fits(
         TINY, nodes, c, fit.context_tokens + 1
     )
+
+
+def _largest_batch_brute_force(
+    model: ModelLayout, nodes: list[NodeDescriptor], c: Constraints
+) -> int | None:
+    """The most sequences below ``c.batch`` whose plan fits, by planning every count."""
+    ctx = c.context_tokens or 0
+    fitting = [b for b in range(1, c.batch) if _fits(model, nodes, replace(c, batch=b), ctx)]
+    return max(fitting, default=None)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    vram=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+    context=st.sampled_from([4096, 16384, 65536]),
+    batch=st.integers(2, 12),
+)
+def test_the_most_sequences_named_are_the_most_that_fit(
+    vram: list[int], context: int, batch: int
+) -> None:
+    nodes = [
+        NodeDescriptor(id=f"n{i}", gpu_name="RTX 4090", vram_bytes=v * GiB, link_mbps=1000)
+        for i, v in enumerate(vram)
+    ]
+    c = Constraints(batch=batch, context_tokens=context)
+    if _fits(TINY, nodes, c, context):
+        return  # nothing to refuse
+    expected = _largest_batch_brute_force(TINY, nodes, c)
+    try:
+        plan_within_context(TINY, nodes, c)
+    except Infeasible as exc:
+        found = re.search(r"; ([\d,]+) sequences? fits? [\d,]+ tokens each", exc.reason)
+        assert (int(found.group(1).replace(",", "")) if found else None) == expected
+    except PlanError:
+        assert not _fits(TINY, nodes, c, 0)  # the weights alone do not fit
+    else:
+        raise AssertionError("a context that does not fit was planned")
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    vram=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+    batch=st.integers(1, 8),
+)
+def test_the_largest_context_is_the_brute_force_largest_on_small_fleets(
+    vram: list[int], batch: int
+) -> None:
+    nodes = [
+        NodeDescriptor(id=f"n{i}", gpu_name="RTX 4090", vram_bytes=v * GiB, link_mbps=1000)
+        for i, v in enumerate(vram)
+    ]
+    c = Constraints(batch=batch)
+    try:
+        fit = fit_context(TINY, nodes, c, upper=200_000)
+    except PlanError:
+        assert not _fits(TINY, nodes, c, 0)
+        return
+    # Every context up to the one found fits (sampled), none above it up to the bound.
+    step = max(1, fit.context_tokens // 7)
+    assert all(_fits(TINY, nodes, c, x) for x in range(0, fit.context_tokens + 1, step))
+    above = range(fit.context_tokens + 1, 200_001, max(1, (200_000 - fit.context_tokens) // 7))
+    assert not any(_fits(TINY, nodes, c, x) for x in above)
+
+
+def test_blocks_that_do_not_divide_between_the_nodes_are_refused_with_the_count() -> None:
+    # Four nodes of 0.95 GiB hold 3.8 GiB in all, more than the model's 3.25 GiB, but one
+    # 0.5 GiB block each: 4 of the 6.
+    nodes = [
+        NodeDescriptor(id=f"n{i}", gpu_name="RTX 4090", vram_bytes=int(0.95 * GiB), link_mbps=1000)
+        for i in range(4)
+    ]
+    c = Constraints(vram_headroom_frac=0.0)
+    with pytest.raises(InsufficientVram) as info:
+        plan(TINY, nodes, c)
+    assert info.value.needed == TINY.weight_bytes
+    assert info.value.available == 4 * int(0.95 * GiB) > TINY.weight_bytes
+    assert info.value.detail == (
+        "blocks are not split between nodes, and the 4 largest nodes hold at most 4 of the 6 "
+        "blocks whole (with their KV cache)"
+    )
+
+
+def test_the_memory_bound_counts_the_embed_and_the_head_beside_a_block() -> None:
+    blocks = TINY.block_sizes()  # 6 of 0.5 GiB; the embed and the head 0.125 GiB each
+    # Three nodes of exactly two blocks hold the 6, but not the embed or the head beside them.
+    assert most_blocks(TINY, blocks, [GiB] * 3, 3, anchors=False) == 6
+    assert most_blocks(TINY, blocks, [GiB] * 3, 3) == 5
+    assert not _fits(
+        TINY, [_node(i, GiB) for i in range(3)], Constraints(vram_headroom_frac=0.0), 0
+    )
+    # Two nodes with room for an anchor beside their two blocks: every block fits.
+    room = [GiB + GiB // 8, GiB + GiB // 8, GiB]
+    assert most_blocks(TINY, blocks, room, 3) == 6
+    assert _fits(
+        TINY, [_node(i, v) for i, v in enumerate(room)], Constraints(vram_headroom_frac=0.0), 0
+    )
+    # Nodes too small to hold an anchor beside a block cannot start or end a pipeline.
+    assert most_blocks(TINY, blocks, [GiB // 2] * 6, 6) == 0
+
+
+def _node(i: int, vram: int) -> NodeDescriptor:
+    return NodeDescriptor(id=f"n{i}", gpu_name="RTX 4090", vram_bytes=vram, link_mbps=1000)

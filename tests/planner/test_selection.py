@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from stowplan import Constraints, Infeasible, ModelLayout, NodeDescriptor, Objective, plan
+from stowplan import (
+    Constraints,
+    Infeasible,
+    ModelLayout,
+    NodeDescriptor,
+    Objective,
+    Strategy,
+    TargetUnreached,
+    plan,
+)
 from stowplan.cli import main
 from stowplan.errors import PlanError
 from tests.common.instances import instances
@@ -60,8 +71,16 @@ def test_a_higher_target_buys_the_fast_node():
 
 
 def test_an_unreachable_target_says_why():
-    with pytest.raises(Infeasible, match="no node set reaches 500 tokens/s: the fastest plan"):
+    # fast alone: 4 GB / 400 GB/s = 10 ms per token = 100 tokens/s, the most any set serves.
+    with pytest.raises(TargetUnreached) as info:
         plan(MODEL, NODES, _cost(500))
+    assert (info.value.target, info.value.reach) == (500, pytest.approx(100))
+    assert info.value.reason == (
+        "no node set reaches 500 tokens/s (target_tokens_per_s): no pipeline of the 2 nodes "
+        "serves more than 100.00 tokens/s to 1 sequence (a bound: every step reads the "
+        "weights and KV at the fastest nodes' bandwidth, and a token crosses the cheapest "
+        "hops)"
+    )
 
 
 def test_cli_prints_the_plan_with_peers(capsys, tmp_path):
@@ -353,3 +372,67 @@ def test_a_moe_plan_bought_for_a_target_meets_it(fraction):
     target = served_rate(plan(model, nodes)) * fraction
     c = Constraints(objective=Objective.COST, target_tokens_per_s=target)
     assert served_rate(plan(model, nodes, c)) >= target
+
+
+# -- a target beyond the fleet's reach is refused before any set is planned ----------------
+
+
+def _reach(model, nodes, batch):
+    """U over the least quick bound on the cycle of the stage counts the fleet allows."""
+    from stowplan.planner.problem import prepare
+    from stowplan.planner.strategies.cycle import quick_bound, stage_counts
+
+    whole = prepare(model, nodes, Constraints(batch=batch, vram_headroom_frac=0.0))
+    cm = whole.cost_model()
+    return batch / min(quick_bound(whole, cm, s) for s in stage_counts(whole))
+
+
+@settings(max_examples=30, deadline=None)
+@given(instances(max_nodes=5, max_blocks=6), st.sampled_from([1, 4, 16]))
+def test_the_reach_bounds_every_plan_and_a_target_above_it_is_refused_with_it(inst, batch):
+    from stowplan.planner.cheapest import served_rate
+
+    model, nodes = inst
+    speed = Constraints(batch=batch, vram_headroom_frac=0.0)
+    try:
+        fastest = served_rate(plan(model, nodes, speed))
+    except PlanError:
+        assume(False)
+    exact = served_rate(plan(model, nodes, replace(speed, strategy=Strategy.EXACT)))
+    reach = _reach(model, nodes, batch)
+    assert max(fastest, exact) <= reach * (1 + 1e-9)
+    c = Constraints(
+        batch=batch,
+        vram_headroom_frac=0.0,
+        objective=Objective.COST,
+        target_tokens_per_s=reach * 1.01,
+    )
+    with pytest.raises(TargetUnreached) as info:
+        plan(model, nodes, c)
+    assert info.value.target == reach * 1.01
+    assert info.value.reach == reach
+    assert f"serves more than {reach:.2f} tokens/s" in info.value.reason
+
+
+def test_a_target_on_multi_gpu_nodes_is_searched_not_bounded():
+    # Their GPU groups are not bounded by the quick bound: the search refuses, with the
+    # fastest plan's rate.
+    nodes = [
+        NodeDescriptor(
+            id=f"h{i}",
+            gpu_name="H100 SXM5",
+            vram_bytes=8 * 80 * 10**9,
+            num_gpus=8,
+            link_mbps=100_000.0,
+            link_latency_ms=0.05,
+            price_per_hour=16.0,
+        )
+        for i in range(2)
+    ]
+    c = Constraints(objective=Objective.COST, target_tokens_per_s=1e6)
+    with pytest.raises(Infeasible) as info:
+        plan(MODEL, nodes, c)
+    assert not isinstance(info.value, TargetUnreached)
+    assert info.value.reason.startswith(
+        "no node set reaches 1e+06 tokens/s: the fastest plan on all 2 nodes gives"
+    )

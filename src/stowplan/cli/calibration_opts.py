@@ -18,7 +18,7 @@ from stowplan.calibration.coverage import CoverageVerdict, assess_coverage, plan
 from stowplan.calibration.profile import Calibration, Engine
 from stowplan.calibration.store import resolve_calibration
 from stowplan.cli.options import FIRST_ORDER
-from stowplan.errors import Infeasible, InputError
+from stowplan.errors import Infeasible, InputError, TargetUnreached
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.models import inspect_model
 from stowplan.plan import Plan
@@ -102,4 +102,7 @@ def target_named(constraints: Constraints) -> Iterator[None]:
             raise
         label = calibration_label(constraints.calibration)
         article = "the " if constraints.calibration is None else ""
-        raise Infeasible(f"{exc.reason} (predicted with {article}{label})") from None
+        reason = f"{exc.reason} (predicted with {article}{label})"
+        if isinstance(exc, TargetUnreached):
+            raise TargetUnreached(exc.target, exc.reach, reason) from None
+        raise Infeasible(reason) from None

@@ -10,6 +10,11 @@ stage-time, hop and memory terms: at one sequence and with blocks alike exact
 (a set is allowed exactly when a pipeline of its nodes meets the target), a
 relaxation otherwise (every set that can meet the target is allowed).
 
+A target above what the nodes can reach at all is refused first, before any set is
+planned, on fleets of single-GPU nodes: :func:`reach_bound` bounds the tokens/s of every
+pipeline of them by the cycle's closed-form lower bound
+(:func:`stowplan.planner.strategies.cycle.quick_bound`).
+
 The planner is the oracle: the MILP's set is planned; if its plan meets the
 target it is the answer (no cheaper set satisfies the MILP, so none can meet
 the target); otherwise every set within it is cut off (the planner may leave
@@ -32,11 +37,12 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from stowplan.cost import CostModel, served_tokens_per_s
-from stowplan.errors import DependencyError, Infeasible, InputError, PlanError
+from stowplan.errors import DependencyError, Infeasible, InputError, PlanError, TargetUnreached
 from stowplan.model import Constraints, NodeDescriptor, Objective, gpu_group_node
 from stowplan.plan import Plan, PlanRationale
 from stowplan.planner.exact.node_sets import SetMilp
 from stowplan.planner.problem import Problem, prepare
+from stowplan.planner.strategies.cycle import quick_bound, stage_counts
 from stowplan.rules.tensor_parallel import legal_tensor_parallel
 
 __all__ = [
@@ -44,6 +50,7 @@ __all__ = [
     "MAX_VISITED",
     "SearchProgress",
     "plan_cheapest",
+    "reach_bound",
     "reporting_progress",
     "served_rate",
 ]
@@ -184,6 +191,7 @@ def plan_cheapest(problem: Problem, runner: Runner) -> Plan:
             "nodes[].price_per_hour", None, "objective='cost' needs prices (price_per_hour)"
         )
     nodes = sorted(priced, key=lambda n: (n.price_per_hour or 0.0, n.id))
+    _beyond_reach(problem, nodes, target)
     search = _Search(problem, runner, nodes)
     _singles(search)
     try:
@@ -212,6 +220,48 @@ def plan_cheapest(problem: Problem, runner: Runner) -> Plan:
         f"the search stopped after {search.planned} sets planned ({how}) without meeting "
         f"{target:g} tokens/s; all nodes together give {reach:.2f} tokens/s"
     )
+
+
+def reach_bound(problem: Problem, nodes: Sequence[NodeDescriptor]) -> float:
+    """Tokens/s no plan of ``problem``'s model on any of ``nodes`` can serve beyond, on
+    single-GPU nodes: ``U / c`` at ``U = problem.constraints.batch`` sequences, ``c`` the
+    least over the stage counts allowed of
+    :func:`~stowplan.planner.strategies.cycle.quick_bound` (a lower bound on the cycle of
+    every pipeline of that many stages, on the cost model the planner scores them by).
+    0 when the nodes cannot hold the model; inf when some node has several GPUs (its GPU
+    groups are not bounded here) or no bound applies."""
+    if any(n.num_gpus > 1 for n in nodes):
+        return math.inf
+    try:
+        whole = prepare(problem.model, list(nodes), _speed(problem.constraints))
+    except PlanError:
+        return 0.0
+    cm = whole.cost_model()
+    cycle = min((quick_bound(whole, cm, s) for s in stage_counts(whole)), default=math.inf)
+    return cm.batch / cycle if cycle > 0 else math.inf
+
+
+def _beyond_reach(problem: Problem, nodes: Sequence[NodeDescriptor], target: float) -> None:
+    """Refuse ``target`` at once when it is above :func:`reach_bound`."""
+    reach = reach_bound(problem, nodes)
+    if reach <= 0 or target <= reach * (1 + _REACH_SLACK):
+        return  # the search decides (and refuses a fleet that holds nothing)
+    batch = problem.constraints.batch
+    sequences = f"{batch:,} sequence{'' if batch == 1 else 's'}"
+    fleet = "the one node" if len(nodes) == 1 else f"the {len(nodes):,} nodes"
+    raise TargetUnreached(
+        target,
+        reach,
+        f"no node set reaches {target:g} tokens/s (target_tokens_per_s): no pipeline of "
+        f"{fleet} serves more than {reach:.2f} tokens/s to {sequences} "
+        "(a bound: every step reads the weights and KV at the fastest nodes' bandwidth, "
+        "and a token crosses the cheapest hops)",
+    )
+
+
+_REACH_SLACK = 1e-9
+"""A target within this relative margin of :func:`reach_bound` is searched, not refused
+(the bound and a plan's rate are rounded differently)."""
 
 
 def _singles(search: _Search) -> None:

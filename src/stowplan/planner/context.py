@@ -8,8 +8,11 @@ told otherwise, so a plan it prints has room to run.
 
 :func:`fit_context` finds the largest context that fits, as llama.cpp's
 ``llama-fit-params`` does: plans are deterministic and a longer context only adds
-bytes to every block, so it binary-searches the context over the planner itself,
-between 0 and the model's maximum context (or what the memory could hold at all).
+bytes to every block, so it bisects the context.  The memory bounds it first, with no
+plan made: the weights and KV within the usable VRAM of the largest nodes, every block
+whole on a node (:func:`~stowplan.planner.problem.most_blocks`).  The context that
+bound gives is planned; only when its plan fails is the planner itself bisected, below
+it.  The most sequences a refusal names are found the same way.
 :func:`plan_within_context` plans and, when only the context is too long, refuses
 with the weights, the KV bytes, the usable VRAM and the largest context that fits.
 """
@@ -23,6 +26,7 @@ from stowplan.errors import Infeasible, InputError, InsufficientVram, PlanError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, usable_bytes
 from stowplan.plan import Plan
 from stowplan.planner import plan
+from stowplan.planner.problem import block_bytes, most_blocks
 from stowplan.quantities.limits import MAX_CONTEXT_TOKENS
 from stowplan.quantities.units import format_bytes
 
@@ -83,16 +87,31 @@ def _kv_total(model: ModelLayout, context: int, batch: int) -> int:
     return sum(model.kv_bytes(b, context, batch) for b in range(model.num_blocks))
 
 
-def _memory_bound(model: ModelLayout, usable: int, batch: int, upper: int) -> int:
-    """The largest context up to ``upper`` whose weights and KV fit in ``usable`` bytes at
-    all (a plan needs at least that much); 0 when none does."""
-    room = usable - model.weight_bytes
-    if room < 0:
-        return 0
-    lo, hi = 0, upper
+def _may_fit(
+    model: ModelLayout, nodes: Sequence[NodeDescriptor], c: Constraints, context: int, batch: int
+) -> bool:
+    """Whether ``batch`` sequences of ``context`` tokens may fit at all: weights and KV within
+    the usable VRAM of the largest ``max_stages`` nodes and, for a model of whole blocks
+    (no routed experts a plan may spread), every block whole on a node
+    (:func:`~stowplan.planner.problem.most_blocks`).  False means no plan fits: a planner
+    keeps every stage within its node's usable VRAM."""
+    usable = _usable_total(model, nodes, c)
+    if model.weight_bytes + _kv_total(model, context, batch) > usable:
+        return False
+    if model.experts is not None:
+        return True
+    _, mem = block_bytes(model, context, batch)
+    most = min(c.max_stages or len(nodes), len(nodes), model.num_blocks)
+    capacities = (usable_bytes(n, c.headroom) for n in nodes)
+    return most_blocks(model, mem, capacities, most) >= model.num_blocks
+
+
+def _last_true(test: Callable[[int], bool], lo: int, hi: int) -> int:
+    """The largest ``x`` in ``[lo, hi]`` for which ``test`` holds, ``test(lo)`` holding and
+    ``test`` false above some point (bisection)."""
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if _kv_total(model, mid, batch) <= room:
+        if test(mid):
             lo = mid
         else:
             hi = mid - 1
@@ -126,9 +145,11 @@ def fit_context(
 
     The limit is ``upper`` when given, else the model's maximum context, else
     ``MAX_CONTEXT_TOKENS``; the search never goes past what the usable VRAM of the
-    largest ``max_stages`` nodes could hold beside the weights.  ``planner`` (default
-    :func:`stowplan.planner.plan`) is called about log2(limit) times with
-    ``constraints`` whose ``context_tokens`` is replaced; every other constraint is kept.
+    largest ``max_stages`` nodes could hold beside the weights, every block whole on a
+    node.  ``planner`` (default :func:`stowplan.planner.plan`, or one that keeps every
+    stage within its node's usable VRAM as it does) is called with ``constraints`` whose
+    ``context_tokens`` is replaced, every other constraint kept: once when the context
+    the memory bounds fits, else about log2 of it more times.
 
     Raises:
         InputError: the layout has no KV-cache figure and no maximum context (every
@@ -157,8 +178,12 @@ def fit_context(
             limited_by_model=limit == model.max_context_tokens,
             plan=run(model, nodes, replace(c, context_tokens=limit)),
         )
+
     # Step 1: bound the search by what the memory could hold at all.
-    hi = _memory_bound(model, _usable_total(model, nodes, c), c.batch, limit)
+    def may_fit(context: int) -> bool:
+        return _may_fit(model, nodes, c, context, c.batch)
+
+    hi = _last_true(may_fit, 0, limit) if may_fit(0) else 0
     # Step 2: the longest context first (the common case: it fits, or it is the limit).
     top = _try(run, model, nodes, c, hi)
     if top is not None:
@@ -226,8 +251,25 @@ def _shortfall(
 def _largest_batch(
     run: Planner, model: ModelLayout, nodes: Sequence[NodeDescriptor], c: Constraints
 ) -> int | None:
-    """The most sequences below ``c.batch`` that fit ``c.context_tokens`` each (None: not one)."""
-    lo, hi = 0, c.batch  # ``hi`` does not fit
+    """The most sequences below ``c.batch`` that fit ``c.context_tokens`` each (None: not one).
+
+    The memory alone bounds the search: the most sequences that may fit are planned first
+    (the common case: they fit), then fewer by bisection."""
+    context = c.context_tokens or 0
+
+    def may_fit(batch: int) -> bool:
+        return _may_fit(model, nodes, c, context, batch)
+
+    if not may_fit(1):
+        return None
+    top = _last_true(may_fit, 1, c.batch - 1)
+    try:
+        run(model, nodes, replace(c, batch=top))
+    except PlanError:
+        hi = top  # ``hi`` does not fit
+    else:
+        return top
+    lo = 0
     while hi - lo > 1:
         mid = (lo + hi) // 2
         try:

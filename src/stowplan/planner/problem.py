@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import heapq
+import math
+from bisect import bisect_right
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -17,7 +20,7 @@ from stowplan.model import (
 )
 from stowplan.plan import StageAssignment
 
-__all__ = ["GpuGroup", "Problem", "build_assignments", "prepare"]
+__all__ = ["GpuGroup", "Problem", "block_bytes", "build_assignments", "most_blocks", "prepare"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,9 +120,7 @@ def prepare(
     max_n = min(max_n, len(nodes), model.num_blocks)
     headroom = constraints.headroom
     usable = {n.id: usable_bytes(n, headroom) for n in nodes}
-    ctx = constraints.context_tokens or 0
-    kv = tuple(model.kv_bytes(b, ctx, constraints.batch) for b in range(model.num_blocks))
-    mem = tuple(s + k for s, k in zip(model.block_sizes(), kv, strict=True))
+    kv, mem = block_bytes(model, constraints.context_tokens or 0, constraints.batch)
     prefix = (0, *accumulate(mem))
     problem = Problem(
         model=model,
@@ -139,7 +140,79 @@ def prepare(
     biggest = sorted(usable.values(), reverse=True)[:max_n]
     if sum(biggest) < problem.total_bytes:
         raise InsufficientVram(problem.total_bytes, sum(biggest))
+    held = most_blocks(model, mem, usable.values(), max_n, anchors=False)
+    if held < model.num_blocks:
+        raise InsufficientVram(
+            problem.total_bytes,
+            sum(biggest),
+            f"blocks are not split between nodes, and the {max_n} largest "
+            f"node{'' if max_n == 1 else 's'} hold at most {held} of the {model.num_blocks} "
+            "blocks whole (with their KV cache)",
+        )
     return problem
+
+
+def block_bytes(
+    model: ModelLayout, context_tokens: int, batch: int
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Per block, its KV reserve for ``batch`` sequences of ``context_tokens`` tokens, and
+    the bytes it occupies (weights plus that reserve)."""
+    kv = tuple(model.kv_bytes(b, context_tokens, batch) for b in range(model.num_blocks))
+    return kv, tuple(s + k for s, k in zip(model.block_sizes(), kv, strict=True))
+
+
+def most_blocks(
+    model: ModelLayout,
+    block_mem: Sequence[int],
+    usable: Iterable[int],
+    most: int,
+    *,
+    anchors: bool = True,
+) -> int:
+    """An upper bound on the blocks (of ``block_mem`` bytes each) a pipeline on at most
+    ``most`` of the nodes with ``usable`` bytes holds, every block whole on one node.
+
+    A node holds at most as many blocks as its smallest ones that fit (stages on GPU
+    groups of one node share its bytes); together the ``most`` largest nodes hold at
+    most the sum of theirs.  With ``anchors``, less what the embed and the head take
+    where they cost the fewest blocks (one node may carry both; a node carrying one
+    holds a block beside it, as every stage holds one); 0 when no node can.  A plan
+    needs ``model.num_blocks``; the count stops there.
+    """
+    nb = model.num_blocks
+    prefix = (0, *accumulate(sorted(block_mem)))
+    counts: dict[int, int] = {}
+
+    def fits(cap: int) -> int:
+        """The most blocks ``cap`` bytes hold (-1: ``cap`` is below zero)."""
+        if cap < 0:
+            return -1
+        n = counts.get(cap)
+        if n is None:
+            n = counts[cap] = bisect_right(prefix, cap) - 1
+        return n
+
+    caps = sorted(usable, reverse=True)
+    held = sum(fits(cap) for cap in caps[:most])
+    if held < nb:
+        return held
+    embed, head = model.embed_params_bytes, model.head_params_bytes
+    if not anchors or (embed == 0 and head == 0):
+        return nb
+
+    def loss(cap: int, anchor: int) -> float:
+        """Blocks a node of ``cap`` bytes gives up to carry ``anchor`` bytes (inf: it cannot
+        hold them beside a block, and a stage holds at least one)."""
+        left = fits(cap - anchor)
+        return math.inf if left < 1 else fits(cap) - left
+
+    both = min(loss(cap, embed + head) for cap in caps)
+    # The embed and the head on two nodes: the two least losses of each, by node.
+    firsts = heapq.nsmallest(2, ((loss(cap, embed), i) for i, cap in enumerate(caps)))
+    lasts = heapq.nsmallest(2, ((loss(cap, head), i) for i, cap in enumerate(caps)))
+    apart = min((e + h for e, i in firsts for h, j in lasts if i != j), default=math.inf)
+    lost = min(both, apart)
+    return 0 if math.isinf(lost) else min(nb, held - int(lost))
 
 
 def _whole_node_groups(
