@@ -1,11 +1,12 @@
 """Small dense and MoE layouts for serving tests, a hypothesis strategy drawing them,
-and the :class:`~stowplan.Workload` of a referee :class:`Load`."""
+the :class:`~stowplan.Workload` of a referee :class:`Load`, and strategies drawing referee
+workloads and fleets."""
 
 from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from stowplan import ExpertLayout, ModelLayout, Workload
+from stowplan import ExpertLayout, ModelLayout, NodeDescriptor, Workload
 from tests.common.serving_referee import Load
 
 MB = 10**6
@@ -82,3 +83,42 @@ def workload(load: Load, users: int | None = None) -> Workload:
         tpot_s=load.tpot_s,
         users=users,
     )
+
+
+GB = 10**9
+
+loads = st.builds(
+    Load,
+    prompt_tokens=st.integers(64, 4096),
+    output_tokens=st.integers(16, 512),
+    ttft_s=st.floats(0.2, 5.0),
+    tpot_s=st.floats(0.02, 0.3),
+)
+"""Referee workloads: 64-4,096-token prompts, 16-512-token answers, TTFT 0.2-5 s,
+TPOT 20-300 ms."""
+
+
+@st.composite
+def fleets(
+    draw: st.DrawFn,
+    least: int = 2,
+    most: int = 6,
+    most_gb: int = 48,
+    *,
+    priced: bool = True,
+) -> list[NodeDescriptor]:
+    """``least`` to ``most`` single-GPU nodes of 2 to ``most_gb`` GB, each with rates of
+    its own (so the referee needs no spec table), priced or not."""
+    return [
+        NodeDescriptor(
+            id=f"n{i}",
+            gpu_name=draw(st.sampled_from(["RTX 3090", "RTX 4090", "A100", "L4"])),
+            vram_bytes=draw(st.integers(2, most_gb)) * GB,
+            mem_bandwidth_gbps=draw(st.floats(200, 3000)),
+            flops_estimate=draw(st.floats(20, 400)),
+            link_mbps=draw(st.floats(1000, 100_000)),
+            link_latency_ms=draw(st.floats(0, 20)),
+            price_per_hour=round(draw(st.floats(0.1, 3.0)), 2) if priced else None,
+        )
+        for i in range(draw(st.integers(least, most)))
+    ]

@@ -19,7 +19,7 @@ from stowplan import (
     ServePlan,
     serve,
 )
-from tests.common.serving_models import dense, models, moe, workload
+from tests.common.serving_models import dense, fleets, loads, models, moe, workload
 from tests.common.serving_referee import Load, Referee
 
 MB, GB = 10**6, 10**9
@@ -28,33 +28,6 @@ SETTINGS = settings(
     derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
-)
-
-
-@st.composite
-def fleets(draw: st.DrawFn) -> list[NodeDescriptor]:
-    n = draw(st.integers(2, 6))
-    return [
-        NodeDescriptor(
-            id=f"n{i}",
-            gpu_name=draw(st.sampled_from(["RTX 3090", "RTX 4090", "A100", "L4"])),
-            vram_bytes=draw(st.integers(2, 48)) * GB,
-            mem_bandwidth_gbps=draw(st.floats(200, 3000)),
-            flops_estimate=draw(st.floats(20, 400)),
-            link_mbps=draw(st.floats(1000, 100_000)),
-            link_latency_ms=draw(st.floats(0, 20)),
-            price_per_hour=round(draw(st.floats(0.1, 3.0)), 2),
-        )
-        for i in range(n)
-    ]
-
-
-workloads = st.builds(
-    lambda p, o, ttft, tpot: Load(prompt_tokens=p, output_tokens=o, ttft_s=ttft, tpot_s=tpot),
-    st.integers(64, 4096),
-    st.integers(16, 512),
-    st.floats(0.2, 5.0),
-    st.floats(0.02, 0.3),
 )
 
 
@@ -98,7 +71,7 @@ def most_users(
 
 
 @SETTINGS
-@given(models, fleets(), workloads)
+@given(models, fleets(), loads)
 def test_serve_reports_the_formulas_and_its_bound_is_never_below_the_optimum(
     model: ModelLayout, nodes: list[NodeDescriptor], load: Load
 ) -> None:
@@ -153,7 +126,7 @@ MISSED_THREE = (
 
 
 @SETTINGS
-@given(models, fleets(), workloads)
+@given(models, fleets(), loads)
 @example(*MISSED_ORDER)
 @example(*MISSED_THREE)
 def test_serve_reaches_097_of_the_most_users(
@@ -165,7 +138,7 @@ def test_serve_reaches_097_of_the_most_users(
 
 
 @SETTINGS
-@given(models, fleets(), workloads, st.floats(0.1, 1.0))
+@given(models, fleets(), loads, st.floats(0.1, 1.0))
 def test_serve_finds_the_cheapest_nodes_for_a_target_within_one_percent(
     model: ModelLayout, nodes: list[NodeDescriptor], load: Load, share: float
 ) -> None:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from stowplan import Constraints, ModelLayout, NodeDescriptor, Workload, serve
 from stowplan.serving.exhaustive import EXHAUSTIVE_SHAPES, pipeline_count
 from stowplan.serving.pipeline_bound import pipeline_rate_bound, pipeline_users_bound
-from tests.common.serving_models import dense, moe, workload
+from tests.common.serving_models import dense, fleets, loads, moe, workload
 from tests.common.serving_referee import Load, Referee
 
 GB = 10**9
@@ -41,33 +41,8 @@ models = st.one_of(
 )
 
 
-@st.composite
-def three_nodes(draw: st.DrawFn) -> list[NodeDescriptor]:
-    return [
-        NodeDescriptor(
-            id=f"n{i}",
-            gpu_name="RTX 4090",
-            vram_bytes=draw(st.integers(2, 24)) * GB,
-            mem_bandwidth_gbps=draw(st.floats(200, 3000)),
-            flops_estimate=draw(st.floats(20, 400)),
-            link_mbps=draw(st.floats(1000, 100_000)),
-            link_latency_ms=draw(st.floats(0, 20)),
-        )
-        for i in range(3)
-    ]
-
-
-loads = st.builds(
-    Load,
-    prompt_tokens=st.integers(64, 4096),
-    output_tokens=st.integers(16, 512),
-    ttft_s=st.floats(0.2, 5.0),
-    tpot_s=st.floats(0.02, 0.3),
-)
-
-
 @SETTINGS
-@given(models, three_nodes(), loads)
+@given(models, fleets(3, 3, 24, priced=False), loads)
 def test_the_bound_is_never_below_any_pipeline_of_the_nodes(
     model: ModelLayout, nodes: list[NodeDescriptor], load: Load
 ) -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from stowplan import Constraints, ModelLayout, NodeDescriptor, Workload, serve
 from stowplan.serving.bounds import FleetRates
 from stowplan.serving.price_floor import price_floor
-from tests.common.serving_models import models, workload
+from tests.common.serving_models import fleets, loads, models, workload
 from tests.common.serving_referee import Load, Referee
 
 GB = 10**9
@@ -25,34 +25,8 @@ SETTINGS = settings(
 )
 
 
-@st.composite
-def fleets(draw: st.DrawFn) -> list[NodeDescriptor]:
-    return [
-        NodeDescriptor(
-            id=f"n{i}",
-            gpu_name="RTX 4090",
-            vram_bytes=draw(st.integers(2, 48)) * GB,
-            mem_bandwidth_gbps=draw(st.floats(200, 3000)),
-            flops_estimate=draw(st.floats(20, 400)),
-            link_mbps=draw(st.floats(1000, 100_000)),
-            link_latency_ms=draw(st.floats(0, 20)),
-            price_per_hour=round(draw(st.floats(0.1, 3.0)), 2),
-        )
-        for i in range(draw(st.integers(2, 5)))
-    ]
-
-
-loads = st.builds(
-    Load,
-    prompt_tokens=st.integers(64, 4096),
-    output_tokens=st.integers(16, 512),
-    ttft_s=st.floats(0.2, 5.0),
-    tpot_s=st.floats(0.02, 0.3),
-)
-
-
 @SETTINGS
-@given(models, fleets(), loads, st.floats(0.1, 1.0), st.booleans())
+@given(models, fleets(2, 5), loads, st.floats(0.1, 1.0), st.booleans())
 def test_the_floor_is_never_above_the_cheapest_nodes_reaching_the_target(
     model: ModelLayout, nodes: list[NodeDescriptor], load: Load, share: float, by_rate: bool
 ) -> None:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import Any
+
+from stowplan.planner.strategies.interior import Interior
 
 __all__ = [
     "ARRAY_NODES",
@@ -198,24 +199,7 @@ class CapacityArrays:
             values = present.tolist()
             reach = np.cumsum(counts).tolist()
             sums = np.cumsum(counts * present).tolist()
-        size = reach[-1] if reach else 0
-
-        def top(k: int) -> int:
-            """Sum of the ``k`` largest interior capacities."""
-            if k <= 0:
-                return 0
-            j = bisect_left(reach, k)
-            if j >= len(values):
-                return sums[-1] if sums else 0
-            return (sums[j - 1] if j else 0) + (k - (reach[j - 1] if j else 0)) * values[j]
-
-        descending = [-v for v in values]
-
-        def at_least(v: int) -> int:
-            """How many interior capacities are ≥ v (v > 0)."""
-            j = bisect_right(descending, -v)
-            return reach[j - 1] if j else 0
-
+        interior = Interior(values, reach, sums)
         k_inner = max_stages - 2
         ends_first, ends_last = self._ends(first, last, mid, nb)
         if not ends_first or not ends_last:
@@ -224,25 +208,15 @@ class CapacityArrays:
         last_at = {c: int(last[c]) for _, c in ends_last}
         # Leaving two ends out of the interior never raises its sum: no pair can pass
         # when the best ends with the whole top cannot.
-        if max(first_at.values()) + max(last_at.values()) + top(min(k_inner, size)) < nb:
+        whole = interior.top(min(k_inner, interior.size))
+        if max(first_at.values()) + max(last_at.values()) + whole < nb:
             return False
         mid_at = {c: int(mid[c]) for _, c in ends_first + ends_last}
         for f, cf in ends_first:
             for lst, cl in ends_last:
-                if f == lst:
-                    continue
-                removed = sorted((mid_at[c] for c in (cf, cl) if mid_at[c] > 0), reverse=True)
-                positions = []
-                for n_, v in enumerate(removed):
-                    same = sum(1 for w in removed[: n_ + 1] if w == v)
-                    positions.append((at_least(v) - same, v))
-                end = min(k_inner, size)
-                excluded = 0
-                for pos, v in sorted(positions):
-                    if pos < end:
-                        excluded += v
-                        end = min(end + 1, size)
-                if first_at[cf] + last_at[cl] + top(end) - excluded >= nb:
+                if f != lst and interior.pair_passes(
+                    first_at[cf], last_at[cl], mid_at[cf], mid_at[cl], k_inner, nb
+                ):
                     return True
         return False
 

@@ -41,6 +41,7 @@ from stowplan.planner.strategies.capacity_arrays import (
     CapacityArrays,
     numpy_module,
 )
+from stowplan.planner.strategies.interior import Interior
 
 __all__ = [
     "Pipeline",
@@ -421,43 +422,15 @@ def _passes(times: _RoleTimes, caps: _Caps, nb: int, max_stages: int) -> bool:
     values = sorted(counts, reverse=True)
     reach = list(accumulate(counts[v] for v in values))
     sums = list(accumulate(counts[v] * v for v in values))
-    size = reach[-1] if reach else 0
-
-    def top(k: int) -> int:
-        """Sum of the ``k`` largest interior capacities."""
-        if k <= 0:
-            return 0
-        j = bisect_left(reach, k)
-        if j >= len(values):
-            return sums[-1] if sums else 0
-        return (sums[j - 1] if j else 0) + (k - (reach[j - 1] if j else 0)) * values[j]
-
-    descending = [-v for v in values]
-
-    def at_least(v: int) -> int:
-        """How many interior capacities are ≥ v (v > 0)."""
-        j = bisect_right(descending, -v)
-        return reach[j - 1] if j else 0
-
+    interior = Interior(values, reach, sums)
     k_inner = max_stages - 2
     ends_first = _class_ends(times, first, mid)
     ends_last = _class_ends(times, last, mid)
     for f, cf in ends_first:
         for lst, cl in ends_last:
-            if f == lst:
-                continue
-            removed = sorted((mid[c] for c in (cf, cl) if mid[c] > 0), reverse=True)
-            positions = []
-            for n_, v in enumerate(removed):
-                same = sum(1 for w in removed[: n_ + 1] if w == v)
-                positions.append((at_least(v) - same, v))
-            end = min(k_inner, size)
-            excluded = 0
-            for pos, v in sorted(positions):
-                if pos < end:
-                    excluded += v
-                    end = min(end + 1, size)
-            if first[cf] + last[cl] + top(end) - excluded >= nb:
+            if f != lst and interior.pair_passes(
+                first[cf], last[cl], mid[cf], mid[cl], k_inner, nb
+            ):
                 return True
     return False
 
