@@ -3,6 +3,7 @@
 python benchmarks/planning_speed.py --repeats 3            # every case but the slow ones
 python benchmarks/planning_speed.py --repeats 3 --slow     # also the 16-sequence MoE cases
 python benchmarks/planning_speed.py --repeats 3 --refusals # requests that cannot be met
+python benchmarks/planning_speed.py --repeats 3 --growth   # time against fleet size
 
 CPU time is ``time.process_time`` around one ``plan()`` call; each case is planned once
 as a warm-up, then ``--repeats`` times, and the median is printed as a markdown table
@@ -16,17 +17,24 @@ them (:func:`stowplan.plan_within_context`, which names the largest context and 
 that fit): more sequences than the memory holds at the default 8,192-token context, and
 throughput targets (``objective="cost"``, the H100 nodes priced at $2/GPU-hour) beyond
 what the fleet reaches.
+
+``--growth`` times nested fleets instead — the first 64, 128, …, 1,024 of the
+single-GPU nodes and 8, 16, 32, 64 of the H100 nodes — and fits the exponent ``k`` of
+``ms ∝ nodes^k`` by least squares on the logarithms; it also says whether any fleet
+planned slower than a larger one holding it.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import math
 import random
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -140,6 +148,41 @@ def cpu_ms(model: ModelLayout, nodes: list[NodeDescriptor], c: Constraints) -> t
     return ms, f"{outcome} {hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
+def growth(repeats: int) -> None:
+    """Median CPU ms on nested fleets of growing size, and the fitted exponent."""
+    single = single_gpu_nodes(1024)
+    one, sixteen = Constraints(batch=1), Constraints(batch=16)
+    series = [
+        *(
+            ("1 GPU", m, "16 sequences", (64, 128, 256, 512, 1024), single, sixteen)
+            for m in ("llama3.1:8b", "llama3.1:70b", "llama3.1:405b-q4_0")
+        ),
+        ("8 × H100", "llama3.1:405b", "one stream", (8, 16, 32, 64), h100_nodes(64), one),
+        ("8 × H100", "llama3.1:405b", "16 sequences", (8, 16, 32, 64), h100_nodes(64), sixteen),
+    ]
+    print("| nodes of | model | objective | CPU ms by fleet size | exponent | smaller slower |")
+    print("| --- | --- | --- | --- | ---: | --- |")
+    for kind, name, objective, sizes, nodes, c in series:
+        model = lookup(name)
+        assert model is not None, name
+        ms = []
+        for n in sizes:
+            cpu_ms(model, nodes[:n], c)  # warm-up
+            ms.append(statistics.median(cpu_ms(model, nodes[:n], c)[0] for _ in range(repeats)))
+        xs, ys = [math.log(n) for n in sizes], [math.log(max(t, 1e-3)) for t in ms]
+        mx, my = statistics.fmean(xs), statistics.fmean(ys)
+        k = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
+            (x - mx) ** 2 for x in xs
+        )
+        # Slower on a smaller fleet by more than a quarter (the noise of shared cores).
+        slower = any(a > 1.25 * b for a, b in pairwise(ms))
+        shown = " / ".join(f"{n}: {t:.0f}" for n, t in zip(sizes, ms, strict=True))
+        print(
+            f"| {kind} | {name} | {objective} | {shown} | {k:.2f} | {'yes' if slower else 'no'} |",
+            flush=True,
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
@@ -147,7 +190,11 @@ def main() -> None:
     ap.add_argument(
         "--refusals", action="store_true", help="time requests that cannot be met instead"
     )
+    ap.add_argument("--growth", action="store_true", help="time nested fleets, fit the exponent")
     args = ap.parse_args()
+    if args.growth:
+        growth(args.repeats)
+        return
     print("| fleet | model | objective | CPU ms (median) | outcome |")
     print("| --- | --- | --- | ---: | --- |")
     for fleet, name, objective, make, c, slow in refusals() if args.refusals else cases():

@@ -30,7 +30,7 @@ __all__ = [
     "numpy_module",
 ]
 
-ARRAY_NODES = 128
+ARRAY_NODES = 16
 """From this many nodes the capacity test runs on arrays."""
 
 ENUMERATE = 4096
