@@ -134,7 +134,7 @@ def test_capacities_and_the_test_agree_with_the_pure_path(seed: int, n: int, mod
 def test_least_feasible_bottleneck_and_order_agree_around_the_threshold(n: int, model: str) -> None:
     nodes = _fleet(n * 7 + len(model), n)
     _, times = _tables(model, nodes, batch=16)
-    assert (times.arrays is not None) == (n >= ARRAY_NODES)
+    assert (times.arrays is not None) == (len(times.members) >= ARRAY_NODES)
     arrays = _with_arrays(times)
     pure = _pure(_tables(model, nodes, batch=16)[1])
     nb = lookup(model).num_blocks

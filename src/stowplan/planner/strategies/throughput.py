@@ -267,8 +267,9 @@ class _RoleTimes:
         self._rep_k_first = [self.k_first[i] for i in self.rep]
         self._stage: list[list[float]] | None = None
         self.arrays: CapacityArrays | None = None
-        """The same figures on arrays, on a fleet of :data:`ARRAY_NODES` nodes or more."""
-        if len(self.nodes) >= ARRAY_NODES and numpy_module() is not None:
+        """The same figures on arrays, on a fleet of :data:`ARRAY_NODES` classes of
+        nodes or more (few classes of many alike nodes stay on the pure path)."""
+        if len(self.members) >= ARRAY_NODES and numpy_module() is not None:
             self.arrays = CapacityArrays(
                 [self.base[i] for i in self.rep],
                 self._rep_tail,
