@@ -275,6 +275,13 @@ def _milp(problem: Problem, cm: CostModel, objective: Metric, time_limit_s: floa
     rows.append(({lv(d): 1.0 for d in range(n)}, 1, 1))
     rows.append(({u(d): 1.0 for d in range(n)}, max(2, problem.min_stages), problem.max_stages))
     gb = 1e-9
+    # Times in units of the slowest block (the stage times and T come out near 1..nb):
+    # in seconds, a stage of ~1 ms sits within HiGHS's feasibility tolerance of 1e-7 and
+    # the solver may report a bottleneck a few 1e-7 s below the stage it bounds.
+    slowest_block = max(
+        max((rd + kvr) * cm.inv_bw[d], rd * cm.flop_s_per_byte[d]) + cm.block_s[d] for d in range(n)
+    )
+    scale = 1.0 / slowest_block if 0 < slowest_block < math.inf else 1.0
     if not cm.uniform:
         # Blocks taken as small as the smallest hold little; the nodes used must still hold
         # every byte, and a node no more blocks than its widest window that fits.
@@ -297,9 +304,9 @@ def _milp(problem: Problem, cm: CostModel, objective: Metric, time_limit_s: floa
             (rd * cm.flop_s_per_byte[d], cm.head * cm.flop_s_per_byte[d]),
         ):
             coeffs = {
-                k(d): per_block + cm.block_s[d],
-                lv(d): head_rate - cm.xfer_s[d],
-                u(d): cm.xfer_s[d] + cm.stage_s[d] + (cm.latency_s[d] if lat else 0.0),
+                k(d): (per_block + cm.block_s[d]) * scale,
+                lv(d): (head_rate - cm.xfer_s[d]) * scale,
+                u(d): (cm.xfer_s[d] + cm.stage_s[d] + (cm.latency_s[d] if lat else 0.0)) * scale,
             }
             coeffs[target] = coeffs.get(target, 0.0) - 1.0
             rows.append((coeffs, -np.inf, 0))
@@ -330,11 +337,11 @@ def _milp(problem: Problem, cm: CostModel, objective: Metric, time_limit_s: floa
     optimal = res.status == 0
     bound = getattr(res, "mip_dual_bound", None)
     if optimal:
-        value = float(res.fun)
+        value = float(res.fun) / scale
     elif res.status == 2:  # infeasible: no pipeline of two or more stages fits
         value = math.inf
     else:
-        value = float(bound) if bound is not None and math.isfinite(bound) else 0.0
+        value = float(bound) / scale if bound is not None and math.isfinite(bound) else 0.0
     # Past the time limit the best pipeline found so far still comes back (not exact).
     pipeline = _milp_pipeline(cm, res.x) if res.x is not None and res.status in (0, 1) else None
     exact = optimal and cm.uniform
