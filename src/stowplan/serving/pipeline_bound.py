@@ -118,10 +118,8 @@ class _Programme:
         self.np, self.model, self.nodes, self.w = np, model, list(nodes), w
         self.base = serving_constraints(w, c)
         one = CostModel(model, nodes, replace(self.base, batch=1))
-        self.pre = [
-            (_prefill_matrix(np, one, d, w, False), _prefill_matrix(np, one, d, w, True))
-            for d in range(len(nodes))
-        ]
+        work = _PrefillWork(np, one, w)
+        self.pre = [(work.matrix(d, False), work.matrix(d, True)) for d in range(len(nodes))]
         self.models: dict[int, CostModel] = {}
         n = len(nodes)
         self.stage_counts = range(
@@ -194,35 +192,46 @@ class _Programme:
         return lo
 
 
-def _prefill_matrix(np: Any, cm: CostModel, d: int, w: Workload, last: bool) -> Any:
-    """P[i, j]: pre(s) of blocks [i, j) on node ``d`` (the last stage's with the head,
-    another's with its transfer out); inf where ``j <= i``."""
-    model = cm.model
-    p = w.prompt_tokens
-    windows = model.kv_window_tokens or (None,) * model.num_blocks
-    reads = np.concatenate([[0.0], np.cumsum(np.asarray(model.block_read_sizes(), dtype=float))])
-    touch = np.concatenate(
-        [[0.0], np.cumsum(np.asarray(expert_touch_bytes(model, p), dtype=float))]
-    )
-    att = np.concatenate(
-        [[0.0], np.cumsum([float(p * (p if x is None else min(p, x))) for x in windows])]
-    )
-    weights = reads[None, :] - reads[:, None]
-    read = weights + touch[None, :] - touch[:, None] + (cm.head if last else 0)
-    flops = (
-        2.0 * weights * cm.params_per_byte * p
-        + 2.0 * (att[None, :] - att[:, None]) * model.attention_width
-    )
-    if last:
-        flops = flops + 2.0 * cm.head * cm.params_per_byte
-    blocks = np.arange(model.num_blocks + 1)
-    count = blocks[None, :] - blocks[:, None]
-    act = p * model.hidden_dim * model.bytes_per_activation_elem
-    t = np.maximum(read * cm.inv_bw[d], flops * cm.inv_prefill_flops[d])
-    t = t + count * 2 * group_all_reduce_s(cm, d, act)
-    if not last:
-        t = t + act / cm.rates[d].link_bytes_per_s
-    return np.where(count > 0, t, math.inf)
+class _PrefillWork:
+    """One prompt's prefill bytes and FLOPs of every block range [i, j), as the last stage
+    (with the head) and as another, the same on every node: built once per node set."""
+
+    def __init__(self, np: Any, cm: CostModel, w: Workload) -> None:
+        model = cm.model
+        p = w.prompt_tokens
+        windows = model.kv_window_tokens or (None,) * model.num_blocks
+        reads = np.concatenate(
+            [[0.0], np.cumsum(np.asarray(model.block_read_sizes(), dtype=float))]
+        )
+        touch = np.concatenate(
+            [[0.0], np.cumsum(np.asarray(expert_touch_bytes(model, p), dtype=float))]
+        )
+        att = np.concatenate(
+            [[0.0], np.cumsum([float(p * (p if x is None else min(p, x))) for x in windows])]
+        )
+        weights = reads[None, :] - reads[:, None]
+        read = weights + touch[None, :] - touch[:, None]
+        flops = (
+            2.0 * weights * cm.params_per_byte * p
+            + 2.0 * (att[None, :] - att[:, None]) * model.attention_width
+        )
+        self.np, self.cm = np, cm
+        self.read = (read + 0, read + cm.head)
+        """Bytes as another stage, as the last."""
+        self.flops = (flops, flops + 2.0 * cm.head * cm.params_per_byte)
+        blocks = np.arange(model.num_blocks + 1)
+        self.count = blocks[None, :] - blocks[:, None]
+        self.act = p * model.hidden_dim * model.bytes_per_activation_elem
+
+    def matrix(self, d: int, last: bool) -> Any:
+        """P[i, j]: pre(s) of blocks [i, j) on node ``d`` (the last stage's with the head,
+        another's with its transfer out); inf where ``j <= i``."""
+        np, cm, act = self.np, self.cm, self.act
+        t = np.maximum(self.read[last] * cm.inv_bw[d], self.flops[last] * cm.inv_prefill_flops[d])
+        t = t + self.count * 2 * group_all_reduce_s(cm, d, act)
+        if not last:
+            t = t + act / cm.rates[d].link_bytes_per_s
+        return np.where(self.count > 0, t, math.inf)
 
 
 def _least_sum(np: Any, first: list[Any], mid: list[Any], last: list[Any], stages: int) -> float:
