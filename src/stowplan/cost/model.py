@@ -117,6 +117,7 @@ class CostModel:
         self._views: dict[int, CostModel] = {}
         self._root = self
         self._relaxed = False
+        self._relaxed_root: CostModel | None = None
         self.nodes = tuple(nodes)
         self.parent: tuple[str, ...] = (
             tuple(n.id for n in self.nodes) if parents is None else tuple(parents)
@@ -358,6 +359,7 @@ class CostModel:
             view = object.__new__(CostModel)
             view.__dict__.update(root.__dict__)
             view._views, view._root, view._relaxed = {}, root, False
+            view._relaxed_root = None
             view.microbatch = microbatch
             view._set_microbatch()
             if root._relaxed:

@@ -57,6 +57,11 @@ class Problem:
     microbatch: int | None = None
     """Sequences a stage steps at once in this problem's cost models (None: all of
     ``constraints.batch``; see :meth:`stowplan.cost.CostModel.at_microbatch`)."""
+    _cost_model: list[CostModel] = field(
+        default_factory=list, init=False, repr=False, compare=False
+    )
+    """The cost model once built (a problem is frozen, and a cost model is never changed
+    once handed out, so every caller may share it)."""
 
     def parent(self, node_id: str) -> str:
         """The physical node of planning node ``node_id``."""
@@ -64,14 +69,19 @@ class Problem:
         return node_id if group is None else group.node_id
 
     def cost_model(self) -> CostModel:
-        """The cost model of this problem's nodes (GPU groups of one node know each other)."""
-        return CostModel(
-            self.model,
-            self.nodes,
-            self.constraints,
-            parents=[self.parent(n.id) for n in self.nodes],
-            microbatch=self.microbatch,
-        )
+        """The cost model of this problem's nodes (GPU groups of one node know each other),
+        built on the first call."""
+        if not self._cost_model:
+            self._cost_model.append(
+                CostModel(
+                    self.model,
+                    self.nodes,
+                    self.constraints,
+                    parents=[self.parent(n.id) for n in self.nodes],
+                    microbatch=self.microbatch,
+                )
+            )
+        return self._cost_model[0]
 
     @property
     def total_bytes(self) -> int:

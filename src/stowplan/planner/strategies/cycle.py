@@ -35,6 +35,7 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
+from weakref import WeakKeyDictionary
 
 from stowplan.cost import CostModel, microbatches
 from stowplan.errors import DependencyError
@@ -117,15 +118,22 @@ def quick_bound(problem: Problem, cm: CostModel, stages: int, most: int | None =
     return max(m * slowest, trip)
 
 
+_READ_PER_HELD: WeakKeyDictionary[CostModel, float] = WeakKeyDictionary()
+
+
 def _most_read_per_held(cm: CostModel) -> float:
-    """The most bytes a step reads per byte held, over the blocks and the head."""
-    rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
-    ratios = [
-        (rp[i + 1] - rp[i] + kp[i + 1] - kp[i]) / (mp[i + 1] - mp[i])
-        for i in range(cm.num_blocks)
-        if mp[i + 1] > mp[i]
-    ]
-    return max([1.0] * (cm.head > 0) + ratios, default=1.0)
+    """The most bytes a step reads per byte held, over the blocks and the head (once per
+    cost model)."""
+    got = _READ_PER_HELD.get(cm)
+    if got is None:
+        rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
+        ratios = [
+            (rp[i + 1] - rp[i] + kp[i + 1] - kp[i]) / (mp[i + 1] - mp[i])
+            for i in range(cm.num_blocks)
+            if mp[i + 1] > mp[i]
+        ]
+        got = _READ_PER_HELD[cm] = max([1.0] * (cm.head > 0) + ratios, default=1.0)
+    return got
 
 
 @lru_cache(maxsize=1024)

@@ -37,6 +37,7 @@ from stowplan.plan import Plan
 from stowplan.planner.certify import finish, sketching
 from stowplan.planner.exact.pipelines import Optimum
 from stowplan.planner.problem import Problem
+from stowplan.planner.strategies import cycle
 from stowplan.planner.tensor.engines import (
     consecutive,
     engine_accepts,
@@ -101,12 +102,35 @@ def _cycle(plan: Plan) -> float:
     return pred.time_per_token_s
 
 
-def _try(problem: Problem, runner: Runner, layout: Layout) -> Plan | None:
+def least_cycle_bound(problem: Problem) -> float:
+    """A lower bound on the cycle (seconds; the time per token at one sequence) of every
+    pipeline of ``problem``'s planning nodes: the least of
+    :func:`~stowplan.planner.strategies.cycle.quick_bound` over ranges of stage counts
+    that cover every count the problem allows."""
+    cm = problem.cost_model()
+    lo, hi = problem.min_stages, problem.max_stages
+    if cm.batch == 1:
+        return cycle.quick_bound(problem, cm, lo, hi)
+    starts = cycle.ladder(problem, cm.batch, fine=False)
+    ends = [b - 1 for b in starts[1:]] + [hi]
+    return min(
+        (cycle.quick_bound(problem, cm, a, b) for a, b in zip(starts, ends, strict=True)),
+        default=math.inf,
+    )
+
+
+def _try(problem: Problem, runner: Runner, layout: Layout, beat: float = math.inf) -> Plan | None:
+    """``runner``'s plan over ``layout``'s groups; None when it has none, or when no
+    pipeline of them has a cycle below ``beat`` (seconds; such a plan could not replace
+    the best in hand, which changes only on a strict improvement)."""
     if not any(layout.values()):
         return None
     try:
+        groups = expand(problem, layout)
+        if math.isfinite(beat) and least_cycle_bound(groups) > beat * (1 + 1e-9):
+            return None
         with sketching():
-            return runner(expand(problem, layout))
+            return runner(groups)
     except PlanError:
         return None
 
@@ -129,7 +153,7 @@ def _search(
         if key in seen:
             continue
         seen.add(key)
-        got = _try(problem, runner, layout)
+        got = _try(problem, runner, layout, math.inf if best is None else _cycle(best[1]))
         if got is not None and (best is None or _value(got, objective) < best[0]):
             best = (_value(got, objective), got, layout)
     if best is not None and local and not rule.uniform and len(multi) <= LOCAL_SEARCH_NODES:
@@ -167,7 +191,7 @@ def _improve(
                 trials += 1
                 if trials > LOCAL_SEARCH_TRIALS:
                     return best
-                got = _try(problem, runner, layout)
+                got = _try(problem, runner, layout, _cycle(best[1]))
                 if got is not None and _value(got, objective) < best[0] * (1 - 1e-9):
                     best = (_value(got, objective), got, layout)
                     improved = True

@@ -54,17 +54,21 @@ def joint_optimum(
     runs: bool,
     lossless: bool,
     shared: dict[tuple[int, ...] | None, GroupCosts] | None = None,
+    like: dict[tuple[int, ...] | None, GroupCosts] | None = None,
 ) -> tuple[float, bool, str, GroupedOptimum | None]:
     """The optimum over every grouping the rule allows (exact on small fleets), or a bound:
     (seconds, exact?, method, its pipeline).  ``runs``: :func:`joint_runs`; ``lossless``:
     :func:`adjacency_loses_nothing`; ``shared``: the groups of each degree set, kept for
-    another objective's solve of the same ``problem``."""
+    another objective's solve of the same ``problem``; ``like``: the groups of each degree
+    set at any microbatch (their cost models' views serve this one; filled when empty)."""
     sets = exact_allowed(rule, problem)
     shared = {} if shared is None else shared
 
     def of(a: tuple[int, ...] | None) -> GroupCosts:
         if a not in shared:
-            shared[a] = GroupCosts(problem, a)
+            shared[a] = GroupCosts(problem, a, None if like is None else like.get(a))
+            if like is not None:
+                like.setdefault(a, shared[a])
         return shared[a]
 
     if runs:
@@ -90,7 +94,11 @@ def joint_optimum(
             bound = min(grouped_bound(problem, objective, a, of(a)) for a in sets)
             method = "bound: fractional relaxation, every node at full bandwidth, no all-reduce"
             return min(bound, value), False, method, best
-    bound = min(grouped_bound(problem, objective, a, of(a)) for a in sets)
+    # The throughput bound needs no GPU groups (:func:`grouped_bound`).
+    bound = min(
+        grouped_bound(problem, objective, a, of(a) if objective == Metric.LATENCY else None)
+        for a in sets
+    )
     return (
         bound,
         False,
@@ -110,16 +118,22 @@ def joint_cycle(
     total = sum(n.num_gpus for n in problem.nodes)
     top = min(problem.constraints.max_stages or total, total, problem.model.num_blocks)
     solved: dict[int, tuple[float, float, list[GroupedOptimum], set[str]]] = {}
+    like: dict[tuple[int, ...] | None, GroupCosts] = {}
     lower = math.inf
-    for s in range(problem.min_stages, top + 1):
-        bound = cycle.quick_bound(problem, cm, s)
+    quick = {s: cycle.quick_bound(problem, cm, s) for s in range(problem.min_stages, top + 1)}
+    for s in sorted(quick, key=lambda s: (quick[s], s)):
+        bound = quick[s]
+        # Without the exact solve no pipeline comes of a solve, only bounds: a count whose
+        # quick bound is not below the least so far cannot lower it.
+        if not runs and bound >= lower:
+            break
         if bound < plan_cycle and math.isfinite(bound):
             m, u = microbatches(cm.batch, s)
             if u not in solved:
                 pu = replace(problem, microbatch=u)
                 shared: dict[tuple[int, ...] | None, GroupCosts] = {}
-                b = joint_optimum(pu, rule, Metric.THROUGHPUT, runs, lossless, shared)
-                t = joint_optimum(pu, rule, Metric.LATENCY, runs, lossless, shared)
+                b = joint_optimum(pu, rule, Metric.THROUGHPUT, runs, lossless, shared, like)
+                t = joint_optimum(pu, rule, Metric.LATENCY, runs, lossless, shared, like)
                 found = [g for g in (b[3], t[3]) if g is not None and g.stages]
                 solved[u] = (b[0], t[0], found, {b[2], t[2]})
             slowest, trip, _, _ = solved[u]

@@ -45,11 +45,22 @@ def node_signature(node: NodeDescriptor) -> tuple[object, ...]:
 class GroupCosts:
     """Every allowed group of every node as a planning node of one cost model."""
 
-    def __init__(self, problem: Problem, allowed: Sequence[int] | None) -> None:
+    def __init__(
+        self, problem: Problem, allowed: Sequence[int] | None, like: GroupCosts | None = None
+    ) -> None:
+        """``like``: the groups of the same nodes and degrees at another microbatch, whose
+        cost model's view at ``problem``'s microbatch these groups use."""
+        self._stages: dict[tuple[int, bool, bool, float | None], Any] = {}
+        self.kinds: list[dict[int, int]]
+        """Per node index: degree → planning node index."""
+        self.cm: CostModel
+        if like is not None:
+            self.kinds = like.kinds
+            self.cm = like.cm.at_microbatch(problem.microbatch or problem.constraints.batch)
+            return
         vnodes: list[NodeDescriptor] = []
         parents: list[str] = []
-        self.kinds: list[dict[int, int]] = []
-        """Per node index: degree → planning node index."""
+        self.kinds = []
         for node in problem.nodes:
             kinds: dict[int, int] = {}
             for t in degrees(problem, node, allowed):
@@ -64,7 +75,6 @@ class GroupCosts:
             parents=parents,
             microbatch=problem.microbatch,
         )
-        self._stages: dict[tuple[int, bool, bool, float | None], Any] = {}
 
     def stage(self, v: int, first: bool, last: bool, hop: float, xfer: float | None = None) -> Any:
         """:func:`~stowplan.planner.exact.pipelines.stage_matrix` of group ``v``: the times
