@@ -6,7 +6,7 @@ import heapq
 import math
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import accumulate
 
 from stowplan.cost import CostModel
@@ -82,6 +82,13 @@ class Problem:
                 )
             )
         return self._cost_model[0]
+
+    def at_microbatch(self, microbatch: int) -> Problem:
+        """This problem with stages stepping ``microbatch`` sequences; its cost model is
+        the view of this one's (:meth:`stowplan.cost.CostModel.at_microbatch`)."""
+        out = replace(self, microbatch=microbatch)
+        out._cost_model.append(self.cost_model().at_microbatch(microbatch))
+        return out
 
     @property
     def total_bytes(self) -> int:

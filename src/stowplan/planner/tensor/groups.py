@@ -119,25 +119,39 @@ def least_cycle_bound(problem: Problem) -> float:
     )
 
 
-def _try(problem: Problem, runner: Runner, layout: Layout, beat: float = math.inf) -> Plan | None:
-    """``runner``'s plan over ``layout``'s groups; None when it has none, or when no
-    pipeline of them has a cycle below ``beat`` (seconds; such a plan could not replace
-    the best in hand, which changes only on a strict improvement)."""
-    if not any(layout.values()):
-        return None
-    try:
-        groups = expand(problem, layout)
-        if math.isfinite(beat) and least_cycle_bound(groups) > beat * (1 + 1e-9):
+class _Trials:
+    """The runner's plans of the layouts of one problem, each planned once (the engine's
+    search and the unconstrained one share the layouts both try)."""
+
+    def __init__(self, problem: Problem, runner: Runner) -> None:
+        self.problem, self.runner = problem, runner
+        self._done: dict[tuple[tuple[str, tuple[int, ...]], ...], Plan | None] = {}
+
+    def plan(self, layout: Layout, beat: float = math.inf) -> Plan | None:
+        """The runner's plan over ``layout``'s groups; None when it has none, or when no
+        pipeline of them has a cycle below ``beat`` (seconds; such a plan could not replace
+        the best in hand, which changes only on a strict improvement)."""
+        if not any(layout.values()):
             return None
-        with sketching():
-            return runner(groups)
-    except PlanError:
-        return None
+        key = tuple(sorted(layout.items()))
+        if key in self._done:
+            return self._done[key]
+        try:
+            groups = expand(self.problem, layout)
+            if math.isfinite(beat) and least_cycle_bound(groups) > beat * (1 + 1e-9):
+                return None  # not kept: a later search may beat less
+            with sketching():
+                got: Plan | None = self.runner(groups)
+        except PlanError:
+            got = None
+        self._done[key] = got
+        return got
 
 
 def _search(
-    problem: Problem, runner: Runner, rule: EngineRule, objective: Metric, local: bool = True
+    trials: _Trials, rule: EngineRule, objective: Metric, local: bool = True
 ) -> tuple[Plan | None, Layout | None]:
+    problem = trials.problem
     multi = [n for n in problem.nodes if n.num_gpus > 1]
     degrees = sorted(
         {t for n in multi for opts in layout_options(problem, rule, n) for t in opts}, reverse=True
@@ -153,17 +167,16 @@ def _search(
         if key in seen:
             continue
         seen.add(key)
-        got = _try(problem, runner, layout, math.inf if best is None else _cycle(best[1]))
+        got = trials.plan(layout, math.inf if best is None else _cycle(best[1]))
         if got is not None and (best is None or _value(got, objective) < best[0]):
             best = (_value(got, objective), got, layout)
     if best is not None and local and not rule.uniform and len(multi) <= LOCAL_SEARCH_NODES:
-        best = _improve(problem, runner, rule, objective, best, multi, seen)
+        best = _improve(trials, rule, objective, best, multi, seen)
     return (None, None) if best is None else (best[1], best[2])
 
 
 def _improve(
-    problem: Problem,
-    runner: Runner,
+    trials: _Trials,
     rule: EngineRule,
     objective: Metric,
     best: tuple[float, Plan, Layout],
@@ -172,7 +185,8 @@ def _improve(
 ) -> tuple[float, Plan, Layout]:
     """Change one node's split at a time while that lowers the objective (at most
     :data:`LOCAL_SEARCH_TRIALS` plans; nodes alike are tried once per round)."""
-    trials = 0
+    problem = trials.problem
+    tried = 0
     improved = True
     while improved:
         improved = False
@@ -188,11 +202,12 @@ def _improve(
                 if key in seen:
                     continue
                 seen.add(key)
-                trials += 1
-                if trials > LOCAL_SEARCH_TRIALS:
+                tried += 1
+                if tried > LOCAL_SEARCH_TRIALS:
                     return best
-                got = _try(problem, runner, layout, _cycle(best[1]))
-                if got is not None and _value(got, objective) < best[0] * (1 - 1e-9):
+                got = trials.plan(layout, _cycle(best[1]))
+                # Lower by a relative 1e-9 (the value is negative for throughput).
+                if got is not None and _value(got, objective) < best[0] - 1e-9 * abs(best[0]):
                     best = (_value(got, objective), got, layout)
                     improved = True
     return best
@@ -217,7 +232,8 @@ def plan_with_groups(
     runs = joint_runs(problem, rule, exact_strategy)
     adjacent = adjacency_loses_nothing(problem)
     # The local search is needed where the joint solve is not the optimum.
-    found, _ = _search(problem, runner, rule, objective, local=not (runs and adjacent))
+    trials = _Trials(problem, runner)
+    found, _ = _search(trials, rule, objective, local=not (runs and adjacent))
     # On one node every pipeline keeps the node's stages together: the joint solve (over
     # every block range) is the optimum whatever the blocks and links.
     lossless = adjacent or len(problem.nodes) == 1
@@ -279,14 +295,15 @@ def plan_with_groups(
     plan = finish(vp, cm, strategy, pipeline, optimum=optimum, break_ties=pipeline is not searched)
     notes.insert(0, f"GPU groups ({rule.name} rule): {describe_groups(plan)}")
     if rule.name != "generic":
-        notes += _engine_gap(problem, runner, objective, plan)
+        notes += _engine_gap(trials, objective, plan)
     r = plan.rationale
     return replace(plan, rationale=replace(r, notes=(*notes, *r.notes)))
 
 
-def _engine_gap(problem: Problem, runner: Runner, objective: Metric, plan: Plan) -> list[str]:
+def _engine_gap(trials: _Trials, objective: Metric, plan: Plan) -> list[str]:
     """How far the engine's plan is from the best per-stage layout."""
-    free, _ = _search(problem, runner, EngineRule("generic", None, False), objective)
+    problem = trials.problem
+    free, _ = _search(trials, EngineRule("generic", None, False), objective)
     if free is None:
         return []
     mine, other = _value(plan, objective), _value(free, objective)

@@ -5,7 +5,6 @@ elsewhere, per stage count for concurrent sequences."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from stowplan.cost import microbatches
 from stowplan.errors import DependencyError
@@ -130,7 +129,7 @@ def joint_cycle(
         if bound < plan_cycle and math.isfinite(bound):
             m, u = microbatches(cm.batch, s)
             if u not in solved:
-                pu = replace(problem, microbatch=u)
+                pu = problem.at_microbatch(u)
                 shared: dict[tuple[int, ...] | None, GroupCosts] = {}
                 b = joint_optimum(pu, rule, Metric.THROUGHPUT, runs, lossless, shared, like)
                 t = joint_optimum(pu, rule, Metric.LATENCY, runs, lossless, shared, like)
