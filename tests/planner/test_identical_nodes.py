@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stowplan import Constraints, PlanError, lookup, plan
+from stowplan import Constraints, NodeDescriptor, PlanError, lookup, plan
 from tests.common.identical_nodes import KINDS
 from tests.common.identical_nodes import plan_shape as _shape
 
@@ -48,3 +48,22 @@ def test_identical_nodes_plan_alike_in_any_order(
     assert p2.time_per_token_s == pytest.approx(p1.time_per_token_s, rel=1e-12)
     assert p2.tokens_per_s == pytest.approx(p1.tokens_per_s, rel=1e-12)
     assert p2.stage_time_s == pytest.approx(p1.stage_time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_a_plan_on_identical_multi_gpu_nodes_takes_the_first_by_id(
+    batch: int,
+) -> None:
+    # Nodes of 8 H100s, each holding llama3.1:8b as one tp8 stage: whichever nodes
+    # the plan uses, the others are the same, so the ties go to the lowest ids (the
+    # GPU-group search moves to another node's layout only when that is strictly faster).
+    model = lookup("llama3.1:8b")
+    assert model is not None
+    h100 = NodeDescriptor(
+        id="n", gpu_name="H100 SXM", vram_bytes=640 * 10**9, num_gpus=8, link_mbps=400_000
+    )
+    nodes = [replace(h100, id=f"n{i}") for i in (2, 0, 3, 1)]
+    got = plan(model, nodes, Constraints(batch=batch, strategy="throughput"))
+    used = sorted({a.node_id for a in got.assignments})
+    assert used == [f"n{i}" for i in range(len(used))]
+    assert {a.tensor_parallel for a in got.assignments} == {8}
