@@ -13,8 +13,10 @@ fits.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import lru_cache
 
 from stowplan.errors import Infeasible, InputError, InsufficientVram, PlanError
 from stowplan.model import (
@@ -153,6 +155,12 @@ def _cheaper(local: Plan, spread: Plan) -> Plan:
     return replace(local, rationale=replace(local.rationale, notes=(*local.rationale.notes, note)))
 
 
+@lru_cache(maxsize=4096)
+def _experts_of(block: int, count: int) -> tuple[ExpertId, ...]:
+    """Every routed expert of ``block`` (frozen: plans may share them)."""
+    return tuple(ExpertId(block=block, expert=e) for e in range(count))
+
+
 def _block_local(plan: Plan, model: ModelLayout) -> Plan:
     """``plan`` (blocks with their experts) with each stage owning its blocks' experts."""
     ex = model.experts
@@ -162,10 +170,9 @@ def _block_local(plan: Plan, model: ModelLayout) -> Plan:
         replace(
             a,
             owned_experts=tuple(
-                ExpertId(block=b, expert=e)
-                for b in range(*a.block_range)
-                if b in moe
-                for e in range(ex.num_experts)
+                itertools.chain.from_iterable(
+                    _experts_of(b, ex.num_experts) for b in range(*a.block_range) if b in moe
+                )
             ),
         )
         for a in plan.assignments
