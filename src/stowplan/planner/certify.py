@@ -13,7 +13,13 @@ from stowplan.errors import DependencyError
 from stowplan.model import Constraints, Metric, Strategy
 from stowplan.plan import Certificate, Plan, PlanRationale, Prediction, Topology
 from stowplan.planner.baselines.peers import BASELINES
-from stowplan.planner.exact.pipelines import Optimum, fluid_bound, solve_exact, solve_milp
+from stowplan.planner.exact.pipelines import (
+    CYCLE_EXACT_LIMIT,
+    Optimum,
+    fluid_bound,
+    solve_exact,
+    solve_milp,
+)
 from stowplan.planner.exact.trip import trip_bound
 from stowplan.planner.problem import Problem, build_assignments
 from stowplan.planner.strategies import cycle
@@ -91,7 +97,14 @@ def inline_optimum(
     n, nb = len(cm.nodes), cm.num_blocks
     exact = n <= INLINE_EXACT_NODES and (2**n) * n * n * (nb + 1) ** 2 <= 5 * INLINE_EXACT_WORK
     return cycle.optimum(
-        problem, cm, objective, solver_optimum, value, exact=exact, tighten=knapsack_optimum
+        problem,
+        cm,
+        objective,
+        solver_optimum,
+        value,
+        exact=exact,
+        tighten=knapsack_optimum,
+        whole=n <= CYCLE_EXACT_LIMIT,
     )
 
 

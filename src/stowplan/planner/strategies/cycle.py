@@ -231,6 +231,7 @@ def optimum(
     *,
     exact: bool = False,
     tighten: Tighten | None = None,
+    whole: bool = False,
 ) -> Optimum:
     """A lower bound on the cycle of every pipeline (the optimum when one in hand meets it).
 
@@ -241,6 +242,9 @@ def optimum(
     small enough (:func:`~stowplan.planner.exact.pipelines.least_cycle`).  ``tighten``
     gives a costlier bound on the least time per token, tried only on the range of stage
     counts that holds the least bound, where that range's time per token decides it.
+    With ``whole``, a single stage count that holds the least bound while it is below
+    ``value`` is solved outright (:func:`~stowplan.planner.exact.pipelines.least_cycle`,
+    small clusters): its optimum, and its pipeline, which beats the plan's.
     """
 
     points = list(stage_counts(problem)) if exact else ladder(problem, cm.batch, fine=False)
@@ -259,6 +263,20 @@ def optimum(
     """Ranges whose bound is their quick bound alone (it could not lower the least)."""
     loose: dict[tuple[int, int], tuple[Problem, CostModel]] = {}
     """Ranges whose time-per-token bound is not exact: what ``tighten`` would be given."""
+    outright: set[int] = set()
+    """Stage counts solved outright."""
+
+    def solve_whole(stages: int, floor: float) -> float:
+        """The least cycle of ``stages`` stages (``floor`` where it cannot be solved)."""
+        outright.add(stages)
+        try:
+            solved = least_cycle(problem, cm.for_stages(stages), stages)
+        except DependencyError:
+            return floor
+        methods.add(solved.method)
+        if solved.pipeline is not None:
+            pipelines.append(solved.pipeline)
+        return max(floor, solved.value)
 
     def bounded(first: int, last: int, floor: float = 0.0, *, force: bool = False) -> float:
         nonlocal exact_parts, split
@@ -318,6 +336,9 @@ def optimum(
                 got[(first, last)] = better.value
             continue
         if first == last:
+            if whole and first not in outright:
+                got[(first, last)] = solve_whole(first, least)
+                continue
             break
         cuts = [p for p in fine if first < p <= last] or [(first + last + 1) // 2]
         starts = [first, *cuts]
