@@ -12,7 +12,9 @@ import pytest
 
 from stowplan import Constraints, PlanError
 from stowplan.cost import CostModel
+from stowplan.model import Metric
 from stowplan.planner.problem import prepare
+from stowplan.planner.tensor.exact import grouped_bound
 from stowplan.planner.tensor.groups import least_cycle_bound
 from stowplan.planner.tensor.layouts import engine_rule, expand, layout_options
 from stowplan.planner.tensor.nodes import GroupCosts
@@ -84,3 +86,21 @@ def test_relaxed_and_grouped_views_equal_models_built_at_their_microbatch(seed: 
         assert shared.kinds == built.kinds
         for name in ("inv_bw", "flop_s_per_byte", "xfer_s", "kv_prefix", "block_s"):
             assert getattr(shared.cm, name) == getattr(built.cm, name), name
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_grouped_time_per_token_bound_never_exceeds_the_optimum(seed: int) -> None:
+    # Per-block least costs plus the network crossings memory forces (and the fractional
+    # relaxation): never above the least time per token over every grouping and pipeline.
+    inst = tp.draw(seed, max_blocks=6)
+    spec = inst.spec("latency")
+    try:
+        problem = prepare(inst.model, inst.nodes, Constraints(context_tokens=inst.context_tokens))
+    except PlanError:
+        assert tp.solve(spec, "free") is None
+        return
+    best = tp.solve(spec, "free")
+    bound = grouped_bound(problem, Metric.LATENCY)
+    if best is None:
+        return
+    assert 0 < bound <= best[0] * (1 + 1e-9), (inst.text(), bound, best)

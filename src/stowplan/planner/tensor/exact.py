@@ -347,8 +347,51 @@ def grouped_bound(
         if left <= 0:
             break
     if left > 0:
-        return relaxed
+        return max(relaxed, _per_block(problem, groups))
     # The blocks' least cost, the head's least read, and no hop at all (a one-stage plan
     # has none) when that is all the fluid bound's hops could add.
     head = min(cm.head * min(cm.inv_bw[d], cm.flop_s_per_byte[d]) for d in range(len(rate)))
-    return max(relaxed, total + head)
+    return max(relaxed, total + head, _per_block(problem, groups))
+
+
+def _per_block(problem: Problem, groups: GroupCosts) -> float:
+    """A lower bound on the time per token: every block (and the head) read, or computed,
+    on the group where that costs it least, plus the network crossings memory forces.
+
+    A stage takes ``max(R · a, W · f) + k · b`` (its bytes read ``R`` at ``a`` s/byte, its
+    weights ``W`` at ``f`` s/byte, ``b`` per block), at least either sum alone, and each
+    sum splits over the stage's blocks.  When no single node holds the model, the cycle
+    leaves each of the ``k`` nodes it uses over the network at least once: ``k`` network
+    hops of distinct nodes, and ``k - 1`` transfers (only the last stage sends none).
+    """
+    gcm, nb = groups.cm, problem.model.num_blocks
+    kinds = {
+        (gcm.inv_bw[v], gcm.flop_s_per_byte[v], gcm.block_s[v])
+        for per_node in groups.kinds
+        for v in per_node.values()
+    }
+    if not kinds:
+        return 0.0
+    rp, kp = gcm.read_prefix, gcm.kv_prefix
+    reads = sum(
+        min((rp[b + 1] - rp[b] + kp[b + 1] - kp[b]) * a + bs for a, _, bs in kinds)
+        for b in range(nb)
+    )
+    computes = sum(min((rp[b + 1] - rp[b]) * f + bs for _, f, bs in kinds) for b in range(nb))
+    reads += gcm.head * min(a for a, _, _ in kinds)
+    computes += gcm.head * min(f for _, f, _ in kinds)
+    return max(reads, computes) + _forced_crossings(problem)
+
+
+def _forced_crossings(problem: Problem) -> float:
+    """Seconds of network hops and transfers every pipeline of ``problem``'s whole nodes
+    pays because the fewest nodes that hold it are several (0 when one does)."""
+    need, held, k = problem.total_bytes, 0, 0
+    for room in sorted(problem.usable.values(), reverse=True):
+        if held >= need:
+            break
+        held, k = held + room, k + 1
+    if held < need or k < 2:
+        return 0.0
+    cm = problem.cost_model()
+    return sum(sorted(cm.latency_s)[:k]) + sum(sorted(cm.xfer_s)[: k - 1])

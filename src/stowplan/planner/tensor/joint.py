@@ -46,6 +46,15 @@ def exact_allowed(rule: EngineRule, problem: Problem) -> list[tuple[int, ...] | 
     return [(t,) for t in sorted({t for n in problem.nodes for t in degrees(problem, n, None)})]
 
 
+_RELAXED = "fractional relaxation, every node at full bandwidth, no all-reduce"
+_BOUND_METHODS = {
+    Metric.THROUGHPUT: f"bound: {_RELAXED}",
+    Metric.LATENCY: f"bound: {_RELAXED}; every block at its least cost on any GPU group, "
+    "with the network crossings memory forces",
+}
+"""How :func:`~stowplan.planner.tensor.exact.grouped_bound` is named, per objective."""
+
+
 def joint_optimum(
     problem: Problem,
     rule: EngineRule,
@@ -91,19 +100,14 @@ def joint_optimum(
             # Blocks differ or a GPU link is dearer than the network: a pipeline that
             # interleaves nodes may be better, so the solve's value is no bound.
             bound = min(grouped_bound(problem, objective, a, of(a)) for a in sets)
-            method = "bound: fractional relaxation, every node at full bandwidth, no all-reduce"
+            method = _BOUND_METHODS[objective]
             return min(bound, value), False, method, best
     # The throughput bound needs no GPU groups (:func:`grouped_bound`).
     bound = min(
         grouped_bound(problem, objective, a, of(a) if objective == Metric.LATENCY else None)
         for a in sets
     )
-    return (
-        bound,
-        False,
-        "bound: fractional relaxation, every node at full bandwidth, no all-reduce",
-        None,
-    )
+    return bound, False, _BOUND_METHODS[objective], None
 
 
 def joint_cycle(
@@ -144,7 +148,10 @@ def joint_cycle(
         key=lambda g: cycle_of(*as_pipeline(problem, g.stages), Metric.THROUGHPUT),
         default=None,
     )
-    kinds = "; ".join(sorted({k for *_, ks in solved.values() for k in ks})) or "closed form"
+    texts = {k for *_, ks in solved.values() for k in ks}
+    # A text another one extends says nothing more.
+    kinds = "; ".join(sorted(t for t in texts if not any(u.startswith(t) for u in texts - {t})))
+    kinds = kinds or "closed form"
     method = f"per stage count, max(m × slowest-stage bound, time-per-token bound): {kinds}"
     return lower, False, method, best
 
