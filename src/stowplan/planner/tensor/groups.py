@@ -28,7 +28,7 @@ Steps of :func:`plan_with_groups`:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from stowplan.errors import Infeasible, PlanError
@@ -44,7 +44,7 @@ from stowplan.planner.tensor.engines import (
     engine_candidates,
     engine_fit,
 )
-from stowplan.planner.tensor.exact import node_signature
+from stowplan.planner.tensor.exact import GroupedOptimum, node_signature
 from stowplan.planner.tensor.joint import (
     adjacency_loses_nothing,
     joint_cycle,
@@ -149,8 +149,16 @@ class _Trials:
 
 
 def _search(
-    trials: _Trials, rule: EngineRule, objective: Metric, local: bool = True
+    trials: _Trials,
+    rule: EngineRule,
+    objective: Metric,
+    local: bool = True,
+    proven: Callable[[Plan], bool] | None = None,
 ) -> tuple[Plan | None, Layout | None]:
+    """The best plan over the uniform layouts (and, without a uniform rule, every node on
+    its largest groups), then improved by :func:`_improve` when ``local`` on fleets of up
+    to :data:`LOCAL_SEARCH_NODES` multi-GPU nodes, unless ``proven`` says the plan in hand
+    is the optimum (no layout could then improve it)."""
     problem = trials.problem
     multi = [n for n in problem.nodes if n.num_gpus > 1]
     degrees = sorted(
@@ -170,7 +178,13 @@ def _search(
         got = trials.plan(layout, math.inf if best is None else _cycle(best[1]))
         if got is not None and (best is None or _value(got, objective) < best[0]):
             best = (_value(got, objective), got, layout)
-    if best is not None and local and not rule.uniform and len(multi) <= LOCAL_SEARCH_NODES:
+    if (
+        best is not None
+        and local
+        and not rule.uniform
+        and len(multi) <= LOCAL_SEARCH_NODES
+        and not (proven is not None and proven(best[1]))
+    ):
         best = _improve(trials, rule, objective, best, multi, seen)
     return (None, None) if best is None else (best[1], best[2])
 
@@ -233,19 +247,25 @@ def plan_with_groups(
     adjacent = adjacency_loses_nothing(problem)
     # The local search is needed where the joint solve is not the optimum.
     trials = _Trials(problem, runner)
-    found, _ = _search(trials, rule, objective, local=not (runs and adjacent))
     # On one node every pipeline keeps the node's stages together: the joint solve (over
     # every block range) is the optimum whatever the blocks and links.
     lossless = adjacent or len(problem.nodes) == 1
-    if problem.constraints.batch == 1:
-        value, exact, method, best = joint_optimum(problem, rule, Metric.LATENCY, runs, lossless)
-    else:
-        plan_cycle = (
-            found.rationale.prediction.time_per_token_s
-            if found and found.rationale.prediction
-            else math.inf
-        )
-        value, exact, method, best = joint_cycle(problem, rule, runs, lossless, plan_cycle)
+    joint: list[tuple[float, bool, str, GroupedOptimum | None]] = []
+
+    def bound(plan_cycle: float) -> tuple[float, bool, str, GroupedOptimum | None]:
+        """The optimum over every grouping, or a bound on it (computed once)."""
+        if not joint:
+            if problem.constraints.batch == 1:
+                joint.append(joint_optimum(problem, rule, Metric.LATENCY, runs, lossless))
+            else:
+                joint.append(joint_cycle(problem, rule, runs, lossless, plan_cycle))
+        return joint[0]
+
+    def proven(p: Plan) -> bool:
+        return _cycle(p) <= bound(_cycle(p))[0] * (1 + 1e-12)
+
+    found, _ = _search(trials, rule, objective, local=not (runs and adjacent), proven=proven)
+    value, exact, method, best = bound(math.inf if found is None else _cycle(found))
     if found is None and (best is None or not best.stages):
         raise Infeasible(
             "no split of the nodes' GPUs into stages of tensor-parallel degrees the model "
