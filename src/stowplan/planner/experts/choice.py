@@ -16,12 +16,10 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from functools import lru_cache
 
 from stowplan.errors import Infeasible, InputError, InsufficientVram, PlanError
 from stowplan.model import (
     Constraints,
-    ExpertId,
     ModelLayout,
     NodeDescriptor,
     Objective,
@@ -31,7 +29,7 @@ from stowplan.moe.routing import backbone_layout
 from stowplan.plan import Plan, Topology
 from stowplan.planner.cheapest import served_rate
 from stowplan.planner.experts.inputs import ExpertInputs, ExpertPlacement
-from stowplan.planner.experts.placement import place_experts
+from stowplan.planner.experts.placement import expert_ids, place_experts
 
 __all__ = ["BlockPlanner", "plan_experts"]
 
@@ -155,12 +153,6 @@ def _cheaper(local: Plan, spread: Plan) -> Plan:
     return replace(local, rationale=replace(local.rationale, notes=(*local.rationale.notes, note)))
 
 
-@lru_cache(maxsize=4096)
-def _experts_of(block: int, count: int) -> tuple[ExpertId, ...]:
-    """Every routed expert of ``block`` (frozen: plans may share them)."""
-    return tuple(ExpertId(block=block, expert=e) for e in range(count))
-
-
 def _block_local(plan: Plan, model: ModelLayout) -> Plan:
     """``plan`` (blocks with their experts) with each stage owning its blocks' experts."""
     ex = model.experts
@@ -171,7 +163,7 @@ def _block_local(plan: Plan, model: ModelLayout) -> Plan:
             a,
             owned_experts=tuple(
                 itertools.chain.from_iterable(
-                    _experts_of(b, ex.num_experts) for b in range(*a.block_range) if b in moe
+                    expert_ids(b, ex.num_experts) for b in range(*a.block_range) if b in moe
                 )
             ),
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import lru_cache
 
 from stowplan.cost.experts import expert_prediction
 from stowplan.errors import InputError, InsufficientVram
@@ -22,7 +23,13 @@ from stowplan.planner.experts.inputs import LOCALITY_TOLERANCE, expert_speeds, f
 from stowplan.planner.experts.packing import pack_experts
 from stowplan.planner.experts.summary import ExpertSummary, expert_summary
 
-__all__ = ["place_experts"]
+__all__ = ["expert_ids", "place_experts"]
+
+
+@lru_cache(maxsize=4096)
+def expert_ids(block: int, count: int) -> tuple[ExpertId, ...]:
+    """Every routed expert of ``block``, built once (frozen: plans share them)."""
+    return tuple(ExpertId(block=block, expert=e) for e in range(count))
 
 
 def place_experts(
@@ -92,9 +99,10 @@ def place_experts(
             transfers_before += remote_transfers(holders, w, pairs, routing.k, len(speeds), home)
     owned: list[list[ExpertId]] = [[] for _ in ordered]
     for block, holders in zip(ex.moe_blocks, packing.holders, strict=True):
+        ids = expert_ids(block, ex.num_experts)
         for e, hs in enumerate(holders):
             for j in hs:
-                owned[j].append(ExpertId(block=block, expert=e))
+                owned[j].append(ids[e])
     assignments = tuple(
         replace(
             a,
