@@ -319,18 +319,23 @@ class CostModel:
         Its full bandwidth and FLOPs with no all-reduce or collective (a tp-1 group pays
         none, and a smaller group never streams faster), no in-host hop, and the cheaper
         of its network and intra-node transfer and hop.  Its microbatch views are relaxed
-        too.
+        too.  Built once per model: every microbatch view relaxes the same root.
         """
-        relaxed = CostModel(
-            self.model,
-            self.nodes,
-            self._constraints,
-            self.calibration,
-            parents=self.parent,
-            microbatch=self.microbatch,
-        )
-        relaxed._relax()
-        return relaxed
+        if self._relaxed:
+            return self
+        root = self._root
+        if root._relaxed_root is None:
+            relaxed = CostModel(
+                root.model,
+                root.nodes,
+                root._constraints,
+                root.calibration,
+                parents=root.parent,
+                microbatch=root.microbatch,
+            )
+            relaxed._relax()
+            root._relaxed_root = relaxed
+        return root._relaxed_root.at_microbatch(self.microbatch)
 
     def _relax(self) -> None:
         """The terms of :meth:`relax_groups`, set on a model just built (never one handed out)."""
