@@ -20,6 +20,7 @@ from stowplan import (
 )
 from stowplan.cli import main
 from stowplan.errors import PlanError
+from stowplan.planner.problem import prepare
 from tests.common.instances import instances
 from tests.common.refusals import plan_or_reject
 
@@ -414,10 +415,8 @@ def test_the_reach_bounds_every_plan_and_a_target_above_it_is_refused_with_it(in
     assert f"serves more than {reach:.2f} tokens/s" in info.value.reason
 
 
-def test_a_target_on_multi_gpu_nodes_is_searched_not_bounded():
-    # Their GPU groups are not bounded by the quick bound: the search refuses, with the
-    # fastest plan's rate.
-    nodes = [
+def _h100_nodes(n: int) -> list[NodeDescriptor]:
+    return [
         NodeDescriptor(
             id=f"h{i}",
             gpu_name="H100 SXM5",
@@ -427,12 +426,55 @@ def test_a_target_on_multi_gpu_nodes_is_searched_not_bounded():
             link_latency_ms=0.05,
             price_per_hour=16.0,
         )
-        for i in range(2)
+        for i in range(n)
     ]
-    c = Constraints(objective=Objective.COST, target_tokens_per_s=1e6)
+
+
+def test_a_target_beyond_multi_gpu_nodes_is_refused_with_their_reach():
+    # Every node at the rates of its whole GPUs bounds any grouping of them: the target
+    # is refused before any set is planned, with the bound.
+    c = Constraints(batch=4, objective=Objective.COST, target_tokens_per_s=1e6)
+    with pytest.raises(TargetUnreached) as info:
+        plan(MODEL, _h100_nodes(2), c)
+    assert info.value.reason.startswith("no node set reaches 1e+06 tokens/s")
+    fastest = plan(MODEL, _h100_nodes(2), Constraints(batch=4)).rationale.prediction
+    assert fastest is not None
+    assert fastest.tokens_per_s <= info.value.reach * (1 + 1e-9)
+
+
+def test_a_target_is_searched_where_split_gpus_read_faster_than_their_node():
+    # llama.cpp splits a node's layers over its GPUs, each reading alone: the whole node
+    # reads at one GPU's rate, its GPU groups at eight together, so no up-front bound.
+    from stowplan.calibration import resolve_calibration
+
+    c = Constraints(
+        objective=Objective.COST,
+        target_tokens_per_s=1e6,
+        calibration=resolve_calibration("llamacpp"),
+    )
     with pytest.raises(Infeasible) as info:
-        plan(MODEL, nodes, c)
+        plan(MODEL, _h100_nodes(2), c)
     assert not isinstance(info.value, TargetUnreached)
     assert info.value.reason.startswith(
         "no node set reaches 1e+06 tokens/s: the fastest plan on all 2 nodes gives"
     )
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_the_reach_of_multi_gpu_fleets_bounds_every_plan(seed):
+    from stowplan.planner.cheapest import reach_bound, served_rate
+    from tests.common import tp_referee as tp
+
+    inst = tp.draw(seed)
+    for batch in (1, inst.batch):
+        c = Constraints(batch=batch, context_tokens=inst.context_tokens)
+        try:
+            problem = prepare(inst.model, inst.nodes, c)
+            got = [served_rate(plan(inst.model, inst.nodes, c))]
+        except PlanError:
+            continue
+        best = tp.solve(inst.spec("latency" if batch == 1 else "throughput"), "free")
+        if best is not None:
+            got.append(batch / best[0])  # the referee's optimum, tokens/s
+        reach = reach_bound(problem, inst.nodes)
+        assert max(got) <= reach * (1 + 1e-9), (inst.text(), got, reach)

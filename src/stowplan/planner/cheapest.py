@@ -223,22 +223,52 @@ def plan_cheapest(problem: Problem, runner: Runner) -> Plan:
 
 
 def reach_bound(problem: Problem, nodes: Sequence[NodeDescriptor]) -> float:
-    """Tokens/s no plan of ``problem``'s model on any of ``nodes`` can serve beyond, on
-    single-GPU nodes: ``U / c`` at ``U = problem.constraints.batch`` sequences, ``c`` the
-    least over the stage counts allowed of
-    :func:`~stowplan.planner.strategies.cycle.quick_bound` (a lower bound on the cycle of
-    every pipeline of that many stages, on the cost model the planner scores them by).
-    0 when the nodes cannot hold the model; inf when some node has several GPUs (its GPU
-    groups are not bounded here) or no bound applies."""
-    if any(n.num_gpus > 1 for n in nodes):
-        return math.inf
+    """Tokens/s no plan of ``problem``'s model on any of ``nodes`` can serve beyond:
+    ``U / c`` at ``U = problem.constraints.batch`` sequences, ``c`` the least over the
+    stage counts allowed of :func:`~stowplan.planner.strategies.cycle.quick_bound` (a lower
+    bound on the cycle of every pipeline of that many stages, on the cost model the
+    planner scores them by).  With multi-GPU nodes the stage counts run to their GPUs and
+    every node is as fast as any grouping of its GPUs
+    (:meth:`~stowplan.cost.CostModel.relax_groups`), which holds while no split of a node
+    reads or computes faster than the whole node (else inf: the search decides).
+    0 when the nodes cannot hold the model; inf when no bound applies."""
     try:
         whole = prepare(problem.model, list(nodes), _speed(problem.constraints))
     except PlanError:
         return 0.0
     cm = whole.cost_model()
-    cycle = min((quick_bound(whole, cm, s) for s in stage_counts(whole)), default=math.inf)
+    counts: Sequence[int] = stage_counts(whole)
+    if any(n.num_gpus > 1 for n in nodes):
+        if not _splits_never_faster(whole, cm):
+            return math.inf
+        cm = cm.relax_groups()
+        gpus = sum(n.num_gpus for n in nodes)
+        top = min(whole.constraints.max_stages or gpus, gpus, whole.model.num_blocks)
+        counts = range(whole.min_stages, top + 1)
+    cycle = min((quick_bound(whole, cm, s) for s in counts), default=math.inf)
     return cm.batch / cycle if cycle > 0 else math.inf
+
+
+def _splits_never_faster(problem: Problem, cm: CostModel) -> bool:
+    """Whether every multi-GPU node reads and computes at least as fast whole as split
+    into groups of any legal degree (their rates summed), as the cost model rates them:
+    what makes the whole node's rates a bound on any grouping's."""
+    seen: set[tuple[object, ...]] = set()
+    for d, node in enumerate(problem.nodes):
+        key = (node.gpu_name, node.num_gpus, node.mem_bandwidth_gbps, node.flops_estimate)
+        if node.num_gpus == 1 or key in seen:
+            continue
+        seen.add(key)
+        for t in legal_tensor_parallel(problem.model, node.num_gpus):
+            part = CostModel(
+                problem.model, [gpu_group_node(node, 0, t)], problem.constraints, parents=[node.id]
+            )
+            groups = node.num_gpus // t
+            if groups * cm.inv_bw[d] > part.inv_bw[0] * (1 + 1e-12) or groups * cm.flop_s_per_byte[
+                d
+            ] > part.flop_s_per_byte[0] * (1 + 1e-12):
+                return False
+    return True
 
 
 def _beyond_reach(problem: Problem, nodes: Sequence[NodeDescriptor], target: float) -> None:
