@@ -1,7 +1,7 @@
 """CPU time of one plan() on the fleets and objectives of issue 26, medians after a warm-up.
 
 python benchmarks/planning_speed.py --repeats 3            # every case but the slow ones
-python benchmarks/planning_speed.py --repeats 3 --slow     # also the 16-sequence MoE cases
+python benchmarks/planning_speed.py --repeats 3 --slow     # also the slow MoE cases
 python benchmarks/planning_speed.py --repeats 3 --refusals # requests that cannot be met
 python benchmarks/planning_speed.py --repeats 3 --growth   # time against fleet size
 
@@ -80,7 +80,7 @@ Case = tuple[str, str, str, Callable[[], list[NodeDescriptor]], Constraints, boo
 
 def cases() -> list[Case]:
     """(fleet, model, objective, nodes, constraints, slow)."""
-    one, sixteen = Constraints(batch=1), Constraints(batch=16)
+    one, sixteen, sixty_four = Constraints(batch=1), Constraints(batch=16), Constraints(batch=64)
     # The CLI case of the issue: plan llama3.1:405b --engine sglang --batch 64.
     sglang = Constraints(batch=64, calibration=resolve_calibration("sglang"))
     return [
@@ -98,11 +98,22 @@ def cases() -> list[Case]:
         ("64 × 8 H100", "deepseek-v3", "one stream", lambda: h100_nodes(64), one, False),
         ("16 × 8 H100", "deepseek-v3", "16 sequences", lambda: h100_nodes(16), sixteen, True),
         ("64 × 8 H100", "deepseek-v3", "16 sequences", lambda: h100_nodes(64), sixteen, True),
+        ("64 × 8 H100", "llama3.1:405b", "64 sequences", lambda: h100_nodes(64), sixty_four, False),
+        ("64 × 8 H100", "deepseek-v3", "64 sequences", lambda: h100_nodes(64), sixty_four, True),
         *(
             ("1,024 × 1 GPU", m, "throughput", lambda: single_gpu_nodes(1024), sixteen, False)
             for m in ("llama3.1:8b", "llama3.1:70b", "llama3.1:405b-q4_0")
         ),
-    ]
+        *(
+            ("1,024 × 1 GPU", m, "one stream", lambda: single_gpu_nodes(1024), one, False)
+            for m in ("llama3.1:70b", "llama3.1:405b-q4_0")
+        ),
+        ("1,024 × 1 GPU", "deepseek-v3", "one stream", lambda: single_gpu_nodes(1024), one, True),
+        ("1,024 × 1 GPU", "deepseek-v3", "throughput", lambda: single_gpu_nodes(1024), sixteen,
+         True),
+        ("1,024 × 1 GPU", "qwen3:235b-a22b", "throughput", lambda: single_gpu_nodes(1024),
+         sixteen, True),
+    ]  # fmt: skip
 
 
 def refusals() -> list[Case]:
@@ -186,7 +197,7 @@ def growth(repeats: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--slow", action="store_true", help="also the 16-sequence MoE cases")
+    ap.add_argument("--slow", action="store_true", help="also the slow MoE cases (seconds each)")
     ap.add_argument(
         "--refusals", action="store_true", help="time requests that cannot be met instead"
     )
