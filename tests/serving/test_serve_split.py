@@ -164,3 +164,14 @@ def test_the_table_names_the_gpus_of_replicas_side_by_side():
     text = buf.getvalue()
     assert "n0/gpu0" in text and "n0/gpu1" in text
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_a_target_counts_every_copy_side_by_side_on_a_node():
+    node = _slow_link_node(0, 4)
+    most = serve(TOY_MODEL, [node], WORK)
+    assert len(most.replicas) == 4
+    # The whole node's copies reach the users they serve together: not one copy's.
+    sp = serve(TOY_MODEL, [node], replace(WORK, users=most.users))
+    assert sp.users == most.users
+    assert sp.price_per_hour == pytest.approx(1.0)
+    assert sp.certificate.bound <= sp.price_per_hour

@@ -198,10 +198,8 @@ def serve(
     notes: list[str] = []
     if workload.has_target:
         target = _target(workload)
-        values = [
-            o.candidate.serving.requests_per_s if by_rate else float(o.candidate.serving.users)
-            for o in ranked
-        ]
+        # A split option holds ``split`` copies on its node: all of them count.
+        values = [_value(o.candidate, by_rate) for o in ranked]
         x, method = pack_price(counts, sizes, values, [o.price for o in ranked], target)
         if x is None:
             most, _ = pack_users(counts, sizes, values)
@@ -212,7 +210,7 @@ def serve(
             )
         objective = ServeObjective.PRICE
     else:
-        x, method = pack_users(counts, sizes, [float(o.candidate.serving.users) for o in ranked])
+        x, method = pack_users(counts, sizes, [_value(o.candidate, False) for o in ranked])
         objective = ServeObjective.USERS
     # The chosen replicas planned for their own U* (the plan's KV reserve and prediction
     # then are those of U* requests), kept when that plan serves as many.
