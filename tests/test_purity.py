@@ -81,6 +81,7 @@ PURE_MODULES = (
     "stowplan.runtime",
     "stowplan.runtime.families",
     "stowplan.serving",
+    "stowplan.serving.price_cut",
     "stowplan.quantities.units",
     "stowplan.workload",
 )

@@ -51,6 +51,7 @@ from stowplan.serving.compositions import compositions, grouped_compositions, no
 from stowplan.serving.exhaustive import best_replica_value
 from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
 from stowplan.serving.pipeline_bound import pipeline_rate_bound, pipeline_users_bound
+from stowplan.serving.price_cut import ClassMemory, Pair, PriceCut, holding_front
 from stowplan.serving.price_floor import price_floor
 from stowplan.serving.reuse import ReplicaMemo, renamed_plan, renamed_text, repriced
 from stowplan.workload import Workload
@@ -148,6 +149,9 @@ def serve(
     class_of = {n.id: k for k, cls in enumerate(classes) for n in cls}
     inside = _Inside(options, by_rate)
     memo = ReplicaMemo(model, workload, base)
+    cut = _Cut.of(workload, combos, classes, index, rates, options, bounder, members_of)
+    if cut is not None:
+        combos = cut.ordered(combos)
     for done, combo in enumerate(combos):
         if progress is not None:
             progress(done, len(combos))
@@ -162,6 +166,10 @@ def serve(
         best_inside = inside.value(combo)
         if best_inside is not None and best_inside >= top:
             continue
+        if cut is not None and cut.cuts(combo):
+            continue
+        if cut is not None:
+            cut.planned(combo)
         cand = memo.replica([nodes[i] for i in members], ub) if ub >= 1 else None
         if one is not None and split_top > (0.0 if cand is None else _value(cand, by_rate)):
             split = split_of(
@@ -201,6 +209,8 @@ def serve(
         # A split option holds ``split`` copies on its node: all of them count.
         values = [_value(o.candidate, by_rate) for o in ranked]
         x, method = pack_price(counts, sizes, values, [o.price for o in ranked], target)
+        if cut is not None and x is not None:
+            x = cut.no_dearer(x, ranked)
         if x is None:
             most, _ = pack_users(counts, sizes, values)
             reach = sum(v * c for v, c in zip(values, most, strict=True))
@@ -328,6 +338,132 @@ class _Bounds:
         got = (top, ub, one, halves)
         self._memo[key] = got
         return got
+
+
+class _Cut:
+    """For a target, the compositions :class:`~stowplan.serving.price_cut.PriceCut` rules
+    out, and the cheapest packing found along the way: the pairs the rest of a packing
+    may take are every option planned and the :func:`~stowplan.serving.price_cut.
+    holding_front` of every composition not planned."""
+
+    def __init__(
+        self,
+        target: float,
+        by_rate: bool,
+        sizes: list[int],
+        options: dict[tuple[int, ...], _Option],
+        pending: dict[tuple[int, ...], list[Pair]],
+        refined: Callable[[tuple[int, ...]], list[Pair]],
+    ) -> None:
+        self._cut = PriceCut(target, integral=not by_rate)
+        self._target, self._by_rate, self._sizes = target, by_rate, sizes
+        self._options = options
+        self._pending = pending
+        self._fronts = dict(pending)
+        self._refined = refined
+        self._seen: tuple[tuple[tuple[int, ...], float], ...] | None = None
+        self._best: dict[tuple[int, ...], int] = {}
+        self._stale = True
+
+    @classmethod
+    def of(
+        cls,
+        w: Workload,
+        combos: Sequence[tuple[int, ...]],
+        classes: Sequence[Sequence[NodeDescriptor]],
+        index: dict[str, int],
+        rates: FleetRates,
+        options: dict[tuple[int, ...], _Option],
+        bounder: _Bounds,
+        members_of: Callable[[tuple[int, ...]], list[int]],
+    ) -> _Cut | None:
+        """The cut for ``w``'s target over ``combos``; None without a target."""
+        if not w.has_target:
+            return None
+        memory = ClassMemory(
+            prices=tuple(c[0].price_per_hour or 0.0 for c in classes),
+            usable=tuple(float(rates.usable[index[c[0].id]]) for c in classes),
+            weight_bytes=float(rates.weight_bytes),
+            kv_per_request=float(rates.kv_per_request),
+        )
+        by_rate = w.rate_per_s is not None
+        pending = {}
+        for combo in combos:
+            top = bounder.of(members_of(combo))[0]
+            pairs = holding_front(combo, memory, top, users=not by_rate) if top > 0 else []
+            if pairs:
+                pending[combo] = pairs
+
+        def refined(combo: tuple[int, ...]) -> list[Pair]:
+            def cap(sub: tuple[int, ...]) -> float:
+                members = members_of(sub)
+                if by_rate:
+                    return rate_bound(rates, members, w)
+                return float(users_bound(rates, members, w))
+
+            top = bounder.of(members_of(combo))[0]
+            return holding_front(combo, memory, top, users=not by_rate, cap=cap)
+
+        sizes = [len(c) for c in classes]
+        return cls(_target(w), by_rate, sizes, options, pending, refined)
+
+    def ordered(self, combos: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """``combos``: the single-class ones first, each group by its cheapest price per
+        user bound (a cheap incumbent early rules out more; any order is safe)."""
+
+        def key(combo: tuple[int, ...]) -> tuple[bool, float]:
+            pairs = self._fronts.get(combo)
+            ratio = min((p / v for p, v in pairs), default=math.inf) if pairs else math.inf
+            return (sum(1 for n in combo if n) > 1, ratio)
+
+        return sorted(combos, key=key)
+
+    def planned(self, combo: tuple[int, ...]) -> None:
+        """``combo`` is planned: its option (if any) stands for it from now on."""
+        if self._pending.pop(combo, None) is not None:
+            self._stale = True
+
+    def cuts(self, combo: tuple[int, ...]) -> bool:
+        """Whether no packing through ``combo`` can cost less than the incumbent."""
+        self._refresh()
+        if self._cut.cuts(self._fronts.get(combo, [])):
+            return True
+        # Each sub-multiset's own bound as well (dearer to find: only when needed).
+        return sum(combo) > 1 and self._cut.cuts(self._refined(combo))
+
+    def _refresh(self) -> None:
+        """The incumbent and the covering again when the options changed."""
+        seen = tuple((k, _value(o.candidate, self._by_rate)) for k, o in self._options.items())
+        if seen == self._seen and not self._stale:
+            return
+        if seen != self._seen:
+            self._seen = seen
+            self._pack()
+        pairs = [(o.price, _value(o.candidate, self._by_rate)) for o in self._options.values()]
+        self._cut.update([*pairs, *(p for ps in self._pending.values() for p in ps)])
+        self._stale = False
+
+    def _pack(self) -> None:
+        """The cheapest packing of the options planned so far: the incumbent."""
+        ranked = list(self._options.values())
+        values = [_value(o.candidate, self._by_rate) for o in ranked]
+        prices = [o.price for o in ranked]
+        counts = [o.composition for o in ranked]
+        x, _ = pack_price(counts, self._sizes, values, prices, self._target)
+        if x is None:
+            return
+        price = sum(p * n for p, n in zip(prices, x, strict=True))
+        if price < self._cut.incumbent:
+            self._best = {o.composition: n for o, n in zip(ranked, x, strict=True) if n}
+            self._cut.found(price)
+
+    def no_dearer(self, x: list[int], ranked: Sequence[_Option]) -> list[int]:
+        """``x``, or the incumbent's packing when ``x`` costs more (the programme stops
+        within its gap tolerance; the incumbent's options are still there, as good)."""
+        price = sum(o.price * n for o, n in zip(ranked, x, strict=True))
+        if price <= self._cut.incumbent or not self._best:
+            return x
+        return [self._best.get(o.composition, 0) for o in ranked]
 
 
 def _why_none(rates: FleetRates, members: list[int], w: Workload) -> str:

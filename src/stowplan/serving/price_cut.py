@@ -1,0 +1,212 @@
+"""For a target: which compositions cannot lower the price of the cheapest packing, and
+need no replica planned.
+
+A composition ``c`` planned gives at most one option: a replica on a sub-multiset ``s``
+of its nodes (the planner may leave nodes out), or copies side by side on its one
+node.  It costs ``price(s)`` and serves at most ``c``'s relaxation bound ``top(c)``
+(:mod:`~stowplan.serving.bounds`, which holds on every subset), and, when ``c`` has
+several nodes, at most the requests ``s``'s pooled memory holds beside one copy of the
+weights (the memory term of that bound, on ``s``).  :func:`holding_front` lists the
+(price, most served) pairs of every ``s`` that holds the weights and one request.
+
+Every packing using that option serves the rest of the target, at least ``target −
+value``, with other options: each is an option already planned (its own price and
+value) or the option of a composition not planned, no cheaper and serving no more
+than some pair of that composition's front.  Dropping the class sizes (any pair any
+number of times) only lowers the least price of covering the rest, so
+:meth:`PriceCut.rest_price` — an unbounded covering over those pairs — is at most the
+price of the rest of every such packing.
+
+Hence every packing through ``c`` costs at least the least, over ``c``'s front, of
+``price + rest_price(target − value)``; when that is not below the price of a packing
+already found (the incumbent), ``c`` cannot make the answer cheaper and is not planned.
+The answer then costs no more than the one planning every composition would find.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from itertools import product
+
+from stowplan.quantities.limits import MAX_BATCH
+from stowplan.serving.compositions import Composition
+
+__all__ = [
+    "COVER_STEPS",
+    "ENUMERATE_LIMIT",
+    "TIE",
+    "ClassMemory",
+    "Pair",
+    "PriceCut",
+    "front",
+    "holding_front",
+]
+
+ENUMERATE_LIMIT = 4096
+"""Up to this many sub-multisets a composition's front is exact; beyond, one pair: the
+fractional covering of the memory (cheaper than any that holds the weights) and the
+composition's bound."""
+
+COVER_STEPS = 20000
+"""Integral targets up to this many users are covered exactly by a dynamic programme;
+larger ones (and requests/s) fractionally, at the best price per unit (lower)."""
+
+TIE = 1e-12
+"""Relative slack when comparing a lower bound with the incumbent: sums of the same
+prices in another order may differ by rounding; a composition whose packings cost the
+incumbent's price up to that rounding improves nothing."""
+
+Pair = tuple[float, float]
+"""(price, most served)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClassMemory:
+    """Per class of nodes, a node's price and usable bytes; what a replica needs."""
+
+    prices: tuple[float, ...]
+    usable: tuple[float, ...]
+    weight_bytes: float
+    kv_per_request: float
+
+    def users(self, held: float) -> float:
+        """Requests ``held`` usable bytes hold beside one copy of the weights."""
+        room = held - self.weight_bytes
+        if room < 0:
+            return 0.0
+        if self.kv_per_request <= 0:
+            return float(MAX_BATCH)
+        return float(min(MAX_BATCH, math.floor(room / self.kv_per_request)))
+
+
+def holding_front(
+    combo: Composition,
+    memory: ClassMemory,
+    top: float,
+    *,
+    users: bool,
+    cap: Callable[[Composition], float] | None = None,
+) -> list[Pair]:
+    """(price, most served) of the sub-multisets of ``combo`` that hold the weights and
+    one request's KV, only pairs no other beats in both; empty when none holds them.
+
+    The served is ``top`` (users, or requests/s); for a composition of several nodes (a
+    pipeline on a sub-multiset, never copies side by side) also at most what the
+    sub-multiset holds: its memory's requests (``users``) and ``cap(sub)`` when given
+    (a relaxation bound of the sub-multiset's own nodes).  One node: its own price and
+    ``top``."""
+    usable, prices = memory.usable, memory.prices
+    if sum(combo) == 1:  # one node: its copies side by side are bounded by ``top`` alone
+        return [(sum(c * p for c, p in zip(combo, prices, strict=True)), top)]
+    need = memory.weight_bytes + memory.kv_per_request
+    if sum(c * u for c, u in zip(combo, usable, strict=True)) < need:
+        return []
+    if math.prod(c + 1 for c in combo) > ENUMERATE_LIMIT:
+        return [(_fractional_price(combo, memory, need), top)]
+    pairs = []
+    for sub in product(*(range(c + 1) for c in combo)):
+        held = sum(s * u for s, u in zip(sub, usable, strict=True))
+        if held < need:
+            continue
+        served = min(top, memory.users(held)) if users else top
+        if cap is not None and served > 0:
+            served = min(served, cap(sub))
+        pairs.append((sum(s * p for s, p in zip(sub, prices, strict=True)), served))
+    return front(pairs)
+
+
+def _fractional_price(combo: Composition, memory: ClassMemory, need: float) -> float:
+    """The least price of ``need`` bytes out of ``combo``'s nodes taken fractionally,
+    cheapest bytes first: at most the price of any sub-multiset holding them."""
+    left, paid = need, 0.0
+    usable, prices = memory.usable, memory.prices
+    for k in sorted(
+        (k for k, c in enumerate(combo) if c > 0 and usable[k] > 0),
+        key=lambda k: prices[k] / usable[k],
+    ):
+        take = min(float(combo[k]), left / usable[k])
+        paid += take * prices[k]
+        left -= take * usable[k]
+        if left <= 0:
+            break
+    return paid
+
+
+class PriceCut:
+    """The lower bound of the module on every packing through a composition, against the
+    incumbent's price (see the module); the caller gives the pairs the rest of a packing
+    may take (:meth:`update`) and the packings it finds (:meth:`found`)."""
+
+    def __init__(self, target: float, *, integral: bool) -> None:
+        self._target = target
+        self._integral = integral
+        self._incumbent = math.inf
+        self._rest: list[float] | None = None
+        self._ratio = math.inf
+
+    @property
+    def incumbent(self) -> float:
+        """The price of the cheapest packing found so far (inf before one)."""
+        return self._incumbent
+
+    def found(self, price: float) -> None:
+        """A packing reaching the target at ``price`` exists among the options planned."""
+        self._incumbent = min(self._incumbent, price)
+
+    def update(self, pairs: Iterable[Pair]) -> None:
+        """The pairs the rest of a packing may take changed: cover the target again."""
+        best = front(pairs)
+        self._ratio = min((p / v for p, v in best), default=math.inf)
+        steps = math.ceil(self._target)
+        if not self._integral or steps > COVER_STEPS:
+            self._rest = None
+            return
+        self._rest = _cover(best, steps)
+
+    def rest_price(self, need: float) -> float:
+        """At most the price of any options serving ``need`` more (users, or requests/s)."""
+        if need <= 0:
+            return 0.0
+        if self._rest is not None:
+            return self._rest[min(len(self._rest) - 1, math.ceil(need))]
+        return need * self._ratio
+
+    def cuts(self, pairs: Sequence[Pair]) -> bool:
+        """Whether a composition whose options are no cheaper and serve no more than some
+        pair of ``pairs`` (its :func:`holding_front`) cannot give a packing cheaper than
+        the incumbent: then it is not planned."""
+        if not math.isfinite(self._incumbent):
+            return False
+        floor = min(
+            (p + self.rest_price(self._target - v) for p, v in pairs),
+            default=math.inf,
+        )
+        return floor >= self._incumbent * (1 - TIE)
+
+
+def front(pairs: Iterable[Pair]) -> list[Pair]:
+    """The pairs no other beats in both price and served (cheaper first); pairs serving
+    nothing are dropped."""
+    out: list[Pair] = []
+    for price, value in sorted((p, -v) for p, v in pairs if v > 0):
+        if not out or -value > out[-1][1]:
+            out.append((price, -value))
+    return out
+
+
+def _cover(pairs: Sequence[Pair], steps: int) -> list[float]:
+    """``out[u]``: the least price of copies of ``pairs`` (any number each) serving at
+    least ``u`` users, for ``u`` in ``0 … steps``.  A value is rounded up: the pair then
+    serves at least as much, so the price stays a lower bound."""
+    out = [0.0] + [math.inf] * steps
+    units = [(p, math.ceil(v)) for p, v in pairs]
+    for u in range(1, steps + 1):
+        best = math.inf
+        for price, value in units:
+            got = price + out[max(0, u - value)]
+            if got < best:
+                best = got
+        out[u] = best
+    return out

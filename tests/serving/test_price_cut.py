@@ -1,0 +1,153 @@
+"""The price cut of serve() for a target: its covering and fronts are lower bounds, and on
+random fleets (multi-GPU nodes, side-by-side copies, pipelines across nodes) the search
+that skips the compositions it rules out pays no more than the one planning them all."""
+
+from __future__ import annotations
+
+import math
+import os
+from itertools import product
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from stowplan import Infeasible, NodeDescriptor, Workload, serve
+from stowplan.serving.price_cut import ClassMemory, PriceCut, front, holding_front
+from tests.common.serving_models import dense, models
+
+GB = 10**9
+SETTINGS = settings(
+    max_examples=int(os.environ.get("SERVE_EXAMPLES", "20")),
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+pairs = st.lists(
+    st.tuples(st.floats(0.1, 10.0), st.integers(0, 12).map(float)), min_size=1, max_size=4
+)
+
+
+def brute_cover(items: list[tuple[float, float]], need: int) -> float:
+    """The least price of copies of ``items`` serving ``need``, by trying every count."""
+    best = math.inf
+    useful = [(p, v) for p, v in items if v > 0]
+    for counts in product(range(need + 1), repeat=len(useful)):
+        if sum(c * v for c, (_, v) in zip(counts, useful, strict=True)) >= need:
+            best = min(best, sum(c * p for c, (p, _) in zip(counts, useful, strict=True)))
+    return best
+
+
+@SETTINGS
+@given(pairs, st.integers(0, 9))
+def test_the_rest_is_covered_at_the_least_price_of_copies(items, need):
+    cut = PriceCut(9.0, integral=True)
+    cut.update(items)
+    want = 0.0 if need == 0 else brute_cover(items, need)
+    assert cut.rest_price(need) == pytest.approx(want)
+    # Fractionally (requests/s): never above the integral price.
+    loose = PriceCut(9.0, integral=False)
+    loose.update(items)
+    assert loose.rest_price(need) <= want + 1e-9
+
+
+@SETTINGS
+@given(
+    st.lists(st.integers(0, 3), min_size=1, max_size=3),
+    st.lists(st.floats(0.1, 5.0), min_size=3, max_size=3),
+    st.lists(st.integers(1, 40), min_size=3, max_size=3),
+    st.integers(1, 60),
+    st.integers(1, 50),
+)
+def test_every_sub_multiset_holding_the_weights_has_a_front_pair_no_dearer_serving_more(
+    combo, prices, usable, weights, top
+):
+    k = len(combo)
+    memory = ClassMemory(
+        prices=tuple(prices[:k]),
+        usable=tuple(float(u) for u in usable[:k]),
+        weight_bytes=float(weights),
+        kv_per_request=1.0,
+    )
+    got = holding_front(tuple(combo), memory, float(top), users=True)
+    assert got == front(got)
+    several = sum(combo) > 1
+    for sub in product(*(range(c + 1) for c in combo)):
+        held = sum(s * u for s, u in zip(sub, memory.usable, strict=True))
+        if held < weights + 1:
+            continue
+        price = sum(s * p for s, p in zip(sub, memory.prices, strict=True))
+        served = min(top, held - weights) if several else top
+        assert any(p <= price + 1e-12 and v >= served for p, v in got)
+
+
+def test_no_composition_is_cut_before_a_packing_is_found():
+    cut = PriceCut(10.0, integral=True)
+    cut.update([(1.0, 5.0)])
+    assert not cut.cuts([(100.0, 1.0)])
+    cut.found(3.0)
+    assert cut.cuts([(2.0, 4.0)])  # 2 + two copies of (1, 5) for the other 6 users
+    assert not cut.cuts([(0.5, 10.0)])
+
+
+@st.composite
+def mixed_fleets(draw: st.DrawFn) -> list[NodeDescriptor]:
+    """2 to 8 priced nodes of 1, 2 or 4 GPUs, 8 GPUs at most (up to 8 unlike nodes: the
+    compositions are then too many to try them all)."""
+    out: list[NodeDescriptor] = []
+    for i in range(draw(st.integers(2, 8))):
+        gpus = draw(st.sampled_from([1, 1, 1, 2, 4]))
+        if sum(n.num_gpus for n in out) + gpus > 8:
+            break
+        out.append(
+            NodeDescriptor(
+                id=f"n{i}",
+                gpu_name="RTX 4090",
+                num_gpus=gpus,
+                vram_bytes=gpus * draw(st.integers(2, 24)) * GB,
+                mem_bandwidth_gbps=gpus * draw(st.floats(200, 2000)),
+                flops_estimate=gpus * draw(st.floats(20, 300)),
+                link_mbps=draw(st.floats(1000, 100_000)),
+                link_latency_ms=draw(st.floats(0, 10)),
+                intra_link_gbps=draw(st.sampled_from([16.0, 300.0])),
+                price_per_hour=round(gpus * draw(st.floats(0.1, 3.0)), 2),
+            )
+        )
+    return out
+
+
+FEW = settings(SETTINGS, max_examples=max(1, SETTINGS.max_examples // 4))
+"""Each example serves three times on up to eight nodes: fewer of them."""
+
+LOAD = Workload(prompt_tokens=512, output_tokens=128, ttft_s=2.0, tpot_s=0.1)
+
+
+@SETTINGS
+@given(
+    st.one_of(
+        models,
+        st.builds(dense, st.integers(2, 4), st.integers(500, 4000), st.just(50_000), st.just(4096)),
+    ),
+    mixed_fleets(),
+    st.floats(0.2, 0.9),
+)
+def test_serve_with_the_cut_pays_no_more_than_planning_every_composition(model, nodes, share):
+    try:
+        most = serve(model, nodes, LOAD).users
+    except Infeasible:
+        assume(False)
+        return
+    target = Workload(
+        prompt_tokens=LOAD.prompt_tokens,
+        output_tokens=LOAD.output_tokens,
+        ttft_s=LOAD.ttft_s,
+        tpot_s=LOAD.tpot_s,
+        users=max(1, math.floor(most * share)),
+    )
+    cut = serve(model, nodes, target)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(PriceCut, "cuts", lambda self, pairs: False)
+        every = serve(model, nodes, target)
+    assert cut.users >= target.users
+    assert cut.price_per_hour <= every.price_per_hour * (1 + 1e-9)
