@@ -2,6 +2,7 @@
 
 python benchmarks/serving.py            # the README table (≈ 5 min on 2 shared cores)
 python benchmarks/serving.py --quick    # smoke run
+python benchmarks/serving.py --speed    # the timing table only
 
 Part 1 draws random heterogeneous fleets of 2–6 single-GPU nodes (every figure explicit)
 and small dense or MoE models, and scores serve() by the referee of
@@ -11,7 +12,9 @@ optimum (median, p10, share of fleets at the optimum), the cheapest $/h for half
 optimum over the least there is, and the largest relative gap between a replica's
 reported TTFT/TPOT and the formulas' for the plan it chose.  Part 2 times serve() on
 8 mixed nodes, 64 single-GPU nodes and 100 vast.ai-style offers
-(``benchmarks/offer_search.py``'s generator), the median of ``--repeat`` runs.
+(``benchmarks/offer_search.py``'s generator), and the cheapest of the 50 offers of
+``examples/offers/market.json`` for 200 users of llama3.1:70b: the median of
+``--repeat`` runs, wall and CPU time.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,6 +42,7 @@ from stowplan import (  # noqa: E402
     Workload,
     serve,
 )
+from stowplan.files.fleets import load_offers  # noqa: E402
 
 MB, GB = 10**6, 10**9
 
@@ -146,21 +151,25 @@ def timed(label: str, model: str, nodes: list[NodeDescriptor], w: Workload, repe
         calls[0] += 1
         return plan_blocks(*args, **kwargs)
 
-    times, users = [], 0
+    times, cpu, users = [], [], 0
     planner.plan_blocks = counted  # type: ignore[assignment]
     try:
         for _ in range(repeat):
             calls[0] = 0
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             try:
                 users = serve(model, nodes, w).users
             except Infeasible as exc:
                 print(f"| {label} | infeasible: {exc} |")
                 return
             times.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
     finally:
         planner.plan_blocks = plan_blocks
-    print(f"| {label} | {model} | {users} | {calls[0]} | {statistics.median(times):.2f} s |")
+    print(
+        f"| {label} | {model} | {users} | {calls[0]} | {statistics.median(times):.2f} s "
+        f"| {statistics.median(cpu):.2f} s |"
+    )
 
 
 def speed(repeat: int) -> None:
@@ -171,11 +180,13 @@ def speed(repeat: int) -> None:
     mixed = offers(8, 1)
     single = offers(64, 2, consumer=True)
     many = offers(100, 3)
-    print("| fleet | model | users | planner calls | serve() median |")
-    print("| --- | --- | ---: | ---: | ---: |")
+    print("| fleet | model | users | planner calls | serve() median | CPU median |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
     timed("8 mixed offers", "llama3.1:8b", mixed, w, repeat)
     timed("64 single-GPU offers", "llama3.1:70b-q4", single, consumer, repeat)
     timed("100 offers", "llama3.1:70b", many, w, repeat)
+    market = load_offers(ROOT / "examples" / "offers" / "market.json")
+    timed("50 market offers, 200 users", "llama3.1:70b", market, replace(w, users=200), repeat)
 
 
 def main() -> None:
@@ -184,8 +195,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--speed", action="store_true", help="only the timing table")
     args = ap.parse_args()
-    quality(8 if args.quick else args.examples, args.seed)
+    if not args.speed:
+        quality(8 if args.quick else args.examples, args.seed)
     speed(1 if args.quick else args.repeat)
 
 
