@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from itertools import product
 
 import pytest
@@ -50,6 +51,25 @@ def test_the_rest_is_covered_at_the_least_price_of_copies(items, need):
     loose = PriceCut(9.0, integral=False)
     loose.update(items)
     assert loose.rest_price(need) <= want + 1e-9
+
+
+@SETTINGS
+@given(
+    st.lists(st.tuples(st.floats(0.1, 10.0), st.floats(0.05, 3.0)), min_size=1, max_size=3),
+    st.floats(0.5, 6.0),
+    st.floats(0.0, 1.0),
+)
+def test_requests_per_s_are_covered_in_whole_units_no_dearer_than_copies(items, target, part):
+    need = target * part
+    cut = PriceCut(target, integral=False)
+    cut.update(items)
+    useful = [(p, v) for p, v in items if v > 0]
+    most = [math.ceil(need / v) if v > 0 else 0 for _, v in useful]
+    best = 0.0 if need <= 0 else math.inf
+    for counts in product(*(range(m + 1) for m in most)):
+        if sum(c * v for c, (_, v) in zip(counts, useful, strict=True)) >= need:
+            best = min(best, sum(c * p for c, (p, _) in zip(counts, useful, strict=True)))
+    assert cut.rest_price(need) <= best + 1e-9
 
 
 @SETTINGS
@@ -131,23 +151,27 @@ LOAD = Workload(prompt_tokens=512, output_tokens=128, ttft_s=2.0, tpot_s=0.1)
     ),
     mixed_fleets(),
     st.floats(0.2, 0.9),
+    st.booleans(),
 )
-def test_serve_with_the_cut_pays_no_more_than_planning_every_composition(model, nodes, share):
+def test_serve_with_the_cut_pays_no_more_than_planning_every_composition(
+    model, nodes, share, by_rate
+):
     try:
-        most = serve(model, nodes, LOAD).users
+        most = serve(model, nodes, LOAD)
     except Infeasible:
         assume(False)
         return
-    target = Workload(
-        prompt_tokens=LOAD.prompt_tokens,
-        output_tokens=LOAD.output_tokens,
-        ttft_s=LOAD.ttft_s,
-        tpot_s=LOAD.tpot_s,
-        users=max(1, math.floor(most * share)),
+    target = replace(
+        LOAD,
+        users=None if by_rate else max(1, math.floor(most.users * share)),
+        rate_per_s=most.rate_per_s * share if by_rate else None,
     )
     cut = serve(model, nodes, target)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(PriceCut, "cuts", lambda self, pairs: False)
         every = serve(model, nodes, target)
-    assert cut.users >= target.users
+    if by_rate:
+        assert cut.rate_per_s >= (target.rate_per_s or 0.0)
+    else:
+        assert cut.users >= (target.users or 0)
     assert cut.price_per_hour <= every.price_per_hour * (1 + 1e-9)

@@ -11,7 +11,9 @@ the workload's TTFT/TPOT limits and memory (:mod:`stowplan.cost.serving`):
   gets its replica (:mod:`~stowplan.serving.candidates`; node lists alike but for
   ids and prices are planned once, :mod:`~stowplan.serving.reuse`); a multi-GPU
   node may also hold several replicas side by side on its GPUs (data parallel
-  inside the node);
+  inside the node).  With a target, a composition every packing through which costs
+  at least the cheapest packing found so far is not planned
+  (:mod:`~stowplan.serving.price_cut`);
 * Step 2: copies of the candidates are packed onto the fleet by an integer program
   — the most Σ U*, or, with ``users``/``rate_per_s`` set, the least $/h reaching it
   (:mod:`~stowplan.serving.packing`);
@@ -51,7 +53,7 @@ from stowplan.serving.compositions import compositions, grouped_compositions, no
 from stowplan.serving.exhaustive import best_replica_value
 from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
 from stowplan.serving.pipeline_bound import pipeline_rate_bound, pipeline_users_bound
-from stowplan.serving.price_cut import ClassMemory, Pair, PriceCut, holding_front
+from stowplan.serving.price_cut import TIE, ClassMemory, Pair, PriceCut, holding_front
 from stowplan.serving.price_floor import price_floor
 from stowplan.serving.reuse import ReplicaMemo, renamed_plan, renamed_text, repriced
 from stowplan.workload import Workload
@@ -362,6 +364,9 @@ class _Cut:
         self._fronts = dict(pending)
         self._refined = refined
         self._seen: tuple[tuple[tuple[int, ...], float], ...] | None = None
+        """The options when they were last packed."""
+        self._covered: tuple[tuple[tuple[int, ...], float], ...] | None = None
+        """The options when the covering was last built."""
         self._best: dict[tuple[int, ...], int] = {}
         self._stale = True
 
@@ -408,8 +413,8 @@ class _Cut:
         return cls(_target(w), by_rate, sizes, options, pending, refined)
 
     def ordered(self, combos: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
-        """``combos``: the single-class ones first, each group by its cheapest price per
-        user bound (a cheap incumbent early rules out more; any order is safe)."""
+        """``combos``: the single-class ones first, each part by its cheapest price per
+        bound (a cheap incumbent early cuts more; any order is safe)."""
 
         def key(combo: tuple[int, ...]) -> tuple[bool, float]:
             pairs = self._fronts.get(combo)
@@ -426,19 +431,33 @@ class _Cut:
     def cuts(self, combo: tuple[int, ...]) -> bool:
         """Whether no packing through ``combo`` can cost less than the incumbent."""
         self._refresh()
-        if self._cut.cuts(self._fronts.get(combo, [])):
+        if self._beaten(self._cut.floor(self._fronts.get(combo, []))):
             return True
         # Each sub-multiset's own bound as well (dearer to find: only when needed).
-        return sum(combo) > 1 and self._cut.cuts(self._refined(combo))
+        return sum(combo) > 1 and self._beaten(self._cut.floor(self._refined(combo)))
+
+    def _beaten(self, floor: float) -> bool:
+        """Whether packings costing ``floor`` are no cheaper than the incumbent — packing
+        the options planned again (a programme: dear) only when it could say so: when
+        ``floor`` is not below what covering the target with them costs at least."""
+        if self._cut.beats(floor):
+            return True
+        seen = tuple((k, _value(o.candidate, self._by_rate)) for k, o in self._options.items())
+        if seen == self._seen:
+            return False
+        pairs = [(o.price, _value(o.candidate, self._by_rate)) for o in self._options.values()]
+        if floor < self._cut.least_cover(pairs) * (1 - TIE):
+            return False
+        self._seen = seen
+        self._pack()
+        return self._cut.beats(floor)
 
     def _refresh(self) -> None:
-        """The incumbent and the covering again when the options changed."""
+        """The covering again when the options or the compositions not planned changed."""
         seen = tuple((k, _value(o.candidate, self._by_rate)) for k, o in self._options.items())
-        if seen == self._seen and not self._stale:
+        if seen == self._covered and not self._stale:
             return
-        if seen != self._seen:
-            self._seen = seen
-            self._pack()
+        self._covered = seen
         pairs = [(o.price, _value(o.candidate, self._by_rate)) for o in self._options.values()]
         self._cut.update([*pairs, *(p for ps in self._pending.values() for p in ps)])
         self._stale = False

@@ -5,22 +5,26 @@ A composition ``c`` planned gives at most one option: a replica on a sub-multise
 of its nodes (the planner may leave nodes out), or copies side by side on its one
 node.  It costs ``price(s)`` and serves at most ``c``'s relaxation bound ``top(c)``
 (:mod:`~stowplan.serving.bounds`, which holds on every subset), and, when ``c`` has
-several nodes, at most the requests ``s``'s pooled memory holds beside one copy of the
-weights (the memory term of that bound, on ``s``).  :func:`holding_front` lists the
-(price, most served) pairs of every ``s`` that holds the weights and one request.
+several nodes (a pipeline, never copies side by side), at most what ``s`` itself
+allows: the requests its pooled memory holds beside one copy of the weights (the
+memory term of that bound), and that bound on ``s``'s own nodes.
+:func:`holding_front` lists the (price, most served) pairs of every ``s`` that holds
+the weights and one request.
 
 Every packing using that option serves the rest of the target, at least ``target −
 value``, with other options: each is an option already planned (its own price and
 value) or the option of a composition not planned, no cheaper and serving no more
 than some pair of that composition's front.  Dropping the class sizes (any pair any
-number of times) only lowers the least price of covering the rest, so
+number of times) and counting values in whole units rounded up (the need rounded up
+too, as a sum of whole units) only lower the least price of covering the rest, so
 :meth:`PriceCut.rest_price` — an unbounded covering over those pairs — is at most the
 price of the rest of every such packing.
 
 Hence every packing through ``c`` costs at least the least, over ``c``'s front, of
 ``price + rest_price(target − value)``; when that is not below the price of a packing
-already found (the incumbent), ``c`` cannot make the answer cheaper and is not planned.
-The answer then costs no more than the one planning every composition would find.
+already found among the options planned (the incumbent), ``c`` cannot make the answer
+cheaper and is not planned.  The answer then costs no more than the one planning every
+composition would find.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from stowplan.serving.compositions import Composition
 __all__ = [
     "COVER_STEPS",
     "ENUMERATE_LIMIT",
+    "ROUNDING",
     "TIE",
     "ClassMemory",
     "Pair",
@@ -49,9 +54,15 @@ ENUMERATE_LIMIT = 4096
 fractional covering of the memory (cheaper than any that holds the weights) and the
 composition's bound."""
 
-COVER_STEPS = 20000
-"""Integral targets up to this many users are covered exactly by a dynamic programme;
-larger ones (and requests/s) fractionally, at the best price per unit (lower)."""
+COVER_STEPS = 2000
+"""The covering's dynamic programme counts in units of one user up to this many users;
+beyond (and for requests/s) in units of the target over this many, each pair's value
+rounded up to whole units (it then serves at least as much: the price stays a lower
+bound)."""
+
+ROUNDING = 1e-9
+"""Units a quotient is moved towards the safe side before rounding (a value up, a need
+down), so that floating-point division cannot make a bound too high."""
 
 TIE = 1e-12
 """Relative slack when comparing a lower bound with the incumbent: sums of the same
@@ -141,10 +152,11 @@ class PriceCut:
 
     def __init__(self, target: float, *, integral: bool) -> None:
         self._target = target
-        self._integral = integral
         self._incumbent = math.inf
-        self._rest: list[float] | None = None
-        self._ratio = math.inf
+        self._rest: list[float] = [0.0]
+        exact = integral and target <= COVER_STEPS
+        self._unit = 1.0 if exact else max(target, 1e-300) / COVER_STEPS
+        self._steps = math.ceil(target) if exact else COVER_STEPS
 
     @property
     def incumbent(self) -> float:
@@ -157,33 +169,51 @@ class PriceCut:
 
     def update(self, pairs: Iterable[Pair]) -> None:
         """The pairs the rest of a packing may take changed: cover the target again."""
-        best = front(pairs)
-        self._ratio = min((p / v for p, v in best), default=math.inf)
-        steps = math.ceil(self._target)
-        if not self._integral or steps > COVER_STEPS:
-            self._rest = None
-            return
-        self._rest = _cover(best, steps)
+        units = [(p, self._units(v)) for p, v in front(pairs)]
+        self._rest = _cover(units, self._steps)
 
     def rest_price(self, need: float) -> float:
-        """At most the price of any options serving ``need`` more (users, or requests/s)."""
+        """At most the price of any options serving ``need`` more (users, or requests/s):
+        of every packing of them, whose values in whole units (rounded up) reach the
+        need in whole units (rounded up, as their sum is a whole number)."""
         if need <= 0:
             return 0.0
-        if self._rest is not None:
-            return self._rest[min(len(self._rest) - 1, math.ceil(need))]
-        return need * self._ratio
+        if self._unit == 1.0:
+            steps = math.ceil(need)
+        else:
+            steps = max(0, math.ceil(need / self._unit - ROUNDING))
+        return self._rest[min(len(self._rest) - 1, steps)]
 
-    def cuts(self, pairs: Sequence[Pair]) -> bool:
-        """Whether a composition whose options are no cheaper and serve no more than some
-        pair of ``pairs`` (its :func:`holding_front`) cannot give a packing cheaper than
-        the incumbent: then it is not planned."""
-        if not math.isfinite(self._incumbent):
-            return False
-        floor = min(
+    def _units(self, value: float) -> int:
+        """``value`` in whole units, rounded up."""
+        if self._unit == 1.0:
+            return math.ceil(value)
+        return math.ceil(value / self._unit + ROUNDING)
+
+    def floor(self, pairs: Sequence[Pair]) -> float:
+        """The least price of a packing through a composition whose options are no
+        cheaper and serve no more than some pair of ``pairs`` (its
+        :func:`holding_front`); inf without pairs."""
+        return min(
             (p + self.rest_price(self._target - v) for p, v in pairs),
             default=math.inf,
         )
-        return floor >= self._incumbent * (1 - TIE)
+
+    def beats(self, floor: float) -> bool:
+        """Whether packings costing at least ``floor`` are no cheaper than the incumbent."""
+        return math.isfinite(self._incumbent) and floor >= self._incumbent * (1 - TIE)
+
+    def cuts(self, pairs: Sequence[Pair]) -> bool:
+        """Whether a composition of front ``pairs`` cannot give a packing cheaper than the
+        incumbent: then it is not planned."""
+        return self.beats(self.floor(pairs))
+
+    def least_cover(self, pairs: Iterable[Pair]) -> float:
+        """At most the price of any packing of options no better than ``pairs`` reaching
+        the target (below the price of the cheapest packing of them, which a packing
+        programme would make the incumbent)."""
+        units = [(p, self._units(v)) for p, v in front(pairs)]
+        return _cover(units, self._steps)[-1]
 
 
 def front(pairs: Iterable[Pair]) -> list[Pair]:
@@ -196,12 +226,10 @@ def front(pairs: Iterable[Pair]) -> list[Pair]:
     return out
 
 
-def _cover(pairs: Sequence[Pair], steps: int) -> list[float]:
-    """``out[u]``: the least price of copies of ``pairs`` (any number each) serving at
-    least ``u`` users, for ``u`` in ``0 … steps``.  A value is rounded up: the pair then
-    serves at least as much, so the price stays a lower bound."""
+def _cover(units: Sequence[tuple[float, int]], steps: int) -> list[float]:
+    """``out[u]``: the least price of copies of ``units`` ((price, whole units served),
+    any number of each) serving at least ``u`` units, for ``u`` in ``0 … steps``."""
     out = [0.0] + [math.inf] * steps
-    units = [(p, math.ceil(v)) for p, v in pairs]
     for u in range(1, steps + 1):
         best = math.inf
         for price, value in units:
