@@ -17,7 +17,7 @@ from stowplan.plan import plan_to_json
 from stowplan.planner.exact import pipelines
 from stowplan.planner.problem import prepare
 from stowplan.planner.strategies import capacity_arrays, latency, throughput
-from stowplan.planner.strategies.capacity_arrays import ARRAY_NODES, CapacityArrays
+from stowplan.planner.strategies.capacity_arrays import ARRAY_NODES, CapacityArrays, RoleRows
 from stowplan.planner.strategies.throughput import (
     _capacity_order,
     _least_feasible,
@@ -66,8 +66,12 @@ def _tables(model: str, nodes: list[NodeDescriptor], batch: int) -> tuple[object
 
 def _with_arrays(times: _RoleTimes) -> CapacityArrays:
     return CapacityArrays(
-        [times.base[i] for i in times.rep],
-        [times.tail[i] for i in times.rep],
+        RoleRows(
+            [times.base[i] for i in times.rep],
+            range(len(times.rep)),
+            [times.tail[i] for i in times.rep],
+            range(len(times.rep)),
+        ),
         [times.xfer[i] for i in times.rep],
         [times.k_first[i] for i in times.rep],
         times.members,
@@ -261,3 +265,55 @@ def test_the_relaxed_test_on_arrays_is_the_pure_one(n: int) -> None:
             assert arrays.relaxation_fails(t, cm.num_blocks, stages) == expected
             answers.add(expected)
     assert answers == {True, False}
+
+
+@pytest.mark.parametrize("n", [ARRAY_NODES - 1, ARRAY_NODES, ARRAY_NODES + 1, 300])
+@pytest.mark.parametrize("twins", [0.0, 0.4])
+def test_node_classes_on_arrays_are_the_pure_classes(n: int, twins: float) -> None:
+    nodes = _fleet(n + int(twins * 10), n, twins=twins)
+    for model, batch in (("llama3.1:70b", 16), ("llama3.1:405b-q4_0", 4)):
+        cm = prepare(lookup(model), nodes, Constraints(batch=batch)).cost_model()
+        for view in (cm, cm.for_stages(4)):
+            positions = list(range(n))
+            assert throughput._classes_on_arrays(view, positions) == throughput._classes(
+                view, positions
+            )
+            some = sorted(random.Random(n).sample(positions, n // 2))
+            assert throughput._classes_on_arrays(view, some) == throughput._classes(view, some)
+
+
+def test_first_seen_groups_number_groups_as_a_dict_would() -> None:
+    np = capacity_arrays.numpy_module()
+    rng = random.Random(5)
+    for _ in range(30):
+        rows, n = rng.randrange(1, 5), rng.randrange(0, 60)
+        pool = [0.0, -0.0, 1.5, 2.0, 1e-300, float("inf")]
+        columns = [[rng.choice(pool) for _ in range(n)] for _ in range(rows)]
+        index: dict[tuple[float, ...], int] = {}
+        expected_group = [index.setdefault(key, len(index)) for key in zip(*columns, strict=True)]
+        expected_first = [expected_group.index(g) for g in range(len(index))]
+        group, first = capacity_arrays.first_seen_groups(
+            np.array(columns, dtype=np.float64).reshape(rows, n)
+        )
+        assert group.tolist() == expected_group
+        assert first.tolist() == expected_first
+
+
+@pytest.mark.parametrize(("seed", "n"), [(21, ARRAY_NODES), (22, 200)])
+def test_the_test_on_one_node_classes_agrees_with_the_pure_path(seed: int, n: int) -> None:
+    """Every class one node (no twins): the end candidates are the picked classes."""
+    rng = random.Random(seed)
+    for model in ("llama3.1:70b", "llama3.1:405b-q4_0"):
+        times = _pure(_tables(model, _fleet(seed, n, twins=0.0), batch=16)[1])
+        arrays = _with_arrays(times)
+        assert arrays.singletons
+        nb = lookup(model).num_blocks
+        tried = passed = 0
+        for t in _probes(times, rng):
+            expected = times.class_caps(t, strict=False)
+            got = arrays.class_caps(t, strict=False)
+            for stages in (2, 4, 7, n):
+                ok = arrays.passes(got, nb, stages)
+                tried, passed = tried + 1, passed + ok
+                assert ok == _passes(times, expected, nb, stages)
+        assert 0 < passed < tried
