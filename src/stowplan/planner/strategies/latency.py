@@ -16,12 +16,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from operator import attrgetter
-from typing import Any
+from typing import Any, overload
 from weakref import WeakKeyDictionary
 
 from stowplan.cost import CostModel
 from stowplan.planner.problem import Problem
-from stowplan.planner.strategies.capacity_arrays import ARRAY_NODES, numpy_module
+from stowplan.planner.strategies.capacity_arrays import (
+    ARRAY_NODES,
+    first_seen_groups,
+    numpy_module,
+)
 from stowplan.planner.strategies.throughput import Pipeline
 
 __all__ = ["latency_pipeline", "latency_split"]
@@ -75,37 +79,117 @@ class _Node:
         """A node set is the sum of its nodes' bits."""
 
 
-def _surrogates(cm: CostModel) -> list[_Node]:
+def _per_block(cm: CostModel) -> tuple[float, float, float]:
+    """The average block's read bytes (weights and KV), weight bytes and memory."""
     nb = cm.num_blocks
     read = (cm.read_prefix[nb] + cm.kv_prefix[nb]) / nb
-    weights = cm.read_prefix[nb] / nb
-    mem = cm.mem_prefix[nb] / nb
+    return read, cm.read_prefix[nb] / nb, cm.mem_prefix[nb] / nb
 
-    def cap(anchor: int, u: int) -> int:
+
+def _capacities(cm: CostModel, u: int, mem: float) -> tuple[int, int, int]:
+    """Average blocks a node of ``u`` usable bytes holds: alone, beside the embed and
+    beside the head."""
+    nb = cm.num_blocks
+
+    def cap(anchor: int) -> int:
         room = u - anchor
         if room < 0:
             return 0
         return nb if mem <= 0 else min(nb, int(room // mem))
 
+    return cap(0), cap(cm.embed), cap(cm.head)
+
+
+def _rates(cm: CostModel, d: int, read: float, weights: float) -> tuple[float, float]:
+    """Node ``d``'s seconds per average block and the seconds the head adds on it."""
+    ib, fl = cm.inv_bw[d], cm.flop_s_per_byte[d]
+    return cm.block_seconds(d, read, weights), max(cm.head * ib, cm.head * fl)
+
+
+def _surrogates(cm: CostModel) -> list[_Node]:
+    read, weights, mem = _per_block(cm)
     # Nodes alike in bandwidth, compute and block cost share a slope; in memory, capacities.
     rates: dict[tuple[float, float, float], tuple[float, float]] = {}
     capacities: dict[int, tuple[int, int, int]] = {}
     out = []
     for d in range(len(cm.nodes)):
-        ib, fl = cm.inv_bw[d], cm.flop_s_per_byte[d]
-        key = (ib, fl, cm.block_s[d])
+        key = (cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d])
         rate = rates.get(key)
         if rate is None:
-            rate = rates[key] = (
-                cm.block_seconds(d, read, weights),
-                max(cm.head * ib, cm.head * fl),
-            )
+            rate = rates[key] = _rates(cm, d, read, weights)
         u = cm.usable[d]
         caps = capacities.get(u)
         if caps is None:
-            caps = capacities[u] = (cap(0, u), cap(cm.embed, u), cap(cm.head, u))
+            caps = capacities[u] = _capacities(cm, u, mem)
         out.append(_Node(d, rate[0], rate[1], cm.xfer_s[d], cm.latency_s[d] + cm.stage_s[d], caps))
     return out
+
+
+class _NodeTable(Sequence[_Node]):
+    """:func:`_surrogates` on arrays, each node made when first read: the same figures
+    (nodes alike in rates share the rates of the first of them, as there), and the
+    rankings of :data:`_KEYS` sorted on the arrays."""
+
+    def __init__(self, cm: CostModel) -> None:
+        np = numpy_module()
+        read, weights, mem = _per_block(cm)
+        group, firsts = first_seen_groups(
+            np.array([cm.inv_bw, cm.flop_s_per_byte, cm.block_s], dtype=np.float64)
+        )
+        rates = np.array([_rates(cm, d, read, weights) for d in firsts.tolist()])
+        slope, head = rates[group, 0], rates[group, 1]
+        rooms: dict[int, int] = {}
+        room_of = [rooms.setdefault(u, len(rooms)) for u in cm.usable]
+        caps = np.array([_capacities(cm, u, mem) for u in rooms], dtype=np.int64)
+        caps = caps[np.asarray(room_of, dtype=np.int64)]
+        lat = np.asarray(cm.latency_s, dtype=np.float64) + np.asarray(cm.stage_s, dtype=np.float64)
+        self._figures = (slope.tolist(), head.tolist(), list(cm.xfer_s), lat.tolist())
+        self._caps = list(map(tuple, caps.tolist()))
+        self._made: dict[int, _Node] = {}
+        index = np.arange(len(cm.nodes), dtype=np.int64)
+        hop = lat + np.asarray(cm.xfer_s, dtype=np.float64)
+        self.orders = _rank_orders(np, index, slope, hop, caps[:, 0])
+        """The node indices sorted by each of :data:`_KEYS`."""
+
+    def __len__(self) -> int:
+        return len(self._caps)
+
+    @overload
+    def __getitem__(self, d: int) -> _Node: ...
+
+    @overload
+    def __getitem__(self, d: slice) -> list[_Node]: ...
+
+    def __getitem__(self, d: int | slice) -> _Node | list[_Node]:
+        if isinstance(d, slice):
+            return [self[i] for i in range(len(self))[d]]
+        made = self._made.get(d)
+        if made is None:
+            slope, head, xfer, lat = self._figures
+            made = self._made[d] = _Node(d, slope[d], head[d], xfer[d], lat[d], self._caps[d])
+        return made
+
+
+class _Ranking(Sequence[_Node]):
+    """Nodes in one ranking's order, made as they are read."""
+
+    def __init__(self, order: list[int], nodes: _NodeTable) -> None:
+        self.order, self.nodes = order, nodes
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    @overload
+    def __getitem__(self, i: int) -> _Node: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[_Node]: ...
+
+    def __getitem__(self, i: int | slice) -> _Node | list[_Node]:
+        if isinstance(i, slice):
+            nodes = self.nodes
+            return [nodes[d] for d in self.order[i]]
+        return self.nodes[self.order[i]]
 
 
 _Arranged = tuple[float, list[int], list[int]]
@@ -377,13 +461,23 @@ def _rankings_on_arrays(nodes: list[_Node]) -> list[list[_Node]]:
     slope = np.array([x.slope for x in nodes])
     hop = np.array([x.lat for x in nodes]) + np.array([x.xfer for x in nodes])
     cap = np.array([x.cap_mid for x in nodes], dtype=np.int64)
+    orders = _rank_orders(np, np.arange(len(nodes)), slope, hop, cap, index)
+    return [[nodes[i] for i in order] for order in orders]
+
+
+def _rank_orders(
+    np: Any, at: Any, slope: Any, hop: Any, cap: Any, index: Any = None
+) -> list[list[int]]:
+    """Positions ``at`` sorted by each of :data:`_KEYS` from the nodes' slopes, hops
+    (latency and transfer), capacities and indices (``at`` itself when not given)."""
+    index = at if index is None else index
     orders = (
         np.lexsort((index, slope)),
         np.lexsort((index, slope, hop)),
         np.lexsort((index, hop / np.maximum(cap, 1) + slope)),
         np.lexsort((index, slope, -cap)),
     )
-    return [[nodes[i] for i in order.tolist()] for order in orders]
+    return [at[order].tolist() for order in orders]
 
 
 class _Surrogates:
@@ -392,12 +486,17 @@ class _Surrogates:
     stage counts that step at one microbatch plan on one model."""
 
     def __init__(self, cm: CostModel) -> None:
-        self.nodes = _surrogates(cm)
-        self.batched = len(self.nodes) >= ARRAY_NODES and numpy_module() is not None
-        """Whether the rankings are sorted, and a member list's swaps timed, on arrays."""
+        self.batched = len(cm.nodes) >= ARRAY_NODES and numpy_module() is not None
+        """Whether the nodes are figured and ranked, and a member list's swaps timed, on
+        arrays."""
+        self.nodes: Sequence[_Node]
+        self.rankings: list[Sequence[_Node]]
         if self.batched:
-            self.rankings = _rankings_on_arrays(self.nodes)
+            table = _NodeTable(cm)
+            self.nodes = table
+            self.rankings = [_Ranking(order, table) for order in table.orders]
         else:
+            self.nodes = _surrogates(cm)
             self.rankings = [sorted(self.nodes, key=k) for k in _KEYS]
         self.arranged: dict[tuple[int, ...], _Arranged | None] = {}
         self.timed: dict[tuple[int, ...], float | None] = {}
