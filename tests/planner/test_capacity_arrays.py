@@ -11,12 +11,12 @@ from itertools import pairwise
 
 import pytest
 
-from stowplan import Constraints, NodeDescriptor, lookup, plan
+from stowplan import Constraints, NodeDescriptor, PlanError, lookup, plan
 from stowplan.model import Metric
 from stowplan.plan import plan_to_json
 from stowplan.planner.exact import pipelines
 from stowplan.planner.problem import prepare
-from stowplan.planner.strategies import capacity_arrays, latency, throughput
+from stowplan.planner.strategies import capacity_arrays, fractional, latency, throughput
 from stowplan.planner.strategies.capacity_arrays import ARRAY_NODES, CapacityArrays, RoleRows
 from stowplan.planner.strategies.throughput import (
     _capacity_order,
@@ -317,3 +317,34 @@ def test_the_test_on_one_node_classes_agrees_with_the_pure_path(seed: int, n: in
                 tried, passed = tried + 1, passed + ok
                 assert ok == _passes(times, expected, nb, stages)
         assert 0 < passed < tried
+
+
+@pytest.mark.parametrize("n", [2, ARRAY_NODES - 1, ARRAY_NODES, ARRAY_NODES + 1, 300])
+def test_the_fractional_bound_is_the_fluid_bound(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept per cost model and stage limit, asked in any order, on arrays or lists: the
+    same floats as :func:`fluid_bound`."""
+    rng = random.Random(n * 13)
+    nodes = _fleet(n + 29, n, twins=0.2)
+    for model, batch in (("llama3.1:70b", 16), ("llama3.1:405b-q4_0", 8), ("llama3.1:8b", 1)):
+        try:
+            problem = prepare(lookup(model), nodes, Constraints(batch=batch))
+        except PlanError:
+            continue  # too few nodes to hold the model
+        cm = problem.cost_model()
+        asks = [
+            (replace(problem, min_stages=lo, max_stages=hi), view, objective)
+            for lo in {1, 2, min(4, problem.max_stages)}
+            for hi in {1, 2, min(9, problem.max_stages), problem.max_stages}
+            if lo <= hi
+            for view in (cm, cm.for_stages(hi))
+            for objective in (Metric.THROUGHPUT, Metric.LATENCY)
+        ]
+        rng.shuffle(asks)
+        for ask in asks + asks[::2]:
+            expected = pipelines.fluid_bound(*ask)
+            assert fractional.fractional_bound(*ask) == expected
+        with monkeypatch.context() as m:
+            m.setattr(fractional, "numpy_module", lambda: None)
+            m.setattr(fractional, "_FIGURES", type(fractional._FIGURES)())
+            for ask in asks:
+                assert fractional.fractional_bound(*ask) == pipelines.fluid_bound(*ask)
