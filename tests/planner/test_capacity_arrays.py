@@ -348,3 +348,25 @@ def test_the_fractional_bound_is_the_fluid_bound(n: int, monkeypatch: pytest.Mon
             m.setattr(fractional, "_FIGURES", type(fractional._FIGURES)())
             for ask in asks:
                 assert fractional.fractional_bound(*ask) == pipelines.fluid_bound(*ask)
+
+
+def _figures(x: latency._Node) -> tuple[object, ...]:
+    return (x.index, x.slope, x.head, x.xfer, x.lat, x.cap_mid, x.cap_first, x.cap_last)
+
+
+@pytest.mark.parametrize("n", [ARRAY_NODES, ARRAY_NODES + 1, 300])
+@pytest.mark.parametrize("twins", [0.0, 0.4])
+def test_surrogates_on_arrays_are_the_pure_surrogates(n: int, twins: float) -> None:
+    nodes = _fleet(n * 3 + int(twins * 10), n, twins=twins)
+    for model, batch in (("llama3.1:70b", 16), ("llama3.1:405b-q4_0", 4)):
+        cm = prepare(lookup(model), nodes, Constraints(batch=batch)).cost_model()
+        for view in (cm, cm.for_stages(3)):
+            pure = latency._surrogates(view)
+            table = latency._NodeTable(view)
+            assert len(table) == len(pure)
+            assert [_figures(x) for x in table[:]] == [_figures(x) for x in pure]
+            expected = [[x.index for x in sorted(pure, key=k)] for k in latency._KEYS]
+            assert table.orders == expected
+            ranking = latency._Ranking(table.orders[2], table)
+            assert [x.index for x in ranking[:7]] == expected[2][:7]
+            assert ranking[3] is table[expected[2][3]]
