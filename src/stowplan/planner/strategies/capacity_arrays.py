@@ -93,6 +93,9 @@ _UNABLE = 2**63 - 1
 _ROLE_ROWS = [[0], [1], [0], [1]]
 """Per row of the end keys, its role (0: first, 1: last)."""
 
+_ROLE_PAIR = [[0], [1]]
+"""The rows of the two roles (first, last), to index a column per row."""
+
 Caps = tuple[list[int], list[int], list[int]]
 """Per class: blocks it holds as an interior stage, as stage 0 and as the last stage."""
 
@@ -112,9 +115,10 @@ def _rows(np: Any, lists: Sequence[Sequence[float]], of: Sequence[int]) -> tuple
 class _Probe:
     """The capacity test's figures at one bottleneck, whatever the stage limit: the class
     capacities, the interior by value (None when no class can take an end role), the
-    best first plus the best last capacity, and the end pairs once listed."""
+    best first plus the best last capacity, and the end pairs once listed (the leading
+    ones, and all of them)."""
 
-    __slots__ = ("best_ends", "caps", "interior", "pairs")
+    __slots__ = ("best_ends", "caps", "interior", "leading", "pairs")
 
     def __init__(
         self, caps: tuple[Any, Any, Any], interior: Interior | None, best_ends: int
@@ -123,6 +127,7 @@ class _Probe:
         self.interior = interior
         self.best_ends = best_ends
         self.pairs: list[tuple[int, int, int, int]] | None = None
+        self.leading: list[tuple[int, int, int, int]] | None = None
 
 
 class _Bracket:
@@ -178,6 +183,23 @@ class _Listed:
         mids = self.lo_caps[0] + np.bincount(self.of0[self.values0 <= t], minlength=k)
         lasts = self.lo_caps[2] + np.bincount(self.of2[self.values2 <= t], minlength=k)
         return mids, np.minimum(mids, self.k_first), lasts
+
+
+def _pairs_of(
+    caps: tuple[Any, Any, Any], ends_first: list[tuple[int, int]], ends_last: list[tuple[int, int]]
+) -> list[tuple[int, int, int, int]]:
+    """Every pair of a first and a last end (node position, class) on distinct nodes, as
+    (capacity as first, as last, and the two classes' interior capacities)."""
+    mid, first, last = caps
+    first_at = {c: int(first[c]) for _, c in ends_first}
+    last_at = {c: int(last[c]) for _, c in ends_last}
+    mid_at = {c: int(mid[c]) for _, c in ends_first + ends_last}
+    return [
+        (first_at[cf], last_at[cl], mid_at[cf], mid_at[cl])
+        for f, cf in ends_first
+        for lst, cl in ends_last
+        if f != lst
+    ]
 
 
 class CapacityArrays:
@@ -317,38 +339,62 @@ class CapacityArrays:
         """What the capacity test needs at these capacities whatever the stage limit."""
         np = self.np
         mid, first, last = caps
-        if not first.any() or not last.any():
+        best_first, best_last = int(first.max()), int(last.max())
+        if not best_first or not best_last:
             return _Probe(caps, None, 0)  # no class able to take a role: no end candidate
-        held = mid > 0
-        values: list[int] = []
-        reach: list[int] = []
-        sums: list[int] = []
-        if held.any():
-            per_value = np.bincount(mid[held], weights=self.sizes[held]).astype(np.int64)
-            present = np.flatnonzero(per_value)[::-1]
-            counts = per_value[present]
-            values = present.tolist()
-            reach = np.cumsum(counts).tolist()
-            sums = np.cumsum(counts * present).tolist()
+        # Nodes per interior capacity (0 left out), largest capacity first.
+        if self.singletons:
+            per_value = np.bincount(mid)
+        else:
+            per_value = np.bincount(mid, weights=self.sizes).astype(np.int64)
+        per_value[0] = 0
+        present = np.flatnonzero(per_value)[::-1]
+        counts = per_value[present]
+        interior = Interior(
+            present.tolist(), np.cumsum(counts).tolist(), np.cumsum(counts * present).tolist()
+        )
         # The largest capacity in each role is among that role's end candidates.
-        return _Probe(caps, Interior(values, reach, sums), int(first.max()) + int(last.max()))
+        return _Probe(caps, interior, best_first + best_last)
 
     def _pairs(self, probe: _Probe, nb: int) -> list[tuple[int, int, int, int]]:
-        """The end pairs the test tries, in its order: (capacity as first, as last, and
-        the two nodes' interior capacities), of distinct nodes."""
+        """The end pairs the test tries: (capacity as first, as last, and the two nodes'
+        interior capacities), of distinct nodes."""
         if probe.pairs is None:
             mid, first, last = probe.caps
-            ends_first, ends_last = self._ends(first, last, mid, nb)
-            first_at = {c: int(first[c]) for _, c in ends_first}
-            last_at = {c: int(last[c]) for _, c in ends_last}
-            mid_at = {c: int(mid[c]) for _, c in ends_first + ends_last}
-            probe.pairs = [
-                (first_at[cf], last_at[cl], mid_at[cf], mid_at[cl])
-                for f, cf in ends_first
-                for lst, cl in ends_last
-                if f != lst
-            ]
+            probe.pairs = _pairs_of(probe.caps, *self._ends(first, last, mid, nb))
         return probe.pairs
+
+    def _leading_pairs(self, probe: _Probe, nb: int) -> list[tuple[int, int, int, int]]:
+        """Some of the pairs :meth:`_pairs` lists, found cheaply: the two largest
+        capacities in each role (ties to the least id) are among its end candidates."""
+        if probe.leading is None:
+            _, first, last = probe.caps
+            probe.leading = _pairs_of(probe.caps, *self._leaders(first, last, nb))
+        return probe.leading
+
+    def _leaders(
+        self, first: Any, last: Any, nb: int
+    ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """Per role (first, last), the two nodes (position, class) of largest capacity in
+        it, ties to the least id, of those able to take it."""
+        np = self.np
+        roles = np.stack((first, last))
+        keys = np.where(roles > 0, (nb - roles) * self.id_span + self.first_ids, _UNABLE)
+        k = keys.shape[1]
+        two = np.argpartition(keys, 1, axis=1)[:, :2] if k > 2 else np.tile(np.arange(k), (2, 1))
+        found = keys[_ROLE_PAIR, two] < _UNABLE
+        held = roles[_ROLE_PAIR, two]
+        ids_of, members = self.ids, self.members
+        out = []
+        for classes, able, role in zip(two.tolist(), found.tolist(), held.tolist(), strict=True):
+            ranked = sorted(
+                (-r, ids_of[i], i, c)
+                for c, ok, r in zip(classes, able, role, strict=True)
+                if ok
+                for i in members[c][:2]
+            )
+            out.append([(i, c) for *_, i, c in ranked[:2]])
+        return out[0], out[1]
 
     def _probe_passes(self, probe: _Probe, nb: int, max_stages: int) -> bool:
         """:meth:`passes` from a probe's figures."""
@@ -360,9 +406,12 @@ class CapacityArrays:
         # when the best ends with the whole top cannot.
         if probe.best_ends + interior.top(min(k_inner, interior.size)) < nb:
             return False
+        # Whether some pair passes: the leading pairs first (listing every end candidate
+        # costs more, and is needed only when none of them does).
         return any(
             interior.pair_passes(f, lst, mf, ml, k_inner, nb)
-            for f, lst, mf, ml in self._pairs(probe, nb)
+            for pairs in (self._leading_pairs, self._pairs)
+            for f, lst, mf, ml in pairs(probe, nb)
         )
 
     def passes(self, caps: tuple[Any, Any, Any], nb: int, max_stages: int) -> bool:
@@ -430,7 +479,8 @@ class CapacityArrays:
             )
         )
         weights = np.concatenate((spans.w0, spans.w2))
-        order = np.lexsort((weights, middle))
+        # Alike middle values are one pivot whichever of them the weights reach.
+        order = np.argsort(middle, kind="stable")
         reached = np.cumsum(weights[order])
         at = int(np.searchsorted(reached, spans.count / 2, side="left"))
         return float(middle[order[min(at, len(order) - 1)]])
