@@ -378,51 +378,38 @@ def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list
     )
     has_all_first = column_of([x is not None for x in all_firsts], bool)
     ok = (y_is_last | has_last) & np.where(y_is_last, has_all_first, y_is_first | has_rest_first)
-    rows = np.arange(m + 1)[:, None]
-    # Capacities of the members (per row and y) and of y.
-    caps = []
-    present = []
+    # Per family, member and y (axes 0, 1, 2): whether the member is in the family, and
+    # its capacity in the role it takes there.
+    present = (np.arange(m + 1)[:, None] != np.arange(m)[None, :])[:, :, None]
+    y_last3, y_first3 = y_is_last[:, None, :], y_is_first[:, None, :]
+    is_last = _is_each(np, lasts, members)[:, :, None] & ~y_last3
+    is_first = (_is_each(np, rest_firsts, members)[:, :, None] & ~y_last3 & ~y_first3) | (
+        _is_each(np, all_firsts, members)[:, :, None] & y_last3
+    )
+    caps = np.where(
+        is_first,
+        _member_column(np, members, "cap_first"),
+        np.where(
+            is_last, _member_column(np, members, "cap_last"), _member_column(np, members, "cap_mid")
+        ),
+    )
     y_cap = np.where(y_is_last, y_last, np.where(y_is_first, y_first, y_mid))
-    total = y_cap.copy()
-    ok &= y_cap >= 1
-    for j, x in enumerate(members):
-        here = rows != j
-        is_last = column_of([last is x for last in lasts], bool) & ~y_is_last
-        is_first = (column_of([f is x for f in rest_firsts], bool) & ~y_is_last & ~y_is_first) | (
-            column_of([f is x for f in all_firsts], bool) & y_is_last
-        )
-        cap = np.where(is_first, x.cap_first, np.where(is_last, x.cap_last, x.cap_mid))
-        ok &= ~here | (cap >= 1)
-        total = total + np.where(here, cap, 0)
-        caps.append(cap)
-        present.append(here)
+    ok &= (y_cap >= 1) & (~present | (caps >= 1)).all(axis=1)
+    total = y_cap + np.where(present, caps, 0).sum(axis=1)
     sizes = column_of([len(f) + 1 for f in families], np.int64)
     left = nb - sizes
     ok &= (total >= nb) & (left >= 0)
     if not ok.any():
         return [[None] * len(ys) for _ in families]
-    # The greedy fill, fastest first: a node takes what the ones before left, up to its room.
-    y_spare = y_cap - 1
-    before = np.zeros(ok.shape, dtype=np.int64)
-    y_before = np.zeros(ok.shape, dtype=np.int64)
-    y_placed = np.zeros(ok.shape, dtype=bool)
-    counts: list[Any] = [None] * m
-    for j in sorted(range(m), key=lambda j: members[j].slope_key):
-        x = members[j]
-        y_ahead = ~y_placed & ((y_slope < x.slope) | ((y_slope == x.slope) & (y_index < x.index)))
-        y_before = np.where(y_ahead, before, y_before)
-        before = before + np.where(y_ahead, y_spare, 0)
-        y_placed |= y_ahead
-        spare = np.where(present[j], caps[j] - 1, 0)
-        counts[j] = 1 + np.minimum(np.maximum(left - before, 0), spare)
-        before = before + spare
-    y_before = np.where(y_placed, y_before, before)
-    y_count = 1 + np.minimum(np.maximum(left - y_before, 0), y_spare)
-    # The time, summed in the list's order.
-    acc = np.zeros(ok.shape)
-    for j, x in enumerate(members):
-        acc = acc + np.where(present[j], x.slope * counts[j] + x.lat, 0.0)
-    acc = acc + (y_slope * y_count + y_lat)
+    counts, y_count = _greedy_fill(np, members, caps, present, y_cap, y_slope, y_index, left)
+    # The time, summed in the list's order (a member left out adds 0.0).
+    terms = np.where(
+        present,
+        _member_column(np, members, "slope") * counts + _member_column(np, members, "lat"),
+        0.0,
+    )
+    acc = np.add.accumulate(np.concatenate((np.zeros_like(terms[:, :1]), terms), axis=1), axis=1)
+    acc = acc[:, -1] + (y_slope * y_count + y_lat)
     head = np.where(y_is_last, y_head, column_of([x.head if x else 0.0 for x in lasts]))
     time = head + acc
     xfer_kept = column_of(
@@ -434,6 +421,50 @@ def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list
         [t if good else None for t, good in zip(row, row_ok, strict=True)]
         for row, row_ok in zip(time.tolist(), ok.tolist(), strict=True)
     ]
+
+
+def _is_each(np: Any, chosen: list[_Node | None], members: list[_Node]) -> Any:
+    """Per family (row) and member (column), whether the member is the family's node
+    ``chosen`` (None: none)."""
+    return np.array([[c is x for x in members] for c in chosen], dtype=bool).reshape(
+        len(chosen), len(members)
+    )
+
+
+def _member_column(np: Any, members: list[_Node], figure: str) -> Any:
+    """A member figure along axis 1 of (family, member, y) arrays."""
+    return np.array([getattr(x, figure) for x in members])[None, :, None]
+
+
+def _greedy_fill(
+    np: Any,
+    members: list[_Node],
+    caps: Any,
+    present: Any,
+    y_cap: Any,
+    y_slope: Any,
+    y_index: Any,
+    left: Any,
+) -> tuple[Any, Any]:
+    """:func:`_arrange`'s greedy fill per family and y, fastest first: every node keeps
+    one block and takes what the ones before it left, up to its room.  The blocks of each
+    member (family, member, y) and of y (family, y)."""
+    m = len(members)
+    rank = sorted(range(m), key=lambda j: members[j].slope_key)
+    spare = np.where(present, caps - 1, 0)[:, rank, :]
+    slope = np.array([members[j].slope for j in rank])[:, None]
+    index = np.array([members[j].index for j in rank])[:, None]
+    # Whether y comes before the member of each rank (its slope key is less).
+    y_first = (y_slope < slope) | ((y_slope == slope) & (y_index < index))
+    y_spare = y_cap - 1
+    ahead = np.cumsum(spare, axis=1) - spare
+    before = ahead + np.where(y_first[None, :, :], y_spare[:, None, :], 0)
+    counts = 1 + np.minimum(np.maximum(left[:, :, None] - before, 0), spare)
+    y_before = np.where(y_first[None, :, :], 0, spare).sum(axis=1)
+    y_count = 1 + np.minimum(np.maximum(left - y_before, 0), y_spare)
+    order = np.empty(m, dtype=np.int64)
+    order[rank] = np.arange(m)
+    return counts[:, order, :], y_count
 
 
 def _to_pipeline(order: list[int], counts: list[int]) -> Pipeline:
