@@ -302,24 +302,43 @@ class _Scorer:
             for rest in families:
                 out.append([self.time([*rest, y]) for y in ys])
             return out
-        seen = self.seen
         times = _swap_times(members, ys, self.nb)
         mask = 0
         for x in members:
             mask |= x.bit
+        bits = [y.bit for y in ys]
         table: list[list[float | None]] = []
         for i, rest in enumerate(families):
             within = self.min_n <= len(rest) + 1 <= self.max_n
             rest_mask = mask & ~members[i].bit if i < m else mask
-            row: list[float | None] = []
-            for y, t in zip(ys, times[i], strict=True):
-                key = rest_mask | y.bit
-                if key not in seen:
-                    seen[key] = (t, rest, y) if within and t is not None else None
-                found = seen[key]
-                row.append(None if found is None else found[0])
-            table.append(row)
+            table.append(self._keep(rest, rest_mask, ys, bits, times[i] if within else None))
         return table
+
+    def _keep(
+        self,
+        rest: list[_Node],
+        rest_mask: int,
+        ys: Sequence[_Node],
+        bits: list[int],
+        times: list[float | None] | None,
+    ) -> list[float | None]:
+        """Each set ``[*rest, y]``'s time as scored (its first time, in the order it first
+        came in), keeping the new ones: ``times`` per y (None: all outside the stage
+        limits).  A set with no time is not kept: any order of it has none (the ends,
+        capacities and fill do not depend on the order), and it is None again."""
+        seen = self.seen
+        row: list[float | None] = []
+        append = row.append
+        for y, bit, t in zip(ys, bits, times or [None] * len(ys), strict=True):
+            key = rest_mask | bit
+            if key in seen:
+                found = seen[key]
+                append(None if found is None else found[0])
+            else:
+                if t is not None:
+                    seen[key] = (t, rest, y)
+                append(t)
+        return row
 
 
 _BATCH = 8
