@@ -275,11 +275,10 @@ def test_node_classes_on_arrays_are_the_pure_classes(n: int, twins: float) -> No
         cm = prepare(lookup(model), nodes, Constraints(batch=batch)).cost_model()
         for view in (cm, cm.for_stages(4)):
             positions = list(range(n))
-            assert throughput._classes_on_arrays(view, positions) == throughput._classes(
-                view, positions
-            )
             some = sorted(random.Random(n).sample(positions, n // 2))
-            assert throughput._classes_on_arrays(view, some) == throughput._classes(view, some)
+            for chosen in (positions, some):
+                found = throughput._classes_on_arrays(view, chosen)
+                assert throughput._as_lists(found, chosen) == throughput._classes(view, chosen)
 
 
 def test_first_seen_groups_number_groups_as_a_dict_would() -> None:
@@ -304,9 +303,11 @@ def test_the_test_on_one_node_classes_agrees_with_the_pure_path(seed: int, n: in
     """Every class one node (no twins): the end candidates are the picked classes."""
     rng = random.Random(seed)
     for model in ("llama3.1:70b", "llama3.1:405b-q4_0"):
-        times = _pure(_tables(model, _fleet(seed, n, twins=0.0), batch=16)[1])
-        arrays = _with_arrays(times)
-        assert arrays.singletons
+        built = _tables(model, _fleet(seed, n, twins=0.0), batch=16)[1]
+        arrays = built.arrays  # built without member lists: every class is one node
+        assert arrays is not None and arrays.singletons
+        times = _pure(built)
+        listed = _with_arrays(times)
         nb = lookup(model).num_blocks
         tried = passed = 0
         for t in _probes(times, rng):
@@ -316,7 +317,11 @@ def test_the_test_on_one_node_classes_agrees_with_the_pure_path(seed: int, n: in
                 ok = arrays.passes(got, nb, stages)
                 tried, passed = tried + 1, passed + ok
                 assert ok == _passes(times, expected, nb, stages)
+                if stages == 4:
+                    assert arrays.order(got, nb, stages) == listed.order(got, nb, stages)
         assert 0 < passed < tried
+        for stages in (2, 4, 7, n):
+            assert arrays.least_feasible(nb, stages) == _least_feasible(times, nb, stages)
 
 
 @pytest.mark.parametrize("n", [2, ARRAY_NODES - 1, ARRAY_NODES, ARRAY_NODES + 1, 300])

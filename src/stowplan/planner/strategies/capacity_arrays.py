@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 from stowplan.planner.strategies.interior import Interior
 
@@ -202,14 +202,35 @@ def _pairs_of(
     ]
 
 
+class _Singletons(Sequence[list[int]]):
+    """Per class its one node position, as a list of members."""
+
+    def __init__(self, positions: list[int]) -> None:
+        self.positions = positions
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    @overload
+    def __getitem__(self, c: int) -> list[int]: ...
+
+    @overload
+    def __getitem__(self, c: slice) -> list[list[int]]: ...
+
+    def __getitem__(self, c: int | slice) -> list[int] | list[list[int]]:
+        if isinstance(c, slice):
+            return [[p] for p in self.positions[c]]
+        return [self.positions[c]]
+
+
 class CapacityArrays:
     """Per class, its stage times as array rows (the figures the capacity test counts).
 
     ``rows`` holds each class's base times (blocks ``[0, k)`` without its transfer
     ``xfer[c]``: the stage-0 and interior role) and tail times (the last k blocks with the
     head: the last role); ``k_first[c]`` is the most blocks it holds beside the embed;
-    ``members[c]`` its node positions sorted by id, ``ids`` the node id of every
-    position, ``cls`` the class of every position.
+    ``members[c]`` its node positions sorted by id (None when every class is one node),
+    ``ids`` the node id of every position, ``cls`` the class of every position.
     """
 
     def __init__(
@@ -217,7 +238,7 @@ class CapacityArrays:
         rows: RoleRows,
         xfer: Sequence[float],
         k_first: Sequence[int],
-        members: Sequence[Sequence[int]],
+        members: Sequence[Sequence[int]] | None,
         ids: Sequence[int],
         cls: Sequence[int],
     ) -> None:
@@ -228,21 +249,25 @@ class CapacityArrays:
         self.stage = base_rows + np.asarray(xfer, dtype=np.float64)[:, None]
         self.tail, self.tail_len = _rows(np, rows.tail, rows.tail_of)
         self.k_first = np.asarray(k_first, dtype=np.int64)
-        self.members = members
         self.ids = ids
-        self.singletons = len(members) == len(ids)
-        """Whether every class is one node (then a picked class is its own candidate)."""
-        self.sizes = (
-            np.ones(len(members), dtype=np.int64)
-            if self.singletons
-            else np.array([len(m) for m in members], dtype=np.int64)
-        )
-        self.node_ids = np.asarray(ids, dtype=np.int64)
-        self.first_ids = self.node_ids[np.array([m[0] for m in members], dtype=np.int64)]
-        self.id_span = int(self.node_ids.max(initial=0)) + 1
-        """Node ids are below this: the ends' keys pack an id under the capacities."""
         self.cls = np.asarray(cls, dtype=np.int64)
         """Per node position, its class."""
+        self.node_ids = np.asarray(ids, dtype=np.int64)
+        self.singletons = members is None or len(members) == len(ids)
+        """Whether every class is one node (then a picked class is its own candidate)."""
+        if members is None:
+            firsts = np.empty(len(self.cls), dtype=np.int64)
+            firsts[self.cls] = np.arange(len(self.cls))
+            members = _Singletons(firsts.tolist())
+            self.sizes = np.ones(len(firsts), dtype=np.int64)
+        else:
+            firsts = np.array([m[0] for m in members], dtype=np.int64)
+            self.sizes = np.array([len(m) for m in members], dtype=np.int64)
+        self.members: Sequence[Sequence[int]] = members
+        """Per class, its node positions sorted by id (None given: every class one node)."""
+        self.first_ids = self.node_ids[firsts]
+        self.id_span = int(self.node_ids.max(initial=0)) + 1
+        """Node ids are below this: the ends' keys pack an id under the capacities."""
         self._probes: dict[tuple[float, int], _Probe] = {}
         """The capacity test's figures per bottleneck probed (and block count)."""
 

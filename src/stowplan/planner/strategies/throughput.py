@@ -30,8 +30,9 @@ import math
 import operator
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
+from functools import cached_property
 from itertools import accumulate, compress
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from weakref import WeakKeyDictionary
 
 from stowplan.cost import CostModel
@@ -191,39 +192,74 @@ class _RoleTimes:
 
     def __init__(self, cm: CostModel, nodes: Sequence[int]) -> None:
         self.nodes = list(nodes)
-        self.xfer = [cm.xfer_s[d] for d in self.nodes]
-        on_arrays = len(self.nodes) >= ARRAY_NODES and numpy_module() is not None
-        found = (_classes_on_arrays if on_arrays else _classes)(cm, self.nodes)
-        self.cls = found.cls
-        """Per node position, its class: nodes alike in every figure the times use."""
-        self.members = found.members
-        """Per class, its node positions in order (of node id)."""
-        self._held = found.held
-        """Per class, the blocks it holds as an interior stage, as stage 0, as the last."""
-        self._base, self._base_of = found.base, found.base_of
-        self._tail, self._tail_of = found.tail, found.tail_of
-        nodes_ = self.nodes
-        self.rep = [m[0] for m in self.members]
-        """Per class, its first node position (whose figures every member shares)."""
-        self.first_ids = [nodes_[i] for i in self.rep]
-        """Per class, its first member's node id (the least)."""
-        self.sizes = [len(m) for m in self.members]
-        """Per class, how many nodes it has."""
-        self._rep_tail = [self._tail[g] for g in self._tail_of]
-        self._rep_k_first = [h[1] for h in self._held]
-        self._stage: list[list[float]] | None = None
         self.arrays: CapacityArrays | None = None
         """The same figures on arrays, on a fleet of :data:`ARRAY_NODES` classes of
         nodes or more (few classes of many alike nodes stay on the pure path)."""
-        if on_arrays and len(self.members) >= ARRAY_NODES:
-            self.arrays = CapacityArrays(
-                RoleRows(self._base, self._base_of, self._tail, self._tail_of),
-                [self.xfer[i] for i in self.rep],
-                self._rep_k_first,
-                self.members,
-                self.nodes,
-                self.cls,
-            )
+        self._source: _Classes | _ClassArrays
+        if len(self.nodes) >= ARRAY_NODES and numpy_module() is not None:
+            self._source = found = _classes_on_arrays(cm, self.nodes)
+            if len(found.firsts) >= ARRAY_NODES:
+                self.arrays = CapacityArrays(
+                    RoleRows(found.base, found.base_of, found.tail, found.tail_of),
+                    found.xfer,
+                    found.held[:, 1],
+                    None if found.singletons else self.members,
+                    self.nodes,
+                    found.cls,
+                )
+        else:
+            self._source = _classes(cm, self.nodes)
+        self._stage: list[list[float]] | None = None
+
+    @cached_property
+    def _lists(self) -> _Classes:
+        """The classes as lists (built on first use when they came on arrays)."""
+        source = self._source
+        return source if isinstance(source, _Classes) else _as_lists(source, self.nodes)
+
+    @property
+    def cls(self) -> list[int]:
+        """Per node position, its class: nodes alike in every figure the times use."""
+        return self._lists.cls
+
+    @property
+    def members(self) -> list[list[int]]:
+        """Per class, its node positions in order (of node id)."""
+        return self._lists.members
+
+    @property
+    def _held(self) -> list[tuple[int, int, int]]:
+        """Per class, the blocks it holds as an interior stage, as stage 0, as the last."""
+        return self._lists.held
+
+    @cached_property
+    def xfer(self) -> list[float]:
+        """Per node position, its transfer."""
+        return self._lists.xfer
+
+    @cached_property
+    def rep(self) -> list[int]:
+        """Per class, its first node position (whose figures every member shares)."""
+        return [m[0] for m in self.members]
+
+    @cached_property
+    def first_ids(self) -> list[int]:
+        """Per class, its first member's node id (the least)."""
+        return [self.nodes[i] for i in self.rep]
+
+    @cached_property
+    def sizes(self) -> list[int]:
+        """Per class, how many nodes it has."""
+        return [len(m) for m in self.members]
+
+    @cached_property
+    def _rep_tail(self) -> list[list[float]]:
+        found = self._lists
+        return [found.tail[g] for g in found.tail_of]
+
+    @cached_property
+    def _rep_k_first(self) -> list[int]:
+        return [h[1] for h in self._held]
 
     @property
     def k_mid(self) -> list[int]:
@@ -243,7 +279,8 @@ class _RoleTimes:
     @property
     def base(self) -> list[list[float]]:
         """Per node position, its base times (blocks ``[0, k)`` without its transfer)."""
-        return [self._base[self._base_of[c]] for c in self.cls]
+        found = self._lists
+        return [found.base[found.base_of[c]] for c in self.cls]
 
     @property
     def tail(self) -> list[list[float]]:
@@ -255,9 +292,10 @@ class _RoleTimes:
         """Per class, the stage times as the test compares them (``v + xfer``, the same
         floats): a capacity at T is then one bisection of a sorted list."""
         if self._stage is None:
+            found = self._lists
             self._stage = [
-                [v + self.xfer[i] for v in self._base[g]]
-                for i, g in zip(self.rep, self._base_of, strict=True)
+                [v + self.xfer[i] for v in found.base[g]]
+                for i, g in zip(self.rep, found.base_of, strict=True)
             ]
         return self._stage
 
@@ -333,6 +371,8 @@ class _Classes(NamedTuple):
     base_of: list[int]
     tail: list[list[float]]
     tail_of: list[int]
+    xfer: list[float]
+    """Per node position, its transfer."""
 
 
 def _classes(cm: CostModel, nodes: list[int]) -> _Classes:
@@ -368,10 +408,34 @@ def _classes(cm: CostModel, nodes: list[int]) -> _Classes:
                     rows.append(times(cm, *rates, k))
                 of.append(g)
         cls.append(c)
-    return _Classes(cls, _members(cls, len(held), nodes), held, base, base_of, tail, tail_of)
+    members = _members(cls, len(held), nodes)
+    xfer = [cm.xfer_s[d] for d in nodes]
+    return _Classes(cls, members, held, base, base_of, tail, tail_of, xfer)
 
 
-def _classes_on_arrays(cm: CostModel, nodes: list[int]) -> _Classes:
+class _ClassArrays(NamedTuple):
+    """:class:`_Classes` on arrays: per node position its class (``cls``); per class its
+    first position (``firsts``), blocks held per role (``held``, one row each), transfer
+    (``xfer``) and time lists (``base[base_of[c]]``, ``tail[tail_of[c]]``); per position
+    its transfer (``node_xfer``)."""
+
+    cls: Any
+    firsts: Any
+    held: Any
+    xfer: Any
+    base: list[list[float]]
+    base_of: Any
+    tail: list[list[float]]
+    tail_of: Any
+    node_xfer: Any
+
+    @property
+    def singletons(self) -> bool:
+        """Whether every class is one node."""
+        return len(self.firsts) == len(self.cls)
+
+
+def _classes_on_arrays(cm: CostModel, nodes: list[int]) -> _ClassArrays:
     """:func:`_classes` on arrays: the same classes, numbers and lists (the figures
     compared as the same floats)."""
     np = numpy_module()
@@ -382,18 +446,13 @@ def _classes_on_arrays(cm: CostModel, nodes: list[int]) -> _Classes:
     counts = np.array([_role_counts(cm, u) for u in rooms], dtype=np.int64)
     held_at = counts[np.asarray(room_of, dtype=np.int64)]
     table = np.empty((8, len(nodes)))
-    for row, figure in enumerate((cm.inv_bw, cm.flop_s_per_byte, cm.block_s, cm.stage_s)):
-        table[row] = np.asarray(figure, dtype=np.float64)[at]
+    for row, figure in enumerate(
+        (cm.inv_bw, cm.flop_s_per_byte, cm.block_s, cm.stage_s, cm.xfer_s)
+    ):
+        table[row if row < 4 else 7] = np.asarray(figure, dtype=np.float64)[at]
     table[4:7] = held_at.T
-    table[7] = np.asarray(cm.xfer_s, dtype=np.float64)[at]
     group, firsts = first_seen_groups(table)
     reps = table[:, firsts]
-    cls = group.tolist()
-    held = list(map(tuple, held_at[firsts].tolist()))
-    if len(firsts) == len(nodes):
-        members = [[i] for i in firsts.tolist()]
-    else:
-        members = _members(cls, len(firsts), nodes)
     shared = []
     for count_row, times in ((4, _base_times), (6, _tail_times)):
         of, first_of = first_seen_groups(reps[[0, 1, 2, 3, count_row]])
@@ -401,9 +460,30 @@ def _classes_on_arrays(cm: CostModel, nodes: list[int]) -> _Classes:
             times(cm, ib, fl, bs, ss, int(k))
             for ib, fl, bs, ss, k in reps[[0, 1, 2, 3, count_row]][:, first_of].T.tolist()
         ]
-        shared.append((rows, of.tolist()))
+        shared.append((rows, of))
     (base, base_of), (tail, tail_of) = shared
-    return _Classes(cls, members, held, base, base_of, tail, tail_of)
+    return _ClassArrays(
+        group, firsts, held_at[firsts], reps[7], base, base_of, tail, tail_of, table[7]
+    )
+
+
+def _as_lists(found: _ClassArrays, nodes: list[int]) -> _Classes:
+    """The classes found on arrays as :func:`_classes` lists them."""
+    cls = found.cls.tolist()
+    if found.singletons:
+        members = [[i] for i in found.firsts.tolist()]
+    else:
+        members = _members(cls, len(found.firsts), nodes)
+    return _Classes(
+        cls,
+        members,
+        list(map(tuple, found.held.tolist())),
+        found.base,
+        found.base_of.tolist(),
+        found.tail,
+        found.tail_of.tolist(),
+        found.node_xfer.tolist(),
+    )
 
 
 def _members(cls: list[int], k: int, nodes: list[int]) -> list[list[int]]:
