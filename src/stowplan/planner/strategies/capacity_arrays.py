@@ -652,16 +652,33 @@ def fluid_capacity(
     c = np.asarray(limit, dtype=np.float64)
     free = v == math.inf
     v = np.where(free, 0.0, v)
+    any_free = bool(free.any())
     n = len(c)
     cut = n - min(top, n)
+    mid, end = np.empty(n), np.empty(n)
+
+    def blocks(out: Any, tm: float, after: Any | None) -> Any:
+        """``min(max(tm − after − s, 0) · v, c)`` into ``out`` (``after`` None: no
+        transfer), the limit where the rate is 0; the same operations in the same order."""
+        if after is None:
+            np.subtract(tm, s, out=out)
+        else:
+            np.subtract(tm, after, out=out)
+            np.subtract(out, s, out=out)
+        np.maximum(out, 0.0, out=out)
+        np.multiply(out, v, out=out)
+        np.minimum(out, c, out=out)
+        if any_free:
+            np.copyto(out, c, where=free)
+        return out
 
     def capacity(tm: float) -> float:
-        mid = np.where(free, c, np.minimum(np.maximum(tm - x - s, 0.0) * v, c))
-        end = np.where(free, c, np.minimum(np.maximum(tm - s, 0.0) * v, c))
-        held = np.floor(mid + 1e-9)
+        blocks(mid, tm, x)
+        blocks(end, tm, None)
+        gain = float(np.subtract(end, mid, out=end).max())
+        held = np.floor(np.add(mid, 1e-9, out=mid), out=mid)
         if cut > 0:
             held = np.partition(held, cut)[cut:]
-        gain = float(np.max(end - mid))
         return float(held.sum()) + math.floor(gain + 1e-9) + 1
 
     return capacity

@@ -71,9 +71,10 @@ class _Figures:
         """The fastest node's time holding the whole model alone (inf when none can)."""
         if self._single is None:
             cm, nb = self.cm, self.cm.num_blocks
+            need = cm.stage_bytes(0, nb, True, True)  # what :meth:`CostModel.fits` compares
             best = math.inf
-            for d in range(len(cm.nodes)):
-                if cm.fits(d, 0, nb, True, True):
+            for d, room in enumerate(cm.usable):
+                if need <= room:
                     v = cm.stage_time(d, 0, nb, True, True)
                     if v < best:
                         best = v
