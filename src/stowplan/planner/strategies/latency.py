@@ -139,20 +139,20 @@ class _NodeTable(Sequence[_Node]):
         rates = np.array([_rates(cm, d, read, weights) for d in firsts.tolist()])
         slope, head = rates[group, 0], rates[group, 1]
         rooms: dict[int, int] = {}
-        room_of = [rooms.setdefault(u, len(rooms)) for u in cm.usable]
-        caps = np.array([_capacities(cm, u, mem) for u in rooms], dtype=np.int64)
-        caps = caps[np.asarray(room_of, dtype=np.int64)]
+        self._room_of = [rooms.setdefault(u, len(rooms)) for u in cm.usable]
+        self._room_caps = [_capacities(cm, u, mem) for u in rooms]
+        """Per usable VRAM (as they first come), the capacities of its nodes."""
         lat = np.asarray(cm.latency_s, dtype=np.float64) + np.asarray(cm.stage_s, dtype=np.float64)
-        self._figures = (slope.tolist(), head.tolist(), list(cm.xfer_s), lat.tolist())
-        self._caps = list(map(tuple, caps.tolist()))
+        self._figures = (slope, head, cm.xfer_s, lat)
         self._made: dict[int, _Node] = {}
         index = np.arange(len(cm.nodes), dtype=np.int64)
         hop = lat + np.asarray(cm.xfer_s, dtype=np.float64)
-        self.orders = _rank_orders(np, index, slope, hop, caps[:, 0])
-        """The node indices sorted by each of :data:`_KEYS`."""
+        mid = np.array([c[0] for c in self._room_caps], dtype=np.int64)
+        self.orders = _rank_orders(np, index, slope, hop, mid[self._room_of])
+        """The node indices sorted by each of :data:`_KEYS` (int arrays)."""
 
     def __len__(self) -> int:
-        return len(self._caps)
+        return len(self._room_of)
 
     @overload
     def __getitem__(self, d: int) -> _Node: ...
@@ -166,15 +166,18 @@ class _NodeTable(Sequence[_Node]):
         made = self._made.get(d)
         if made is None:
             slope, head, xfer, lat = self._figures
-            made = self._made[d] = _Node(d, slope[d], head[d], xfer[d], lat[d], self._caps[d])
+            caps = self._room_caps[self._room_of[d]]
+            made = _Node(d, float(slope[d]), float(head[d]), xfer[d], float(lat[d]), caps)
+            self._made[d] = made
         return made
 
 
 class _Ranking(Sequence[_Node]):
     """Nodes in one ranking's order, made as they are read."""
 
-    def __init__(self, order: list[int], nodes: _NodeTable) -> None:
+    def __init__(self, order: Any, nodes: _NodeTable) -> None:
         self.order, self.nodes = order, nodes
+        """The node indices in ranking order (an int array)."""
 
     def __len__(self) -> int:
         return len(self.order)
@@ -188,8 +191,8 @@ class _Ranking(Sequence[_Node]):
     def __getitem__(self, i: int | slice) -> _Node | list[_Node]:
         if isinstance(i, slice):
             nodes = self.nodes
-            return [nodes[d] for d in self.order[i]]
-        return self.nodes[self.order[i]]
+            return [nodes[d] for d in self.order[i].tolist()]
+        return self.nodes[int(self.order[i])]
 
 
 _Arranged = tuple[float, list[int], list[int]]
@@ -512,14 +515,13 @@ def _rankings_on_arrays(nodes: list[_Node]) -> list[list[_Node]]:
     hop = np.array([x.lat for x in nodes]) + np.array([x.xfer for x in nodes])
     cap = np.array([x.cap_mid for x in nodes], dtype=np.int64)
     orders = _rank_orders(np, np.arange(len(nodes)), slope, hop, cap, index)
-    return [[nodes[i] for i in order] for order in orders]
+    return [[nodes[i] for i in order.tolist()] for order in orders]
 
 
-def _rank_orders(
-    np: Any, at: Any, slope: Any, hop: Any, cap: Any, index: Any = None
-) -> list[list[int]]:
+def _rank_orders(np: Any, at: Any, slope: Any, hop: Any, cap: Any, index: Any = None) -> list[Any]:
     """Positions ``at`` sorted by each of :data:`_KEYS` from the nodes' slopes, hops
-    (latency and transfer), capacities and indices (``at`` itself when not given)."""
+    (latency and transfer), capacities and indices (``at`` itself when not given), as
+    int arrays."""
     index = at if index is None else index
     orders = (
         np.lexsort((index, slope)),
@@ -527,7 +529,7 @@ def _rank_orders(
         np.lexsort((index, hop / np.maximum(cap, 1) + slope)),
         np.lexsort((index, slope, -cap)),
     )
-    return [at[order].tolist() for order in orders]
+    return [at[order] for order in orders]
 
 
 class _Surrogates:
