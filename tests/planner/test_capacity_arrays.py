@@ -248,8 +248,16 @@ def test_rankings_on_arrays_are_the_sorted_rankings() -> None:
     for _ in range(20):
         nodes = _surrogate_nodes(rng, rng.randrange(2, 200))
         nodes.sort(key=lambda x: x.index)
-        expected = [sorted(nodes, key=k) for k in latency._KEYS]
-        assert latency._rankings_on_arrays(nodes) == expected
+        expected = [[x.index for x in sorted(nodes, key=k)] for k in latency._KEYS]
+        np = capacity_arrays.numpy_module()
+        orders = latency._rank_orders(
+            np,
+            np.array([x.index for x in nodes]),
+            np.array([x.slope for x in nodes]),
+            np.array([x.lat for x in nodes]) + np.array([x.xfer for x in nodes]),
+            np.array([x.cap_mid for x in nodes]),
+        )
+        assert [order.tolist() for order in orders] == expected
 
 
 @pytest.mark.parametrize("n", [40, ARRAY_NODES, 300])

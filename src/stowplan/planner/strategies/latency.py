@@ -506,18 +506,6 @@ _KEYS = (
 cheapest per block when full, largest."""
 
 
-def _rankings_on_arrays(nodes: list[_Node]) -> list[list[_Node]]:
-    """The nodes sorted by each of :data:`_KEYS`, on arrays (the same keys, the same
-    floats; the index breaks every tie, so the orders are the same)."""
-    np = numpy_module()
-    index = np.array([x.index for x in nodes], dtype=np.int64)
-    slope = np.array([x.slope for x in nodes])
-    hop = np.array([x.lat for x in nodes]) + np.array([x.xfer for x in nodes])
-    cap = np.array([x.cap_mid for x in nodes], dtype=np.int64)
-    orders = _rank_orders(np, np.arange(len(nodes)), slope, hop, cap, index)
-    return [[nodes[i] for i in order.tolist()] for order in orders]
-
-
 def _rank_orders(np: Any, at: Any, slope: Any, hop: Any, cap: Any, index: Any = None) -> list[Any]:
     """Positions ``at`` sorted by each of :data:`_KEYS` from the nodes' slopes, hops
     (latency and transfer), capacities and indices (``at`` itself when not given), as
