@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from stowplan import Constraints, ModelLayout, NodeDescriptor
+import heapq
+import random
+from dataclasses import replace
+
+from stowplan import Constraints, ModelLayout, NodeDescriptor, PlanError
 from stowplan.cost import CostModel
+from stowplan.planner.baselines import peers
 from stowplan.planner.baselines.peers import BASELINES, compare
 from stowplan.planner.problem import prepare
+from stowplan.planner.strategies.vram import plan_balance_by_vram
 
 MODEL = ModelLayout(
     name="toy",
@@ -56,3 +62,41 @@ def test_a_rule_that_does_not_fit_says_so():
     )
     vllm = next(r for r in results if r.name == "vllm")
     assert vllm.pipeline is None and vllm.tokens_per_s is None
+
+
+def _direct_v1(problem, cm):
+    """The ``v1`` rule asked afresh: balance-by-vram's plan as a pipeline."""
+    try:
+        plan = plan_balance_by_vram(problem)
+    except PlanError:
+        return None
+    return cm.plan_order_bounds(plan)
+
+
+def _direct_exo_order(cm, stages):
+    return heapq.nsmallest(
+        max(stages, 0),
+        range(len(cm.nodes)),
+        key=lambda d: (-cm.nodes[d].vram_bytes, cm.nodes[d].id),
+    )
+
+
+def test_the_rules_asked_at_many_stage_limits_answer_as_asked_afresh():
+    """The ``v1`` answers kept across stage limits and the VRAM order kept per node tuple
+    give what each limit gives alone, whatever order the limits come in."""
+    rng = random.Random(3)
+    for _ in range(25):
+        gbs = [rng.choice((1, 2, 3, 5, 8, 13)) for _ in range(rng.randrange(2, 12))]
+        nodes = _nodes(*gbs)
+        c = Constraints(vram_headroom_frac=0.0)
+        try:
+            base = prepare(MODEL, nodes, c)
+        except PlanError:
+            continue  # the nodes cannot hold the model
+        cm = CostModel(MODEL, nodes, c)
+        limits = [(lo, hi) for lo in (1, 2, 3) for hi in range(1, len(nodes) + 1) if lo <= hi]
+        rng.shuffle(limits)
+        for lo, hi in limits:
+            problem = replace(base, min_stages=lo, max_stages=hi)
+            assert BASELINES["v1"](problem, cm) == _direct_v1(problem, cm)
+            assert peers._largest_first(cm.nodes)[:hi] == _direct_exo_order(cm, hi)

@@ -11,13 +11,13 @@ from itertools import pairwise
 
 import pytest
 
-from stowplan import Constraints, NodeDescriptor, lookup, plan
+from stowplan import Constraints, NodeDescriptor, PlanError, lookup, plan
 from stowplan.model import Metric
 from stowplan.plan import plan_to_json
 from stowplan.planner.exact import pipelines
 from stowplan.planner.problem import prepare
-from stowplan.planner.strategies import capacity_arrays, latency, throughput
-from stowplan.planner.strategies.capacity_arrays import ARRAY_NODES, CapacityArrays
+from stowplan.planner.strategies import capacity_arrays, fractional, latency, throughput
+from stowplan.planner.strategies.capacity_arrays import ARRAY_NODES, CapacityArrays, RoleRows
 from stowplan.planner.strategies.throughput import (
     _capacity_order,
     _least_feasible,
@@ -66,8 +66,12 @@ def _tables(model: str, nodes: list[NodeDescriptor], batch: int) -> tuple[object
 
 def _with_arrays(times: _RoleTimes) -> CapacityArrays:
     return CapacityArrays(
-        [times.base[i] for i in times.rep],
-        [times.tail[i] for i in times.rep],
+        RoleRows(
+            [times.base[i] for i in times.rep],
+            range(len(times.rep)),
+            [times.tail[i] for i in times.rep],
+            range(len(times.rep)),
+        ),
         [times.xfer[i] for i in times.rep],
         [times.k_first[i] for i in times.rep],
         times.members,
@@ -244,8 +248,16 @@ def test_rankings_on_arrays_are_the_sorted_rankings() -> None:
     for _ in range(20):
         nodes = _surrogate_nodes(rng, rng.randrange(2, 200))
         nodes.sort(key=lambda x: x.index)
-        expected = [sorted(nodes, key=k) for k in latency._KEYS]
-        assert latency._rankings_on_arrays(nodes) == expected
+        expected = [[x.index for x in sorted(nodes, key=k)] for k in latency._KEYS]
+        np = capacity_arrays.numpy_module()
+        orders = latency._rank_orders(
+            np,
+            np.array([x.index for x in nodes]),
+            np.array([x.slope for x in nodes]),
+            np.array([x.lat for x in nodes]) + np.array([x.xfer for x in nodes]),
+            np.array([x.cap_mid for x in nodes]),
+        )
+        assert [order.tolist() for order in orders] == expected
 
 
 @pytest.mark.parametrize("n", [40, ARRAY_NODES, 300])
@@ -261,3 +273,113 @@ def test_the_relaxed_test_on_arrays_is_the_pure_one(n: int) -> None:
             assert arrays.relaxation_fails(t, cm.num_blocks, stages) == expected
             answers.add(expected)
     assert answers == {True, False}
+
+
+@pytest.mark.parametrize("n", [ARRAY_NODES - 1, ARRAY_NODES, ARRAY_NODES + 1, 300])
+@pytest.mark.parametrize("twins", [0.0, 0.4])
+def test_node_classes_on_arrays_are_the_pure_classes(n: int, twins: float) -> None:
+    nodes = _fleet(n + int(twins * 10), n, twins=twins)
+    for model, batch in (("llama3.1:70b", 16), ("llama3.1:405b-q4_0", 4)):
+        cm = prepare(lookup(model), nodes, Constraints(batch=batch)).cost_model()
+        for view in (cm, cm.for_stages(4)):
+            positions = list(range(n))
+            some = sorted(random.Random(n).sample(positions, n // 2))
+            for chosen in (positions, some):
+                found = throughput._classes_on_arrays(view, chosen)
+                assert throughput._as_lists(found, chosen) == throughput._classes(view, chosen)
+
+
+def test_first_seen_groups_number_groups_as_a_dict_would() -> None:
+    np = capacity_arrays.numpy_module()
+    rng = random.Random(5)
+    for _ in range(30):
+        rows, n = rng.randrange(1, 5), rng.randrange(0, 60)
+        pool = [0.0, -0.0, 1.5, 2.0, 1e-300, float("inf")]
+        columns = [[rng.choice(pool) for _ in range(n)] for _ in range(rows)]
+        index: dict[tuple[float, ...], int] = {}
+        expected_group = [index.setdefault(key, len(index)) for key in zip(*columns, strict=True)]
+        expected_first = [expected_group.index(g) for g in range(len(index))]
+        group, first = capacity_arrays.first_seen_groups(
+            np.array(columns, dtype=np.float64).reshape(rows, n)
+        )
+        assert group.tolist() == expected_group
+        assert first.tolist() == expected_first
+
+
+@pytest.mark.parametrize(("seed", "n"), [(21, ARRAY_NODES), (22, 200)])
+def test_the_test_on_one_node_classes_agrees_with_the_pure_path(seed: int, n: int) -> None:
+    """Every class one node (no twins): the end candidates are the picked classes."""
+    rng = random.Random(seed)
+    for model in ("llama3.1:70b", "llama3.1:405b-q4_0"):
+        built = _tables(model, _fleet(seed, n, twins=0.0), batch=16)[1]
+        arrays = built.arrays  # built without member lists: every class is one node
+        assert arrays is not None and arrays.singletons
+        times = _pure(built)
+        listed = _with_arrays(times)
+        nb = lookup(model).num_blocks
+        tried = passed = 0
+        for t in _probes(times, rng):
+            expected = times.class_caps(t, strict=False)
+            got = arrays.class_caps(t, strict=False)
+            for stages in (2, 4, 7, n):
+                ok = arrays.passes(got, nb, stages)
+                tried, passed = tried + 1, passed + ok
+                assert ok == _passes(times, expected, nb, stages)
+                if stages == 4:
+                    assert arrays.order(got, nb, stages) == listed.order(got, nb, stages)
+        assert 0 < passed < tried
+        for stages in (2, 4, 7, n):
+            assert arrays.least_feasible(nb, stages) == _least_feasible(times, nb, stages)
+
+
+@pytest.mark.parametrize("n", [2, ARRAY_NODES - 1, ARRAY_NODES, ARRAY_NODES + 1, 300])
+def test_the_fractional_bound_is_the_fluid_bound(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept per cost model and stage limit, asked in any order, on arrays or lists: the
+    same floats as :func:`fluid_bound`."""
+    rng = random.Random(n * 13)
+    nodes = _fleet(n + 29, n, twins=0.2)
+    for model, batch in (("llama3.1:70b", 16), ("llama3.1:405b-q4_0", 8), ("llama3.1:8b", 1)):
+        try:
+            problem = prepare(lookup(model), nodes, Constraints(batch=batch))
+        except PlanError:
+            continue  # too few nodes to hold the model
+        cm = problem.cost_model()
+        asks = [
+            (replace(problem, min_stages=lo, max_stages=hi), view, objective)
+            for lo in {1, 2, min(4, problem.max_stages)}
+            for hi in {1, 2, min(9, problem.max_stages), problem.max_stages}
+            if lo <= hi
+            for view in (cm, cm.for_stages(hi))
+            for objective in (Metric.THROUGHPUT, Metric.LATENCY)
+        ]
+        rng.shuffle(asks)
+        for ask in asks + asks[::2]:
+            expected = pipelines.fluid_bound(*ask)
+            assert fractional.fractional_bound(*ask) == expected
+        with monkeypatch.context() as m:
+            m.setattr(fractional, "numpy_module", lambda: None)
+            m.setattr(fractional, "_FIGURES", type(fractional._FIGURES)())
+            for ask in asks:
+                assert fractional.fractional_bound(*ask) == pipelines.fluid_bound(*ask)
+
+
+def _figures(x: latency._Node) -> tuple[object, ...]:
+    return (x.index, x.slope, x.head, x.xfer, x.lat, x.cap_mid, x.cap_first, x.cap_last)
+
+
+@pytest.mark.parametrize("n", [ARRAY_NODES, ARRAY_NODES + 1, 300])
+@pytest.mark.parametrize("twins", [0.0, 0.4])
+def test_surrogates_on_arrays_are_the_pure_surrogates(n: int, twins: float) -> None:
+    nodes = _fleet(n * 3 + int(twins * 10), n, twins=twins)
+    for model, batch in (("llama3.1:70b", 16), ("llama3.1:405b-q4_0", 4)):
+        cm = prepare(lookup(model), nodes, Constraints(batch=batch)).cost_model()
+        for view in (cm, cm.for_stages(3)):
+            pure = latency._surrogates(view)
+            table = latency._NodeTable(view)
+            assert len(table) == len(pure)
+            assert [_figures(x) for x in table[:]] == [_figures(x) for x in pure]
+            expected = [[x.index for x in sorted(pure, key=k)] for k in latency._KEYS]
+            assert [order.tolist() for order in table.orders] == expected
+            ranking = latency._Ranking(table.orders[2], table)
+            assert [x.index for x in ranking[:7]] == expected[2][:7]
+            assert ranking[3] is table[expected[2][3]]

@@ -13,16 +13,11 @@ from stowplan.errors import DependencyError
 from stowplan.model import Constraints, Metric, Strategy
 from stowplan.plan import Certificate, Plan, PlanRationale, Prediction, Topology
 from stowplan.planner.baselines.peers import BASELINES
-from stowplan.planner.exact.pipelines import (
-    CYCLE_EXACT_LIMIT,
-    Optimum,
-    fluid_bound,
-    solve_exact,
-    solve_milp,
-)
+from stowplan.planner.exact.pipelines import CYCLE_EXACT_LIMIT, Optimum, solve_exact, solve_milp
 from stowplan.planner.exact.trip import trip_bound
 from stowplan.planner.problem import Problem, build_assignments
 from stowplan.planner.strategies import cycle
+from stowplan.planner.strategies.fractional import fractional_bound
 from stowplan.planner.strategies.throughput import Pipeline
 from stowplan.planner.tiebreak import settle
 
@@ -126,7 +121,9 @@ def solver_optimum(problem: Problem, cm: CostModel, objective: Metric) -> Optimu
     else the larger of its dual bound and the fractional relaxation."""
 
     def fluid() -> Optimum:
-        value = fluid_bound(problem, cm, objective)
+        # The relaxation's figures are kept per cost model: a certificate bounds many
+        # stage counts on the few models of their microbatches.
+        value = fractional_bound(problem, cm, objective)
         method = "bound: fractional relaxation (blocks flow to the fastest VRAM)"
         if objective is Metric.LATENCY and cm.batch == 1:  # several: cycle.optimum tightens
             knapsack = trip_bound(problem, cm)

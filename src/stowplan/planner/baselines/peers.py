@@ -18,7 +18,6 @@ as stowplan's own strategies (:func:`compare`).
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -39,14 +38,29 @@ def _fits(cm: CostModel, p: Pipeline) -> bool:
     return all(lo < hi for lo, hi in pairwise(bounds)) and cm.fits_pipeline(order, bounds)
 
 
+_RECENT = 4
+"""Node tuples (and problems) whose rule answers are kept: the cost models of one plan's
+microbatches share their nodes."""
+
+_BY_VRAM: list[tuple[tuple[NodeDescriptor, ...], list[int]]] = []
+
+
+def _largest_first(nodes: tuple[NodeDescriptor, ...]) -> list[int]:
+    """Node indices by VRAM, largest first, ties to the least id (kept for the last few
+    node tuples: every stage count of a plan asks again)."""
+    for held, order in _BY_VRAM:
+        if held is nodes:
+            return order
+    order = sorted(range(len(nodes)), key=lambda d: (-nodes[d].vram_bytes, nodes[d].id))
+    _BY_VRAM.insert(0, (nodes, order))
+    del _BY_VRAM[_RECENT:]
+    return order
+
+
 def _exo(problem: Problem, cm: CostModel) -> Pipeline | None:
     nb = cm.num_blocks
-    # The ``max_stages`` first of the nodes sorted by VRAM (``nsmallest`` is that prefix).
-    order = heapq.nsmallest(
-        max(problem.max_stages, 0),
-        range(len(cm.nodes)),
-        key=lambda d: (-cm.nodes[d].vram_bytes, cm.nodes[d].id),
-    )
+    # The ``max_stages`` first of the nodes sorted by VRAM.
+    order = _largest_first(cm.nodes)[: max(problem.max_stages, 0)]
     total = sum(cm.nodes[d].vram_bytes for d in order)
     if total <= 0:
         return None
@@ -80,14 +94,59 @@ def _accelerate(problem: Problem, cm: CostModel) -> Pipeline | None:
     return p if p is not None and _fits(cm, p) else None
 
 
-def _v1(problem: Problem, cm: CostModel) -> Pipeline | None:
+class _Fewest:
+    """The ``v1`` rule's answers on one problem and cost model, whatever the stage limit.
 
-    try:
-        plan = plan_balance_by_vram(problem)
-    except PlanError:
-        return None
-    order, bounds = cm.plan_order_bounds(plan)
-    return order, bounds
+    The rule takes the fewest stage counts first, each on the largest nodes (the same
+    first n whatever the limit), so its pipeline of n stages is its answer at every
+    limit of n or more and there is none below; a limit with no answer rules out every
+    count up to it."""
+
+    def __init__(self, problem: Problem, cm: CostModel) -> None:
+        self.problem, self.cm = problem, cm
+        self.pipeline: Pipeline | None = None
+        self.failed_upto = 0
+        """The largest stage limit known to have no answer."""
+
+    def serves(self, problem: Problem, cm: CostModel) -> bool:
+        """Whether ``problem`` differs from this one at most in its stage limit."""
+        held = self.problem
+        return (
+            cm.nodes is self.cm.nodes
+            and cm.index is self.cm.index
+            and problem.min_stages == held.min_stages
+            and all(getattr(problem, f) is getattr(held, f) for f in _SAME)
+        )
+
+    def at(self, problem: Problem) -> Pipeline | None:
+        limit = problem.max_stages
+        if self.pipeline is None and limit > self.failed_upto:
+            try:
+                plan = plan_balance_by_vram(problem)
+            except PlanError:
+                self.failed_upto = limit
+                return None
+            self.pipeline = self.cm.plan_order_bounds(plan)
+        if self.pipeline is None or len(self.pipeline[0]) > limit:
+            return None
+        order, bounds = self.pipeline
+        return list(order), list(bounds)
+
+
+_SAME = ("model", "nodes", "constraints", "usable", "prefix", "groups")
+"""The problem's parts the ``v1`` rule reads beside its stage limits."""
+
+_FEWEST: list[_Fewest] = []
+
+
+def _v1(problem: Problem, cm: CostModel) -> Pipeline | None:
+    for known in _FEWEST:
+        if known.serves(problem, cm):
+            return known.at(problem)
+    known = _Fewest(problem, cm)
+    _FEWEST.insert(0, known)
+    del _FEWEST[_RECENT:]
+    return known.at(problem)
 
 
 BASELINES: dict[str, Callable[[Problem, CostModel], Pipeline | None]] = {

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, overload
 
 from stowplan.planner.strategies.interior import Interior
 
@@ -26,6 +26,8 @@ __all__ = [
     "ARRAY_NODES",
     "ENUMERATE",
     "CapacityArrays",
+    "RoleRows",
+    "first_seen_groups",
     "fluid_capacity",
     "numpy_module",
 ]
@@ -51,76 +53,237 @@ def numpy_module() -> Any:
     return _NUMPY[0]
 
 
+def first_seen_groups(table: Any) -> tuple[Any, Any]:
+    """The columns of a 2-D float array alike in every row, grouped: per column its group,
+    numbered in the order the groups first come, and per group its first column (both
+    int arrays).  Values compare as floats (``==``), as the keys of a dict of tuples of
+    them do."""
+    np = numpy_module()
+    n = table.shape[1]
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    order = np.lexsort(table[::-1])
+    ranked = table[:, order]
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = (ranked[:, 1:] != ranked[:, :-1]).any(axis=0)
+    begin = np.flatnonzero(starts)
+    firsts = np.minimum.reduceat(order, begin)
+    by_first = np.argsort(firsts)
+    number = np.empty(len(begin), dtype=np.int64)
+    number[by_first] = np.arange(len(begin))
+    group = np.empty(n, dtype=np.int64)
+    group[order] = number[np.cumsum(starts) - 1]
+    return group, firsts[by_first]
+
+
+class RoleRows(NamedTuple):
+    """Stage-time lists of node classes, each distinct list once: ``base[base_of[c]]``
+    are the times of blocks ``[0, k)``, k = 1, 2, … on class ``c`` without its transfer,
+    ``tail[tail_of[c]]`` those of its last k blocks with the head."""
+
+    base: Sequence[Sequence[float]]
+    base_of: Sequence[int]
+    tail: Sequence[Sequence[float]]
+    tail_of: Sequence[int]
+
+
 _UNABLE = 2**63 - 1
 """The key of a class that cannot take the role: above every packed key."""
 
 _ROLE_ROWS = [[0], [1], [0], [1]]
 """Per row of the end keys, its role (0: first, 1: last)."""
 
+_LEAST = -(2**62)
+"""Below every leader key: a class already picked."""
+
 Caps = tuple[list[int], list[int], list[int]]
 """Per class: blocks it holds as an interior stage, as stage 0 and as the last stage."""
 
 
-def _rows(np: Any, lists: Sequence[Sequence[float]]) -> tuple[Any, Any]:
-    """The lists as rows of one array padded with inf, and their lengths.
-
-    Lists shared between classes (the same object) are converted once."""
-    keys = np.fromiter(map(id, lists), dtype=np.uint64, count=len(lists))
-    _, first, index = np.unique(keys, return_index=True, return_inverse=True)
-    unique = [lists[i] for i in first.tolist()]
-    width = max((len(r) for r in unique), default=0)
-    table = np.full((len(unique), max(width, 1)), np.inf)
-    for i, r in enumerate(unique):
+def _rows(np: Any, lists: Sequence[Sequence[float]], of: Sequence[int]) -> tuple[Any, Any]:
+    """Per class, its list (``lists[of[c]]``) as a row of one array padded with inf, and
+    its length."""
+    width = max((len(r) for r in lists), default=0)
+    table = np.full((len(lists), max(width, 1)), np.inf)
+    for i, r in enumerate(lists):
         table[i, : len(r)] = r
-    lengths = np.array([len(r) for r in unique], dtype=np.int64)
-    at = index.reshape(-1)
+    lengths = np.array([len(r) for r in lists], dtype=np.int64)
+    at = np.asarray(of, dtype=np.int64)
     return table[at], lengths[at]
+
+
+class _Probe:
+    """The capacity test's figures at one bottleneck, whatever the stage limit: the class
+    capacities, the interior by value (None when no class can take an end role), the
+    best first plus the best last capacity, and the end pairs once listed (the leading
+    ones, and all of them)."""
+
+    __slots__ = ("best_ends", "caps", "interior", "leading", "pairs")
+
+    def __init__(
+        self, caps: tuple[Any, Any, Any], interior: Interior | None, best_ends: int
+    ) -> None:
+        self.caps = caps
+        self.interior = interior
+        self.best_ends = best_ends
+        self.pairs: list[tuple[int, int, int, int]] | None = None
+        self.leading: list[tuple[int, int, int, int]] | None = None
+
+
+class _Bracket:
+    """The least feasible bottleneck's bracket: capacities where the test fails, and the
+    least bottleneck known to pass with its capacities."""
+
+    __slots__ = ("hi_caps", "hi_t", "lo_caps")
+
+    def __init__(
+        self, lo_caps: tuple[Any, Any, Any], hi_t: float, hi_caps: tuple[Any, Any, Any]
+    ) -> None:
+        self.lo_caps, self.hi_t, self.hi_caps = lo_caps, hi_t, hi_caps
+
+
+class _Spans:
+    """Per class, the stage-time columns between a bracket's failing and passing
+    capacities (``[a, b)``), for the base times (0) and the tail times (2) apart: the rows
+    that have some, their bounds, weights (columns × class size) and the total weight.
+    Stage 0 and interior capacities change only where the base times do."""
+
+    def __init__(self, np: Any, bracket: _Bracket, weight: Any) -> None:
+        lo, hi = bracket.lo_caps, bracket.hi_caps
+        self.rows0 = np.flatnonzero(hi[0] > lo[0])
+        self.rows2 = np.flatnonzero(hi[2] > lo[2])
+        self.a0, self.b0 = lo[0][self.rows0], hi[0][self.rows0]
+        self.a2, self.b2 = lo[2][self.rows2], hi[2][self.rows2]
+        self.w0 = (self.b0 - self.a0) * weight[self.rows0]
+        self.w2 = (self.b2 - self.a2) * weight[self.rows2]
+        self.count = int(self.w0.sum()) + int(self.w2.sum())
+
+
+class _Listed:
+    """Capacities at candidates listed between a failing and a passing bound: a class
+    holds its failing count plus its listed times within the candidate."""
+
+    def __init__(
+        self,
+        np: Any,
+        lo_caps: tuple[Any, Any, Any],
+        k_first: Any,
+        base: tuple[Any, Any],
+        tail: tuple[Any, Any],
+    ) -> None:
+        self.np = np
+        self.lo_caps, self.k_first = lo_caps, k_first
+        self.of0, self.values0 = base
+        self.of2, self.values2 = tail
+        self.k = len(k_first)
+
+    def caps(self, t: float) -> tuple[Any, Any, Any]:
+        """Class capacities within ``t`` (interior, first, last)."""
+        np, k = self.np, self.k
+        mids = self.lo_caps[0] + np.bincount(self.of0[self.values0 <= t], minlength=k)
+        lasts = self.lo_caps[2] + np.bincount(self.of2[self.values2 <= t], minlength=k)
+        return mids, np.minimum(mids, self.k_first), lasts
+
+
+def _pairs_of(
+    caps: tuple[Any, Any, Any], ends_first: list[tuple[int, int]], ends_last: list[tuple[int, int]]
+) -> list[tuple[int, int, int, int]]:
+    """Every pair of a first and a last end (node position, class) on distinct nodes, as
+    (capacity as first, as last, and the two classes' interior capacities)."""
+    mid, first, last = caps
+    first_at = {c: int(first[c]) for _, c in ends_first}
+    last_at = {c: int(last[c]) for _, c in ends_last}
+    mid_at = {c: int(mid[c]) for _, c in ends_first + ends_last}
+    return [
+        (first_at[cf], last_at[cl], mid_at[cf], mid_at[cl])
+        for f, cf in ends_first
+        for lst, cl in ends_last
+        if f != lst
+    ]
+
+
+class _Singletons(Sequence[list[int]]):
+    """Per class its one node position, as a list of members."""
+
+    def __init__(self, positions: list[int]) -> None:
+        self.positions = positions
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    @overload
+    def __getitem__(self, c: int) -> list[int]: ...
+
+    @overload
+    def __getitem__(self, c: slice) -> list[list[int]]: ...
+
+    def __getitem__(self, c: int | slice) -> list[int] | list[list[int]]:
+        if isinstance(c, slice):
+            return [[p] for p in self.positions[c]]
+        return [self.positions[c]]
 
 
 class CapacityArrays:
     """Per class, its stage times as array rows (the figures the capacity test counts).
 
-    ``base[c]`` are the times of blocks ``[0, k)``, k = 1, 2, … on class ``c`` without
-    its transfer ``xfer[c]`` (the stage-0 and interior role), ``tail[c]`` those of the
-    last k blocks with the head (the last role); ``k_first[c]`` the most blocks it holds
-    beside the embed; ``members[c]`` its node positions sorted by id, ``ids`` the node id
-    of every position, ``cls`` the class of every position.
+    ``rows`` holds each class's base times (blocks ``[0, k)`` without its transfer
+    ``xfer[c]``: the stage-0 and interior role) and tail times (the last k blocks with the
+    head: the last role); ``k_first[c]`` is the most blocks it holds beside the embed;
+    ``members[c]`` its node positions sorted by id (None when every class is one node),
+    ``ids`` the node id of every position, ``cls`` the class of every position.
     """
 
     def __init__(
         self,
-        base: Sequence[Sequence[float]],
-        tail: Sequence[Sequence[float]],
+        rows: RoleRows,
         xfer: Sequence[float],
         k_first: Sequence[int],
-        members: Sequence[Sequence[int]],
+        members: Sequence[Sequence[int]] | None,
         ids: Sequence[int],
         cls: Sequence[int],
     ) -> None:
         np = numpy_module()
         self.np = np
-        base_rows, self.base_len = _rows(np, base)
+        base_rows, self.base_len = _rows(np, rows.base, rows.base_of)
         # The stage times as the pure path compares them: ``v + xfer``, the same floats.
         self.stage = base_rows + np.asarray(xfer, dtype=np.float64)[:, None]
-        self.tail, self.tail_len = _rows(np, tail)
+        self.tail, self.tail_len = _rows(np, rows.tail, rows.tail_of)
+        self._stage_columns = np.ascontiguousarray(self.stage.T)
+        self._tail_columns = np.ascontiguousarray(self.tail.T)
         self.k_first = np.asarray(k_first, dtype=np.int64)
-        self.members = members
         self.ids = ids
-        self.sizes = np.array([len(m) for m in members], dtype=np.int64)
-        self.first_ids = np.array([ids[m[0]] for m in members], dtype=np.int64)
-        self.id_span = max(ids, default=0) + 1
-        """Node ids are below this: the ends' keys pack an id under the capacities."""
         self.cls = np.asarray(cls, dtype=np.int64)
         """Per node position, its class."""
         self.node_ids = np.asarray(ids, dtype=np.int64)
+        self.singletons = members is None or len(members) == len(ids)
+        """Whether every class is one node (then a picked class is its own candidate)."""
+        if members is None:
+            firsts = np.empty(len(self.cls), dtype=np.int64)
+            firsts[self.cls] = np.arange(len(self.cls))
+            members = _Singletons(firsts.tolist())
+            self.sizes = np.ones(len(firsts), dtype=np.int64)
+        else:
+            firsts = np.array([m[0] for m in members], dtype=np.int64)
+            self.sizes = np.array([len(m) for m in members], dtype=np.int64)
+        self.members: Sequence[Sequence[int]] = members
+        """Per class, its node positions sorted by id (None given: every class one node)."""
+        self.first_ids = self.node_ids[firsts]
+        self.id_span = int(self.node_ids.max(initial=0)) + 1
+        """Node ids are below this: the ends' keys pack an id under the capacities."""
+        self._probes: dict[tuple[float, int], _Probe] = {}
+        """The capacity test's figures per bottleneck probed (and block count)."""
 
     def class_caps(self, t: float, strict: bool) -> tuple[Any, Any, Any]:
         """Per class, blocks held within ``t`` (``< t`` when strict): interior, first, last."""
-        if strict:
-            mids, lasts = (self.stage < t).sum(1), (self.tail < t).sum(1)
-        else:
-            mids, lasts = (self.stage <= t).sum(1), (self.tail <= t).sum(1)
         np = self.np
+        # Counted down the columns of the transposed rows (a class per column): the same
+        # counts, summed faster.
+        within = np.less if strict else np.less_equal
+        count = (
+            within(rows, t).sum(0, dtype=np.int32).astype(np.int64)
+            for rows in (self._stage_columns, self._tail_columns)
+        )
+        mids, lasts = count
         if t == math.inf and not strict:  # the padding counts too: a row holds its length
             mids, lasts = np.minimum(mids, self.base_len), np.minimum(lasts, self.tail_len)
         return mids, np.minimum(mids, self.k_first), lasts
@@ -155,8 +318,27 @@ class CapacityArrays:
             picked = np.broadcast_to(np.arange(k), (4, k))
         role_at = roles[_ROLE_ROWS, picked]
         valid = (role_at > 0).tolist()
-        role_l, mid_l, picked_l = role_at.tolist(), mid[picked].tolist(), picked.tolist()
-        ids_of, members = self.ids, self.members
+        picked_l = picked.tolist()
+        members = self.members
+        if self.singletons:
+            # One node per class: the picked classes' own nodes are the candidates.
+            return self._by_id(
+                {
+                    (members[c][0], c)
+                    for row in (0, 2)
+                    for c, ok in zip(picked_l[row], valid[row], strict=True)
+                    if ok
+                }
+            ), self._by_id(
+                {
+                    (members[c][0], c)
+                    for row in (1, 3)
+                    for c, ok in zip(picked_l[row], valid[row], strict=True)
+                    if ok
+                }
+            )
+        role_l, mid_l = role_at.tolist(), mid[picked].tolist()
+        ids_of = self.ids
         out: tuple[set[tuple[int, int]], set[tuple[int, int]]] = (set(), set())
         for row in range(4):
             ranked: list[tuple[int, ...]]
@@ -177,48 +359,112 @@ class CapacityArrays:
                     4, [(-r, ids_of[i], i, c) for c, r, _ in cands for i in members[c][:4]]
                 )
             out[row % 2].update((e[-2], e[-1]) for e in ranked)
-        return (
-            sorted(out[0], key=lambda ic: ids_of[ic[0]]),
-            sorted(out[1], key=lambda ic: ids_of[ic[0]]),
+        return self._by_id(out[0]), self._by_id(out[1])
+
+    def _by_id(self, ends: set[tuple[int, int]]) -> list[tuple[int, int]]:
+        """(node position, class) pairs sorted by node id."""
+        ids_of = self.ids
+        return sorted(ends, key=lambda ic: ids_of[ic[0]])
+
+    def _probe(self, caps: tuple[Any, Any, Any], nb: int) -> _Probe:
+        """What the capacity test needs at these capacities whatever the stage limit."""
+        np = self.np
+        mid, first, last = caps
+        best_first, best_last = int(first.max()), int(last.max())
+        if not best_first or not best_last:
+            return _Probe(caps, None, 0)  # no class able to take a role: no end candidate
+        # Nodes per interior capacity (0 left out), largest capacity first.
+        if self.singletons:
+            per_value = np.bincount(mid)
+        else:
+            per_value = np.bincount(mid, weights=self.sizes).astype(np.int64)
+        per_value[0] = 0
+        present = np.flatnonzero(per_value)[::-1]
+        counts = per_value[present]
+        interior = Interior(
+            present.tolist(), np.cumsum(counts).tolist(), np.cumsum(counts * present).tolist()
+        )
+        # The largest capacity in each role is among that role's end candidates.
+        return _Probe(caps, interior, best_first + best_last)
+
+    def _pairs(self, probe: _Probe, nb: int) -> list[tuple[int, int, int, int]]:
+        """The end pairs the test tries: (capacity as first, as last, and the two nodes'
+        interior capacities), of distinct nodes."""
+        if probe.pairs is None:
+            mid, first, last = probe.caps
+            probe.pairs = _pairs_of(probe.caps, *self._ends(first, last, mid, nb))
+        return probe.pairs
+
+    def _leading_pairs(self, probe: _Probe, nb: int) -> list[tuple[int, int, int, int]]:
+        """Some of the pairs :meth:`_pairs` lists, found cheaply: the two largest
+        capacities in each role (ties to the least id) are among its end candidates."""
+        if probe.leading is None:
+            _, first, last = probe.caps
+            probe.leading = _pairs_of(probe.caps, *self._leaders(first, last, nb))
+        return probe.leading
+
+    def _leaders(
+        self, first: Any, last: Any, nb: int
+    ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """Per role (first, last), the two nodes (position, class) of largest capacity in
+        it, ties to the least id, of those able to take it."""
+        return self._role_leaders(first), self._role_leaders(last)
+
+    def _role_leaders(self, role: Any) -> list[tuple[int, int]]:
+        """The two nodes (position, class) of largest capacity in ``role``, ties to the
+        least id, of those able to take it: among the members of the two best classes."""
+        # Capacity first, then the least first id: one key, largest best.
+        key = role * self.id_span - self.first_ids
+        best = int(key.argmax())
+        key[best] = _LEAST
+        classes = [best, int(key.argmax())] if len(key) > 1 else [best]
+        ids_of, members = self.ids, self.members
+        ranked = sorted(
+            (-r, ids_of[i], i, c)
+            for c, r in zip(classes, role[classes].tolist(), strict=True)
+            if r > 0
+            for i in members[c][:2]
+        )
+        return [(i, c) for *_, i, c in ranked[:2]]
+
+    def _probe_passes(self, probe: _Probe, nb: int, max_stages: int) -> bool:
+        """:meth:`passes` from a probe's figures."""
+        interior = probe.interior
+        if interior is None:
+            return False
+        k_inner = max_stages - 2
+        # Leaving two ends out of the interior never raises its sum: no pair can pass
+        # when the best ends with the whole top cannot.
+        if probe.best_ends + interior.top(min(k_inner, interior.size)) < nb:
+            return False
+        # Whether some pair passes: the leading pairs first (listing every end candidate
+        # costs more, and is needed only when none of them does).
+        return any(
+            interior.pair_passes(f, lst, mf, ml, k_inner, nb)
+            for pairs in (self._leading_pairs, self._pairs)
+            for f, lst, mf, ml in pairs(probe, nb)
         )
 
     def passes(self, caps: tuple[Any, Any, Any], nb: int, max_stages: int) -> bool:
         """Whether the capacity test passes at these class capacities: a first node, a
         last node and the ``max_stages − 2`` largest interior capacities among the rest
         hold every block."""
-        np = self.np
-        mid, first, last = caps
-        held = mid > 0
-        values: list[int] = []
-        reach: list[int] = []
-        sums: list[int] = []
-        if held.any():
-            per_value = np.bincount(mid[held], weights=self.sizes[held]).astype(np.int64)
-            present = np.flatnonzero(per_value)[::-1]
-            counts = per_value[present]
-            values = present.tolist()
-            reach = np.cumsum(counts).tolist()
-            sums = np.cumsum(counts * present).tolist()
-        interior = Interior(values, reach, sums)
-        k_inner = max_stages - 2
-        ends_first, ends_last = self._ends(first, last, mid, nb)
-        if not ends_first or not ends_last:
-            return False
-        first_at = {c: int(first[c]) for _, c in ends_first}
-        last_at = {c: int(last[c]) for _, c in ends_last}
-        # Leaving two ends out of the interior never raises its sum: no pair can pass
-        # when the best ends with the whole top cannot.
-        whole = interior.top(min(k_inner, interior.size))
-        if max(first_at.values()) + max(last_at.values()) + whole < nb:
-            return False
-        mid_at = {c: int(mid[c]) for _, c in ends_first + ends_last}
-        for f, cf in ends_first:
-            for lst, cl in ends_last:
-                if f != lst and interior.pair_passes(
-                    first_at[cf], last_at[cl], mid_at[cf], mid_at[cl], k_inner, nb
-                ):
-                    return True
-        return False
+        return self._probe_passes(self._probe(caps, nb), nb, max_stages)
+
+    def _passes_at(
+        self, t: float, nb: int, max_stages: int, count: Callable[[float], tuple[Any, Any, Any]]
+    ) -> tuple[bool, tuple[Any, Any, Any]]:
+        """:meth:`passes` at the capacities of bottleneck ``t`` (``count(t)`` gives them),
+        and those capacities.  What does not depend on the stage limit is kept per ``t``:
+        the searches of several limits on one model probe many of the same bottlenecks."""
+        probe = self._probes.get((t, nb))
+        if probe is None:
+            probe = self._probes[(t, nb)] = self._probe(count(t), nb)
+        return self._probe_passes(probe, nb, max_stages), probe.caps
+
+    def _caps_at(self, t: float) -> tuple[Any, Any, Any]:
+        """:meth:`class_caps` within ``t`` (not strict)."""
+        return self.class_caps(t, strict=False)
 
     def least_feasible(self, nb: int, max_stages: int) -> tuple[float, list[int]] | None:
         """The least candidate bottleneck T at which the capacity test passes, and the
@@ -229,67 +475,75 @@ class CapacityArrays:
         ranges' middle values halves them; then they are listed and bisected.
         """
         np = self.np
-        hi_t = math.inf
-        hi_caps = self.class_caps(hi_t, strict=False)
-        if not self.passes(hi_caps, nb, max_stages):
+        ok, hi_caps = self._passes_at(math.inf, nb, max_stages, self._caps_at)
+        if not ok:
             return None
-        k = len(self.members)
-        zero = np.zeros(k, dtype=np.int64)
-        lo_caps: tuple[Any, Any, Any] = (zero, zero, zero)
-        weight = self.sizes
+        zero = np.zeros(len(self.members), dtype=np.int64)
+        bracket = _Bracket((zero, zero, zero), math.inf, hi_caps)
         force = False
         while True:
-            # Stage 0 and interior capacities change only where the base times do.
-            a0, b0, a2, b2 = lo_caps[0], hi_caps[0], lo_caps[2], hi_caps[2]
-            rows0, rows2 = np.flatnonzero(b0 > a0), np.flatnonzero(b2 > a2)
-            a0, b0, a2, b2 = a0[rows0], b0[rows0], a2[rows2], b2[rows2]
-            w0, w2 = (b0 - a0) * weight[rows0], (b2 - a2) * weight[rows2]
-            count = int(w0.sum()) + int(w2.sum())
-            if count <= ENUMERATE or force:
-                cols0 = np.arange(self.stage.shape[1])
-                cols2 = np.arange(self.tail.shape[1])
-                in0 = (cols0 >= a0[:, None]) & (cols0 < b0[:, None])
-                in2 = (cols2 >= a2[:, None]) & (cols2 < b2[:, None])
-                values0, values2 = self.stage[rows0][in0], self.tail[rows2][in2]
-                values = np.unique(np.concatenate((values0, values2)))
-                cands = values[values < hi_t].tolist()
-                # Every candidate lies above the failing bound and below the passing one:
-                # a class holds its failing count plus its listed times within the candidate.
-                of0, of2 = np.repeat(rows0, b0 - a0), np.repeat(rows2, b2 - a2)
-                base0, base2 = lo_caps[0], lo_caps[2]
-                left, right = 0, len(cands)  # the answer is cands[right] (or hi_t at len)
-                while left < right:
-                    m = (left + right) // 2
-                    t = cands[m]
-                    mids = base0 + np.bincount(of0[values0 <= t], minlength=k)
-                    lasts = base2 + np.bincount(of2[values2 <= t], minlength=k)
-                    caps = (mids, np.minimum(mids, self.k_first), lasts)
-                    if self.passes(caps, nb, max_stages):
-                        right, hi_caps = m, caps
-                    else:
-                        left = m + 1
-                t = cands[right] if right < len(cands) else hi_t
+            spans = _Spans(np, bracket, self.sizes)
+            if spans.count <= ENUMERATE or force:
+                t = self._least_listed(spans, bracket, nb, max_stages)
                 break
-            # A weighted median of the spans' middle values removes at least a quarter.
-            middle = np.concatenate(
-                (self.stage[rows0, (a0 + b0) // 2], self.tail[rows2, (a2 + b2) // 2])
-            )
-            weights = np.concatenate((w0, w2))
-            order = np.lexsort((weights, middle))
-            reached = np.cumsum(weights[order])
-            at = int(np.searchsorted(reached, count / 2, side="left"))
-            pivot = float(middle[order[min(at, len(order) - 1)]])
-            if pivot >= hi_t:  # ties at the top: list them all
+            pivot = self._weighted_median(spans)
+            if pivot >= bracket.hi_t:  # ties at the top: list them all
                 force = True
                 continue
-            caps = self.class_caps(pivot, strict=False)
-            if self.passes(caps, nb, max_stages):
-                hi_t, hi_caps = pivot, caps
+            ok, caps = self._passes_at(pivot, nb, max_stages, self._caps_at)
+            if ok:
+                bracket.hi_t, bracket.hi_caps = pivot, caps
             else:
-                lo_caps = caps
-        order = self.order(hi_caps, nb, max_stages)
+                bracket.lo_caps = caps
+        order = self.order(bracket.hi_caps, nb, max_stages)
         assert order is not None
         return t, order
+
+    def _weighted_median(self, spans: _Spans) -> float:
+        """A weighted median of the spans' middle values: the capacity test there removes
+        at least a quarter of the candidates left."""
+        np = self.np
+        middle = np.concatenate(
+            (
+                self.stage[spans.rows0, (spans.a0 + spans.b0) // 2],
+                self.tail[spans.rows2, (spans.a2 + spans.b2) // 2],
+            )
+        )
+        weights = np.concatenate((spans.w0, spans.w2))
+        # Alike middle values are one pivot whichever of them the weights reach.
+        order = np.argsort(middle, kind="stable")
+        reached = np.cumsum(weights[order])
+        at = int(np.searchsorted(reached, spans.count / 2, side="left"))
+        return float(middle[order[min(at, len(order) - 1)]])
+
+    def _least_listed(self, spans: _Spans, bracket: _Bracket, nb: int, max_stages: int) -> float:
+        """The least listed candidate of the spans at which the test passes (the bracket's
+        passing bound if none), by bisection; the bracket's passing side follows it."""
+        np = self.np
+        rows0, rows2 = spans.rows0, spans.rows2
+        a0, b0, a2, b2 = spans.a0, spans.b0, spans.a2, spans.b2
+        cols0 = np.arange(self.stage.shape[1])
+        cols2 = np.arange(self.tail.shape[1])
+        in0 = (cols0 >= a0[:, None]) & (cols0 < b0[:, None])
+        in2 = (cols2 >= a2[:, None]) & (cols2 < b2[:, None])
+        listed = _Listed(
+            np,
+            bracket.lo_caps,
+            self.k_first,
+            (np.repeat(rows0, b0 - a0), self.stage[rows0][in0]),
+            (np.repeat(rows2, b2 - a2), self.tail[rows2][in2]),
+        )
+        values = np.unique(np.concatenate((listed.values0, listed.values2)))
+        cands = values[values < bracket.hi_t].tolist()
+        left, right = 0, len(cands)  # the answer is cands[right] (or hi_t at len)
+        while left < right:
+            m = (left + right) // 2
+            ok, caps = self._passes_at(cands[m], nb, max_stages, listed.caps)
+            if ok:
+                right, bracket.hi_caps = m, caps
+            else:
+                left = m + 1
+        return cands[right] if right < len(cands) else bracket.hi_t
 
     def relaxation_fails(self, t: float, nb: int, max_stages: int) -> bool:
         """Whether the relaxed capacity test of
@@ -398,16 +652,33 @@ def fluid_capacity(
     c = np.asarray(limit, dtype=np.float64)
     free = v == math.inf
     v = np.where(free, 0.0, v)
+    any_free = bool(free.any())
     n = len(c)
     cut = n - min(top, n)
+    mid, end = np.empty(n), np.empty(n)
+
+    def blocks(out: Any, tm: float, after: Any | None) -> Any:
+        """``min(max(tm − after − s, 0) · v, c)`` into ``out`` (``after`` None: no
+        transfer), the limit where the rate is 0; the same operations in the same order."""
+        if after is None:
+            np.subtract(tm, s, out=out)
+        else:
+            np.subtract(tm, after, out=out)
+            np.subtract(out, s, out=out)
+        np.maximum(out, 0.0, out=out)
+        np.multiply(out, v, out=out)
+        np.minimum(out, c, out=out)
+        if any_free:
+            np.copyto(out, c, where=free)
+        return out
 
     def capacity(tm: float) -> float:
-        mid = np.where(free, c, np.minimum(np.maximum(tm - x - s, 0.0) * v, c))
-        end = np.where(free, c, np.minimum(np.maximum(tm - s, 0.0) * v, c))
-        held = np.floor(mid + 1e-9)
+        blocks(mid, tm, x)
+        blocks(end, tm, None)
+        gain = float(np.subtract(end, mid, out=end).max())
+        held = np.floor(np.add(mid, 1e-9, out=mid), out=mid)
         if cut > 0:
             held = np.partition(held, cut)[cut:]
-        gain = float(np.max(end - mid))
         return float(held.sum()) + math.floor(gain + 1e-9) + 1
 
     return capacity

@@ -101,39 +101,72 @@ def quick_bound(problem: Problem, cm: CostModel, stages: int, most: int | None =
     if stages < 1 or most < stages:
         return math.inf
     k = min(most, len(cm.nodes))
-    view = cm.for_stages(most)
     m, _ = microbatches(cm.batch, stages)
     nb = cm.num_blocks
     held = cm.mem_prefix[nb] + cm.embed + cm.head
-    if _largest_held(cm.usable)[k] < held:
+    if _quick_figures(cm).largest_held[k] < held:
         return math.inf
-    weights = view.read_prefix[nb] + view.head
-    read = weights + view.kv_prefix[nb]
-    bw, fl = _rates(view.inv_bw), _rates(view.flop_s_per_byte)
-    slowest = max(read / sum(bw[:k]), weights / sum(fl[:k]))
-    trip = max(_fill(view, read), weights / fl[0])
+    view = _quick_figures(cm.for_stages(most))
+    trip = view.trip
     if stages > 1:
-        hops = _cheapest_hops(view.latency_s, view.intra_latency_s)
-        trip += sum(hops[:stages]) + max(0, stages - len(hops)) * hops[0]
-    return max(m * slowest, trip)
+        trip += view.hops(stages)
+    return max(m * view.slowest(k), trip)
 
 
-_READ_PER_HELD: WeakKeyDictionary[CostModel, float] = WeakKeyDictionary()
+class _QuickFigures:
+    """What :func:`quick_bound` reads off one cost model, each figure computed once (the
+    bounds of every stage count and range read the few models of their microbatches)."""
+
+    def __init__(self, view: CostModel) -> None:
+        nb = view.num_blocks
+        self.largest_held = _largest_held(view.usable)
+        """Per k, the usable bytes of the k largest memories together."""
+        self.weights = view.read_prefix[nb] + view.head
+        self.read = self.weights + view.kv_prefix[nb]
+        self.bw, self.fl = _rates(view.inv_bw), _rates(view.flop_s_per_byte)
+        self.trip = max(_fill(view, self.read), self.weights / self.fl[0])
+        """One trip's reads at the least: the fastest nodes filled first."""
+        self._hops = _cheapest_hops(view.latency_s, view.intra_latency_s)
+        self._slowest: dict[int, float] = {}
+        self._hop_sums: dict[int, float] = {}
+
+    def slowest(self, k: int) -> float:
+        """The least slowest stage of ``k`` nodes: every byte at the ``k`` fastest rates."""
+        found = self._slowest.get(k)
+        if found is None:
+            bw, fl = self.bw, self.fl
+            found = self._slowest[k] = max(self.read / sum(bw[:k]), self.weights / sum(fl[:k]))
+        return found
+
+    def hops(self, stages: int) -> float:
+        """The ``stages`` cheapest hops (the cheapest again past the last node)."""
+        found = self._hop_sums.get(stages)
+        if found is None:
+            hops = self._hops
+            found = sum(hops[:stages]) + max(0, stages - len(hops)) * hops[0]
+            self._hop_sums[stages] = found
+        return found
+
+
+_QUICK: WeakKeyDictionary[CostModel, _QuickFigures] = WeakKeyDictionary()
+
+
+def _quick_figures(cm: CostModel) -> _QuickFigures:
+    found = _QUICK.get(cm)
+    if found is None:
+        found = _QUICK[cm] = _QuickFigures(cm)
+    return found
 
 
 def _most_read_per_held(cm: CostModel) -> float:
-    """The most bytes a step reads per byte held, over the blocks and the head (once per
-    cost model)."""
-    got = _READ_PER_HELD.get(cm)
-    if got is None:
-        rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
-        ratios = [
-            (rp[i + 1] - rp[i] + kp[i + 1] - kp[i]) / (mp[i + 1] - mp[i])
-            for i in range(cm.num_blocks)
-            if mp[i + 1] > mp[i]
-        ]
-        got = _READ_PER_HELD[cm] = max([1.0] * (cm.head > 0) + ratios, default=1.0)
-    return got
+    """The most bytes a step reads per byte held, over the blocks and the head."""
+    rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
+    ratios = [
+        (rp[i + 1] - rp[i] + kp[i + 1] - kp[i]) / (mp[i + 1] - mp[i])
+        for i in range(cm.num_blocks)
+        if mp[i + 1] > mp[i]
+    ]
+    return max([1.0] * (cm.head > 0) + ratios, default=1.0)
 
 
 @lru_cache(maxsize=1024)

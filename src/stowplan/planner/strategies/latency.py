@@ -16,12 +16,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from operator import attrgetter
-from typing import Any
+from typing import Any, overload
 from weakref import WeakKeyDictionary
 
 from stowplan.cost import CostModel
 from stowplan.planner.problem import Problem
-from stowplan.planner.strategies.capacity_arrays import ARRAY_NODES, numpy_module
+from stowplan.planner.strategies.capacity_arrays import (
+    ARRAY_NODES,
+    first_seen_groups,
+    numpy_module,
+)
 from stowplan.planner.strategies.throughput import Pipeline
 
 __all__ = ["latency_pipeline", "latency_split"]
@@ -75,37 +79,120 @@ class _Node:
         """A node set is the sum of its nodes' bits."""
 
 
-def _surrogates(cm: CostModel) -> list[_Node]:
+def _per_block(cm: CostModel) -> tuple[float, float, float]:
+    """The average block's read bytes (weights and KV), weight bytes and memory."""
     nb = cm.num_blocks
     read = (cm.read_prefix[nb] + cm.kv_prefix[nb]) / nb
-    weights = cm.read_prefix[nb] / nb
-    mem = cm.mem_prefix[nb] / nb
+    return read, cm.read_prefix[nb] / nb, cm.mem_prefix[nb] / nb
 
-    def cap(anchor: int, u: int) -> int:
+
+def _capacities(cm: CostModel, u: int, mem: float) -> tuple[int, int, int]:
+    """Average blocks a node of ``u`` usable bytes holds: alone, beside the embed and
+    beside the head."""
+    nb = cm.num_blocks
+
+    def cap(anchor: int) -> int:
         room = u - anchor
         if room < 0:
             return 0
         return nb if mem <= 0 else min(nb, int(room // mem))
 
+    return cap(0), cap(cm.embed), cap(cm.head)
+
+
+def _rates(cm: CostModel, d: int, read: float, weights: float) -> tuple[float, float]:
+    """Node ``d``'s seconds per average block and the seconds the head adds on it."""
+    ib, fl = cm.inv_bw[d], cm.flop_s_per_byte[d]
+    return cm.block_seconds(d, read, weights), max(cm.head * ib, cm.head * fl)
+
+
+def _surrogates(cm: CostModel) -> list[_Node]:
+    read, weights, mem = _per_block(cm)
     # Nodes alike in bandwidth, compute and block cost share a slope; in memory, capacities.
     rates: dict[tuple[float, float, float], tuple[float, float]] = {}
     capacities: dict[int, tuple[int, int, int]] = {}
     out = []
     for d in range(len(cm.nodes)):
-        ib, fl = cm.inv_bw[d], cm.flop_s_per_byte[d]
-        key = (ib, fl, cm.block_s[d])
+        key = (cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d])
         rate = rates.get(key)
         if rate is None:
-            rate = rates[key] = (
-                cm.block_seconds(d, read, weights),
-                max(cm.head * ib, cm.head * fl),
-            )
+            rate = rates[key] = _rates(cm, d, read, weights)
         u = cm.usable[d]
         caps = capacities.get(u)
         if caps is None:
-            caps = capacities[u] = (cap(0, u), cap(cm.embed, u), cap(cm.head, u))
+            caps = capacities[u] = _capacities(cm, u, mem)
         out.append(_Node(d, rate[0], rate[1], cm.xfer_s[d], cm.latency_s[d] + cm.stage_s[d], caps))
     return out
+
+
+class _NodeTable(Sequence[_Node]):
+    """:func:`_surrogates` on arrays, each node made when first read: the same figures
+    (nodes alike in rates share the rates of the first of them, as there), and the
+    rankings of :data:`_KEYS` sorted on the arrays."""
+
+    def __init__(self, cm: CostModel) -> None:
+        np = numpy_module()
+        read, weights, mem = _per_block(cm)
+        group, firsts = first_seen_groups(
+            np.array([cm.inv_bw, cm.flop_s_per_byte, cm.block_s], dtype=np.float64)
+        )
+        rates = np.array([_rates(cm, d, read, weights) for d in firsts.tolist()])
+        slope, head = rates[group, 0], rates[group, 1]
+        rooms: dict[int, int] = {}
+        self._room_of = [rooms.setdefault(u, len(rooms)) for u in cm.usable]
+        self._room_caps = [_capacities(cm, u, mem) for u in rooms]
+        """Per usable VRAM (as they first come), the capacities of its nodes."""
+        lat = np.asarray(cm.latency_s, dtype=np.float64) + np.asarray(cm.stage_s, dtype=np.float64)
+        self._figures = (slope, head, cm.xfer_s, lat)
+        self._made: dict[int, _Node] = {}
+        index = np.arange(len(cm.nodes), dtype=np.int64)
+        hop = lat + np.asarray(cm.xfer_s, dtype=np.float64)
+        mid = np.array([c[0] for c in self._room_caps], dtype=np.int64)
+        self.orders = _rank_orders(np, index, slope, hop, mid[self._room_of])
+        """The node indices sorted by each of :data:`_KEYS` (int arrays)."""
+
+    def __len__(self) -> int:
+        return len(self._room_of)
+
+    @overload
+    def __getitem__(self, d: int) -> _Node: ...
+
+    @overload
+    def __getitem__(self, d: slice) -> list[_Node]: ...
+
+    def __getitem__(self, d: int | slice) -> _Node | list[_Node]:
+        if isinstance(d, slice):
+            return [self[i] for i in range(len(self))[d]]
+        made = self._made.get(d)
+        if made is None:
+            slope, head, xfer, lat = self._figures
+            caps = self._room_caps[self._room_of[d]]
+            made = _Node(d, float(slope[d]), float(head[d]), xfer[d], float(lat[d]), caps)
+            self._made[d] = made
+        return made
+
+
+class _Ranking(Sequence[_Node]):
+    """Nodes in one ranking's order, made as they are read."""
+
+    def __init__(self, order: Any, nodes: _NodeTable) -> None:
+        self.order, self.nodes = order, nodes
+        """The node indices in ranking order (an int array)."""
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    @overload
+    def __getitem__(self, i: int) -> _Node: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[_Node]: ...
+
+    def __getitem__(self, i: int | slice) -> _Node | list[_Node]:
+        if isinstance(i, slice):
+            nodes = self.nodes
+            return [nodes[d] for d in self.order[i].tolist()]
+        return self.nodes[int(self.order[i])]
 
 
 _Arranged = tuple[float, list[int], list[int]]
@@ -218,24 +305,43 @@ class _Scorer:
             for rest in families:
                 out.append([self.time([*rest, y]) for y in ys])
             return out
-        seen = self.seen
         times = _swap_times(members, ys, self.nb)
         mask = 0
         for x in members:
             mask |= x.bit
+        bits = [y.bit for y in ys]
         table: list[list[float | None]] = []
         for i, rest in enumerate(families):
             within = self.min_n <= len(rest) + 1 <= self.max_n
             rest_mask = mask & ~members[i].bit if i < m else mask
-            row: list[float | None] = []
-            for y, t in zip(ys, times[i], strict=True):
-                key = rest_mask | y.bit
-                if key not in seen:
-                    seen[key] = (t, rest, y) if within and t is not None else None
-                found = seen[key]
-                row.append(None if found is None else found[0])
-            table.append(row)
+            table.append(self._keep(rest, rest_mask, ys, bits, times[i] if within else None))
         return table
+
+    def _keep(
+        self,
+        rest: list[_Node],
+        rest_mask: int,
+        ys: Sequence[_Node],
+        bits: list[int],
+        times: list[float | None] | None,
+    ) -> list[float | None]:
+        """Each set ``[*rest, y]``'s time as scored (its first time, in the order it first
+        came in), keeping the new ones: ``times`` per y (None: all outside the stage
+        limits).  A set with no time is not kept: any order of it has none (the ends,
+        capacities and fill do not depend on the order), and it is None again."""
+        seen = self.seen
+        row: list[float | None] = []
+        append = row.append
+        for y, bit, t in zip(ys, bits, times or [None] * len(ys), strict=True):
+            key = rest_mask | bit
+            if key in seen:
+                found = seen[key]
+                append(None if found is None else found[0])
+            else:
+                if t is not None:
+                    seen[key] = (t, rest, y)
+                append(t)
+        return row
 
 
 _BATCH = 8
@@ -294,51 +400,38 @@ def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list
     )
     has_all_first = column_of([x is not None for x in all_firsts], bool)
     ok = (y_is_last | has_last) & np.where(y_is_last, has_all_first, y_is_first | has_rest_first)
-    rows = np.arange(m + 1)[:, None]
-    # Capacities of the members (per row and y) and of y.
-    caps = []
-    present = []
+    # Per family, member and y (axes 0, 1, 2): whether the member is in the family, and
+    # its capacity in the role it takes there.
+    present = (np.arange(m + 1)[:, None] != np.arange(m)[None, :])[:, :, None]
+    y_last3, y_first3 = y_is_last[:, None, :], y_is_first[:, None, :]
+    is_last = _is_each(np, lasts, members)[:, :, None] & ~y_last3
+    is_first = (_is_each(np, rest_firsts, members)[:, :, None] & ~y_last3 & ~y_first3) | (
+        _is_each(np, all_firsts, members)[:, :, None] & y_last3
+    )
+    caps = np.where(
+        is_first,
+        _member_column(np, members, "cap_first"),
+        np.where(
+            is_last, _member_column(np, members, "cap_last"), _member_column(np, members, "cap_mid")
+        ),
+    )
     y_cap = np.where(y_is_last, y_last, np.where(y_is_first, y_first, y_mid))
-    total = y_cap.copy()
-    ok &= y_cap >= 1
-    for j, x in enumerate(members):
-        here = rows != j
-        is_last = column_of([last is x for last in lasts], bool) & ~y_is_last
-        is_first = (column_of([f is x for f in rest_firsts], bool) & ~y_is_last & ~y_is_first) | (
-            column_of([f is x for f in all_firsts], bool) & y_is_last
-        )
-        cap = np.where(is_first, x.cap_first, np.where(is_last, x.cap_last, x.cap_mid))
-        ok &= ~here | (cap >= 1)
-        total = total + np.where(here, cap, 0)
-        caps.append(cap)
-        present.append(here)
+    ok &= (y_cap >= 1) & (~present | (caps >= 1)).all(axis=1)
+    total = y_cap + np.where(present, caps, 0).sum(axis=1)
     sizes = column_of([len(f) + 1 for f in families], np.int64)
     left = nb - sizes
     ok &= (total >= nb) & (left >= 0)
     if not ok.any():
         return [[None] * len(ys) for _ in families]
-    # The greedy fill, fastest first: a node takes what the ones before left, up to its room.
-    y_spare = y_cap - 1
-    before = np.zeros(ok.shape, dtype=np.int64)
-    y_before = np.zeros(ok.shape, dtype=np.int64)
-    y_placed = np.zeros(ok.shape, dtype=bool)
-    counts: list[Any] = [None] * m
-    for j in sorted(range(m), key=lambda j: members[j].slope_key):
-        x = members[j]
-        y_ahead = ~y_placed & ((y_slope < x.slope) | ((y_slope == x.slope) & (y_index < x.index)))
-        y_before = np.where(y_ahead, before, y_before)
-        before = before + np.where(y_ahead, y_spare, 0)
-        y_placed |= y_ahead
-        spare = np.where(present[j], caps[j] - 1, 0)
-        counts[j] = 1 + np.minimum(np.maximum(left - before, 0), spare)
-        before = before + spare
-    y_before = np.where(y_placed, y_before, before)
-    y_count = 1 + np.minimum(np.maximum(left - y_before, 0), y_spare)
-    # The time, summed in the list's order.
-    acc = np.zeros(ok.shape)
-    for j, x in enumerate(members):
-        acc = acc + np.where(present[j], x.slope * counts[j] + x.lat, 0.0)
-    acc = acc + (y_slope * y_count + y_lat)
+    counts, y_count = _greedy_fill(np, members, caps, present, y_cap, y_slope, y_index, left)
+    # The time, summed in the list's order (a member left out adds 0.0).
+    terms = np.where(
+        present,
+        _member_column(np, members, "slope") * counts + _member_column(np, members, "lat"),
+        0.0,
+    )
+    acc = np.add.accumulate(np.concatenate((np.zeros_like(terms[:, :1]), terms), axis=1), axis=1)
+    acc = acc[:, -1] + (y_slope * y_count + y_lat)
     head = np.where(y_is_last, y_head, column_of([x.head if x else 0.0 for x in lasts]))
     time = head + acc
     xfer_kept = column_of(
@@ -350,6 +443,50 @@ def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list
         [t if good else None for t, good in zip(row, row_ok, strict=True)]
         for row, row_ok in zip(time.tolist(), ok.tolist(), strict=True)
     ]
+
+
+def _is_each(np: Any, chosen: list[_Node | None], members: list[_Node]) -> Any:
+    """Per family (row) and member (column), whether the member is the family's node
+    ``chosen`` (None: none)."""
+    return np.array([[c is x for x in members] for c in chosen], dtype=bool).reshape(
+        len(chosen), len(members)
+    )
+
+
+def _member_column(np: Any, members: list[_Node], figure: str) -> Any:
+    """A member figure along axis 1 of (family, member, y) arrays."""
+    return np.array([getattr(x, figure) for x in members])[None, :, None]
+
+
+def _greedy_fill(
+    np: Any,
+    members: list[_Node],
+    caps: Any,
+    present: Any,
+    y_cap: Any,
+    y_slope: Any,
+    y_index: Any,
+    left: Any,
+) -> tuple[Any, Any]:
+    """:func:`_arrange`'s greedy fill per family and y, fastest first: every node keeps
+    one block and takes what the ones before it left, up to its room.  The blocks of each
+    member (family, member, y) and of y (family, y)."""
+    m = len(members)
+    rank = sorted(range(m), key=lambda j: members[j].slope_key)
+    spare = np.where(present, caps - 1, 0)[:, rank, :]
+    slope = np.array([members[j].slope for j in rank])[:, None]
+    index = np.array([members[j].index for j in rank])[:, None]
+    # Whether y comes before the member of each rank (its slope key is less).
+    y_first = (y_slope < slope) | ((y_slope == slope) & (y_index < index))
+    y_spare = y_cap - 1
+    ahead = np.cumsum(spare, axis=1) - spare
+    before = ahead + np.where(y_first[None, :, :], y_spare[:, None, :], 0)
+    counts = 1 + np.minimum(np.maximum(left[:, :, None] - before, 0), spare)
+    y_before = np.where(y_first[None, :, :], 0, spare).sum(axis=1)
+    y_count = 1 + np.minimum(np.maximum(left - y_before, 0), y_spare)
+    order = np.empty(m, dtype=np.int64)
+    order[rank] = np.arange(m)
+    return counts[:, order, :], y_count
 
 
 def _to_pipeline(order: list[int], counts: list[int]) -> Pipeline:
@@ -369,21 +506,18 @@ _KEYS = (
 cheapest per block when full, largest."""
 
 
-def _rankings_on_arrays(nodes: list[_Node]) -> list[list[_Node]]:
-    """The nodes sorted by each of :data:`_KEYS`, on arrays (the same keys, the same
-    floats; the index breaks every tie, so the orders are the same)."""
-    np = numpy_module()
-    index = np.array([x.index for x in nodes], dtype=np.int64)
-    slope = np.array([x.slope for x in nodes])
-    hop = np.array([x.lat for x in nodes]) + np.array([x.xfer for x in nodes])
-    cap = np.array([x.cap_mid for x in nodes], dtype=np.int64)
+def _rank_orders(np: Any, at: Any, slope: Any, hop: Any, cap: Any, index: Any = None) -> list[Any]:
+    """Positions ``at`` sorted by each of :data:`_KEYS` from the nodes' slopes, hops
+    (latency and transfer), capacities and indices (``at`` itself when not given), as
+    int arrays."""
+    index = at if index is None else index
     orders = (
         np.lexsort((index, slope)),
         np.lexsort((index, slope, hop)),
         np.lexsort((index, hop / np.maximum(cap, 1) + slope)),
         np.lexsort((index, slope, -cap)),
     )
-    return [[nodes[i] for i in order.tolist()] for order in orders]
+    return [at[order] for order in orders]
 
 
 class _Surrogates:
@@ -392,12 +526,17 @@ class _Surrogates:
     stage counts that step at one microbatch plan on one model."""
 
     def __init__(self, cm: CostModel) -> None:
-        self.nodes = _surrogates(cm)
-        self.batched = len(self.nodes) >= ARRAY_NODES and numpy_module() is not None
-        """Whether the rankings are sorted, and a member list's swaps timed, on arrays."""
+        self.batched = len(cm.nodes) >= ARRAY_NODES and numpy_module() is not None
+        """Whether the nodes are figured and ranked, and a member list's swaps timed, on
+        arrays."""
+        self.nodes: Sequence[_Node]
+        self.rankings: list[Sequence[_Node]]
         if self.batched:
-            self.rankings = _rankings_on_arrays(self.nodes)
+            table = _NodeTable(cm)
+            self.nodes = table
+            self.rankings = [_Ranking(order, table) for order in table.orders]
         else:
+            self.nodes = _surrogates(cm)
             self.rankings = [sorted(self.nodes, key=k) for k in _KEYS]
         self.arranged: dict[tuple[int, ...], _Arranged | None] = {}
         self.timed: dict[tuple[int, ...], float | None] = {}

@@ -30,7 +30,9 @@ import math
 import operator
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
+from functools import cached_property
 from itertools import accumulate, compress
+from typing import Any, NamedTuple
 from weakref import WeakKeyDictionary
 
 from stowplan.cost import CostModel
@@ -39,6 +41,8 @@ from stowplan.planner.strategies.capacity_arrays import (
     ARRAY_NODES,
     ENUMERATE,
     CapacityArrays,
+    RoleRows,
+    first_seen_groups,
     numpy_module,
 )
 from stowplan.planner.strategies.interior import Interior
@@ -187,105 +191,112 @@ class _RoleTimes:
     """
 
     def __init__(self, cm: CostModel, nodes: Sequence[int]) -> None:
-        nb = cm.num_blocks
-        rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
         self.nodes = list(nodes)
-        self.xfer = [cm.xfer_s[d] for d in self.nodes]
-        cls: list[int] = []
-        self.cls = cls
-        """Per node position, its class: nodes alike in every figure the times use."""
-        members: list[list[int]] = []
-        self.members = members
-        """Per class, its node positions in order."""
-        # Per class: its role counts (interior, first, last), base and tail times.
-        held_of: list[tuple[int, int, int]] = []
-        base_of: list[list[float]] = []
-        tail_of: list[list[float]] = []
-        classes: dict[tuple[float | int, ...], int] = {}
-        shared: dict[tuple[float, float, float, float, int], list[float]] = {}
-        shared_tail: dict[tuple[float, float, float, float, int], list[float]] = {}
-        total_m = mp[nb]
-        embed, head = cm.embed, cm.head
-        inv_bw, flop_s, block_s, stage_s = cm.inv_bw, cm.flop_s_per_byte, cm.block_s, cm.stage_s
-        usable, xfer = cm.usable, self.xfer
-        # Nodes of one usable VRAM hold as many blocks in every role.
-        counts: dict[int, tuple[int, int, int]] = {}
-        for i, d in enumerate(self.nodes):
-            u = usable[d]
-            held = counts.get(u)
-            if held is None:
-                k_mid = max(min(nb, bisect_right(mp, u) - 1), 0)
-                k_first = max(min(nb, bisect_right(mp, u - embed) - 1), 0)
-                # Last stage: blocks [nb-k, nb) with the head.
-                room = u - head
-                k_last = max(min(0 if room < 0 else nb - bisect_left(mp, total_m - room), nb), 0)
-                held = counts[u] = (k_mid, k_first, k_last)
-            ib, fl, bs, ss = inv_bw[d], flop_s[d], block_s[d], stage_s[d]
-            key = (ib, fl, bs, ss, *held, xfer[i])
-            c = classes.get(key)
-            if c is None:
-                c = classes[key] = len(members)
-                members.append([])
-                k_mid, _, k_last = held
-                base_key = (ib, fl, bs, ss, k_mid)
-                if base_key not in shared:
-                    shared[base_key] = [
-                        max((rp[k] + kp[k]) * ib, rp[k] * fl) + (k * bs + ss)
-                        for k in range(1, k_mid + 1)
-                    ]
-                tail_key = (ib, fl, bs, ss, k_last)
-                if tail_key not in shared_tail:
-                    shared_tail[tail_key] = [
-                        max(
-                            (rp[nb] - rp[nb - k] + head + kp[nb] - kp[nb - k]) * ib,
-                            (rp[nb] - rp[nb - k] + head) * fl,
-                        )
-                        + (k * bs + ss)
-                        for k in range(1, k_last + 1)
-                    ]
-                held_of.append(held)
-                base_of.append(shared[base_key])
-                tail_of.append(shared_tail[tail_key])
-            members[c].append(i)
-            cls.append(c)
-        self.k_mid = [held_of[c][0] for c in cls]
-        self.k_first = [held_of[c][1] for c in cls]
-        self.k_last = [held_of[c][2] for c in cls]
-        self.base = [base_of[c] for c in cls]
-        self.tail = [tail_of[c] for c in cls]
-        nodes_ = self.nodes
-        for m in members:
-            if len(m) > 1:
-                m.sort(key=nodes_.__getitem__)
-        self.rep = [m[0] for m in self.members]
-        """Per class, its first node position (whose figures every member shares)."""
-        self.first_ids = [self.nodes[i] for i in self.rep]
-        """Per class, its first member's node id (the least)."""
-        self.sizes = [len(m) for m in self.members]
-        """Per class, how many nodes it has."""
-        self._rep_tail = [self.tail[i] for i in self.rep]
-        self._rep_k_first = [self.k_first[i] for i in self.rep]
-        self._stage: list[list[float]] | None = None
         self.arrays: CapacityArrays | None = None
         """The same figures on arrays, on a fleet of :data:`ARRAY_NODES` classes of
         nodes or more (few classes of many alike nodes stay on the pure path)."""
-        if len(self.members) >= ARRAY_NODES and numpy_module() is not None:
-            self.arrays = CapacityArrays(
-                [self.base[i] for i in self.rep],
-                self._rep_tail,
-                [self.xfer[i] for i in self.rep],
-                self._rep_k_first,
-                self.members,
-                self.nodes,
-                self.cls,
-            )
+        self._source: _Classes | _ClassArrays
+        if len(self.nodes) >= ARRAY_NODES and numpy_module() is not None:
+            self._source = found = _classes_on_arrays(cm, self.nodes)
+            if len(found.firsts) >= ARRAY_NODES:
+                self.arrays = CapacityArrays(
+                    RoleRows(found.base, found.base_of, found.tail, found.tail_of),
+                    found.xfer,
+                    found.held[:, 1],
+                    None if found.singletons else self.members,
+                    self.nodes,
+                    found.cls,
+                )
+        else:
+            self._source = _classes(cm, self.nodes)
+        self._stage: list[list[float]] | None = None
+
+    @cached_property
+    def _lists(self) -> _Classes:
+        """The classes as lists (built on first use when they came on arrays)."""
+        source = self._source
+        return source if isinstance(source, _Classes) else _as_lists(source, self.nodes)
+
+    @property
+    def cls(self) -> list[int]:
+        """Per node position, its class: nodes alike in every figure the times use."""
+        return self._lists.cls
+
+    @property
+    def members(self) -> list[list[int]]:
+        """Per class, its node positions in order (of node id)."""
+        return self._lists.members
+
+    @property
+    def _held(self) -> list[tuple[int, int, int]]:
+        """Per class, the blocks it holds as an interior stage, as stage 0, as the last."""
+        return self._lists.held
+
+    @cached_property
+    def xfer(self) -> list[float]:
+        """Per node position, its transfer."""
+        return self._lists.xfer
+
+    @cached_property
+    def rep(self) -> list[int]:
+        """Per class, its first node position (whose figures every member shares)."""
+        return [m[0] for m in self.members]
+
+    @cached_property
+    def first_ids(self) -> list[int]:
+        """Per class, its first member's node id (the least)."""
+        return [self.nodes[i] for i in self.rep]
+
+    @cached_property
+    def sizes(self) -> list[int]:
+        """Per class, how many nodes it has."""
+        return [len(m) for m in self.members]
+
+    @cached_property
+    def _rep_tail(self) -> list[list[float]]:
+        found = self._lists
+        return [found.tail[g] for g in found.tail_of]
+
+    @cached_property
+    def _rep_k_first(self) -> list[int]:
+        return [h[1] for h in self._held]
+
+    @property
+    def k_mid(self) -> list[int]:
+        """Per node position, the blocks it holds as an interior stage."""
+        return [self._held[c][0] for c in self.cls]
+
+    @property
+    def k_first(self) -> list[int]:
+        """Per node position, the blocks it holds as stage 0 (beside the embed)."""
+        return [self._held[c][1] for c in self.cls]
+
+    @property
+    def k_last(self) -> list[int]:
+        """Per node position, the blocks it holds as the last stage (with the head)."""
+        return [self._held[c][2] for c in self.cls]
+
+    @property
+    def base(self) -> list[list[float]]:
+        """Per node position, its base times (blocks ``[0, k)`` without its transfer)."""
+        found = self._lists
+        return [found.base[found.base_of[c]] for c in self.cls]
+
+    @property
+    def tail(self) -> list[list[float]]:
+        """Per node position, its tail times (the last k blocks with the head)."""
+        return [self._rep_tail[c] for c in self.cls]
 
     @property
     def stage(self) -> list[list[float]]:
         """Per class, the stage times as the test compares them (``v + xfer``, the same
         floats): a capacity at T is then one bisection of a sorted list."""
         if self._stage is None:
-            self._stage = [[v + self.xfer[i] for v in self.base[i]] for i in self.rep]
+            found = self._lists
+            self._stage = [
+                [v + self.xfer[i] for v in found.base[g]]
+                for i, g in zip(self.rep, found.base_of, strict=True)
+            ]
         return self._stage
 
     def class_caps(self, t: float, strict: bool) -> tuple[list[int], list[int], list[int]]:
@@ -308,8 +319,182 @@ class _RoleTimes:
     def values(self, i: int, role: int, lo: int, hi: int) -> list[float]:
         """Stage times of k = lo+1 .. hi blocks of node ``i`` in ``role`` (0/1: base, 2: tail)."""
         if role == 2:
-            return self.tail[i][lo:hi]
+            return self._rep_tail[self.cls[i]][lo:hi]
         return self.stage[self.cls[i]][lo:hi]
+
+
+def _role_counts(cm: CostModel, u: int) -> tuple[int, int, int]:
+    """Blocks a node of ``u`` usable bytes holds as an interior stage, as stage 0 (beside
+    the embed) and as the last stage (blocks ``[nb − k, nb)`` beside the head)."""
+    nb, mp = cm.num_blocks, cm.mem_prefix
+    k_mid = max(min(nb, bisect_right(mp, u) - 1), 0)
+    k_first = max(min(nb, bisect_right(mp, u - cm.embed) - 1), 0)
+    room = u - cm.head
+    k_last = max(min(0 if room < 0 else nb - bisect_left(mp, mp[nb] - room), nb), 0)
+    return k_mid, k_first, k_last
+
+
+def _base_times(
+    cm: CostModel, ib: float, fl: float, bs: float, ss: float, k_mid: int
+) -> list[float]:
+    """Stage times of blocks ``[0, k)``, k = 1 .. ``k_mid``, at these rates, without the
+    transfer (as :meth:`CostModel.stage_time` computes them)."""
+    rp, kp = cm.read_prefix, cm.kv_prefix
+    return [max((rp[k] + kp[k]) * ib, rp[k] * fl) + (k * bs + ss) for k in range(1, k_mid + 1)]
+
+
+def _tail_times(
+    cm: CostModel, ib: float, fl: float, bs: float, ss: float, k_last: int
+) -> list[float]:
+    """Stage times of the last k blocks with the head, k = 1 .. ``k_last``, at these rates
+    (as :meth:`CostModel.stage_time` computes them)."""
+    nb, rp, kp, head = cm.num_blocks, cm.read_prefix, cm.kv_prefix, cm.head
+    return [
+        max(
+            (rp[nb] - rp[nb - k] + head + kp[nb] - kp[nb - k]) * ib,
+            (rp[nb] - rp[nb - k] + head) * fl,
+        )
+        + (k * bs + ss)
+        for k in range(1, k_last + 1)
+    ]
+
+
+class _Classes(NamedTuple):
+    """Node classes and their stage times: per node position its class; per class its
+    positions (by node id), the blocks it holds in each role (interior, first, last), and
+    which of the distinct base and tail time lists are its own."""
+
+    cls: list[int]
+    members: list[list[int]]
+    held: list[tuple[int, int, int]]
+    base: list[list[float]]
+    base_of: list[int]
+    tail: list[list[float]]
+    tail_of: list[int]
+    xfer: list[float]
+    """Per node position, its transfer."""
+
+
+def _classes(cm: CostModel, nodes: list[int]) -> _Classes:
+    """The nodes' classes: alike in every figure the stage times use (rates, block and
+    stage costs, blocks held per role, transfer), numbered as they first come.  Classes
+    alike in rates and a role's block count share that role's list of times."""
+    usable = cm.usable
+    counts = {u: _role_counts(cm, u) for u in {usable[d] for d in nodes}}
+    classes: dict[tuple[float | int, ...], int] = {}
+    cls: list[int] = []
+    held: list[tuple[int, int, int]] = []
+    base_of: list[int] = []
+    tail_of: list[int] = []
+    base_index: dict[tuple[float | int, ...], int] = {}
+    tail_index: dict[tuple[float | int, ...], int] = {}
+    base: list[list[float]] = []
+    tail: list[list[float]] = []
+    for d in nodes:
+        rates = (cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d])
+        h = counts[usable[d]]
+        key = (*rates, *h, cm.xfer_s[d])
+        c = classes.get(key)
+        if c is None:
+            c = classes[key] = len(held)
+            held.append(h)
+            for index, rows, of, k, times in (
+                (base_index, base, base_of, h[0], _base_times),
+                (tail_index, tail, tail_of, h[2], _tail_times),
+            ):
+                g = index.get((*rates, k))
+                if g is None:
+                    g = index[(*rates, k)] = len(rows)
+                    rows.append(times(cm, *rates, k))
+                of.append(g)
+        cls.append(c)
+    members = _members(cls, len(held), nodes)
+    xfer = [cm.xfer_s[d] for d in nodes]
+    return _Classes(cls, members, held, base, base_of, tail, tail_of, xfer)
+
+
+class _ClassArrays(NamedTuple):
+    """:class:`_Classes` on arrays: per node position its class (``cls``); per class its
+    first position (``firsts``), blocks held per role (``held``, one row each), transfer
+    (``xfer``) and time lists (``base[base_of[c]]``, ``tail[tail_of[c]]``); per position
+    its transfer (``node_xfer``)."""
+
+    cls: Any
+    firsts: Any
+    held: Any
+    xfer: Any
+    base: list[list[float]]
+    base_of: Any
+    tail: list[list[float]]
+    tail_of: Any
+    node_xfer: Any
+
+    @property
+    def singletons(self) -> bool:
+        """Whether every class is one node."""
+        return len(self.firsts) == len(self.cls)
+
+
+def _classes_on_arrays(cm: CostModel, nodes: list[int]) -> _ClassArrays:
+    """:func:`_classes` on arrays: the same classes, numbers and lists (the figures
+    compared as the same floats)."""
+    np = numpy_module()
+    at = np.asarray(nodes, dtype=np.int64)
+    # Nodes of one usable VRAM hold as many blocks in every role (bytes may pass int64).
+    rooms: dict[int, int] = {}
+    room_of = [rooms.setdefault(cm.usable[d], len(rooms)) for d in nodes]
+    counts = np.array([_role_counts(cm, u) for u in rooms], dtype=np.int64)
+    held_at = counts[np.asarray(room_of, dtype=np.int64)]
+    table = np.empty((8, len(nodes)))
+    for row, figure in enumerate(
+        (cm.inv_bw, cm.flop_s_per_byte, cm.block_s, cm.stage_s, cm.xfer_s)
+    ):
+        table[row if row < 4 else 7] = np.asarray(figure, dtype=np.float64)[at]
+    table[4:7] = held_at.T
+    group, firsts = first_seen_groups(table)
+    reps = table[:, firsts]
+    shared = []
+    for count_row, times in ((4, _base_times), (6, _tail_times)):
+        of, first_of = first_seen_groups(reps[[0, 1, 2, 3, count_row]])
+        rows = [
+            times(cm, ib, fl, bs, ss, int(k))
+            for ib, fl, bs, ss, k in reps[[0, 1, 2, 3, count_row]][:, first_of].T.tolist()
+        ]
+        shared.append((rows, of))
+    (base, base_of), (tail, tail_of) = shared
+    return _ClassArrays(
+        group, firsts, held_at[firsts], reps[7], base, base_of, tail, tail_of, table[7]
+    )
+
+
+def _as_lists(found: _ClassArrays, nodes: list[int]) -> _Classes:
+    """The classes found on arrays as :func:`_classes` lists them."""
+    cls = found.cls.tolist()
+    if found.singletons:
+        members = [[i] for i in found.firsts.tolist()]
+    else:
+        members = _members(cls, len(found.firsts), nodes)
+    return _Classes(
+        cls,
+        members,
+        list(map(tuple, found.held.tolist())),
+        found.base,
+        found.base_of.tolist(),
+        found.tail,
+        found.tail_of.tolist(),
+        found.node_xfer.tolist(),
+    )
+
+
+def _members(cls: list[int], k: int, nodes: list[int]) -> list[list[int]]:
+    """Per class, its node positions ordered by node id."""
+    members: list[list[int]] = [[] for _ in range(k)]
+    for i, c in enumerate(cls):
+        members[c].append(i)
+    for m in members:
+        if len(m) > 1:
+            m.sort(key=nodes.__getitem__)
+    return members
 
 
 _Caps = tuple[list[int], list[int], list[int]]
