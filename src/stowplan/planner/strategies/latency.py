@@ -626,8 +626,11 @@ def latency_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
     """g[j]: least time with blocks [0, j) placed as stages before the last."""
     best, at = inf, (-1, -1)
     choices: list[list[int]] = []
-    # Nodes alike in every figure the stage times use share their tables.
-    tables: dict[tuple[float | int, ...], tuple[list[float], list[list[float]]]] = {}
+    # Nodes alike in every figure the stage times use share their tables, as do the
+    # splits of one cost model (its stage counts, and the orders of one node set).
+    tables = _SPLIT_TABLES.get(cm)
+    if tables is None:
+        tables = _SPLIT_TABLES[cm] = {}
     for p, d in enumerate(order):
         lat = cm.latency_s[d]
         key: tuple[float | int, ...] = (cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d])
@@ -665,6 +668,12 @@ def latency_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
         q -= 1
     stages.reverse()
     return [d for d, _ in stages], [lo for _, lo in stages] + [nb]
+
+
+_SPLIT_TABLES: WeakKeyDictionary[
+    CostModel, dict[tuple[float | int, ...], tuple[list[float], list[list[float]]]]
+] = WeakKeyDictionary()
+"""Per cost model, :func:`latency_split`'s stage tables by the figures they depend on."""
 
 
 def _stage_tables(cm: CostModel, d: int) -> tuple[list[float], list[list[float]]]:

@@ -125,7 +125,11 @@ def greedy_split(
     # Classes of nodes that took nothing since the split last grew: a node alike, at the
     # same point of the split, takes nothing too.
     idle: set[int] = set()
-    for d in order:
+    for i, d in enumerate(order):
+        if pos >= nb - max(min_stages - len(used) - 1, 1):
+            # No node can take a block now (the stages still owed keep the rest): only a
+            # node that ends the model can follow, the first such in the rest of the order.
+            return _ended(cm, order[i:], t_max, min_stages, used, bounds, idle)
         if node_class[d] in idle:
             continue
         first = not used
@@ -142,6 +146,52 @@ def greedy_split(
         else:
             idle.add(node_class[d])
     return None
+
+
+def _ended(
+    cm: CostModel,
+    rest: Sequence[int],
+    t_max: float,
+    min_stages: int,
+    used: list[int],
+    bounds: list[int],
+    idle: set[int],
+) -> Pipeline | None:
+    """:func:`greedy_split`'s end once no node can take a block: the first node of
+    ``rest`` (not alike to one that took nothing here) that holds the blocks left and the
+    head within ``t_max``; a node whose least last stage is slower is not tried."""
+    if len(used) + 1 < min_stages:
+        return None
+    pos, first = bounds[-1], not used
+    least, node_class = _least_last_times(cm), cm.stage_class
+    for d in rest:
+        if (
+            least[d] <= t_max
+            and node_class[d] not in idle
+            and _ends_within(cm, d, pos, first, t_max)
+        ):
+            return [*used, d], [*bounds, cm.num_blocks]
+    return None
+
+
+_LEAST_LAST: WeakKeyDictionary[CostModel, list[float]] = WeakKeyDictionary()
+
+
+def _least_last_times(cm: CostModel) -> list[float]:
+    """Per node, the time of the last block and the head as the last stage: no last stage
+    on it is faster (it holds at least those), once per cost model."""
+    found = _LEAST_LAST.get(cm)
+    if found is None:
+        nb, rp, kp = cm.num_blocks, cm.read_prefix, cm.kv_prefix
+        weights = rp[nb] - rp[nb - 1] + cm.head
+        read = weights + kp[nb] - kp[nb - 1]
+        found = _LEAST_LAST[cm] = [
+            max(read * ib, weights * fl) + bs + ss
+            for ib, fl, bs, ss in zip(
+                cm.inv_bw, cm.flop_s_per_byte, cm.block_s, cm.stage_s, strict=True
+            )
+        ]
+    return found
 
 
 def min_bottleneck_split(
