@@ -24,6 +24,7 @@ from stowplan.planner.strategies.throughput import (
     _passes,
     _RoleTimes,
 )
+from tests.common.fluid_reference import reference_fluid_bound
 
 _GPUS = (
     ("RTX 4090", 24),
@@ -152,7 +153,7 @@ def test_least_feasible_bottleneck_and_order_agree_around_the_threshold(n: int, 
 
 
 @pytest.mark.parametrize("n", [ARRAY_NODES - 1, ARRAY_NODES, 400])
-def test_fluid_bound_on_arrays_is_the_pure_bound(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fluid_bound_on_arrays_is_the_pure_bound(n: int) -> None:
     nodes = _fleet(n, n, twins=0.0)
     for model, batch in (("llama3.1:70b", 8), ("llama3.1:405b-q4_0", 16)):
         problem = prepare(lookup(model), nodes, Constraints(batch=batch))
@@ -160,9 +161,7 @@ def test_fluid_bound_on_arrays_is_the_pure_bound(n: int, monkeypatch: pytest.Mon
         for stages in (4, 16, n):
             sub = replace(problem, max_stages=min(stages, n))
             got = pipelines.fluid_bound(sub, cm, Metric.THROUGHPUT)
-            with monkeypatch.context() as m:
-                m.setattr(pipelines, "numpy_module", lambda: None)
-                assert pipelines.fluid_bound(sub, cm, Metric.THROUGHPUT) == got
+            assert got == reference_fluid_bound(sub, cm, Metric.THROUGHPUT)
 
 
 def test_the_capacity_count_on_arrays_is_the_pure_count() -> None:
@@ -200,7 +199,8 @@ def test_a_plan_is_the_same_without_numpy(n: int, monkeypatch: pytest.MonkeyPatc
         with_arrays = plan_to_json(plan(lookup(model), nodes, c))
         with monkeypatch.context() as m:
             m.setattr(throughput, "numpy_module", lambda: None)
-            m.setattr(pipelines, "numpy_module", lambda: None)
+            m.setattr(fractional, "numpy_module", lambda: None)
+            m.setattr(fractional, "_FIGURES", type(fractional._FIGURES)())
             assert plan_to_json(plan(lookup(model), nodes, c)) == with_arrays
 
 
@@ -335,7 +335,7 @@ def test_the_test_on_one_node_classes_agrees_with_the_pure_path(seed: int, n: in
 @pytest.mark.parametrize("n", [2, ARRAY_NODES - 1, ARRAY_NODES, ARRAY_NODES + 1, 300])
 def test_the_fractional_bound_is_the_fluid_bound(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Kept per cost model and stage limit, asked in any order, on arrays or lists: the
-    same floats as :func:`fluid_bound`."""
+    same floats as the node-by-node reference."""
     rng = random.Random(n * 13)
     nodes = _fleet(n + 29, n, twins=0.2)
     for model, batch in (("llama3.1:70b", 16), ("llama3.1:405b-q4_0", 8), ("llama3.1:8b", 1)):
@@ -354,13 +354,14 @@ def test_the_fractional_bound_is_the_fluid_bound(n: int, monkeypatch: pytest.Mon
         ]
         rng.shuffle(asks)
         for ask in asks + asks[::2]:
-            expected = pipelines.fluid_bound(*ask)
+            expected = reference_fluid_bound(*ask)
             assert fractional.fractional_bound(*ask) == expected
+            assert pipelines.fluid_bound(*ask) == expected
         with monkeypatch.context() as m:
             m.setattr(fractional, "numpy_module", lambda: None)
             m.setattr(fractional, "_FIGURES", type(fractional._FIGURES)())
             for ask in asks:
-                assert fractional.fractional_bound(*ask) == pipelines.fluid_bound(*ask)
+                assert fractional.fractional_bound(*ask) == reference_fluid_bound(*ask)
 
 
 def _figures(x: latency._Node) -> tuple[object, ...]:
