@@ -4,6 +4,9 @@ workloads and fleets."""
 
 from __future__ import annotations
 
+import os
+
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from stowplan import ExpertLayout, ModelLayout, NodeDescriptor, Workload
@@ -122,3 +125,14 @@ def fleets(
         )
         for i in range(draw(st.integers(least, most)))
     ]
+
+
+def serve_settings(examples: int) -> settings:
+    """Hypothesis settings of the serving property tests: ``examples`` examples (the
+    ``SERVE_EXAMPLES`` environment variable overrides), derandomized, no deadline."""
+    return settings(
+        max_examples=int(os.environ.get("SERVE_EXAMPLES", str(examples))),
+        derandomize=True,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )

@@ -6,10 +6,9 @@ whose bound the true optimum never exceeds."""
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
-from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from stowplan import (
@@ -19,16 +18,11 @@ from stowplan import (
     ServePlan,
     serve,
 )
-from tests.common.serving_models import dense, fleets, loads, models, moe, workload
+from tests.common.serving_models import dense, fleets, loads, models, moe, serve_settings, workload
 from tests.common.serving_referee import Load, Referee
 
 MB, GB = 10**6, 10**9
-SETTINGS = settings(
-    max_examples=int(os.environ.get("SERVE_EXAMPLES", "20")),
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+SETTINGS = serve_settings(20)
 
 
 def pipeline(ref_nodes: list[NodeDescriptor], r: object) -> tuple[tuple[int, ...], list[int]]:

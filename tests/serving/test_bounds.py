@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from itertools import combinations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from stowplan import Constraints, NodeDescriptor, Workload, serve
@@ -20,16 +19,11 @@ from stowplan.errors import Infeasible
 from stowplan.model import gpu_group_node
 from stowplan.serving.bounds import FleetRates, fleet_users_bound, rate_bound, users_bound
 from stowplan.serving.candidates import replica_of
-from tests.common.serving_models import dense, models, workload
+from tests.common.serving_models import dense, models, serve_settings, workload
 from tests.common.serving_referee import Load, Referee
 
 GB = 10**9
-SETTINGS = settings(
-    max_examples=int(os.environ.get("SERVE_EXAMPLES", "15")),
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+SETTINGS = serve_settings(15)
 
 
 def _node(i: int, gpus: int, gb: int, bw: float, tflops: float, intra: float) -> NodeDescriptor:

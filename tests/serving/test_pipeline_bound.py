@@ -6,25 +6,19 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 from dataclasses import replace
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from stowplan import Constraints, ModelLayout, NodeDescriptor, Workload, serve
 from stowplan.serving.exhaustive import EXHAUSTIVE_SHAPES, pipeline_count
 from stowplan.serving.pipeline_bound import pipeline_rate_bound, pipeline_users_bound
-from tests.common.serving_models import dense, fleets, loads, moe, workload
+from tests.common.serving_models import dense, fleets, loads, moe, serve_settings, workload
 from tests.common.serving_referee import Load, Referee
 
 GB = 10**9
-SETTINGS = settings(
-    max_examples=int(os.environ.get("SERVE_EXAMPLES", "12")),
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+SETTINGS = serve_settings(12)
 
 models = st.one_of(
     st.builds(

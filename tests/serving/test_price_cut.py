@@ -5,25 +5,19 @@ that skips the compositions it rules out pays no more than the one planning them
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import replace
 from itertools import product
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from stowplan import Infeasible, NodeDescriptor, Workload, serve
 from stowplan.serving.price_cut import ClassMemory, PriceCut, front, holding_front
-from tests.common.serving_models import dense, models
+from tests.common.serving_models import dense, models, serve_settings
 
 GB = 10**9
-SETTINGS = settings(
-    max_examples=int(os.environ.get("SERVE_EXAMPLES", "20")),
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+SETTINGS = serve_settings(20)
 
 pairs = st.lists(
     st.tuples(st.floats(0.1, 10.0), st.integers(0, 12).map(float)), min_size=1, max_size=4

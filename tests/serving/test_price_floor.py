@@ -5,24 +5,18 @@ referee finds for a users or a requests/s target, and what serve() reports with 
 from __future__ import annotations
 
 import math
-import os
 
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from stowplan import Constraints, ModelLayout, NodeDescriptor, Workload, serve
 from stowplan.serving.bounds import FleetRates
 from stowplan.serving.price_floor import price_floor
-from tests.common.serving_models import fleets, loads, models, workload
+from tests.common.serving_models import fleets, loads, models, serve_settings, workload
 from tests.common.serving_referee import Load, Referee
 
 GB = 10**9
-SETTINGS = settings(
-    max_examples=int(os.environ.get("SERVE_EXAMPLES", "20")),
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+SETTINGS = serve_settings(20)
 
 
 @SETTINGS
