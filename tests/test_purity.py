@@ -74,6 +74,7 @@ PURE_MODULES = (
     "stowplan.planner.strategies.capacity_arrays",
     "stowplan.planner.strategies.cycle",
     "stowplan.planner.strategies.fractional",
+    "stowplan.planner.strategies.memo",
     "stowplan.planner.strategies.interior",
     "stowplan.planner.strategies.latency",
     "stowplan.planner.strategies.throughput",

@@ -18,6 +18,7 @@ from stowplan.planner.exact import pipelines
 from stowplan.planner.problem import prepare
 from stowplan.planner.strategies import capacity_arrays, fractional, latency, throughput
 from stowplan.planner.strategies.capacity_arrays import ARRAY_NODES, CapacityArrays, RoleRows
+from stowplan.planner.strategies.memo import PerModel
 from stowplan.planner.strategies.throughput import (
     _capacity_order,
     _least_feasible,
@@ -200,7 +201,7 @@ def test_a_plan_is_the_same_without_numpy(n: int, monkeypatch: pytest.MonkeyPatc
         with monkeypatch.context() as m:
             m.setattr(throughput, "numpy_module", lambda: None)
             m.setattr(fractional, "numpy_module", lambda: None)
-            m.setattr(fractional, "_FIGURES", type(fractional._FIGURES)())
+            m.setattr(fractional, "_figures_of", PerModel(fractional._Figures))
             assert plan_to_json(plan(lookup(model), nodes, c)) == with_arrays
 
 
@@ -359,7 +360,7 @@ def test_the_fractional_bound_is_the_fluid_bound(n: int, monkeypatch: pytest.Mon
             assert pipelines.fluid_bound(*ask) == expected
         with monkeypatch.context() as m:
             m.setattr(fractional, "numpy_module", lambda: None)
-            m.setattr(fractional, "_FIGURES", type(fractional._FIGURES)())
+            m.setattr(fractional, "_figures_of", PerModel(fractional._Figures))
             for ask in asks:
                 assert fractional.fractional_bound(*ask) == reference_fluid_bound(*ask)
 

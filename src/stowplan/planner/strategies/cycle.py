@@ -35,13 +35,13 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
-from weakref import WeakKeyDictionary
 
 from stowplan.cost import CostModel, microbatches
 from stowplan.errors import DependencyError
 from stowplan.model import Metric
 from stowplan.planner.exact.pipelines import Optimum, least_cycle
 from stowplan.planner.problem import Problem
+from stowplan.planner.strategies.memo import PerModel
 from stowplan.planner.strategies.throughput import Pipeline
 
 __all__ = [
@@ -148,14 +148,7 @@ class _QuickFigures:
         return found
 
 
-_QUICK: WeakKeyDictionary[CostModel, _QuickFigures] = WeakKeyDictionary()
-
-
-def _quick_figures(cm: CostModel) -> _QuickFigures:
-    found = _QUICK.get(cm)
-    if found is None:
-        found = _QUICK[cm] = _QuickFigures(cm)
-    return found
+_quick_figures = PerModel(_QuickFigures)
 
 
 def _most_read_per_held(cm: CostModel) -> float:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from weakref import WeakKeyDictionary
 
 from stowplan.cost import CostModel
 from stowplan.model import Metric
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies.capacity_arrays import ARRAY_NODES, fluid_capacity, numpy_module
+from stowplan.planner.strategies.memo import PerModel
 
 __all__ = ["fractional_bound"]
 
@@ -188,11 +188,4 @@ def _fewest_by_room(room: Sequence[float], nb: int) -> int:
     return len(room) + 1
 
 
-_FIGURES: WeakKeyDictionary[CostModel, _Figures] = WeakKeyDictionary()
-
-
-def _figures_of(cm: CostModel) -> _Figures:
-    found = _FIGURES.get(cm)
-    if found is None:
-        found = _FIGURES[cm] = _Figures(cm)
-    return found
+_figures_of = PerModel(_Figures)

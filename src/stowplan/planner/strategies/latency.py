@@ -17,7 +17,6 @@ import math
 from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any, overload
-from weakref import WeakKeyDictionary
 
 from stowplan.cost import CostModel
 from stowplan.planner.problem import Problem
@@ -26,6 +25,7 @@ from stowplan.planner.strategies.capacity_arrays import (
     first_seen_groups,
     numpy_module,
 )
+from stowplan.planner.strategies.memo import PerModel
 from stowplan.planner.strategies.throughput import Pipeline
 
 __all__ = ["latency_pipeline", "latency_split"]
@@ -543,14 +543,7 @@ class _Surrogates:
         """The surrogate time of every node list scored so far, by its order."""
 
 
-_SURROGATES: WeakKeyDictionary[CostModel, _Surrogates] = WeakKeyDictionary()
-
-
-def _surrogates_of(cm: CostModel) -> _Surrogates:
-    found = _SURROGATES.get(cm)
-    if found is None:
-        found = _SURROGATES[cm] = _Surrogates(cm)
-    return found
+_surrogates_of = PerModel(_Surrogates)
 
 
 def latency_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
@@ -628,9 +621,7 @@ def latency_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
     choices: list[list[int]] = []
     # Nodes alike in every figure the stage times use share their tables, as do the
     # splits of one cost model (its stage counts, and the orders of one node set).
-    tables = _SPLIT_TABLES.get(cm)
-    if tables is None:
-        tables = _SPLIT_TABLES[cm] = {}
+    tables = _split_tables(cm)
     for p, d in enumerate(order):
         lat = cm.latency_s[d]
         key: tuple[float | int, ...] = (cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d])
@@ -670,9 +661,13 @@ def latency_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
     return [d for d, _ in stages], [lo for _, lo in stages] + [nb]
 
 
-_SPLIT_TABLES: WeakKeyDictionary[
-    CostModel, dict[tuple[float | int, ...], tuple[list[float], list[list[float]]]]
-] = WeakKeyDictionary()
+def _no_tables(
+    cm: CostModel,
+) -> dict[tuple[float | int, ...], tuple[list[float], list[list[float]]]]:
+    return {}
+
+
+_split_tables = PerModel(_no_tables)
 """Per cost model, :func:`latency_split`'s stage tables by the figures they depend on."""
 
 

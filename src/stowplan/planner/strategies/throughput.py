@@ -33,7 +33,6 @@ from collections.abc import Sequence
 from functools import cached_property
 from itertools import accumulate, compress
 from typing import Any, NamedTuple
-from weakref import WeakKeyDictionary
 
 from stowplan.cost import CostModel
 from stowplan.planner.problem import Problem
@@ -46,6 +45,7 @@ from stowplan.planner.strategies.capacity_arrays import (
     numpy_module,
 )
 from stowplan.planner.strategies.interior import Interior
+from stowplan.planner.strategies.memo import PerModel
 
 __all__ = [
     "Pipeline",
@@ -174,24 +174,21 @@ def _ended(
     return None
 
 
-_LEAST_LAST: WeakKeyDictionary[CostModel, list[float]] = WeakKeyDictionary()
-
-
-def _least_last_times(cm: CostModel) -> list[float]:
+def _least_last(cm: CostModel) -> list[float]:
     """Per node, the time of the last block and the head as the last stage: no last stage
-    on it is faster (it holds at least those), once per cost model."""
-    found = _LEAST_LAST.get(cm)
-    if found is None:
-        nb, rp, kp = cm.num_blocks, cm.read_prefix, cm.kv_prefix
-        weights = rp[nb] - rp[nb - 1] + cm.head
-        read = weights + kp[nb] - kp[nb - 1]
-        found = _LEAST_LAST[cm] = [
-            max(read * ib, weights * fl) + bs + ss
-            for ib, fl, bs, ss in zip(
-                cm.inv_bw, cm.flop_s_per_byte, cm.block_s, cm.stage_s, strict=True
-            )
-        ]
-    return found
+    on it is faster (it holds at least those)."""
+    nb, rp, kp = cm.num_blocks, cm.read_prefix, cm.kv_prefix
+    weights = rp[nb] - rp[nb - 1] + cm.head
+    read = weights + kp[nb] - kp[nb - 1]
+    return [
+        max(read * ib, weights * fl) + bs + ss
+        for ib, fl, bs, ss in zip(
+            cm.inv_bw, cm.flop_s_per_byte, cm.block_s, cm.stage_s, strict=True
+        )
+    ]
+
+
+_least_last_times = PerModel(_least_last)
 
 
 def min_bottleneck_split(
@@ -786,14 +783,7 @@ class _Tables:
         return self.least[max_stages]
 
 
-_TABLES: WeakKeyDictionary[CostModel, _Tables] = WeakKeyDictionary()
-
-
-def _tables(cm: CostModel) -> _Tables:
-    found = _TABLES.get(cm)
-    if found is None:
-        found = _TABLES[cm] = _Tables(cm)
-    return found
+_tables = PerModel(_Tables)
 
 
 def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None, bool]:
