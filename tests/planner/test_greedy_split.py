@@ -1,5 +1,6 @@
 """The throughput strategy's greedy split, with its cost-model reads inlined and nodes
-alike skipped once one took nothing, splits exactly as the node-by-node rule does."""
+alike skipped once one took nothing, splits exactly as the node-by-node rule does; the
+least bottleneck search ends on the rule's least passing stage time."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ from hypothesis import strategies as st
 from stowplan import Constraints
 from stowplan.cost import CostModel
 from stowplan.models import resolve_model
-from stowplan.planner.strategies.throughput import Pipeline, greedy_split
+from stowplan.planner.strategies.throughput import (
+    Pipeline,
+    greedy_split,
+    min_bottleneck_split,
+)
 from tests.common.toy import toy_node
 
 KINDS = (
@@ -65,3 +70,51 @@ def test_greedy_split_is_the_node_by_node_rule(
     assert greedy_split(cm, order[::-1], t_max, min_stages) == _reference(
         cm, order[::-1], t_max, min_stages
     )
+
+
+def _stage_times(cm: CostModel) -> list[float]:
+    """Every stage time a split can have: each node, block range and role that fits."""
+    nb, found = cm.num_blocks, set()
+    for d in range(len(cm.nodes)):
+        for lo in range(nb):
+            for hi in range(lo + 1, nb + 1):
+                for first in (lo == 0, False) if lo == 0 else (False,):
+                    for last in (False, True) if hi == nb else (False,):
+                        if cm.fits(d, lo, hi, first, last):
+                            found.add(cm.stage_time(d, lo, hi, first, last))
+    return sorted(found)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    kinds=st.lists(st.integers(0, len(KINDS) - 1), min_size=2, max_size=7),
+    model=st.sampled_from(["llama3.2:1b", "llama3.1:8b", "qwen3:30b-a3b-q4_0"]),
+    batch=st.sampled_from([1, 8]),
+    min_stages=st.integers(1, 3),
+    reverse=st.booleans(),
+)
+def test_min_bottleneck_split_is_the_least_passing_stage_time(
+    kinds: list[int], model: str, batch: int, min_stages: int, reverse: bool
+) -> None:
+    """The bisection that jumps to the split's next change ends on the least stage time
+    at which the node-by-node rule finds a split, with the rule's split at that time."""
+    layout = resolve_model(model)
+    nodes = [toy_node(i, **KINDS[k]) for i, k in enumerate(kinds)]  # type: ignore[arg-type]
+    cm = CostModel(layout, nodes, Constraints(batch=batch, context_tokens=2048))
+    order = list(range(len(nodes)))[:: -1 if reverse else 1]
+    times = _stage_times(cm)
+    passing = [t for t in times if _reference(cm, order, t, min_stages) is not None]
+    got = min_bottleneck_split(cm, order, min_stages)
+    if not passing:
+        assert got is None
+        return
+    # The rule passes from its least passing time on (it is monotone in the bottleneck).
+    least = passing[0]
+    assert all(_reference(cm, order, t, min_stages) is not None for t in times if t >= least)
+    assert got is not None
+    assert cm.evaluate_here(*got).bottleneck_s == least
+    assert got == _reference(cm, order, least, min_stages)
+    # Bounded above by a time below the least, no split; at the least, the same one.
+    below = max((t for t in times if t < least), default=least / 2)
+    assert min_bottleneck_split(cm, order, min_stages, below) is None
+    assert min_bottleneck_split(cm, order, min_stages, least) == got

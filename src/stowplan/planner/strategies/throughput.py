@@ -101,27 +101,65 @@ def _reach(cm: CostModel, d: int, lo: int, t_max: float, first: bool) -> int:
     return good
 
 
-def _ends_within(cm: CostModel, d: int, lo: int, first: bool, t_max: float) -> bool:
-    """Whether ``[lo, nb)`` with the head fits node ``d`` as the last stage within ``t_max``
-    (:meth:`CostModel.fits` and :meth:`CostModel.stage_time` inlined, same arithmetic)."""
+def _next_reach(cm: CostModel, d: int, lo: int, hi: int, first: bool) -> float:
+    """The least bottleneck at which ``d`` reaches past ``hi`` from ``lo`` (the time of
+    ``[lo, hi + 1)`` as a non-last stage, :func:`_reach`'s arithmetic); infinite when that
+    stage does not fit the node's VRAM or there is no block past ``hi``."""
+    if hi >= cm.num_blocks:
+        return math.inf
+    rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
+    end = hi + 1
+    if mp[end] - mp[lo] + (cm.embed if first else 0) > cm.usable[d]:
+        return math.inf
+    weights = rp[end] - rp[lo]
+    t = max((weights + kp[end] - kp[lo]) * cm.inv_bw[d], weights * cm.flop_s_per_byte[d])
+    return t + ((end - lo) * cm.block_s[d] + cm.stage_s[d]) + cm.xfer_s[d]
+
+
+def _end_time(cm: CostModel, d: int, lo: int, first: bool) -> float | None:
+    """The time of ``[lo, nb)`` with the head on node ``d`` as the last stage; None when it
+    does not fit (:meth:`CostModel.fits` and :meth:`CostModel.stage_time` inlined, same
+    arithmetic)."""
     nb, head = cm.num_blocks, cm.head
     rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
     if mp[nb] - mp[lo] + (cm.embed if first else 0) + head > cm.usable[d]:
-        return False
+        return None
     weights = rp[nb] - rp[lo] + head
     t = max((weights + kp[nb] - kp[lo]) * cm.inv_bw[d], weights * cm.flop_s_per_byte[d])
-    return t + ((nb - lo) * cm.block_s[d] + cm.stage_s[d]) <= t_max
+    return t + ((nb - lo) * cm.block_s[d] + cm.stage_s[d])
+
+
+def _ends_within(cm: CostModel, d: int, lo: int, first: bool, t_max: float) -> bool:
+    """Whether ``[lo, nb)`` with the head fits node ``d`` as the last stage within ``t_max``."""
+    end = _end_time(cm, d, lo, first)
+    return end is not None and end <= t_max
 
 
 def greedy_split(
     cm: CostModel, order: Sequence[int], t_max: float, min_stages: int = 1
 ) -> Pipeline | None:
     """A split of the blocks over a subsequence of ``order`` with every stage ≤ ``t_max``."""
+    return _split_or_next(cm, order, t_max, min_stages)[0]
+
+
+def _split_or_next(
+    cm: CostModel, order: Sequence[int], t_max: float, min_stages: int
+) -> tuple[Pipeline | None, float]:
+    """:func:`greedy_split`, and when it finds no split the least bottleneck above
+    ``t_max`` at which any of its choices could change (infinite when none can).
+
+    Every choice of the split compares one stage time with ``t_max``: a node's reach
+    (it changes once ``t_max`` reaches the time of one block more), a node ending the
+    model (once it reaches that last stage's time), a node passed over because its least
+    last stage is slower.  Below the least of the times that failed, every comparison
+    comes out the same, and so does the split: no bottleneck in ``[t_max, next)``
+    passes."""
     nb = cm.num_blocks
     pos = 0
     used: list[int] = []
     bounds = [0]
     node_class = cm.stage_class
+    nearest = math.inf
     # Classes of nodes that took nothing since the split last grew: a node alike, at the
     # same point of the split, takes nothing too.
     idle: set[int] = set()
@@ -129,15 +167,24 @@ def greedy_split(
         if pos >= nb - max(min_stages - len(used) - 1, 1):
             # No node can take a block now (the stages still owed keep the rest): only a
             # node that ends the model can follow, the first such in the rest of the order.
-            return _ended(cm, order[i:], t_max, min_stages, used, bounds, idle)
+            ended, later = _ended(cm, order[i:], t_max, min_stages, used, bounds, idle)
+            return ended, min(nearest, later)
         if node_class[d] in idle:
             continue
         first = not used
-        if len(used) + 1 >= min_stages and _ends_within(cm, d, pos, first, t_max):
-            used.append(d)
-            bounds.append(nb)
-            return used, bounds
-        reach = min(_reach(cm, d, pos, t_max, first), nb - max(min_stages - len(used) - 1, 1))
+        if len(used) + 1 >= min_stages:
+            end = _end_time(cm, d, pos, first)
+            if end is not None:
+                if end <= t_max:
+                    used.append(d)
+                    bounds.append(nb)
+                    return (used, bounds), nearest
+                nearest = min(nearest, end)
+        cap = nb - max(min_stages - len(used) - 1, 1)
+        reach = _reach(cm, d, pos, t_max, first)
+        if reach < cap:
+            nearest = min(nearest, _next_reach(cm, d, pos, reach, first))
+        reach = min(reach, cap)
         if reach > pos:
             used.append(d)
             bounds.append(reach)
@@ -145,7 +192,7 @@ def greedy_split(
             idle.clear()
         else:
             idle.add(node_class[d])
-    return None
+    return None, nearest
 
 
 def _ended(
@@ -156,22 +203,29 @@ def _ended(
     used: list[int],
     bounds: list[int],
     idle: set[int],
-) -> Pipeline | None:
+) -> tuple[Pipeline | None, float]:
     """:func:`greedy_split`'s end once no node can take a block: the first node of
     ``rest`` (not alike to one that took nothing here) that holds the blocks left and the
-    head within ``t_max``; a node whose least last stage is slower is not tried."""
+    head within ``t_max``; a node whose least last stage is slower is not tried.  With
+    no such node, the least bottleneck at which one could end it (as
+    :func:`_split_or_next`)."""
     if len(used) + 1 < min_stages:
-        return None
+        return None, math.inf
     pos, first = bounds[-1], not used
     least, node_class = _least_last_times(cm), cm.stage_class
+    nearest = math.inf
     for d in rest:
-        if (
-            least[d] <= t_max
-            and node_class[d] not in idle
-            and _ends_within(cm, d, pos, first, t_max)
-        ):
-            return [*used, d], [*bounds, cm.num_blocks]
-    return None
+        if node_class[d] in idle:
+            continue
+        if least[d] > t_max:
+            nearest = min(nearest, least[d])
+            continue
+        end = _end_time(cm, d, pos, first)
+        if end is not None:
+            if end <= t_max:
+                return ([*used, d], [*bounds, cm.num_blocks]), nearest
+            nearest = min(nearest, end)
+    return None, nearest
 
 
 def _least_last(cm: CostModel) -> list[float]:
@@ -194,7 +248,12 @@ _least_last_times = PerModel(_least_last)
 def min_bottleneck_split(
     cm: CostModel, order: Sequence[int], min_stages: int = 1, upper: float | None = None
 ) -> Pipeline | None:
-    """The split of ``order`` (nodes may be skipped) minimising the slowest stage."""
+    """The split of ``order`` (nodes may be skipped) minimising the slowest stage.
+
+    A bisection on the bottleneck whose failed steps jump to the next time at which the
+    greedy split could change (:func:`_split_or_next`): it ends as soon as no such time
+    lies below the best split's bottleneck, and that split is then rebuilt at exactly
+    that bottleneck (the tightest greedy split reaching it)."""
     hi = math.inf if upper is None else upper
     best = greedy_split(cm, order, hi, min_stages)
     if best is None:
@@ -205,13 +264,15 @@ def min_bottleneck_split(
         if hi - lo <= 1e-12 * hi:
             break
         mid = (lo + hi) / 2
-        found = greedy_split(cm, order, mid, min_stages)
+        found, later = _split_or_next(cm, order, mid, min_stages)
         if found is None:
-            lo = mid
+            if later >= hi:
+                break
+            lo = later
         else:
             best = found
             hi = cm.evaluate_here(*found).bottleneck_s
-    return best
+    return greedy_split(cm, order, hi, min_stages) or best
 
 
 def role_capacity(cm: CostModel, d: int, t_max: float, first: bool, last: bool) -> int:
@@ -814,10 +875,20 @@ def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None,
             if not cm.uniform:
                 # Blocks differ: where a node sits matters.  Try the chosen nodes in the
                 # orders of their VRAM, and every node (skipping allowed) likewise.
+                # An order whose least bottleneck is above the best in hand cannot win
+                # (the bottleneck is compared first): it is bisected below that only.
                 for pool in (order, nodes):
                     by_room = sorted(pool, key=lambda d: (cm.usable[d], d))
                     for o in (by_room, by_room[::-1]):
-                        split = min_bottleneck_split(cm, o, min_n)
+                        upper = min(
+                            (
+                                cm.evaluate_here(*c).bottleneck_s
+                                for c in candidates
+                                if min_n <= len(c[0]) <= max_n
+                            ),
+                            default=None,
+                        )
+                        split = min_bottleneck_split(cm, o, min_n, upper)
                         if split is not None:
                             candidates.append(split)
     candidates = [c for c in candidates if min_n <= len(c[0]) <= max_n]
