@@ -127,6 +127,32 @@ def fleets(
     ]
 
 
+@st.composite
+def mixed_fleets(draw: st.DrawFn) -> list[NodeDescriptor]:
+    """2 to 8 priced nodes of 1, 2 or 4 GPUs, 8 GPUs at most (up to 8 unlike nodes: the
+    compositions are then too many to try them all)."""
+    out: list[NodeDescriptor] = []
+    for i in range(draw(st.integers(2, 8))):
+        gpus = draw(st.sampled_from([1, 1, 1, 2, 4]))
+        if sum(n.num_gpus for n in out) + gpus > 8:
+            break
+        out.append(
+            NodeDescriptor(
+                id=f"n{i}",
+                gpu_name="RTX 4090",
+                num_gpus=gpus,
+                vram_bytes=gpus * draw(st.integers(2, 24)) * GB,
+                mem_bandwidth_gbps=gpus * draw(st.floats(200, 2000)),
+                flops_estimate=gpus * draw(st.floats(20, 300)),
+                link_mbps=draw(st.floats(1000, 100_000)),
+                link_latency_ms=draw(st.floats(0, 10)),
+                intra_link_gbps=draw(st.sampled_from([16.0, 300.0])),
+                price_per_hour=round(gpus * draw(st.floats(0.1, 3.0)), 2),
+            )
+        )
+    return out
+
+
 def serve_settings(examples: int) -> settings:
     """Hypothesis settings of the serving property tests: ``examples`` examples (the
     ``SERVE_EXAMPLES`` environment variable overrides), derandomized, no deadline."""

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from stowplan import Infeasible, NodeDescriptor, Workload, serve
+from stowplan import Infeasible, Workload, serve
 from stowplan.serving.price_cut import ClassMemory, PriceCut, front, holding_front
-from tests.common.serving_models import dense, models, serve_settings
+from tests.common.serving_models import dense, mixed_fleets, models, serve_settings
 
 GB = 10**9
 SETTINGS = serve_settings(20)
@@ -103,32 +103,6 @@ def test_no_composition_is_cut_before_a_packing_is_found():
     cut.found(3.0)
     assert cut.cuts([(2.0, 4.0)])  # 2 + two copies of (1, 5) for the other 6 users
     assert not cut.cuts([(0.5, 10.0)])
-
-
-@st.composite
-def mixed_fleets(draw: st.DrawFn) -> list[NodeDescriptor]:
-    """2 to 8 priced nodes of 1, 2 or 4 GPUs, 8 GPUs at most (up to 8 unlike nodes: the
-    compositions are then too many to try them all)."""
-    out: list[NodeDescriptor] = []
-    for i in range(draw(st.integers(2, 8))):
-        gpus = draw(st.sampled_from([1, 1, 1, 2, 4]))
-        if sum(n.num_gpus for n in out) + gpus > 8:
-            break
-        out.append(
-            NodeDescriptor(
-                id=f"n{i}",
-                gpu_name="RTX 4090",
-                num_gpus=gpus,
-                vram_bytes=gpus * draw(st.integers(2, 24)) * GB,
-                mem_bandwidth_gbps=gpus * draw(st.floats(200, 2000)),
-                flops_estimate=gpus * draw(st.floats(20, 300)),
-                link_mbps=draw(st.floats(1000, 100_000)),
-                link_latency_ms=draw(st.floats(0, 10)),
-                intra_link_gbps=draw(st.sampled_from([16.0, 300.0])),
-                price_per_hour=round(gpus * draw(st.floats(0.1, 3.0)), 2),
-            )
-        )
-    return out
 
 
 FEW = settings(SETTINGS, max_examples=max(1, SETTINGS.max_examples // 4))

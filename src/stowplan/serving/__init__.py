@@ -712,7 +712,8 @@ def _certificate(
         how = (
             "none (the fleet is too large to enumerate)"
             if low is None
-            else "a linear programme over the nodes' pooled bandwidth, prefill speed and memory"
+            else "a linear programme over the nodes' pooled bandwidth, prefill speed and "
+            "memory, and each replica's leading GPU group"
         )
     if low is None or not math.isfinite(low):
         low = 0.0 if low is None else price

@@ -216,6 +216,20 @@ class FleetRates:
             for g in self.groups[i]
         ]
 
+    def lead_floor(self, i: int) -> list[tuple[int, float]]:
+        """Per GPU group size ``t`` of node ``i``: (``t``, a TTFT0 floor of any pipeline
+        whose cheapest group is one of that size there, by FLOPs and bytes at once).
+
+        A stage's prefill is the larger of its bytes and its FLOPs over its blocks, so
+        it is at least its block count times the larger of its group's least per-block
+        cost on each (all-reduces included); the head, on the last stage, adds at least
+        the less of its two least costs anywhere."""
+        blocks = sum(self.block_counts)
+        head = min(self.head_s)
+        return [
+            (g.size, blocks * max(min(g.compute_s), min(g.stream_s)) + head) for g in self.groups[i]
+        ]
+
     def prefill_speed(self, i: int, path: int) -> float:
         """Prompts per second node ``i`` prefills at most, its GPUs in groups of the best
         size each taking its own prompt: by FLOPs (``path`` 1) or by bytes (2), from
@@ -223,6 +237,16 @@ class FleetRates:
         return max(
             math.inf if lead[path] <= 0 else self.gpus[i] // lead[0] / lead[path]
             for lead in self.lead_ttft0(i)
+        )
+
+    def bandwidth_per_speed(self, i: int, path: int) -> float:
+        """The least bytes/s over prompts/s of any GPU group of node ``i`` (one group's
+        bandwidth over :meth:`lead_ttft0`'s prefill speed; by FLOPs with ``path`` 1, by
+        bytes with 2): a replica's pooled bandwidth over its summed group speeds is at
+        least the least of these over its groups."""
+        return min(
+            0.0 if lead[path] <= 0 else g.bandwidth * lead[path] / (self.gpus[i] // g.size)
+            for g, lead in zip(self.groups[i], self.lead_ttft0(i), strict=True)
         )
 
     def cycle_floor(self, members: Sequence[int]) -> float:
