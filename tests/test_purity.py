@@ -84,6 +84,7 @@ PURE_MODULES = (
     "stowplan.runtime.families",
     "stowplan.serving",
     "stowplan.serving.price_cut",
+    "stowplan.serving.kinds_bound",
     "stowplan.quantities.units",
     "stowplan.workload",
 )

@@ -51,6 +51,7 @@ from stowplan.serving.bounds import FleetRates, fleet_users_bound, rate_bound, u
 from stowplan.serving.candidates import Candidate, Split, settle, split_of, splits
 from stowplan.serving.compositions import compositions, grouped_compositions, node_classes
 from stowplan.serving.exhaustive import best_replica_value
+from stowplan.serving.kinds_bound import fleet_kinds_bound
 from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
 from stowplan.serving.pipeline_bound import pipeline_rate_bound, pipeline_users_bound
 from stowplan.serving.price_cut import TIE, ClassMemory, Pair, PriceCut, holding_front
@@ -275,6 +276,7 @@ def serve(
         price,
         method,
         refined_value,
+        lambda: fleet_kinds_bound(model, nodes, workload, base),
     )
     notes += _engine_notes(base, ranked, x)
     notes += prefill_notes(base.calibration, [n for n in nodes if n.id in used_ids])
@@ -639,13 +641,15 @@ def _certificate(
     price: float,
     method: str,
     refined_value: Callable[[tuple[int, ...]], tuple[float, str] | None],
+    kinds: Callable[[], float | None],
 ) -> ServeCertificate:
     """The certificate: the packing of every composition's bound (when all are known),
     the compositions it packs refined where they are a few single-GPU nodes
     (``refined_value``: every pipeline tried, or the bound of a subset programme over
     their pipelines, :mod:`~stowplan.serving.pipeline_bound`) and packed again, until
-    it packs only those it cannot refine or already did; else the pooled bound of the
-    whole fleet."""
+    it packs only those it cannot refine or already did; else the least of the pooled
+    bound of the whole fleet and the programme over replica kinds (``kinds``,
+    :func:`~stowplan.serving.kinds_bound.fleet_kinds_bound`)."""
     sizes = [len(c) for c in classes]
     bounds = dict(bounds)
     refined: set[tuple[int, ...]] = set()
@@ -693,6 +697,10 @@ def _certificate(
             gpus = sum(n.num_gpus for cls in classes for n in cls)
             bound = fleet_users_bound(rates, list(index.values()), w, gpus)
             how = "pooled memory and prefill/decode floors of the whole fleet"
+            by_kind = kinds()
+            if by_kind is not None and by_kind < bound:
+                bound = by_kind
+                how = "a linear programme over replica kinds (nodes per type)"
         bound = max(bound, float(users))
         gap = (bound - users) / bound if bound > 0 else 0.0
         return ServeCertificate(

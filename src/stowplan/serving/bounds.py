@@ -82,6 +82,10 @@ class FleetRates:
     """KV bytes a decode step reads per request, all blocks, at the mean context."""
     block_room: tuple[float, ...]
     """Per node, the most blocks its memory holds (at the smallest block's size)."""
+    smallest_block: int
+    """Bytes of the smallest block."""
+    block_kv: int
+    """KV bytes one request holds in the block holding the least (P + O tokens)."""
 
     @classmethod
     def of(
@@ -158,16 +162,20 @@ class FleetRates:
             head_s=(min(g.head_compute_s for g in every), min(g.head_stream_s for g in every)),
             decode_s=tuple(decode),
             block_room=tuple(math.inf if smallest == 0 else u / smallest for u in cm.usable),
+            smallest_block=smallest,
+            block_kv=min(model.kv_bytes(b, w.context_tokens, 1) for b in range(model.num_blocks)),
             bandwidth=tuple(bandwidth),
             kv_read_per_request=sum(
                 kv_read_bytes(model, b, w.mean_context_tokens, 1) for b in range(model.num_blocks)
             ),
         )
 
-    def ttft0_floor(self, members: Sequence[int]) -> float:
-        """A lower bound on TTFT0 of any pipeline on nodes ``members``: each block's
-        prefill at its cheapest on any GPU group of them (FLOPs, or bytes, plus the
-        group's all-reduces), and the head's."""
+    def ttft0_floor(self, members: Sequence[int], users: int = 0) -> float:
+        """A lower bound on TTFT0 of any pipeline on nodes ``members`` serving ``users``
+        requests: each block's prefill at its cheapest on any GPU group of them (FLOPs,
+        or bytes, plus the group's all-reduces), and the head's; on several nodes, also
+        each node holding no more blocks than its memory holds beside the requests' KV
+        (:meth:`_filled`)."""
         found = []
         for path, head in ((0, self.head_s[0]), (1, self.head_s[1])):
             total = head
@@ -179,18 +187,23 @@ class FleetRates:
                 )
             found.append(total)
             if len(members) > 1:
-                found.append(head + self._filled(members, path))
+                found.append(head + self._filled(members, path, users))
         return max(found)
 
-    def _filled(self, members: Sequence[int], path: int) -> float:
-        """The blocks' prefill when each node holds no more blocks than its memory does:
-        the nodes cheapest per block (any kind, any group) filled first, fractionally."""
+    def _filled(self, members: Sequence[int], path: int, users: int = 0) -> float:
+        """The blocks' prefill when each node holds no more blocks than its memory does
+        beside ``users`` requests' KV (a block takes at least the smallest block's bytes
+        and the least KV of a block per request): the nodes cheapest per block (any
+        kind, any group) filled first, fractionally."""
         left = float(sum(self.block_counts))
         total = 0.0
+        per_block = self.smallest_block + users * self.block_kv
         for cost, room in sorted(
             (
                 min(min(g.stream_s if path else g.compute_s) for g in self.groups[i]),
-                self.block_room[i],
+                self.block_room[i]
+                if users == 0
+                else (math.inf if per_block == 0 else self.usable[i] / per_block),
             )
             for i in members
         ):
@@ -270,8 +283,9 @@ class FleetRates:
         )
 
 
-def users_bound(rates: FleetRates, members: Sequence[int], w: Workload) -> int:
-    """An upper bound on U* of any pipeline on (a subset of) nodes ``members``.
+def users_bound(rates: FleetRates, members: Sequence[int], w: Workload, *, span: int = 1) -> int:
+    """An upper bound on U* of any pipeline on (a subset of) nodes ``members``; with
+    ``span`` > 1, of any pipeline on at least ``span`` of them.
 
     The larger of two cases.  One node ``i`` alone: U ≤ its own memory; TTFT0 ≥
     its :meth:`FleetRates.ttft0_floor`, cycle ≥ its :meth:`FleetRates.cycle_floor`.
@@ -280,15 +294,22 @@ def users_bound(rates: FleetRates, members: Sequence[int], w: Workload) -> int:
     latency and a prompt's send for TTFT0, the way out and back (two latencies) and
     one token's send for the cycle.  Then TTFT(U) ≤ ttft needs TTFT0 + cycle ≤ ttft and
     TPOT(U) ≤ tpot needs U ≤ (tpot − cycle floor) · O / TTFT0 floor.
+
+    A pipeline across ``S`` nodes enters each but the first from another node (``S −
+    1`` forward hops over the network, each sending the prompt's activations and a
+    token's) and its decode trip, a closed tour of them, crosses the network ``S``
+    times: with ``span`` = S > 1 the hops charged are these (one node alone is then
+    not a case).
     """
-    if not members:
+    if not members or len(members) < span:
         return 0
-    best = max(_bound_with(rates, [i], w, 0.0, 0.0) for i in members)
+    best = 0 if span > 1 else max(_bound_with(rates, [i], w, 0.0, 0.0) for i in members)
     if len(members) > 1:
+        hops = max(1, span - 1)
         lat = min(rates.latency_s[i] for i in members)
         send = min(rates.token_send_s[i] for i in members)
-        prompt = lat + w.prompt_tokens * send
-        best = max(best, _bound_with(rates, members, w, prompt, 2 * lat + send))
+        prompt = hops * (lat + w.prompt_tokens * send)
+        best = max(best, _bound_with(rates, members, w, prompt, (hops + 1) * lat + hops * send))
     return best
 
 
@@ -311,6 +332,27 @@ def _bound_with(
         u = min(u, math.floor((w.tpot_s - fixed) / (kv + t0 / o)))
     if kv > 0:
         u = min(u, math.floor((w.ttft_s - t0 - fixed) / kv))
+    if len(members) > 1 and rates.block_kv > 0 and u > 1:
+        # The TTFT0 floor of U requests grows with U (their KV leaves each node room for
+        # fewer blocks): the largest U every limit allows at its own floor, by bisection
+        # (each limit only tightens as U grows).
+        def fits(users: int) -> bool:
+            t = rates.ttft0_floor(members, users) + ttft0_extra
+            return (
+                t + cyc <= w.ttft_s
+                and users * t <= (w.tpot_s - cyc) * o
+                and users * (kv + t / o) <= w.tpot_s - fixed
+                and users * kv <= w.ttft_s - t - fixed
+            )
+
+        lo, hi = 0, u
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        u = lo
     return max(0, u)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from itertools import product
 
 from stowplan.model import NodeDescriptor
@@ -20,6 +21,7 @@ __all__ = [
     "GROUP_ROOMS",
     "SMALL_CLASSES",
     "Composition",
+    "best_links",
     "class_key",
     "compositions",
     "grouped_compositions",
@@ -42,6 +44,31 @@ def class_key(n: NodeDescriptor) -> tuple[object, ...]:
         n.intra_link_gbps,
         n.intra_link_latency_us,
     )
+
+
+def best_links(nodes: Sequence[NodeDescriptor]) -> list[tuple[NodeDescriptor, int]]:
+    """The nodes grouped into types of nodes alike but for their id, price and network
+    link, each as (a node of the type with the type's fastest link — an unknown one,
+    which costs no transfer, if any — and its least hop latency, and how many there
+    are), in first-seen order.  A replica's nodes swapped for these serve no fewer
+    users: only the time of a prompt's or a token's way through the network changes,
+    and it only shrinks."""
+    out: dict[tuple[object, ...], list[NodeDescriptor]] = {}
+    for n in nodes:
+        key = class_key(replace(n, link_mbps=0.0, link_latency_ms=0.0, price_per_hour=None))
+        out.setdefault(key, []).append(n)
+    types = []
+    for t, members in enumerate(out.values()):
+        links = [n.link_mbps for n in members]
+        best = replace(
+            members[0],
+            id=f"type-{t}",
+            link_mbps=0.0 if 0.0 in links else max(links),
+            link_latency_ms=min(n.link_latency_ms for n in members),
+            price_per_hour=None,
+        )
+        types.append((best, len(members)))
+    return types
 
 
 def node_classes(nodes: Sequence[NodeDescriptor]) -> list[list[NodeDescriptor]]:

@@ -1,0 +1,235 @@
+"""An upper bound on the users of disjoint replicas on a fleet too large to bound
+composition by composition: a linear programme over replica *kinds*.
+
+The nodes fall into ``T`` types, type ``t`` holding ``N[t]`` nodes.  A replica's
+*composition* ``c`` is how many nodes of each type it takes (``|c|`` nodes in all);
+``bound(c)`` is at least what any replica (or, for one multi-GPU node, any replicas
+side by side on its GPUs) on ``c``'s nodes serves.  Every composition of at most
+``K`` nodes is a kind of its own.  A replica of more than ``K`` nodes is of a *large*
+kind: with the types in a fixed order, the first of its types (in that order) is some
+``f``, every node it holds is of type ``f`` or later, and it serves at most
+``bound(L[f])``, ``L[f]`` every node of the types from ``f`` on (a bound holds on any
+subset of its nodes).  The programme::
+
+    max  Σ_c bound(c)·x[c] + Σ_f bound(L[f])·y[f]
+    s.t. Σ_c c[t]·x[c] + Σ_{f ≤ t} z[f][t] ≤ N[t]      every type t
+         z[f][f] ≥ y[f],  Σ_{t ≥ f} z[f][t] ≥ (K + 1)·y[f]    every f
+         x, y, z ≥ 0
+
+takes any set of disjoint replicas as a feasible point: ``x[c]`` the replicas of
+``c``, ``y[f]`` the large ones whose first type is ``f`` and ``z[f][t]`` the nodes of
+type ``t`` these hold (at least one of ``f``, ``K + 1`` in all).  Its objective there
+is at least their users, so its optimum (that of the relaxation over the reals) bounds
+the users of every set of disjoint replicas.  A per-replica bound pooled over the
+whole fleet lets any node join any replica; here each replica is charged the nodes it
+needs to hold the weights, which is what limits a fleet of nodes each too small to
+hold them alone.  ``K`` is the most nodes whose compositions number at most
+:data:`KIND_LIMIT`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+
+from stowplan.model import Constraints, ModelLayout, NodeDescriptor
+from stowplan.quantities.limits import MAX_BATCH
+from stowplan.serving.bounds import FleetRates, users_bound
+from stowplan.serving.candidates import splits
+from stowplan.serving.compositions import best_links
+from stowplan.serving.exhaustive import best_replica_value
+from stowplan.serving.pipeline_bound import pipeline_users_bound
+from stowplan.workload import Workload
+
+__all__ = ["KIND_LIMIT", "fleet_kinds_bound", "kinds", "kinds_users_bound"]
+
+KIND_LIMIT = 3000
+"""At most this many compositions are kinds of their own."""
+
+REFINE_LIMIT = 64
+"""Most kinds refined."""
+
+
+def kinds(counts: Sequence[int], limit: int = KIND_LIMIT) -> tuple[list[tuple[int, ...]], int]:
+    """Every composition of at most ``K`` nodes (``counts[t]`` of type ``t`` at most) and
+    ``K``: the most for which they number at most ``limit`` (at least 1)."""
+    total = sum(counts)
+    most = 1
+    for k in range(2, total + 1):
+        if _number(counts, k) > limit:
+            break
+        most = k
+    return list(_compositions(counts, most)), most
+
+
+def _number(counts: Sequence[int], most: int) -> int:
+    """How many compositions of 1..``most`` nodes there are (a count over types)."""
+    ways = [1] + [0] * most
+    for c in counts:
+        nxt = [0] * (most + 1)
+        for s, v in enumerate(ways):
+            if v:
+                for j in range(min(c, most - s) + 1):
+                    nxt[s + j] += v
+        ways = nxt
+    return sum(ways) - 1
+
+
+def _compositions(counts: Sequence[int], most: int) -> Iterator[tuple[int, ...]]:
+    acc: list[int] = []
+
+    def walk(i: int, left: int) -> Iterator[tuple[int, ...]]:
+        if i == len(counts):
+            if any(acc):
+                yield tuple(acc)
+            return
+        for c in range(min(counts[i], left) + 1):
+            acc.append(c)
+            yield from walk(i + 1, left - c)
+            acc.pop()
+
+    yield from walk(0, most)
+
+
+def kinds_users_bound(
+    counts: Sequence[int],
+    bound: Callable[[tuple[int, ...], int], float],
+    order: Sequence[int],
+    *,
+    refine: Callable[[tuple[int, ...]], float | None] | None = None,
+    limit: int = KIND_LIMIT,
+) -> float | None:
+    """The optimum of the module's programme for types of ``counts`` nodes, ``bound(c,
+    s)`` per composition (for replicas on at least ``s`` of its nodes: a kind's are on
+    all of them, a large one's on more than ``K``) and the large kinds' types in
+    ``order`` (any order is valid; the
+    fastest first is the tightest); None without scipy.  ``refine(c)``, when given, is
+    a smaller bound of a composition the programme uses (None: none smaller); those
+    are put in and the programme solved again, until it uses none it has not refined
+    or :data:`REFINE_LIMIT` are."""
+    try:
+        import numpy as np
+        from scipy.optimize import linprog
+    except ImportError:  # pragma: no cover - scipy ships with the exact extra
+        return None
+    combos, most = kinds(counts, limit)
+    values = {c: max(0.0, bound(c, sum(c))) for c in combos}
+    n_types = len(counts)
+    large: list[tuple[int, float]] = []
+    if most < sum(counts):
+        for pos, f in enumerate(order):
+            rest = {order[j] for j in range(pos, len(order))}
+            whole = tuple(counts[t] if t in rest else 0 for t in range(n_types))
+            got = max(0.0, bound(whole, most + 1))
+            if got > 0:
+                large.append((f, got))
+    rank = {t: j for j, t in enumerate(order)}
+    refined: set[tuple[int, ...]] = set()
+    while True:
+        used = [c for c in combos if values[c] > 0]
+        # Columns: x per kind, then per large kind f: y[f] and z[f][t] for t from f on.
+        cols = len(used)
+        layout: list[tuple[int, int, list[tuple[int, int]]]] = []
+        for f, _v in large:
+            y = cols
+            zs = [(t, y + 1 + j) for j, t in enumerate(t for t in order if rank[t] >= rank[f])]
+            layout.append((f, y, zs))
+            cols = y + 1 + len(zs)
+        if cols == 0:
+            return 0.0
+        obj = np.zeros(cols)
+        for j, c in enumerate(used):
+            obj[j] = -values[c]
+        for (_f, v), (_, y, _zs) in zip(large, layout, strict=True):
+            obj[y] = -v
+        rows = np.zeros((n_types + 2 * len(layout), cols))
+        rhs = np.zeros(rows.shape[0])
+        for j, c in enumerate(used):
+            rows[:n_types, j] = c
+        rhs[:n_types] = counts
+        for k, (f, y, zs) in enumerate(layout):
+            first, size = n_types + 2 * k, n_types + 2 * k + 1
+            for t, z in zs:
+                rows[t, z] = 1.0
+                rows[size, z] = -1.0
+                if t == f:
+                    rows[first, z] = -1.0
+            rows[first, y] = 1.0
+            rows[size, y] = float(most + 1)
+        res = linprog(obj, A_ub=rows, b_ub=rhs, bounds=[(0.0, None)] * cols, method="highs")
+        if res.status != 0:
+            return None
+        top = -float(res.fun)
+        if refine is None:
+            return top
+        fresh = False
+        for j, c in enumerate(used):
+            if res.x[j] <= 1e-9 or c in refined or len(refined) >= REFINE_LIMIT:
+                continue
+            refined.add(c)
+            smaller = refine(c)
+            if smaller is not None and smaller < values[c]:
+                values[c], fresh = max(0.0, smaller), True
+        if not fresh:
+            return top if math.isfinite(top) else None
+
+
+def fleet_kinds_bound(
+    model: ModelLayout,
+    nodes: Sequence[NodeDescriptor],
+    w: Workload,
+    c: Constraints,
+    *,
+    limit: int = KIND_LIMIT,
+) -> float | None:
+    """An upper bound on the users of any disjoint replicas of ``model`` on ``nodes``
+    serving ``w``; None without scipy.
+
+    :func:`kinds_users_bound` on the nodes' types
+    (:func:`~stowplan.serving.compositions.best_links`: each node swapped for its
+    type's best-linked, whose replicas serve no fewer).  A kind of one node is bounded
+    by :func:`~stowplan.serving.bounds.users_bound` and its splits side by side
+    (:func:`~stowplan.serving.candidates.splits`); a kind of several nodes, whose
+    replicas span all of them, by ``users_bound`` with that span (the network hops it
+    must cross), and a large kind by ``users_bound`` spanning ``K + 1`` nodes.  A kind
+    the programme uses that is a few single-GPU nodes is refined: every pipeline tried
+    (:func:`~stowplan.serving.exhaustive.best_replica_value`) or the subset programme's
+    bound (:func:`~stowplan.serving.pipeline_bound.pipeline_users_bound`), both over
+    subsets too.  ``limit`` is the programme's (:data:`KIND_LIMIT`).  The large kinds'
+    types go fastest first (one prompt's prefill and a
+    decode step on one node)."""
+    types = best_links(nodes)
+    counts = [n for _, n in types]
+    fleet = [replace(node, id=f"{node.id}-{j}") for node, count in types for j in range(count)]
+    first = [sum(counts[:t]) for t in range(len(counts))]
+    rates = FleetRates.of(model, fleet, replace(c, batch=1), w)
+
+    def members(combo: tuple[int, ...]) -> list[int]:
+        return [first[t] + j for t, m in enumerate(combo) for j in range(m)]
+
+    def bound(combo: tuple[int, ...], span: int) -> float:
+        chosen = members(combo)
+        if len(chosen) == 1:
+            one = fleet[chosen[0]]
+            ub = users_bound(rates, chosen, w)
+            sides = [sp.bound for sp in splits(model, one, w, c, by_rate=False)]
+            return float(max([ub if ub >= 1 else 0, *sides]))
+        return float(users_bound(rates, chosen, w, span=span))
+
+    def refine(combo: tuple[int, ...]) -> float | None:
+        chosen = members(combo)
+        got = best_replica_value(model, [fleet[i] for i in chosen], w, c, by_rate=False)
+        if got is not None:
+            return got
+        top = bound(combo, len(chosen))
+        most = math.floor(top) if math.isfinite(top) else MAX_BATCH
+        ub = pipeline_users_bound(model, [fleet[i] for i in chosen], w, c, most)
+        return None if ub is None else float(ub)
+
+    def speed(t: int) -> float:
+        i = first[t]
+        return rates.ttft0_floor([i]) + rates.cycle_floor([i])
+
+    order = sorted(range(len(counts)), key=speed)
+    return kinds_users_bound(counts, bound, order, refine=refine, limit=limit)
