@@ -124,14 +124,25 @@ def joint_cycle(
     like: dict[tuple[int, ...] | None, GroupCosts] = {}
     lower = math.inf
     quick = {s: cycle.quick_bound(problem, cm, s) for s in range(problem.min_stages, top + 1)}
-    for s in sorted(quick, key=lambda s: (quick[s], s)):
+    if runs:
+        order = sorted(quick, key=lambda s: (quick[s], s))
+    else:
+        # Without the exact solve no pipeline comes of a solve, only bounds: the counts go
+        # from the smallest microbatch up, and a count is solved only when neither its
+        # quick bound nor a smaller microbatch's solve (every stage time grows with the
+        # microbatch, so its least slowest stage and time per token bound this one's)
+        # shows that it cannot lower the least so far.
+        order = sorted(quick, key=lambda s: (microbatches(cm.batch, s)[1], quick[s], s))
+    for s in order:
         bound = quick[s]
-        # Without the exact solve no pipeline comes of a solve, only bounds: a count whose
-        # quick bound is not below the least so far cannot lower it.
         if not runs and bound >= lower:
-            break
+            continue
         if bound < plan_cycle and math.isfinite(bound):
             m, u = microbatches(cm.batch, s)
+            if u not in solved and not runs:
+                known = max((max(m * v[0], v[1]) for w, v in solved.items() if w <= u), default=0.0)
+                if known >= lower:
+                    continue
             if u not in solved:
                 pu = problem.at_microbatch(u)
                 shared: dict[tuple[int, ...] | None, GroupCosts] = {}
