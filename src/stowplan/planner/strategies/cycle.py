@@ -52,6 +52,7 @@ __all__ = [
     "rank_key",
     "search",
     "stage_counts",
+    "swapped",
 ]
 
 SEARCHED_COUNTS = 6
@@ -225,7 +226,47 @@ def search(problem: Problem, cm: CostModel, solvers: tuple[Solve, ...]) -> Pipel
         solved += best is not None
         if not math.isfinite(bounds[s]):
             break
-    return best
+    return None if best is None else swapped(cm, best)
+
+
+SWAP_PASSES = 4
+"""Most rounds of :func:`swapped`."""
+
+
+def swapped(cm: CostModel, p: Pipeline) -> Pipeline:
+    """``p`` with one stage at a time moved to an unused node, its blocks kept, while that
+    lowers the cycle (the move that lowers it most each round, at most
+    :data:`SWAP_PASSES` rounds).
+
+    The searches choose nodes by one side of the cycle at a time: the slowest stage or
+    the time per token.  Among nodes alike but for their links (or nearly so), a stage
+    may hold its blocks as fast on a node whose hop and transfer are cheaper, which the
+    cycle's other side gains.  A move is tried only where the stage's time on the new
+    node, times the microbatches, is below the cycle; it is scored by the true cycle."""
+    order, bounds = list(p[0]), list(p[1])
+    stages, n = len(order), len(cm.nodes)
+    view = cm.for_stages(stages)
+    m, _ = microbatches(cm.batch, stages)
+    cycle_s = cm.evaluate(order, bounds).cycle_s
+    for _ in range(SWAP_PASSES):
+        used = set(order)
+        best: tuple[float, int, int] | None = None
+        for s, d in enumerate(order):
+            lo, hi, first, last = bounds[s], bounds[s + 1], s == 0, s == stages - 1
+            for e in range(n):
+                if e in used or not view.fits(e, lo, hi, first, last):
+                    continue
+                if m * view.stage_time(e, lo, hi, first, last) >= cycle_s:
+                    continue
+                moved = [*order[:s], e, *order[s + 1 :]]
+                got = cm.evaluate(moved, bounds).cycle_s
+                if got < cycle_s * (1 - 1e-9) and (best is None or got < best[0]):
+                    best = (got, s, e)
+        if best is None:
+            break
+        cycle_s, s, e = best
+        order[s] = e
+    return order, bounds
 
 
 def rank_key(cm: CostModel, p: Pipeline) -> tuple[float, float, int, tuple[int, ...]]:
@@ -269,8 +310,9 @@ def optimum(
     gives a costlier bound on the least time per token, tried only on the range of stage
     counts that holds the least bound, where that range's time per token decides it.
     With ``whole``, a single stage count that holds the least bound while it is below
-    ``value`` is solved outright (:func:`~stowplan.planner.exact.pipelines.least_cycle`,
-    small clusters): its optimum, and its pipeline, which beats the plan's.
+    ``value`` is solved outright where :func:`~stowplan.planner.exact.pipelines.least_cycle`
+    can (small clusters; two stages on any): its optimum, and its pipeline, which beats
+    the plan's.
     """
 
     points = list(stage_counts(problem)) if exact else ladder(problem, cm.batch, fine=False)
