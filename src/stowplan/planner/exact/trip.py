@@ -6,10 +6,11 @@ A stage of ``k`` blocks on node ``d`` takes at least ``k · r_d`` (``r_d`` the s
 block's seconds there, its block cost included) plus the node's fixed stage cost, its
 hop out (the network's latency; the in-host one where another GPU group of the same
 node may be next) and, unless it is the last stage, its transfer out.  The last stage
-also reads the head: it takes at least each of ``k · r_d + head · min(1/BW, s/FLOP)``
-(``max(a + c, b + d) ≥ max(a, b) + min(c, d)``), ``(k · read + head) / BW`` and
-``(k · weights + head) · s/FLOP`` (each plus the block costs), and the knapsack takes
-the largest of the three least costs.  An interior stage holds at most the most
+also reads the head: it takes at least each of ``(k · read + head) / BW`` and ``(k ·
+weights + head) · s/FLOP`` (each plus the block costs; ``read`` and ``weights`` the
+smallest block's), the larger of the two where it is larger at every ``k`` it may
+hold; else the knapsack takes the largest of their least costs and that of ``k · r_d
++ head · min(1/BW, s/FLOP)`` (``max(a + c, b + d) ≥ max(a, b) + min(c, d)``).  An interior stage holds at most the most
 consecutive blocks the node's memory fits, the first at most the blocks from 0 that
 fit beside the embed, the last at most those up to the end that fit beside the head.
 So every pipeline's trip is at least the least cost of choosing nodes — one first
@@ -37,7 +38,7 @@ __all__ = ["COUNTED_STAGES", "TRIP_BOUND_NODES", "trip_bound"]
 TRIP_BOUND_NODES = 64
 """Up to this many nodes (``n · blocks²`` work) the knapsack is solved."""
 
-COUNTED_STAGES = 16
+COUNTED_STAGES = 8
 """The knapsack counts stages up to this many (more count as this many): where the
 problem's stage limits bind, pipelines of too few or too many stages are left out."""
 
@@ -99,13 +100,24 @@ def trip_bound(problem: Problem, cm: CostModel) -> float | None:
         if lead > 0:  # the first stage
             cand = _take(np, step[0], lead, rate, idx) + (hop + out)
             np.minimum(fresh[1], cand, out=fresh[1])
-        if tail > 0:  # the last stage: the largest of its three least costs
+        if tail > 0:  # the last stage
             before = step[:, 0]
-            cand = _take(np, before, tail, rate, idx) + head
-            if cm.head > 0:
-                by_read = _take(np, before, tail, rd_read * ib + bs, idx) + cm.head * ib
-                by_flops = _take(np, before, tail, rd_weights * fl + bs, idx) + cm.head * fl
-                cand = np.maximum(cand, np.maximum(by_read, by_flops))
+            # By its reads and by its FLOPs: where one is the larger at one block and at
+            # ``tail`` it is at every count between (both are linear), and it is the cost;
+            # else the largest of the three least costs.
+            pieces = [
+                (rd_read * ib + bs, cm.head * ib),
+                (rd_weights * fl + bs, cm.head * fl),
+            ]
+            ends = [[r * k + c for r, c in pieces] for k in (1, tail)]
+            lead_piece = [i for i in (0, 1) if all(e[i] >= e[1 - i] for e in ends)]
+            if lead_piece:
+                r, c = pieces[lead_piece[0]]
+                cand = _take(np, before, tail, r, idx) + c
+            else:
+                cand = _take(np, before, tail, rate, idx) + head
+                for r, c in pieces:
+                    cand = np.maximum(cand, _take(np, before, tail, r, idx) + c)
             np.minimum(fresh[:, 1], cand + hop, out=fresh[:, 1])
         g = fresh
     counts = range(min(fewest, top), top + 1) if top else range(1)

@@ -241,22 +241,30 @@ def swapped(cm: CostModel, p: Pipeline) -> Pipeline:
     The searches choose nodes by one side of the cycle at a time: the slowest stage or
     the time per token.  Among nodes alike but for their links (or nearly so), a stage
     may hold its blocks as fast on a node whose hop and transfer are cheaper, which the
-    cycle's other side gains.  A move is tried only where the stage's time on the new
-    node, times the microbatches, is below the cycle; it is scored by the true cycle."""
+    cycle's other side gains.  A move is scored by the true cycle where its estimate (the
+    stage's time and hop on the new node in place of the old, the other stages as they
+    were: the cycle itself unless the move makes or parts GPU groups of one host) is below
+    the cycle."""
     order, bounds = list(p[0]), list(p[1])
     stages, n = len(order), len(cm.nodes)
     view = cm.for_stages(stages)
     m, _ = microbatches(cm.batch, stages)
-    cycle_s = cm.evaluate(order, bounds).cycle_s
+    ev = cm.evaluate(order, bounds)
+    cycle_s = ev.cycle_s
     for _ in range(SWAP_PASSES):
         used = set(order)
         best: tuple[float, int, int] | None = None
+        times, trip = ev.stage_time_s, sum(ev.stage_time_s) + ev.hops_s
         for s, d in enumerate(order):
             lo, hi, first, last = bounds[s], bounds[s + 1], s == 0, s == stages - 1
+            after = order[(s + 1) % stages]
+            others = max((t for i, t in enumerate(times) if i != s), default=0.0)
+            base = trip - times[s] - view.hop_s(d, after)
             for e in range(n):
                 if e in used or not view.fits(e, lo, hi, first, last):
                     continue
-                if m * view.stage_time(e, lo, hi, first, last) >= cycle_s:
+                t = view.stage_time(e, lo, hi, first, last, None if last else after)
+                if max(base + t + view.hop_s(e, after), m * max(t, others)) >= cycle_s:
                     continue
                 moved = [*order[:s], e, *order[s + 1 :]]
                 got = cm.evaluate(moved, bounds).cycle_s
@@ -266,6 +274,7 @@ def swapped(cm: CostModel, p: Pipeline) -> Pipeline:
             break
         cycle_s, s, e = best
         order[s] = e
+        ev = cm.evaluate(order, bounds)
     return order, bounds
 
 

@@ -770,8 +770,10 @@ def proves_optimal(cm: CostModel, times: _RoleTimes, bottleneck_s: float, max_st
     return sum(top) + max(gains) < cm.num_blocks
 
 
-RELAXED_STEPS = 24
-"""Bisection steps of :func:`relaxed_bottleneck`."""
+RELAXED_STEPS = 12
+"""Most steps of :func:`relaxed_bottleneck`'s search up and of its bisection."""
+RELAXED_PRECISION = 1e-4
+""":func:`relaxed_bottleneck`'s bisection stops within this share of the bound."""
 
 
 def relaxed_bottleneck(problem: Problem, cm: CostModel, floor: float = 0.0) -> float | None:
@@ -782,9 +784,10 @@ def relaxed_bottleneck(problem: Problem, cm: CostModel, floor: float = 0.0) -> f
     A pipeline of two to ``max_stages`` stages has every stage below ``t`` only where the
     relaxed capacity test of :func:`proves_optimal` passes strictly below ``t``: where it
     fails, ``t`` bounds the slowest stage.  The test passes at the least bottleneck the
-    capacity test admits (it is a relaxation of it), so the bound is the largest ``t``
-    between ``floor`` and there at which it fails, found by bisection (a step that fails
-    keeps ``floor``).  One stage: the fastest node holding the whole model.  The
+    capacity test admits (it is a relaxation of it) where the search has found that, else
+    at the first of ``floor · (1 + 2^i / 256)`` where it passes; the bound is the largest
+    ``t`` between ``floor`` and there at which it fails, found by bisection (``floor``
+    where none is found).  One stage: the fastest node holding the whole model.  The
     capacities count each stage's blocks, its transfer out (over the network: no next
     stage shares its host), the embed's memory and the head, so the bound holds whole
     blocks where the fractional relaxation splits them.
@@ -802,20 +805,29 @@ def relaxed_bottleneck(problem: Problem, cm: CostModel, floor: float = 0.0) -> f
         return max(floor, single)
     max_stages = problem.max_stages
     tables = _tables(cm)
-    found = tables.least_feasible(nb, max_stages)
     times = tables.times
     lo = floor
-    hi = math.inf if found is None else found[0]
-    if proves_optimal(cm, times, hi, max_stages):
-        lo = max(lo, hi)  # past the least the capacity test admits: no pipeline is faster
-    elif lo < hi < math.inf:
+    if max_stages in tables.least:  # the search's: the capacity test passes there
+        found = tables.least[max_stages]
+        hi = math.inf if found is None else found[0]
+        if proves_optimal(cm, times, hi, max_stages):
+            lo = max(lo, hi)  # the test fails up to there: no pipeline is faster
+    else:
+        hi = math.inf
+        for i in range(RELAXED_STEPS if floor > 0 else 0):
+            t = floor * (1 + 2**i / 256)
+            if not proves_optimal(cm, times, t, max_stages):
+                hi = t
+                break
+            lo = t
+    if lo < hi < math.inf:
         for _ in range(RELAXED_STEPS):
             mid = (lo + hi) / 2
             if proves_optimal(cm, times, mid, max_stages):
                 lo = mid
             else:
                 hi = mid
-            if hi - lo <= 1e-9 * hi:
+            if hi - lo <= RELAXED_PRECISION * hi:
                 break
     return max(floor, min(single, lo))
 
