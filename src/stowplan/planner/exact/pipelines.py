@@ -495,9 +495,7 @@ def _two_stage_cycle(np: Any, cm: CostModel) -> Optimum:
     # the last [k, nb) beside the head.
     mp = cm.mem_prefix
     lead = [bisect_right(mp, u - cm.embed) - 1 if u >= cm.embed else -1 for u in cm.usable]
-    tail = [
-        bisect_left(mp, mp[nb] - (u - cm.head)) if u >= cm.head else nb + 1 for u in cm.usable
-    ]
+    tail = [bisect_left(mp, mp[nb] - (u - cm.head)) if u >= cm.head else nb + 1 for u in cm.usable]
     inner = (ks >= 1) & (ks <= nb - 1)
     first = np.where((ks[None, :] <= np.asarray(lead)[:, None]) & inner, first, np.inf)
     last = np.where((ks[None, :] >= np.asarray(tail)[:, None]) & inner, last, np.inf)

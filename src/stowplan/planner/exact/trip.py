@@ -4,20 +4,20 @@ holds.
 
 A stage of ``k`` blocks on node ``d`` takes at least ``k · r_d`` (``r_d`` the smallest
 block's seconds there, its block cost included) plus the node's fixed stage cost, its
-hop out (the network's latency; the in-host one where another GPU group of the same
-node may be next) and, unless it is the last stage, its transfer out.  The last stage
-also reads the head: it takes at least each of ``(k · read + head) / BW`` and ``(k ·
-weights + head) · s/FLOP`` (each plus the block costs; ``read`` and ``weights`` the
-smallest block's), the larger of the two where it is larger at every ``k`` it may
-hold; else the knapsack takes the largest of their least costs and that of ``k · r_d
-+ head · min(1/BW, s/FLOP)`` (``max(a + c, b + d) ≥ max(a, b) + min(c, d)``).  An interior stage holds at most the most
-consecutive blocks the node's memory fits, the first at most the blocks from 0 that
-fit beside the embed, the last at most those up to the end that fit beside the head.
-So every pipeline's trip is at least the least cost of choosing nodes — one first
-stage, one last, between the problem's fewest and most stages in all — and a whole
+hop out (the network's latency; the in-host one where another GPU group of the same node
+may be next) and, unless it is the last stage, its transfer out. The last stage also
+reads the head: it takes at least each of ``(k · read + head) / BW`` and ``(k · weights
++ head) · s/FLOP`` (each plus the block costs; ``read`` and ``weights`` the smallest
+block's), the larger of the two where it is larger at every ``k`` it may hold; else the
+knapsack takes the largest of their least costs and that of ``k · r_d + head · min(1/BW,
+s/FLOP)`` (``max(a + c, b + d) ≥ max(a, b) + min(c, d)``). An interior stage holds at
+most the most consecutive blocks the node's memory fits, the first at most the blocks
+from 0 that fit beside the embed, the last at most those up to the end that fit beside
+the head. So every pipeline's trip is at least the least cost of choosing nodes — one
+first stage, one last, between the problem's fewest and most stages in all — and a whole
 number of blocks on each, covering every block: a knapsack solved exactly over block
-counts (and stage counts, up to :data:`COUNTED_STAGES`; a pipeline of more stages
-counts as that many), node by node.  The fractional relaxation
+counts (and stage counts, up to :data:`COUNTED_STAGES`; a pipeline of more stages counts
+as that many), node by node. The fractional relaxation
 (:func:`~stowplan.planner.exact.pipelines.fluid_bound`) instead pays the cheapest hops
 of any nodes beside the fastest nodes' blocks; this one pays the hops of the nodes that
 hold the blocks, which is what the optimum pays on slow links.
