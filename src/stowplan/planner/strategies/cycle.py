@@ -21,8 +21,10 @@ and ``cycle ≥ least Σ t + hops of ≤ S stages at b``.  So:
    at least ``m_a`` microbatches of at least ``u_b``), ``B`` and ``L`` exact (subset DP
    / MILP) or relaxed bounds, computed only where the quick bound is below the plan's
    cycle; on small fleets every S is its own range and is solved outright
-   (:func:`~stowplan.planner.exact.pipelines.least_cycle`).  The bound is the optimum
-   (``exact``) when a pipeline in hand reaches it.
+   (:func:`~stowplan.planner.exact.pipelines.least_cycle`; two stages on any fleet).
+   The bound is the optimum (``exact``) when a pipeline in hand reaches it.
+4. :func:`swapped` moves the stages of the pipeline found to unused nodes while that
+   lowers its cycle.
 
 At U = 1 every S has m = 1 and the cycle is the time per token: the time-per-token
 solvers are the exact ones and none of this is needed.
