@@ -22,6 +22,16 @@ def pipelines(cm: CostModel, min_stages: int = 1) -> Iterator[tuple[list[int], l
                     yield list(order), bounds
 
 
+def pipelines_of(cm: CostModel, stages: int) -> Iterator[tuple[list[int], list[int]]]:
+    """Every pipeline of exactly ``stages`` stages of ``cm``'s nodes that fits."""
+    nb = cm.num_blocks
+    for order in itertools.permutations(range(len(cm.nodes)), stages):
+        for cuts in itertools.combinations(range(1, nb), stages - 1):
+            bounds = [0, *cuts, nb]
+            if cm.fits_pipeline(order, bounds):
+                yield list(order), bounds
+
+
 def slowest(cm: CostModel, p: tuple[Sequence[int], Sequence[int]]) -> float:
     """The slowest stage of pipeline ``p`` at ``cm``'s own microbatch."""
     return cm.evaluate_here(*p).bottleneck_s

@@ -13,12 +13,12 @@ from stowplan.errors import DependencyError
 from stowplan.model import Constraints, Metric, Strategy
 from stowplan.plan import Certificate, Plan, PlanRationale, Prediction, Topology
 from stowplan.planner.baselines.peers import BASELINES
-from stowplan.planner.exact.pipelines import CYCLE_EXACT_LIMIT, Optimum, solve_exact, solve_milp
+from stowplan.planner.exact.pipelines import Optimum, solve_exact, solve_milp
 from stowplan.planner.exact.trip import trip_bound
 from stowplan.planner.problem import Problem, build_assignments
 from stowplan.planner.strategies import cycle
 from stowplan.planner.strategies.fractional import fractional_bound
-from stowplan.planner.strategies.throughput import Pipeline
+from stowplan.planner.strategies.throughput import Pipeline, relaxed_bottleneck
 from stowplan.planner.tiebreak import settle
 
 __all__ = [
@@ -99,7 +99,7 @@ def inline_optimum(
         value,
         exact=exact,
         tighten=knapsack_optimum,
-        whole=n <= CYCLE_EXACT_LIMIT,
+        whole=True,
     )
 
 
@@ -129,6 +129,10 @@ def solver_optimum(problem: Problem, cm: CostModel, objective: Metric) -> Optimu
             knapsack = trip_bound(problem, cm)
             if knapsack is not None and knapsack > value:
                 value, method = knapsack, f"bound: {KNAPSACK}"
+        if objective is Metric.THROUGHPUT:
+            relaxed = relaxed_bottleneck(problem, cm, value)
+            if relaxed is not None and relaxed > value:
+                value, method = relaxed, f"bound: {CAPACITIES}"
         return Optimum(objective=objective, value=value, exact=False, method=method)
 
     try:
@@ -149,6 +153,11 @@ def solver_optimum(problem: Problem, cm: CostModel, objective: Metric) -> Optimu
 KNAPSACK = "a knapsack of the nodes' blocks and hops (each node pays the hop of its own stage)"
 """How the time-per-token bound of :func:`~stowplan.planner.exact.trip.trip_bound` is
 named where it is above the fractional relaxation."""
+
+CAPACITIES = "the nodes' whole-block capacities within a slowest stage (blocks alike)"
+"""How the slowest-stage bound of
+:func:`~stowplan.planner.strategies.throughput.relaxed_bottleneck` is named where it is
+above the fractional relaxation."""
 
 INLINE_MILP_NODES = 64
 """Up to this many nodes a one-stream plan is certified by the MILP (beyond the subset

@@ -17,7 +17,7 @@ numpy and scipy are imported lazily (extra ``exact``).
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -409,7 +409,8 @@ def solve_milp(
 
 def least_cycle(problem: Problem, cm: CostModel, stages: int) -> Optimum:
     """The least cycle over pipelines of exactly ``stages`` stages (``cm`` at their
-    microbatch), exact, by the subset DP on clusters of up to :data:`CYCLE_EXACT_LIMIT`.
+    microbatch), exact, by the subset DP on clusters of up to :data:`CYCLE_EXACT_LIMIT`;
+    two stages on nodes of their own hosts, on any cluster (:func:`_two_stage_cycle`).
 
     cycle = max(trip, m · slowest) with trip = Σ t + hops.  Let ``L(T)`` be the least trip
     with every stage at most ``T``: it never grows with ``T`` while ``m · T`` grows, so over
@@ -418,6 +419,8 @@ def least_cycle(problem: Problem, cm: CostModel, stages: int) -> Optimum:
     pipeline at ``T_k`` has a cycle of at most that value, so both are scored exactly).
     """
     np = _np()
+    if stages == 2 and len(set(cm.parent)) == len(cm.nodes):
+        return _two_stage_cycle(np, cm)
     if len(cm.nodes) > CYCLE_EXACT_LIMIT:
         raise DependencyError("numpy", "exact")  # too large: the caller bounds instead
     m = min(cm.batch, stages)
@@ -451,6 +454,88 @@ def least_cycle(problem: Problem, cm: CostModel, stages: int) -> Optimum:
     # lo == len(caps) (the trip decides everywhere) leaves only the uncapped optimum, lo - 1.
     found = [o.pipeline for k in (lo - 1, lo) if 0 <= k < len(caps) and (o := trip(k)).pipeline]
     scored = [(cm.evaluate(*p).cycle_s, p) for p in found if p and cm.fits_pipeline(*p)]
+    if not scored:
+        return Optimum(objective=None, value=math.inf, exact=True, method=method)
+    value, best = min(scored, key=lambda vp: vp[0])
+    return Optimum(objective=None, value=value, exact=True, method=method, pipeline=best)
+
+
+def _two_stage_cycle(np: Any, cm: CostModel) -> Optimum:
+    """The least cycle of two-stage pipelines (``cm`` at their microbatch), exact for any
+    layout where no two nodes share a host: every first node, last node and split.
+
+    With the split after block k, the first stage on node f takes ``A[f, k]`` (blocks
+    ``[0, k)`` and its transfer out, inf where they do not fit beside the embed), the
+    last on node l ``B[l, k]`` (blocks ``[k, nb)`` and the head), and the cycle is
+    ``max(A + lat_f + B + lat_l, m · max(A, B))``.  A split whose least first and least
+    last stage already give a cycle above a pipeline in hand (the fastest node of each
+    side, or the next fastest where they coincide) is passed over; the rest are
+    enumerated whole, and the best pipeline is scored by the cost model."""
+    n, nb = len(cm.nodes), cm.num_blocks
+    m = min(cm.batch, 2)
+    method = f"every first node, last node and split of two stages over {n} nodes"
+    if n < 2 or nb < 2:
+        return Optimum(objective=None, value=math.inf, exact=True, method=method)
+    rp = np.asarray(cm.read_prefix, dtype=float)
+    kp = np.asarray(cm.kv_prefix, dtype=float)
+    ks = np.arange(nb + 1)
+    ib = np.asarray(cm.inv_bw, dtype=float)[:, None]
+    fl = np.asarray(cm.flop_s_per_byte, dtype=float)[:, None]
+    bs = np.asarray(cm.block_s, dtype=float)[:, None]
+    ss = np.asarray(cm.stage_s, dtype=float)[:, None]
+    lat = np.asarray(cm.latency_s, dtype=float)
+    with np.errstate(over="ignore", invalid="ignore"):
+        w = rp[None, :]
+        first = np.maximum((w + kp[None, :]) * ib, w * fl) + (ks[None, :] * bs + ss)
+        first = first + np.asarray(cm.xfer_s, dtype=float)[:, None]
+        w = rp[nb] - rp[None, :] + cm.head
+        last = np.maximum((w + (kp[nb] - kp[None, :])) * ib, w * fl)
+        last = last + ((nb - ks)[None, :] * bs + ss)
+    # What fits is decided in integers: the first stage holds [0, k) beside the embed,
+    # the last [k, nb) beside the head.
+    mp = cm.mem_prefix
+    lead = [bisect_right(mp, u - cm.embed) - 1 if u >= cm.embed else -1 for u in cm.usable]
+    tail = [bisect_left(mp, mp[nb] - (u - cm.head)) if u >= cm.head else nb + 1 for u in cm.usable]
+    inner = (ks >= 1) & (ks <= nb - 1)
+    first = np.where((ks[None, :] <= np.asarray(lead)[:, None]) & inner, first, np.inf)
+    last = np.where((ks[None, :] >= np.asarray(tail)[:, None]) & inner, last, np.inf)
+    lead_hop, last_hop = first + lat[:, None], last + lat[:, None]
+    # A pipeline in hand per split: the fastest first node and the fastest other last one.
+    order_a = np.argsort(first, axis=0, kind="stable")[:2]
+    order_b = np.argsort(last, axis=0, kind="stable")[:2]
+    cols = np.arange(nb + 1)
+    best_in_hand = math.inf
+    for i, j in ((0, 0), (0, 1), (1, 0)):
+        f, lv = order_a[i], order_b[j]
+        a, b = first[f, cols], last[lv, cols]
+        c = np.maximum(a + lat[f] + b + lat[lv], m * np.maximum(a, b))
+        c = np.where(f != lv, c, np.inf)
+        best_in_hand = min(best_in_hand, float(np.min(c)))
+    if not math.isfinite(best_in_hand):
+        return Optimum(objective=None, value=math.inf, exact=True, method=method)
+    least = np.maximum(
+        lead_hop.min(axis=0) + last_hop.min(axis=0),
+        m * np.maximum(first.min(axis=0), last.min(axis=0)),
+    )
+    cap = best_in_hand * (1 + 1e-9)
+    found: list[tuple[float, int, int, int]] = []
+    for k in np.flatnonzero(least <= cap).tolist():
+        fs = np.flatnonzero(m * first[:, k] <= cap)
+        ls = np.flatnonzero(m * last[:, k] <= cap)
+        if not fs.size or not ls.size:
+            continue
+        a, b = first[fs, k][:, None], last[ls, k][None, :]
+        c = np.maximum(lead_hop[fs, k][:, None] + last_hop[ls, k][None, :], m * np.maximum(a, b))
+        c = np.where(fs[:, None] != ls[None, :], c, np.inf)
+        at = int(np.argmin(c))
+        fi, li = divmod(at, ls.size)
+        if math.isfinite(c[fi, li]):
+            found.append((float(c[fi, li]), int(fs[fi]), int(ls[li]), k))
+    scored = [
+        (cm.evaluate([f, lv], [0, k, nb]).cycle_s, ([f, lv], [0, k, nb]))
+        for _, f, lv, k in sorted(found)[:4]
+        if cm.fits_pipeline([f, lv], [0, k, nb])
+    ]
     if not scored:
         return Optimum(objective=None, value=math.inf, exact=True, method=method)
     value, best = min(scored, key=lambda vp: vp[0])

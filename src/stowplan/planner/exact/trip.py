@@ -4,15 +4,20 @@ holds.
 
 A stage of ``k`` blocks on node ``d`` takes at least ``k · r_d`` (``r_d`` the smallest
 block's seconds there, its block cost included) plus the node's fixed stage cost, its
-hop out (the network's latency; the in-host one where another GPU group of the same
-node may be next) and, unless it is the last stage, its transfer out; the last stage
-also reads the head, at least ``head · min(1/BW, s/FLOP)`` (``max(a + c, b + d) ≥
-max(a, b) + min(c, d)``).  An interior stage holds at most the most consecutive blocks
-the node's memory fits, the first at most the blocks from 0 that fit beside the embed,
-the last at most those up to the end that fit beside the head.  So every pipeline's
-trip is at least the least cost of choosing nodes — one first stage, one last, any
-number of interior ones — and a whole number of blocks on each, covering every block:
-a knapsack solved exactly over block counts, node by node.  The fractional relaxation
+hop out (the network's latency; the in-host one where another GPU group of the same node
+may be next) and, unless it is the last stage, its transfer out. The last stage also
+reads the head: it takes at least each of ``(k · read + head) / BW`` and ``(k · weights
++ head) · s/FLOP`` (each plus the block costs; ``read`` and ``weights`` the smallest
+block's), the larger of the two where it is larger at every ``k`` it may hold; else the
+knapsack takes the largest of their least costs and that of ``k · r_d + head · min(1/BW,
+s/FLOP)`` (``max(a + c, b + d) ≥ max(a, b) + min(c, d)``). An interior stage holds at
+most the most consecutive blocks the node's memory fits, the first at most the blocks
+from 0 that fit beside the embed, the last at most those up to the end that fit beside
+the head. So every pipeline's trip is at least the least cost of choosing nodes — one
+first stage, one last, between the problem's fewest and most stages in all — and a whole
+number of blocks on each, covering every block: a knapsack solved exactly over block
+counts (and stage counts, up to :data:`COUNTED_STAGES`; a pipeline of more stages counts
+as that many), node by node. The fractional relaxation
 (:func:`~stowplan.planner.exact.pipelines.fluid_bound`) instead pays the cheapest hops
 of any nodes beside the fastest nodes' blocks; this one pays the hops of the nodes that
 hold the blocks, which is what the optimum pays on slow links.
@@ -28,10 +33,14 @@ from typing import Any
 from stowplan.cost import CostModel
 from stowplan.planner.problem import Problem
 
-__all__ = ["TRIP_BOUND_NODES", "trip_bound"]
+__all__ = ["COUNTED_STAGES", "TRIP_BOUND_NODES", "trip_bound"]
 
 TRIP_BOUND_NODES = 64
 """Up to this many nodes (``n · blocks²`` work) the knapsack is solved."""
+
+COUNTED_STAGES = 8
+"""The knapsack counts stages up to this many (more count as this many): where the
+problem's stage limits bind, pipelines of too few or too many stages are left out."""
 
 
 def trip_bound(problem: Problem, cm: CostModel) -> float | None:
@@ -59,11 +68,16 @@ def trip_bound(problem: Problem, cm: CostModel) -> float | None:
     inf = math.inf
     idx = np.arange(nb + 1)
     siblings = Counter(cm.parent)
-    # g[f, l, j]: the least cost of j blocks on the nodes taken so far, f: the first stage
-    # among them (blocks [0, k) beside the embed), l: the last (blocks [nb - k, nb) beside
-    # the head); every other node an interior stage.
-    g = np.full((2, 2, nb + 1), inf)
-    g[0, 0, 0] = 0.0
+    fewest, most = max(2, problem.min_stages), min(problem.max_stages, n)
+    # Stages are counted only where a limit binds: c = 0 .. top, top standing for ``top``
+    # stages or more unless ``most`` is ``top``.
+    top = min(most, COUNTED_STAGES) if (fewest > 2 or most < n) else 0
+    # g[f, l, c, j]: the least cost of j blocks on the c nodes taken so far, f: the first
+    # stage among them (blocks [0, k) beside the embed), l: the last (blocks [nb - k, nb)
+    # beside the head); every other node an interior stage.
+    g = np.full((2, 2, top + 1, nb + 1), inf)
+    g[0, 0, 0, 0] = 0.0
+    rd_read, rd_weights = rd + kvr, rd
     for d in range(n):
         room = cm.usable[d]
         inner = min(window[d], nb)
@@ -76,18 +90,50 @@ def trip_bound(problem: Problem, cm: CostModel) -> float | None:
         if siblings[cm.parent[d]] > 1:  # the next stage may be a GPU group of the same node
             hop, out = min(hop, cm.intra_latency_s[d]), min(out, cm.intra_xfer_s[d])
         hop += cm.stage_s[d]
-        head = cm.head * min(cm.inv_bw[d], cm.flop_s_per_byte[d])
+        ib, fl, bs = cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d]
+        head = cm.head * min(ib, fl)
         fresh = g.copy()
+        # A stage taken: one more stage counted (the top count keeps what passes it).
+        step = _counted(np, g, top, top < most)
         if inner > 0:  # an interior stage
-            np.minimum(fresh, _take(np, g, inner, rate, idx) + (hop + out), out=fresh)
+            np.minimum(fresh, _take(np, step, inner, rate, idx) + (hop + out), out=fresh)
         if lead > 0:  # the first stage
-            cand = _take(np, g[0], lead, rate, idx) + (hop + out)
+            cand = _take(np, step[0], lead, rate, idx) + (hop + out)
             np.minimum(fresh[1], cand, out=fresh[1])
         if tail > 0:  # the last stage
-            cand = _take(np, g[:, 0], tail, rate, idx) + (hop + head)
-            np.minimum(fresh[:, 1], cand, out=fresh[:, 1])
+            before = step[:, 0]
+            # By its reads and by its FLOPs: where one is the larger at one block and at
+            # ``tail`` it is at every count between (both are linear), and it is the cost;
+            # else the largest of the three least costs.
+            pieces = [
+                (rd_read * ib + bs, cm.head * ib),
+                (rd_weights * fl + bs, cm.head * fl),
+            ]
+            ends = [[r * k + c for r, c in pieces] for k in (1, tail)]
+            lead_piece = [i for i in (0, 1) if all(e[i] >= e[1 - i] for e in ends)]
+            if lead_piece:
+                r, c = pieces[lead_piece[0]]
+                cand = _take(np, before, tail, r, idx) + c
+            else:
+                cand = _take(np, before, tail, rate, idx) + head
+                for r, c in pieces:
+                    cand = np.maximum(cand, _take(np, before, tail, r, idx) + c)
+            np.minimum(fresh[:, 1], cand + hop, out=fresh[:, 1])
         g = fresh
-    return min(single, float(g[1, 1, nb]))
+    counts = range(min(fewest, top), top + 1) if top else range(1)
+    return min(single, float(g[1, 1, list(counts), nb].min()))
+
+
+def _counted(np: Any, g: Any, top: int, open_top: bool) -> Any:
+    """``g`` one stage on: count c + 1 from c; the top count also from itself where it
+    stands for that many stages or more (nothing counted: ``g``)."""
+    if top == 0:
+        return g
+    out = np.full_like(g, math.inf)
+    out[:, :, 1:] = g[:, :, :-1]
+    if open_top:
+        np.minimum(out[:, :, top], g[:, :, top], out=out[:, :, top])
+    return out
 
 
 def _take(np: Any, x: Any, cap: int, rate: float, idx: Any) -> Any:

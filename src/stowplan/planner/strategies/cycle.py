@@ -21,8 +21,10 @@ and ``cycle ≥ least Σ t + hops of ≤ S stages at b``.  So:
    at least ``m_a`` microbatches of at least ``u_b``), ``B`` and ``L`` exact (subset DP
    / MILP) or relaxed bounds, computed only where the quick bound is below the plan's
    cycle; on small fleets every S is its own range and is solved outright
-   (:func:`~stowplan.planner.exact.pipelines.least_cycle`).  The bound is the optimum
-   (``exact``) when a pipeline in hand reaches it.
+   (:func:`~stowplan.planner.exact.pipelines.least_cycle`; two stages on any fleet).
+   The bound is the optimum (``exact``) when a pipeline in hand reaches it.
+4. :func:`swapped` moves the stages of the pipeline found to unused nodes while that
+   lowers its cycle.
 
 At U = 1 every S has m = 1 and the cycle is the time per token: the time-per-token
 solvers are the exact ones and none of this is needed.
@@ -52,6 +54,7 @@ __all__ = [
     "rank_key",
     "search",
     "stage_counts",
+    "swapped",
 ]
 
 SEARCHED_COUNTS = 6
@@ -225,7 +228,56 @@ def search(problem: Problem, cm: CostModel, solvers: tuple[Solve, ...]) -> Pipel
         solved += best is not None
         if not math.isfinite(bounds[s]):
             break
-    return best
+    return None if best is None else swapped(cm, best)
+
+
+SWAP_PASSES = 4
+"""Most rounds of :func:`swapped`."""
+
+
+def swapped(cm: CostModel, p: Pipeline) -> Pipeline:
+    """``p`` with one stage at a time moved to an unused node, its blocks kept, while that
+    lowers the cycle (the move that lowers it most each round, at most
+    :data:`SWAP_PASSES` rounds).
+
+    The searches choose nodes by one side of the cycle at a time: the slowest stage or
+    the time per token.  Among nodes alike but for their links (or nearly so), a stage
+    may hold its blocks as fast on a node whose hop and transfer are cheaper, which the
+    cycle's other side gains.  A move is scored by the true cycle where its estimate (the
+    stage's time and hop on the new node in place of the old, the other stages as they
+    were: the cycle itself unless the move makes or parts GPU groups of one host) is below
+    the cycle."""
+    order, bounds = list(p[0]), list(p[1])
+    stages, n = len(order), len(cm.nodes)
+    view = cm.for_stages(stages)
+    m, _ = microbatches(cm.batch, stages)
+    ev = cm.evaluate(order, bounds)
+    cycle_s = ev.cycle_s
+    for _ in range(SWAP_PASSES):
+        used = set(order)
+        best: tuple[float, int, int] | None = None
+        times, trip = ev.stage_time_s, sum(ev.stage_time_s) + ev.hops_s
+        for s, d in enumerate(order):
+            lo, hi, first, last = bounds[s], bounds[s + 1], s == 0, s == stages - 1
+            after = order[(s + 1) % stages]
+            others = max((t for i, t in enumerate(times) if i != s), default=0.0)
+            base = trip - times[s] - view.hop_s(d, after)
+            for e in range(n):
+                if e in used or not view.fits(e, lo, hi, first, last):
+                    continue
+                t = view.stage_time(e, lo, hi, first, last, None if last else after)
+                if max(base + t + view.hop_s(e, after), m * max(t, others)) >= cycle_s:
+                    continue
+                moved = [*order[:s], e, *order[s + 1 :]]
+                got = cm.evaluate(moved, bounds).cycle_s
+                if got < cycle_s * (1 - 1e-9) and (best is None or got < best[0]):
+                    best = (got, s, e)
+        if best is None:
+            break
+        cycle_s, s, e = best
+        order[s] = e
+        ev = cm.evaluate(order, bounds)
+    return order, bounds
 
 
 def rank_key(cm: CostModel, p: Pipeline) -> tuple[float, float, int, tuple[int, ...]]:
@@ -269,8 +321,9 @@ def optimum(
     gives a costlier bound on the least time per token, tried only on the range of stage
     counts that holds the least bound, where that range's time per token decides it.
     With ``whole``, a single stage count that holds the least bound while it is below
-    ``value`` is solved outright (:func:`~stowplan.planner.exact.pipelines.least_cycle`,
-    small clusters): its optimum, and its pipeline, which beats the plan's.
+    ``value`` is solved outright where :func:`~stowplan.planner.exact.pipelines.least_cycle`
+    can (small clusters; two stages on any): its optimum, and its pipeline, which beats
+    the plan's.
     """
 
     points = list(stage_counts(problem)) if exact else ladder(problem, cm.batch, fine=False)

@@ -52,6 +52,7 @@ __all__ = [
     "greedy_split",
     "min_bottleneck_split",
     "proves_optimal",
+    "relaxed_bottleneck",
     "role_capacity",
     "throughput_pipeline",
     "throughput_search",
@@ -828,6 +829,68 @@ def proves_optimal(cm: CostModel, times: _RoleTimes, bottleneck_s: float, max_st
         return True
     top = sorted(mid, reverse=True)[: max(max_stages, 2)]
     return sum(top) + max(gains) < cm.num_blocks
+
+
+RELAXED_STEPS = 12
+"""Most steps of :func:`relaxed_bottleneck`'s search up and of its bisection."""
+RELAXED_PRECISION = 1e-4
+""":func:`relaxed_bottleneck`'s bisection stops within this share of the bound."""
+
+
+def relaxed_bottleneck(problem: Problem, cm: CostModel, floor: float = 0.0) -> float | None:
+    """A lower bound on the slowest stage of every pipeline ``problem`` allows on ``cm``'s
+    nodes at its microbatch, at least ``floor`` (itself such a bound); None where blocks
+    differ or two nodes are GPU groups of one host.
+
+    A pipeline of two to ``max_stages`` stages has every stage below ``t`` only where the
+    relaxed capacity test of :func:`proves_optimal` passes strictly below ``t``: where it
+    fails, ``t`` bounds the slowest stage.  The test passes at the least bottleneck the
+    capacity test admits (it is a relaxation of it) where the search has found that, else
+    at the first of ``floor · (1 + 2^i / 256)`` where it passes; the bound is the largest
+    ``t`` between ``floor`` and there at which it fails, found by bisection (``floor``
+    where none is found).  One stage: the fastest node holding the whole model.  The
+    capacities count each stage's blocks, its transfer out (over the network: no next
+    stage shares its host), the embed's memory and the head, so the bound holds whole
+    blocks where the fractional relaxation splits them.
+    """
+    nb, n = cm.num_blocks, len(cm.nodes)
+    if not cm.uniform or len(set(cm.parent)) < n:
+        return None
+    single = math.inf
+    if problem.min_stages <= 1:
+        need = cm.stage_bytes(0, nb, True, True)  # what :meth:`CostModel.fits` compares
+        for d in range(n):
+            if need <= cm.usable[d]:
+                single = min(single, cm.stage_time(d, 0, nb, True, True))
+    if problem.max_stages < 2 or n < 2:
+        return max(floor, single)
+    max_stages = problem.max_stages
+    tables = _tables(cm)
+    times = tables.times
+    lo = floor
+    if max_stages in tables.least:  # the search's: the capacity test passes there
+        found = tables.least[max_stages]
+        hi = math.inf if found is None else found[0]
+        if proves_optimal(cm, times, hi, max_stages):
+            lo = max(lo, hi)  # the test fails up to there: no pipeline is faster
+    else:
+        hi = math.inf
+        for i in range(RELAXED_STEPS if floor > 0 else 0):
+            t = floor * (1 + 2**i / 256)
+            if not proves_optimal(cm, times, t, max_stages):
+                hi = t
+                break
+            lo = t
+    if lo < hi < math.inf:
+        for _ in range(RELAXED_STEPS):
+            mid = (lo + hi) / 2
+            if proves_optimal(cm, times, mid, max_stages):
+                lo = mid
+            else:
+                hi = mid
+            if hi - lo <= RELAXED_PRECISION * hi:
+                break
+    return max(floor, min(single, lo))
 
 
 class _Tables:

@@ -1,0 +1,146 @@
+"""The bounds that certify plans of several sequences, against every pipeline of small
+random fleets (tests.common.brute_force): the knapsack on time per token between stage
+limits, the whole-block capacity bound on the slowest stage, the two-stage cycle solved
+outright, and the stage swaps that only ever lower a plan's cycle."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from unittest.mock import patch
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stowplan import Constraints, NodeDescriptor, plan
+from stowplan.cost import CostModel
+from stowplan.models import resolve_model
+from stowplan.planner.exact import trip
+from stowplan.planner.exact.pipelines import least_cycle
+from stowplan.planner.problem import prepare
+from stowplan.planner.strategies.cycle import swapped
+from stowplan.planner.strategies.throughput import relaxed_bottleneck
+from tests.common.brute_force import pipelines_of
+from tests.common.instances import instances
+from tests.common.refusals import rejected_if_refused
+
+
+def _limits(draw_lo: int, draw_hi: int, most: int) -> tuple[int, int]:
+    lo = min(draw_lo, most)
+    return lo, max(lo, min(draw_hi, most))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    instances(max_nodes=4, max_blocks=6),
+    st.sampled_from([1, 3, 8]),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.sampled_from([1, 2, 8]),
+)
+def test_the_knapsack_between_stage_limits_is_never_above_their_least_time_per_token(
+    inst, batch, fewest, most, counted
+):
+    model, nodes = inst
+    c = Constraints(batch=batch)
+    with rejected_if_refused():
+        problem = prepare(model, nodes, c)
+    lo, hi = _limits(fewest, most, problem.max_stages)
+    sub = replace(problem, min_stages=lo, max_stages=hi)
+    cm = CostModel(model, nodes, c)
+    truth = min(
+        (
+            cm.evaluate_here(*p).time_per_token_s
+            for s in range(lo, hi + 1)
+            for p in pipelines_of(cm, s)
+        ),
+        default=math.inf,
+    )
+    # Counting up to ``counted`` stages: fewer than the limits when 1 or 2 (the top count
+    # then stands for that many or more).
+    with patch.object(trip, "COUNTED_STAGES", counted):
+        got = trip.trip_bound(sub, cm)
+    assert got is not None
+    assert got <= truth * (1 + 1e-9)
+
+
+@settings(max_examples=80, deadline=None)
+@given(instances(max_nodes=4, max_blocks=6), st.sampled_from([1, 3, 8]), st.integers(1, 4))
+def test_the_capacity_bound_is_never_above_the_least_slowest_stage(inst, batch, most):
+    model, nodes = inst
+    c = Constraints(batch=batch)
+    with rejected_if_refused():
+        problem = prepare(model, nodes, c)
+    hi = min(most, problem.max_stages)
+    sub = replace(problem, max_stages=hi)
+    cm = CostModel(model, nodes, c)
+    got = relaxed_bottleneck(sub, cm)
+    if not cm.uniform:
+        assert got is None  # blocks differ: no bound
+        return
+    truth = min(
+        (cm.evaluate_here(*p).bottleneck_s for s in range(1, hi + 1) for p in pipelines_of(cm, s)),
+        default=math.inf,
+    )
+    assert got is not None
+    assert got <= truth * (1 + 1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(instances(max_nodes=8, max_blocks=6), st.sampled_from([1, 2, 3, 16]))
+def test_the_two_stage_cycle_is_the_least_over_every_pair_and_split(inst, batch):
+    model, nodes = inst
+    c = Constraints(batch=batch)
+    with rejected_if_refused():
+        problem = prepare(model, nodes, c)
+    cm = CostModel(model, nodes, c)
+    truth = min((cm.evaluate(*p).cycle_s for p in pipelines_of(cm, 2)), default=math.inf)
+    got = least_cycle(problem, cm.for_stages(2), 2)
+    assert got.exact
+    assert got.value == truth or math.isclose(got.value, truth, rel_tol=1e-12)
+    if got.pipeline is not None:
+        assert len(got.pipeline[0]) == 2 and cm.fits_pipeline(*got.pipeline)
+        assert cm.evaluate(*got.pipeline).cycle_s == got.value
+
+
+@settings(max_examples=60, deadline=None)
+@given(instances(max_nodes=6, max_blocks=6), st.sampled_from([2, 3, 16]), st.data())
+def test_swaps_keep_the_blocks_and_never_raise_the_cycle(inst, batch, data):
+    model, nodes = inst
+    c = Constraints(batch=batch)
+    cm = CostModel(model, nodes, c)
+    stages = data.draw(st.integers(1, min(len(nodes), model.num_blocks)))
+    found = list(pipelines_of(cm, stages))
+    if not found:
+        return
+    p = data.draw(st.sampled_from(found))
+    order, bounds = swapped(cm, p)
+    assert bounds == p[1] and len(set(order)) == len(order) == stages
+    assert cm.fits_pipeline(order, bounds)
+    assert cm.evaluate(order, bounds).cycle_s <= cm.evaluate(*p).cycle_s
+
+
+def _fleet() -> list[NodeDescriptor]:
+    """Eight L40S on slow links of 10-60 ms, two of them 30 ms faster to reach than the
+    others: two stages hold llama3.1:70b."""
+    return [
+        NodeDescriptor(
+            id=f"n{i}",
+            gpu_name="L40S",
+            vram_bytes=48 * 10**9,
+            link_mbps=1000.0,
+            link_latency_ms=10.0 if i in (5, 6) else 40.0 + i,
+        )
+        for i in range(8)
+    ]
+
+
+def test_on_eight_nodes_the_two_stage_plan_is_proven():
+    """Past the subset DP's six nodes, a 16-sequence plan of two stages is certified by
+    the two-stage cycle solved outright: its pipeline takes the two nodes nearest."""
+    p = plan(resolve_model("llama3.1:70b-q4_0"), _fleet(), Constraints(batch=16))
+    cert = p.rationale.certificate
+    assert cert is not None and p.num_stages == 2
+    assert {a.node_id for a in p.assignments} == {"n5", "n6"}
+    assert cert.exact and cert.gap == 0.0
+    assert "two stages" in cert.method
