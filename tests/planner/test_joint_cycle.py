@@ -4,20 +4,23 @@ microbatch, on fleets too large for the exact joint solve."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
 import pytest
 
-from stowplan import Constraints, NodeDescriptor
+from stowplan import Constraints, NodeDescriptor, PlanError
 from stowplan.cost.cycle import microbatches
 from stowplan.model import Metric
 from stowplan.models import resolve_model
 from stowplan.planner.problem import prepare
 from stowplan.planner.strategies.cycle import quick_bound
-from stowplan.planner.tensor.exact import GROUPED_NODE_LIMIT
+from stowplan.planner.tensor.exact import GROUPED_NODE_LIMIT, stage_count_trips
 from stowplan.planner.tensor.joint import adjacency_loses_nothing, joint_cycle, joint_optimum
 from stowplan.planner.tensor.layouts import engine_rule
+from stowplan.planner.tensor.nodes import GroupCosts
+from tests.common import tp_referee as tp
 
 KINDS = (
     ("H100 SXM5", 80, 8, 100_000.0),
@@ -46,19 +49,28 @@ def _fleet(rng: random.Random) -> list[NodeDescriptor]:
 
 def _every_count(problem, rule, lossless: bool) -> float:  # type: ignore[no-untyped-def]
     """The bound solving every stage count's microbatch: per count, the largest of its
-    quick bound, m × the least slowest stage and the least time per token."""
+    quick bound and, at its microbatch and every smaller one (stage times grow with the
+    microbatch), m × the least slowest stage, the least time per token and the time per
+    token of exactly that many stages."""
     cm = problem.cost_model()
     total = sum(n.num_gpus for n in problem.nodes)
     top = min(problem.constraints.max_stages or total, total, problem.model.num_blocks)
+    counts = range(problem.min_stages, top + 1)
+    solved = {}
+    for u in {microbatches(cm.batch, s)[1] for s in counts}:
+        pu = problem.at_microbatch(u)
+        slowest = joint_optimum(pu, rule, Metric.THROUGHPUT, False, lossless)[0]
+        trip = joint_optimum(pu, rule, Metric.LATENCY, False, lossless)[0]
+        trips = stage_count_trips(pu, GroupCosts(pu, rule.degrees), top)
+        solved[u] = (slowest, trip, trips)
     least = math.inf
-    for s in range(problem.min_stages, top + 1):
+    for s in counts:
         bound = quick_bound(problem, cm, s)
+        m, u = microbatches(cm.batch, s)
         if math.isfinite(bound):
-            m, u = microbatches(cm.batch, s)
-            pu = problem.at_microbatch(u)
-            slowest = joint_optimum(pu, rule, Metric.THROUGHPUT, False, lossless)[0]
-            trip = joint_optimum(pu, rule, Metric.LATENCY, False, lossless)[0]
-            bound = max(bound, m * slowest, trip)
+            for w, (slowest, trip, trips) in solved.items():
+                if w <= u:
+                    bound = max(bound, m * slowest, trip, trips[s])
         least = min(least, bound)
     return least
 
@@ -74,3 +86,47 @@ def test_the_bound_equals_solving_every_microbatch(seed: int) -> None:
     got = joint_cycle(problem, rule, False, lossless, math.inf)[0]
     assert got == _every_count(problem, rule, lossless)
     assert 0 < got < math.inf
+
+
+def _least_trips(spec: tp.Spec, top: int) -> dict[int, float]:
+    """Per stage count, the least time per token (Σ stage times + hops, at that count's
+    microbatch) over every legal pipeline: every sequence of (node, degree) stages within
+    the nodes' GPUs, every contiguous split."""
+    nb, found = spec.nb, {}
+    items = [(d, t) for d in range(len(spec.nodes)) for t in spec.degrees(d)]
+    for count in range(1, min(top, nb) + 1):
+        for seq in itertools.product(items, repeat=count):
+            used = [0] * len(spec.nodes)
+            for d, t in seq:
+                used[d] += t
+            if any(u > n.gpus for u, n in zip(used, spec.nodes, strict=True)):
+                continue
+            for cuts in itertools.combinations(range(1, nb), count - 1):
+                layout = tp.Layout(tuple(seq), (0, *cuts, nb))
+                if tp.violations(spec, layout):
+                    continue
+                trip = tp.score(spec, layout).trip_s
+                found[count] = min(found.get(count, math.inf), trip)
+    return found
+
+
+def test_the_time_per_token_of_each_stage_count_is_never_above_its_least() -> None:
+    """Checked against the tensor-parallel referee (written from the formulas), every
+    pipeline of 3–4 blocks on 2–3 nodes of 1–8 GPUs, at each stage count's microbatch."""
+    checked = 0
+    for seed in range(16):
+        inst = tp.draw(seed, max_blocks=4)
+        spec = inst.spec("throughput")
+        c = Constraints(batch=spec.batch, context_tokens=inst.context_tokens)
+        try:
+            problem = prepare(inst.model, inst.nodes, c)
+        except PlanError:
+            continue
+        top = min(sum(n.num_gpus for n in problem.nodes), problem.model.num_blocks)
+        for count, trip in _least_trips(spec, top).items():
+            u = microbatches(spec.batch, count)[1]
+            at = problem.at_microbatch(u)
+            bound = stage_count_trips(at, GroupCosts(at, None), top)[count]
+            assert 0 < bound <= trip * (1 + 1e-9), (inst.text(), count, bound, trip)
+            checked += 1
+    assert checked >= 20

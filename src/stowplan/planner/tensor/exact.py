@@ -50,6 +50,7 @@ __all__ = [
     "grouped_work",
     "node_signature",
     "solve_grouped",
+    "stage_count_trips",
 ]
 
 GROUPED_NODE_LIMIT = 8
@@ -381,6 +382,90 @@ def _per_block(problem: Problem, groups: GroupCosts) -> float:
     reads += gcm.head * min(a for a, _, _ in kinds)
     computes += gcm.head * min(f for _, f, _ in kinds)
     return max(reads, computes) + _forced_crossings(problem)
+
+
+def stage_count_trips(problem: Problem, groups: GroupCosts, top: int) -> list[float]:
+    """Per stage count ``S`` (index 0 to ``top``), a lower bound on the time per token of
+    every pipeline of exactly ``S`` stages on ``groups`` (infinite where none has).
+
+    It adds to :func:`_per_block`'s sum what ``S`` stages cost beyond it: each stage's
+    fixed time, and what its group makes one of its blocks pay above that block's least
+    cost on any group (every stage holds a block): ``w_t`` for a group of ``t`` GPUs, the
+    least over the groups of that size.  ``S`` stages on ``n`` nodes take at most
+    ``n · g`` GPUs (``g`` the most GPUs of a node), so they add at least ``S`` times the
+    lower convex hull of the points ``(t, w_t)`` at a mean size of ``n · g / S`` (the
+    linear relaxation of choosing their sizes; a smaller mean may cost less, so the
+    hull is taken no further than its least point).  The ``n`` nodes number at least the
+    fewest that hold the model and at most ``S`` (a stage is a group of one node), and
+    ``n ≥ 2`` of them cost ``n`` network hops of distinct nodes and ``n - 1`` transfers,
+    as in :func:`_forced_crossings`.  By bytes read and by FLOPs (either bounds a stage,
+    as in :func:`_per_block`); the larger of the two."""
+    np = numpy_module()
+    gcm, nb = groups.cm, problem.model.num_blocks
+    kinds = {
+        (t, gcm.inv_bw[v], gcm.flop_s_per_byte[v], gcm.block_s[v], gcm.stage_s[v])
+        for per_node in groups.kinds
+        for t, v in per_node.items()
+    }
+    if not kinds or top < 1:
+        return [math.inf] * (top + 1)
+    most = max(n.num_gpus for n in problem.nodes)
+    cm = problem.cost_model()
+    latency, sends = sorted(cm.latency_s), sorted(cm.xfer_s)
+    nodes = len(latency)
+    crossing = [0.0, 0.0, *(sum(latency[:k]) + sum(sends[: k - 1]) for k in range(2, nodes + 1))]
+    stages = np.arange(top + 1, dtype=float)[:, None]
+    used = np.arange(nodes + 1, dtype=float)[None, :]
+    # Node counts a stage count may use: the fewest holding the model up to itself.
+    usable = (used >= max(1, _fewest_nodes(problem))) & (used <= stages) & (stages >= 1)
+    rp, kp = gcm.read_prefix, gcm.kv_prefix
+    best = np.zeros(top + 1)
+    for path in (0, 1):
+        sizes = [rp[b + 1] - rp[b] + (kp[b + 1] - kp[b] if path == 0 else 0) for b in range(nb)]
+        cost = {
+            k: [sizes[b] * (k[1] if path == 0 else k[2]) + k[3] for b in range(nb)] for k in kinds
+        }
+        least = [min(c[b] for c in cost.values()) for b in range(nb)]
+        base = sum(least) + gcm.head * min(k[1] if path == 0 else k[2] for k in kinds)
+        steps: dict[int, float] = {}
+        for k, c in cost.items():
+            w = min(c[b] - least[b] for b in range(nb)) + k[4]
+            steps[k[0]] = min(steps.get(k[0], math.inf), w)
+        hx, hy = _lower_hull(sorted(steps.items()))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = np.minimum(used * most / np.maximum(stages, 1.0), hx[-1])
+        added = stages * np.interp(mean, hx, hy) + np.array(crossing)[None, :]
+        added[~usable | (mean < hx[0])] = np.inf
+        best = np.maximum(best, base + added.min(axis=1))
+    return [float(v) for v in best]
+
+
+def _lower_hull(points: list[tuple[int, float]]) -> tuple[list[float], list[float]]:
+    """The lower convex hull of ``points`` (sorted by x) up to its least point: where a
+    larger x costs more, the least is kept."""
+    hull: list[tuple[float, float]] = []
+    for x, y in points:
+        while len(hull) >= 2:
+            (x1, y1), (x2, y2) = hull[-2], hull[-1]
+            if (y2 - y1) * (x - x1) >= (y - y1) * (x2 - x1):
+                hull.pop()
+            else:
+                break
+        hull.append((float(x), float(y)))
+    low = min(range(len(hull)), key=lambda i: (hull[i][1], i))
+    hull = hull[: low + 1]
+    return [x for x, _ in hull], [y for _, y in hull]
+
+
+def _fewest_nodes(problem: Problem) -> int:
+    """The fewest of ``problem``'s nodes whose memory holds the model (its node count when
+    all of them do not)."""
+    need, held, k = problem.total_bytes, 0, 0
+    for room in sorted(problem.usable.values(), reverse=True):
+        if held >= need:
+            break
+        held, k = held + room, k + 1
+    return k
 
 
 def _forced_crossings(problem: Problem) -> float:

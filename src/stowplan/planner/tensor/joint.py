@@ -5,6 +5,7 @@ elsewhere, per stage count for concurrent sequences."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from stowplan.cost import microbatches
 from stowplan.errors import DependencyError
@@ -18,6 +19,7 @@ from stowplan.planner.tensor.exact import (
     grouped_bound,
     grouped_work,
     solve_grouped,
+    stage_count_trips,
 )
 from stowplan.planner.tensor.layouts import EngineRule, as_pipeline, cycle_of
 from stowplan.planner.tensor.nodes import GroupCosts
@@ -116,55 +118,88 @@ def joint_cycle(
     """:func:`joint_optimum` for U > 1 concurrent sequences: a lower bound on the cycle,
     per stage count S the largest of its quick bound, m × the least slowest stage and the
     least time per token, both at S's microbatch over every grouping (any stage count:
-    a bound for S); and the better by cycle of the two solves' pipelines."""
+    a bound for S), and the time per token of exactly S stages
+    (:func:`~stowplan.planner.tensor.exact.stage_count_trips`); and the better by cycle
+    of the two solves' pipelines.
+
+    Every stage time grows with the microbatch, so a solve at a smaller microbatch
+    bounds every stage count whose microbatch is larger.  Without the exact solve (no
+    pipeline comes of a solve, only bounds) the smallest microbatch is solved first, the
+    counts then go in the order of what it bounds them by, and a count is solved only
+    while that bound is below the least so far."""
     cm = problem.cost_model()
     total = sum(n.num_gpus for n in problem.nodes)
     top = min(problem.constraints.max_stages or total, total, problem.model.num_blocks)
-    solved: dict[int, tuple[float, float, list[GroupedOptimum], set[str]]] = {}
+    solved: dict[int, _Solved] = {}
     like: dict[tuple[int, ...] | None, GroupCosts] = {}
-    lower = math.inf
     quick = {s: cycle.quick_bound(problem, cm, s) for s in range(problem.min_stages, top + 1)}
-    if runs:
-        order = sorted(quick, key=lambda s: (quick[s], s))
-    else:
-        # Without the exact solve no pipeline comes of a solve, only bounds: the counts go
-        # from the smallest microbatch up, and a count is solved only when neither its
-        # quick bound nor a smaller microbatch's solve (every stage time grows with the
-        # microbatch, so its least slowest stage and time per token bound this one's)
-        # shows that it cannot lower the least so far.
-        order = sorted(quick, key=lambda s: (microbatches(cm.batch, s)[1], quick[s], s))
-    for s in order:
-        bound = quick[s]
-        if not runs and bound >= lower:
-            continue
-        if bound < plan_cycle and math.isfinite(bound):
-            m, u = microbatches(cm.batch, s)
-            if u not in solved and not runs:
-                known = max((max(m * v[0], v[1]) for w, v in solved.items() if w <= u), default=0.0)
-                if known >= lower:
-                    continue
-            if u not in solved:
-                pu = problem.at_microbatch(u)
-                shared: dict[tuple[int, ...] | None, GroupCosts] = {}
-                b = joint_optimum(pu, rule, Metric.THROUGHPUT, runs, lossless, shared, like)
-                t = joint_optimum(pu, rule, Metric.LATENCY, runs, lossless, shared, like)
-                found = [g for g in (b[3], t[3]) if g is not None and g.stages]
-                solved[u] = (b[0], t[0], found, {b[2], t[2]})
-            slowest, trip, _, _ = solved[u]
-            bound = max(bound, m * slowest, trip)
-        lower = min(lower, bound)
-    candidates = [g for _, _, got, _ in solved.values() for g in got]
+
+    def solve(u: int) -> _Solved:
+        if u not in solved:
+            pu = problem.at_microbatch(u)
+            shared: dict[tuple[int, ...] | None, GroupCosts] = {}
+            b = joint_optimum(pu, rule, Metric.THROUGHPUT, runs, lossless, shared, like)
+            t = joint_optimum(pu, rule, Metric.LATENCY, runs, lossless, shared, like)
+            found = [g for g in (b[3], t[3]) if g is not None and g.stages]
+            counted = [stage_count_trips(pu, g, top) for g in shared.values()]
+            trips = [min(c) for c in zip(*counted, strict=True)] if counted else []
+            solved[u] = _Solved(b[0], t[0], found, {b[2], t[2]}, trips)
+        return solved[u]
+
+    def known(s: int) -> float:
+        """Stage count ``s``'s bound from the solves so far (its own microbatch's, or
+        smaller ones')."""
+        m, u = microbatches(cm.batch, s)
+        return max((quick[s], *(v.bound(s, m) for w, v in solved.items() if w <= u)))
+
+    def solvable(s: int) -> bool:
+        return quick[s] < plan_cycle and math.isfinite(quick[s])
+
+    lower = math.inf
+    first = quick
+    if not runs:
+        smallest = min((microbatches(cm.batch, s)[1] for s in quick if solvable(s)), default=None)
+        if smallest is not None:
+            solve(smallest)
+            first = {s: known(s) for s in quick}
+    for s in sorted(quick, key=lambda s: (first[s], s)):
+        if not runs:
+            if first[s] >= lower:
+                break  # the counts go by this bound: none after can lower the least
+            if known(s) >= lower:
+                continue
+        if solvable(s):
+            solve(microbatches(cm.batch, s)[1])
+        lower = min(lower, known(s))
+    candidates = [g for v in solved.values() for g in v.found]
     best = min(
         candidates,
         key=lambda g: cycle_of(*as_pipeline(problem, g.stages), Metric.THROUGHPUT),
         default=None,
     )
-    texts = {k for *_, ks in solved.values() for k in ks}
+    texts = {k for v in solved.values() for k in v.texts}
     # A text another one extends says nothing more.
     kinds = "; ".join(sorted(t for t in texts if not any(u.startswith(t) for u in texts - {t})))
     kinds = kinds or "closed form"
     method = f"per stage count, max(m × slowest-stage bound, time-per-token bound): {kinds}"
     return lower, False, method, best
+
+
+@dataclass(frozen=True, slots=True)
+class _Solved:
+    """The solves of one microbatch: the least slowest stage and time per token over
+    every grouping and stage count, their pipelines and methods, and the time per token
+    of each stage count."""
+
+    slowest: float
+    trip: float
+    found: list[GroupedOptimum]
+    texts: set[str]
+    trips: list[float]
+
+    def bound(self, s: int, m: int) -> float:
+        """Stage count ``s`` of ``m`` microbatches, at this microbatch or a larger one."""
+        return max(m * self.slowest, self.trip, self.trips[s] if self.trips else 0.0)
 
 
 def joint_runs(problem: Problem, rule: EngineRule, exact_strategy: bool) -> bool:
