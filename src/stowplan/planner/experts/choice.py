@@ -14,6 +14,7 @@ fits.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -232,21 +233,43 @@ def _expert_parallel(
         )
     while first < max_n and sum(ranked[:first]) < needed:
         first += 1
-    last_error: InsufficientVram | None = None
-    for n in range(first, max_n + 1):
-        base = plan_blocks(backbone, nodes, replace(constraints, min_stages=n))
-        try:
-            return place_experts(
-                base,
-                model,
-                nodes,
-                constraints,
-                experts.load,
-                experts.coactivation,
-                redundant_per_block=experts.redundant_per_block,
-                locality_tolerance=experts.locality_tolerance,
-            )
-        except InsufficientVram as exc:
-            last_error = exc
-    assert last_error is not None
-    raise last_error
+    tried: dict[int, Plan | InsufficientVram] = {}
+
+    def attempt(n: int) -> Plan | InsufficientVram:
+        """The backbone on at least ``n`` stages with every expert placed, or why not."""
+        if n not in tried:
+            base = plan_blocks(backbone, nodes, replace(constraints, min_stages=n))
+            try:
+                tried[n] = place_experts(
+                    base,
+                    model,
+                    nodes,
+                    constraints,
+                    experts.load,
+                    experts.coactivation,
+                    redundant_per_block=experts.redundant_per_block,
+                    locality_tolerance=experts.locality_tolerance,
+                )
+            except InsufficientVram as exc:
+                tried[n] = exc
+        return tried[n]
+
+    # The fewest stages whose nodes hold every expert.  A count that falls short jumps
+    # by the stages its shortfall takes at the largest node's room; from the first that
+    # holds them, the counts below are tried down to one that falls short (more stages
+    # hold more: the counts it jumped over fall short as well).
+    n, below = first, first - 1
+    while True:
+        got = attempt(n)
+        if isinstance(got, InsufficientVram):
+            below = n
+            if n >= max_n:
+                raise got
+            more = math.ceil((got.needed - got.available) / max(1, ranked[0]))
+            n = min(max_n, n + max(1, more))
+            continue
+        while n - 1 > below and not isinstance(attempt(n - 1), InsufficientVram):
+            n -= 1
+        found = tried[n]
+        assert not isinstance(found, InsufficientVram)
+        return found

@@ -1,0 +1,65 @@
+"""Expert-parallel plans take the fewest stages whose nodes hold every expert: the
+count the planner reaches by jumping over counts that fall short equals the first count
+that holds them, counted up one at a time."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from stowplan import Constraints, ExpertInputs, ExpertPlacement, InsufficientVram, PlanError
+from stowplan.model import usable_bytes
+from stowplan.models import resolve_model
+from stowplan.moe.routing import backbone_layout
+from stowplan.plan import plan_to_dict
+from stowplan.planner import plan, plan_blocks
+from stowplan.planner.experts import place_experts
+from tests.common.toy import toy_node
+
+
+def _one_at_a_time(model, nodes, c: Constraints):  # type: ignore[no-untyped-def]
+    """The backbone on 1, 2, … stages (from the fewest whose largest nodes could hold
+    everything) until its nodes hold every expert."""
+    ex = model.experts
+    routed = len(ex.moe_blocks) * ex.routed_bytes_per_block
+    backbone = backbone_layout(model)
+    needed = backbone.weight_bytes + routed
+    ranked = sorted((usable_bytes(n, c.headroom) for n in nodes), reverse=True)
+    most = min(len(nodes), model.num_blocks)
+    first = 1
+    while first < most and sum(ranked[:first]) < needed:
+        first += 1
+    for n in range(first, most + 1):
+        base = plan_blocks(backbone, nodes, replace(c, min_stages=n))
+        try:
+            return place_experts(base, model, nodes, c)
+        except InsufficientVram:
+            continue
+    return None
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_fewest_stages_holding_every_expert(seed: int) -> None:
+    rng = random.Random(seed)
+    model = resolve_model(rng.choice(["qwen3:30b-a3b", "qwen3:30b-a3b-q4_0"]))
+    nodes = [
+        toy_node(
+            i,
+            vram_bytes=rng.choice([6, 8, 12, 16, 24]) * 10**9,
+            mem_bandwidth_gbps=rng.uniform(200, 1000),
+            link_mbps=rng.choice([1000.0, 10_000.0]),
+        )
+        for i in range(rng.randint(6, 16))
+    ]
+    c = Constraints(batch=rng.choice([1, 8]), context_tokens=2048)
+    forced = ExpertInputs(placement=ExpertPlacement.EXPERT_PARALLEL)
+    try:
+        got = plan(model, nodes, c, experts=forced)
+    except PlanError:
+        assert _one_at_a_time(model, nodes, c) is None
+        return
+    expected = _one_at_a_time(model, nodes, c)
+    assert expected is not None
+    assert plan_to_dict(got) == plan_to_dict(expected)
