@@ -144,3 +144,35 @@ def test_on_eight_nodes_the_two_stage_plan_is_proven():
     assert {a.node_id for a in p.assignments} == {"n5", "n6"}
     assert cert.exact and cert.gap == 0.0
     assert "two stages" in cert.method
+
+
+def test_a_stage_count_past_the_subset_dp_is_solved_by_the_milp() -> None:
+    """Eight WAN nodes, 405B at 16 sequences: the search's two stages on the MI300X cards
+    are 4 % slower than three through the two low-latency A100s; the least bound is that
+    one stage count's, too many nodes for the subset DP, so the MILP solves its time per
+    token outright: the three-stage pipeline is the plan, proven at gap 0."""
+    kinds = [
+        ("MI300X", 192, 447.4, 52.23),
+        ("A10G", 24, 945.4, 44.91),
+        ("A10G", 24, 251.4, 51.85),
+        ("A100 80GB PCIe", 80, 684.6, 52.25),
+        ("A100 80GB SXM4", 80, 525.4, 11.47),
+        ("A100 80GB PCIe", 80, 845.0, 11.42),
+        ("MI300X", 192, 453.6, 46.57),
+        ("A100 80GB PCIe", 80, 188.1, 40.51),
+    ]
+    nodes = [
+        NodeDescriptor(
+            id=f"n{i}", gpu_name=g, vram_bytes=gb * 10**9, link_mbps=mbps, link_latency_ms=lat
+        )
+        for i, (g, gb, mbps, lat) in enumerate(kinds)
+    ]
+    model = resolve_model("llama3.1:405b-q4_0")
+    got = plan(model, nodes, Constraints(batch=16))
+    best = plan(model, nodes, Constraints(batch=16, strategy="exact", min_stages=3, max_stages=3))
+    got_p, best_p = got.rationale.prediction, best.rationale.prediction
+    assert got_p is not None and best_p is not None
+    assert got_p.tokens_per_s >= best_p.tokens_per_s * (1 - 1e-9)
+    assert [a.node_id for a in got.assignments] == ["n5", "n4", "n6"]
+    cert = got.rationale.certificate
+    assert cert is not None and cert.exact and "MILP" in cert.method

@@ -100,7 +100,20 @@ def inline_optimum(
         exact=exact,
         tighten=knapsack_optimum,
         whole=True,
+        outright=trip_optimum,
     )
+
+
+def trip_optimum(problem: Problem, cm: CostModel) -> Optimum | None:
+    """The least time per token of ``problem``'s pipelines by the MILP, with its pipeline,
+    on up to :data:`INLINE_MILP_NODES` nodes within :data:`INLINE_MILP_SECONDS`; None
+    beyond, or without the solver."""
+    if len(cm.nodes) > INLINE_MILP_NODES:
+        return None
+    try:
+        return solve_milp(problem, cm, Metric.LATENCY, time_limit_s=INLINE_MILP_SECONDS)
+    except DependencyError:
+        return None
 
 
 def knapsack_optimum(problem: Problem, cm: CostModel) -> Optimum | None:

@@ -310,6 +310,7 @@ def optimum(
     exact: bool = False,
     tighten: Tighten | None = None,
     whole: bool = False,
+    outright: Tighten | None = None,
 ) -> Optimum:
     """A lower bound on the cycle of every pipeline (the optimum when one in hand meets it).
 
@@ -323,7 +324,9 @@ def optimum(
     With ``whole``, a single stage count that holds the least bound while it is below
     ``value`` is solved outright where :func:`~stowplan.planner.exact.pipelines.least_cycle`
     can (small clusters; two stages on any): its optimum, and its pipeline, which beats
-    the plan's.
+    the plan's.  Where it cannot, ``outright`` (given the problem held to that count)
+    may give the least time per token of that count and its pipeline, when it proves
+    it: the cycle is at least that, and the pipeline is a candidate.
     """
 
     points = list(stage_counts(problem)) if exact else ladder(problem, cm.batch, fine=False)
@@ -342,16 +345,25 @@ def optimum(
     """Ranges whose bound is their quick bound alone (it could not lower the least)."""
     loose: dict[tuple[int, int], tuple[Problem, CostModel]] = {}
     """Ranges whose time-per-token bound is not exact: what ``tighten`` would be given."""
-    outright: set[int] = set()
+    whole_counts: set[int] = set()
     """Stage counts solved outright."""
 
     def solve_whole(stages: int, floor: float) -> float:
         """The least cycle of ``stages`` stages (``floor`` where it cannot be solved)."""
-        outright.add(stages)
+        whole_counts.add(stages)
         try:
             solved = least_cycle(problem, cm.for_stages(stages), stages)
         except DependencyError:
-            return floor
+            if outright is None:
+                return floor
+            held = replace(problem, min_stages=stages, max_stages=stages)
+            trip = outright(held, cm.for_stages(stages))
+            if trip is None or not trip.exact:
+                return floor  # a solve cut short says nothing the same on every machine
+            methods.add(trip.method)
+            if trip.pipeline is not None:
+                pipelines.append(trip.pipeline)
+            return max(floor, trip.value)
         methods.add(solved.method)
         if solved.pipeline is not None:
             pipelines.append(solved.pipeline)
@@ -415,7 +427,7 @@ def optimum(
                 got[(first, last)] = better.value
             continue
         if first == last:
-            if whole and first not in outright:
+            if whole and first not in whole_counts:
                 got[(first, last)] = solve_whole(first, least)
                 continue
             break
