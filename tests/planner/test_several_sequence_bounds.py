@@ -6,9 +6,11 @@ outright, and the stage swaps that only ever lower a plan's cycle."""
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import replace
 from unittest.mock import patch
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +20,7 @@ from stowplan.models import resolve_model
 from stowplan.planner.exact import trip
 from stowplan.planner.exact.pipelines import least_cycle
 from stowplan.planner.problem import prepare
+from stowplan.planner.strategies import cycle
 from stowplan.planner.strategies.cycle import swapped
 from stowplan.planner.strategies.throughput import relaxed_bottleneck
 from tests.common.brute_force import pipelines_of
@@ -176,3 +179,35 @@ def test_a_stage_count_past_the_subset_dp_is_solved_by_the_milp() -> None:
     assert [a.node_id for a in got.assignments] == ["n5", "n4", "n6"]
     cert = got.rationale.certificate
     assert cert is not None and cert.exact and "MILP" in cert.method
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_swaps_timed_on_arrays_are_the_swaps_timed_node_by_node(seed: int) -> None:
+    """On a fleet large enough for the arrays, the moves chosen equal those of the
+    node-by-node estimate (no two nodes share a host: the estimate is the cycle)."""
+    rng = random.Random(seed)
+    nodes = [
+        NodeDescriptor(
+            id=f"n{i:03d}",
+            gpu_name=rng.choice(["RTX 4090", "A100 80GB PCIe", "L40S", "RTX 3090"]),
+            vram_bytes=rng.choice([24, 48, 80]) * 10**9,
+            link_mbps=rng.uniform(100, 10_000),
+            link_latency_ms=rng.uniform(0.1, 60),
+        )
+        for i in range(cycle.SWAP_ARRAY_NODES + rng.randint(0, 40))
+    ]
+    model = resolve_model(rng.choice(["llama3.1:70b", "llama3.1:405b-q4_0"]))
+    cm = CostModel(model, nodes, Constraints(batch=rng.choice([4, 16])))
+    stages = rng.randint(3, 6)
+    per = model.num_blocks // stages
+    bounds = [0, *(per * (s + 1) for s in range(stages - 1)), model.num_blocks]
+    order = sorted(
+        rng.sample(range(len(nodes)), len(nodes)),
+        key=lambda d: -cm.usable[d],
+    )[:stages]
+    assert cm.fits_pipeline(order, bounds)
+    on_arrays = swapped(cm, (order, bounds))
+    with patch.object(cycle, "SWAP_ARRAY_NODES", 10**9):
+        node_by_node = swapped(cm, (order, bounds))
+    assert on_arrays == node_by_node
+    assert on_arrays != (order, bounds)

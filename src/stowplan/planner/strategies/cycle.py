@@ -32,17 +32,20 @@ solvers are the exact ones and none of this is needed.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
+from typing import Any
 
 from stowplan.cost import CostModel, microbatches
 from stowplan.errors import DependencyError
 from stowplan.model import Metric
 from stowplan.planner.exact.pipelines import Optimum, least_cycle
 from stowplan.planner.problem import Problem
+from stowplan.planner.strategies.capacity_arrays import numpy_module
 from stowplan.planner.strategies.memo import PerModel
 from stowplan.planner.strategies.throughput import Pipeline
 
@@ -234,6 +237,53 @@ def search(problem: Problem, cm: CostModel, solvers: tuple[Solve, ...]) -> Pipel
 SWAP_PASSES = 4
 """Most rounds of :func:`swapped`."""
 
+SWAP_SCORED = 8
+"""Moves :func:`swapped` scores by the true cycle per round where nodes share hosts."""
+
+SWAP_ARRAY_NODES = 64
+"""Fleets from which :func:`swapped` times a stage on every node at once (numpy)."""
+
+
+class _MoveTimes:
+    """A stage's time and hop on every node at once, with :meth:`CostModel.stage_time`'s
+    arithmetic (no two nodes share a host: every transfer and hop is the network's)."""
+
+    def __init__(self, np: Any, cm: CostModel) -> None:
+        self.np, self.cm = np, cm
+        self.inv_bw = np.array(cm.inv_bw)
+        self.flop = np.array(cm.flop_s_per_byte)
+        self.block = np.array(cm.block_s)
+        self.stage = np.array(cm.stage_s)
+        self.xfer = np.array(cm.xfer_s)
+        self.hop = np.array(cm.latency_s)
+        self.usable = np.array(cm.usable, dtype=float)
+
+    def moves(
+        self,
+        s: int,
+        lo: int,
+        hi: int,
+        first: bool,
+        last: bool,
+        base: float,
+        others: float,
+        m: int,
+        cycle_s: float,
+        used: set[int],
+    ) -> list[tuple[float, int, int]]:
+        """(estimated cycle, ``s``, node) of every unused node that holds stage ``s`` and
+        whose estimate is below ``cycle_s``."""
+        np, cm = self.np, self.cm
+        weights = cm.read_prefix[hi] - cm.read_prefix[lo] + (cm.head if last else 0)
+        read = weights + cm.kv_prefix[hi] - cm.kv_prefix[lo]
+        t = np.maximum(read * self.inv_bw, weights * self.flop)
+        t = t + ((hi - lo) * self.block + self.stage)
+        if not last:
+            t = t + self.xfer
+        guess = np.maximum(base + t + self.hop, m * np.maximum(t, others))
+        ok = (guess < cycle_s * (1 - 1e-9)) & (cm.stage_bytes(lo, hi, first, last) <= self.usable)
+        return [(float(guess[e]), s, int(e)) for e in np.flatnonzero(ok) if int(e) not in used]
+
 
 def swapped(cm: CostModel, p: Pipeline) -> Pipeline:
     """``p`` with one stage at a time moved to an unused node, its blocks kept, while that
@@ -243,35 +293,44 @@ def swapped(cm: CostModel, p: Pipeline) -> Pipeline:
     The searches choose nodes by one side of the cycle at a time: the slowest stage or
     the time per token.  Among nodes alike but for their links (or nearly so), a stage
     may hold its blocks as fast on a node whose hop and transfer are cheaper, which the
-    cycle's other side gains.  A move is scored by the true cycle where its estimate (the
-    stage's time and hop on the new node in place of the old, the other stages as they
-    were: the cycle itself unless the move makes or parts GPU groups of one host) is below
-    the cycle."""
+    cycle's other side gains.  A move's cycle is estimated by the stage's time and hop on
+    the new node in place of the old, the other stages as they were: the cycle itself
+    unless the move makes or parts GPU groups of one host.  Where no two nodes share a
+    host the least estimate is the move; else the :data:`SWAP_SCORED` least are scored
+    by the true cycle."""
     order, bounds = list(p[0]), list(p[1])
     stages, n = len(order), len(cm.nodes)
     view = cm.for_stages(stages)
     m, _ = microbatches(cm.batch, stages)
     ev = cm.evaluate(order, bounds)
     cycle_s = ev.cycle_s
+    exact = len(set(cm.parent)) == n
+    np = numpy_module() if exact and n >= SWAP_ARRAY_NODES else None
+    arrays = None if np is None else _MoveTimes(np, view)
     for _ in range(SWAP_PASSES):
         used = set(order)
-        best: tuple[float, int, int] | None = None
+        moves: list[tuple[float, int, int]] = []
         times, trip = ev.stage_time_s, sum(ev.stage_time_s) + ev.hops_s
         for s, d in enumerate(order):
             lo, hi, first, last = bounds[s], bounds[s + 1], s == 0, s == stages - 1
             after = order[(s + 1) % stages]
             others = max((t for i, t in enumerate(times) if i != s), default=0.0)
             base = trip - times[s] - view.hop_s(d, after)
+            if arrays is not None:
+                moves += arrays.moves(s, lo, hi, first, last, base, others, m, cycle_s, used)
+                continue
             for e in range(n):
                 if e in used or not view.fits(e, lo, hi, first, last):
                     continue
                 t = view.stage_time(e, lo, hi, first, last, None if last else after)
-                if max(base + t + view.hop_s(e, after), m * max(t, others)) >= cycle_s:
-                    continue
-                moved = [*order[:s], e, *order[s + 1 :]]
-                got = cm.evaluate(moved, bounds).cycle_s
-                if got < cycle_s * (1 - 1e-9) and (best is None or got < best[0]):
-                    best = (got, s, e)
+                guess = max(base + t + view.hop_s(e, after), m * max(t, others))
+                if guess < cycle_s * (1 - 1e-9):
+                    moves.append((guess, s, e))
+        best: tuple[float, int, int] | None = None
+        for _, s, e in heapq.nsmallest(1 if exact else SWAP_SCORED, moves):
+            got = cm.evaluate([*order[:s], e, *order[s + 1 :]], bounds).cycle_s
+            if got < cycle_s * (1 - 1e-9) and (best is None or got < best[0]):
+                best = (got, s, e)
         if best is None:
             break
         cycle_s, s, e = best
