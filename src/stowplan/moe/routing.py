@@ -98,7 +98,10 @@ def token_routing(model: ModelLayout, load: ExpertLoad | None, co: CoActivation 
     assert ex is not None
     k, n = ex.experts_per_token, ex.num_experts
     rows = load.per_block(ex) if load is not None else ((1.0,) * n,) * len(ex.moe_blocks)
-    p = tuple(_selection(r, k) for r in rows)
+    selected: dict[tuple[float, ...], tuple[float, ...]] = {}  # blocks loaded alike share it
+    p = tuple(
+        selected[r] if r in selected else selected.setdefault(r, _selection(r, k)) for r in rows
+    )
     pairs = None
     if co is not None:
         co_rows = co.per_block(ex)
@@ -219,22 +222,25 @@ def holders_of(plan: Plan, model: ModelLayout) -> tuple[Holders, ...]:
     ex = model.experts
     assert ex is not None
     row = {b: i for i, b in enumerate(ex.moe_blocks)}
-    out: list[Holders] = [[[] for _ in range(ex.num_experts)] for _ in ex.moe_blocks]
+    n = ex.num_experts
+    out: list[Holders] = [[[] for _ in range(n)] for _ in ex.moe_blocks]
     for j, a in enumerate(plan.assignments):
         for x in a.owned_experts:
-            if x.block not in row or x.expert >= ex.num_experts:
+            li = row.get(x.block)
+            if li is None or x.expert >= n:
                 raise InputError(
                     f"assignments[{a.stage}].owned_experts",
                     (x.block, x.expert),
                     "is not a routed expert of the model",
                 )
-            out[row[x.block]][x.expert].append(j)
+            out[li][x.expert].append(j)
     for li, holders in enumerate(out):
-        for e, hs in enumerate(holders):
-            if not hs:
-                raise InputError(
-                    "assignments[].owned_experts",
-                    (ex.moe_blocks[li], e),
-                    "every routed expert must be owned by some stage",
-                )
+        if all(holders):
+            continue
+        e = next(e for e, hs in enumerate(holders) if not hs)
+        raise InputError(
+            "assignments[].owned_experts",
+            (ex.moe_blocks[li], e),
+            "every routed expert must be owned by some stage",
+        )
     return tuple(out)
