@@ -13,7 +13,10 @@ the workload's TTFT/TPOT limits and memory (:mod:`stowplan.cost.serving`):
   node may also hold several replicas side by side on its GPUs (data parallel
   inside the node).  With a target, a composition every packing through which costs
   at least the cheapest packing found so far is not planned
-  (:mod:`~stowplan.serving.price_cut`);
+  (:mod:`~stowplan.serving.price_cut`).  On large fleets, replicas mixing node types
+  besides: each kind (nodes per type) a linear programme picks planned once, then
+  moved onto groups of real nodes ranked by link and scored on their own links
+  (:mod:`~stowplan.serving.kind_replicas`);
 * Step 2: copies of the candidates are packed onto the fleet by an integer program
   — the most Σ U*, or, with ``users``/``rate_per_s`` set, the least $/h reaching it
   (:mod:`~stowplan.serving.packing`);
