@@ -15,8 +15,9 @@ types serves once planned; before, the relaxation bound of a pipeline across all
 them (:func:`~stowplan.serving.bounds.users_bound`); for one node, the most a replica
 planned on one node of the type serves (given).  The kinds of several nodes its
 optimum uses are planned and it is solved again, until it uses only planned kinds or
-:data:`PLAN_LIMIT` are planned.  The kinds then worth placing are those within
-:data:`NEAR` of the programme's prices of their nodes (its duals).
+:data:`PLAN_LIMIT` are planned.  The kinds then worth placing serve at least
+:data:`NEAR` of what their nodes are worth at the prices (duals) of the programme
+over the planned kinds and the nodes alone.
 
 Placing a kind: its plan's nodes in stage order all send a prompt's activations and
 the tokens over their network link but the last, whose link carries only the way back
@@ -110,23 +111,27 @@ def kind_candidates(
         start[k] = ub
         values[k] = 0.0 if ub < 1 else rate_bound(rates, members, w) if by_rate else float(ub)
     planned: dict[tuple[int, ...], Candidate | None] = {}
-    prices: list[float] = []
-    while True:
+    while len(planned) < PLAN_LIMIT:
         cols = [k for k in combos if values[k] > 0]
         got = _solve(cols, counts, [values[k] for k in cols])
         if got is None:
-            return [cand for cand in planned.values() if cand is not None]
-        x, prices = got
+            break
         todo = [
-            k for k, v in zip(cols, x, strict=True) if v > 1e-9 and sum(k) > 1 and k not in planned
+            k
+            for k, v in zip(cols, got[0], strict=True)
+            if v > 1e-9 and sum(k) > 1 and k not in planned
         ]
-        if not todo or len(planned) >= PLAN_LIMIT:
+        if not todo:
             break
         for k in sorted(todo, key=lambda k: -values[k])[: PLAN_LIMIT - len(planned)]:
             cand = plan_replica(best(k), start[k])
             planned[k] = cand
             whole = cand is not None and len(cand.node_ids) == sum(k)
             values[k] = value_of(cand) if whole and cand is not None else 0.0
+    # The types' prices in the programme over what was planned (and the nodes alone).
+    cols = [k for k in combos if values[k] > 0 and (sum(k) == 1 or k in planned)]
+    got = _solve(cols, counts, [values[k] for k in cols])
+    prices = got[1] if got is not None else [0.0] * len(counts)
     out: list[Candidate] = []
     for k, cand in planned.items():
         if cand is None:
