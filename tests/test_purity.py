@@ -85,6 +85,7 @@ PURE_MODULES = (
     "stowplan.serving",
     "stowplan.serving.price_cut",
     "stowplan.serving.kinds_bound",
+    "stowplan.serving.kind_replicas",
     "stowplan.quantities.units",
     "stowplan.workload",
 )

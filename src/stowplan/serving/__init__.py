@@ -13,7 +13,10 @@ the workload's TTFT/TPOT limits and memory (:mod:`stowplan.cost.serving`):
   node may also hold several replicas side by side on its GPUs (data parallel
   inside the node).  With a target, a composition every packing through which costs
   at least the cheapest packing found so far is not planned
-  (:mod:`~stowplan.serving.price_cut`);
+  (:mod:`~stowplan.serving.price_cut`).  On large fleets, replicas mixing node types
+  besides: each kind (nodes per type) a linear programme picks planned once, then
+  moved onto groups of real nodes ranked by link and scored on their own links
+  (:mod:`~stowplan.serving.kind_replicas`);
 * Step 2: copies of the candidates are packed onto the fleet by an integer program
   — the most Σ U*, or, with ``users``/``rate_per_s`` set, the least $/h reaching it
   (:mod:`~stowplan.serving.packing`);
@@ -51,6 +54,7 @@ from stowplan.serving.bounds import FleetRates, fleet_users_bound, rate_bound, u
 from stowplan.serving.candidates import Candidate, Split, settle, split_of, splits
 from stowplan.serving.compositions import compositions, grouped_compositions, node_classes
 from stowplan.serving.exhaustive import best_replica_value
+from stowplan.serving.kind_replicas import kind_candidates
 from stowplan.serving.kinds_bound import fleet_kinds_bound
 from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
 from stowplan.serving.pipeline_bound import pipeline_rate_bound, pipeline_users_bound
@@ -128,6 +132,7 @@ def serve(
     index = {n.id: i for i, n in enumerate(nodes)}
     rates = FleetRates.of(model, nodes, replace(base, batch=1), workload)
     combos, complete = compositions(sizes, COMPOSITION_LIMIT)
+    enumerated = complete
     if not complete:
         known = set(combos)
         combos += [
@@ -153,6 +158,19 @@ def serve(
     inside = _Inside(options, by_rate)
     memo = ReplicaMemo(model, workload, base)
     cut = _Cut.of(workload, combos, classes, index, rates, options, bounder, members_of)
+
+    def offer(cand: Candidate) -> None:
+        """``cand`` as the option of the classes it uses, unless one serves more there."""
+        used = [0] * len(classes)
+        for nid in cand.node_ids:
+            used[class_of[nid]] += 1
+        key = tuple(used)
+        price = sum(nodes[index[nid]].price_per_hour or 0.0 for nid in cand.node_ids)
+        old = options.get(key)
+        if old is None or _value(cand, by_rate) > _value(old.candidate, by_rate):
+            options[key] = _Option(composition=key, candidate=cand, price=price)
+            inside.clear()
+
     if cut is not None:
         combos = cut.ordered(combos)
     for done, combo in enumerate(combos):
@@ -183,17 +201,19 @@ def serve(
                 beat=0.0 if cand is None else _value(cand, by_rate),
             )
             cand = split or cand
-        if cand is None:
-            continue
-        used = [0] * len(classes)
-        for nid in cand.node_ids:
-            used[class_of[nid]] += 1
-        key = tuple(used)
-        price = sum(nodes[index[nid]].price_per_hour or 0.0 for nid in cand.node_ids)
-        old = options.get(key)
-        if old is None or _value(cand, by_rate) > _value(old.candidate, by_rate):
-            options[key] = _Option(composition=key, candidate=cand, price=price)
-            inside.clear()
+        if cand is not None:
+            offer(cand)
+    if not enumerated and options:
+        # Replicas mixing node types, each kind planned once and placed on many groups.
+        alone: dict[str, float] = {}
+        for o in options.values():
+            if len(o.candidate.node_ids) == 1:
+                nid = o.candidate.node_ids[0]
+                alone[nid] = max(alone.get(nid, 0.0), _value(o.candidate, by_rate))
+        for cand in kind_candidates(
+            model, nodes, rates, workload, base, memo.replica, alone, by_rate=by_rate
+        ):
+            offer(cand)
     if progress is not None:
         progress(len(combos), len(combos))
     if not options:

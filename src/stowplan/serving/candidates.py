@@ -29,6 +29,7 @@ __all__ = [
     "Candidate",
     "Split",
     "replica_of",
+    "scored",
     "settle",
     "split_of",
     "splits",
@@ -53,6 +54,10 @@ class Candidate:
     settled: bool = False
     """The plan for its own U* requests was tried (and kept only when it serves as
     many): :func:`settle` has nothing left to do."""
+    reused: bool = False
+    """``plan`` was planned on other nodes of the same types (alike but for their ids,
+    prices and links) and renamed onto ``nodes``; ``serving`` is scored on ``nodes``,
+    the plan's prediction still that of the first nodes until :func:`settle`."""
 
     @property
     def value_users(self) -> int:
@@ -77,6 +82,14 @@ def _score(
     cm = CostModel(model, units, serving_constraints(w, c), parents=parents)
     bounds = [a.block_range[0] for a in plan.assignments] + [plan.assignments[-1].block_range[1]]
     return pipeline_serving(cm, list(range(len(units))), bounds, w)
+
+
+def scored(
+    model: ModelLayout, plan: Plan, nodes: Sequence[NodeDescriptor], w: Workload, c: Constraints
+) -> ReplicaServing:
+    """What ``plan``'s pipeline (its stages, blocks and GPUs) serves on ``nodes``, by
+    :func:`~stowplan.cost.serving.pipeline_serving`."""
+    return _score(model, {n.id: n for n in nodes}, plan, c, w)
 
 
 def replica_of(
@@ -264,12 +277,13 @@ def split_of(
 def settle(model: ModelLayout, cand: Candidate, w: Workload, c: Constraints) -> Candidate:
     """``cand`` planned again for its own U* requests on its own nodes (so the plan's KV
     reserve and prediction are those of U*), when that plan serves as many; else
-    ``cand``."""
+    ``cand`` (a :attr:`~Candidate.reused` plan with its prediction made on its own
+    nodes)."""
     from stowplan.planner import plan_blocks
 
     u = cand.serving.users
     pred = cand.plan.rationale.prediction
-    if cand.settled or (pred is not None and pred.batch == u):
+    if not cand.reused and (cand.settled or (pred is not None and pred.batch == u)):
         return cand
     nodes = list(cand.nodes)
     if not nodes:
@@ -277,8 +291,29 @@ def settle(model: ModelLayout, cand: Candidate, w: Workload, c: Constraints) -> 
     try:
         found = plan_blocks(model, nodes, replace(serving_constraints(w, c), batch=u))
     except PlanError:
-        return cand
+        return _predicted(model, cand, w, c)
     got = _score(model, {n.id: n for n in nodes}, found, c, w)
     if (got.users, -got.tpot_s) < (u, -cand.serving.tpot_s):
+        return _predicted(model, cand, w, c)
+    return replace(cand, plan=found, serving=got, reused=False)
+
+
+def _predicted(model: ModelLayout, cand: Candidate, w: Workload, c: Constraints) -> Candidate:
+    """``cand`` with its plan's prediction (and the note telling it) made on its own
+    nodes, when the plan was planned on others (:attr:`Candidate.reused`)."""
+    from stowplan.cost.predict import predict
+    from stowplan.planner.certify import prediction_note
+
+    plan = cand.plan
+    pred = plan.rationale.prediction
+    if not cand.reused or pred is None:
         return cand
-    return replace(cand, plan=found, serving=got)
+    fresh = predict(
+        model, list(cand.nodes), replace(serving_constraints(w, c), batch=pred.batch), plan
+    )
+    fresh = replace(fresh, calibration=pred.calibration)
+    old_note = prediction_note(pred, len(plan.assignments))
+    new_note = prediction_note(fresh, len(plan.assignments))
+    notes = tuple(new_note if n == old_note else n for n in plan.rationale.notes)
+    rationale = replace(plan.rationale, prediction=fresh, notes=notes)
+    return replace(cand, plan=replace(plan, rationale=rationale), reused=False)

@@ -26,6 +26,7 @@ __all__ = [
     "compositions",
     "grouped_compositions",
     "node_classes",
+    "node_types",
 ]
 
 Composition = tuple[int, ...]
@@ -53,12 +54,8 @@ def best_links(nodes: Sequence[NodeDescriptor]) -> list[tuple[NodeDescriptor, in
     are), in first-seen order.  A replica's nodes swapped for these serve no fewer
     users: only the time of a prompt's or a token's way through the network changes,
     and it only shrinks."""
-    out: dict[tuple[object, ...], list[NodeDescriptor]] = {}
-    for n in nodes:
-        key = class_key(replace(n, link_mbps=0.0, link_latency_ms=0.0, price_per_hour=None))
-        out.setdefault(key, []).append(n)
     types = []
-    for t, members in enumerate(out.values()):
+    for t, members in enumerate(node_types(nodes)):
         links = [n.link_mbps for n in members]
         best = replace(
             members[0],
@@ -69,6 +66,16 @@ def best_links(nodes: Sequence[NodeDescriptor]) -> list[tuple[NodeDescriptor, in
         )
         types.append((best, len(members)))
     return types
+
+
+def node_types(nodes: Sequence[NodeDescriptor]) -> list[list[NodeDescriptor]]:
+    """The nodes grouped into types of nodes alike but for their id, price and network
+    link, in first-seen order (a type's nodes hold and run the same stages)."""
+    out: dict[tuple[object, ...], list[NodeDescriptor]] = {}
+    for n in nodes:
+        key = class_key(replace(n, link_mbps=0.0, link_latency_ms=0.0, price_per_hour=None))
+        out.setdefault(key, []).append(n)
+    return list(out.values())
 
 
 def node_classes(nodes: Sequence[NodeDescriptor]) -> list[list[NodeDescriptor]]:

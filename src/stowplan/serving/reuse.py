@@ -15,11 +15,11 @@ from dataclasses import replace
 from stowplan.cost.serving import serving_constraints
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.plan import Plan
-from stowplan.serving.candidates import Candidate, replica_of
+from stowplan.serving.candidates import Candidate, replica_of, scored
 from stowplan.serving.compositions import class_key
 from stowplan.workload import Workload
 
-__all__ = ["ReplicaMemo", "renamed_plan", "renamed_text", "repriced"]
+__all__ = ["ReplicaMemo", "moved", "renamed_plan", "renamed_text", "repriced"]
 
 
 def _plan_key(n: NodeDescriptor, alone: bool) -> tuple[object, ...]:
@@ -83,6 +83,32 @@ def _renamed_candidate(
     by_id = {n.id: n for n in nodes}
     ids = tuple(mapping[i] for i in cand.node_ids)
     return replace(cand, plan=plan, node_ids=ids, nodes=tuple(by_id[i] for i in ids))
+
+
+def moved(
+    model: ModelLayout,
+    cand: Candidate,
+    nodes: Sequence[NodeDescriptor],
+    w: Workload,
+    c: Constraints,
+) -> Candidate:
+    """``cand``'s plan on ``nodes`` (``cand.node_ids[k]`` now ``nodes[k]``, a node of the
+    same type: alike but for its id, price and network link), what it serves scored
+    again on them — their own links, so the replica's TTFT/TPOT are those of the nodes
+    it runs on — and marked :attr:`~stowplan.serving.candidates.Candidate.reused`."""
+    ids = tuple(n.id for n in nodes)
+    if ids == cand.node_ids:
+        return cand
+    plan = renamed_plan(cand.plan, dict(zip(cand.node_ids, ids, strict=True)))
+    return replace(
+        cand,
+        plan=plan,
+        serving=scored(model, plan, nodes, w, c),
+        node_ids=ids,
+        nodes=tuple(nodes),
+        settled=False,
+        reused=True,
+    )
 
 
 def repriced(
