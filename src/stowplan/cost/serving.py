@@ -56,6 +56,7 @@ from stowplan.cost.touch import expert_touch_bytes
 from stowplan.errors import InputError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.quantities.limits import MAX_BATCH
+from stowplan.quantities.search import last_true
 from stowplan.workload import Binding, Workload
 
 __all__ = [
@@ -216,14 +217,7 @@ def pipeline_serving(
         c = cycle(u)
         return u <= u_mem and ttft0 + c <= workload.ttft_s and c + u * ttft0 / o <= workload.tpot_s
 
-    lo, hi = 0, u_cap  # meets(lo) holds (vacuously at 0); find the largest u <= hi meeting
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if meets(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    u = lo
+    u = last_true(meets, 0, u_cap)  # meets(0) holds vacuously
     shown = max(u, 1)
     c = cycle(shown)
     tpot = c + shown * ttft0 / o

@@ -28,6 +28,7 @@ from stowplan.plan import Plan
 from stowplan.planner import plan
 from stowplan.planner.problem import block_bytes, most_blocks
 from stowplan.quantities.limits import MAX_CONTEXT_TOKENS
+from stowplan.quantities.search import last_true
 from stowplan.quantities.units import format_bytes
 
 __all__ = [
@@ -106,18 +107,6 @@ def _may_fit(
     return most_blocks(model, mem, capacities, most) >= model.num_blocks
 
 
-def _last_true(test: Callable[[int], bool], lo: int, hi: int) -> int:
-    """The largest ``x`` in ``[lo, hi]`` for which ``test`` holds, ``test(lo)`` holding and
-    ``test`` false above some point (bisection)."""
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if test(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
 def _try(
     planner: Planner,
     model: ModelLayout,
@@ -183,7 +172,7 @@ def fit_context(
     def may_fit(context: int) -> bool:
         return _may_fit(model, nodes, c, context, c.batch)
 
-    hi = _last_true(may_fit, 0, limit) if may_fit(0) else 0
+    hi = last_true(may_fit, 0, limit) if may_fit(0) else 0
     # Step 2: the longest context first (the common case: it fits, or it is the limit).
     top = _try(run, model, nodes, c, hi)
     if top is not None:
@@ -262,7 +251,7 @@ def _largest_batch(
 
     if not may_fit(1):
         return None
-    top = _last_true(may_fit, 1, c.batch - 1)
+    top = last_true(may_fit, 1, c.batch - 1)
     try:
         run(model, nodes, replace(c, batch=top))
     except PlanError:

@@ -18,6 +18,7 @@ from stowplan.cost.serving import group_all_reduce_s as all_reduce_s
 from stowplan.cost.touch import expert_touch_bytes
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_node
 from stowplan.quantities.limits import MAX_BATCH
+from stowplan.quantities.search import last_true
 from stowplan.workload import Workload
 
 __all__ = ["FleetRates", "GroupPrefill", "fleet_users_bound", "rate_bound", "users_bound"]
@@ -345,14 +346,7 @@ def _bound_with(
                 and users * kv <= w.ttft_s - t - fixed
             )
 
-        lo, hi = 0, u
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if fits(mid):
-                lo = mid
-            else:
-                hi = mid - 1
-        u = lo
+        u = last_true(fits, 0, u)
     return max(0, u)
 
 
