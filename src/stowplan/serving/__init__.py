@@ -57,6 +57,7 @@ from stowplan.serving.exhaustive import best_replica_value
 from stowplan.serving.kind_replicas import kind_candidates
 from stowplan.serving.kinds_bound import fleet_kinds_bound
 from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
+from stowplan.serving.node_groups import best_node_replicas
 from stowplan.serving.pipeline_bound import pipeline_rate_bound, pipeline_users_bound
 from stowplan.serving.price_cut import TIE, ClassMemory, Pair, PriceCut, holding_front
 from stowplan.serving.price_floor import price_floor
@@ -276,6 +277,9 @@ def serve(
         got = best_replica_value(model, members, workload, base, by_rate=by_rate)
         if got is not None:
             return got, TRIED
+        grouped = best_node_replicas(model, members, workload, base, by_rate=by_rate)
+        if grouped is not None:
+            return grouped.value, GROUPED
         top = bounds[combo]
         if by_rate:
             rate = pipeline_rate_bound(model, members, workload, base, top)
@@ -664,8 +668,9 @@ def _certificate(
     kinds: Callable[[], float | None],
 ) -> ServeCertificate:
     """The certificate: the packing of every composition's bound (when all are known),
-    the compositions it packs refined where they are a few single-GPU nodes
-    (``refined_value``: every pipeline tried, or the bound of a subset programme over
+    the compositions it packs refined where they are a few single-GPU nodes or one
+    multi-GPU node (``refined_value``: every pipeline tried, every grouping of the
+    node's GPUs tried, or the bound of a subset programme over
     their pipelines, :mod:`~stowplan.serving.pipeline_bound`) and packed again, until
     it packs only those it cannot refine or already did; else the least of the pooled
     bound of the whole fleet and the programme over replica kinds (``kinds``,
@@ -708,8 +713,8 @@ def _certificate(
     found = packed() if complete else None
     if found is not None and ways:
         how = (
-            "every composition's relaxation bound, packed (those of few single-GPU nodes "
-            f"it packs: {' or '.join(sorted(ways, key=(TRIED, PROGRAMMED).index))})"
+            "every composition's relaxation bound, packed (those of few nodes "
+            f"it packs: {' or '.join(sorted(ways, key=(TRIED, GROUPED, PROGRAMMED).index))})"
         )
     if objective is ServeObjective.USERS:
         bound = None if found is None else found[0]
@@ -762,6 +767,11 @@ REFINE_LIMIT = 64
 
 TRIED = "every pipeline tried"
 """A composition's value found by trying every pipeline on it (exact)."""
+
+GROUPED = "every GPU grouping and pipeline of its groups tried"
+"""A multi-GPU node's value found by trying every grouping of its GPUs, every pipeline
+of the groups and every split into replicas side by side
+(:func:`~stowplan.serving.node_groups.best_node_replicas`; exact)."""
 
 PROGRAMMED = "TPOT and TTFT bounded by a subset programme"
 """A composition's users or requests/s bounded by
