@@ -56,8 +56,8 @@ from stowplan.serving.compositions import compositions, grouped_compositions, no
 from stowplan.serving.exhaustive import best_replica_value
 from stowplan.serving.kind_replicas import kind_candidates
 from stowplan.serving.kinds_bound import fleet_kinds_bound
-from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
 from stowplan.serving.node_groups import best_node_replicas
+from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
 from stowplan.serving.pipeline_bound import pipeline_rate_bound, pipeline_users_bound
 from stowplan.serving.price_cut import TIE, ClassMemory, Pair, PriceCut, holding_front
 from stowplan.serving.price_floor import price_floor
