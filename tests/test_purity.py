@@ -86,6 +86,7 @@ PURE_MODULES = (
     "stowplan.serving.price_cut",
     "stowplan.serving.kinds_bound",
     "stowplan.serving.kind_replicas",
+    "stowplan.serving.node_groups",
     "stowplan.quantities.units",
     "stowplan.workload",
 )

@@ -25,7 +25,7 @@ from stowplan.cost.serving import ReplicaServing, pipeline_serving, serving_cons
 from stowplan.errors import PlanError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_node
 from stowplan.planner.problem import prepare
-from stowplan.planner.tensor.layouts import engine_rule
+from stowplan.planner.tensor.layouts import EngineRule, engine_rule
 from stowplan.quantities.limits import MAX_BATCH
 from stowplan.rules.tensor_parallel import legal_tensor_parallel
 from stowplan.workload import Workload
@@ -75,15 +75,15 @@ class NodeReplicas:
 
 def group_sequences(
     model: ModelLayout, node: NodeDescriptor, c: Constraints
-) -> list[tuple[int, ...]] | None:
+) -> list[tuple[int, ...]]:
     """Every sequence of group sizes a pipeline on ``node`` may take (their sum at most
-    its GPUs, one size for every stage under a uniform engine rule, stage limits kept);
-    None when the engine's rule cannot be read for this node."""
+    its GPUs, one size for every stage under a uniform engine rule, stage limits kept)."""
+    g = node.num_gpus
     try:
         rule = engine_rule(prepare(model, [node], c))
     except PlanError:
-        return None
-    g = node.num_gpus
+        # The node cannot hold the model: every legal degree (none of them fits).
+        rule = EngineRule("any", None, uniform=False)
     degrees = [t for t in legal_tensor_parallel(model, g) if rule.allows(t)]
     lo = max(1, c.min_stages or 1)
     hi = min(model.num_blocks, c.max_stages or model.num_blocks, g)
@@ -126,8 +126,6 @@ def best_node_replicas(
     if c.tensor_parallel is not None and g % c.tensor_parallel:
         return None
     seqs = group_sequences(model, node, replace(c, min_stages=None, max_stages=None))
-    if seqs is None:
-        return None
     nb = model.num_blocks
     lo = max(1, c.min_stages or 1)
     hi = min(nb, c.max_stages or nb)
