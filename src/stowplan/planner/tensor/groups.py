@@ -198,32 +198,49 @@ def _improve(
     seen: set[tuple[tuple[str, tuple[int, ...]], ...]],
 ) -> tuple[float, Plan, Layout]:
     """Change one node's split at a time while that lowers the objective (at most
-    :data:`LOCAL_SEARCH_TRIALS` plans; nodes alike are tried once per round)."""
+    :data:`LOCAL_SEARCH_TRIALS` plans; nodes alike are tried once per round).
+
+    Two rules keep the trials few on fleets of many nodes alike (a heuristic: a trial is
+    a whole plan): a node is not changed while the plan in hand leaves out a node of the
+    same hardware and split (it has a group like the node's to spare), and from the
+    node's split the search goes towards larger groups and towards smaller ones, each
+    way only while the last step gained."""
     problem = trials.problem
     tried = 0
     improved = True
     while improved:
         improved = False
         kinds: set[tuple[object, ...]] = set()
+        used = {a.node_id for a in best[1].assignments}  # physical nodes
+        spare = {(node_signature(n), best[2].get(n.id)) for n in multi if n.id not in used}
         for node in multi:
             kind = (node_signature(node), best[2].get(node.id))
             if kind in kinds:
                 continue
             kinds.add(kind)
-            for option in layout_options(problem, rule, node):
-                layout = {**best[2], node.id: option}
-                key = tuple(sorted(layout.items()))
-                if key in seen:
-                    continue
-                seen.add(key)
-                tried += 1
-                if tried > LOCAL_SEARCH_TRIALS:
-                    return best
-                got = trials.plan(layout, _cycle(best[1]))
-                # Lower by a relative 1e-9 (the value is negative for throughput).
-                if got is not None and _value(got, objective) < best[0] - 1e-9 * abs(best[0]):
-                    best = (_value(got, objective), got, layout)
-                    improved = True
+            if kind in spare:
+                continue
+            options = layout_options(problem, rule, node)
+            here = best[2].get(node.id)
+            at = options.index(here) if here in options else None
+            ways = [options] if at is None else [options[:at][::-1], options[at + 1 :]]
+            for way in ways:
+                for option in way:
+                    layout = {**best[2], node.id: option}
+                    key = tuple(sorted(layout.items()))
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    tried += 1
+                    if tried > LOCAL_SEARCH_TRIALS:
+                        return best
+                    got = trials.plan(layout, _cycle(best[1]))
+                    # Lower by a relative 1e-9 (the value is negative for throughput).
+                    if got is not None and _value(got, objective) < best[0] - 1e-9 * abs(best[0]):
+                        best = (_value(got, objective), got, layout)
+                        improved = True
+                    elif at is not None:
+                        break
     return best
 
 
