@@ -44,7 +44,7 @@ from stowplan.planner.tensor.engines import (
     engine_candidates,
     engine_fit,
 )
-from stowplan.planner.tensor.exact import GroupedOptimum, node_signature
+from stowplan.planner.tensor.exact import GROUPED_NODE_LIMIT, GroupedOptimum, node_signature
 from stowplan.planner.tensor.joint import (
     adjacency_loses_nothing,
     joint_cycle,
@@ -200,13 +200,14 @@ def _improve(
     """Change one node's split at a time while that lowers the objective (at most
     :data:`LOCAL_SEARCH_TRIALS` plans; nodes alike are tried once per round).
 
-    Two rules keep the trials few on fleets of many nodes alike (a heuristic: a trial is
-    a whole plan): a node is not changed while the plan in hand leaves out a node of the
-    same hardware and split (it has a group like the node's to spare), and from the
-    node's split the search goes towards larger groups and towards smaller ones, each
-    way only while the last step gained."""
+    On fleets of more than :data:`GROUPED_NODE_LIMIT` multi-GPU nodes two rules keep the
+    trials few (a heuristic: a trial is a whole plan of the fleet): a node is not changed
+    while the plan in hand leaves out a node of the same hardware and split (it has a
+    group like the node's to spare), and from the node's split the search goes towards
+    larger groups and towards smaller ones, each way only while the last step gained."""
     problem = trials.problem
     tried = 0
+    few = len(multi) > GROUPED_NODE_LIMIT
     improved = True
     while improved:
         improved = False
@@ -218,11 +219,11 @@ def _improve(
             if kind in kinds:
                 continue
             kinds.add(kind)
-            if kind in spare:
+            if few and kind in spare:
                 continue
             options = layout_options(problem, rule, node)
             here = best[2].get(node.id)
-            at = options.index(here) if here in options else None
+            at = options.index(here) if few and here in options else None
             ways = [options] if at is None else [options[:at][::-1], options[at + 1 :]]
             for way in ways:
                 for option in way:
