@@ -200,11 +200,11 @@ def _improve(
     """Change one node's split at a time while that lowers the objective (at most
     :data:`LOCAL_SEARCH_TRIALS` plans; nodes alike are tried once per round).
 
-    On fleets of more than :data:`GROUPED_NODE_LIMIT` multi-GPU nodes two rules keep the
-    trials few (a heuristic: a trial is a whole plan of the fleet): a node is not changed
-    while the plan in hand leaves out a node of the same hardware and split (it has a
-    group like the node's to spare), and from the node's split the search goes towards
-    larger groups and towards smaller ones, each way only while the last step gained."""
+    On fleets of more than :data:`GROUPED_NODE_LIMIT` multi-GPU nodes (a trial is a whole
+    plan of the fleet), from a node's split the search goes towards larger groups and
+    towards smaller ones, each way only while the last step gained: a heuristic, which on
+    30 random fleets of 9–16 such nodes (``benchmarks/grouped_fleets.py``) kept every
+    plan."""
     problem = trials.problem
     tried = 0
     few = len(multi) > GROUPED_NODE_LIMIT
@@ -212,15 +212,11 @@ def _improve(
     while improved:
         improved = False
         kinds: set[tuple[object, ...]] = set()
-        used = {a.node_id for a in best[1].assignments}  # physical nodes
-        spare = {(node_signature(n), best[2].get(n.id)) for n in multi if n.id not in used}
         for node in multi:
             kind = (node_signature(node), best[2].get(node.id))
             if kind in kinds:
                 continue
             kinds.add(kind)
-            if few and kind in spare:
-                continue
             options = layout_options(problem, rule, node)
             here = best[2].get(node.id)
             at = options.index(here) if few and here in options else None
