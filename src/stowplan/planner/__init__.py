@@ -20,7 +20,7 @@ from stowplan.plan import Plan
 from stowplan.planner.certify import finish, key_of, objective_of, pick_best
 from stowplan.planner.cheapest import plan_cheapest
 from stowplan.planner.exact.pipelines import ENUMERATION_LIMIT, EXACT_NODE_LIMIT, solve_exact
-from stowplan.planner.problem import Problem, prepare
+from stowplan.planner.problem import CostModels, Problem, prepare
 from stowplan.planner.strategies import cycle
 from stowplan.planner.strategies.latency import latency_pipeline
 from stowplan.planner.strategies.throughput import Pipeline, throughput_search
@@ -199,6 +199,8 @@ def plan_blocks(
     model: ModelLayout,
     nodes: Sequence[NodeDescriptor],
     constraints: Constraints | None = None,
+    *,
+    cost_models: CostModels | None = None,
 ) -> Plan:
     """Place ``model``'s blocks on a pipeline of ``nodes`` (a MoE block with its experts).
 
@@ -212,7 +214,9 @@ def plan_blocks(
     both rank pipelines by the cycle (:func:`stowplan.cost.cycle_seconds`).  With
     ``objective="cost"`` the cheapest node set meeting ``target_tokens_per_s``
     is planned.  Every plan carries a :class:`~stowplan.plan.Prediction` and a
-    :class:`~stowplan.plan.Certificate` in its rationale.
+    :class:`~stowplan.plan.Certificate` in its rationale.  ``cost_models`` shares the
+    cost model (and what the searches keep per cost model) with other plans of the same
+    model, nodes and constraints but for the stage limits; the plan is the same.
 
     Raises:
         InsufficientVram: the usable VRAM of the largest ``max_stages`` nodes
@@ -222,7 +226,7 @@ def plan_blocks(
         InputError: malformed arguments.
     """
     constraints = Constraints() if constraints is None else constraints
-    problem = prepare(model, nodes, constraints)
+    problem = prepare(model, nodes, constraints, shared=cost_models)
     strategy = constraints.resolved_strategy()
     runner = _STRATEGIES[strategy]
     if strategy is Strategy.EXACT and len(nodes) > EXACT_NODE_LIMIT:

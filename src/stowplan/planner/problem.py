@@ -20,7 +20,15 @@ from stowplan.model import (
 )
 from stowplan.plan import StageAssignment
 
-__all__ = ["GpuGroup", "Problem", "block_bytes", "build_assignments", "most_blocks", "prepare"]
+__all__ = [
+    "CostModels",
+    "GpuGroup",
+    "Problem",
+    "block_bytes",
+    "build_assignments",
+    "most_blocks",
+    "prepare",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,6 +40,39 @@ class GpuGroup:
     tensor_parallel: int
     gpu_indices: tuple[int, ...]
     """Which GPUs of the node (empty for a single-GPU node)."""
+
+
+class CostModels:
+    """Cost models shared by the problems of one planning call that differ only in their
+    stage limits (a cost model does not depend on ``min_stages`` or ``max_stages``), so
+    the figures the searches keep per cost model are built once.  Lives as long as the
+    call that made it holds it; keeps at most :attr:`KEPT` models."""
+
+    KEPT = 4
+
+    def __init__(self) -> None:
+        self._kept: list[tuple[tuple[object, ...], CostModel]] = []
+
+    def get(self, problem: Problem) -> CostModel:
+        """The cost model of ``problem``, the one of an earlier problem alike but for its
+        stage limits when there is one."""
+        c = problem.constraints
+        parents = tuple(problem.parent(n.id) for n in problem.nodes)
+        key = (
+            problem.model,
+            problem.nodes,
+            replace(c, min_stages=None, max_stages=None),
+            parents,
+            problem.microbatch,
+        )
+        for k, cm in self._kept:
+            if all(a is b or a == b for a, b in zip(k, key, strict=True)):
+                return cm
+        cm = CostModel(
+            problem.model, problem.nodes, c, parents=parents, microbatch=problem.microbatch
+        )
+        self._kept = [*self._kept[-(self.KEPT - 1) :], (key, cm)]
+        return cm
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +98,9 @@ class Problem:
     microbatch: int | None = None
     """Sequences a stage steps at once in this problem's cost models (None: all of
     ``constraints.batch``; see :meth:`stowplan.cost.CostModel.at_microbatch`)."""
+    shared: CostModels | None = field(default=None, repr=False, compare=False)
+    """Where the cost model comes from when it is shared with other problems of one call
+    (None: built for this problem alone)."""
     _cost_model: list[CostModel] = field(
         default_factory=list, init=False, repr=False, compare=False
     )
@@ -71,6 +115,8 @@ class Problem:
     def cost_model(self) -> CostModel:
         """The cost model of this problem's nodes (GPU groups of one node know each other),
         built on the first call."""
+        if not self._cost_model and self.shared is not None:
+            self._cost_model.append(self.shared.get(self))
         if not self._cost_model:
             self._cost_model.append(
                 CostModel(
@@ -112,8 +158,10 @@ def prepare(
     nodes: Sequence[NodeDescriptor],
     constraints: Constraints,
     groups: Mapping[str, GpuGroup] | None = None,
+    shared: CostModels | None = None,
 ) -> Problem:
-    """Validate inputs and compute the shared numbers; raise ``PlanError`` when hopeless."""
+    """Validate inputs and compute the shared numbers; raise ``PlanError`` when hopeless.
+    ``shared`` gives the problem's cost model when an earlier problem of the call has it."""
     if not isinstance(model, ModelLayout):
         raise InputError("model", type(model).__name__, "must be a ModelLayout")
     if not isinstance(constraints, Constraints):
@@ -150,6 +198,7 @@ def prepare(
         min_stages=min_n,
         max_stages=max_n,
         groups=_whole_node_groups(nodes, groups or {}),
+        shared=shared,
     )
     anchor = max(model.embed_params_bytes, model.head_params_bytes)
     if max(usable.values()) < anchor:

@@ -17,6 +17,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Protocol
 
 from stowplan.errors import Infeasible, InputError, InsufficientVram, PlanError
 from stowplan.model import (
@@ -31,13 +32,23 @@ from stowplan.plan import Plan, Topology
 from stowplan.planner.cheapest import served_rate
 from stowplan.planner.experts.inputs import ExpertInputs, ExpertPlacement
 from stowplan.planner.experts.placement import expert_ids, place_experts
+from stowplan.planner.problem import CostModels
 
 __all__ = ["BlockPlanner", "plan_experts"]
 
 
-BlockPlanner = Callable[[ModelLayout, Sequence[NodeDescriptor], Constraints], Plan]
-"""The block planner, :func:`stowplan.planner.plan_blocks` (passed in: the planner's
-entry point calls this module, so this module does not import it)."""
+class BlockPlanner(Protocol):
+    """The block planner, :func:`stowplan.planner.plan_blocks` (passed in: the planner's
+    entry point calls this module, so this module does not import it)."""
+
+    def __call__(
+        self,
+        model: ModelLayout,
+        nodes: Sequence[NodeDescriptor],
+        constraints: Constraints | None = None,
+        *,
+        cost_models: CostModels | None = None,
+    ) -> Plan: ...
 
 
 def plan_experts(
@@ -234,11 +245,15 @@ def _expert_parallel(
     while first < max_n and sum(ranked[:first]) < needed:
         first += 1
     tried: dict[int, Plan | InsufficientVram] = {}
+    # The backbone plans differ only in their stage limits: they share one cost model.
+    shared = CostModels()
 
     def attempt(n: int) -> Plan | InsufficientVram:
         """The backbone on at least ``n`` stages with every expert placed, or why not."""
         if n not in tried:
-            base = plan_blocks(backbone, nodes, replace(constraints, min_stages=n))
+            base = plan_blocks(
+                backbone, nodes, replace(constraints, min_stages=n), cost_models=shared
+            )
             try:
                 tried[n] = place_experts(
                     base,
