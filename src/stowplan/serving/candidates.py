@@ -233,10 +233,10 @@ def grouped_candidate(
         parts = found.parts
         if not parts or len(set(parts)) != 1 or g % parts[0]:
             return None
-        pipe = found.best.get(parts[0])
-        if pipe is None or min(pipe.sizes) < 0:
+        part = found.best.get(parts[0])
+        if part is None or min(part.sizes) < 0:
             return None
-        copies = len(parts)
+        pipe, copies = part, len(parts)
         if _node_value(pipe, by_rate) * copies < found.value:
             return None
     return _grouped_plan(model, nodes, node, w, c, pipe, copies)
@@ -272,7 +272,9 @@ def _grouped_plan(
             "replica: every grouping of the node's GPUs and every pipeline of the groups "
             "tried, this one serves the most"
         )
-        plan = finish(vp, vp.cost_model(), Strategy.EXACT, pipeline, notes=(note,), break_ties=False)
+        plan = finish(
+            vp, vp.cost_model(), Strategy.EXACT, pipeline, notes=(note,), break_ties=False
+        )
     except PlanError:
         return None
     by_id = {n.id: n for n in used}
