@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stowplan import Constraints, ModelLayout, NodeDescriptor, serve
+from stowplan import Constraints, ModelLayout, NodeDescriptor, resolve_model, serve
 from stowplan.rules.tensor_parallel import legal_tensor_parallel
 from stowplan.serving.node_groups import best_node_replicas
 from tests.common.serving_models import loads, models, serve_settings, workload
@@ -122,3 +122,63 @@ def test_a_small_fleet_with_a_node_of_two_gpus_is_certified_exactly() -> None:
     assert got.certificate.gap == 0.0
     assert got.certificate.exact
     assert "GPU grouping" in got.certificate.method
+
+
+def test_a_node_whose_best_grouping_beats_the_planner_is_served_by_it() -> None:
+    """Two H100 GPUs, llama3.2:3b: the planner's pipeline of two single GPUs serves 1,561
+    users, both GPUs as one tensor-parallel group 1,645; the answer is the grouping's,
+    its replica a plan on both GPUs whose U*, TTFT and TPOT are the search's."""
+    node = NodeDescriptor(
+        id="m",
+        gpu_name="H100 80GB SXM",
+        vram_bytes=160 * GB,
+        num_gpus=2,
+        link_mbps=10000,
+        intra_link_gbps=300.0,
+        price_per_hour=1.0,
+    )
+    load = Load(prompt_tokens=512, output_tokens=128, ttft_s=1.0, tpot_s=0.05)
+    w = workload(load)
+    got = serve("llama3.2:3b", [node], w)
+    best = best_node_replicas(resolve_model("llama3.2:3b"), [node], w, Constraints(), by_rate=False)
+    assert best is not None and best.value == 1645
+    assert got.users == 1645
+    assert got.certificate.bound == 1645
+    assert got.certificate.gap == 0.0
+    (replica,) = got.replicas
+    (stage,) = replica.plan.assignments
+    assert (stage.node_id, stage.tensor_parallel, stage.gpu_indices) == ("m", 2, (0, 1))
+    formula = best.best[2].serving
+    assert (replica.users, replica.ttft_s, replica.tpot_s) == (
+        formula.users,
+        pytest.approx(formula.ttft_s),
+        pytest.approx(formula.tpot_s),
+    )
+    assert replica.plan.rationale.prediction is not None
+
+
+def test_a_node_and_two_single_gpus_reach_the_grouped_value() -> None:
+    """Four H100 GPUs with an A10 and an L4, llama3.2:1b: the planner's replicas served
+    3,221 users, every grouping of the node's GPUs 3,257; the answer reaches it."""
+    node = NodeDescriptor(
+        id="m",
+        gpu_name="H100 80GB SXM",
+        vram_bytes=320 * GB,
+        num_gpus=4,
+        link_mbps=10000,
+        intra_link_gbps=300.0,
+        price_per_hour=1.0,
+    )
+    nodes = [
+        node,
+        NodeDescriptor(
+            id="s0", gpu_name="A10", vram_bytes=24 * GB, link_mbps=1000, price_per_hour=0.5
+        ),
+        NodeDescriptor(
+            id="s1", gpu_name="L4", vram_bytes=24 * GB, link_mbps=10000, price_per_hour=0.5
+        ),
+    ]
+    load = Load(prompt_tokens=2048, output_tokens=512, ttft_s=3.0, tpot_s=1 / 30)
+    got = serve("llama3.2:1b", nodes, workload(load))
+    assert got.users == 3257
+    assert got.certificate.gap == 0.0

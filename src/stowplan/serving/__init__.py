@@ -51,12 +51,19 @@ from stowplan.plan import Plan, with_inputs
 from stowplan.quantities.limits import MAX_BATCH
 from stowplan.serve_plan import ReplicaPlan, ServeCertificate, ServeObjective, ServePlan
 from stowplan.serving.bounds import FleetRates, fleet_users_bound, rate_bound, users_bound
-from stowplan.serving.candidates import Candidate, Split, settle, split_of, splits
+from stowplan.serving.candidates import (
+    Candidate,
+    Split,
+    grouped_candidate,
+    settle,
+    split_of,
+    splits,
+)
 from stowplan.serving.compositions import compositions, grouped_compositions, node_classes
 from stowplan.serving.exhaustive import best_replica_value
 from stowplan.serving.kind_replicas import kind_candidates
 from stowplan.serving.kinds_bound import fleet_kinds_bound
-from stowplan.serving.node_groups import best_node_replicas
+from stowplan.serving.node_groups import MIXED_SINGLES, NodeReplicas, best_node_replicas
 from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
 from stowplan.serving.pipeline_bound import pipeline_rate_bound, pipeline_users_bound
 from stowplan.serving.price_cut import TIE, ClassMemory, Pair, PriceCut, holding_front
@@ -172,6 +179,7 @@ def serve(
             options[key] = _Option(composition=key, candidate=cand, price=price)
             inside.clear()
 
+    grouped = _Grouped(model, nodes, workload, base, by_rate)
     if cut is not None:
         combos = cut.ordered(combos)
     for done, combo in enumerate(combos):
@@ -202,6 +210,16 @@ def serve(
                 beat=0.0 if cand is None else _value(cand, by_rate),
             )
             cand = split or cand
+        have = 0.0 if cand is None else _value(cand, by_rate)
+        on = [nodes[i] for i in members]
+        if _one_node_and_singles(on) and top > have:
+            # One multi-GPU node (with a few single-GPU nodes): every grouping of its GPUs
+            # tried, offered when it serves more than the planner's replicas.
+            found = grouped.of(combo, members)
+            if found is not None and found.value > have:
+                better = grouped_candidate(model, on, workload, base, found, by_rate=by_rate)
+                if better is not None and _value(better, by_rate) > have:
+                    cand = better
         if cand is not None:
             offer(cand)
     if not enumerated and options:
@@ -277,9 +295,9 @@ def serve(
         got = best_replica_value(model, members, workload, base, by_rate=by_rate)
         if got is not None:
             return got, TRIED
-        grouped = best_node_replicas(model, members, workload, base, by_rate=by_rate)
-        if grouped is not None:
-            return grouped.value, GROUPED
+        found = grouped.of(combo, members_of(combo))
+        if found is not None:
+            return found.value, GROUPED
         top = bounds[combo]
         if by_rate:
             rate = pipeline_rate_bound(model, members, workload, base, top)
@@ -320,6 +338,41 @@ def serve(
         model_name=model.name,
         notes=tuple(notes),
     )
+
+
+def _one_node_and_singles(members: Sequence[NodeDescriptor]) -> bool:
+    """Whether ``members`` are one multi-GPU node and at most
+    :data:`~stowplan.serving.node_groups.MIXED_SINGLES` single-GPU nodes."""
+    multi = sum(1 for n in members if n.num_gpus > 1)
+    return multi == 1 and len(members) - multi <= MIXED_SINGLES
+
+
+class _Grouped:
+    """Each composition's :func:`~stowplan.serving.node_groups.best_node_replicas`
+    (memoised): the replicas and the certificate ask for the same ones."""
+
+    def __init__(
+        self,
+        model: ModelLayout,
+        nodes: Sequence[NodeDescriptor],
+        w: Workload,
+        c: Constraints,
+        by_rate: bool,
+    ) -> None:
+        self._model, self._nodes, self._w, self._c = model, nodes, w, c
+        self._by_rate = by_rate
+        self._memo: dict[tuple[int, ...], NodeReplicas | None] = {}
+
+    def of(self, combo: tuple[int, ...], members: Sequence[int]) -> NodeReplicas | None:
+        if combo not in self._memo:
+            self._memo[combo] = best_node_replicas(
+                self._model,
+                [self._nodes[i] for i in members],
+                self._w,
+                self._c,
+                by_rate=self._by_rate,
+            )
+        return self._memo[combo]
 
 
 class _Bounds:

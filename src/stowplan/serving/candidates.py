@@ -22,12 +22,14 @@ from stowplan.plan import Plan
 from stowplan.quantities.limits import MAX_BATCH
 from stowplan.serving.bounds import FleetRates, rate_bound, users_bound
 from stowplan.serving.exhaustive import best_pipeline
+from stowplan.serving.node_groups import NodePipeline, NodeReplicas
 from stowplan.workload import Binding, Workload
 
 __all__ = [
     "REFINE_STEPS",
     "Candidate",
     "Split",
+    "grouped_candidate",
     "replica_of",
     "scored",
     "settle",
@@ -206,6 +208,92 @@ def _tried_all(
         nodes=tuple(by_id[i] for i in ids),
         settled=True,
     )
+
+
+def grouped_candidate(
+    model: ModelLayout,
+    nodes: Sequence[NodeDescriptor],
+    w: Workload,
+    c: Constraints,
+    found: NodeReplicas,
+    *,
+    by_rate: bool,
+) -> Candidate | None:
+    """The replicas of :func:`~stowplan.serving.node_groups.best_node_replicas`'s value
+    ``found`` on ``nodes`` (one multi-GPU node, perhaps single-GPU nodes) as a candidate:
+    one pipeline of the node's GPU groups (and the single nodes), or copies of one
+    pipeline side by side on equal parts of the node's GPUs; None when the value takes
+    replicas of unlike shapes, or their plan does not serve what the search scored."""
+    node = next(n for n in nodes if n.num_gpus > 1)
+    g = node.num_gpus
+    top = found.best.get(g)
+    if top is not None and _node_value(top, by_rate) >= found.value:
+        pipe, copies = top, 1
+    else:
+        parts = found.parts
+        if not parts or len(set(parts)) != 1 or g % parts[0]:
+            return None
+        part = found.best.get(parts[0])
+        if part is None or min(part.sizes) < 0:
+            return None
+        pipe, copies = part, len(parts)
+        if _node_value(pipe, by_rate) * copies < found.value:
+            return None
+    return _grouped_plan(model, nodes, node, w, c, pipe, copies)
+
+
+def _grouped_plan(
+    model: ModelLayout,
+    nodes: Sequence[NodeDescriptor],
+    node: NodeDescriptor,
+    w: Workload,
+    c: Constraints,
+    pipe: NodePipeline,
+    copies: int,
+) -> Candidate | None:
+    """The plan of ``pipe`` (stage ``s`` a group of ``pipe.sizes[s]`` of ``node``'s GPUs,
+    or single node ``-1 - i`` of ``nodes``' single-GPU nodes), scored on its own GPUs."""
+    from stowplan.model import Strategy
+    from stowplan.planner.certify import finish
+    from stowplan.planner.problem import prepare
+    from stowplan.planner.tensor.layouts import as_pipeline
+
+    singles = [n for n in nodes if n.num_gpus == 1]
+    used = [node] + [singles[-1 - t] for t in pipe.sizes if t < 0]
+    u = pipe.serving.users
+    try:
+        problem = prepare(model, used, replace(serving_constraints(w, c), batch=u))
+        stages = [
+            (node.id if t > 0 else singles[-1 - t].id, max(t, 1), lo, hi)
+            for t, lo, hi in zip(pipe.sizes, pipe.bounds, pipe.bounds[1:], strict=False)
+        ]
+        vp, pipeline = as_pipeline(problem, stages)
+        note = (
+            "replica: every grouping of the node's GPUs and every pipeline of the groups "
+            "tried, this one serves the most"
+        )
+        plan = finish(
+            vp, vp.cost_model(), Strategy.EXACT, pipeline, notes=(note,), break_ties=False
+        )
+    except PlanError:
+        return None
+    by_id = {n.id: n for n in used}
+    got = _score(model, by_id, plan, c, w)
+    if (got.users, got.requests_per_s) < (u, pipe.serving.requests_per_s * (1 - 1e-9)):
+        return None
+    ids = tuple(dict.fromkeys(a.node_id for a in plan.assignments))
+    return Candidate(
+        plan=plan,
+        serving=got,
+        node_ids=ids,
+        nodes=tuple(by_id[i] for i in ids),
+        split=copies,
+        settled=True,
+    )
+
+
+def _node_value(p: NodePipeline, by_rate: bool) -> float:
+    return p.serving.requests_per_s if by_rate else float(p.serving.users)
 
 
 def _shape(c: Candidate) -> tuple[tuple[object, ...], ...]:

@@ -10,7 +10,10 @@ the node serves is the best split of its GPUs into parts, each part holding the 
 pipeline on at most that many GPUs.
 
 The certificate (:mod:`stowplan.serving`) replaces the relaxation bound of a composition
-that is one such node by this value, which makes the bound exact there.
+that is one such node by this value, which makes the bound exact there; where it
+serves more than the block planner's replicas there, the best pipeline (or copies of
+one side by side on equal parts of the node) is offered as the composition's replica
+(:func:`~stowplan.serving.candidates.grouped_candidate`).
 """
 
 from __future__ import annotations
