@@ -410,14 +410,13 @@ def stage_count_trips(problem: Problem, groups: GroupCosts, top: int) -> list[fl
     if not kinds or top < 1:
         return [math.inf] * (top + 1)
     most = max(n.num_gpus for n in problem.nodes)
-    cm = problem.cost_model()
-    latency, sends = sorted(cm.latency_s), sorted(cm.xfer_s)
-    nodes = len(latency)
-    crossing = [0.0, 0.0, *(sum(latency[:k]) + sum(sends[: k - 1]) for k in range(2, nodes + 1))]
+    crossing = _crossings(problem)
+    nodes = len(crossing) - 1
     stages = np.arange(top + 1, dtype=float)[:, None]
     used = np.arange(nodes + 1, dtype=float)[None, :]
     # Node counts a stage count may use: the fewest holding the model up to itself.
-    usable = (used >= max(1, _fewest_nodes(problem))) & (used <= stages) & (stages >= 1)
+    fewest = _fewest_nodes(problem) or nodes
+    usable = (used >= max(1, fewest)) & (used <= stages) & (stages >= 1)
     rp, kp = gcm.read_prefix, gcm.kv_prefix
     best = np.zeros(top + 1)
     for path in (0, 1):
@@ -457,26 +456,28 @@ def _lower_hull(points: list[tuple[int, float]]) -> tuple[list[float], list[floa
     return [x for x, _ in hull], [y for _, y in hull]
 
 
-def _fewest_nodes(problem: Problem) -> int:
-    """The fewest of ``problem``'s nodes whose memory holds the model (its node count when
-    all of them do not)."""
+def _fewest_nodes(problem: Problem) -> int | None:
+    """The fewest of ``problem``'s nodes whose memory holds the model (None when all of
+    them do not)."""
     need, held, k = problem.total_bytes, 0, 0
     for room in sorted(problem.usable.values(), reverse=True):
         if held >= need:
             break
         held, k = held + room, k + 1
-    return k
+    return k if held >= need else None
+
+
+def _crossings(problem: Problem) -> list[float]:
+    """Per node count ``k`` (index), the least seconds of network hops and transfers a
+    pipeline leaving ``k`` of ``problem``'s nodes pays: ``k`` hops of distinct nodes and
+    ``k - 1`` transfers (none for one node)."""
+    cm = problem.cost_model()
+    latency, sends = sorted(cm.latency_s), sorted(cm.xfer_s)
+    return [0.0, 0.0, *(sum(latency[:k]) + sum(sends[: k - 1]) for k in range(2, len(latency) + 1))]
 
 
 def _forced_crossings(problem: Problem) -> float:
     """Seconds of network hops and transfers every pipeline of ``problem``'s whole nodes
     pays because the fewest nodes that hold it are several (0 when one does)."""
-    need, held, k = problem.total_bytes, 0, 0
-    for room in sorted(problem.usable.values(), reverse=True):
-        if held >= need:
-            break
-        held, k = held + room, k + 1
-    if held < need or k < 2:
-        return 0.0
-    cm = problem.cost_model()
-    return sum(sorted(cm.latency_s)[:k]) + sum(sorted(cm.xfer_s)[: k - 1])
+    k = _fewest_nodes(problem)
+    return 0.0 if k is None or k < 2 else _crossings(problem)[k]
