@@ -123,6 +123,8 @@ class CostModel:
             tuple(n.id for n in self.nodes) if parents is None else tuple(parents)
         )
         """Per node index, the physical node it is a GPU group of (its own id when whole)."""
+        self.own_hosts = len(set(self.parent)) == len(self.nodes)
+        """Whether no two nodes are GPU groups of one host (every hop is the network's)."""
         self.batch = constraints.batch
         """Concurrent sequences U: the KV reserve holds all of them."""
         self.microbatch = self.batch if microbatch is None else microbatch

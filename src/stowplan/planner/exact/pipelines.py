@@ -419,7 +419,7 @@ def least_cycle(problem: Problem, cm: CostModel, stages: int) -> Optimum:
     pipeline at ``T_k`` has a cycle of at most that value, so both are scored exactly).
     """
     np = _np()
-    if stages == 2 and len(set(cm.parent)) == len(cm.nodes):
+    if stages == 2 and cm.own_hosts:
         return _two_stage_cycle(np, cm)
     if len(cm.nodes) > CYCLE_EXACT_LIMIT:
         raise DependencyError("numpy", "exact")  # too large: the caller bounds instead

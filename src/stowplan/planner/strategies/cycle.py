@@ -304,7 +304,7 @@ def swapped(cm: CostModel, p: Pipeline) -> Pipeline:
     m, _ = microbatches(cm.batch, stages)
     ev = cm.evaluate(order, bounds)
     cycle_s = ev.cycle_s
-    exact = len(set(cm.parent)) == n
+    exact = cm.own_hosts
     np = numpy_module() if exact and n >= SWAP_ARRAY_NODES else None
     arrays = None if np is None else _MoveTimes(np, view)
     for _ in range(SWAP_PASSES):

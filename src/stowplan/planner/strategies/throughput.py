@@ -854,7 +854,7 @@ def relaxed_bottleneck(problem: Problem, cm: CostModel, floor: float = 0.0) -> f
     blocks where the fractional relaxation splits them.
     """
     nb, n = cm.num_blocks, len(cm.nodes)
-    if not cm.uniform or len(set(cm.parent)) < n:
+    if not cm.uniform or not cm.own_hosts:
         return None
     single = math.inf
     if problem.min_stages <= 1:
