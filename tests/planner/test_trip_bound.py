@@ -85,3 +85,24 @@ def test_a_plan_certificate_uses_it_where_it_is_tighter():
     assert "knapsack" in cert.method
     assert 0.0 <= cert.gap <= 0.02
     assert cert.bound >= cert.value
+
+
+def test_ranges_of_stage_counts_reuse_the_bound_only_where_it_is_the_same():
+    """The bound is kept per cost model by what it depends on: every range of stage
+    counts, asked in any order on one model, gets what a fresh model computes for it."""
+    from dataclasses import replace
+
+    model = resolve_model("llama3.1:70b")
+    nodes = _wan_fleet() * 2
+    nodes = [replace(n, id=f"{n.id}-{i}") for i, n in enumerate(nodes)]
+    c = Constraints(batch=16)
+    problem = prepare(model, nodes, c)
+    shared = CostModel(model, nodes, c)
+    ranges = [(1, 12), (2, 3), (4, 7), (8, 12), (9, 10), (8, 8), (3, 12), (4, 7)]
+    got = [trip_bound(replace(problem, min_stages=a, max_stages=b), shared) for a, b in ranges]
+    fresh = [
+        trip_bound(replace(problem, min_stages=a, max_stages=b), CostModel(model, nodes, c))
+        for a, b in ranges
+    ]
+    assert got == fresh
+    assert len(set(got)) > 2  # the ranges do differ

@@ -32,6 +32,7 @@ from typing import Any
 
 from stowplan.cost import CostModel
 from stowplan.planner.problem import Problem
+from stowplan.planner.strategies.memo import PerModel
 
 __all__ = ["COUNTED_STAGES", "TRIP_BOUND_NODES", "trip_bound"]
 
@@ -48,19 +49,49 @@ def trip_bound(problem: Problem, cm: CostModel) -> float | None:
     ``cm``'s nodes at its microbatch: the least single stage's time, or the knapsack of
     the module for two stages or more, whichever is less (inf: no pipeline holds every
     block); None past :data:`TRIP_BOUND_NODES` nodes or without numpy."""
-    n, nb = len(cm.nodes), cm.num_blocks
+    n = len(cm.nodes)
     if n > TRIP_BOUND_NODES:
         return None
+    fewest, most = max(2, problem.min_stages), min(problem.max_stages, n)
+    # Stages are counted only where a limit binds: c = 0 .. top, top standing for ``top``
+    # stages or more unless ``most`` is ``top``.
+    top = min(most, COUNTED_STAGES) if (fewest > 2 or most < n) else 0
+    # The bound depends on the problem only through these: the ranges of stage counts a
+    # certificate refines (16–31, 16–23, 16–19, … at one microbatch) mostly share one.
+    key = (
+        problem.min_stages <= 1,
+        n < 2 or problem.max_stages < 2,
+        top,
+        top < most,
+        min(fewest, top),
+    )
+    kept = _kept(cm)
+    if key not in kept:
+        kept[key] = _trip_bound(cm, *key)
+    return kept[key]
+
+
+_kept: PerModel[dict[tuple[bool, bool, int, bool, int], float | None]] = PerModel(lambda cm: {})
+"""The bounds computed per cost model, by what they depend on."""
+
+
+def _trip_bound(
+    cm: CostModel, alone: bool, one_stage: bool, top: int, open_top: bool, lowest: int
+) -> float | None:
+    """:func:`trip_bound` of pipelines of one stage where ``alone``, of two or more
+    unless ``one_stage``, counted up to ``top`` (``open_top``: that many or more) from
+    ``lowest``."""
+    n, nb = len(cm.nodes), cm.num_blocks
     try:
         import numpy as np
     except ImportError:  # pragma: no cover - numpy ships with the exact extra
         return None
     single = math.inf
-    if problem.min_stages <= 1:
+    if alone:
         for d in range(n):
             if cm.fits(d, 0, nb, True, True):
                 single = min(single, cm.stage_time(d, 0, nb, True, True))
-    if n < 2 or problem.max_stages < 2:
+    if one_stage:
         return single
     rd, kvr, _ = cm.smallest_block()
     window = cm.max_window()
@@ -68,10 +99,6 @@ def trip_bound(problem: Problem, cm: CostModel) -> float | None:
     inf = math.inf
     idx = np.arange(nb + 1)
     siblings = Counter(cm.parent)
-    fewest, most = max(2, problem.min_stages), min(problem.max_stages, n)
-    # Stages are counted only where a limit binds: c = 0 .. top, top standing for ``top``
-    # stages or more unless ``most`` is ``top``.
-    top = min(most, COUNTED_STAGES) if (fewest > 2 or most < n) else 0
     # g[f, l, c, j]: the least cost of j blocks on the c nodes taken so far, f: the first
     # stage among them (blocks [0, k) beside the embed), l: the last (blocks [nb - k, nb)
     # beside the head); every other node an interior stage.
@@ -94,7 +121,7 @@ def trip_bound(problem: Problem, cm: CostModel) -> float | None:
         head = cm.head * min(ib, fl)
         fresh = g.copy()
         # A stage taken: one more stage counted (the top count keeps what passes it).
-        step = _counted(np, g, top, top < most)
+        step = _counted(np, g, top, open_top)
         if inner > 0:  # an interior stage
             np.minimum(fresh, _take(np, step, inner, rate, idx) + (hop + out), out=fresh)
         if lead > 0:  # the first stage
@@ -120,7 +147,7 @@ def trip_bound(problem: Problem, cm: CostModel) -> float | None:
                     cand = np.maximum(cand, _take(np, before, tail, r, idx) + c)
             np.minimum(fresh[:, 1], cand + hop, out=fresh[:, 1])
         g = fresh
-    counts = range(min(fewest, top), top + 1) if top else range(1)
+    counts = range(lowest, top + 1) if top else range(1)
     return min(single, float(g[1, 1, list(counts), nb].min()))
 
 
