@@ -103,7 +103,35 @@ def test_a_microbatch_view_has_the_figures_of_a_model_built_for_it(
         if relaxed:
             fresh._relax()
         view = root.at_microbatch(mb)
-        skip = {"_views", "_root"}
+        skip = {"_views", "_root", "_expand"}  # _expand: a function of _kind_of
         assert {k: v for k, v in vars(view).items() if k not in skip} == {
             k: v for k, v in vars(fresh).items() if k not in skip
         }
+
+
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_figures_per_kind_of_node_equal_each_node_priced_alone(calibrated: bool) -> None:
+    # The per-node figures are computed once per kind of node (alike but for the id) and
+    # spread: every node's must be what a model of that node alone gives it.
+    model = resolve_model("mixtral:8x7b-q4_0")
+    assert model is not None
+    kinds = [
+        dict(gpu_name="RTX 4090", vram_bytes=2 * 24 * 10**9, num_gpus=2, link_mbps=1000.0),
+        dict(gpu_name="RTX 3090", vram_bytes=24 * 10**9, link_mbps=100.0),
+        dict(gpu_name="RTX 3090", vram_bytes=24 * 10**9, link_mbps=250.0),
+    ]
+    nodes = [
+        NodeDescriptor(id=f"n{i}", **kinds[k])  # type: ignore[arg-type]
+        for i, k in enumerate([0, 1, 0, 2, 1, 1, 2, 0])
+    ]
+    cal = resolve_calibration("generic") if calibrated else None
+    c = Constraints(batch=8, context_tokens=4096, calibration=cal)
+    whole = CostModel(model, nodes, c)
+    assert len(set(whole.stage_class)) == 3
+    for mb in (1, 3, 8):
+        view = whole.at_microbatch(mb)
+        for d, node in enumerate(nodes):
+            alone = CostModel(model, [node], c, microbatch=mb)
+            for name in ("flop_s_per_byte", "xfer_s", "intra_xfer_s", "all_reduce_s", "block_s"):
+                assert getattr(view, name)[d] == getattr(alone, name)[0], (name, d)
+        assert [view.stage_class.index(k) for k in view.stage_class] == [0, 1, 0, 3, 1, 1, 3, 0]

@@ -60,9 +60,11 @@ microbatches, cycle and tokens/s are :mod:`stowplan.cost.cycle`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from itertools import accumulate
+from operator import itemgetter
+from typing import TypeVar
 
 from stowplan.calibration.apply import (
     NodeCalibration,
@@ -94,6 +96,9 @@ def _params_per_byte(model: ModelLayout) -> float:
     if model.total_params and model.weight_bytes:
         return model.total_params / model.weight_bytes
     return 1.0 / _BYTES_PER_PARAM.get((model.dtype or "bf16").lower(), 2.0)
+
+
+T = TypeVar("T")
 
 
 class CostModel:
@@ -208,6 +213,26 @@ class CostModel:
             self.stage_s = tuple(
                 (g - 1) * c.hop_overhead_s for c, g in zip(cal, spread, strict=True)
             )
+        kinds: dict[tuple[object, ...], int] = {}
+        of: list[int] = []
+        self._kind_reps: list[int] = []
+        """One node index per kind of node: nodes alike in every input of the per-node
+        figures (rates but for the id, tensor parallel, calibration), first seen first."""
+        for d, r in enumerate(self.rates):
+            key = (
+                replace(r, node_id=""),
+                self.tensor_parallel[d],
+                None if self._cal is None else self._cal[d],
+                None if self._cal_single is None else self._cal_single[d],
+                self._spread[d] if self._spread else 1,
+            )
+            k = kinds.setdefault(key, len(kinds))
+            if k == len(self._kind_reps):
+                self._kind_reps.append(d)
+            of.append(k)
+        self._kind_of = tuple(of)
+        self._expand = _expander(of)
+        """Per-kind values to per-node tuples: the figures are computed once per kind."""
         self._set_microbatch()
         self.inv_prefill_flops, self.prefill_sources = prefill_rates(
             self.nodes,
@@ -238,54 +263,57 @@ class CostModel:
         further routed experts b tokens touch in a MoE block (:mod:`stowplan.cost.touch`)."""
         ppb = self.params_per_byte
         act = b * model.hidden_dim * model.bytes_per_activation_elem
-        self.flop_s_per_byte = tuple(
-            min(2.0 * ppb * b / r.flops_per_s, _SLOWEST) for r in self.rates
-        )
-        self.xfer_s = tuple(act / r.link_bytes_per_s for r in self.rates)
-        self.intra_xfer_s = tuple(act / r.intra_bytes_per_s for r in self.rates)
-        """Seconds to pass the activations to a stage on another GPU group of the same node."""
-        self.all_reduce_s = tuple(
-            _all_reduce_s(tp, act, r)
-            for tp, r in zip(self.tensor_parallel, self.rates, strict=True)
-        )
-        """One all-reduce of the activations among the node's tensor-parallel GPUs."""
-        self.block_s: tuple[float, ...] = tuple(2 * ar for ar in self.all_reduce_s)
-        """Fixed seconds every block adds on each node: two all-reduces when the stage is
-        tensor parallel, plus its calibrated block cost."""
+        reps, expand = self._kind_reps, self._expand
+        rates = [self.rates[d] for d in reps]
+        flop = [min(2.0 * ppb * b / r.flops_per_s, _SLOWEST) for r in rates]
+        xfer = [act / r.link_bytes_per_s for r in rates]
+        intra = [act / r.intra_bytes_per_s for r in rates]
+        all_reduce = [_all_reduce_s(self.tensor_parallel[d], act, self.rates[d]) for d in reps]
+        block = [2 * ar for ar in all_reduce]
         cal, single = self._cal, self._cal_single
         if cal is not None and single is not None:
-            spread = self._spread
-            self.flop_s_per_byte = tuple(
-                min(v * g / c.compute_efficiency, _SLOWEST)
-                for v, c, g in zip(self.flop_s_per_byte, cal, spread, strict=True)
-            )
-            self.xfer_s = tuple(v + c.hop_overhead_s for v, c in zip(self.xfer_s, cal, strict=True))
-            self.intra_xfer_s = tuple(
-                v + c.hop_overhead_s for v, c in zip(self.intra_xfer_s, cal, strict=True)
-            )
-            # A profile's collective figure is the measured cost of a block's two
-            # all-reduces; the first-order 2·AR(tp) already charges part of it, so the
-            # calibration adds the rest: a block pays max(2·AR, collective).
-            base = [c.block_overhead_s for c in single]
-            self.block_s = tuple(
-                v + b + max(0.0, c.block_overhead_s - b - v)
-                for v, c, b in zip(self.block_s, cal, base, strict=True)
-            )
+            for k, d in enumerate(reps):
+                c = cal[d]
+                flop[k] = min(flop[k] * self._spread[d] / c.compute_efficiency, _SLOWEST)
+                xfer[k] += c.hop_overhead_s
+                intra[k] += c.hop_overhead_s
+                # A profile's collective figure is the measured cost of a block's two
+                # all-reduces; the first-order 2·AR(tp) already charges part of it, so
+                # the calibration adds the rest: a block pays max(2·AR, collective).
+                base = single[d].block_overhead_s
+                block[k] = block[k] + base + max(0.0, c.block_overhead_s - base - block[k])
+        self.flop_s_per_byte = expand(flop)
+        self.xfer_s = expand(xfer)
+        self.intra_xfer_s = expand(intra)
+        """Seconds to pass the activations to a stage on another GPU group of the same node."""
+        self.all_reduce_s = expand(all_reduce)
+        """One all-reduce of the activations among the node's tensor-parallel GPUs."""
+        self.block_s: tuple[float, ...] = expand(block)
+        """Fixed seconds every block adds on each node: two all-reduces when the stage is
+        tensor parallel, plus its calibrated block cost."""
         self._set_stage_classes()
 
     def _set_stage_classes(self) -> None:
         """:attr:`stage_class` from the figures as they now are."""
-        figures = zip(
-            self.inv_bw,
-            self.flop_s_per_byte,
-            self.block_s,
-            self.stage_s,
-            self.xfer_s,
-            self.usable,
-            strict=True,
-        )
+        # The figures are the same on every node of a kind: classes are found per kind
+        # (first seen first, as node by node).
         classes: dict[tuple[float | int, ...], int] = {}
-        self.stage_class = tuple(classes.setdefault(f, len(classes)) for f in figures)
+        self.stage_class = self._expand(
+            [
+                classes.setdefault(
+                    (
+                        self.inv_bw[d],
+                        self.flop_s_per_byte[d],
+                        self.block_s[d],
+                        self.stage_s[d],
+                        self.xfer_s[d],
+                        self.usable[d],
+                    ),
+                    len(classes),
+                )
+                for d in self._kind_reps
+            ]
+        )
         """Per node index, its class: nodes alike in every figure a stage's time (without
         an in-host hop) and fit read — bandwidth, compute, block and stage costs, transfer
         and usable VRAM — share one."""
@@ -556,6 +584,16 @@ def _planning_id_of(index: dict[str, int], a: StageAssignment) -> str:
     if a.node_id in index or not a.gpu_indices:
         return a.node_id
     return gpu_group_id(a.node_id, a.gpu_indices[0], len(a.gpu_indices))
+
+
+def _expander(of: Sequence[int]) -> Callable[[Sequence[T]], tuple[T, ...]]:
+    """``values → (values[of[0]], values[of[1]], …)``, at C speed."""
+    if not of:
+        return lambda values: ()
+    if len(of) == 1:
+        only = of[0]
+        return lambda values: (values[only],)
+    return itemgetter(*of)
 
 
 def _all_reduce_s(tensor_parallel: int, act_bytes: float, rates: NodeRates) -> float:
