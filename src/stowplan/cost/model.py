@@ -61,9 +61,9 @@ microbatches, cycle and tokens/s are :mod:`stowplan.cost.cycle`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from itertools import accumulate
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import TypeVar
 
 from stowplan.calibration.apply import (
@@ -220,7 +220,7 @@ class CostModel:
         figures (rates but for the id, tensor parallel, calibration), first seen first."""
         for d, r in enumerate(self.rates):
             key = (
-                replace(r, node_id=""),
+                _rate_figures(r),
                 self.tensor_parallel[d],
                 None if self._cal is None else self._cal[d],
                 None if self._cal_single is None else self._cal_single[d],
@@ -584,6 +584,10 @@ def _planning_id_of(index: dict[str, int], a: StageAssignment) -> str:
     if a.node_id in index or not a.gpu_indices:
         return a.node_id
     return gpu_group_id(a.node_id, a.gpu_indices[0], len(a.gpu_indices))
+
+
+_rate_figures = attrgetter(*(f.name for f in fields(NodeRates) if f.name != "node_id"))
+"""A node's rates but for its id."""
 
 
 def _expander(of: Sequence[int]) -> Callable[[Sequence[T]], tuple[T, ...]]:
