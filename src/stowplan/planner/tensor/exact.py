@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stowplan.cost import CostModel
 from stowplan.model import Metric
 from stowplan.planner.exact.pipelines import fluid_bound
 from stowplan.planner.problem import Problem
@@ -373,15 +374,19 @@ def _per_block(problem: Problem, groups: GroupCosts) -> float:
     }
     if not kinds:
         return 0.0
-    rp, kp = gcm.read_prefix, gcm.kv_prefix
-    reads = sum(
-        min((rp[b + 1] - rp[b] + kp[b + 1] - kp[b]) * a + bs for a, _, bs in kinds)
-        for b in range(nb)
-    )
-    computes = sum(min((rp[b + 1] - rp[b]) * f + bs for _, f, bs in kinds) for b in range(nb))
-    reads += gcm.head * min(a for a, _, _ in kinds)
-    computes += gcm.head * min(f for _, f, _ in kinds)
+    np = numpy_module()
+    weights, read = _block_bytes(np, gcm, nb)
+    a, f, bs = (np.array(v)[:, None] for v in zip(*kinds, strict=True))
+    # Summed in block order, as every bound of this module is.
+    reads: float = sum((read * a + bs).min(axis=0).tolist()) + gcm.head * float(a.min())
+    computes: float = sum((weights * f + bs).min(axis=0).tolist()) + gcm.head * float(f.min())
     return max(reads, computes) + _forced_crossings(problem)
+
+
+def _block_bytes(np: Any, gcm: CostModel, nb: int) -> tuple[Any, Any]:
+    """Each block's weight bytes, and the bytes a step reads of it (weights and KV)."""
+    weights = np.diff(np.array(gcm.read_prefix[: nb + 1], dtype=float))
+    return weights, weights + np.diff(np.array(gcm.kv_prefix[: nb + 1], dtype=float))
 
 
 def stage_count_trips(problem: Problem, groups: GroupCosts, top: int) -> list[float]:
@@ -417,19 +422,18 @@ def stage_count_trips(problem: Problem, groups: GroupCosts, top: int) -> list[fl
     # Node counts a stage count may use: the fewest holding the model up to itself.
     fewest = _fewest_nodes(problem) or nodes
     usable = (used >= max(1, fewest)) & (used <= stages) & (stages >= 1)
-    rp, kp = gcm.read_prefix, gcm.kv_prefix
+    weights, read = _block_bytes(np, gcm, nb)
+    listed = list(kinds)
+    t, a, f, bs, ss = (np.array(v) for v in zip(*listed, strict=True))
     best = np.zeros(top + 1)
-    for path in (0, 1):
-        sizes = [rp[b + 1] - rp[b] + (kp[b + 1] - kp[b] if path == 0 else 0) for b in range(nb)]
-        cost = {
-            k: [sizes[b] * (k[1] if path == 0 else k[2]) + k[3] for b in range(nb)] for k in kinds
-        }
-        least = [min(c[b] for c in cost.values()) for b in range(nb)]
-        base = sum(least) + gcm.head * min(k[1] if path == 0 else k[2] for k in kinds)
+    for sizes, per_byte in ((read, a), (weights, f)):
+        cost = sizes[None, :] * per_byte[:, None] + bs[:, None]
+        least = cost.min(axis=0)
+        base = sum(least.tolist()) + gcm.head * float(per_byte.min())
+        excess = (cost - least[None, :]).min(axis=1) + ss
         steps: dict[int, float] = {}
-        for k, c in cost.items():
-            w = min(c[b] - least[b] for b in range(nb)) + k[4]
-            steps[k[0]] = min(steps.get(k[0], math.inf), w)
+        for size, w in zip(t.tolist(), excess.tolist(), strict=True):
+            steps[size] = min(steps.get(size, math.inf), w)
         hx, hy = _lower_hull(sorted(steps.items()))
         with np.errstate(divide="ignore", invalid="ignore"):
             mean = np.minimum(used * most / np.maximum(stages, 1.0), hx[-1])
