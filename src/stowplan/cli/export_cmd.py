@@ -49,8 +49,9 @@ def export_command(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the export as JSON.")] = False,
 ) -> None:
-    """Print the settings that run PLAN on an engine: env, flags, command lines, files (for
-    a serve plan, every replica's, sized for its users)."""
+    """Print the settings that run PLAN on an engine: env, flags, commands, files.
+
+    For a serve plan, every replica's settings, sized for its users."""
     text = read_text_file(plan_file, field="PLAN")
     fleet: list[NodeDescriptor] | None = load_nodes(nodes) if nodes is not None else None
     if '"replicas"' in text:

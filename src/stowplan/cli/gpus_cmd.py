@@ -67,8 +67,9 @@ def gpus_command(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """List the known GPUs: memory, bandwidth, tensor TFLOPs, interconnect, and the source
-    of each figure (the curated table; with QUERY or --all, the GPU database too)."""
+    """List the known GPUs: memory, bandwidth, TFLOPs, interconnect, with sources.
+
+    The curated table; with QUERY or --all, the GPU database too."""
     memory_bytes = parse_bytes(memory, field="--memory") if memory is not None else None
     if query is not None and not any(c.isalnum() for c in query):
         raise InputError("QUERY", query, "must name a GPU (letters or digits, e.g. 'a6000')")

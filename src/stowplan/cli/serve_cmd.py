@@ -72,8 +72,9 @@ def serve_command(
         ),
     ] = None,
 ) -> None:
-    """Split the fleet into replicas of MODEL serving the most users within --ttft and
-    --tpot (or, with --users/--rate, the cheapest nodes that serve them)."""
+    """Split the fleet into replicas of MODEL serving the most users within the SLOs.
+
+    With --users or --rate: the cheapest nodes that serve them within the SLOs."""
     workload = Workload(
         prompt_tokens=prompt,
         output_tokens=output,
