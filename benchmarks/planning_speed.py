@@ -4,6 +4,7 @@ python benchmarks/planning_speed.py --repeats 3            # every case but the 
 python benchmarks/planning_speed.py --repeats 3 --slow     # also the slow MoE cases
 python benchmarks/planning_speed.py --repeats 3 --refusals # requests that cannot be met
 python benchmarks/planning_speed.py --repeats 3 --growth   # time against fleet size
+python benchmarks/planning_speed.py --slow --only deepseek  # only the cases naming deepseek
 
 CPU time is ``time.process_time`` around one ``plan()`` call; each case is planned once
 as a warm-up, then ``--repeats`` times, and the median is printed as a markdown table
@@ -202,6 +203,9 @@ def main() -> None:
         "--refusals", action="store_true", help="time requests that cannot be met instead"
     )
     ap.add_argument("--growth", action="store_true", help="time nested fleets, fit the exponent")
+    ap.add_argument(
+        "--only", default="", help="only the cases whose fleet, model or objective holds this"
+    )
     args = ap.parse_args()
     if args.growth:
         growth(args.repeats)
@@ -210,6 +214,8 @@ def main() -> None:
     print("| --- | --- | --- | ---: | --- |")
     for fleet, name, objective, make, c, slow in refusals() if args.refusals else cases():
         if slow and not args.slow:
+            continue
+        if args.only and not any(args.only in field for field in (fleet, name, objective)):
             continue
         model = lookup(name)
         assert model is not None, name

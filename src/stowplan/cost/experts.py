@@ -64,6 +64,7 @@ def expert_stage_times(
     load: ExpertLoad | None = None,
     coactivation: CoActivation | None = None,
     bandwidth_gbps: Mapping[str, float] | None = None,
+    holders_by_block: Sequence[Holders] | None = None,
 ) -> tuple[ExpertTime, ...]:
     """The expert term of every stage's time per decode step (first-order, like ``cost``).
 
@@ -83,7 +84,9 @@ def expert_stage_times(
     ``h``: add them to the stage time of the backbone (:func:`backbone_layout`).
     ``bandwidth_gbps`` overrides per node id; otherwise the cost model's
     bandwidth is used.  An unknown link (``link_mbps`` 0) costs no transfer
-    time, as in :mod:`stowplan.cost`.
+    time, as in :mod:`stowplan.cost`.  ``holders_by_block`` is :func:`holders_of` of ``plan``
+    when the caller has it (the planner, from its packing), so it is not rebuilt from
+    the plan's expert lists.
     """
     ex = model.experts
     if ex is None:
@@ -99,7 +102,7 @@ def expert_stage_times(
         if not bw > 0:
             raise InputError(f"{x.id}.mem_bandwidth_gbps", bw, "must be > 0 to time its experts")
     routing = token_routing(model, load, coactivation)
-    all_holders = holders_of(plan, model)
+    all_holders = holders_of(plan, model) if holders_by_block is None else holders_by_block
     home_stage = stage_of_block(plan)
     n = len(ordered)
     act = model.hidden_dim * model.bytes_per_activation_elem
@@ -165,6 +168,8 @@ def expert_prediction(
     load: ExpertLoad | None = None,
     coactivation: CoActivation | None = None,
     calibration: Calibration | None = None,
+    *,
+    holders_by_block: Sequence[Holders] | None = None,
 ) -> Prediction:
     """The cost model's prediction for an expert-parallel ``plan``.
 
@@ -172,7 +177,8 @@ def expert_prediction(
     (:func:`backbone_layout`) plus its :func:`expert_stage_times`; the KV
     capacity counts the experts each stage holds.  ``calibration`` applies to
     the backbone's stage times (as in :func:`stowplan.cost.predict`) and its
-    bandwidth fraction to the experts' reads.
+    bandwidth fraction to the experts' reads.  ``holders_by_block``: as in
+    :func:`expert_stage_times`.
     """
     from stowplan.cost.model import CostModel
 
@@ -199,6 +205,7 @@ def expert_prediction(
         load=load,
         coactivation=coactivation,
         bandwidth_gbps=bw,
+        holders_by_block=holders_by_block,
     )
     stage = tuple(t + e.total_s for t, e in zip(base.stage_time_s, extra, strict=True))
     hops = cm.evaluate(order, bounds).hops_s

@@ -117,8 +117,14 @@ def place_experts(
         assignments=assignments,
         model_name=model.name,
     )
-    summary = expert_summary(result, model, nodes, load, coactivation)
-    prediction = expert_prediction(model, nodes, constraints, result, load, coactivation)
+    # The stages holding each expert, as holders_of reads them off the plan (ascending).
+    stage_holders = tuple([sorted(hs) for hs in block] for block in packing.holders)
+    summary = expert_summary(
+        result, model, nodes, load, coactivation, holders_by_block=stage_holders
+    )
+    prediction = expert_prediction(
+        model, nodes, constraints, result, load, coactivation, holders_by_block=stage_holders
+    )
     # One source of truth: every figure below comes from the final plan and its prediction;
     # the backbone's own notes (stage VRAM, KV capacity, certificate) described the blocks
     # without their experts and are not carried over.

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from stowplan.errors import InputError
 from stowplan.model import ModelLayout, NodeDescriptor
 from stowplan.moe.routing import (
+    Holders,
     holders_of,
     imbalance,
     node_loads,
@@ -63,15 +64,20 @@ def expert_summary(
     nodes: Sequence[NodeDescriptor],
     load: ExpertLoad | None = None,
     coactivation: CoActivation | None = None,
+    *,
+    holders_by_block: Sequence[Holders] | None = None,
 ) -> ExpertSummary:
-    """Balance and traffic of the experts ``plan`` places, under ``load``/``coactivation``."""
+    """Balance and traffic of the experts ``plan`` places, under ``load``/``coactivation``.
+
+    ``holders_by_block`` is :func:`~stowplan.moe.routing.holders_of` of ``plan`` when the caller
+    has it (the planner, from its packing), so it is not rebuilt from the plan's lists."""
     ex = model.experts
     if ex is None:
         raise InputError("model", model.name, "has no routed experts")
     ordered = nodes_in_order(plan, nodes)
     speeds, source = expert_speeds(ordered)
     routing = token_routing(model, load, coactivation)
-    all_holders = holders_of(plan, model)
+    all_holders = holders_of(plan, model) if holders_by_block is None else holders_by_block
     home_stage = stage_of_block(plan)
     n = len(ordered)
     work = [0.0] * n

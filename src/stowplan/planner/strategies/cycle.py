@@ -271,8 +271,9 @@ class _MoveTimes:
         cycle_s: float,
         used: set[int],
     ) -> list[tuple[float, int, int]]:
-        """(estimated cycle, ``s``, node) of every unused node that holds stage ``s`` and
-        whose estimate is below ``cycle_s``."""
+        """The least (estimated cycle, ``s``, node) over the unused nodes that hold stage
+        ``s`` with an estimate below ``cycle_s`` (none: empty): :func:`swapped` takes only
+        the least move where it times stages on arrays, so the rest are not listed."""
         np, cm = self.np, self.cm
         weights = cm.read_prefix[hi] - cm.read_prefix[lo] + (cm.head if last else 0)
         read = weights + cm.kv_prefix[hi] - cm.kv_prefix[lo]
@@ -282,7 +283,13 @@ class _MoveTimes:
             t = t + self.xfer
         guess = np.maximum(base + t + self.hop, m * np.maximum(t, others))
         ok = (guess < cycle_s * (1 - 1e-9)) & (cm.stage_bytes(lo, hi, first, last) <= self.usable)
-        return [(float(guess[e]), s, int(e)) for e in np.flatnonzero(ok) if int(e) not in used]
+        if used:
+            ok[list(used)] = False
+        found = np.flatnonzero(ok)
+        if not found.size:
+            return []
+        least = int(np.argmin(guess[found]))  # the first of equal estimates: the least node
+        return [(float(guess[found[least]]), s, int(found[least]))]
 
 
 def swapped(cm: CostModel, p: Pipeline) -> Pipeline:

@@ -26,6 +26,12 @@ from stowplan.planner.strategies.capacity_arrays import (
     numpy_module,
 )
 from stowplan.planner.strategies.memo import PerModel
+from stowplan.planner.strategies.split_arrays import (
+    SPLIT_ARRAY_BLOCKS,
+    StageArrays,
+    node_stage_arrays,
+    split_steps,
+)
 from stowplan.planner.strategies.throughput import Pipeline
 
 __all__ = ["latency_pipeline", "latency_split"]
@@ -611,8 +617,66 @@ def latency_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
     """The least time per token over subsequences (≥ 2 stages) of ``order``, any block sizes.
 
     A dynamic programme over (node position, blocks placed): each node in turn
-    is skipped, or takes the next contiguous run of blocks that fits its VRAM.
+    is skipped, or takes the next contiguous run of blocks that fits its VRAM.  Models of
+    :data:`~stowplan.planner.strategies.split_arrays.SPLIT_ARRAY_BLOCKS` blocks or more
+    run it on numpy arrays (the same split), fewer in Python.
     """
+    nb = cm.num_blocks
+    np = numpy_module() if nb >= SPLIT_ARRAY_BLOCKS else None
+    if np is not None:
+        arrays = _split_arrays(cm)
+        steps = []
+        for d in order:
+            key = _table_key(cm, d)
+            if key not in arrays:
+                arrays[key] = node_stage_arrays(np, cm, d)
+            steps.append((cm.latency_s[d], arrays[key]))
+        best, at, choices = split_steps(np, nb, steps)
+    else:
+        best, at, choices = _split_plain(cm, order)
+    if best == math.inf:
+        return None
+    p, j = at
+    stages = [(order[p], j)]
+    q = p - 1
+    while j > 0:
+        while choices[q][j] < 0:
+            q -= 1
+        lo = int(choices[q][j])
+        stages.append((order[q], lo))
+        j = lo
+        q -= 1
+    stages.reverse()
+    return [d for d, _ in stages], [lo for _, lo in stages] + [nb]
+
+
+def _table_key(cm: CostModel, d: int) -> tuple[float | int, ...]:
+    """The figures node ``d``'s stage tables depend on: nodes alike in them share tables."""
+    return (
+        cm.inv_bw[d],
+        cm.flop_s_per_byte[d],
+        cm.block_s[d],
+        cm.stage_s[d],
+        cm.xfer_s[d],
+        cm.usable[d],
+    )
+
+
+def _tables_of(
+    cm: CostModel, d: int, key: tuple[float | int, ...]
+) -> tuple[list[float], list[list[float]]]:
+    """Node ``d``'s :func:`_stage_tables`, kept per cost model under ``key``."""
+    tables = _split_tables(cm)
+    if key not in tables:
+        tables[key] = _stage_tables(cm, d)
+    return tables[key]
+
+
+def _split_plain(
+    cm: CostModel, order: Sequence[int]
+) -> tuple[float, tuple[int, int], list[list[int]]]:
+    """:func:`latency_split`'s programme in Python: the least time, where it ends and the
+    choices (as :func:`~stowplan.planner.strategies.split_arrays.split_steps`)."""
     nb = cm.num_blocks
     inf = math.inf
     g = [inf] * (nb + 1)
@@ -621,14 +685,9 @@ def latency_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
     choices: list[list[int]] = []
     # Nodes alike in every figure the stage times use share their tables, as do the
     # splits of one cost model (its stage counts, and the orders of one node set).
-    tables = _split_tables(cm)
     for p, d in enumerate(order):
         lat = cm.latency_s[d]
-        key: tuple[float | int, ...] = (cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d])
-        key += (cm.stage_s[d], cm.xfer_s[d], cm.usable[d])
-        if key not in tables:
-            tables[key] = _stage_tables(cm, d)
-        last_s, stage_s = tables[key]
+        last_s, stage_s = _tables_of(cm, d, _table_key(cm, d))
         for j in range(1, nb):
             if g[j] < inf and last_s[j] < inf:
                 v = g[j] + last_s[j] + lat
@@ -646,19 +705,7 @@ def latency_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
                     new[k], choice[k] = v, j
         choices.append(choice)
         g = new
-    if best == inf:
-        return None
-    p, j = at
-    stages = [(order[p], j)]
-    q = p - 1
-    while j > 0:
-        while choices[q][j] < 0:
-            q -= 1
-        stages.append((order[q], choices[q][j]))
-        j = choices[q][j]
-        q -= 1
-    stages.reverse()
-    return [d for d, _ in stages], [lo for _, lo in stages] + [nb]
+    return best, at, choices
 
 
 def _no_tables(
@@ -669,6 +716,14 @@ def _no_tables(
 
 _split_tables = PerModel(_no_tables)
 """Per cost model, :func:`latency_split`'s stage tables by the figures they depend on."""
+
+
+def _no_arrays(cm: CostModel) -> dict[tuple[float | int, ...], StageArrays]:
+    return {}
+
+
+_split_arrays = PerModel(_no_arrays)
+"""Per cost model, the stage tables as arrays, by the figures they depend on."""
 
 
 def _stage_tables(cm: CostModel, d: int) -> tuple[list[float], list[list[float]]]:

@@ -1,0 +1,91 @@
+"""The dynamic programme of :func:`~stowplan.planner.strategies.latency.latency_split` on
+numpy arrays: one node's step over every block at once.
+
+The plain programme visits each (node, first block, last block) in Python; on models of
+~60 blocks and orders of ~30 nodes that is tens of thousands of additions per split, and
+a MoE plan on a large fleet runs dozens of splits.  Here a node's stage times are one
+matrix and a step is an addition and a column minimum.  Every sum is the plain one's
+(``(g[j] + lat) + s`` and ``(g[j] + last) + lat``, in float64), and ties go to the first
+block as the plain loop's strict ``<`` gives them, so both return the same split.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from stowplan.cost import CostModel
+
+__all__ = ["SPLIT_ARRAY_BLOCKS", "StageArrays", "node_stage_arrays", "split_steps"]
+
+SPLIT_ARRAY_BLOCKS = 16
+"""Models of at least this many blocks are split on arrays (below, Python is as quick)."""
+
+StageArrays = tuple[Any, Any]
+"""A node's stage times as arrays: the last stage from each block ``j`` (length
+``nb + 1``, inf where it does not fit or ``j`` is 0 or ``nb``), and an earlier stage
+from ``j`` (rows, ``0 ≤ j < nb - 1``) to ``k`` (columns, ``0 ≤ k ≤ nb``; inf where it
+does not fit or ``k ≤ j``)."""
+
+
+def node_stage_arrays(np: Any, cm: CostModel, d: int) -> StageArrays:
+    """Node ``d``'s stage times as :data:`StageArrays`, with the plain tables' arithmetic
+    (:meth:`CostModel.stage_time`'s): byte counts stay integers until they meet a float,
+    as in Python, so every time is the same float."""
+    nb = cm.num_blocks
+    rp = np.array(cm.read_prefix, dtype=np.int64)
+    mp = np.array(cm.mem_prefix, dtype=np.int64)
+    kp = np.array(cm.kv_prefix, dtype=np.float64)
+    ib, fl, bs, ss = cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d]
+    xfer, room = cm.xfer_s[d], cm.usable[d]
+    last = np.full(nb + 1, math.inf)
+    j = np.arange(1, nb)
+    weights = rp[nb] - rp[j] + cm.head
+    t = np.maximum((weights + kp[nb] - kp[j]) * ib, weights * fl)
+    t = t + ((nb - j) * bs + ss)
+    last[1:nb] = np.where(mp[nb] - mp[j] + cm.head <= room, t, math.inf)
+    rows = max(nb - 1, 0)
+    runs = np.full((rows, nb + 1), math.inf)
+    if rows:
+        lo = np.arange(rows)[:, None]
+        hi = np.arange(1, nb)[None, :]
+        extra = np.where(lo == 0, cm.embed, 0)
+        weights = rp[hi] - rp[lo]
+        t = np.maximum((weights + kp[hi] - kp[lo]) * ib, weights * fl)
+        t = t + ((hi - lo) * bs + ss) + xfer
+        # A stage ends at the first block it cannot hold (the plain loop breaks there).
+        ok = (hi <= lo) | (mp[hi] - mp[lo] + extra <= room)
+        fits = np.logical_and.accumulate(ok, axis=1) & (hi > lo)
+        runs[:, 1:nb] = np.where(fits, t, math.inf)
+    return last, runs
+
+
+def split_steps(
+    np: Any, nb: int, steps: Sequence[tuple[float, StageArrays]]
+) -> tuple[float, tuple[int, int], list[Any]]:
+    """The programme over the nodes of an order, given per node its hop (``lat``) and
+    stage arrays: the least time, where it ends (position, first block of the last stage;
+    ``(-1, -1)`` when none), and per position the block each ``k`` was reached from
+    (-1 where the node does not end a stage at ``k``), as the plain loop gives them."""
+    inf = math.inf
+    g = np.full(nb + 1, inf)
+    best, at = inf, (-1, -1)
+    choices: list[Any] = []
+    rows = max(nb - 1, 0)
+    for p, (lat, (last_a, runs_a)) in enumerate(steps):
+        ends = g + last_a + lat
+        j = int(np.argmin(ends))
+        if ends[j] < best:
+            best, at = float(ends[j]), (p, j)
+        base = g[:rows] + lat
+        if rows:
+            base[0] = lat
+        grid = base[:, None] + runs_a
+        pick = np.argmin(grid, axis=0)
+        least = grid[pick, np.arange(nb + 1)]
+        better = least < g
+        choice = np.where(better, pick, -1)
+        g = np.where(better, least, g)
+        choices.append(choice)
+    return best, at, choices

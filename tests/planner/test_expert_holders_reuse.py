@@ -1,0 +1,32 @@
+"""The expert planner hands its packing's holders to the summary and the prediction
+instead of rebuilding them from the plan: the figures must be those read off the plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from stowplan import Constraints, ExpertInputs, ExpertPlacement, lookup, plan
+from stowplan.cost.experts import expert_prediction
+from stowplan.moe.stats import zipf_load
+from stowplan.planner.experts import expert_summary
+from tests.common.seeded import seeded_cluster
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+@pytest.mark.parametrize("skewed", [False, True])
+def test_prediction_and_summary_match_the_plan(batch: int, skewed: bool) -> None:
+    model = lookup("mixtral:8x7b")
+    assert model is not None and model.experts is not None
+    ex = model.experts
+    load = zipf_load(len(ex.moe_blocks), ex.num_experts, exponent=1.1) if skewed else None
+    nodes = seeded_cluster(7, 12)
+    c = Constraints(batch=batch)
+    got = plan(
+        model,
+        nodes,
+        c,
+        experts=ExpertInputs(placement=ExpertPlacement.EXPERT_PARALLEL, load=load),
+    )
+    assert got.rationale.prediction == expert_prediction(model, nodes, c, got, load)
+    kept = expert_summary(got, model, nodes, load)
+    assert any(f"{kept.transfers_per_token:.2f}" in n for n in got.rationale.notes)
