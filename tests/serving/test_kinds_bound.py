@@ -6,7 +6,6 @@ serve() reports with it."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from itertools import combinations
 
 from hypothesis import given
@@ -18,26 +17,10 @@ from stowplan.serving.bounds import FleetRates, fleet_users_bound, users_bound
 from stowplan.serving.kinds_bound import fleet_kinds_bound, kinds, kinds_users_bound
 from tests.common.serving_models import fleets, loads, models, serve_settings, workload
 from tests.common.serving_referee import Load, Referee
+from tests.common.typed_fleets import typed_fleets
 
 GB = 10**9
 SETTINGS = serve_settings(15)
-
-
-@st.composite
-def typed_fleets(draw: st.DrawFn) -> list[NodeDescriptor]:
-    """2–5 single-GPU nodes of one or two types: copies of drawn nodes with links,
-    hop latencies and prices of their own."""
-    bases = draw(fleets(1, 2))
-    return [
-        replace(
-            draw(st.sampled_from(bases)),
-            id=f"m{i}",
-            link_mbps=draw(st.floats(1000, 100_000)),
-            link_latency_ms=draw(st.floats(0, 20)),
-            price_per_hour=round(draw(st.floats(0.1, 3.0)), 2),
-        )
-        for i in range(draw(st.integers(2, 5)))
-    ]
 
 
 @SETTINGS
