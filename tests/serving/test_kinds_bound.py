@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from stowplan import Constraints, ModelLayout, NodeDescriptor, Workload, serve
 from stowplan.models import resolve_model
-from stowplan.serving.bounds import FleetRates, fleet_users_bound, users_bound
+from stowplan.serving.bounds import FleetRates, fleet_users_bound, rate_bound, users_bound
 from stowplan.serving.kinds_bound import fleet_kinds_bound, kinds, kinds_users_bound
 from tests.common.serving_models import fleets, loads, models, serve_settings, workload
 from tests.common.serving_referee import Load, Referee
@@ -35,6 +35,21 @@ def test_a_replica_spanning_all_its_nodes_serves_no_more_than_the_bound_of_that_
             exact, _ = ref.best_replica(members)
             for span in range(1, size + 1):
                 assert exact <= users_bound(rates, members, workload(load), span=span)
+
+
+@SETTINGS
+@given(models, fleets(2, 4), loads)
+def test_a_replica_spanning_all_its_nodes_serves_no_more_requests_than_the_rate_bound_of_that_span(
+    model: ModelLayout, nodes: list[NodeDescriptor], load: Load
+) -> None:
+    ref = Referee(model, nodes, load)
+    rates = FleetRates.of(model, nodes, Constraints(batch=1), workload(load))
+    for size in range(2, len(nodes) + 1):
+        for members in combinations(range(len(nodes)), size):
+            _, exact = ref.best_replica(members)
+            for span in range(1, size + 1):
+                got = rate_bound(rates, members, workload(load), span=span)
+                assert exact <= got * (1 + 1e-9)
 
 
 @SETTINGS

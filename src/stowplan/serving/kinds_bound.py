@@ -186,8 +186,8 @@ class FleetKinds:
     :func:`~stowplan.serving.bounds.rate_bound`) and its splits side by side
     (:func:`~stowplan.serving.candidates.splits`); a kind of several nodes, whose
     replicas span all of them, by ``users_bound`` with that span (the network hops it
-    must cross; ``rate_bound`` of any pipeline on them), and a large kind by
-    ``users_bound`` spanning ``K + 1`` nodes.  :meth:`refine` bounds a kind of a few
+    must cross; ``rate_bound`` with that span), and a large kind by ``users_bound``
+    (``rate_bound``) spanning ``K + 1`` nodes.  :meth:`refine` bounds a kind of a few
     single-GPU nodes again: every pipeline tried
     (:func:`~stowplan.serving.exhaustive.best_replica_value`) or the subset programme's
     bound (:func:`~stowplan.serving.pipeline_bound.pipeline_users_bound`,
@@ -234,10 +234,8 @@ class FleetKinds:
             whole = (rate_bound(rates, chosen, w) if self.by_rate else ub) if ub >= 1 else 0
             sides = [sp.bound for sp in splits(self.model, one, w, self.c, by_rate=self.by_rate)]
             return float(max([whole, *sides]))
-        if users_bound(rates, chosen, w, span=span) < 1:
-            return 0.0
         if self.by_rate:
-            return rate_bound(rates, chosen, w)
+            return rate_bound(rates, chosen, w, span=span)
         return float(users_bound(rates, chosen, w, span=span))
 
     def refine(self, combo: tuple[int, ...]) -> float | None:
