@@ -39,6 +39,7 @@ from stowplan.serving.bounds import FleetRates, rate_bound, users_bound
 from stowplan.serving.candidates import splits
 from stowplan.serving.compositions import best_links, node_types
 from stowplan.serving.exhaustive import best_replica_value
+from stowplan.serving.node_groups import best_node_replicas
 from stowplan.serving.pipeline_bound import pipeline_rate_bound, pipeline_users_bound
 from stowplan.workload import Workload
 
@@ -187,8 +188,10 @@ class FleetKinds:
     (:func:`~stowplan.serving.candidates.splits`); a kind of several nodes, whose
     replicas span all of them, by ``users_bound`` with that span (the network hops it
     must cross; ``rate_bound`` with that span), and a large kind by ``users_bound``
-    (``rate_bound``) spanning ``K + 1`` nodes.  :meth:`refine` bounds a kind of a few
-    single-GPU nodes again: every pipeline tried
+    (``rate_bound``) spanning ``K + 1`` nodes.  :meth:`refine` bounds a kind holding a
+    multi-GPU node again by every grouping of its GPUs and pipeline of the groups
+    (:func:`~stowplan.serving.node_groups.best_node_replicas`, exact), and a kind of a
+    few single-GPU nodes by every pipeline tried
     (:func:`~stowplan.serving.exhaustive.best_replica_value`) or the subset programme's
     bound (:func:`~stowplan.serving.pipeline_bound.pipeline_users_bound`,
     :func:`~stowplan.serving.pipeline_bound.pipeline_rate_bound`), both over subsets
@@ -241,6 +244,9 @@ class FleetKinds:
     def refine(self, combo: tuple[int, ...]) -> float | None:
         """A smaller bound of a kind of a few single-GPU nodes; None where none is found."""
         on = [self.fleet[i] for i in self.members(combo)]
+        if any(n.num_gpus > 1 for n in on):
+            grouped = best_node_replicas(self.model, on, self.w, self.c, by_rate=self.by_rate)
+            return None if grouped is None else grouped.value
         got = best_replica_value(self.model, on, self.w, self.c, by_rate=self.by_rate)
         if got is not None:
             return got

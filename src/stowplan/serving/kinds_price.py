@@ -18,7 +18,11 @@ first type ``f`` and ``z[f][t]`` the nodes of type ``t`` these hold.  Their user
 requests/s) are at most the first row's left side, which is therefore at least the
 target, and each type's nodes they take are rented.  The objective there is their
 $/h, so the optimum (of the relaxation over the reals) bounds the price of every such
-set from below.  What it adds to the pooled floor of
+set from below.  So does any bound proved on the same programme with every column
+whole (the replicas, the large replicas' nodes and the nodes rented are counts), which
+HiGHS solves for a moment once the relaxation's kinds are refined: a replica of 97 users
+then takes a whole node where the relaxation rented a tenth of one.  What it adds to
+the pooled floor of
 :mod:`~stowplan.serving.price_floor` is that every replica is charged the nodes it
 needs to hold the weights and serves no more than a replica of its kind can.
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.serving.kinds_bound import KIND_LIMIT, FleetKinds, kinds
@@ -36,6 +41,9 @@ __all__ = ["REFINE_LIMIT", "fleet_kinds_price_floor", "kinds_price_floor"]
 
 REFINE_LIMIT = 24
 """Most kinds refined."""
+
+MILP_SECONDS = 0.5
+"""The time the programme with whole columns may take (its best bound so far is kept)."""
 
 
 def kinds_price_floor(
@@ -54,7 +62,8 @@ def kinds_price_floor(
     reaches the target (then nothing is bounded).  ``refine(c)``, when given, is a
     smaller bound of a kind the programme uses (None: none smaller); those are put in
     and the programme solved again, until it uses none it has not refined or
-    :data:`REFINE_LIMIT` are: a smaller column only raises the optimum."""
+    :data:`REFINE_LIMIT` are: a smaller column only raises the optimum.  The floor is the
+    larger of the relaxation's optimum and the bound proved with whole columns."""
     try:
         import numpy as np
         from scipy.optimize import linprog
@@ -127,7 +136,32 @@ def kinds_price_floor(
             if smaller is not None and smaller < values[c]:
                 values[c], fresh = max(0.0, smaller), True
         if not fresh:
-            return low if math.isfinite(low) else None
+            if not math.isfinite(low):
+                return None
+            return max(low, _integral_floor(obj, rows, rhs, bounds))
+
+
+def _integral_floor(
+    obj: Any, rows: Any, rhs: Any, bounds: Sequence[tuple[float, float | None]]
+) -> float:
+    """The best bound HiGHS proves within :data:`MILP_SECONDS` on the programme with
+    every column whole (replicas, large replicas' nodes and the nodes rented are counts:
+    every set of disjoint replicas is still a point of it); -inf where it proves none."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    lo = [b[0] for b in bounds]
+    hi = [math.inf if b[1] is None else b[1] for b in bounds]
+    res = milp(
+        obj,
+        constraints=LinearConstraint(rows, -math.inf, rhs),
+        bounds=Bounds(lo, hi),
+        integrality=[1] * len(obj),
+        options={"time_limit": MILP_SECONDS},
+    )
+    dual = getattr(res, "mip_dual_bound", None)
+    if res.status not in (0, 1) or dual is None or not math.isfinite(dual):
+        return -math.inf
+    return float(dual)
 
 
 def fleet_kinds_price_floor(
