@@ -45,6 +45,10 @@ REFINE_LIMIT = 24
 MILP_SECONDS = 0.5
 """The time the programme with whole columns may take (its best bound so far is kept)."""
 
+WHOLE_ROUNDS = 4
+"""Most times the programme with whole columns is solved (the kinds its point uses
+refined between)."""
+
 
 def kinds_price_floor(
     prices: Sequence[Sequence[float]],
@@ -62,8 +66,9 @@ def kinds_price_floor(
     reaches the target (then nothing is bounded).  ``refine(c)``, when given, is a
     smaller bound of a kind the programme uses (None: none smaller); those are put in
     and the programme solved again, until it uses none it has not refined or
-    :data:`REFINE_LIMIT` are: a smaller column only raises the optimum.  The floor is the
-    larger of the relaxation's optimum and the bound proved with whole columns."""
+    :data:`REFINE_LIMIT` are: a smaller column only raises the optimum.  Then the same
+    with whole columns, the kinds of its best point refined, up to :data:`WHOLE_ROUNDS`
+    times.  The floor is the largest bound of all these programmes."""
     try:
         import numpy as np
         from scipy.optimize import linprog
@@ -83,6 +88,7 @@ def kinds_price_floor(
                 large.append((f, got))
     rank = {t: j for j, t in enumerate(order)}
     refined: set[tuple[int, ...]] = set()
+    low, rounds = -math.inf, 0
     while True:
         used = [c for c in combos if values[c] > 0]
         # Columns: x per kind; per large kind f: y[f] and z[f][t] for t from f on; n per node.
@@ -121,32 +127,42 @@ def kinds_price_floor(
             rows[first, y] = 1.0
             rows[size, y] = float(most + 1)
         bounds = [(0.0, None)] * rented + [(0.0, 1.0)] * (cols - rented)
-        res = linprog(obj, A_ub=rows, b_ub=rhs, bounds=bounds, method="highs")
-        if res.status != 0:
-            return None
-        low = float(res.fun)
-        if refine is None:
-            return low
+        if rounds == 0:
+            res = linprog(obj, A_ub=rows, b_ub=rhs, bounds=bounds, method="highs")
+            if res.status != 0 or not math.isfinite(res.fun):
+                return None
+            got, x = float(res.fun), res.x
+        else:
+            got, x = _integral_floor(obj, rows, rhs, bounds)
+        # A column only shrinks: every programme solved bounds the price.
+        low = max(low, got)
         fresh = False
         for j, c in enumerate(used):
-            if res.x[j] <= 1e-9 or c in refined or len(refined) >= REFINE_LIMIT:
+            if x is None or refine is None or x[j] <= 1e-9 or c in refined:
                 continue
+            if len(refined) >= REFINE_LIMIT:
+                break
             refined.add(c)
             smaller = refine(c)
             if smaller is not None and smaller < values[c]:
                 values[c], fresh = max(0.0, smaller), True
         if not fresh:
-            if not math.isfinite(low):
-                return None
-            return max(low, _integral_floor(obj, rows, rhs, bounds))
+            if rounds > 0:
+                return low
+            rounds = 1  # the relaxation is settled: now with whole columns
+        elif rounds > 0:
+            rounds += 1
+            if rounds > WHOLE_ROUNDS:
+                return low
 
 
 def _integral_floor(
     obj: Any, rows: Any, rhs: Any, bounds: Sequence[tuple[float, float | None]]
-) -> float:
+) -> tuple[float, Any]:
     """The best bound HiGHS proves within :data:`MILP_SECONDS` on the programme with
     every column whole (replicas, large replicas' nodes and the nodes rented are counts:
-    every set of disjoint replicas is still a point of it); -inf where it proves none."""
+    every set of disjoint replicas is still a point of it) and the best point it found;
+    (-inf, None) where it proves nothing."""
     from scipy.optimize import Bounds, LinearConstraint, milp
 
     lo = [b[0] for b in bounds]
@@ -160,8 +176,8 @@ def _integral_floor(
     )
     dual = getattr(res, "mip_dual_bound", None)
     if res.status not in (0, 1) or dual is None or not math.isfinite(dual):
-        return -math.inf
-    return float(dual)
+        return -math.inf, None
+    return float(dual), res.x
 
 
 def fleet_kinds_price_floor(
