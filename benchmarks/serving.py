@@ -3,6 +3,7 @@
 python benchmarks/serving.py            # the README table (≈ 5 min on 2 shared cores)
 python benchmarks/serving.py --quick    # smoke run
 python benchmarks/serving.py --speed    # the timing table only
+python benchmarks/serving.py --floors   # the price floors' table only
 
 Part 1 draws random heterogeneous fleets of 2–6 single-GPU nodes (every figure explicit)
 and small dense or MoE models, and scores serve() by the referee of
@@ -14,7 +15,9 @@ reported TTFT/TPOT and the formulas' for the plan it chose.  Part 2 times serve(
 8 mixed nodes, 64 single-GPU nodes and 100 vast.ai-style offers
 (``benchmarks/offer_search.py``'s generator), and the cheapest of the 50 offers of
 ``examples/offers/market.json`` for 200 users of llama3.1:70b: the median of
-``--repeat`` runs, wall and CPU time.
+``--repeat`` runs, wall and CPU time.  Part 3 (``--floors``, or with the rest) gives the
+certificate of the cheapest nodes for a target on fleets too large to bound split by
+split: the price found, the floor under it and the gap.
 """
 
 from __future__ import annotations
@@ -189,6 +192,38 @@ def speed(repeat: int) -> None:
     timed("50 market offers, 200 users", "llama3.1:70b", market, replace(w, users=200), repeat)
 
 
+def floors() -> None:
+    offers = _offer_module().offers
+    w = Workload(prompt_tokens=2048, output_tokens=256, ttft_s=1.0, tpot_s=0.05)
+    consumer = Workload(prompt_tokens=2048, output_tokens=256, ttft_s=3.0, tpot_s=0.1)
+    single = offers(64, 2, consumer=True)
+    many = offers(100, 3)
+    market = load_offers(ROOT / "examples" / "offers" / "market.json")
+    cases = [
+        (
+            "64 single-GPU offers",
+            "65 users",
+            "llama3.1:70b-q4",
+            single,
+            replace(consumer, users=65),
+        ),
+        ("100 offers", "300 users", "llama3.1:70b", many, replace(w, users=300)),
+        ("100 offers", "20 requests/s", "llama3.1:70b", many, replace(w, rate_per_s=20.0)),
+        ("50 market offers", "200 users", "llama3.1:70b", market, replace(w, users=200)),
+    ]
+    print("| fleet | target | model | $/h | floor | gap | CPU |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: |")
+    for label, goal, model, nodes, load in cases:
+        c = time.process_time()
+        sp = serve(model, nodes, load)
+        cpu = time.process_time() - c
+        cert = sp.certificate
+        print(
+            f"| {label} | {goal} | {model} | {sp.price_per_hour:.2f} | {cert.bound:.2f} "
+            f"| {cert.gap:.1%} | {cpu:.2f} s |"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--examples", type=int, default=40)
@@ -196,10 +231,16 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--speed", action="store_true", help="only the timing table")
+    ap.add_argument("--floors", action="store_true", help="only the price floors' table")
     args = ap.parse_args()
+    if args.floors:
+        floors()
+        return
     if not args.speed:
         quality(8 if args.quick else args.examples, args.seed)
     speed(1 if args.quick else args.repeat)
+    if not args.speed:
+        floors()
 
 
 if __name__ == "__main__":

@@ -85,6 +85,7 @@ PURE_MODULES = (
     "stowplan.serving",
     "stowplan.serving.price_cut",
     "stowplan.serving.kinds_bound",
+    "stowplan.serving.kinds_price",
     "stowplan.serving.kind_replicas",
     "stowplan.serving.node_groups",
     "stowplan.quantities.units",

@@ -6,7 +6,6 @@ serve() reports with it."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from itertools import combinations
 
 from hypothesis import given
@@ -14,30 +13,14 @@ from hypothesis import strategies as st
 
 from stowplan import Constraints, ModelLayout, NodeDescriptor, Workload, serve
 from stowplan.models import resolve_model
-from stowplan.serving.bounds import FleetRates, fleet_users_bound, users_bound
+from stowplan.serving.bounds import FleetRates, fleet_users_bound, rate_bound, users_bound
 from stowplan.serving.kinds_bound import fleet_kinds_bound, kinds, kinds_users_bound
 from tests.common.serving_models import fleets, loads, models, serve_settings, workload
 from tests.common.serving_referee import Load, Referee
+from tests.common.typed_fleets import typed_fleets
 
 GB = 10**9
 SETTINGS = serve_settings(15)
-
-
-@st.composite
-def typed_fleets(draw: st.DrawFn) -> list[NodeDescriptor]:
-    """2–5 single-GPU nodes of one or two types: copies of drawn nodes with links,
-    hop latencies and prices of their own."""
-    bases = draw(fleets(1, 2))
-    return [
-        replace(
-            draw(st.sampled_from(bases)),
-            id=f"m{i}",
-            link_mbps=draw(st.floats(1000, 100_000)),
-            link_latency_ms=draw(st.floats(0, 20)),
-            price_per_hour=round(draw(st.floats(0.1, 3.0)), 2),
-        )
-        for i in range(draw(st.integers(2, 5)))
-    ]
 
 
 @SETTINGS
@@ -52,6 +35,21 @@ def test_a_replica_spanning_all_its_nodes_serves_no_more_than_the_bound_of_that_
             exact, _ = ref.best_replica(members)
             for span in range(1, size + 1):
                 assert exact <= users_bound(rates, members, workload(load), span=span)
+
+
+@SETTINGS
+@given(models, fleets(2, 4), loads)
+def test_a_replica_spanning_all_its_nodes_serves_no_more_requests_than_the_rate_bound_of_that_span(
+    model: ModelLayout, nodes: list[NodeDescriptor], load: Load
+) -> None:
+    ref = Referee(model, nodes, load)
+    rates = FleetRates.of(model, nodes, Constraints(batch=1), workload(load))
+    for size in range(2, len(nodes) + 1):
+        for members in combinations(range(len(nodes)), size):
+            _, exact = ref.best_replica(members)
+            for span in range(1, size + 1):
+                got = rate_bound(rates, members, workload(load), span=span)
+                assert exact <= got * (1 + 1e-9)
 
 
 @SETTINGS

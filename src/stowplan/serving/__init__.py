@@ -63,6 +63,7 @@ from stowplan.serving.compositions import compositions, grouped_compositions, no
 from stowplan.serving.exhaustive import best_replica_value
 from stowplan.serving.kind_replicas import kind_candidates
 from stowplan.serving.kinds_bound import fleet_kinds_bound
+from stowplan.serving.kinds_price import fleet_kinds_price_floor
 from stowplan.serving.node_groups import MIXED_SINGLES, NodeReplicas, best_node_replicas
 from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
 from stowplan.serving.pipeline_bound import pipeline_rate_bound, pipeline_users_bound
@@ -319,6 +320,9 @@ def serve(
         method,
         refined_value,
         lambda: fleet_kinds_bound(model, nodes, workload, base),
+        lambda: fleet_kinds_price_floor(
+            model, nodes, workload, base, _target(workload), by_rate=by_rate
+        ),
     )
     notes += _engine_notes(base, ranked, x)
     notes += prefill_notes(base.calibration, [n for n in nodes if n.id in used_ids])
@@ -719,6 +723,7 @@ def _certificate(
     method: str,
     refined_value: Callable[[tuple[int, ...]], tuple[float, str] | None],
     kinds: Callable[[], float | None],
+    kinds_price: Callable[[], float | None],
 ) -> ServeCertificate:
     """The certificate: the packing of every composition's bound (when all are known),
     the compositions it packs refined where they are a few single-GPU nodes or one
@@ -727,7 +732,10 @@ def _certificate(
     their pipelines, :mod:`~stowplan.serving.pipeline_bound`) and packed again, until
     it packs only those it cannot refine or already did; else the least of the pooled
     bound of the whole fleet and the programme over replica kinds (``kinds``,
-    :func:`~stowplan.serving.kinds_bound.fleet_kinds_bound`)."""
+    :func:`~stowplan.serving.kinds_bound.fleet_kinds_bound`); for a price, the larger of
+    the pooled floor (:func:`~stowplan.serving.price_floor.price_floor`) and the
+    programme over replica kinds (``kinds_price``,
+    :func:`~stowplan.serving.kinds_price.fleet_kinds_price_floor`), both lower bounds."""
     sizes = [len(c) for c in classes]
     bounds = dict(bounds)
     refined: set[tuple[int, ...]] = set()
@@ -801,6 +809,10 @@ def _certificate(
             else "a linear programme over the nodes' pooled bandwidth, prefill speed and "
             "memory, and each replica's leading GPU group"
         )
+        by_kind = kinds_price()
+        if by_kind is not None and math.isfinite(by_kind) and (low is None or by_kind > low):
+            low = by_kind
+            how = "a linear programme over replica kinds (nodes per type) and the nodes rented"
     if low is None or not math.isfinite(low):
         low = 0.0 if low is None else price
     low = min(low, price)

@@ -306,12 +306,19 @@ def users_bound(rates: FleetRates, members: Sequence[int], w: Workload, *, span:
         return 0
     best = 0 if span > 1 else max(_bound_with(rates, [i], w, 0.0, 0.0) for i in members)
     if len(members) > 1:
-        hops = max(1, span - 1)
-        lat = min(rates.latency_s[i] for i in members)
-        send = min(rates.token_send_s[i] for i in members)
-        prompt = hops * (lat + w.prompt_tokens * send)
-        best = max(best, _bound_with(rates, members, w, prompt, (hops + 1) * lat + hops * send))
+        best = max(best, _bound_with(rates, members, w, *_network(rates, members, w, span)))
     return best
+
+
+def _network(
+    rates: FleetRates, members: Sequence[int], w: Workload, span: int
+) -> tuple[float, float]:
+    """What a pipeline across at least ``max(2, span)`` of ``members`` pays at least on
+    the network: (to its TTFT0, to its cycle), as :func:`users_bound` says."""
+    hops = max(1, span - 1)
+    lat = min(rates.latency_s[i] for i in members)
+    send = min(rates.token_send_s[i] for i in members)
+    return hops * (lat + w.prompt_tokens * send), (hops + 1) * lat + hops * send
 
 
 def _bound_with(
@@ -350,17 +357,21 @@ def _bound_with(
     return max(0, u)
 
 
-def rate_bound(rates: FleetRates, members: Sequence[int], w: Workload) -> float:
+def rate_bound(rates: FleetRates, members: Sequence[int], w: Workload, *, span: int = 1) -> float:
     """An upper bound on the requests/s of any pipeline on ``members``: U/(O·TPOT(U)) ≤
     U/(O·cycle floor(U) + U·TTFT0 floor), which grows with U, at the users bound (the
     floors of the whole set, the lowest of the cases :func:`users_bound` weighs; the
-    cycle floor the larger of the trip's and the pooled read of U requests)."""
-    u = users_bound(rates, members, w)
+    cycle floor the larger of the trip's and the pooled read of U requests).  With
+    ``span`` > 1, of any pipeline on at least ``span`` of them: the users bound of that
+    span, and both floors raised by the network hops :func:`users_bound` charges it
+    (the pooled read crosses none)."""
+    u = users_bound(rates, members, w, span=span)
     if u == 0:
         return 0.0
+    ttft0_extra, cycle_extra = (0.0, 0.0) if span <= 1 else _network(rates, members, w, span)
     pooled = (rates.decode_read + u * rates.kv_read_per_request) * rates.inv_pooled_bw(members)
-    cycle = max(rates.cycle_floor(members), pooled)
-    den = w.output_tokens * cycle + u * rates.ttft0_floor(members)
+    cycle = max(rates.cycle_floor(members) + cycle_extra, pooled)
+    den = w.output_tokens * cycle + u * (rates.ttft0_floor(members) + ttft0_extra)
     return math.inf if den <= 0 else u / den
 
 

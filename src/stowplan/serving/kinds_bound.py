@@ -35,14 +35,15 @@ from dataclasses import replace
 
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.quantities.limits import MAX_BATCH
-from stowplan.serving.bounds import FleetRates, users_bound
+from stowplan.serving.bounds import FleetRates, rate_bound, users_bound
 from stowplan.serving.candidates import splits
-from stowplan.serving.compositions import best_links
+from stowplan.serving.compositions import best_links, node_types
 from stowplan.serving.exhaustive import best_replica_value
-from stowplan.serving.pipeline_bound import pipeline_users_bound
+from stowplan.serving.node_groups import best_node_replicas
+from stowplan.serving.pipeline_bound import pipeline_rate_bound, pipeline_users_bound
 from stowplan.workload import Workload
 
-__all__ = ["KIND_LIMIT", "fleet_kinds_bound", "kinds", "kinds_users_bound"]
+__all__ = ["KIND_LIMIT", "FleetKinds", "fleet_kinds_bound", "kinds", "kinds_users_bound"]
 
 KIND_LIMIT = 3000
 """At most this many compositions are kinds of their own."""
@@ -175,6 +176,88 @@ def kinds_users_bound(
             return top if math.isfinite(top) else None
 
 
+class FleetKinds:
+    """The types of a fleet's nodes and what a replica of each kind serves at most, in
+    users or (``by_rate``) requests/s: the columns of the kinds programmes, for users
+    here and for $/h in :mod:`~stowplan.serving.kinds_price`.
+
+    The nodes' types (:func:`~stowplan.serving.compositions.best_links`: each node
+    swapped for its type's best-linked, whose replicas serve no fewer).  A kind of one
+    node is bounded by :func:`~stowplan.serving.bounds.users_bound` (or
+    :func:`~stowplan.serving.bounds.rate_bound`) and its splits side by side
+    (:func:`~stowplan.serving.candidates.splits`); a kind of several nodes, whose
+    replicas span all of them, by ``users_bound`` with that span (the network hops it
+    must cross; ``rate_bound`` with that span), and a large kind by ``users_bound``
+    (``rate_bound``) spanning ``K + 1`` nodes.  :meth:`refine` bounds a kind holding a
+    multi-GPU node again by every grouping of its GPUs and pipeline of the groups
+    (:func:`~stowplan.serving.node_groups.best_node_replicas`, exact), and a kind of a
+    few single-GPU nodes by every pipeline tried
+    (:func:`~stowplan.serving.exhaustive.best_replica_value`) or the subset programme's
+    bound (:func:`~stowplan.serving.pipeline_bound.pipeline_users_bound`,
+    :func:`~stowplan.serving.pipeline_bound.pipeline_rate_bound`), both over subsets
+    too.  :attr:`order` puts the types fastest first (one prompt's prefill and a decode
+    step on one node), the tightest order of the large kinds."""
+
+    def __init__(
+        self,
+        model: ModelLayout,
+        nodes: Sequence[NodeDescriptor],
+        w: Workload,
+        c: Constraints,
+        *,
+        by_rate: bool = False,
+    ) -> None:
+        self.model, self.w, self.c, self.by_rate = model, w, c, by_rate
+        self.types = node_types(nodes)
+        """Every type's nodes (the fleet's own, with their prices)."""
+        best = best_links(nodes)
+        self.counts = [n for _, n in best]
+        self.fleet = [replace(node, id=f"{node.id}-{j}") for node, k in best for j in range(k)]
+        self.first = [sum(self.counts[:t]) for t in range(len(self.counts))]
+        self.rates = FleetRates.of(model, self.fleet, replace(c, batch=1), w)
+
+        def speed(t: int) -> float:
+            i = self.first[t]
+            return self.rates.ttft0_floor([i]) + self.rates.cycle_floor([i])
+
+        self.order = sorted(range(len(self.counts)), key=speed)
+
+    def members(self, combo: tuple[int, ...]) -> list[int]:
+        """The indices in :attr:`fleet` of a composition's nodes."""
+        return [self.first[t] + j for t, m in enumerate(combo) for j in range(m)]
+
+    def bound(self, combo: tuple[int, ...], span: int) -> float:
+        """At most what a replica on ``combo``'s nodes spanning at least ``span`` of them
+        serves (for one node: all its replicas side by side)."""
+        rates, w = self.rates, self.w
+        chosen = self.members(combo)
+        if len(chosen) == 1:
+            one = self.fleet[chosen[0]]
+            ub = users_bound(rates, chosen, w)
+            whole = (rate_bound(rates, chosen, w) if self.by_rate else ub) if ub >= 1 else 0
+            sides = [sp.bound for sp in splits(self.model, one, w, self.c, by_rate=self.by_rate)]
+            return float(max([whole, *sides]))
+        if self.by_rate:
+            return rate_bound(rates, chosen, w, span=span)
+        return float(users_bound(rates, chosen, w, span=span))
+
+    def refine(self, combo: tuple[int, ...]) -> float | None:
+        """A smaller bound of a kind of a few single-GPU nodes; None where none is found."""
+        on = [self.fleet[i] for i in self.members(combo)]
+        if any(n.num_gpus > 1 for n in on):
+            grouped = best_node_replicas(self.model, on, self.w, self.c, by_rate=self.by_rate)
+            return None if grouped is None else grouped.value
+        got = best_replica_value(self.model, on, self.w, self.c, by_rate=self.by_rate)
+        if got is not None:
+            return got
+        top = self.bound(combo, len(on))
+        if self.by_rate:
+            return pipeline_rate_bound(self.model, on, self.w, self.c, top)
+        most = math.floor(top) if math.isfinite(top) else MAX_BATCH
+        ub = pipeline_users_bound(self.model, on, self.w, self.c, most)
+        return None if ub is None else float(ub)
+
+
 def fleet_kinds_bound(
     model: ModelLayout,
     nodes: Sequence[NodeDescriptor],
@@ -184,52 +267,8 @@ def fleet_kinds_bound(
     limit: int = KIND_LIMIT,
 ) -> float | None:
     """An upper bound on the users of any disjoint replicas of ``model`` on ``nodes``
-    serving ``w``; None without scipy.
-
-    :func:`kinds_users_bound` on the nodes' types
-    (:func:`~stowplan.serving.compositions.best_links`: each node swapped for its
-    type's best-linked, whose replicas serve no fewer).  A kind of one node is bounded
-    by :func:`~stowplan.serving.bounds.users_bound` and its splits side by side
-    (:func:`~stowplan.serving.candidates.splits`); a kind of several nodes, whose
-    replicas span all of them, by ``users_bound`` with that span (the network hops it
-    must cross), and a large kind by ``users_bound`` spanning ``K + 1`` nodes.  A kind
-    the programme uses that is a few single-GPU nodes is refined: every pipeline tried
-    (:func:`~stowplan.serving.exhaustive.best_replica_value`) or the subset programme's
-    bound (:func:`~stowplan.serving.pipeline_bound.pipeline_users_bound`), both over
-    subsets too.  ``limit`` is the programme's (:data:`KIND_LIMIT`).  The large kinds'
-    types go fastest first (one prompt's prefill and a
-    decode step on one node)."""
-    types = best_links(nodes)
-    counts = [n for _, n in types]
-    fleet = [replace(node, id=f"{node.id}-{j}") for node, count in types for j in range(count)]
-    first = [sum(counts[:t]) for t in range(len(counts))]
-    rates = FleetRates.of(model, fleet, replace(c, batch=1), w)
-
-    def members(combo: tuple[int, ...]) -> list[int]:
-        return [first[t] + j for t, m in enumerate(combo) for j in range(m)]
-
-    def bound(combo: tuple[int, ...], span: int) -> float:
-        chosen = members(combo)
-        if len(chosen) == 1:
-            one = fleet[chosen[0]]
-            ub = users_bound(rates, chosen, w)
-            sides = [sp.bound for sp in splits(model, one, w, c, by_rate=False)]
-            return float(max([ub if ub >= 1 else 0, *sides]))
-        return float(users_bound(rates, chosen, w, span=span))
-
-    def refine(combo: tuple[int, ...]) -> float | None:
-        chosen = members(combo)
-        got = best_replica_value(model, [fleet[i] for i in chosen], w, c, by_rate=False)
-        if got is not None:
-            return got
-        top = bound(combo, len(chosen))
-        most = math.floor(top) if math.isfinite(top) else MAX_BATCH
-        ub = pipeline_users_bound(model, [fleet[i] for i in chosen], w, c, most)
-        return None if ub is None else float(ub)
-
-    def speed(t: int) -> float:
-        i = first[t]
-        return rates.ttft0_floor([i]) + rates.cycle_floor([i])
-
-    order = sorted(range(len(counts)), key=speed)
-    return kinds_users_bound(counts, bound, order, refine=refine, limit=limit)
+    serving ``w``; None without scipy: :func:`kinds_users_bound` over the columns of
+    :class:`FleetKinds`, refined where the programme uses them.  ``limit`` is the
+    programme's (:data:`KIND_LIMIT`)."""
+    fk = FleetKinds(model, nodes, w, c)
+    return kinds_users_bound(fk.counts, fk.bound, fk.order, refine=fk.refine, limit=limit)
