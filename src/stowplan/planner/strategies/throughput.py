@@ -46,6 +46,7 @@ from stowplan.planner.strategies.capacity_arrays import (
 )
 from stowplan.planner.strategies.interior import Interior
 from stowplan.planner.strategies.memo import PerModel
+from stowplan.planner.strategies.split_tables import split_tables
 
 __all__ = [
     "Pipeline",
@@ -62,78 +63,6 @@ Pipeline = tuple[list[int], list[int]]
 """Node indices in stage order and block boundaries (len N+1)."""
 
 _ITERATIONS = 48
-
-
-def _ok(cm: CostModel, d: int, lo: int, hi: int, first: bool, last: bool, t_max: float) -> bool:
-    return cm.fits(d, lo, hi, first, last) and cm.stage_time(d, lo, hi, first, last) <= t_max
-
-
-def _reach(cm: CostModel, d: int, lo: int, t_max: float, first: bool) -> int:
-    """Largest ``hi`` such that ``[lo, hi)`` as a non-last stage on ``d`` fits; ``lo`` if none.
-
-    :meth:`CostModel.fits` and :meth:`CostModel.stage_time` inlined, with the same
-    arithmetic: this runs for every node and step of every bisection.
-    """
-    nb = cm.num_blocks
-    if lo >= nb:
-        return lo
-    rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
-    ib, fl, bs, ss = cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d]
-    xfer, room, extra = cm.xfer_s[d], cm.usable[d], cm.embed if first else 0
-    hi = lo + 1
-    if mp[hi] - mp[lo] + extra > room:
-        return lo
-    weights = rp[hi] - rp[lo]
-    t = max((weights + kp[hi] - kp[lo]) * ib, weights * fl)
-    if not t + ((hi - lo) * bs + ss) + xfer <= t_max:
-        return lo
-    good, bad = hi, nb + 1
-    while bad - good > 1:
-        hi = (good + bad) // 2
-        ok = mp[hi] - mp[lo] + extra <= room
-        if ok:
-            weights = rp[hi] - rp[lo]
-            t = max((weights + kp[hi] - kp[lo]) * ib, weights * fl)
-            ok = t + ((hi - lo) * bs + ss) + xfer <= t_max
-        if ok:
-            good = hi
-        else:
-            bad = hi
-    return good
-
-
-def _next_reach(cm: CostModel, d: int, lo: int, hi: int, first: bool) -> float:
-    """The least bottleneck at which ``d`` reaches past ``hi`` from ``lo`` (the time of
-    ``[lo, hi + 1)`` as a non-last stage, :func:`_reach`'s arithmetic); infinite when that
-    stage does not fit the node's VRAM or there is no block past ``hi``."""
-    if hi >= cm.num_blocks:
-        return math.inf
-    rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
-    end = hi + 1
-    if mp[end] - mp[lo] + (cm.embed if first else 0) > cm.usable[d]:
-        return math.inf
-    weights = rp[end] - rp[lo]
-    t = max((weights + kp[end] - kp[lo]) * cm.inv_bw[d], weights * cm.flop_s_per_byte[d])
-    return t + ((end - lo) * cm.block_s[d] + cm.stage_s[d]) + cm.xfer_s[d]
-
-
-def _end_time(cm: CostModel, d: int, lo: int, first: bool) -> float | None:
-    """The time of ``[lo, nb)`` with the head on node ``d`` as the last stage; None when it
-    does not fit (:meth:`CostModel.fits` and :meth:`CostModel.stage_time` inlined, same
-    arithmetic)."""
-    nb, head = cm.num_blocks, cm.head
-    rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
-    if mp[nb] - mp[lo] + (cm.embed if first else 0) + head > cm.usable[d]:
-        return None
-    weights = rp[nb] - rp[lo] + head
-    t = max((weights + kp[nb] - kp[lo]) * cm.inv_bw[d], weights * cm.flop_s_per_byte[d])
-    return t + ((nb - lo) * cm.block_s[d] + cm.stage_s[d])
-
-
-def _ends_within(cm: CostModel, d: int, lo: int, first: bool, t_max: float) -> bool:
-    """Whether ``[lo, nb)`` with the head fits node ``d`` as the last stage within ``t_max``."""
-    end = _end_time(cm, d, lo, first)
-    return end is not None and end <= t_max
 
 
 def greedy_split(
@@ -160,6 +89,7 @@ def _split_or_next(
     used: list[int] = []
     bounds = [0]
     node_class = cm.stage_class
+    tables = split_tables(cm)
     nearest = math.inf
     # Classes of nodes that took nothing since the split last grew: a node alike, at the
     # same point of the split, takes nothing too.
@@ -174,7 +104,7 @@ def _split_or_next(
             continue
         first = not used
         if len(used) + 1 >= min_stages:
-            end = _end_time(cm, d, pos, first)
+            end = tables.end(cm, d, pos, first)
             if end is not None:
                 if end <= t_max:
                     used.append(d)
@@ -182,9 +112,9 @@ def _split_or_next(
                     return (used, bounds), nearest
                 nearest = min(nearest, end)
         cap = nb - max(min_stages - len(used) - 1, 1)
-        reach = _reach(cm, d, pos, t_max, first)
+        reach, further = tables.reach(cm, d, pos, t_max, first)
         if reach < cap:
-            nearest = min(nearest, _next_reach(cm, d, pos, reach, first))
+            nearest = min(nearest, further)
         reach = min(reach, cap)
         if reach > pos:
             used.append(d)
@@ -214,6 +144,7 @@ def _ended(
         return None, math.inf
     pos, first = bounds[-1], not used
     least, node_class = _least_last_times(cm), cm.stage_class
+    tables = split_tables(cm)
     nearest = math.inf
     for d in rest:
         if node_class[d] in idle:
@@ -221,7 +152,7 @@ def _ended(
         if least[d] > t_max:
             nearest = min(nearest, least[d])
             continue
-        end = _end_time(cm, d, pos, first)
+        end = tables.end(cm, d, pos, first)
         if end is not None:
             if end <= t_max:
                 return ([*used, d], [*bounds, cm.num_blocks]), nearest
