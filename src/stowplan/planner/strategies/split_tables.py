@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from itertools import pairwise
 
 from stowplan.cost import CostModel
 from stowplan.planner.strategies.memo import PerModel
@@ -89,6 +88,8 @@ def end_time(cm: CostModel, d: int, lo: int, first: bool) -> float | None:
 
 
 _Key = tuple[int, int, bool]
+_UNSEEN: list[float] = []
+"""A row not built yet (compared by identity)."""
 
 
 class SplitTables:
@@ -112,6 +113,9 @@ class SplitTables:
             cm.xfer_s,
             cm.usable,
         )
+        self._monotone_memory = list(cm.mem_prefix) == sorted(cm.mem_prefix)
+        """Whether a stage's memory grows with its blocks (it does: no block frees memory),
+        so that the blocks that fit a node from ``lo`` are a run."""
         self._rows: dict[_Key, list[float] | None] = {}
         self._ends: dict[_Key, float | None] = {}
 
@@ -125,17 +129,16 @@ class SplitTables:
         rp, kp, mp = self._prefixes
         ib, fl, bs, ss, xfer, room = (f[d] for f in self._figures)
         extra = self._embed if first else 0
-        out: list[float] = []
-        hi = lo + 1
-        while hi <= nb and not mp[hi] - mp[lo] + extra > room:
-            weights = rp[hi] - rp[lo]
-            t = max((weights + kp[hi] - kp[lo]) * ib, weights * fl)
-            out.append(t + ((hi - lo) * bs + ss) + xfer)
-            hi += 1
-        monotone = all(a <= b for a, b in pairwise(out)) and not any(
-            mp[h] - mp[lo] + extra <= room for h in range(hi + 1, nb + 1)
-        )
-        found = self._rows[key] = out if monotone else None
+        cap = lo
+        while cap < nb and not mp[cap + 1] - mp[lo] + extra > room:
+            cap += 1
+        r0, k0 = rp[lo], kp[lo]
+        # ``w`` is the stage's weights, as :func:`reach` names them.
+        out = [
+            max(((w := rp[hi] - r0) + kp[hi] - k0) * ib, w * fl) + ((hi - lo) * bs + ss) + xfer
+            for hi in range(lo + 1, cap + 1)
+        ]
+        found = self._rows[key] = out if self._monotone_memory and out == sorted(out) else None
         return found
 
     def end(self, cm: CostModel, d: int, lo: int, first: bool) -> float | None:
@@ -149,7 +152,9 @@ class SplitTables:
     def reach(self, cm: CostModel, d: int, lo: int, t_max: float, first: bool) -> tuple[int, float]:
         """:func:`reach`, and :func:`next_reach` at it (infinite where ``d`` reaches the
         end of the model)."""
-        times = self.row(d, lo, first)
+        times = self._rows.get((self.stage_class[d], lo, first), _UNSEEN)
+        if times is _UNSEEN:
+            times = self.row(d, lo, first)
         if times is None:
             hi = reach(cm, d, lo, t_max, first)
             return hi, next_reach(cm, d, lo, hi, first)
