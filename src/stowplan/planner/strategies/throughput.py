@@ -94,35 +94,43 @@ def _split_or_next(
     # Classes of nodes that took nothing since the split last grew: a node alike, at the
     # same point of the split, takes nothing too.
     idle: set[int] = set()
+    # The last block a node may take while stages are still owed, and whether the next
+    # stage may end the model: both change only when the split grows.
+    cap = nb - max(min_stages - 1, 1)
+    may_end = min_stages <= 1
+    reach_of, end_of = tables.reach, tables.end
     for i, d in enumerate(order):
-        if pos >= nb - max(min_stages - len(used) - 1, 1):
+        if pos >= cap:
             # No node can take a block now (the stages still owed keep the rest): only a
             # node that ends the model can follow, the first such in the rest of the order.
             ended, later = _ended(cm, order[i:], t_max, min_stages, used, bounds, idle)
             return ended, min(nearest, later)
-        if node_class[d] in idle:
+        c = node_class[d]
+        if c in idle:
             continue
         first = not used
-        if len(used) + 1 >= min_stages:
-            end = tables.end(cm, d, pos, first)
+        if may_end:
+            end = end_of(cm, d, pos, first)
             if end is not None:
                 if end <= t_max:
                     used.append(d)
                     bounds.append(nb)
                     return (used, bounds), nearest
                 nearest = min(nearest, end)
-        cap = nb - max(min_stages - len(used) - 1, 1)
-        reach, further = tables.reach(cm, d, pos, t_max, first)
+        reach, further = reach_of(cm, d, pos, t_max, first)
         if reach < cap:
             nearest = min(nearest, further)
-        reach = min(reach, cap)
+        else:
+            reach = cap
         if reach > pos:
             used.append(d)
             bounds.append(reach)
             pos = reach
             idle.clear()
+            cap = nb - max(min_stages - len(used) - 1, 1)
+            may_end = len(used) + 1 >= min_stages
         else:
-            idle.add(node_class[d])
+            idle.add(c)
     return None, nearest
 
 
