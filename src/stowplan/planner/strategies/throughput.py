@@ -73,7 +73,11 @@ def greedy_split(
 
 
 def _split_or_next(
-    cm: CostModel, order: Sequence[int], t_max: float, min_stages: int
+    cm: CostModel,
+    order: Sequence[int],
+    t_max: float,
+    min_stages: int,
+    suffix: Sequence[float] | None = None,
 ) -> tuple[Pipeline | None, float]:
     """:func:`greedy_split`, and when it finds no split the least bottleneck above
     ``t_max`` at which any of its choices could change (infinite when none can).
@@ -83,7 +87,7 @@ def _split_or_next(
     model (once it reaches that last stage's time), a node passed over because its least
     last stage is slower.  Below the least of the times that failed, every comparison
     comes out the same, and so does the split: no bottleneck in ``[t_max, next)``
-    passes."""
+    passes.  ``suffix``: as :func:`_ended` reads it."""
     nb = cm.num_blocks
     pos = 0
     used: list[int] = []
@@ -103,7 +107,7 @@ def _split_or_next(
         if pos >= cap:
             # No node can take a block now (the stages still owed keep the rest): only a
             # node that ends the model can follow, the first such in the rest of the order.
-            ended, later = _ended(cm, order[i:], t_max, min_stages, used, bounds, idle)
+            ended, later = _ended(cm, order, i, t_max, min_stages, used, bounds, idle, suffix)
             return ended, min(nearest, later)
         c = node_class[d]
         if c in idle:
@@ -136,25 +140,35 @@ def _split_or_next(
 
 def _ended(
     cm: CostModel,
-    rest: Sequence[int],
+    order: Sequence[int],
+    start: int,
     t_max: float,
     min_stages: int,
     used: list[int],
     bounds: list[int],
     idle: set[int],
+    suffix: Sequence[float] | None,
 ) -> tuple[Pipeline | None, float]:
     """:func:`greedy_split`'s end once no node can take a block: the first node of
-    ``rest`` (not alike to one that took nothing here) that holds the blocks left and the
-    head within ``t_max``; a node whose least last stage is slower is not tried.  With
-    no such node, the least bottleneck at which one could end it (as
-    :func:`_split_or_next`)."""
+    ``order[start:]`` (not alike to one that took nothing here) that holds the blocks left
+    and the head within ``t_max``; a node whose least last stage is slower is not tried.
+    With no such node, the least bottleneck at which one could end it (as
+    :func:`_split_or_next`).
+
+    ``suffix`` (:func:`_suffix_least` of ``order``, or None) ends the scan where every
+    node left has a slower least last stage: each would only be passed over, and the least
+    of their times is the suffix's."""
     if len(used) + 1 < min_stages:
         return None, math.inf
     pos, first = bounds[-1], not used
     least, node_class = _least_last_times(cm), cm.stage_class
     tables = split_tables(cm)
+    jump = suffix is not None and not idle
+    if suffix is not None and jump and suffix[start] > t_max:
+        return None, suffix[start]
     nearest = math.inf
-    for d in rest:
+    for j in range(start, len(order)):
+        d = order[j]
         if node_class[d] in idle:
             continue
         if least[d] > t_max:
@@ -165,7 +179,18 @@ def _ended(
             if end <= t_max:
                 return ([*used, d], [*bounds, cm.num_blocks]), nearest
             nearest = min(nearest, end)
+        if suffix is not None and jump and suffix[j + 1] > t_max:
+            return None, min(nearest, suffix[j + 1])
     return None, nearest
+
+
+def _suffix_least(cm: CostModel, order: Sequence[int]) -> list[float]:
+    """Per position of ``order`` (and one past its end, infinite), the least of
+    :func:`_least_last` over the nodes from there on."""
+    least = _least_last_times(cm)
+    out = list(accumulate(reversed([least[d] for d in order]), min, initial=math.inf))
+    out.reverse()
+    return out
 
 
 def _least_last(cm: CostModel) -> list[float]:
@@ -200,11 +225,12 @@ def min_bottleneck_split(
         return None
     hi = cm.evaluate_here(*best).bottleneck_s
     lo = 0.0
+    suffix = _suffix_least(cm, order)
     for _ in range(_ITERATIONS):
         if hi - lo <= 1e-12 * hi:
             break
         mid = (lo + hi) / 2
-        found, later = _split_or_next(cm, order, mid, min_stages)
+        found, later = _split_or_next(cm, order, mid, min_stages, suffix)
         if found is None:
             if later >= hi:
                 break
