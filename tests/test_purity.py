@@ -75,6 +75,7 @@ PURE_MODULES = (
     "stowplan.planner.strategies.cycle",
     "stowplan.planner.strategies.fractional",
     "stowplan.planner.strategies.memo",
+    "stowplan.planner.strategies.split_tables",
     "stowplan.planner.strategies.interior",
     "stowplan.planner.strategies.latency",
     "stowplan.planner.strategies.throughput",

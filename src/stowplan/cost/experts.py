@@ -65,6 +65,7 @@ def expert_stage_times(
     coactivation: CoActivation | None = None,
     bandwidth_gbps: Mapping[str, float] | None = None,
     holders_by_block: Sequence[Holders] | None = None,
+    reach_by_block: Sequence[Sequence[float]] | None = None,
 ) -> tuple[ExpertTime, ...]:
     """The expert term of every stage's time per decode step (first-order, like ``cost``).
 
@@ -86,7 +87,8 @@ def expert_stage_times(
     bandwidth is used.  An unknown link (``link_mbps`` 0) costs no transfer
     time, as in :mod:`stowplan.cost`.  ``holders_by_block`` is :func:`holders_of` of ``plan``
     when the caller has it (the planner, from its packing), so it is not rebuilt from
-    the plan's expert lists.
+    the plan's expert lists; ``reach_by_block`` is :func:`block_reaches` of those holders
+    when the caller has it (the planner shares it with the expert summary).
     """
     ex = model.experts
     if ex is None:
@@ -117,7 +119,11 @@ def expert_stage_times(
         key = (tuple(map(tuple, holders)), w, pairs, h)
         if key not in seen:
             reads = _block_reads(holders, w, batch, ex.expert_params_bytes, bws)
-            reach = node_reach(holders, w, pairs, routing.k, n)
+            reach = (
+                node_reach(holders, w, pairs, routing.k, n)
+                if reach_by_block is None
+                else reach_by_block[li]
+            )
             seen[key] = (reads, _block_transfer(ordered, h, reach, batch, act))
         reads, block_transfer = seen[key]
         compute[h] += reads
@@ -170,6 +176,7 @@ def expert_prediction(
     calibration: Calibration | None = None,
     *,
     holders_by_block: Sequence[Holders] | None = None,
+    reach_by_block: Sequence[Sequence[float]] | None = None,
 ) -> Prediction:
     """The cost model's prediction for an expert-parallel ``plan``.
 
@@ -177,8 +184,8 @@ def expert_prediction(
     (:func:`backbone_layout`) plus its :func:`expert_stage_times`; the KV
     capacity counts the experts each stage holds.  ``calibration`` applies to
     the backbone's stage times (as in :func:`stowplan.cost.predict`) and its
-    bandwidth fraction to the experts' reads.  ``holders_by_block``: as in
-    :func:`expert_stage_times`.
+    bandwidth fraction to the experts' reads.  ``holders_by_block``, ``reach_by_block``:
+    as in :func:`expert_stage_times`.
     """
     from stowplan.cost.model import CostModel
 
@@ -206,6 +213,7 @@ def expert_prediction(
         coactivation=coactivation,
         bandwidth_gbps=bw,
         holders_by_block=holders_by_block,
+        reach_by_block=reach_by_block,
     )
     stage = tuple(t + e.total_s for t, e in zip(base.stage_time_s, extra, strict=True))
     hops = cm.evaluate(order, bounds).hops_s

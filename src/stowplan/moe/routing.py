@@ -10,7 +10,8 @@ Below the cost model and the planner, so that both can use them:
 * :func:`holders_of` — per MoE block and expert, the stages of a plan that
   hold a copy (:data:`Holders`);
 * per node of one block: :func:`node_loads`, :func:`node_reach` (the
-  probability that a token selects at least one expert there),
+  probability that a token selects at least one expert there; :func:`block_reaches`
+  for every block of a plan),
   :func:`remote_transfers`, :func:`imbalance`.
 
 A replicated expert's tokens are split evenly over its copies
@@ -32,6 +33,7 @@ __all__ = [
     "Pairs",
     "Routing",
     "backbone_layout",
+    "block_reaches",
     "copy_shares",
     "holders_of",
     "imbalance",
@@ -181,6 +183,24 @@ def node_reach(
             if s_f is not None:
                 pair_sum[j] += excess * share[(e, j)] * s_f
     return [min(1.0, max(q_max[j], q_sum[j] - pair_sum[j])) for j in range(n)]
+
+
+def block_reaches(
+    all_holders: Sequence[Holders], routing: Routing, n: int
+) -> tuple[list[float], ...]:
+    """Per MoE block, :func:`node_reach` of its copies on ``n`` nodes: once per plan for
+    the expert summary and the prediction that both read it, and once for blocks alike
+    (same copies, load and pairs)."""
+    seen: dict[tuple[object, ...], list[float]] = {}
+    out = []
+    for li, holders in enumerate(all_holders):
+        w = routing.p[li]
+        pairs = routing.pairs[li] if routing.pairs is not None else None
+        key = (tuple(map(tuple, holders)), w, pairs)
+        if key not in seen:
+            seen[key] = node_reach(holders, w, pairs, routing.k, n)
+        out.append(seen[key])
+    return tuple(out)
 
 
 def remote_transfers(

@@ -11,6 +11,7 @@ from stowplan.cost.experts import expert_prediction
 from stowplan.errors import InputError, InsufficientVram
 from stowplan.model import Constraints, ExpertId, ModelLayout, NodeDescriptor
 from stowplan.moe.routing import (
+    block_reaches,
     nodes_in_order,
     remote_transfers,
     stage_of_block,
@@ -119,11 +120,26 @@ def place_experts(
     )
     # The stages holding each expert, as holders_of reads them off the plan (ascending).
     stage_holders = tuple([sorted(hs) for hs in block] for block in packing.holders)
+    # Both read each block's node reach: computed once.
+    reaches = block_reaches(stage_holders, routing, len(ordered))
     summary = expert_summary(
-        result, model, nodes, load, coactivation, holders_by_block=stage_holders
+        result,
+        model,
+        nodes,
+        load,
+        coactivation,
+        holders_by_block=stage_holders,
+        reach_by_block=reaches,
     )
     prediction = expert_prediction(
-        model, nodes, constraints, result, load, coactivation, holders_by_block=stage_holders
+        model,
+        nodes,
+        constraints,
+        result,
+        load,
+        coactivation,
+        holders_by_block=stage_holders,
+        reach_by_block=reaches,
     )
     # One source of truth: every figure below comes from the final plan and its prediction;
     # the backbone's own notes (stage VRAM, KV capacity, certificate) described the blocks

@@ -66,11 +66,14 @@ def expert_summary(
     coactivation: CoActivation | None = None,
     *,
     holders_by_block: Sequence[Holders] | None = None,
+    reach_by_block: Sequence[Sequence[float]] | None = None,
 ) -> ExpertSummary:
     """Balance and traffic of the experts ``plan`` places, under ``load``/``coactivation``.
 
     ``holders_by_block`` is :func:`~stowplan.moe.routing.holders_of` of ``plan`` when the caller
-    has it (the planner, from its packing), so it is not rebuilt from the plan's lists."""
+    has it (the planner, from its packing), so it is not rebuilt from the plan's lists;
+    ``reach_by_block`` is :func:`~stowplan.moe.routing.block_reaches` of those holders when
+    the caller has it (the planner shares it with the prediction)."""
     ex = model.experts
     if ex is None:
         raise InputError("model", model.name, "has no routed experts")
@@ -94,7 +97,9 @@ def expert_summary(
             seen[key] = (
                 node_loads(holders, w, n),
                 imbalance(holders, w, speeds),
-                remote_transfers(holders, w, pairs, routing.k, n, home),
+                remote_transfers(holders, w, pairs, routing.k, n, home)
+                if reach_by_block is None
+                else sum(r for j, r in enumerate(reach_by_block[li]) if j != home),
             )
         loads, block_imbalance, block_transfers = seen[key]
         for j, node_load in enumerate(loads):

@@ -46,6 +46,7 @@ from stowplan.planner.strategies.capacity_arrays import (
 )
 from stowplan.planner.strategies.interior import Interior
 from stowplan.planner.strategies.memo import PerModel
+from stowplan.planner.strategies.split_tables import split_tables
 
 __all__ = [
     "Pipeline",
@@ -64,78 +65,6 @@ Pipeline = tuple[list[int], list[int]]
 _ITERATIONS = 48
 
 
-def _ok(cm: CostModel, d: int, lo: int, hi: int, first: bool, last: bool, t_max: float) -> bool:
-    return cm.fits(d, lo, hi, first, last) and cm.stage_time(d, lo, hi, first, last) <= t_max
-
-
-def _reach(cm: CostModel, d: int, lo: int, t_max: float, first: bool) -> int:
-    """Largest ``hi`` such that ``[lo, hi)`` as a non-last stage on ``d`` fits; ``lo`` if none.
-
-    :meth:`CostModel.fits` and :meth:`CostModel.stage_time` inlined, with the same
-    arithmetic: this runs for every node and step of every bisection.
-    """
-    nb = cm.num_blocks
-    if lo >= nb:
-        return lo
-    rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
-    ib, fl, bs, ss = cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d]
-    xfer, room, extra = cm.xfer_s[d], cm.usable[d], cm.embed if first else 0
-    hi = lo + 1
-    if mp[hi] - mp[lo] + extra > room:
-        return lo
-    weights = rp[hi] - rp[lo]
-    t = max((weights + kp[hi] - kp[lo]) * ib, weights * fl)
-    if not t + ((hi - lo) * bs + ss) + xfer <= t_max:
-        return lo
-    good, bad = hi, nb + 1
-    while bad - good > 1:
-        hi = (good + bad) // 2
-        ok = mp[hi] - mp[lo] + extra <= room
-        if ok:
-            weights = rp[hi] - rp[lo]
-            t = max((weights + kp[hi] - kp[lo]) * ib, weights * fl)
-            ok = t + ((hi - lo) * bs + ss) + xfer <= t_max
-        if ok:
-            good = hi
-        else:
-            bad = hi
-    return good
-
-
-def _next_reach(cm: CostModel, d: int, lo: int, hi: int, first: bool) -> float:
-    """The least bottleneck at which ``d`` reaches past ``hi`` from ``lo`` (the time of
-    ``[lo, hi + 1)`` as a non-last stage, :func:`_reach`'s arithmetic); infinite when that
-    stage does not fit the node's VRAM or there is no block past ``hi``."""
-    if hi >= cm.num_blocks:
-        return math.inf
-    rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
-    end = hi + 1
-    if mp[end] - mp[lo] + (cm.embed if first else 0) > cm.usable[d]:
-        return math.inf
-    weights = rp[end] - rp[lo]
-    t = max((weights + kp[end] - kp[lo]) * cm.inv_bw[d], weights * cm.flop_s_per_byte[d])
-    return t + ((end - lo) * cm.block_s[d] + cm.stage_s[d]) + cm.xfer_s[d]
-
-
-def _end_time(cm: CostModel, d: int, lo: int, first: bool) -> float | None:
-    """The time of ``[lo, nb)`` with the head on node ``d`` as the last stage; None when it
-    does not fit (:meth:`CostModel.fits` and :meth:`CostModel.stage_time` inlined, same
-    arithmetic)."""
-    nb, head = cm.num_blocks, cm.head
-    rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
-    if mp[nb] - mp[lo] + (cm.embed if first else 0) + head > cm.usable[d]:
-        return None
-    weights = rp[nb] - rp[lo] + head
-    t = max((weights + kp[nb] - kp[lo]) * cm.inv_bw[d], weights * cm.flop_s_per_byte[d])
-    return t + ((nb - lo) * cm.block_s[d] + cm.stage_s[d])
-
-
-def _ends_within(cm: CostModel, d: int, lo: int, first: bool, t_max: float) -> bool:
-    """Whether ``[lo, nb)`` with the head fits node ``d`` as the last stage within ``t_max``."""
-    end = _end_time(cm, d, lo, first)
-    return end is not None and end <= t_max
-
-
 def greedy_split(
     cm: CostModel, order: Sequence[int], t_max: float, min_stages: int = 1
 ) -> Pipeline | None:
@@ -144,7 +73,11 @@ def greedy_split(
 
 
 def _split_or_next(
-    cm: CostModel, order: Sequence[int], t_max: float, min_stages: int
+    cm: CostModel,
+    order: Sequence[int],
+    t_max: float,
+    min_stages: int,
+    suffix: Sequence[float] | None = None,
 ) -> tuple[Pipeline | None, float]:
     """:func:`greedy_split`, and when it finds no split the least bottleneck above
     ``t_max`` at which any of its choices could change (infinite when none can).
@@ -154,79 +87,110 @@ def _split_or_next(
     model (once it reaches that last stage's time), a node passed over because its least
     last stage is slower.  Below the least of the times that failed, every comparison
     comes out the same, and so does the split: no bottleneck in ``[t_max, next)``
-    passes."""
+    passes.  ``suffix``: as :func:`_ended` reads it."""
     nb = cm.num_blocks
     pos = 0
     used: list[int] = []
     bounds = [0]
     node_class = cm.stage_class
+    tables = split_tables(cm)
     nearest = math.inf
     # Classes of nodes that took nothing since the split last grew: a node alike, at the
     # same point of the split, takes nothing too.
     idle: set[int] = set()
+    # The last block a node may take while stages are still owed, and whether the next
+    # stage may end the model: both change only when the split grows.
+    cap = nb - max(min_stages - 1, 1)
+    may_end = min_stages <= 1
+    reach_of, end_of = tables.reach, tables.end
     for i, d in enumerate(order):
-        if pos >= nb - max(min_stages - len(used) - 1, 1):
+        if pos >= cap:
             # No node can take a block now (the stages still owed keep the rest): only a
             # node that ends the model can follow, the first such in the rest of the order.
-            ended, later = _ended(cm, order[i:], t_max, min_stages, used, bounds, idle)
+            ended, later = _ended(cm, order, i, t_max, min_stages, used, bounds, idle, suffix)
             return ended, min(nearest, later)
-        if node_class[d] in idle:
+        c = node_class[d]
+        if c in idle:
             continue
         first = not used
-        if len(used) + 1 >= min_stages:
-            end = _end_time(cm, d, pos, first)
+        if may_end:
+            end = end_of(cm, d, pos, first)
             if end is not None:
                 if end <= t_max:
                     used.append(d)
                     bounds.append(nb)
                     return (used, bounds), nearest
                 nearest = min(nearest, end)
-        cap = nb - max(min_stages - len(used) - 1, 1)
-        reach = _reach(cm, d, pos, t_max, first)
+        reach, further = reach_of(cm, d, pos, t_max, first)
         if reach < cap:
-            nearest = min(nearest, _next_reach(cm, d, pos, reach, first))
-        reach = min(reach, cap)
+            nearest = min(nearest, further)
+        else:
+            reach = cap
         if reach > pos:
             used.append(d)
             bounds.append(reach)
             pos = reach
             idle.clear()
+            cap = nb - max(min_stages - len(used) - 1, 1)
+            may_end = len(used) + 1 >= min_stages
         else:
-            idle.add(node_class[d])
+            idle.add(c)
     return None, nearest
 
 
 def _ended(
     cm: CostModel,
-    rest: Sequence[int],
+    order: Sequence[int],
+    start: int,
     t_max: float,
     min_stages: int,
     used: list[int],
     bounds: list[int],
     idle: set[int],
+    suffix: Sequence[float] | None,
 ) -> tuple[Pipeline | None, float]:
     """:func:`greedy_split`'s end once no node can take a block: the first node of
-    ``rest`` (not alike to one that took nothing here) that holds the blocks left and the
-    head within ``t_max``; a node whose least last stage is slower is not tried.  With
-    no such node, the least bottleneck at which one could end it (as
-    :func:`_split_or_next`)."""
+    ``order[start:]`` (not alike to one that took nothing here) that holds the blocks left
+    and the head within ``t_max``; a node whose least last stage is slower is not tried.
+    With no such node, the least bottleneck at which one could end it (as
+    :func:`_split_or_next`).
+
+    ``suffix`` (:func:`_suffix_least` of ``order``, or None) ends the scan where every
+    node left has a slower least last stage: each would only be passed over, and the least
+    of their times is the suffix's."""
     if len(used) + 1 < min_stages:
         return None, math.inf
     pos, first = bounds[-1], not used
     least, node_class = _least_last_times(cm), cm.stage_class
+    tables = split_tables(cm)
+    jump = suffix is not None and not idle
+    if suffix is not None and jump and suffix[start] > t_max:
+        return None, suffix[start]
     nearest = math.inf
-    for d in rest:
+    for j in range(start, len(order)):
+        d = order[j]
         if node_class[d] in idle:
             continue
         if least[d] > t_max:
             nearest = min(nearest, least[d])
             continue
-        end = _end_time(cm, d, pos, first)
+        end = tables.end(cm, d, pos, first)
         if end is not None:
             if end <= t_max:
                 return ([*used, d], [*bounds, cm.num_blocks]), nearest
             nearest = min(nearest, end)
+        if suffix is not None and jump and suffix[j + 1] > t_max:
+            return None, min(nearest, suffix[j + 1])
     return None, nearest
+
+
+def _suffix_least(cm: CostModel, order: Sequence[int]) -> list[float]:
+    """Per position of ``order`` (and one past its end, infinite), the least of
+    :func:`_least_last` over the nodes from there on."""
+    least = _least_last_times(cm)
+    out = list(accumulate(reversed([least[d] for d in order]), min, initial=math.inf))
+    out.reverse()
+    return out
 
 
 def _least_last(cm: CostModel) -> list[float]:
@@ -261,11 +225,12 @@ def min_bottleneck_split(
         return None
     hi = cm.evaluate_here(*best).bottleneck_s
     lo = 0.0
+    suffix = _suffix_least(cm, order)
     for _ in range(_ITERATIONS):
         if hi - lo <= 1e-12 * hi:
             break
         mid = (lo + hi) / 2
-        found, later = _split_or_next(cm, order, mid, min_stages)
+        found, later = _split_or_next(cm, order, mid, min_stages, suffix)
         if found is None:
             if later >= hi:
                 break

@@ -1,0 +1,79 @@
+"""The greedy split's stage-time rows answer as the plain bisection does: the same reach
+and the same next bottleneck, on random cost models, at bottlenecks that tie a stage's
+time exactly and where the VRAM caps a node's reach."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+
+import pytest
+
+from stowplan import Constraints, NodeDescriptor, lookup
+from stowplan.planner.problem import prepare
+from stowplan.planner.strategies.split_tables import (
+    SplitTables,
+    end_time,
+    next_reach,
+    reach,
+)
+
+_GPUS = (("RTX 4090", 24), ("L4", 24), ("A100 80GB SXM4", 80), ("MI300X", 192))
+
+
+def _fleet(seed: int, n: int) -> list[NodeDescriptor]:
+    """``n`` single-GPU nodes, some copies of an earlier one (one stage class)."""
+    rng = random.Random(seed)
+    out: list[NodeDescriptor] = []
+    for i in range(n):
+        if out and rng.random() < 0.3:
+            out.append(replace(rng.choice(out), id=f"n{i:03d}"))
+            continue
+        name, gb = rng.choice(_GPUS)
+        out.append(
+            NodeDescriptor(
+                id=f"n{i:03d}",
+                gpu_name=name,
+                vram_bytes=gb * 10**9,
+                link_mbps=rng.uniform(10_000.0, 100_000.0),
+                link_latency_ms=rng.uniform(0.05, 0.5),
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize(
+    ("seed", "model", "batch"),
+    [
+        (0, "llama3.1:70b", 1),
+        (1, "llama3.1:70b", 16),
+        (2, "deepseek-v3", 16),
+        (3, "qwen3:235b-a22b", 4),
+        (4, "llama3.1:405b-q4_0", 64),
+    ],
+)
+def test_rows_answer_as_the_bisection(seed: int, model: str, batch: int) -> None:
+    rng = random.Random(seed)
+    problem = prepare(lookup(model), _fleet(seed, 48), Constraints(batch=batch))
+    cm = problem.cost_model()
+    tables = SplitTables(cm)
+    nb = cm.num_blocks
+    capped = 0
+    for d in rng.sample(range(len(cm.nodes)), 8):
+        for lo in range(nb + 1):
+            for first in (False, True):
+                row = tables.row(d, lo, first)
+                assert row is not None
+                capped += lo + len(row) < nb
+                # Every stage time exactly (ties), just below and above, and random.
+                probes = [0.0, math.inf, *row, *(math.nextafter(t, 0.0) for t in row)]
+                probes += [rng.uniform(0.0, 2 * row[-1]) for _ in range(4)] if row else []
+                for t in probes:
+                    hi = reach(cm, d, lo, t, first)
+                    assert tables.reach(cm, d, lo, t, first) == (
+                        hi,
+                        next_reach(cm, d, lo, hi, first),
+                    )
+                assert tables.end(cm, d, lo, first) == end_time(cm, d, lo, first)
+    assert capped  # the VRAM ends some rows before the last block
