@@ -42,8 +42,13 @@ __all__ = ["REFINE_LIMIT", "fleet_kinds_price_floor", "kinds_price_floor"]
 REFINE_LIMIT = 24
 """Most kinds refined."""
 
-MILP_SECONDS = 0.5
-"""The time the programme with whole columns may take (its best bound so far is kept)."""
+MILP_NODES = 200
+"""Most branch-and-bound nodes of the programme with whole columns (its best bound so
+far is kept): a count, so the floor is the same on every machine."""
+
+MILP_SECONDS = 2.0
+"""A safety cap on the time of the programme with whole columns (the node count is
+meant to end it first)."""
 
 WHOLE_ROUNDS = 4
 """Most times the programme with whole columns is solved (the kinds its point uses
@@ -159,7 +164,7 @@ def kinds_price_floor(
 def _integral_floor(
     obj: Any, rows: Any, rhs: Any, bounds: Sequence[tuple[float, float | None]]
 ) -> tuple[float, Any]:
-    """The best bound HiGHS proves within :data:`MILP_SECONDS` on the programme with
+    """The best bound HiGHS proves within :data:`MILP_NODES` nodes on the programme with
     every column whole (replicas, large replicas' nodes and the nodes rented are counts:
     every set of disjoint replicas is still a point of it) and the best point it found;
     (-inf, None) where it proves nothing."""
@@ -172,7 +177,7 @@ def _integral_floor(
         constraints=LinearConstraint(rows, -math.inf, rhs),
         bounds=Bounds(lo, hi),
         integrality=[1] * len(obj),
-        options={"time_limit": MILP_SECONDS},
+        options={"node_limit": MILP_NODES, "time_limit": MILP_SECONDS},
     )
     dual = getattr(res, "mip_dual_bound", None)
     if res.status not in (0, 1) or dual is None or not math.isfinite(dual):
