@@ -81,6 +81,7 @@ PURE_MODULES = (
     "stowplan.planner.strategies.throughput",
     "stowplan.planner.strategies.vram",
     "stowplan.planner.tensor",
+    "stowplan.planner.tensor.capacity",
     "stowplan.runtime",
     "stowplan.runtime.families",
     "stowplan.serving",

@@ -31,13 +31,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stowplan.cost import CostModel
 from stowplan.model import Metric
 from stowplan.planner.exact.pipelines import fluid_bound
 from stowplan.planner.problem import Problem
 from stowplan.planner.tensor.nodes import (
     GroupCosts,
     NodeSolver,
+    block_byte_arrays,
     degrees,
     node_signature,
     numpy_module,
@@ -375,18 +375,12 @@ def _per_block(problem: Problem, groups: GroupCosts) -> float:
     if not kinds:
         return 0.0
     np = numpy_module()
-    weights, read = _block_bytes(np, gcm, nb)
+    weights, read = block_byte_arrays(np, gcm, nb)
     a, f, bs = (np.array(v)[:, None] for v in zip(*kinds, strict=True))
     # Summed in block order, as every bound of this module is.
     reads: float = sum((read * a + bs).min(axis=0).tolist()) + gcm.head * float(a.min())
     computes: float = sum((weights * f + bs).min(axis=0).tolist()) + gcm.head * float(f.min())
     return max(reads, computes) + _forced_crossings(problem)
-
-
-def _block_bytes(np: Any, gcm: CostModel, nb: int) -> tuple[Any, Any]:
-    """Each block's weight bytes, and the bytes a step reads of it (weights and KV)."""
-    weights = np.diff(np.array(gcm.read_prefix[: nb + 1], dtype=float))
-    return weights, weights + np.diff(np.array(gcm.kv_prefix[: nb + 1], dtype=float))
 
 
 def stage_count_trips(problem: Problem, groups: GroupCosts, top: int) -> list[float]:
@@ -422,7 +416,7 @@ def stage_count_trips(problem: Problem, groups: GroupCosts, top: int) -> list[fl
     # Node counts a stage count may use: the fewest holding the model up to itself.
     fewest = _fewest_nodes(problem) or nodes
     usable = (used >= max(1, fewest)) & (used <= stages) & (stages >= 1)
-    weights, read = _block_bytes(np, gcm, nb)
+    weights, read = block_byte_arrays(np, gcm, nb)
     listed = list(kinds)
     t, a, f, bs, ss = (np.array(v) for v in zip(*listed, strict=True))
     best = np.zeros(top + 1)

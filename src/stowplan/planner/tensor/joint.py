@@ -5,13 +5,14 @@ elsewhere, per stage count for concurrent sequences."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stowplan.cost import microbatches
 from stowplan.errors import DependencyError
 from stowplan.model import Metric
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies import cycle
+from stowplan.planner.tensor.capacity import StageCapacity
 from stowplan.planner.tensor.exact import (
     GROUPED_NODE_LIMIT,
     GroupedOptimum,
@@ -143,14 +144,16 @@ def joint_cycle(
             found = [g for g in (b[3], t[3]) if g is not None and g.stages]
             counted = [stage_count_trips(pu, g, top) for g in shared.values()]
             trips = [min(c) for c in zip(*counted, strict=True)] if counted else []
-            solved[u] = _Solved(b[0], t[0], found, {b[2], t[2]}, trips)
+            groups = list(shared.values())
+            solved[u] = _Solved(b[0], t[0], found, {b[2], t[2]}, trips, pu, groups)
         return solved[u]
 
-    def known(s: int) -> float:
+    def known(s: int, held: float = 0.0) -> float:
         """Stage count ``s``'s bound from the solves so far (its own microbatch's, or
-        smaller ones')."""
+        smaller ones'); with ``held``, also by the blocks its groups could hold (sought
+        up to ``held``)."""
         m, u = microbatches(cm.batch, s)
-        return max((quick[s], *(v.bound(s, m) for w, v in solved.items() if w <= u)))
+        return max((quick[s], *(v.bound(s, m, held) for w, v in solved.items() if w <= u)))
 
     def solvable(s: int) -> bool:
         return quick[s] < plan_cycle and math.isfinite(quick[s])
@@ -170,7 +173,10 @@ def joint_cycle(
                 continue
         if solvable(s):
             solve(microbatches(cm.batch, s)[1])
-        lower = min(lower, known(s))
+        here = known(s)
+        if here < lower and solvable(s):
+            here = known(s, held=lower)
+        lower = min(lower, here)
     candidates = [g for v in solved.values() for g in v.found]
     best = min(
         candidates,
@@ -196,10 +202,34 @@ class _Solved:
     found: list[GroupedOptimum]
     texts: set[str]
     trips: list[float]
+    problem: Problem
+    """The problem at this microbatch."""
+    groups: list[GroupCosts]
+    """Its groups, per grouping."""
+    kept: list[StageCapacity] = field(default_factory=list)
+    """Per grouping, the blocks its groups could hold within a slowest stage (built
+    when first asked)."""
 
-    def bound(self, s: int, m: int) -> float:
-        """Stage count ``s`` of ``m`` microbatches, at this microbatch or a larger one."""
-        return max(m * self.slowest, self.trip, self.trips[s] if self.trips else 0.0)
+    def held(self) -> list[StageCapacity]:
+        if not self.kept and self.groups:
+            self.kept.extend(StageCapacity(self.problem, g) for g in self.groups)
+        return self.kept
+
+    def bound(self, s: int, m: int, held: float = 0.0) -> float:
+        """Stage count ``s`` of ``m`` microbatches, at this microbatch or a larger one;
+        with ``held`` > 0, its slowest stage also bounded by what ``s`` stages could hold
+        (at the next count of :data:`HELD_COUNTS` or above: no more stages, no faster
+        slowest stage), sought no further than a cycle of ``held``."""
+        slowest = self.slowest
+        if held > 0 and self.groups:
+            at = next((c for c in HELD_COUNTS if c >= s), s)
+            slowest = max(slowest, min(h.slowest(at, held / m) for h in self.held()))
+        return max(m * slowest, self.trip, self.trips[s] if self.trips else 0.0)
+
+
+HELD_COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+"""The stage counts whose slowest stage the groups' capacities bound (a count between
+two takes the larger's: at most as many stages can only be slower)."""
 
 
 def joint_runs(problem: Problem, rule: EngineRule, exact_strategy: bool) -> bool:

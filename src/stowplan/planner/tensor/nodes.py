@@ -13,13 +13,26 @@ from stowplan.planner.exact.pipelines import stage_matrix
 from stowplan.planner.problem import Problem
 from stowplan.rules.tensor_parallel import legal_tensor_parallel
 
-__all__ = ["GroupCosts", "NodeSolver", "degrees", "node_signature", "numpy_module"]
+__all__ = [
+    "GroupCosts",
+    "NodeSolver",
+    "block_byte_arrays",
+    "degrees",
+    "node_signature",
+    "numpy_module",
+]
 
 
 def numpy_module() -> Any:
     import numpy as np
 
     return np
+
+
+def block_byte_arrays(np: Any, cm: CostModel, nb: int) -> tuple[Any, Any]:
+    """Each block's weight bytes, and the bytes a step reads of it (weights and KV)."""
+    weights = np.diff(np.array(cm.read_prefix[: nb + 1], dtype=float))
+    return weights, weights + np.diff(np.array(cm.kv_prefix[: nb + 1], dtype=float))
 
 
 def degrees(problem: Problem, node: NodeDescriptor, allowed: Sequence[int] | None) -> list[int]:

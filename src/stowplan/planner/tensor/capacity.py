@@ -1,0 +1,204 @@
+"""A lower bound on the slowest stage of every pipeline of at most ``S`` GPU groups, by
+the blocks the groups could hold within it.
+
+A stage of ``k`` blocks on group ``v`` (``t`` GPUs of a node) takes at least each of
+``R_k · a + k · b + s`` and ``W_k · f + k · b + s`` (``R_k``, ``W_k`` the ``k``
+smallest blocks' read and weight bytes, ``a``, ``f`` its seconds per byte read and per
+weight byte, ``b`` its cost per block, ``s`` its fixed cost), plus its transfer out
+unless it is the last stage: over the network, or inside its node (at least the
+cheaper of the two).  It holds at most the ``k`` smallest blocks its memory fits, and
+no more consecutive blocks than fit (:meth:`CostModel.max_window`).  So within a
+slowest stage ``B`` the group holds at most ``cap(v, B − x)`` blocks, ``x`` its
+transfer.
+
+A pipeline of at most ``S`` stages with its slowest stage at most ``B`` covers every
+block, so the blocks its groups hold reach ``nb``.  Its groups number at most ``S``;
+a node's groups take at most its GPUs; on every node the pipeline uses, one group
+sends over the network or is the last stage, the others send at least at the cheaper
+link; and the last stage sends nothing.  The most blocks any such choice holds —
+per node the best multiset of group sizes of ``j`` groups with one group charged the
+network (the one that loses least), across nodes the ``S`` largest steps of each
+node's concave majorant over ``j`` (a relaxation of choosing ``j`` per node), and one
+group freed of its transfer (the largest such gain of any group) — is therefore at
+least ``nb`` at every ``B`` some pipeline reaches.  Where it falls short of ``nb``,
+``B`` is below every such pipeline's slowest stage: the bound is the largest such
+``B`` a bisection finds.
+
+Each stage count's cycle is at least ``m`` times its slowest stage
+(:func:`~stowplan.planner.tensor.joint.joint_cycle`); the joint solve's least slowest
+stage is over every stage count, so a count of few stages (where ``m`` is small but
+each stage is long) is bounded by this one instead.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from functools import lru_cache
+from itertools import pairwise, product
+from typing import Any
+
+from stowplan.planner.problem import Problem
+from stowplan.planner.tensor.nodes import GroupCosts, block_byte_arrays, numpy_module
+
+__all__ = ["BISECTION_STEPS", "StageCapacity"]
+
+BISECTION_STEPS = 40
+"""Most halvings of the interval holding the bound."""
+
+PRECISION = 1e-6
+"""The bisection stops once the interval is this small a share of its top."""
+
+
+class StageCapacity:
+    """The blocks ``groups`` could hold within a slowest stage, and the bound it gives
+    per stage count (:meth:`slowest`)."""
+
+    def __init__(self, problem: Problem, groups: GroupCosts) -> None:
+        np = numpy_module()
+        gcm, nb = groups.cm, problem.model.num_blocks
+        self.nb = nb
+        weights, read = block_byte_arrays(np, gcm, nb)
+        mem = np.diff(np.array(gcm.mem_prefix[: nb + 1], dtype=float))
+        ks = np.arange(1, nb + 1)
+        least_read, least_weights = np.cumsum(np.sort(read)), np.cumsum(np.sort(weights))
+        least_mem = np.cumsum(np.sort(mem))
+        window = gcm.max_window()
+        self._times: dict[tuple[object, ...], list[float]] = {}
+        """Per kind of group: the least time of k = 1, 2, … blocks (before its transfer)."""
+        self._sends: dict[tuple[object, ...], tuple[float, float]] = {}
+        """Per kind of group: its transfer over the network and over the cheaper link."""
+        nodes: dict[tuple[object, ...], _NodeKind] = {}
+        for d, per_node in enumerate(groups.kinds):
+            kinds: list[tuple[int, tuple[object, ...]]] = []
+            for t, v in sorted(per_node.items()):
+                key = (gcm.stage_class[v], gcm.intra_xfer_s[v])
+                if key not in self._times:
+                    room = int(np.searchsorted(least_mem, gcm.usable[v], side="right"))
+                    held = min(room, window[v], nb)
+                    fixed = ks[:held] * gcm.block_s[v] + gcm.stage_s[v]
+                    by_read = least_read[:held] * gcm.inv_bw[v] + fixed
+                    by_weights = least_weights[:held] * gcm.flop_s_per_byte[v] + fixed
+                    self._times[key] = np.maximum(by_read, by_weights).tolist()
+                    net = gcm.xfer_s[v]
+                    self._sends[key] = (net, min(net, gcm.intra_xfer_s[v]))
+                kinds.append((t, key))
+            gpus = problem.nodes[d].num_gpus
+            sig = (gpus, tuple(kinds))
+            if sig in nodes:
+                nodes[sig].count += 1
+            else:
+                counts = np.array(_multisets(tuple(t for t, _ in kinds), gpus), dtype=float)
+                counts = counts.reshape(-1, len(kinds))
+                nodes[sig] = _NodeKind(1, [key for _, key in kinds], counts)
+        self._nodes = list(nodes.values())
+        self._np = np
+        self._least: dict[int, float] = {}
+        most = [times[-1] if times else 0.0 for times in self._times.values()]
+        self._top = max(most, default=0.0) + max((n for n, _ in self._sends.values()), default=0.0)
+
+    def held(self, bottleneck: float, stages: int) -> float:
+        """The most blocks ``stages`` groups could hold with no stage above ``bottleneck``
+        (the relaxation of the module)."""
+        if bottleneck <= 0 or stages < 1:
+            return 0.0
+        caps: dict[tuple[object, ...], tuple[int, int]] = {}
+        gain = 0
+        for key, times in self._times.items():
+            net, either = self._sends[key]
+            at_net = bisect_right(times, bottleneck - net)
+            caps[key] = (bisect_right(times, bottleneck - either), at_net)
+            gain = max(gain, bisect_right(times, bottleneck) - at_net)
+        np = self._np
+        steps: list[tuple[float, int]] = []
+        for node in self._nodes:
+            inside = np.array([caps[key][0] for key in node.groups], dtype=float)
+            loss = np.array([caps[key][0] - caps[key][1] for key in node.groups], dtype=float)
+            # Per multiset: its groups at the cheaper link, one charged the network.
+            value = node.counts @ inside - np.where(node.used, loss, np.inf).min(axis=1)
+            best = np.zeros(node.most + 1)
+            np.maximum.at(best, node.sizes, value)
+            best = np.maximum.accumulate(best)  # at most j groups
+            steps += [(step, node.count) for step in _concave_steps(best.tolist())]
+        steps.sort(reverse=True)
+        total, left = 0.0, stages
+        for step, count in steps:
+            if left <= 0 or step <= 0:
+                break
+            take = min(count, left)
+            total += take * step
+            left -= take
+        return total + gain
+
+    def slowest(self, stages: int, enough: float = math.inf) -> float:
+        """A lower bound on the slowest stage of every pipeline of at most ``stages``
+        stages on these groups (inf where none holds every block); ``enough`` where the
+        bound reaches it (not sought further)."""
+        if stages in self._least:
+            return self._least[stages]
+        if enough < math.inf and self.held(enough, stages) < self.nb:
+            return enough  # nothing within ``enough`` holds every block
+        hi = min(enough, self._top * 2 + 1e-9)
+        if self.held(hi, stages) < self.nb:
+            self._least[stages] = math.inf
+            return math.inf
+        lo = 0.0
+        for _ in range(BISECTION_STEPS):
+            mid = (lo + hi) / 2
+            if self.held(mid, stages) >= self.nb:
+                hi = mid
+            else:
+                lo = mid
+            if hi - lo <= PRECISION * hi:
+                break
+        self._least[stages] = lo
+        return lo
+
+
+@dataclass(slots=True)
+class _NodeKind:
+    """Nodes alike in their GPUs and groups: how many, each group size's kind (sizes
+    ascending) and the multisets of group counts their GPUs allow (one row each)."""
+
+    count: int
+    groups: list[tuple[object, ...]]
+    counts: Any
+    used: Any = field(init=False)
+    sizes: Any = field(init=False)
+    most: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.used = self.counts > 0
+        self.sizes = self.counts.sum(axis=1).astype(int)
+        self.most = int(self.sizes.max(initial=0))
+
+
+@lru_cache(maxsize=256)
+def _multisets(sizes: tuple[int, ...], gpus: int) -> list[tuple[int, ...]]:
+    """Counts of groups of each size (in ``sizes``' order) taking at most ``gpus`` GPUs,
+    at least one group."""
+    ranges = [range(gpus // t + 1) for t in sizes]
+    return [
+        m
+        for m in product(*ranges)
+        if any(m) and sum(c * t for c, t in zip(m, sizes, strict=True)) <= gpus
+    ]
+
+
+def _concave_steps(values: list[float]) -> list[float]:
+    """The increments of the least concave majorant of ``values`` (at 0, 1, 2, …): each
+    at least the next, summing over the first ``j`` to at least ``values[j]``."""
+    hull: list[tuple[int, float]] = []
+    for x, y in enumerate(values):
+        while len(hull) >= 2:
+            (x1, y1), (x2, y2) = hull[-2], hull[-1]
+            if (y2 - y1) * (x - x1) <= (y - y1) * (x2 - x1):
+                hull.pop()
+            else:
+                break
+        hull.append((x, y))
+    steps: list[float] = []
+    for (x1, y1), (x2, y2) in pairwise(hull):
+        steps += [(y2 - y1) / (x2 - x1)] * (x2 - x1)
+    return steps
