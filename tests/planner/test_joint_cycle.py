@@ -20,7 +20,7 @@ from stowplan.planner.tensor.capacity import StageCapacity
 from stowplan.planner.tensor.exact import GROUPED_NODE_LIMIT, stage_count_trips
 from stowplan.planner.tensor.joint import adjacency_loses_nothing, joint_cycle, joint_optimum
 from stowplan.planner.tensor.layouts import engine_rule
-from stowplan.planner.tensor.nodes import GroupCosts
+from stowplan.planner.tensor.nodes import GroupCosts, degrees
 from tests.common import tp_referee as tp
 
 KINDS = (
@@ -204,3 +204,39 @@ def test_calibrated_groups_of_few_stages_are_bounded_by_what_they_hold() -> None
     cert = got.rationale.certificate
     assert cert is not None
     assert cert.gap < 0.05, cert
+
+
+def test_a_node_of_too_many_group_multisets_is_bounded_by_its_gpus() -> None:
+    """A node of 32 GPUs splits into more multisets of group sizes than are counted: its
+    blocks are bounded by its largest group's and its GPUs' counts, still never above a
+    real pipeline's (the planner's optimum: m × its slowest stage is at most its cycle)."""
+    from stowplan import plan
+    from stowplan.planner.tensor import capacity
+
+    nodes = [
+        NodeDescriptor(
+            id=f"n{i}",
+            gpu_name="H100 SXM5",
+            vram_bytes=g * 80 * 10**9,
+            num_gpus=g,
+            link_mbps=100_000.0,
+            link_latency_ms=0.05,
+        )
+        for i, g in enumerate((32, 2))
+    ]
+    model = resolve_model("llama3.1:70b")
+    c = Constraints(batch=4)
+    got = plan(model, nodes, c)
+    cert = got.rationale.certificate
+    assert cert is not None
+    cycle = 4 / cert.value
+    problem = prepare(model, nodes, c)
+    sizes = degrees(problem, nodes[0], None)
+    assert math.prod(32 // t + 1 for t in sizes) > capacity.MULTISETS
+    for stages in (got.num_stages, 8):
+        m, u = microbatches(4, stages)
+        at = problem.at_microbatch(u)
+        bound = StageCapacity(at, GroupCosts(at, None)).slowest(stages)
+        if stages == got.num_stages:
+            assert 0 < m * bound <= cycle * (1 + 1e-9)
+        assert bound > 0

@@ -89,9 +89,8 @@ class StageCapacity:
             if sig in nodes:
                 nodes[sig].count += 1
             else:
-                counts = np.array(_multisets(tuple(t for t, _ in kinds), gpus), dtype=float)
-                counts = counts.reshape(-1, len(kinds))
-                nodes[sig] = _NodeKind(1, [key for _, key in kinds], counts)
+                sizes = tuple(t for t, _ in kinds)
+                nodes[sig] = _NodeKind(1, [key for _, key in kinds], sizes, gpus, nb)
         self._nodes = list(nodes.values())
         self._np = np
         self._least: dict[int, float] = {}
@@ -114,12 +113,19 @@ class StageCapacity:
         steps: list[tuple[float, int]] = []
         for node in self._nodes:
             inside = np.array([caps[key][0] for key in node.groups], dtype=float)
-            loss = np.array([caps[key][0] - caps[key][1] for key in node.groups], dtype=float)
-            # Per multiset: its groups at the cheaper link, one charged the network.
-            value = node.counts @ inside - np.where(node.used, loss, np.inf).min(axis=1)
-            best = np.zeros(node.most + 1)
-            np.maximum.at(best, node.sizes, value)
-            best = np.maximum.accumulate(best)  # at most j groups
+            if node.counts is None:
+                # Too many multisets: j groups hold at most j of the most one holds, and
+                # the node's GPUs at most their count at the most a GPU of a group holds.
+                j = np.arange(node.most + 1)
+                per_gpu = float((inside / np.array(node.sizes)).max(initial=0.0))
+                best = np.minimum(j * float(inside.max(initial=0.0)), node.gpus * per_gpu)
+            else:
+                loss = np.array([caps[key][0] - caps[key][1] for key in node.groups])
+                # Per multiset: its groups at the cheaper link, one charged the network.
+                value = node.counts @ inside - np.where(node.used, loss, np.inf).min(axis=1)
+                best = np.zeros(node.most + 1)
+                np.maximum.at(best, node.multiset_sizes, value)
+                best = np.maximum.accumulate(best)  # at most j groups
             steps += [(step, node.count) for step in _concave_steps(best.tolist())]
         steps.sort(reverse=True)
         total, left = 0.0, stages
@@ -156,22 +162,39 @@ class StageCapacity:
         return lo
 
 
+MULTISETS = 4096
+"""Most multisets of group sizes a node's GPUs are split into, counted one by one;
+beyond, the node's blocks are bounded by its largest group's and its GPUs' counts."""
+
+
 @dataclass(slots=True)
 class _NodeKind:
-    """Nodes alike in their GPUs and groups: how many, each group size's kind (sizes
-    ascending) and the multisets of group counts their GPUs allow (one row each)."""
+    """Nodes alike in their GPUs and groups: how many, each group size's kind (``sizes``
+    ascending), and the multisets of group counts their GPUs allow (one row each; None
+    past :data:`MULTISETS`)."""
 
     count: int
     groups: list[tuple[object, ...]]
-    counts: Any
+    sizes: tuple[int, ...]
+    gpus: int
+    blocks: int
+    counts: Any = field(init=False)
     used: Any = field(init=False)
-    sizes: Any = field(init=False)
+    multiset_sizes: Any = field(init=False)
     most: int = field(init=False)
+    """The most groups counted (no more than the node's GPUs or the blocks)."""
 
     def __post_init__(self) -> None:
+        import numpy as np
+
+        self.most = min(self.gpus // min(self.sizes), self.blocks) if self.sizes else 0
+        if math.prod(self.gpus // t + 1 for t in self.sizes) > MULTISETS:
+            self.counts = self.used = self.multiset_sizes = None
+            return
+        rows = _multisets(self.sizes, self.gpus)
+        self.counts = np.array(rows, dtype=float).reshape(-1, len(self.sizes))
         self.used = self.counts > 0
-        self.sizes = self.counts.sum(axis=1).astype(int)
-        self.most = int(self.sizes.max(initial=0))
+        self.multiset_sizes = np.minimum(self.counts.sum(axis=1).astype(int), self.most)
 
 
 @lru_cache(maxsize=256)
