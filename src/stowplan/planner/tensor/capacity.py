@@ -112,6 +112,8 @@ class StageCapacity:
         np = self._np
         steps: list[tuple[float, int]] = []
         for node in self._nodes:
+            if not node.groups:
+                continue  # no group the rule allows: the node holds no stage
             inside = np.array([caps[key][0] for key in node.groups], dtype=float)
             if node.counts is None:
                 # Too many multisets: j groups hold at most j of the most one holds, and
@@ -192,7 +194,7 @@ class _NodeKind:
             self.counts = self.used = self.multiset_sizes = None
             return
         rows = _multisets(self.sizes, self.gpus)
-        self.counts = np.array(rows, dtype=float).reshape(-1, len(self.sizes))
+        self.counts = np.array(rows, dtype=float).reshape(len(rows), len(self.sizes))
         self.used = self.counts > 0
         self.multiset_sizes = np.minimum(self.counts.sum(axis=1).astype(int), self.most)
 

@@ -158,15 +158,36 @@ def joint_cycle(
     def solvable(s: int) -> bool:
         return quick[s] < plan_cycle and math.isfinite(quick[s])
 
+    cycles: dict[int, float] = {}
+    """Per microbatch solved, the least cycle of its pipelines."""
+
+    def incumbent() -> float:
+        """The least cycle of a pipeline in hand (the search's, or a solve's)."""
+        for w, v in solved.items():
+            if w not in cycles:
+                cycles[w] = min(
+                    (cycle_of(*as_pipeline(problem, g.stages), Metric.THROUGHPUT) for g in v.found),
+                    default=math.inf,
+                )
+        return min([plan_cycle, *cycles.values()]) * (1 + 1e-12)
+
     lower = math.inf
     first = quick
-    if not runs:
-        smallest = min((microbatches(cm.batch, s)[1] for s in quick if solvable(s)), default=None)
-        if smallest is not None:
-            solve(smallest)
-            first = {s: known(s) for s in quick}
+    smallest = min((microbatches(cm.batch, s)[1] for s in quick if solvable(s)), default=None)
+    if smallest is not None:
+        solve(smallest)
+        first = {s: known(s) for s in quick}
     for s in sorted(quick, key=lambda s: (first[s], s)):
-        if not runs:
+        if runs:
+            # A count bounded above a pipeline in hand holds no better pipeline, and its
+            # bound is no less than that pipeline's cycle, which bounds the optimum.
+            if first[s] > incumbent():
+                lower = min(lower, first[s])
+                break  # the counts go by this bound: none after holds a better one
+            if known(s) > incumbent():
+                lower = min(lower, known(s))
+                continue
+        else:
             if first[s] >= lower:
                 break  # the counts go by this bound: none after can lower the least
             if known(s) >= lower:
