@@ -648,12 +648,16 @@ def _assign(
     for opt, copies in zip(ranked, x, strict=True):
         cand = opt.candidate
         for _ in range(copies):
-            mapping: dict[str, str] = {}
+            # The candidate's own free nodes first, so that no other of its nodes moves
+            # onto one of them.
+            mapping = {
+                nid: nid
+                for nid in cand.node_ids
+                if nid not in taken and by_id[nid] in free[class_of[nid]]
+            }
             for nid in cand.node_ids:
-                k = class_of[nid]
-                if nid not in taken and by_id[nid] in free[k]:
-                    mapping[nid] = nid
-                else:
+                if nid not in mapping:
+                    k = class_of[nid]
                     mapping[nid] = next(n.id for n in free[k] if n.id not in mapping.values())
             for old, new in mapping.items():
                 taken.add(new)
