@@ -529,7 +529,8 @@ class _Cut:
         if seen == self._seen:
             return False
         pairs = [(o.price, _value(o.candidate, self._by_rate)) for o in self._options.values()]
-        if floor < self._cut.least_cover(pairs) * (1 - TIE):
+        copies = [self._copies(k) for k in self._options]
+        if floor < self._cut.least_cover(pairs, copies) * (1 - TIE):
             return False
         self._seen = seen
         self._pack()
@@ -542,8 +543,23 @@ class _Cut:
             return
         self._covered = seen
         pairs = [(o.price, _value(o.candidate, self._by_rate)) for o in self._options.values()]
-        self._cut.update([*pairs, *(p for ps in self._pending.values() for p in ps)])
+        copies = [self._copies(k) for k in self._options]
+        for combo, ps in self._pending.items():
+            pairs += ps
+            copies += [self._most(combo)] * len(ps)
+        self._cut.update(pairs, copies)
         self._stale = False
+
+    def _copies(self, key: tuple[int, ...]) -> int:
+        """The most copies of an option on ``key``'s nodes a packing takes: the fleet's
+        disjoint sets of them."""
+        return min(s // k for s, k in zip(self._sizes, key, strict=True) if k)
+
+    def _most(self, combo: tuple[int, ...]) -> int:
+        """The most copies a packing takes of the option of ``combo`` (not planned yet):
+        it is on a sub-multiset of ``combo``, at least one node of one of its classes, so
+        at most that class's size of them."""
+        return max(s for s, k in zip(self._sizes, combo, strict=True) if k)
 
     def _pack(self) -> None:
         """The cheapest packing of the options planned so far: the incumbent."""
