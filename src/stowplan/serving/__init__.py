@@ -429,7 +429,8 @@ class _Cut:
     """For a target, the compositions :class:`~stowplan.serving.price_cut.PriceCut` rules
     out, and the cheapest packing found along the way: the pairs the rest of a packing
     may take are every option planned and the :func:`~stowplan.serving.price_cut.
-    holding_front` of every composition not planned."""
+    holding_front` of every composition not planned, each at most as many times as the
+    fleet holds disjoint copies of its nodes."""
 
     def __init__(
         self,
