@@ -21,10 +21,10 @@ too, as a sum of whole units) only lower the least price of covering the rest, s
 price of the rest of every such packing.
 
 A packing takes an option at most as many times as the fleet holds disjoint copies of
-its nodes: an option planned on ``k`` nodes of each class ``k`` at most ``min_k ⌊size_k /
-k⌋`` times, and the option of a composition not planned (on a sub-multiset of it, each
-class of which has a node in it) at most ``max_k size_k`` times over the classes it
-takes.  Each option of a packing is a different item of the covering (an option planned
+its nodes: an option planned on ``n_k`` nodes of each class ``k`` at most ``min_k
+⌊size_k / n_k⌋`` times, and the option of a composition not planned (on some of its
+nodes, so on a node of one of its classes at least) at most ``max_k size_k`` times over
+the classes the composition takes.  Each option of a packing is a different item of the covering (an option planned
 stands for itself; one found later comes from a composition of its own, planned once),
 so :meth:`PriceCut.update` given those counts covers with each pair at most its count of
 times (several pairs of one composition's front each at its count: more than any packing
