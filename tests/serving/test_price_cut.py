@@ -12,7 +12,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from stowplan import Infeasible, Workload, serve
+from stowplan import Infeasible, NodeDescriptor, Workload, serve
 from stowplan.serving.price_cut import ClassMemory, PriceCut, front, holding_front
 from tests.common.serving_models import dense, mixed_fleets, models, serve_settings
 
@@ -45,6 +45,39 @@ def test_the_rest_is_covered_at_the_least_price_of_copies(items, need):
     loose = PriceCut(9.0, integral=False)
     loose.update(items)
     assert loose.rest_price(need) <= want + 1e-9
+
+
+@SETTINGS
+@given(pairs, st.lists(st.integers(0, 3), min_size=4, max_size=4), st.integers(0, 9))
+def test_with_counts_the_rest_is_covered_at_the_least_price_of_that_many_copies(
+    items, counts, need
+):
+    limits = counts[: len(items)]
+    cut = PriceCut(9.0, integral=True)
+    cut.update(items, limits)
+    useful = [(p, v, m) for (p, v), m in zip(items, limits, strict=True) if v > 0]
+    want = 0.0 if need == 0 else math.inf
+    for taken in product(*(range(m + 1) for _, _, m in useful)):
+        if need and sum(t * v for t, (_, v, _) in zip(taken, useful, strict=True)) >= need:
+            want = min(want, sum(t * p for t, (p, _, _) in zip(taken, useful, strict=True)))
+    assert cut.rest_price(need) == pytest.approx(want)
+    # Never above the covering without counts' limits... and never below it.
+    free = PriceCut(9.0, integral=True)
+    free.update(items)
+    assert free.rest_price(need) <= cut.rest_price(need) + 1e-9
+    assert cut.least_cover(items, limits) == pytest.approx(cut.rest_price(9))
+
+
+def test_counts_stop_the_covering_from_taking_the_cheapest_replica_twice():
+    cut = PriceCut(10.0, integral=True)
+    cut.update([(1.0, 5.0), (3.0, 5.0)], [1, 1])
+    assert cut.rest_price(10) == pytest.approx(4.0)
+    cut.found(4.5)
+    assert cut.cuts([(1.0, 4.0)])  # 1 + 1 + 3: the cheap pair once only
+    free = PriceCut(10.0, integral=True)
+    free.update([(1.0, 5.0), (3.0, 5.0)])
+    free.found(4.5)
+    assert not free.cuts([(1.0, 4.0)])  # 1 + two copies of (1, 5)
 
 
 @SETTINGS
@@ -136,10 +169,44 @@ def test_serve_with_the_cut_pays_no_more_than_planning_every_composition(
     )
     cut = serve(model, nodes, target)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(PriceCut, "cuts", lambda self, pairs: False)
+        mp.setattr(PriceCut, "beats", lambda self, floor: False)
         every = serve(model, nodes, target)
     if by_rate:
         assert cut.rate_per_s >= (target.rate_per_s or 0.0)
     else:
         assert cut.users >= (target.users or 0)
+    assert cut.price_per_hour <= every.price_per_hour * (1 + 1e-9)
+
+
+@st.composite
+def fleets_with_alike_nodes(draw: st.DrawFn) -> list[NodeDescriptor]:
+    """A mixed fleet whose single-GPU nodes come in classes of up to three alike (copies
+    but for the id): the counts of copies a packing takes are then above one."""
+    out: list[NodeDescriptor] = []
+    for n in draw(mixed_fleets()):
+        for j in range(draw(st.integers(1, 3)) if n.num_gpus == 1 else 1):
+            if len(out) < 8:
+                out.append(replace(n, id=f"{n.id}-{j}"))
+    return out
+
+
+@FEW
+@given(models, fleets_with_alike_nodes(), st.floats(0.2, 0.9), st.booleans())
+def test_on_classes_of_alike_nodes_the_cut_pays_no_more_than_planning_every_composition(
+    model, nodes, share, by_rate
+):
+    try:
+        most = serve(model, nodes, LOAD)
+    except Infeasible:
+        assume(False)
+        return
+    target = replace(
+        LOAD,
+        users=None if by_rate else max(1, math.floor(most.users * share)),
+        rate_per_s=most.rate_per_s * share if by_rate else None,
+    )
+    cut = serve(model, nodes, target)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(PriceCut, "beats", lambda self, floor: False)
+        every = serve(model, nodes, target)
     assert cut.price_per_hour <= every.price_per_hour * (1 + 1e-9)

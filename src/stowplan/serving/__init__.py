@@ -429,7 +429,8 @@ class _Cut:
     """For a target, the compositions :class:`~stowplan.serving.price_cut.PriceCut` rules
     out, and the cheapest packing found along the way: the pairs the rest of a packing
     may take are every option planned and the :func:`~stowplan.serving.price_cut.
-    holding_front` of every composition not planned."""
+    holding_front` of every composition not planned, each at most as many times as the
+    fleet holds disjoint copies of its nodes."""
 
     def __init__(
         self,
@@ -529,7 +530,8 @@ class _Cut:
         if seen == self._seen:
             return False
         pairs = [(o.price, _value(o.candidate, self._by_rate)) for o in self._options.values()]
-        if floor < self._cut.least_cover(pairs) * (1 - TIE):
+        copies = [self._copies(k) for k in self._options]
+        if floor < self._cut.least_cover(pairs, copies) * (1 - TIE):
             return False
         self._seen = seen
         self._pack()
@@ -542,8 +544,23 @@ class _Cut:
             return
         self._covered = seen
         pairs = [(o.price, _value(o.candidate, self._by_rate)) for o in self._options.values()]
-        self._cut.update([*pairs, *(p for ps in self._pending.values() for p in ps)])
+        copies = [self._copies(k) for k in self._options]
+        for combo, ps in self._pending.items():
+            pairs += ps
+            copies += [self._most(combo)] * len(ps)
+        self._cut.update(pairs, copies)
         self._stale = False
+
+    def _copies(self, key: tuple[int, ...]) -> int:
+        """The most copies of an option on ``key``'s nodes a packing takes: the fleet's
+        disjoint sets of them."""
+        return min(s // k for s, k in zip(self._sizes, key, strict=True) if k)
+
+    def _most(self, combo: tuple[int, ...]) -> int:
+        """The most copies a packing takes of the option of ``combo`` (not planned yet):
+        it is on a sub-multiset of ``combo``, at least one node of one of its classes, so
+        at most that class's size of them."""
+        return max(s for s, k in zip(self._sizes, combo, strict=True) if k)
 
     def _pack(self) -> None:
         """The cheapest packing of the options planned so far: the incumbent."""
@@ -648,12 +665,16 @@ def _assign(
     for opt, copies in zip(ranked, x, strict=True):
         cand = opt.candidate
         for _ in range(copies):
-            mapping: dict[str, str] = {}
+            # The candidate's own free nodes first, so that no other of its nodes moves
+            # onto one of them.
+            mapping = {
+                nid: nid
+                for nid in cand.node_ids
+                if nid not in taken and by_id[nid] in free[class_of[nid]]
+            }
             for nid in cand.node_ids:
-                k = class_of[nid]
-                if nid not in taken and by_id[nid] in free[k]:
-                    mapping[nid] = nid
-                else:
+                if nid not in mapping:
+                    k = class_of[nid]
                     mapping[nid] = next(n.id for n in free[k] if n.id not in mapping.values())
             for old, new in mapping.items():
                 taken.add(new)

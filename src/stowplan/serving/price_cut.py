@@ -20,6 +20,17 @@ too, as a sum of whole units) only lower the least price of covering the rest, s
 :meth:`PriceCut.rest_price` — an unbounded covering over those pairs — is at most the
 price of the rest of every such packing.
 
+A packing takes an option at most as many times as the fleet holds disjoint copies of
+its nodes: an option planned on ``n_k`` nodes of each class ``k`` at most ``min_k
+⌊size_k / n_k⌋`` times, and the option of a composition not planned (on some of its
+nodes, so on a node of one of its classes at least) at most ``max_k size_k`` times over
+the classes the composition takes.  Each option of a packing is a different item of the covering (an option planned
+stands for itself; one found later comes from a composition of its own, planned once),
+so :meth:`PriceCut.update` given those counts covers with each pair at most its count of
+times (several pairs of one composition's front each at its count: more than any packing
+takes, still a lower bound).  Where every offer is a class of its own, this is what stops
+the covering from taking the cheapest replica three times over.
+
 Hence every packing through ``c`` costs at least the least, over ``c``'s front, of
 ``price + rest_price(target − value)``; when that is not below the price of a packing
 already found among the options planned (the incumbent), ``c`` cannot make the answer
@@ -167,10 +178,21 @@ class PriceCut:
         """A packing reaching the target at ``price`` exists among the options planned."""
         self._incumbent = min(self._incumbent, price)
 
-    def update(self, pairs: Iterable[Pair]) -> None:
-        """The pairs the rest of a packing may take changed: cover the target again."""
-        units = [(p, self._units(v)) for p, v in front(pairs)]
-        self._rest = _cover(units, self._steps)
+    def update(self, pairs: Iterable[Pair], limits: Sequence[int] | None = None) -> None:
+        """The pairs the rest of a packing may take changed: cover the target again;
+        with ``limits``, pair ``i`` at most ``limits[i]`` times (see the module)."""
+        self._rest = self._covering(pairs, limits)
+
+    def _covering(self, pairs: Iterable[Pair], limits: Sequence[int] | None) -> list[float]:
+        if limits is None:
+            units = [(p, self._units(v)) for p, v in front(pairs)]
+            return _cover(units, self._steps)
+        counted: dict[tuple[float, int], int] = {}
+        for (p, v), most in zip(pairs, limits, strict=True):
+            if v > 0 and most > 0:
+                key = (p, self._units(v))
+                counted[key] = counted.get(key, 0) + most
+        return _cover_limited([(p, u, most) for (p, u), most in counted.items()], self._steps)
 
     def rest_price(self, need: float) -> float:
         """At most the price of any options serving ``need`` more (users, or requests/s):
@@ -208,12 +230,12 @@ class PriceCut:
         incumbent: then it is not planned."""
         return self.beats(self.floor(pairs))
 
-    def least_cover(self, pairs: Iterable[Pair]) -> float:
+    def least_cover(self, pairs: Iterable[Pair], limits: Sequence[int] | None = None) -> float:
         """At most the price of any packing of options no better than ``pairs`` reaching
         the target (below the price of the cheapest packing of them, which a packing
-        programme would make the incumbent)."""
-        units = [(p, self._units(v)) for p, v in front(pairs)]
-        return _cover(units, self._steps)[-1]
+        programme would make the incumbent); with ``limits``, pair ``i`` taken at most
+        ``limits[i]`` times."""
+        return self._covering(pairs, limits)[-1]
 
 
 def front(pairs: Iterable[Pair]) -> list[Pair]:
@@ -238,3 +260,38 @@ def _cover(units: Sequence[tuple[float, int]], steps: int) -> list[float]:
                 best = got
         out[u] = best
     return out
+
+
+def _cover_limited(items: Sequence[tuple[float, int, int]], steps: int) -> list[float]:
+    """``out[u]``: the least price of copies of ``items`` ((price, whole units served, most
+    copies)) serving at least ``u`` units, for ``u`` in ``0 … steps``: a bounded covering,
+    each item's copies split into bundles of 1, 2, 4, … copies taken at most once."""
+    bundles: list[tuple[float, int]] = []
+    for price, value, most in items:
+        if value <= 0:
+            continue
+        left = min(most, -(-steps // value))  # more copies never cover more
+        size = 1
+        while left > 0:
+            take = min(size, left)
+            bundles.append((price * take, min(steps, value * take)))
+            left -= take
+            size *= 2
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy ships with the exact extra
+        out = [0.0] + [math.inf] * steps
+        for price, value in bundles:
+            for u in range(steps, 0, -1):
+                got = price + out[max(0, u - value)]
+                if got < out[u]:
+                    out[u] = got
+        return out
+    table = np.full(steps + 1, math.inf)
+    table[0] = 0.0
+    for price, value in bundles:
+        shifted = np.empty_like(table)
+        shifted[:value] = 0.0
+        shifted[value:] = table[: steps + 1 - value]
+        np.minimum(table, shifted + price, out=table)
+    return [float(x) for x in table]
