@@ -14,22 +14,21 @@ the weights and one request.
 Every packing using that option serves the rest of the target, at least ``target −
 value``, with other options: each is an option already planned (its own price and
 value) or the option of a composition not planned, no cheaper and serving no more
-than some pair of that composition's front.  Dropping the class sizes (any pair any
-number of times) and counting values in whole units rounded up (the need rounded up
-too, as a sum of whole units) only lower the least price of covering the rest, so
-:meth:`PriceCut.rest_price` — an unbounded covering over those pairs — is at most the
-price of the rest of every such packing.
+than some pair of that composition's front.  Counting values in whole units rounded
+up (the need rounded up too, as a sum of whole units) only lowers the least price of
+covering the rest.
 
 A packing takes an option at most as many times as the fleet holds disjoint copies of
 its nodes: an option planned on ``n_k`` nodes of each class ``k`` at most ``min_k
 ⌊size_k / n_k⌋`` times, and the option of a composition not planned (on some of its
 nodes, so on a node of one of its classes at least) at most ``max_k size_k`` times over
-the classes the composition takes.  Each option of a packing is a different item of the covering (an option planned
-stands for itself; one found later comes from a composition of its own, planned once),
-so :meth:`PriceCut.update` given those counts covers with each pair at most its count of
-times (several pairs of one composition's front each at its count: more than any packing
-takes, still a lower bound).  Where every offer is a class of its own, this is what stops
-the covering from taking the cheapest replica three times over.
+the classes the composition takes.  Each option of a packing is a different item of
+the covering (an option planned stands for itself; one found later comes from a
+composition of its own, planned once), so :meth:`PriceCut.rest_price` — a covering
+over those pairs, each at most its count of times (several pairs of one composition's
+front each at its count: more than any packing takes) — is at most the price of the
+rest of every such packing.  Where every offer is a class of its own, the counts are
+what stop the covering from taking the cheapest replica three times over.
 
 Hence every packing through ``c`` costs at least the least, over ``c``'s front, of
 ``price + rest_price(target − value)``; when that is not below the price of a packing
