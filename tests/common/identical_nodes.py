@@ -32,3 +32,31 @@ def plan_shape(p: Plan, by_id: dict[str, NodeDescriptor]) -> list[tuple[object, 
         )
         for a in p.assignments
     ]
+
+
+SINGLE_GPUS = (("RTX 4090", 24), ("L4", 24), ("A100 80GB SXM4", 80), ("MI300X", 192))
+"""GPU kinds (name, GB) of :func:`fleet_with_copies`."""
+
+
+def fleet_with_copies(seed: int, n: int, copies: float) -> list[NodeDescriptor]:
+    """``n`` random single-GPU nodes, each with chance ``copies`` a copy of an earlier one
+    but for its id (one stage class, equal stage times)."""
+    import random
+
+    rng = random.Random(seed)
+    out: list[NodeDescriptor] = []
+    for i in range(n):
+        if out and rng.random() < copies:
+            out.append(replace(rng.choice(out), id=f"n{i:03d}"))
+            continue
+        name, gb = rng.choice(SINGLE_GPUS)
+        out.append(
+            NodeDescriptor(
+                id=f"n{i:03d}",
+                gpu_name=name,
+                vram_bytes=gb * 10**9,
+                link_mbps=rng.uniform(10_000.0, 100_000.0),
+                link_latency_ms=rng.uniform(0.05, 0.5),
+            )
+        )
+    return out

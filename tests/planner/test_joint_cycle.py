@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from collections.abc import Iterator
 
 import pytest
 
@@ -91,11 +92,10 @@ def test_the_bound_equals_solving_every_microbatch(seed: int) -> None:
     assert 0 < got < math.inf
 
 
-def _least_trips(spec: tp.Spec, top: int) -> dict[int, float]:
-    """Per stage count, the least time per token (Σ stage times + hops, at that count's
-    microbatch) over every legal pipeline: every sequence of (node, degree) stages within
-    the nodes' GPUs, every contiguous split."""
-    nb, found = spec.nb, {}
+def _pipelines(spec: tp.Spec, top: int) -> Iterator[tuple[int, tp.Score]]:
+    """(stage count, score at that count's microbatch) of every legal pipeline: every
+    sequence of (node, degree) stages within the nodes' GPUs, every contiguous split."""
+    nb = spec.nb
     items = [(d, t) for d in range(len(spec.nodes)) for t in spec.degrees(d)]
     for count in range(1, min(top, nb) + 1):
         for seq in itertools.product(items, repeat=count):
@@ -106,10 +106,16 @@ def _least_trips(spec: tp.Spec, top: int) -> dict[int, float]:
                 continue
             for cuts in itertools.combinations(range(1, nb), count - 1):
                 layout = tp.Layout(tuple(seq), (0, *cuts, nb))
-                if tp.violations(spec, layout):
-                    continue
-                trip = tp.score(spec, layout).trip_s
-                found[count] = min(found.get(count, math.inf), trip)
+                if not tp.violations(spec, layout):
+                    yield count, tp.score(spec, layout)
+
+
+def _least_trips(spec: tp.Spec, top: int) -> dict[int, float]:
+    """Per stage count, the least time per token (Σ stage times + hops, at that count's
+    microbatch) over every legal pipeline."""
+    found: dict[int, float] = {}
+    for count, score in _pipelines(spec, top):
+        found[count] = min(found.get(count, math.inf), score.trip_s)
     return found
 
 
@@ -137,22 +143,10 @@ def test_the_time_per_token_of_each_stage_count_is_never_above_its_least() -> No
 
 def _least_slowest(spec: tp.Spec, top: int) -> dict[int, float]:
     """Per stage count, the least slowest stage (at that count's microbatch) over every
-    legal pipeline, as :func:`_least_trips` enumerates them."""
-    nb, found = spec.nb, {}
-    items = [(d, t) for d in range(len(spec.nodes)) for t in spec.degrees(d)]
-    for count in range(1, min(top, nb) + 1):
-        for seq in itertools.product(items, repeat=count):
-            used = [0] * len(spec.nodes)
-            for d, t in seq:
-                used[d] += t
-            if any(u > n.gpus for u, n in zip(used, spec.nodes, strict=True)):
-                continue
-            for cuts in itertools.combinations(range(1, nb), count - 1):
-                layout = tp.Layout(tuple(seq), (0, *cuts, nb))
-                if tp.violations(spec, layout):
-                    continue
-                slowest = max(tp.score(spec, layout).stage_time_s)
-                found[count] = min(found.get(count, math.inf), slowest)
+    legal pipeline."""
+    found: dict[int, float] = {}
+    for count, score in _pipelines(spec, top):
+        found[count] = min(found.get(count, math.inf), max(score.stage_time_s))
     return found
 
 

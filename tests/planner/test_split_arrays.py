@@ -5,36 +5,17 @@ orders, ties among alike nodes included."""
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 
 import pytest
 
 from stowplan import Constraints, NodeDescriptor, lookup
 from stowplan.planner.problem import prepare
 from stowplan.planner.strategies import latency
-
-_GPUS = (("RTX 4090", 24), ("L4", 24), ("A100 80GB SXM4", 80), ("MI300X", 192))
+from tests.common.identical_nodes import fleet_with_copies
 
 
 def _fleet(seed: int, n: int) -> list[NodeDescriptor]:
-    """``n`` single-GPU nodes, a third of them copies of an earlier one (equal stage times)."""
-    rng = random.Random(seed)
-    out: list[NodeDescriptor] = []
-    for i in range(n):
-        if out and rng.random() < 0.35:
-            out.append(replace(rng.choice(out), id=f"n{i:03d}"))
-            continue
-        name, gb = rng.choice(_GPUS)
-        out.append(
-            NodeDescriptor(
-                id=f"n{i:03d}",
-                gpu_name=name,
-                vram_bytes=gb * 10**9,
-                link_mbps=rng.uniform(10_000.0, 100_000.0),
-                link_latency_ms=rng.uniform(0.05, 0.5),
-            )
-        )
-    return out
+    return fleet_with_copies(seed, n, 0.35)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import replace
 
 import pytest
 
@@ -18,29 +17,11 @@ from stowplan.planner.strategies.split_tables import (
     next_reach,
     reach,
 )
-
-_GPUS = (("RTX 4090", 24), ("L4", 24), ("A100 80GB SXM4", 80), ("MI300X", 192))
+from tests.common.identical_nodes import fleet_with_copies
 
 
 def _fleet(seed: int, n: int) -> list[NodeDescriptor]:
-    """``n`` single-GPU nodes, some copies of an earlier one (one stage class)."""
-    rng = random.Random(seed)
-    out: list[NodeDescriptor] = []
-    for i in range(n):
-        if out and rng.random() < 0.3:
-            out.append(replace(rng.choice(out), id=f"n{i:03d}"))
-            continue
-        name, gb = rng.choice(_GPUS)
-        out.append(
-            NodeDescriptor(
-                id=f"n{i:03d}",
-                gpu_name=name,
-                vram_bytes=gb * 10**9,
-                link_mbps=rng.uniform(10_000.0, 100_000.0),
-                link_latency_ms=rng.uniform(0.05, 0.5),
-            )
-        )
-    return out
+    return fleet_with_copies(seed, n, 0.3)
 
 
 @pytest.mark.parametrize(

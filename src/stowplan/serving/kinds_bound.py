@@ -43,13 +43,44 @@ from stowplan.serving.node_groups import best_node_replicas
 from stowplan.serving.pipeline_bound import pipeline_rate_bound, pipeline_users_bound
 from stowplan.workload import Workload
 
-__all__ = ["KIND_LIMIT", "FleetKinds", "fleet_kinds_bound", "kinds", "kinds_users_bound"]
+__all__ = [
+    "KIND_LIMIT",
+    "FleetKinds",
+    "fleet_kinds_bound",
+    "kind_columns",
+    "kinds",
+    "kinds_users_bound",
+]
 
 KIND_LIMIT = 3000
 """At most this many compositions are kinds of their own."""
 
 REFINE_LIMIT = 64
 """Most kinds refined."""
+
+
+def kind_columns(
+    counts: Sequence[int],
+    bound: Callable[[tuple[int, ...], int], float],
+    order: Sequence[int],
+    limit: int = KIND_LIMIT,
+) -> tuple[list[tuple[int, ...]], int, dict[tuple[int, ...], float], list[tuple[int, float]]]:
+    """The columns of the kinds programmes: every kind of :func:`kinds`, their most
+    nodes ``K``, each kind's bound
+    ``bound(c, size)`` (none below 0), and, where larger replicas exist, per first type
+    ``f`` in ``order`` the bound of a replica of more than ``K`` nodes of ``f`` and the
+    types after it (those with a positive bound)."""
+    combos, most = kinds(counts, limit)
+    values = {c: max(0.0, bound(c, sum(c))) for c in combos}
+    large: list[tuple[int, float]] = []
+    if most < sum(counts):
+        for pos, f in enumerate(order):
+            rest = {order[j] for j in range(pos, len(order))}
+            whole = tuple(counts[t] if t in rest else 0 for t in range(len(counts)))
+            got = max(0.0, bound(whole, most + 1))
+            if got > 0:
+                large.append((f, got))
+    return combos, most, values, large
 
 
 def kinds(counts: Sequence[int], limit: int = KIND_LIMIT) -> tuple[list[tuple[int, ...]], int]:
@@ -114,17 +145,8 @@ def kinds_users_bound(
         from scipy.optimize import linprog
     except ImportError:  # pragma: no cover - scipy ships with the exact extra
         return None
-    combos, most = kinds(counts, limit)
-    values = {c: max(0.0, bound(c, sum(c))) for c in combos}
+    combos, most, values, large = kind_columns(counts, bound, order, limit)
     n_types = len(counts)
-    large: list[tuple[int, float]] = []
-    if most < sum(counts):
-        for pos, f in enumerate(order):
-            rest = {order[j] for j in range(pos, len(order))}
-            whole = tuple(counts[t] if t in rest else 0 for t in range(n_types))
-            got = max(0.0, bound(whole, most + 1))
-            if got > 0:
-                large.append((f, got))
     rank = {t: j for j, t in enumerate(order)}
     refined: set[tuple[int, ...]] = set()
     while True:

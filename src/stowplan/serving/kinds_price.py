@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
-from stowplan.serving.kinds_bound import KIND_LIMIT, FleetKinds, kinds
+from stowplan.serving.kinds_bound import KIND_LIMIT, FleetKinds, kind_columns
 from stowplan.workload import Workload
 
 __all__ = ["REFINE_LIMIT", "fleet_kinds_price_floor", "kinds_price_floor"]
@@ -80,17 +80,8 @@ def kinds_price_floor(
     except ImportError:  # pragma: no cover - scipy ships with the exact extra
         return None
     counts = [len(p) for p in prices]
-    combos, most = kinds(counts, limit)
-    values = {c: max(0.0, bound(c, sum(c))) for c in combos}
+    combos, most, values, large = kind_columns(counts, bound, order, limit)
     n_types = len(counts)
-    large: list[tuple[int, float]] = []
-    if most < sum(counts):
-        for pos, f in enumerate(order):
-            rest = {order[j] for j in range(pos, len(order))}
-            whole = tuple(counts[t] if t in rest else 0 for t in range(n_types))
-            got = max(0.0, bound(whole, most + 1))
-            if got > 0:
-                large.append((f, got))
     rank = {t: j for j, t in enumerate(order)}
     refined: set[tuple[int, ...]] = set()
     low, rounds = -math.inf, 0
