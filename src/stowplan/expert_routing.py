@@ -12,6 +12,7 @@ __getattr__ = moved(
             "Pairs",
             "Routing",
             "backbone_layout",
+            "block_reaches",
             "copy_shares",
             "holders_of",
             "imbalance",
