@@ -198,6 +198,7 @@ def test_calibrated_groups_of_few_stages_are_bounded_by_what_they_hold() -> None
     cert = got.rationale.certificate
     assert cert is not None
     assert cert.gap < 0.05, cert
+    assert "GPU groups could hold within its slowest stage" in cert.method
 
 
 def test_a_node_of_too_many_group_multisets_is_bounded_by_its_gpus() -> None:

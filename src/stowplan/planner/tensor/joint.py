@@ -172,6 +172,8 @@ def joint_cycle(
         return min([plan_cycle, *cycles.values()]) * (1 + 1e-12)
 
     lower = math.inf
+    held_counts = False
+    """Whether what a count's groups could hold raised its bound."""
     first = quick
     smallest = min((microbatches(cm.batch, s)[1] for s in quick if solvable(s)), default=None)
     if smallest is not None:
@@ -196,7 +198,10 @@ def joint_cycle(
             solve(microbatches(cm.batch, s)[1])
         here = known(s)
         if here < lower and solvable(s):
-            here = known(s, held=lower)
+            fuller = known(s, held=lower)
+            if fuller > here:
+                held_counts = True
+            here = fuller
         lower = min(lower, here)
     candidates = [g for v in solved.values() for g in v.found]
     best = min(
@@ -205,6 +210,8 @@ def joint_cycle(
         default=None,
     )
     texts = {k for v in solved.values() for k in v.texts}
+    if held_counts:
+        texts.add(f"bound: {HELD}")
     # A text another one extends says nothing more.
     kinds = "; ".join(sorted(t for t in texts if not any(u.startswith(t) for u in texts - {t})))
     kinds = kinds or "closed form"
@@ -247,6 +254,9 @@ class _Solved:
             slowest = max(slowest, min(h.slowest(at, held / m) for h in self.held()))
         return max(m * slowest, self.trip, self.trips[s] if self.trips else 0.0)
 
+
+HELD = "the blocks each stage count's GPU groups could hold within its slowest stage"
+"""How :mod:`~stowplan.planner.tensor.capacity`'s bound is named in a certificate."""
 
 HELD_COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 """The stage counts whose slowest stage the groups' capacities bound (a count between
