@@ -5,6 +5,7 @@ orders, ties among alike nodes included."""
 from __future__ import annotations
 
 import random
+from itertools import pairwise
 
 import pytest
 
@@ -40,3 +41,35 @@ def test_array_split_is_the_plain_split(
     for p in got:
         if p is not None:
             assert all(type(d) is int for d in p[0]) and all(type(b) is int for b in p[1])
+
+
+def test_byte_totals_beyond_int64_split_as_python_integers() -> None:
+    """Twenty blocks of 2^61 bytes sum past int64: the split stays with Python's integers
+    (numpy would overflow) and still finds a pipeline, at most three blocks a node."""
+    from stowplan import ModelLayout
+    from stowplan.cost import CostModel
+
+    big = 2**61
+    model = ModelLayout(
+        name="huge",
+        num_blocks=20,
+        hidden_dim=1024,
+        bytes_per_activation_elem=2,
+        block_params_bytes=big,
+        head_params_bytes=0,
+        embed_params_bytes=10**9,
+        block_bytes=(big,) * 20,
+        total_params=10**12,
+        active_params=10**9,
+        dtype="bf16",
+    )
+    nodes = [
+        NodeDescriptor(id=f"n{i}", gpu_name="H100 SXM5", vram_bytes=2**63 - 1, link_mbps=1e4)
+        for i in range(10)
+    ]
+    cm = CostModel(model, nodes, Constraints())
+    got = latency.latency_split(cm, list(range(10)))
+    assert got is not None
+    order, bounds = got
+    assert bounds[0] == 0 and bounds[-1] == 20 and len(order) == 7
+    assert all(0 < b - a <= 3 for a, b in pairwise(bounds))

@@ -622,7 +622,9 @@ def latency_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
     run it on numpy arrays (the same split), fewer in Python.
     """
     nb = cm.num_blocks
-    np = numpy_module() if nb >= SPLIT_ARRAY_BLOCKS else None
+    # Byte counts are int64 on arrays: totals near its range stay with Python's integers.
+    small = max(cm.read_prefix[nb], cm.mem_prefix[nb]) + cm.head + cm.embed < 2**62
+    np = numpy_module() if nb >= SPLIT_ARRAY_BLOCKS and small else None
     if np is not None:
         arrays = _split_arrays(cm)
         steps = []
