@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from typing import Any
 
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.quantities.limits import MAX_BATCH
@@ -48,6 +49,7 @@ __all__ = [
     "FleetKinds",
     "fleet_kinds_bound",
     "kind_columns",
+    "kind_rows",
     "kinds",
     "kinds_users_bound",
 ]
@@ -81,6 +83,47 @@ def kind_columns(
             if got > 0:
                 large.append((f, got))
     return combos, most, values, large
+
+
+def kind_rows(
+    np: Any,
+    used: Sequence[tuple[int, ...]],
+    values: dict[tuple[int, ...], float],
+    large: Sequence[tuple[int, float]],
+    order: Sequence[int],
+    most: int,
+    n_types: int,
+) -> tuple[Any, Any]:
+    """The part the kinds programmes share: columns ``x`` per kind of ``used``, then per
+    large kind of first type ``f`` its replicas ``y[f]`` and the nodes ``z[f][t]`` they
+    take of each type from ``f`` on (in ``order``).  Rows: per type the nodes the columns
+    take of it, then per large kind ``z[f][f] ≥ y[f]`` and ``Σ_t z[f][t] ≥ (K + 1)·y[f]``
+    (as ``≤ 0`` rows; ``K = most``; ``n_types`` types).  Also what each column serves
+    (``values`` per kind, the large kinds' bounds per ``y``; 0 for ``z``)."""
+    rank = {t: j for j, t in enumerate(order)}
+    cols = len(used)
+    layout: list[tuple[int, int, list[tuple[int, int]]]] = []
+    for f, _v in large:
+        y = cols
+        zs = [(t, y + 1 + j) for j, t in enumerate(t for t in order if rank[t] >= rank[f])]
+        layout.append((f, y, zs))
+        cols = y + 1 + len(zs)
+    rows = np.zeros((n_types + 2 * len(layout), cols))
+    served = np.zeros(cols)
+    for j, c in enumerate(used):
+        rows[:n_types, j] = c
+        served[j] = values[c]
+    for k, ((f, y, zs), (_f, v)) in enumerate(zip(layout, large, strict=True)):
+        served[y] = v
+        first, size = n_types + 2 * k, n_types + 2 * k + 1
+        for t, z in zs:
+            rows[t, z] = 1.0
+            rows[size, z] = -1.0
+            if t == f:
+                rows[first, z] = -1.0
+        rows[first, y] = 1.0
+        rows[size, y] = float(most + 1)
+    return rows, served
 
 
 def kinds(counts: Sequence[int], limit: int = KIND_LIMIT) -> tuple[list[tuple[int, ...]], int]:
@@ -147,39 +190,16 @@ def kinds_users_bound(
         return None
     combos, most, values, large = kind_columns(counts, bound, order, limit)
     n_types = len(counts)
-    rank = {t: j for j, t in enumerate(order)}
     refined: set[tuple[int, ...]] = set()
     while True:
         used = [c for c in combos if values[c] > 0]
-        # Columns: x per kind, then per large kind f: y[f] and z[f][t] for t from f on.
-        cols = len(used)
-        layout: list[tuple[int, int, list[tuple[int, int]]]] = []
-        for f, _v in large:
-            y = cols
-            zs = [(t, y + 1 + j) for j, t in enumerate(t for t in order if rank[t] >= rank[f])]
-            layout.append((f, y, zs))
-            cols = y + 1 + len(zs)
+        rows, served = kind_rows(np, used, values, large, order, most, n_types)
+        cols = rows.shape[1]
         if cols == 0:
             return 0.0
-        obj = np.zeros(cols)
-        for j, c in enumerate(used):
-            obj[j] = -values[c]
-        for (_f, v), (_, y, _zs) in zip(large, layout, strict=True):
-            obj[y] = -v
-        rows = np.zeros((n_types + 2 * len(layout), cols))
+        obj = -served
         rhs = np.zeros(rows.shape[0])
-        for j, c in enumerate(used):
-            rows[:n_types, j] = c
         rhs[:n_types] = counts
-        for k, (f, y, zs) in enumerate(layout):
-            first, size = n_types + 2 * k, n_types + 2 * k + 1
-            for t, z in zs:
-                rows[t, z] = 1.0
-                rows[size, z] = -1.0
-                if t == f:
-                    rows[first, z] = -1.0
-            rows[first, y] = 1.0
-            rows[size, y] = float(most + 1)
         res = linprog(obj, A_ub=rows, b_ub=rhs, bounds=[(0.0, None)] * cols, method="highs")
         if res.status != 0:
             return None

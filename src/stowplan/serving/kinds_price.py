@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
-from stowplan.serving.kinds_bound import KIND_LIMIT, FleetKinds, kind_columns
+from stowplan.serving.kinds_bound import KIND_LIMIT, FleetKinds, kind_columns, kind_rows
 from stowplan.workload import Workload
 
 __all__ = ["REFINE_LIMIT", "fleet_kinds_price_floor", "kinds_price_floor"]
@@ -82,46 +82,27 @@ def kinds_price_floor(
     counts = [len(p) for p in prices]
     combos, most, values, large = kind_columns(counts, bound, order, limit)
     n_types = len(counts)
-    rank = {t: j for j, t in enumerate(order)}
     refined: set[tuple[int, ...]] = set()
     low, rounds = -math.inf, 0
     while True:
         used = [c for c in combos if values[c] > 0]
-        # Columns: x per kind; per large kind f: y[f] and z[f][t] for t from f on; n per node.
-        cols = len(used)
-        layout: list[tuple[int, int, list[tuple[int, int]]]] = []
-        for f, _v in large:
-            y = cols
-            zs = [(t, y + 1 + j) for j, t in enumerate(t for t in order if rank[t] >= rank[f])]
-            layout.append((f, y, zs))
-            cols = y + 1 + len(zs)
-        rented = cols
-        cols += sum(counts)
+        # Columns: the kinds programme's (x, y, z), then n per node rented.
+        block, served = kind_rows(np, used, values, large, order, most, n_types)
+        rented = block.shape[1]
         if rented == 0:
             return None
+        cols = rented + sum(counts)
         obj = np.zeros(cols)
         obj[rented:] = [p for ps in prices for p in ps]
-        rows = np.zeros((1 + n_types + 2 * len(layout), cols))
+        rows = np.zeros((1 + block.shape[0], cols))
         rhs = np.zeros(rows.shape[0])
-        for j, c in enumerate(used):
-            rows[0, j] = -values[c]
-            rows[1 : 1 + n_types, j] = c
-        for (_f, v), (_, y, _zs) in zip(large, layout, strict=True):
-            rows[0, y] = -v
+        rows[0, :rented] = -served
         rhs[0] = -target
+        rows[1:, :rented] = block
         at = rented
         for t in range(n_types):
             rows[1 + t, at : at + counts[t]] = -1.0
             at += counts[t]
-        for k, (f, y, zs) in enumerate(layout):
-            first, size = 1 + n_types + 2 * k, 2 + n_types + 2 * k
-            for t, z in zs:
-                rows[1 + t, z] = 1.0
-                rows[size, z] = -1.0
-                if t == f:
-                    rows[first, z] = -1.0
-            rows[first, y] = 1.0
-            rows[size, y] = float(most + 1)
         bounds = [(0.0, None)] * rented + [(0.0, 1.0)] * (cols - rented)
         if rounds == 0:
             res = linprog(obj, A_ub=rows, b_ub=rhs, bounds=bounds, method="highs")
