@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -15,7 +15,7 @@ from stowplan import Constraints, NodeDescriptor, PlanError
 from stowplan.cost.cycle import microbatches
 from stowplan.model import Metric
 from stowplan.models import resolve_model
-from stowplan.planner.problem import prepare
+from stowplan.planner.problem import Problem, prepare
 from stowplan.planner.strategies.cycle import quick_bound
 from stowplan.planner.tensor.capacity import StageCapacity
 from stowplan.planner.tensor.exact import GROUPED_NODE_LIMIT, stage_count_trips
@@ -110,19 +110,18 @@ def _pipelines(spec: tp.Spec, top: int) -> Iterator[tuple[int, tp.Score]]:
                     yield count, tp.score(spec, layout)
 
 
-def _least_trips(spec: tp.Spec, top: int) -> dict[int, float]:
-    """Per stage count, the least time per token (Σ stage times + hops, at that count's
-    microbatch) over every legal pipeline."""
+def _least(spec: tp.Spec, top: int, of: Callable[[tp.Score], float]) -> dict[int, float]:
+    """Per stage count, the least ``of`` a pipeline's score (at that count's microbatch)
+    over every legal pipeline."""
     found: dict[int, float] = {}
     for count, score in _pipelines(spec, top):
-        found[count] = min(found.get(count, math.inf), score.trip_s)
+        found[count] = min(found.get(count, math.inf), of(score))
     return found
 
 
-def test_the_time_per_token_of_each_stage_count_is_never_above_its_least() -> None:
-    """Checked against the tensor-parallel referee (written from the formulas), every
-    pipeline of 3–4 blocks on 2–3 nodes of 1–8 GPUs, at each stage count's microbatch."""
-    checked = 0
+def _referee_cases() -> Iterator[tuple[tp.Instance, tp.Spec, Problem, int]]:
+    """The referee's instances of 3–4 blocks on 2–3 nodes of 1–8 GPUs that plan: each
+    with its spec, problem and most stages (GPUs or blocks)."""
     for seed in range(16):
         inst = tp.draw(seed, max_blocks=4)
         spec = inst.spec("throughput")
@@ -132,7 +131,15 @@ def test_the_time_per_token_of_each_stage_count_is_never_above_its_least() -> No
         except PlanError:
             continue
         top = min(sum(n.num_gpus for n in problem.nodes), problem.model.num_blocks)
-        for count, trip in _least_trips(spec, top).items():
+        yield inst, spec, problem, top
+
+
+def test_the_time_per_token_of_each_stage_count_is_never_above_its_least() -> None:
+    """Checked against the tensor-parallel referee (written from the formulas), every
+    pipeline of 3–4 blocks on 2–3 nodes of 1–8 GPUs, at each stage count's microbatch."""
+    checked = 0
+    for inst, spec, problem, top in _referee_cases():
+        for count, trip in _least(spec, top, lambda score: score.trip_s).items():
             u = microbatches(spec.batch, count)[1]
             at = problem.at_microbatch(u)
             bound = stage_count_trips(at, GroupCosts(at, None), top)[count]
@@ -141,30 +148,13 @@ def test_the_time_per_token_of_each_stage_count_is_never_above_its_least() -> No
     assert checked >= 20
 
 
-def _least_slowest(spec: tp.Spec, top: int) -> dict[int, float]:
-    """Per stage count, the least slowest stage (at that count's microbatch) over every
-    legal pipeline."""
-    found: dict[int, float] = {}
-    for count, score in _pipelines(spec, top):
-        found[count] = min(found.get(count, math.inf), max(score.stage_time_s))
-    return found
-
-
 def test_the_slowest_stage_each_count_of_groups_could_hold_is_never_above_its_least() -> None:
     """The capacity bound (stowplan.planner.tensor.capacity) against the tensor-parallel
     referee: every pipeline of 3–4 blocks on 2–3 nodes of 1–8 GPUs, at each stage
     count's microbatch; and no larger count bounds more."""
     checked = 0
-    for seed in range(16):
-        inst = tp.draw(seed, max_blocks=4)
-        spec = inst.spec("throughput")
-        c = Constraints(batch=spec.batch, context_tokens=inst.context_tokens)
-        try:
-            problem = prepare(inst.model, inst.nodes, c)
-        except PlanError:
-            continue
-        top = min(sum(n.num_gpus for n in problem.nodes), problem.model.num_blocks)
-        for count, slowest in _least_slowest(spec, top).items():
+    for inst, spec, problem, top in _referee_cases():
+        for count, slowest in _least(spec, top, lambda score: max(score.stage_time_s)).items():
             at = problem.at_microbatch(microbatches(spec.batch, count)[1])
             held = StageCapacity(at, GroupCosts(at, None))
             bound = held.slowest(count)
