@@ -3,6 +3,7 @@ identical nodes plan alike however they are listed or named."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from stowplan import NodeDescriptor, Plan
@@ -38,21 +39,31 @@ SINGLE_GPUS = (("RTX 4090", 24), ("L4", 24), ("A100 80GB SXM4", 80), ("MI300X", 
 """GPU kinds (name, GB) of :func:`fleet_with_copies`."""
 
 
-def fleet_with_copies(seed: int, n: int, copies: float) -> list[NodeDescriptor]:
-    """``n`` random single-GPU nodes, each with chance ``copies`` a copy of an earlier one
-    but for its id (one stage class, equal stage times)."""
+def fleet_with_copies(
+    seed: int,
+    n: int,
+    copies: float,
+    *,
+    gpus: Sequence[tuple[str, int]] = SINGLE_GPUS,
+    kinds: int | None = None,
+    digits: int = 3,
+) -> list[NodeDescriptor]:
+    """``n`` random single-GPU nodes of ``gpus`` (``kinds`` of them drawn first, when
+    given), each with chance ``copies`` a copy of an earlier one but for its id (one
+    stage class, equal stage times); ids ``n`` and ``digits`` digits."""
     import random
 
     rng = random.Random(seed)
+    pool = rng.sample(list(gpus), kinds) if kinds is not None else gpus
     out: list[NodeDescriptor] = []
     for i in range(n):
         if out and rng.random() < copies:
-            out.append(replace(rng.choice(out), id=f"n{i:03d}"))
+            out.append(replace(rng.choice(out), id=f"n{i:0{digits}d}"))
             continue
-        name, gb = rng.choice(SINGLE_GPUS)
+        name, gb = rng.choice(pool)
         out.append(
             NodeDescriptor(
-                id=f"n{i:03d}",
+                id=f"n{i:0{digits}d}",
                 gpu_name=name,
                 vram_bytes=gb * 10**9,
                 link_mbps=rng.uniform(10_000.0, 100_000.0),

@@ -337,3 +337,25 @@ class Referee:
             if price < best and self._partition(mask)[0] >= users:
                 best = price
         return best
+
+
+def share_target(
+    ref: Referee, nodes: Sequence[NodeDescriptor], share: float, by_rate: bool
+) -> tuple[float, float]:
+    """A target of ``share`` of the most the fleet serves (requests/s with ``by_rate``,
+    else whole users) and the least $/h of nodes reaching it (a node without a price
+    rents for nothing); the example is rejected where the target is empty."""
+    from hypothesis import assume
+
+    if by_rate:
+        target = ref.fleet_rate() * share
+        assume(target > 0)
+        cheapest = min(
+            sum(nodes[i].price_per_hour or 0.0 for i in range(len(nodes)) if mask >> i & 1)
+            for mask in range(1, 1 << len(nodes))
+            if ref.fleet_rate(mask) >= target
+        )
+        return target, cheapest
+    users = math.floor(ref.fleet_users() * share)
+    assume(users >= 1)
+    return float(users), ref.cheapest(users)

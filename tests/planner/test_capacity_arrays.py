@@ -26,6 +26,7 @@ from stowplan.planner.strategies.throughput import (
     _RoleTimes,
 )
 from tests.common.fluid_reference import reference_fluid_bound
+from tests.common.identical_nodes import fleet_with_copies
 
 _GPUS = (
     ("RTX 4090", 24),
@@ -40,24 +41,7 @@ _GPUS = (
 def _fleet(seed: int, n: int, *, kinds: int = 4, twins: float = 0.3) -> list[NodeDescriptor]:
     """``n`` single-GPU nodes of a few kinds, with links of their own, a share of them
     copies of an earlier node (classes of several members)."""
-    rng = random.Random(seed)
-    gpus = rng.sample(_GPUS, kinds)
-    out: list[NodeDescriptor] = []
-    for i in range(n):
-        if out and rng.random() < twins:
-            out.append(replace(rng.choice(out), id=f"n{i:04d}"))
-            continue
-        name, gb = rng.choice(gpus)
-        out.append(
-            NodeDescriptor(
-                id=f"n{i:04d}",
-                gpu_name=name,
-                vram_bytes=gb * 10**9,
-                link_mbps=rng.uniform(10_000.0, 100_000.0),
-                link_latency_ms=rng.uniform(0.05, 0.5),
-            )
-        )
-    return out
+    return fleet_with_copies(seed, n, twins, gpus=_GPUS, kinds=kinds, digits=4)
 
 
 def _tables(model: str, nodes: list[NodeDescriptor], batch: int) -> tuple[object, _RoleTimes]:

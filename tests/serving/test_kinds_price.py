@@ -25,7 +25,7 @@ from tests.common.serving_models import (
     serve_settings,
     workload,
 )
-from tests.common.serving_referee import Load, Referee
+from tests.common.serving_referee import Load, Referee, share_target
 from tests.common.typed_fleets import typed_fleets
 
 GB = 10**9
@@ -51,19 +51,7 @@ def test_the_kinds_floor_is_never_above_the_cheapest_nodes_reaching_the_target(
 ) -> None:
     """``limit`` 1 and 3 leave large kinds (of two or more nodes) to the programme."""
     ref = Referee(model, nodes, load)
-    if by_rate:
-        target = ref.fleet_rate() * share
-        assume(target > 0)
-        cheapest = min(
-            sum(nodes[i].price_per_hour or 0.0 for i in range(len(nodes)) if mask >> i & 1)
-            for mask in range(1, 1 << len(nodes))
-            if ref.fleet_rate(mask) >= target
-        )
-    else:
-        users = math.floor(ref.fleet_users() * share)
-        assume(users >= 1)
-        target = float(users)
-        cheapest = ref.cheapest(users)
+    target, cheapest = share_target(ref, nodes, share, by_rate)
     floor = fleet_kinds_price_floor(
         model, nodes, workload(load), Constraints(), target, by_rate=by_rate, limit=limit
     )

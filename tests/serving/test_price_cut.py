@@ -12,7 +12,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from stowplan import Infeasible, NodeDescriptor, Workload, serve
+from stowplan import Infeasible, ModelLayout, NodeDescriptor, Workload, serve
 from stowplan.serving.price_cut import ClassMemory, PriceCut, front, holding_front
 from tests.common.serving_models import dense, mixed_fleets, models, serve_settings
 
@@ -144,19 +144,12 @@ FEW = settings(SETTINGS, max_examples=max(1, SETTINGS.max_examples // 4))
 LOAD = Workload(prompt_tokens=512, output_tokens=128, ttft_s=2.0, tpot_s=0.1)
 
 
-@SETTINGS
-@given(
-    st.one_of(
-        models,
-        st.builds(dense, st.integers(2, 4), st.integers(500, 4000), st.just(50_000), st.just(4096)),
-    ),
-    mixed_fleets(),
-    st.floats(0.2, 0.9),
-    st.booleans(),
-)
-def test_serve_with_the_cut_pays_no_more_than_planning_every_composition(
-    model, nodes, share, by_rate
-):
+def _cut_pays_no_more_than_every_composition(
+    model: ModelLayout, nodes: list[NodeDescriptor], share: float, by_rate: bool
+) -> None:
+    """A target of ``share`` of the most the fleet serves (users, or requests/s with
+    ``by_rate``): served with the cut, and at no more $/h than planning every composition
+    (the cut's test switched off)."""
     try:
         most = serve(model, nodes, LOAD)
     except Infeasible:
@@ -178,6 +171,22 @@ def test_serve_with_the_cut_pays_no_more_than_planning_every_composition(
     assert cut.price_per_hour <= every.price_per_hour * (1 + 1e-9)
 
 
+@SETTINGS
+@given(
+    st.one_of(
+        models,
+        st.builds(dense, st.integers(2, 4), st.integers(500, 4000), st.just(50_000), st.just(4096)),
+    ),
+    mixed_fleets(),
+    st.floats(0.2, 0.9),
+    st.booleans(),
+)
+def test_serve_with_the_cut_pays_no_more_than_planning_every_composition(
+    model, nodes, share, by_rate
+):
+    _cut_pays_no_more_than_every_composition(model, nodes, share, by_rate)
+
+
 @st.composite
 def fleets_with_alike_nodes(draw: st.DrawFn) -> list[NodeDescriptor]:
     """A mixed fleet whose single-GPU nodes come in classes of up to three alike (copies
@@ -195,18 +204,4 @@ def fleets_with_alike_nodes(draw: st.DrawFn) -> list[NodeDescriptor]:
 def test_on_classes_of_alike_nodes_the_cut_pays_no_more_than_planning_every_composition(
     model, nodes, share, by_rate
 ):
-    try:
-        most = serve(model, nodes, LOAD)
-    except Infeasible:
-        assume(False)
-        return
-    target = replace(
-        LOAD,
-        users=None if by_rate else max(1, math.floor(most.users * share)),
-        rate_per_s=most.rate_per_s * share if by_rate else None,
-    )
-    cut = serve(model, nodes, target)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(PriceCut, "beats", lambda self, floor: False)
-        every = serve(model, nodes, target)
-    assert cut.price_per_hour <= every.price_per_hour * (1 + 1e-9)
+    _cut_pays_no_more_than_every_composition(model, nodes, share, by_rate)

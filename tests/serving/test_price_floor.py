@@ -22,7 +22,7 @@ from tests.common.serving_models import (
     serve_settings,
     workload,
 )
-from tests.common.serving_referee import Load, Referee
+from tests.common.serving_referee import Load, Referee, share_target
 
 GB = 10**9
 SETTINGS = serve_settings(20)
@@ -34,19 +34,7 @@ def test_the_floor_is_never_above_the_cheapest_nodes_reaching_the_target(
     model: ModelLayout, nodes: list[NodeDescriptor], load: Load, share: float, by_rate: bool
 ) -> None:
     ref = Referee(model, nodes, load)
-    if by_rate:
-        target = ref.fleet_rate() * share
-        assume(target > 0)
-        cheapest = min(
-            sum(nodes[i].price_per_hour or 0.0 for i in range(len(nodes)) if mask >> i & 1)
-            for mask in range(1, 1 << len(nodes))
-            if ref.fleet_rate(mask) >= target
-        )
-    else:
-        users = math.floor(ref.fleet_users() * share)
-        assume(users >= 1)
-        target = float(users)
-        cheapest = ref.cheapest(users)
+    target, cheapest = share_target(ref, nodes, share, by_rate)
     rates = FleetRates.of(model, nodes, Constraints(), workload(load))
     prices = [n.price_per_hour or 0.0 for n in nodes]
     floor = price_floor(rates, prices, workload(load), target, by_rate=by_rate)
