@@ -26,3 +26,19 @@ def typed_fleets(draw: st.DrawFn) -> list[NodeDescriptor]:
         )
         for i in range(draw(st.integers(2, 5)))
     ]
+
+
+def three_card_fleet() -> list[NodeDescriptor]:
+    """Twenty single-GPU nodes of three types (RTX 3090, 4090, 4080), links and prices
+    all unlike: more compositions than are bounded one by one, none holding Llama 3.1
+    70B (4-bit) alone."""
+    return [
+        NodeDescriptor(
+            id=f"n{i:02d}",
+            gpu_name=("RTX 3090", "RTX 4090", "RTX 4080")[i % 3],
+            vram_bytes=(24, 24, 16)[i % 3] * 10**9,
+            link_mbps=500.0 + 37 * i,
+            price_per_hour=(0.2, 0.35, 0.18)[i % 3] + 0.01 * i,
+        )
+        for i in range(20)
+    ]

@@ -17,7 +17,7 @@ from stowplan.serving.bounds import FleetRates, fleet_users_bound, rate_bound, u
 from stowplan.serving.kinds_bound import fleet_kinds_bound, kinds, kinds_users_bound
 from tests.common.serving_models import fleets, loads, models, serve_settings, workload
 from tests.common.serving_referee import Load, Referee
-from tests.common.typed_fleets import typed_fleets
+from tests.common.typed_fleets import three_card_fleet, typed_fleets
 
 GB = 10**9
 SETTINGS = serve_settings(15)
@@ -79,16 +79,7 @@ def test_a_large_fleet_gets_the_kinds_bound() -> None:
     """Twenty single-GPU nodes of three types, links and prices all unlike (more
     compositions than are bounded one by one): the certificate's bound is the kinds
     programme's, above the users served and below the pooled bound of the whole fleet."""
-    nodes = [
-        NodeDescriptor(
-            id=f"n{i:02d}",
-            gpu_name=("RTX 3090", "RTX 4090", "RTX 4080")[i % 3],
-            vram_bytes=(24, 24, 16)[i % 3] * GB,
-            link_mbps=500.0 + 37 * i,
-            price_per_hour=(0.2, 0.35, 0.18)[i % 3] + 0.01 * i,
-        )
-        for i in range(20)
-    ]
+    nodes = three_card_fleet()
     w = Workload(prompt_tokens=1024, output_tokens=256, ttft_s=2.0, tpot_s=0.1)
     sp = serve("llama3.1:70b-q4", nodes, w)
     c = sp.certificate

@@ -26,7 +26,7 @@ from tests.common.serving_models import (
     workload,
 )
 from tests.common.serving_referee import Load, Referee, share_target
-from tests.common.typed_fleets import typed_fleets
+from tests.common.typed_fleets import three_card_fleet, typed_fleets
 
 GB = 10**9
 SETTINGS = serve_settings(20)
@@ -110,16 +110,7 @@ def test_the_kinds_floor_is_tighter_than_the_pooled_one_where_replicas_need_seve
     holding Llama 3.1 70B (4-bit) alone: the pooled floor lets any card join any
     replica, the kinds charge each replica the cards that hold its weights.  The
     certificate takes the kinds floor, at most the price found."""
-    nodes = [
-        NodeDescriptor(
-            id=f"n{i:02d}",
-            gpu_name=("RTX 3090", "RTX 4090", "RTX 4080")[i % 3],
-            vram_bytes=(24, 24, 16)[i % 3] * GB,
-            link_mbps=500.0 + 37 * i,
-            price_per_hour=(0.2, 0.35, 0.18)[i % 3] + 0.01 * i,
-        )
-        for i in range(20)
-    ]
+    nodes = three_card_fleet()
     w = Workload(prompt_tokens=1024, output_tokens=256, ttft_s=2.0, tpot_s=0.1, users=12)
     model = resolve_model("llama3.1:70b-q4")
     rates = FleetRates.of(model, nodes, Constraints(), w)
