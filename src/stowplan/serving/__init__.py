@@ -64,7 +64,7 @@ from stowplan.serving.exhaustive import best_replica_value
 from stowplan.serving.kind_replicas import kind_candidates
 from stowplan.serving.kinds_bound import fleet_kinds_bound
 from stowplan.serving.kinds_price import fleet_kinds_price_floor
-from stowplan.serving.node_groups import MIXED_SINGLES, NodeReplicas, best_node_replicas
+from stowplan.serving.node_groups import NodeReplicas, best_node_replicas, one_node_and_singles
 from stowplan.serving.packing import bound_price, bound_users, pack_price, pack_users
 from stowplan.serving.pipeline_bound import pipeline_rate_bound, pipeline_users_bound
 from stowplan.serving.price_cut import TIE, ClassMemory, Pair, PriceCut, holding_front
@@ -213,7 +213,7 @@ def serve(
             cand = split or cand
         have = 0.0 if cand is None else _value(cand, by_rate)
         on = [nodes[i] for i in members]
-        if _one_node_and_singles(on) and top > have:
+        if one_node_and_singles(on) and top > have:
             # One multi-GPU node (with a few single-GPU nodes): every grouping of its GPUs
             # tried, offered when it serves more than the planner's replicas.
             found = grouped.of(combo, members)
@@ -342,13 +342,6 @@ def serve(
         model_name=model.name,
         notes=tuple(notes),
     )
-
-
-def _one_node_and_singles(members: Sequence[NodeDescriptor]) -> bool:
-    """Whether ``members`` are one multi-GPU node and at most
-    :data:`~stowplan.serving.node_groups.MIXED_SINGLES` single-GPU nodes."""
-    multi = sum(1 for n in members if n.num_gpus > 1)
-    return multi == 1 and len(members) - multi <= MIXED_SINGLES
 
 
 class _Grouped:

@@ -40,6 +40,7 @@ __all__ = [
     "NodeReplicas",
     "best_node_replicas",
     "group_sequences",
+    "one_node_and_singles",
 ]
 
 
@@ -105,6 +106,13 @@ def group_sequences(
     return out
 
 
+def one_node_and_singles(nodes: Sequence[NodeDescriptor]) -> bool:
+    """Whether ``nodes`` are one multi-GPU node and at most :data:`MIXED_SINGLES`
+    single-GPU nodes: the sets :func:`best_node_replicas` solves."""
+    multi = sum(1 for n in nodes if n.num_gpus > 1)
+    return multi == 1 and len(nodes) - multi <= MIXED_SINGLES
+
+
 def best_node_replicas(
     model: ModelLayout,
     nodes: Sequence[NodeDescriptor],
@@ -118,11 +126,10 @@ def best_node_replicas(
     :data:`MIXED_SINGLES` single-GPU nodes (see the module): every pipeline of the
     node's GPU groups and the single nodes tried; None when there are more than
     ``limit`` pipelines, or the set is not of that shape."""
-    multi = [n for n in nodes if n.num_gpus > 1]
-    singles = [n for n in nodes if n.num_gpus == 1]
-    if len(multi) != 1 or len(singles) > MIXED_SINGLES:
+    if not one_node_and_singles(nodes):
         return None
-    node = multi[0]
+    node = next(n for n in nodes if n.num_gpus > 1)
+    singles = [n for n in nodes if n.num_gpus == 1]
     g = node.num_gpus
     if c.tensor_parallel is not None and c.tensor_parallel != 1 and singles:
         return None
