@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from dataclasses import replace
 from itertools import pairwise
 
@@ -176,6 +177,30 @@ def test_the_capacity_count_on_arrays_is_the_pure_count() -> None:
             assert capacity(tm) == expected
 
 
+def test_the_capacity_count_over_kinds_is_the_pure_count() -> None:
+    """Nodes listed once per kind with their counts count as the nodes one by one."""
+    rng = random.Random(17)
+    for _ in range(40):
+        kinds = rng.randrange(1, 6)
+        rows = [
+            (
+                rng.uniform(0, 1e-3),
+                rng.choice((0.0, rng.uniform(0, 1e-4))),
+                rng.choice((float("inf"), rng.uniform(1, 500))),
+                float(rng.randrange(0, 90)) + rng.random(),
+            )
+            for _ in range(kinds)
+        ]
+        nodes = [row for row in rows for _ in range(rng.randrange(1, 40))]
+        rng.shuffle(nodes)
+        top = rng.randrange(2, len(nodes) + 3)
+        xfer, stage, inv, limit = (list(v) for v in zip(*nodes, strict=True))
+        counted = fractional._kinds_capacity(Counter(nodes), top)
+        pure = fractional._pure_capacity(xfer, stage, inv, limit, top)
+        for tm in [0.0, *(rng.uniform(0, 0.2) for _ in range(30))]:
+            assert counted(tm) == pure(tm)
+
+
 @pytest.mark.parametrize("n", [ARRAY_NODES, 300])
 def test_a_plan_is_the_same_without_numpy(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
     nodes = _fleet(n + 1, n, twins=0.2)
@@ -317,12 +342,15 @@ def test_the_test_on_one_node_classes_agrees_with_the_pure_path(seed: int, n: in
             assert arrays.least_feasible(nb, stages) == _least_feasible(times, nb, stages)
 
 
+@pytest.mark.parametrize("twins", [0.2, 0.97])
 @pytest.mark.parametrize("n", [2, ARRAY_NODES - 1, ARRAY_NODES, ARRAY_NODES + 1, 300])
-def test_the_fractional_bound_is_the_fluid_bound(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Kept per cost model and stage limit, asked in any order, on arrays or lists: the
-    same floats as the node-by-node reference."""
+def test_the_fractional_bound_is_the_fluid_bound(
+    n: int, twins: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kept per cost model and stage limit, asked in any order, on arrays, lists or kinds
+    of node (most nodes copies of a few): the same floats as the node-by-node reference."""
     rng = random.Random(n * 13)
-    nodes = _fleet(n + 29, n, twins=0.2)
+    nodes = _fleet(n + 29, n, twins=twins)
     for model, batch in (("llama3.1:70b", 16), ("llama3.1:405b-q4_0", 8), ("llama3.1:8b", 1)):
         try:
             problem = prepare(lookup(model), nodes, Constraints(batch=batch))

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
+from functools import lru_cache
 from itertools import accumulate
 from operator import attrgetter, itemgetter
 from typing import TypeVar
@@ -250,14 +251,8 @@ class CostModel:
         compute per byte, the transfers and the all-reduces (calibrated when a profile
         applies)."""
         model, b = self.model, self.microbatch
-        touch = expert_touch_bytes(model, b)
-        self.kv_prefix = (
-            0,
-            *accumulate(
-                kv_read_bytes(model, i, self.kv_read_tokens, b) + touch[i]
-                for i in range(model.num_blocks)
-            ),
-        )
+        tokens = self.kv_read_tokens
+        self.kv_prefix = _step_reads(model, tokens, type(tokens), b)
         """Bytes a step of one microbatch reads beyond the weights one token reads (which
         are also its compute): the KV of its b sequences at the read context, and the
         further routed experts b tokens touch in a MoE block (:mod:`stowplan.cost.touch`)."""
@@ -568,6 +563,24 @@ class CostModel:
             plan.assignments[-1].block_range[1]
         ]
         return order, bounds
+
+
+@lru_cache(maxsize=512)
+def _step_reads(
+    model: ModelLayout, tokens: float, kind: type, microbatch: int
+) -> tuple[float, ...]:
+    """Prefix sums over the blocks of what a step of ``microbatch`` sequences reads beyond
+    the weights (:attr:`CostModel.kv_prefix`): the same for every model of ``model`` at
+    that read context, so computed once for all of them (their views, their relaxations,
+    their GPU groups).  ``kind``: the type of ``tokens`` (an int and a float context that
+    compare equal are kept apart: their arithmetic differs)."""
+    touch = expert_touch_bytes(model, microbatch)
+    return (
+        0,
+        *accumulate(
+            kv_read_bytes(model, i, tokens, microbatch) + touch[i] for i in range(model.num_blocks)
+        ),
+    )
 
 
 def kv_read_bytes(model: ModelLayout, block: int, tokens: float, sequences: int) -> float:

@@ -13,6 +13,7 @@ expressions in the same order.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 from stowplan.cost import CostModel
@@ -130,6 +131,10 @@ class _Figures:
             hi = max(nb * r for r in rate) + max(cm.xfer_s) + max(cm.stage_s) + 1.0
             self._capacity = (lim, inv, hi)
         lim, inv, _ = self._capacity
+        kinds = Counter(zip(cm.xfer_s, cm.stage_s, inv, lim, strict=True))
+        if len(kinds) < min(ARRAY_NODES, len(lim)):
+            # Few kinds of node (a fleet of identical nodes is one): the count over kinds.
+            return _kinds_capacity(kinds, top)
         if len(lim) >= ARRAY_NODES and numpy_module() is not None:
             counted: Callable[[float], float] = fluid_capacity(
                 cm.xfer_s, cm.stage_s, inv, lim, top
@@ -174,6 +179,35 @@ def _pure_capacity(
         mid_sorted = sorted(mid, reverse=True)[:top]
         gain = max(e - m for e, m in zip(end, mid, strict=True))
         return sum(math.floor(x + 1e-9) for x in mid_sorted) + math.floor(gain + 1e-9) + 1
+
+    return capacity
+
+
+def _kinds_capacity(
+    kinds: Counter[tuple[float, float, float, float]], top: int
+) -> Callable[[float], float]:
+    """:func:`_pure_capacity`'s count over kinds of node, each ``(transfer, stage cost,
+    inverse rate, limit)`` with how many nodes share it: the same count (the ``top``
+    largest interior capacities are whole numbers once floored, so their sum is exact in
+    any order)."""
+    listed = list(kinds.items())
+
+    def capacity(tm: float) -> float:
+        mid: list[tuple[float, int]] = []
+        gain = -math.inf
+        for (x, s, v, c), count in listed:
+            m = min(max(tm - x - s, 0.0) * v, c) if v != math.inf else c
+            e = min(max(tm - s, 0.0) * v, c) if v != math.inf else c
+            gain = max(gain, e - m)
+            mid.append((math.floor(m + 1e-9), count))
+        mid.sort(reverse=True)
+        held, left = 0, top
+        for blocks, count in mid:
+            if left <= 0:
+                break
+            held += blocks * min(count, left)
+            left -= count
+        return held + math.floor(gain + 1e-9) + 1
 
     return capacity
 
