@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 from stowplan.model import Metric
@@ -335,10 +336,17 @@ def grouped_bound(
     gcm = groups.cm
     nb = cm.num_blocks
     rd, kvr, mem = cm.smallest_block()
-    rate = [
-        min((gcm.block_seconds(v, rd + kvr, rd) for v in kinds.values()), default=math.inf)
-        for kinds in groups.kinds
-    ]
+    # Per node, its groups' least block cost; nodes whose groups are of the same classes
+    # (a fleet of identical nodes) share one.
+    cls, least = gcm.stage_class, {}
+    rate = []
+    for kinds in groups.kinds:
+        key = tuple(cls[v] for v in kinds.values())
+        r = least.get(key)
+        if r is None:
+            blocks = (gcm.block_seconds(v, rd + kvr, rd) for v in kinds.values())
+            r = least[key] = min(blocks, default=math.inf)
+        rate.append(r)
     window = cm.max_window()
     room = [min(window[d], nb if mem <= 0 else cm.usable[d] / mem) for d in range(len(rate))]
     left, total = float(nb), 0.0
@@ -367,11 +375,7 @@ def _per_block(problem: Problem, groups: GroupCosts) -> float:
     hops of distinct nodes, and ``k - 1`` transfers (only the last stage sends none).
     """
     gcm, nb = groups.cm, problem.model.num_blocks
-    kinds = {
-        (gcm.inv_bw[v], gcm.flop_s_per_byte[v], gcm.block_s[v])
-        for per_node in groups.kinds
-        for v in per_node.values()
-    }
+    kinds = {(gcm.inv_bw[v], gcm.flop_s_per_byte[v], gcm.block_s[v]) for _, v in groups.distinct()}
     if not kinds:
         return 0.0
     np = numpy_module()
@@ -403,8 +407,7 @@ def stage_count_trips(problem: Problem, groups: GroupCosts, top: int) -> list[fl
     gcm, nb = groups.cm, problem.model.num_blocks
     kinds = {
         (t, gcm.inv_bw[v], gcm.flop_s_per_byte[v], gcm.block_s[v], gcm.stage_s[v])
-        for per_node in groups.kinds
-        for t, v in per_node.items()
+        for t, v in groups.distinct()
     }
     if not kinds or top < 1:
         return [math.inf] * (top + 1)
@@ -470,8 +473,10 @@ def _crossings(problem: Problem) -> list[float]:
     pipeline leaving ``k`` of ``problem``'s nodes pays: ``k`` hops of distinct nodes and
     ``k - 1`` transfers (none for one node)."""
     cm = problem.cost_model()
-    latency, sends = sorted(cm.latency_s), sorted(cm.xfer_s)
-    return [0.0, 0.0, *(sum(latency[:k]) + sum(sends[: k - 1]) for k in range(2, len(latency) + 1))]
+    # Prefix sums, left to right as ``sum`` adds them.
+    hops = [0, *accumulate(sorted(cm.latency_s))]
+    sends = [0, *accumulate(sorted(cm.xfer_s))]
+    return [0.0, 0.0, *(hops[k] + sends[k - 1] for k in range(2, len(hops)))]
 
 
 def _forced_crossings(problem: Problem) -> float:

@@ -64,6 +64,7 @@ class GroupCosts:
         """``like``: the groups of the same nodes and degrees at another microbatch, whose
         cost model's view at ``problem``'s microbatch these groups use."""
         self._stages: dict[tuple[int, bool, bool, float | None], Any] = {}
+        self._distinct: list[tuple[int, int]] | None = None
         self.kinds: list[dict[int, int]]
         """Per node index: degree → planning node index."""
         self.cm: CostModel
@@ -88,6 +89,19 @@ class GroupCosts:
             parents=parents,
             microbatch=problem.microbatch,
         )
+
+    def distinct(self) -> list[tuple[int, int]]:
+        """One ``(degree, planning node index)`` per degree and stage class of the groups
+        (groups of one class have the same rates, block and stage costs, transfer and
+        room: every figure a bound over the groups reads)."""
+        if self._distinct is None:
+            cls = self.cm.stage_class
+            seen: dict[tuple[int, int], int] = {}
+            for per_node in self.kinds:
+                for t, v in per_node.items():
+                    seen.setdefault((t, cls[v]), v)
+            self._distinct = [(t, v) for (t, _), v in seen.items()]
+        return self._distinct
 
     def stage(self, v: int, first: bool, last: bool, hop: float, xfer: float | None = None) -> Any:
         """:func:`~stowplan.planner.exact.pipelines.stage_matrix` of group ``v``: the times
