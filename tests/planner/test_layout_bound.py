@@ -104,3 +104,24 @@ def test_the_grouped_time_per_token_bound_never_exceeds_the_optimum(seed: int) -
     if best is None:
         return
     assert 0 < bound <= best[0] * (1 + 1e-9), (inst.text(), bound, best)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_groups_of_each_class_stand_for_every_group(seed: int) -> None:
+    """What the bounds read once per degree and class is what every group would give."""
+    inst = tp.draw(seed)
+    c = Constraints(batch=inst.batch, context_tokens=inst.context_tokens)
+    # Each node three times over: copies share their classes.
+    nodes = [replace(n, id=f"{n.id}-{k}") for k in range(3) for n in inst.nodes]
+    problem = prepare(inst.model, nodes, c)
+    groups = GroupCosts(problem, None)
+    cm = groups.cm
+
+    def figures(t: int, v: int) -> tuple[object, ...]:
+        return (t, cm.inv_bw[v], cm.flop_s_per_byte[v], cm.block_s[v], cm.stage_s[v])
+
+    every = {figures(t, v) for per_node in groups.kinds for t, v in per_node.items()}
+    distinct = groups.distinct()
+    assert {figures(t, v) for t, v in distinct} == every
+    assert len(distinct) == len(set(distinct))
+    assert 3 * len(distinct) <= sum(len(per_node) for per_node in groups.kinds)
