@@ -905,9 +905,15 @@ def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None,
                 # orders of their VRAM, and every node (skipping allowed) likewise.
                 # An order whose least bottleneck is above the best in hand cannot win
                 # (the bottleneck is compared first): it is bisected below that only.
+                # An order alike to one split already (node for node, :func:`_alike`)
+                # splits alike and scores the same: it could not replace that split.
+                seen = {_alike(cm, order)}
                 for pool in (order, nodes):
                     by_room = sorted(pool, key=lambda d: (cm.usable[d], d))
                     for o in (by_room, by_room[::-1]):
+                        if (sig := _alike(cm, o)) in seen:
+                            continue
+                        seen.add(sig)
                         upper = min(
                             (
                                 cm.evaluate_here(*c).bottleneck_s
@@ -931,6 +937,23 @@ def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None,
     if max_n < 2:
         proven = True  # the fastest single node is the only kind of pipeline
     return best, proven
+
+
+def _alike(cm: CostModel, order: Sequence[int]) -> tuple[object, ...]:
+    """What a split of ``order`` and its score read of its nodes, position by position:
+    each node's stage class, hops and in-host transfer, and which positions are GPU
+    groups of one host.  Orders alike in this are the same up to the nodes' names."""
+    hosts: dict[str, int] = {}
+    return tuple(
+        (
+            cm.stage_class[d],
+            cm.latency_s[d],
+            cm.intra_latency_s[d],
+            cm.intra_xfer_s[d],
+            hosts.setdefault(cm.parent[d], len(hosts)),
+        )
+        for d in order
+    )
 
 
 def throughput_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
