@@ -11,6 +11,7 @@ import pytest
 
 from stowplan import Constraints, NodeDescriptor, lookup
 from stowplan.planner.problem import prepare
+from stowplan.planner.strategies import split_tables
 from stowplan.planner.strategies.split_tables import (
     SplitTables,
     end_time,
@@ -58,3 +59,32 @@ def test_rows_answer_as_the_bisection(seed: int, model: str, batch: int) -> None
                     )
                 assert tables.end(cm, d, lo, first) == end_time(cm, d, lo, first)
     assert capped  # the VRAM ends some rows before the last block
+
+
+@pytest.mark.parametrize(
+    ("seed", "model", "batch"),
+    [
+        (5, "llama3.1:405b", 16),
+        (6, "llama3.1:70b", 1),
+        (7, "gemma3:27b", 8),
+        (8, "qwen3:235b-a22b", 4),
+    ],
+)
+def test_rows_on_arrays_are_the_rows_in_python(
+    seed: int, model: str, batch: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Long rows are computed on arrays: bit for bit the rows of the Python arithmetic."""
+    problem = prepare(lookup(model), _fleet(seed, 40), Constraints(batch=batch))
+    cm = problem.cost_model()
+    arrays = SplitTables(cm)
+    with monkeypatch.context() as m:
+        m.setattr(split_tables, "numpy_module", lambda: None)
+        plain = SplitTables(cm)
+    long = 0
+    for d in range(len(cm.nodes)):
+        for lo in range(cm.num_blocks + 1):
+            for first in (False, True):
+                row = arrays.row(d, lo, first)
+                assert row == plain.row(d, lo, first)
+                long += row is not None and len(row) >= split_tables.ROW_ARRAY
+    assert long  # some rows took the array path

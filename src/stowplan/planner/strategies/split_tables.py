@@ -17,12 +17,13 @@ not kept and the plain bisection answers instead.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 
 from stowplan.cost import CostModel
+from stowplan.planner.strategies.capacity_arrays import numpy_module
 from stowplan.planner.strategies.memo import PerModel
 
-__all__ = ["SplitTables", "end_time", "next_reach", "reach", "split_tables"]
+__all__ = ["ROW_ARRAY", "SplitTables", "end_time", "next_reach", "reach", "split_tables"]
 
 
 def reach(cm: CostModel, d: int, lo: int, t_max: float, first: bool) -> int:
@@ -87,6 +88,9 @@ def end_time(cm: CostModel, d: int, lo: int, first: bool) -> float | None:
     return t + ((nb - lo) * cm.block_s[d] + cm.stage_s[d])
 
 
+ROW_ARRAY = 24
+"""Rows of at least this many entries are computed on arrays."""
+
 _Key = tuple[int, int, bool]
 _UNSEEN: list[float] = []
 """A row not built yet (compared by identity)."""
@@ -118,6 +122,15 @@ class SplitTables:
         so that the blocks that fit a node from ``lo`` are a run."""
         self._rows: dict[_Key, list[float] | None] = {}
         self._ends: dict[_Key, float | None] = {}
+        np = numpy_module()
+        # Every prefix and difference exact as a float, as Python's arithmetic makes them.
+        exact = max(map(abs, (*cm.read_prefix, *cm.kv_prefix))) < 2**53
+        self._arrays = (
+            (np, np.array(cm.read_prefix, dtype=float), np.array(cm.kv_prefix, dtype=float))
+            if np is not None and exact and cm.num_blocks >= ROW_ARRAY
+            else None
+        )
+        """The read and KV prefixes as arrays, for long rows (None: rows in Python)."""
 
     def row(self, d: int, lo: int, first: bool) -> list[float] | None:
         """Times of ``[lo, hi)`` on ``d`` as a non-last stage for ``hi = lo + 1, …`` while
@@ -125,20 +138,34 @@ class SplitTables:
         key = (self.stage_class[d], lo, first)
         if key in self._rows:
             return self._rows[key]
+        if not self._monotone_memory:
+            self._rows[key] = None
+            return None
         nb = self.num_blocks
         rp, kp, mp = self._prefixes
         ib, fl, bs, ss, xfer, room = (f[d] for f in self._figures)
         extra = self._embed if first else 0
-        cap = lo
-        while cap < nb and not mp[cap + 1] - mp[lo] + extra > room:
-            cap += 1
+        # The blocks from ``lo`` that fit: a run, the memory growing with the blocks.
+        m0 = mp[lo]
+        cap = lo + bisect_left(range(lo + 1, nb + 1), True, key=lambda c: mp[c] - m0 + extra > room)
         r0, k0 = rp[lo], kp[lo]
-        # ``w`` is the stage's weights, as :func:`reach` names them.
-        out = [
-            max(((w := rp[hi] - r0) + kp[hi] - k0) * ib, w * fl) + ((hi - lo) * bs + ss) + xfer
-            for hi in range(lo + 1, cap + 1)
-        ]
-        found = self._rows[key] = out if self._monotone_memory and out == sorted(out) else None
+        if self._arrays is not None and cap - lo >= ROW_ARRAY:
+            # The same operations in the same order on arrays (the prefixes' differences
+            # are exact as floats, as Python's int-to-float conversion makes them).
+            np, rpa, kpa = self._arrays
+            w = rpa[lo + 1 : cap + 1] - r0
+            k = np.arange(1, cap - lo + 1, dtype=float)
+            t = np.maximum((w + kpa[lo + 1 : cap + 1] - k0) * ib, w * fl) + (k * bs + ss) + xfer
+            monotone = bool((t[1:] >= t[:-1]).all())
+            out: list[float] = t.tolist()
+        else:
+            # ``w`` is the stage's weights, as :func:`reach` names them.
+            out = [
+                max(((w := rp[hi] - r0) + kp[hi] - k0) * ib, w * fl) + ((hi - lo) * bs + ss) + xfer
+                for hi in range(lo + 1, cap + 1)
+            ]
+            monotone = out == sorted(out)
+        found = self._rows[key] = out if monotone else None
         return found
 
     def end(self, cm: CostModel, d: int, lo: int, first: bool) -> float | None:
