@@ -7,6 +7,7 @@ import pytest
 from stowplan import Constraints, NodeDescriptor
 from stowplan.calibration import resolve_calibration
 from stowplan.cost import CostModel
+from stowplan.cost import model as cost_model
 from stowplan.model import gpu_group_node
 from stowplan.models import resolve_model
 from tests.common.toy import TOY_MODEL, toy_node
@@ -135,3 +136,32 @@ def test_figures_per_kind_of_node_equal_each_node_priced_alone(calibrated: bool)
             for name in ("flop_s_per_byte", "xfer_s", "intra_xfer_s", "all_reduce_s", "block_s"):
                 assert getattr(view, name)[d] == getattr(alone, name)[0], (name, d)
         assert [view.stage_class.index(k) for k in view.stage_class] == [0, 1, 0, 3, 1, 1, 3, 0]
+
+
+def test_figures_on_arrays_equal_each_node_priced_alone() -> None:
+    # From KIND_ARRAYS kinds of node an uncalibrated model computes each microbatch's
+    # figures on arrays: value for value those of a model of each node alone (lists).
+    model = resolve_model("llama3.1:70b")
+    assert model is not None
+    gpus = ("RTX 4090", "RTX 3090", "A100 80GB SXM4", "H100 SXM5")
+    nodes = [
+        NodeDescriptor(
+            id=f"n{i}",
+            gpu_name=gpus[i % 4],
+            vram_bytes=(1 + i % 3) * 24 * 10**9,
+            num_gpus=1 + i % 3,
+            link_mbps=100.0 + 7.0 * i,
+            intra_link_gbps=None if i % 5 else 64.0 + i,
+        )
+        for i in range(cost_model.KIND_ARRAYS + 6)
+    ]
+    c = Constraints(batch=16, context_tokens=4096)
+    whole = CostModel(model, nodes, c)
+    assert whole._rate_arrays is not None  # the array path is the one tested
+    for mb in (1, 5, 16):
+        view = whole.at_microbatch(mb)
+        for d, node in enumerate(nodes):
+            alone = CostModel(model, [node], c, microbatch=mb)
+            assert alone._rate_arrays is None
+            for name in ("flop_s_per_byte", "xfer_s", "intra_xfer_s", "all_reduce_s", "block_s"):
+                assert getattr(view, name)[d] == getattr(alone, name)[0], (name, d)

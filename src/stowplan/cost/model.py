@@ -65,7 +65,7 @@ from dataclasses import fields, replace
 from functools import lru_cache
 from itertools import accumulate
 from operator import attrgetter, itemgetter
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from stowplan.calibration.apply import (
     NodeCalibration,
@@ -234,6 +234,15 @@ class CostModel:
         self._kind_of = tuple(of)
         self._expand = _expander(of)
         """Per-kind values to per-node tuples: the figures are computed once per kind."""
+        self._rate_arrays = (
+            _rate_arrays(
+                [self.rates[d] for d in self._kind_reps], self.tensor_parallel, self._kind_reps
+            )
+            if len(self._kind_reps) >= KIND_ARRAYS and self._cal is None
+            else None
+        )
+        """Per kind, the rates each microbatch's figures divide by, as arrays (many kinds
+        of node, uncalibrated; None otherwise)."""
         self._set_microbatch()
         self.inv_prefill_flops, self.prefill_sources = prefill_rates(
             self.nodes,
@@ -259,13 +268,18 @@ class CostModel:
         ppb = self.params_per_byte
         act = b * model.hidden_dim * model.bytes_per_activation_elem
         reps, expand = self._kind_reps, self._expand
-        rates = [self.rates[d] for d in reps]
-        flop = [min(2.0 * ppb * b / r.flops_per_s, _SLOWEST) for r in rates]
-        xfer = [act / r.link_bytes_per_s for r in rates]
-        intra = [act / r.intra_bytes_per_s for r in rates]
-        all_reduce = [_all_reduce_s(self.tensor_parallel[d], act, self.rates[d]) for d in reps]
-        block = [2 * ar for ar in all_reduce]
         cal, single = self._cal, self._cal_single
+        if self._rate_arrays is not None and cal is None:
+            flop, xfer, intra, all_reduce, block = _figures_on_arrays(
+                self._rate_arrays, 2.0 * ppb * b, act
+            )
+        else:
+            rates = [self.rates[d] for d in reps]
+            flop = [min(2.0 * ppb * b / r.flops_per_s, _SLOWEST) for r in rates]
+            xfer = [act / r.link_bytes_per_s for r in rates]
+            intra = [act / r.intra_bytes_per_s for r in rates]
+            all_reduce = [_all_reduce_s(self.tensor_parallel[d], act, self.rates[d]) for d in reps]
+            block = [2 * ar for ar in all_reduce]
         if cal is not None and single is not None:
             for k, d in enumerate(reps):
                 c = cal[d]
@@ -611,6 +625,52 @@ def _expander(of: Sequence[int]) -> Callable[[Sequence[T]], tuple[T, ...]]:
         only = of[0]
         return lambda values: (values[only],)
     return itemgetter(*of)
+
+
+KIND_ARRAYS = 64
+"""From this many kinds of node, an uncalibrated model computes each microbatch's
+per-kind figures on arrays (the same float operations in the same order)."""
+
+
+def _rate_arrays(
+    rates: Sequence[NodeRates], tensor_parallel: Sequence[int], reps: Sequence[int]
+) -> tuple[Any, ...] | None:
+    """The rates of :func:`_figures_on_arrays`, one entry per kind (None without numpy)."""
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        return None
+    return (
+        np,
+        np.array([r.flops_per_s for r in rates], dtype=float),
+        np.array([r.link_bytes_per_s for r in rates], dtype=float),
+        np.array([r.intra_bytes_per_s for r in rates], dtype=float),
+        np.array([r.intra_latency_s for r in rates], dtype=float),
+        np.array([tensor_parallel[d] for d in reps], dtype=np.int64),
+    )
+
+
+def _figures_on_arrays(
+    arrays: tuple[Any, ...], work: float, act: float
+) -> tuple[list[float], list[float], list[float], list[float], list[float]]:
+    """Per kind: compute seconds per byte (``work`` FLOPs per byte over the FLOPs),
+    transfer, in-host transfer, all-reduce and block cost of ``act`` activation bytes,
+    as the per-kind lists of :meth:`CostModel._set_microbatch` compute them (and
+    :func:`_all_reduce_s`), value for value."""
+    np, flops, link, intra_bw, intra_lat, tp = arrays
+    with np.errstate(divide="ignore", invalid="ignore"):
+        flop = np.minimum(work / flops, _SLOWEST)
+        xfer = act / link
+        intra = act / intra_bw
+        ring = intra_lat + 2 * (tp - 1) / tp * act / intra_bw
+    all_reduce = np.where(tp <= 1, 0.0, ring)
+    return (
+        flop.tolist(),
+        xfer.tolist(),
+        intra.tolist(),
+        all_reduce.tolist(),
+        (2 * all_reduce).tolist(),
+    )
 
 
 def _all_reduce_s(tensor_parallel: int, act_bytes: float, rates: NodeRates) -> float:
