@@ -261,7 +261,7 @@ class CostModel:
         applies)."""
         model, b = self.model, self.microbatch
         tokens = self.kv_read_tokens
-        self.kv_prefix = _step_reads(model, tokens, type(tokens), b)
+        self.kv_prefix = _step_reads(model, tokens, isinstance(tokens, int), b)
         """Bytes a step of one microbatch reads beyond the weights one token reads (which
         are also its compute): the KV of its b sequences at the read context, and the
         further routed experts b tokens touch in a MoE block (:mod:`stowplan.cost.touch`)."""
@@ -581,13 +581,13 @@ class CostModel:
 
 @lru_cache(maxsize=512)
 def _step_reads(
-    model: ModelLayout, tokens: float, kind: type, microbatch: int
+    model: ModelLayout, tokens: float, whole: bool, microbatch: int
 ) -> tuple[float, ...]:
     """Prefix sums over the blocks of what a step of ``microbatch`` sequences reads beyond
     the weights (:attr:`CostModel.kv_prefix`): the same for every model of ``model`` at
     that read context, so computed once for all of them (their views, their relaxations,
-    their GPU groups).  ``kind``: the type of ``tokens`` (an int and a float context that
-    compare equal are kept apart: their arithmetic differs)."""
+    their GPU groups).  ``whole``: whether ``tokens`` is an int (an int and a float
+    context that compare equal are kept apart: their arithmetic differs)."""
     touch = expert_touch_bytes(model, microbatch)
     return (
         0,

@@ -193,7 +193,7 @@ def _kinds_capacity(
     listed = list(kinds.items())
 
     def capacity(tm: float) -> float:
-        mid: list[tuple[float, int]] = []
+        mid: list[tuple[int, int]] = []
         gain = -math.inf
         for (x, s, v, c), count in listed:
             m = min(max(tm - x - s, 0.0) * v, c) if v != math.inf else c

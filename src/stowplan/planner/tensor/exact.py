@@ -338,7 +338,8 @@ def grouped_bound(
     rd, kvr, mem = cm.smallest_block()
     # Per node, its groups' least block cost; nodes whose groups are of the same classes
     # (a fleet of identical nodes) share one.
-    cls, least = gcm.stage_class, {}
+    cls = gcm.stage_class
+    least: dict[tuple[int, ...], float] = {}
     rate = []
     for kinds in groups.kinds:
         key = tuple(cls[v] for v in kinds.values())
