@@ -26,11 +26,10 @@ hold the blocks, which is what the optimum pays on slow links.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
-from collections import Counter
 from typing import Any
 
 from stowplan.cost import CostModel
+from stowplan.planner.exact.trip_nodes import Figures, node_figures, useful
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies.memo import PerModel
 
@@ -93,31 +92,34 @@ def _trip_bound(
                 single = min(single, cm.stage_time(d, 0, nb, True, True))
     if one_stage:
         return single
-    rd, kvr, _ = cm.smallest_block()
-    window = cm.max_window()
-    mp = cm.mem_prefix
+    figures = node_figures(cm)
+    counts = list(range(lowest, top + 1)) if top else [0]
+
+    solved: dict[tuple[int, ...], float] = {}
+
+    def least(of: list[Figures]) -> float:
+        nodes = tuple(f.node for f in of)
+        if nodes not in solved:
+            g = _knapsack(np, cm, of, top, open_top)
+            solved[nodes] = min(single, float(g[1, 1, counts, nb].min()))
+        return solved[nodes]
+
+    return least(useful(figures, nb, lowest, least))
+
+
+def _knapsack(np: Any, cm: CostModel, figures: list[Figures], top: int, open_top: bool) -> Any:
+    """g[f, l, c, j]: the least cost of j blocks on the c nodes of ``figures`` taken, f:
+    the first stage among them (blocks [0, k) beside the embed), l: the last (blocks
+    [nb - k, nb) beside the head); every other node an interior stage."""
+    nb = cm.num_blocks
     inf = math.inf
     idx = np.arange(nb + 1)
-    siblings = Counter(cm.parent)
-    # g[f, l, c, j]: the least cost of j blocks on the c nodes taken so far, f: the first
-    # stage among them (blocks [0, k) beside the embed), l: the last (blocks [nb - k, nb)
-    # beside the head); every other node an interior stage.
     g = np.full((2, 2, top + 1, nb + 1), inf)
     g[0, 0, 0, 0] = 0.0
-    rd_read, rd_weights = rd + kvr, rd
-    for d in range(n):
-        room = cm.usable[d]
-        inner = min(window[d], nb)
-        lead = bisect_right(mp, room - cm.embed) - 1 if room >= cm.embed else 0
-        tail = nb - bisect_left(mp, mp[nb] - (room - cm.head)) if room >= cm.head else 0
-        if max(inner, lead, tail) <= 0:
-            continue
-        rate = cm.block_seconds(d, rd + kvr, rd)
-        hop, out = cm.latency_s[d], cm.xfer_s[d]
-        if siblings[cm.parent[d]] > 1:  # the next stage may be a GPU group of the same node
-            hop, out = min(hop, cm.intra_latency_s[d]), min(out, cm.intra_xfer_s[d])
-        hop += cm.stage_s[d]
-        ib, fl, bs = cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d]
+    for f in figures:
+        inner, lead, tail, rate = f.inner, f.lead, f.tail, f.rate
+        hop, out = f.hop, f.out
+        ib, fl = f.inv_bw, f.flop_s
         head = cm.head * min(ib, fl)
         fresh = g.copy()
         # A stage taken: one more stage counted (the top count keeps what passes it).
@@ -132,10 +134,7 @@ def _trip_bound(
             # By its reads and by its FLOPs: where one is the larger at one block and at
             # ``tail`` it is at every count between (both are linear), and it is the cost;
             # else the largest of the three least costs.
-            pieces = [
-                (rd_read * ib + bs, cm.head * ib),
-                (rd_weights * fl + bs, cm.head * fl),
-            ]
+            pieces = f.pieces
             ends = [[r * k + c for r, c in pieces] for k in (1, tail)]
             lead_piece = [i for i in (0, 1) if all(e[i] >= e[1 - i] for e in ends)]
             if lead_piece:
@@ -147,8 +146,7 @@ def _trip_bound(
                     cand = np.maximum(cand, _take(np, before, tail, r, idx) + c)
             np.minimum(fresh[:, 1], cand + hop, out=fresh[:, 1])
         g = fresh
-    counts = range(lowest, top + 1) if top else range(1)
-    return min(single, float(g[1, 1, list(counts), nb].min()))
+    return g
 
 
 def _counted(np: Any, g: Any, top: int, open_top: bool) -> Any:
