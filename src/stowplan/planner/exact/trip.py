@@ -26,6 +26,7 @@ hold the blocks, which is what the optimum pays on slow links.
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 from stowplan.cost import CostModel
@@ -124,13 +125,19 @@ def _knapsack(np: Any, cm: CostModel, figures: list[Figures], top: int, open_top
         fresh = g.copy()
         # A stage taken: one more stage counted (the top count keeps what passes it).
         step = _counted(np, g, top, open_top)
+        # The sliding minima of every stage at the node's block seconds, from one table.
+        most = max(inner, lead, tail)
+        own = _levels(np, step, rate, most, idx)
+
+        take = partial(_take_at, np, step, own, most, rate, idx)
+
         if inner > 0:  # an interior stage
-            np.minimum(fresh, _take(np, step, inner, rate, idx) + (hop + out), out=fresh)
+            np.minimum(fresh, take(..., inner, rate) + (hop + out), out=fresh)
         if lead > 0:  # the first stage
-            cand = _take(np, step[0], lead, rate, idx) + (hop + out)
+            cand = take(0, lead, rate) + (hop + out)
             np.minimum(fresh[1], cand, out=fresh[1])
         if tail > 0:  # the last stage
-            before = step[:, 0]
+            before = (slice(None), 0)
             # By its reads and by its FLOPs: where one is the larger at one block and at
             # ``tail`` it is at every count between (both are linear), and it is the cost;
             # else the largest of the three least costs.
@@ -139,11 +146,11 @@ def _knapsack(np: Any, cm: CostModel, figures: list[Figures], top: int, open_top
             lead_piece = [i for i in (0, 1) if all(e[i] >= e[1 - i] for e in ends)]
             if lead_piece:
                 r, c = pieces[lead_piece[0]]
-                cand = _take(np, before, tail, r, idx) + c
+                cand = take(before, tail, r) + c
             else:
-                cand = _take(np, before, tail, rate, idx) + head
+                cand = take(before, tail, rate) + head
                 for r, c in pieces:
-                    cand = np.maximum(cand, _take(np, before, tail, r, idx) + c)
+                    cand = np.maximum(cand, take(before, tail, r) + c)
             np.minimum(fresh[:, 1], cand + hop, out=fresh[:, 1])
         g = fresh
     return g
@@ -174,4 +181,40 @@ def _take(np: Any, x: Any, cap: int, rate: float, idx: Any) -> Any:
     # z[..., i] is now the least of ``width`` entries from i; two windows cover ``cap``.
     n = len(idx)
     window = np.minimum(z[..., :n], z[..., cap - width : cap - width + n])
+    return window + idx * rate
+
+
+def _take_at(
+    np: Any, x: Any, levels: Any, most: int, rate: float, idx: Any, part: Any, cap: int, r: float
+) -> Any:
+    """:func:`_take` of ``x[part]`` with ``cap`` at ``r`` seconds a block: from ``levels``
+    (:func:`_levels` of ``x`` at ``rate``) where ``r`` is ``rate``."""
+    if r == rate:
+        return _window(np, levels, part, most, cap, r, idx)
+    return _take(np, x[part], cap, r, idx)
+
+
+def _levels(np: Any, x: Any, rate: float, most: int, idx: Any) -> Any:
+    """``x[..., i] − i · rate`` behind ``most`` infs (z), and its minima over runs of 1, 2,
+    4, … up to ``most`` entries: ``levels[k][..., i]`` the least of z[..., i : i + 2**k]."""
+    pad = np.full((*x.shape[:-1], most), math.inf)
+    z = np.concatenate([pad, x - idx * rate], axis=-1)
+    levels = [z]
+    width = 1
+    while 2 * width <= most:
+        z = np.minimum(z[..., :-width], z[..., width:])
+        levels.append(z)
+        width *= 2
+    return levels
+
+
+def _window(np: Any, levels: Any, part: Any, most: int, cap: int, rate: float, idx: Any) -> Any:
+    """:func:`_take` of ``x[part]`` with ``cap`` (at most ``most``) from :func:`_levels` of
+    ``x``: the same entries' least, two runs covering the window, so the same figures."""
+    width = 1 << (cap.bit_length() - 1)
+    z = levels[width.bit_length() - 1][part]
+    n = len(idx)
+    window = np.minimum(
+        z[..., most - cap : most - cap + n], z[..., most - width : most - width + n]
+    )
     return window + idx * rate
