@@ -21,6 +21,10 @@ as that many), node by node. The fractional relaxation
 (:func:`~stowplan.planner.exact.pipelines.fluid_bound`) instead pays the cheapest hops
 of any nodes beside the fastest nodes' blocks; this one pays the hops of the nodes that
 hold the blocks, which is what the optimum pays on slow links.
+
+The knapsack runs over the nodes that can hold its optimum
+(:func:`~stowplan.planner.exact.trip_nodes.useful`: of each kind of node, the few of least
+hop that a solution in hand leaves room for), which gives its least cost over every node.
 """
 
 from __future__ import annotations
