@@ -109,7 +109,10 @@ def _trip_bound(
             solved[nodes] = min(single, float(g[1, 1, counts, nb].min()))
         return solved[nodes]
 
-    return least(useful(figures, nb, lowest, least))
+    least(useful(figures, nb, lowest, least))
+    # The least of the knapsacks solved: where the nodes kept hold an optimum, theirs;
+    # where the one in hand was below every solution, it is a bound itself.
+    return min(solved.values())
 
 
 def _knapsack(np: Any, cm: CostModel, figures: list[Figures], top: int, open_top: bool) -> Any:

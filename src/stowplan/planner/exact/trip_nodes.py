@@ -10,7 +10,10 @@ one of least ``b − a`` among them last) or the ``s`` of least ``a`` and, last,
 least ``b`` among the others, which is among the ``s + 1`` of least ``b``. So where no
 pipeline of more than ``m`` nodes can cost less than a knapsack solution in hand, the
 ``m`` of least ``a`` and the ``m`` of least ``b`` of each kind hold an optimum: the
-others are left out, which leaves the knapsack's least cost as it was.
+others are left out, which leaves the knapsack's least cost as it was. (Where the
+last stage's cost is the largest of three least costs, the knapsack is a relaxation
+whose least may lie below every solution; where the one in hand does, it is itself a
+bound, and the caller takes the least of the two.)
 
 A knapsack solution of ``m`` nodes costs at least every block at the least seconds any
 node gives one, plus the ``m − 1`` least ``a`` (its first and interior stages) and the
@@ -98,9 +101,11 @@ def useful(
     fewest: int,
     least: Callable[[list[Figures]], float],
 ) -> list[Figures]:
-    """The nodes of ``figures`` (in their order) that hold an optimum of the knapsack
-    of pipelines of ``fewest`` stages or more, whose least cost (or a smaller figure:
-    its pipeline of one stage) ``least`` gives of a list of them."""
+    """Nodes of ``figures`` (in their order) that hold an optimum of the knapsack of
+    pipelines of ``fewest`` stages or more, whose least cost (or a smaller figure: its
+    pipeline of one stage) ``least`` gives of a list of them — unless the least of the
+    few nodes asked first is below every solution: the bound is the least of every
+    ``least`` asked, that one and the nodes returned."""
     if any(f.hop < 0 or f.out < 0 or f.least_block < 0 for f in figures):
         return figures  # the bounds below need costs of no sign
     kinds: dict[tuple[object, ...], list[Figures]] = defaultdict(list)
