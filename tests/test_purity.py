@@ -69,6 +69,7 @@ PURE_MODULES = (
     "stowplan.planner.exact.node_sets",
     "stowplan.planner.exact.pipelines",
     "stowplan.planner.exact.trip",
+    "stowplan.planner.exact.trip_nodes",
     "stowplan.planner.experts",
     "stowplan.planner.problem",
     "stowplan.planner.strategies.capacity_arrays",

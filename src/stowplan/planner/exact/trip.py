@@ -21,16 +21,20 @@ as that many), node by node. The fractional relaxation
 (:func:`~stowplan.planner.exact.pipelines.fluid_bound`) instead pays the cheapest hops
 of any nodes beside the fastest nodes' blocks; this one pays the hops of the nodes that
 hold the blocks, which is what the optimum pays on slow links.
+
+The knapsack runs over the nodes that can hold its optimum
+(:func:`~stowplan.planner.exact.trip_nodes.useful`: of each kind of node, the few of least
+hop that a solution in hand leaves room for), which gives its least cost over every node.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
-from collections import Counter
+from functools import partial
 from typing import Any
 
 from stowplan.cost import CostModel
+from stowplan.planner.exact.trip_nodes import Figures, node_figures, useful
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies.memo import PerModel
 
@@ -93,62 +97,70 @@ def _trip_bound(
                 single = min(single, cm.stage_time(d, 0, nb, True, True))
     if one_stage:
         return single
-    rd, kvr, _ = cm.smallest_block()
-    window = cm.max_window()
-    mp = cm.mem_prefix
+    figures = node_figures(cm)
+    counts = list(range(lowest, top + 1)) if top else [0]
+
+    solved: dict[tuple[int, ...], float] = {}
+
+    def least(of: list[Figures]) -> float:
+        nodes = tuple(f.node for f in of)
+        if nodes not in solved:
+            g = _knapsack(np, cm, of, top, open_top)
+            solved[nodes] = min(single, float(g[1, 1, counts, nb].min()))
+        return solved[nodes]
+
+    least(useful(figures, nb, lowest, least))
+    # The least of the knapsacks solved: where the nodes kept hold an optimum, theirs;
+    # where the one in hand was below every solution, it is a bound itself.
+    return min(solved.values())
+
+
+def _knapsack(np: Any, cm: CostModel, figures: list[Figures], top: int, open_top: bool) -> Any:
+    """g[f, l, c, j]: the least cost of j blocks on the c nodes of ``figures`` taken, f:
+    the first stage among them (blocks [0, k) beside the embed), l: the last (blocks
+    [nb - k, nb) beside the head); every other node an interior stage."""
+    nb = cm.num_blocks
     inf = math.inf
     idx = np.arange(nb + 1)
-    siblings = Counter(cm.parent)
-    # g[f, l, c, j]: the least cost of j blocks on the c nodes taken so far, f: the first
-    # stage among them (blocks [0, k) beside the embed), l: the last (blocks [nb - k, nb)
-    # beside the head); every other node an interior stage.
     g = np.full((2, 2, top + 1, nb + 1), inf)
     g[0, 0, 0, 0] = 0.0
-    rd_read, rd_weights = rd + kvr, rd
-    for d in range(n):
-        room = cm.usable[d]
-        inner = min(window[d], nb)
-        lead = bisect_right(mp, room - cm.embed) - 1 if room >= cm.embed else 0
-        tail = nb - bisect_left(mp, mp[nb] - (room - cm.head)) if room >= cm.head else 0
-        if max(inner, lead, tail) <= 0:
-            continue
-        rate = cm.block_seconds(d, rd + kvr, rd)
-        hop, out = cm.latency_s[d], cm.xfer_s[d]
-        if siblings[cm.parent[d]] > 1:  # the next stage may be a GPU group of the same node
-            hop, out = min(hop, cm.intra_latency_s[d]), min(out, cm.intra_xfer_s[d])
-        hop += cm.stage_s[d]
-        ib, fl, bs = cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d]
+    for f in figures:
+        inner, lead, tail, rate = f.inner, f.lead, f.tail, f.rate
+        hop, out = f.hop, f.out
+        ib, fl = f.inv_bw, f.flop_s
         head = cm.head * min(ib, fl)
         fresh = g.copy()
         # A stage taken: one more stage counted (the top count keeps what passes it).
         step = _counted(np, g, top, open_top)
+        # The sliding minima of every stage at the node's block seconds, from one table.
+        most = max(inner, lead, tail)
+        own = _levels(np, step, rate, most, idx)
+
+        take = partial(_take_at, np, step, own, most, rate, idx)
+
         if inner > 0:  # an interior stage
-            np.minimum(fresh, _take(np, step, inner, rate, idx) + (hop + out), out=fresh)
+            np.minimum(fresh, take(..., inner, rate) + (hop + out), out=fresh)
         if lead > 0:  # the first stage
-            cand = _take(np, step[0], lead, rate, idx) + (hop + out)
+            cand = take(0, lead, rate) + (hop + out)
             np.minimum(fresh[1], cand, out=fresh[1])
         if tail > 0:  # the last stage
-            before = step[:, 0]
+            before = (slice(None), 0)
             # By its reads and by its FLOPs: where one is the larger at one block and at
             # ``tail`` it is at every count between (both are linear), and it is the cost;
             # else the largest of the three least costs.
-            pieces = [
-                (rd_read * ib + bs, cm.head * ib),
-                (rd_weights * fl + bs, cm.head * fl),
-            ]
+            pieces = f.pieces
             ends = [[r * k + c for r, c in pieces] for k in (1, tail)]
             lead_piece = [i for i in (0, 1) if all(e[i] >= e[1 - i] for e in ends)]
             if lead_piece:
                 r, c = pieces[lead_piece[0]]
-                cand = _take(np, before, tail, r, idx) + c
+                cand = take(before, tail, r) + c
             else:
-                cand = _take(np, before, tail, rate, idx) + head
+                cand = take(before, tail, rate) + head
                 for r, c in pieces:
-                    cand = np.maximum(cand, _take(np, before, tail, r, idx) + c)
+                    cand = np.maximum(cand, take(before, tail, r) + c)
             np.minimum(fresh[:, 1], cand + hop, out=fresh[:, 1])
         g = fresh
-    counts = range(lowest, top + 1) if top else range(1)
-    return min(single, float(g[1, 1, list(counts), nb].min()))
+    return g
 
 
 def _counted(np: Any, g: Any, top: int, open_top: bool) -> Any:
@@ -176,4 +188,40 @@ def _take(np: Any, x: Any, cap: int, rate: float, idx: Any) -> Any:
     # z[..., i] is now the least of ``width`` entries from i; two windows cover ``cap``.
     n = len(idx)
     window = np.minimum(z[..., :n], z[..., cap - width : cap - width + n])
+    return window + idx * rate
+
+
+def _take_at(
+    np: Any, x: Any, levels: Any, most: int, rate: float, idx: Any, part: Any, cap: int, r: float
+) -> Any:
+    """:func:`_take` of ``x[part]`` with ``cap`` at ``r`` seconds a block: from ``levels``
+    (:func:`_levels` of ``x`` at ``rate``) where ``r`` is ``rate``."""
+    if r == rate:
+        return _window(np, levels, part, most, cap, r, idx)
+    return _take(np, x[part], cap, r, idx)
+
+
+def _levels(np: Any, x: Any, rate: float, most: int, idx: Any) -> Any:
+    """``x[..., i] − i · rate`` behind ``most`` infs (z), and its minima over runs of 1, 2,
+    4, … up to ``most`` entries: ``levels[k][..., i]`` the least of z[..., i : i + 2**k]."""
+    pad = np.full((*x.shape[:-1], most), math.inf)
+    z = np.concatenate([pad, x - idx * rate], axis=-1)
+    levels = [z]
+    width = 1
+    while 2 * width <= most:
+        z = np.minimum(z[..., :-width], z[..., width:])
+        levels.append(z)
+        width *= 2
+    return levels
+
+
+def _window(np: Any, levels: Any, part: Any, most: int, cap: int, rate: float, idx: Any) -> Any:
+    """:func:`_take` of ``x[part]`` with ``cap`` (at most ``most``) from :func:`_levels` of
+    ``x``: the same entries' least, two runs covering the window, so the same figures."""
+    width = 1 << (cap.bit_length() - 1)
+    z = levels[width.bit_length() - 1][part]
+    n = len(idx)
+    window = np.minimum(
+        z[..., most - cap : most - cap + n], z[..., most - width : most - width + n]
+    )
     return window + idx * rate
