@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from stowplan.moe.routing import Holders
 
-__all__ = ["EPS", "REFINE_STEPS", "REFINE_TARGETS", "refine_block"]
+__all__ = ["EPS", "REFINE_STEPS", "REFINE_TARGETS", "Bounds", "refine_block"]
 
 EPS = 1e-12
 """Finish times closer than this are equal (the packing then prefers the lower node index)."""
@@ -21,6 +21,10 @@ REFINE_STEPS = 32
 """Moves or swaps tried per block at most."""
 REFINE_TARGETS = 4
 """The least loaded nodes a move or swap from the slowest node may go to."""
+
+Bounds = tuple[list[int], list[int]]
+"""``(lo, hi)`` per node: the slot limits ``lo[j] <= limits[j] <= hi[j]`` for which every
+comparison of a limit with the slots taken came out as it did (narrowed in place)."""
 
 
 def refine_block(
@@ -31,12 +35,26 @@ def refine_block(
     used: list[int],
     loads: list[float],
     groups: list[list[int]],
+    *,
+    bounds: Bounds | None = None,
 ) -> None:
     """Move or swap single-copy items (groups or experts) off the slowest node while it gains.
 
-    ``holders``, ``used`` (slots taken per node) and ``loads`` are updated in place.
+    ``holders``, ``used`` (slots taken per node) and ``loads`` are updated in place;
+    ``bounds`` too, with the limits for which every step here is the same.
     """
     n = len(speeds)
+    lo, hi = ([0] * n, [0] * n) if bounds is None else bounds
+
+    def room(j: int, size: int) -> bool:
+        """``limits[j] - used[j] >= size``, its outcome kept in the bounds."""
+        need = used[j] + size
+        if limits[j] >= need:
+            lo[j] = max(lo[j], need)
+            return True
+        hi[j] = min(hi[j], need - 1)
+        return False
+
     items: list[list[int]] = []
     for g in groups:
         single = [e for e in g if len(holders[e]) == 1]
@@ -59,14 +77,14 @@ def refine_block(
         for a in on[b]:
             size_a = len(items[a])
             for j in targets:
-                if limits[j] - used[j] >= size_a:
+                if room(j, size_a):
                     t = max((loads[b] - item_w[a]) / speeds[b], (loads[j] + item_w[a]) / speeds[j])
                     if t < cur - EPS and (best is None or t < best[0] - EPS):
                         best = (t, a, j, -1)
                 for c in on[j]:
                     d = item_w[a] - item_w[c]
                     grow = len(items[c]) - size_a
-                    if d <= 0 or limits[b] - used[b] < grow or limits[j] - used[j] < -grow:
+                    if d <= 0 or not room(b, grow) or not room(j, -grow):
                         continue
                     t = max((loads[b] - d) / speeds[b], (loads[j] + d) / speeds[j])
                     if t < cur - EPS and (best is None or t < best[0] - EPS):
