@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stowplan.errors import InputError
+from stowplan.moe.numbering import ValueNumbers
 from stowplan.moe.routing import Holders, Pairs, node_loads, slowest_finish
 from stowplan.planner.experts.inputs import LOCALITY_TOLERANCE
 from stowplan.planner.experts.refine import EPS, Bounds, refine_block
@@ -93,7 +94,7 @@ def pack_experts(
     # every node's range is packed the same, without packing it again.
     packed: dict[tuple[int, int, int], list[_Packed]] = {}
     counted: dict[tuple[int, int], tuple[list[int], int]] = {}
-    number = _Numbers()
+    number = ValueNumbers()
     for li in range(layers):
         # Step 1: this layer's quota of every node's remaining slots.
         left = layers - li
@@ -203,29 +204,6 @@ class _Packed:
     kept: Holders
     taken: list[int]
     """Copies per node of ``kept``."""
-
-
-class _Numbers:
-    """A number per distinct value (a layer's loads, pairs or replica counts).
-
-    Found by identity first (layers share their rows), by value otherwise; the objects
-    seen are kept so that no identity is reused by another object meanwhile.
-    """
-
-    def __init__(self) -> None:
-        self.by_id: dict[int, tuple[object, int]] = {}
-        self.by_value: dict[tuple[object, ...], int] = {}
-
-    def __call__(self, x: Sequence[object]) -> int:
-        got = self.by_id.get(id(x))
-        if got is not None and got[0] is x:
-            return got[1]
-        no = self.value(tuple(x))
-        self.by_id[id(x)] = (x, no)
-        return no
-
-    def value(self, x: tuple[object, ...]) -> int:
-        return self.by_value.setdefault(x, len(self.by_value))
 
 
 def _check(
