@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from stowplan.moe.routing import Holders, Pairs
 from stowplan.planner.experts.packing import _pack_layer, pack_experts
+from stowplan.planner.experts.refine import EPS, REFINE_STEPS, REFINE_TARGETS, refine_block
 
 
 def _plain(
@@ -112,3 +113,92 @@ def test_any_quota_within_the_kept_bounds_packs_the_same(
     assert all(a <= q <= b for a, q, b in zip(lo, limits, hi, strict=True))
     other = [data.draw(st.integers(a, min(b, a + 3))) for a, b in zip(lo, hi, strict=True)]
     assert _pack_layer(w, speeds, other, budget, layer_pairs, 2, 0.05, counts=counts) == first
+
+
+def _plain_refine(
+    holders: Holders,
+    w: list[float],
+    speeds: list[float],
+    limits: list[int],
+    used: list[int],
+    loads: list[float],
+    groups: list[list[int]],
+) -> None:
+    """refine_block as first written: every step rebuilt from scratch."""
+    n = len(speeds)
+    items: list[list[int]] = []
+    for g in groups:
+        single = [e for e in g if len(holders[e]) == 1]
+        if len(single) == len(g) and len({holders[e][0] for e in g}) == 1:
+            items.append(g)
+        else:
+            items.extend([e] for e in single)
+    item_w = [sum(w[e] for e in g) for g in items]
+    where = [holders[g[0]][0] for g in items]
+    for _ in range(REFINE_STEPS):
+        b = max(range(n), key=lambda j: (loads[j] / speeds[j], -j))
+        cur = loads[b] / speeds[b]
+        targets = sorted((j for j in range(n) if j != b), key=lambda j: (loads[j] / speeds[j], j))
+        targets = targets[:REFINE_TARGETS]
+        on: dict[int, list[int]] = {j: [] for j in (b, *targets)}
+        for i, j in enumerate(where):
+            if j in on:
+                on[j].append(i)
+        best: tuple[float, int, int, int] | None = None
+        for a in on[b]:
+            size_a = len(items[a])
+            for j in targets:
+                if limits[j] - used[j] >= size_a:
+                    t = max((loads[b] - item_w[a]) / speeds[b], (loads[j] + item_w[a]) / speeds[j])
+                    if t < cur - EPS and (best is None or t < best[0] - EPS):
+                        best = (t, a, j, -1)
+                for c in on[j]:
+                    d = item_w[a] - item_w[c]
+                    grow = len(items[c]) - size_a
+                    if d <= 0 or limits[b] - used[b] < grow or limits[j] - used[j] < -grow:
+                        continue
+                    t = max((loads[b] - d) / speeds[b], (loads[j] + d) / speeds[j])
+                    if t < cur - EPS and (best is None or t < best[0] - EPS):
+                        best = (t, a, j, c)
+        if best is None:
+            return
+        _, a, j, c = best
+        for item, src, dst in [(a, b, j)] + ([(c, j, b)] if c >= 0 else []):
+            for e in items[item]:
+                holders[e] = [dst]
+            where[item] = dst
+            loads[src] -= item_w[item]
+            loads[dst] += item_w[item]
+            used[src] -= len(items[item])
+            used[dst] += len(items[item])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    n=st.integers(1, 7),
+    w=st.lists(st.floats(0.0, 10.0), min_size=1, max_size=20),
+    data=st.data(),
+)
+def test_refine_matches_the_plain_refine(n: int, w: list[float], data: st.DataObject) -> None:
+    speeds = data.draw(st.lists(st.sampled_from([0.5, 1.0, 1.5, 2.0]), min_size=n, max_size=n))
+    holders: Holders = [
+        sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=min(n, 2)))) for _ in w
+    ]
+    used = [0] * n
+    loads = [0.0] * n
+    for e, hs in enumerate(holders):
+        for j in hs:
+            used[j] += 1
+            loads[j] += w[e] / len(hs)
+    limits = [u + data.draw(st.integers(0, 3)) for u in used]
+    groups: list[list[int]] = []
+    e = 0
+    while e < len(w):  # consecutive experts in groups of 1 to 3
+        size = data.draw(st.integers(1, 3))
+        groups.append(list(range(e, min(e + size, len(w)))))
+        e += size
+    mine = ([list(hs) for hs in holders], list(used), list(loads))
+    plain = ([list(hs) for hs in holders], list(used), list(loads))
+    refine_block(mine[0], w, speeds, limits, mine[1], mine[2], groups)
+    _plain_refine(plain[0], w, speeds, limits, plain[1], plain[2], groups)
+    assert mine == plain
