@@ -37,6 +37,7 @@ PURE_MODULES = (
     "stowplan.cluster.topology",
     "stowplan.cost",
     "stowplan.errors",
+    "stowplan.moe.numbering",
     "stowplan.moe.routing",
     "stowplan.moe.stats",
     "stowplan.exports",

@@ -17,10 +17,10 @@ from stowplan.cost.cycle import cycle_seconds, microbatches, usd_per_million_tok
 from stowplan.cost.rates import node_rates
 from stowplan.errors import InputError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
+from stowplan.moe.numbering import ValueNumbers
 from stowplan.moe.routing import (
     Holders,
     backbone_layout,
-    copy_shares,
     holders_of,
     node_reach,
     nodes_in_order,
@@ -110,22 +110,28 @@ def expert_stage_times(
     act = model.hidden_dim * model.bytes_per_activation_elem
     compute = [0.0] * plan.num_stages
     transfer = [0.0] * plan.num_stages
-    # Blocks alike (same copies, load, pairs and home stage) cost the same.
-    seen: dict[tuple[object, ...], tuple[float, float | None]] = {}
+    # Blocks alike (same copies and load; same pairs and home stage for the transfer)
+    # cost the same.
+    number = ValueNumbers()
+    read_s: dict[tuple[int, int], float] = {}
+    sent_s: dict[tuple[int, int, int, int], float | None] = {}
     for li, holders in enumerate(all_holders):
         w = routing.p[li]
         h = home_stage[ex.moe_blocks[li]]
         pairs = routing.pairs[li] if routing.pairs is not None else None
-        key = (tuple(map(tuple, holders)), w, pairs, h)
-        if key not in seen:
-            reads = _block_reads(holders, w, batch, ex.expert_params_bytes, bws)
+        alike = (number.holders(holders), number(w))
+        reads = read_s.get(alike)
+        if reads is None:
+            reads = read_s[alike] = _block_reads(holders, w, batch, ex.expert_params_bytes, bws)
+        key = (*alike, -1 if pairs is None else number(pairs), h)
+        if key not in sent_s:
             reach = (
                 node_reach(holders, w, pairs, routing.k, n)
                 if reach_by_block is None
                 else reach_by_block[li]
             )
-            seen[key] = (reads, _block_transfer(ordered, h, reach, batch, act))
-        reads, block_transfer = seen[key]
+            sent_s[key] = _block_transfer(ordered, h, reach, batch, act)
+        block_transfer = sent_s[key]
         compute[h] += reads
         if block_transfer is not None:
             transfer[h] += block_transfer
@@ -142,8 +148,11 @@ def _block_reads(
     n = len(bws)
     hit = [0.0] * n
     for e, hs in enumerate(holders):
-        for j, s in zip(hs, copy_shares(hs), strict=True):
-            hit[j] += 1.0 - (1.0 - w[e] * s) ** batch
+        if hs:
+            # every copy's share of the tokens (copy_shares), and its chance to be read
+            x = 1.0 - (1.0 - w[e] * (1.0 / len(hs))) ** batch
+            for j in hs:
+                hit[j] += x
     return max(hit[j] * expert_bytes / (bws[j] * 1e9) for j in range(n))
 
 

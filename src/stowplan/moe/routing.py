@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 
 from stowplan.errors import InputError
 from stowplan.model import ModelLayout, NodeDescriptor
+from stowplan.moe.numbering import ValueNumbers
 from stowplan.moe.stats import CoActivation, ExpertLoad
 from stowplan.plan import Plan
 
@@ -138,8 +139,10 @@ def node_loads(holders: Holders, w: Sequence[float], n: int) -> list[float]:
     """Per node of ``n``: the expert load (sum of ``w`` over the copies it holds)."""
     loads = [0.0] * n
     for e, hs in enumerate(holders):
-        for j, share in zip(hs, copy_shares(hs), strict=True):
-            loads[j] += w[e] * share
+        if hs:
+            x = w[e] * (1.0 / len(hs))  # every copy's share of the load (copy_shares)
+            for j in hs:
+                loads[j] += x
     return loads
 
 
@@ -168,11 +171,15 @@ def node_reach(
     q_max = [0.0] * n
     share: dict[tuple[int, int], float] = {}
     for e, hs in enumerate(holders):
-        for j, s in zip(hs, copy_shares(hs), strict=True):
-            q = p[e] * s
+        if not hs:
+            continue
+        s = 1.0 / len(hs)  # every copy's share (copy_shares)
+        q = p[e] * s
+        for j in hs:
             q_sum[j] += q
             q_sq[j] += q * q
-            q_max[j] = max(q_max[j], q)
+            if q > q_max[j]:
+                q_max[j] = q
             share[(e, j)] = s
     chance = (k - 1) / k
     pair_sum = [(q_sum[j] ** 2 - q_sq[j]) / 2 * chance for j in range(n)]
@@ -191,12 +198,13 @@ def block_reaches(
     """Per MoE block, :func:`node_reach` of its copies on ``n`` nodes: once per plan for
     the expert summary and the prediction that both read it, and once for blocks alike
     (same copies, load and pairs)."""
-    seen: dict[tuple[object, ...], list[float]] = {}
+    seen: dict[tuple[int, int, int], list[float]] = {}
+    number = ValueNumbers()
     out = []
     for li, holders in enumerate(all_holders):
         w = routing.p[li]
         pairs = routing.pairs[li] if routing.pairs is not None else None
-        key = (tuple(map(tuple, holders)), w, pairs)
+        key = (number.holders(holders), number(w), -1 if pairs is None else number(pairs))
         if key not in seen:
             seen[key] = node_reach(holders, w, pairs, routing.k, n)
         out.append(seen[key])

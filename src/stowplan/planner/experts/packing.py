@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stowplan.errors import InputError
+from stowplan.moe.numbering import ValueNumbers
 from stowplan.moe.routing import Holders, Pairs, node_loads, slowest_finish
 from stowplan.planner.experts.inputs import LOCALITY_TOLERANCE
-from stowplan.planner.experts.refine import EPS, refine_block
+from stowplan.planner.experts.refine import EPS, Bounds, refine_block
 
 __all__ = ["ExpertPacking", "pack_experts"]
 
@@ -86,9 +87,14 @@ def pack_experts(
     rem = list(slots)
     out: list[Holders] = []
     load_only: list[Holders] = []
-    # Steps 2-5 are a pure function of a layer's loads, quota, budget and pairs: layers
-    # alike (a uniform load, even quotas) are packed once.
-    packed: dict[tuple[object, ...], tuple[Holders, Holders]] = {}
+    # Steps 2-5 are a pure function of a layer's loads, replica counts, pairs and quota,
+    # and the quota enters only through comparisons of a node's limit with its slots
+    # taken: every packing keeps, per node, the range of limits those comparisons hold
+    # for, and a later layer alike (same loads, counts and pairs) whose quota lies in
+    # every node's range is packed the same, without packing it again.
+    packed: dict[tuple[int, int, int], list[_Packed]] = {}
+    counted: dict[tuple[int, int], tuple[list[int], int]] = {}
+    number = ValueNumbers()
     for li in range(layers):
         # Step 1: this layer's quota of every node's remaining slots.
         left = layers - li
@@ -103,20 +109,44 @@ def pack_experts(
         # A layer places at most num_e + budget copies, so a quota above that never binds:
         # capped there, layers whose quotas differ only in slack share one packing.
         cap = num_e + budget + 1
-        quota = tuple(min(x, cap) for x in limits)
-        key = (tuple(w), quota, budget, None if layer_pairs is None else tuple(layer_pairs))
-        if key not in packed:
-            packed[key] = _pack_layer(
-                w, speeds, quota, budget, layer_pairs, experts_per_token, locality_tolerance
+        quota = [min(x, cap) for x in limits]
+        row = number(w)
+        extra = min(budget, max(0, sum(quota) - num_e))
+        counts, counts_no = counted.get((row, extra)) or (None, -1)
+        if counts is None:
+            counts = _replica_counts(w, extra, len(speeds))
+            counts_no = number.value(tuple(counts))
+            counted[row, extra] = counts, counts_no
+        key = (row, counts_no, -1 if layer_pairs is None else number(layer_pairs))
+        found = None
+        for p in packed.get(key, ()):
+            if all(a <= q <= b for a, q, b in zip(p.lo, quota, p.hi, strict=True)):
+                found = p
+                break
+        if found is None:
+            lo, hi = [0] * len(quota), list(slots)
+            single, kept = _pack_layer(
+                w,
+                speeds,
+                quota,
+                budget,
+                layer_pairs,
+                experts_per_token,
+                locality_tolerance,
+                counts=counts,
+                bounds=(lo, hi),
             )
-        single, holders = (_copy(h) for h in packed[key])
+            taken = [0] * len(slots)
+            for hs in kept:
+                for j in hs:
+                    taken[j] += 1
+            found = _Packed(lo=lo, hi=hi, single=single, kept=kept, taken=taken)
+            packed.setdefault(key, []).append(found)
         if layer_pairs is not None:
-            load_only.append(single)
+            load_only.append(_copy(found.single))
+        out.append(_copy(found.kept))
         # Step 6: the copies use up their nodes' slots.
-        for hs in holders:
-            for j in hs:
-                rem[j] -= 1
-        out.append(holders)
+        rem = [r - t for r, t in zip(rem, found.taken, strict=True)]
     return ExpertPacking(
         holders=tuple(out), load_only=tuple(load_only) if pairs is not None else None
     )
@@ -130,17 +160,29 @@ def _pack_layer(
     layer_pairs: Pairs | None,
     experts_per_token: int,
     locality_tolerance: float,
+    *,
+    counts: Sequence[int] | None = None,
+    bounds: Bounds | None = None,
 ) -> tuple[Holders, Holders]:
-    """Steps 2-5 for one layer: (the load-only packing, the packing kept)."""
+    """Steps 2-5 for one layer: (the load-only packing, the packing kept).
+
+    ``counts``: the layer's replica counts when the caller has them (else computed from
+    ``budget``).  ``bounds``: ``(lo, hi)`` per node, narrowed in place to the limits for
+    which every decision taken here would be the same (see :class:`_Bins`).
+    """
+    if counts is None:
+        counts = _replica_counts(w, min(budget, max(0, sum(limits) - len(w))), len(speeds))
+    if bounds is None:
+        bounds = ([0] * len(limits), list(limits))
     # Steps 2-4: replicate, pack and refine the experts one by one.
     singles = [[e] for e in range(len(w))]
-    holders = _place_block(w, speeds, limits, singles, budget)
+    holders = _place_block(w, speeds, limits, singles, counts, bounds)
     kept = holders
     if layer_pairs is not None:
         # Step 5: the same with co-activated experts kept together, when it costs little.
         groups = _groups(w, layer_pairs, experts_per_token)
         if any(len(g) > 1 for g in groups):
-            grouped = _place_block(w, speeds, limits, groups, budget)
+            grouped = _place_block(w, speeds, limits, groups, counts, bounds)
             worst_g = slowest_finish(node_loads(grouped, w, len(speeds)), speeds)
             worst_s = slowest_finish(node_loads(holders, w, len(speeds)), speeds)
             if worst_g <= worst_s * (1 + locality_tolerance) + EPS:
@@ -149,7 +191,19 @@ def _pack_layer(
 
 
 def _copy(holders: Holders) -> Holders:
-    return [list(hs) for hs in holders]
+    return list(map(list, holders))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Packed:
+    """One layer's packing, kept for the later layers alike whose quota lies in its bounds."""
+
+    lo: list[int]
+    hi: list[int]
+    single: Holders
+    kept: Holders
+    taken: list[int]
+    """Copies per node of ``kept``."""
 
 
 def _check(
@@ -237,29 +291,53 @@ def _replica_counts(w: Sequence[float], redundant: int, num_nodes: int) -> list[
 
 
 class _Bins:
-    """Nodes grouped by speed, each group a heap of ``(load, node)``: the least loaded first."""
+    """Nodes grouped by speed, each group a heap of ``(load, node)``: the least loaded first.
 
-    def __init__(self, speeds: Sequence[float], limits: Sequence[int]) -> None:
+    Every comparison of a node's limit with its slots taken narrows ``bounds``
+    (``lo[j] <= limits[j] <= hi[j]``) to the limits for which it comes out the same.
+    """
+
+    def __init__(self, speeds: Sequence[float], limits: Sequence[int], bounds: Bounds) -> None:
         self.speeds = speeds
         self.limits = limits
+        self.lo, self.hi = bounds
         self.used = [0] * len(speeds)
         self.loads = [0.0] * len(speeds)
         self.heaps: dict[float, list[tuple[float, int]]] = {}
         for j, s in enumerate(speeds):
             if limits[j] > 0:
+                self.lo[j] = max(self.lo[j], 1)
                 self.heaps.setdefault(s, []).append((0.0, j))
+            else:
+                self.hi[j] = min(self.hi[j], 0)
 
     def best(self, size: int, weight: float, exclude: Sequence[int]) -> int:
         """The node with room for ``size`` and least finish time after ``weight`` (-1: none)."""
         best, best_t = -1, math.inf
+        loads, used, limits, lo, hi = self.loads, self.used, self.limits, self.lo, self.hi
         for heap in self.heaps.values():
             skipped = []
             while heap:
                 load, j = heap[0]
-                if load != self.loads[j] or self.used[j] >= self.limits[j]:
-                    heapq.heappop(heap)  # a stale entry or a full node
+                if load != loads[j]:
+                    heapq.heappop(heap)  # a stale entry
                     continue
-                if self.limits[j] - self.used[j] < size or j in exclude:
+                u = used[j]
+                if u >= limits[j]:
+                    if u < hi[j]:
+                        hi[j] = u
+                    heapq.heappop(heap)  # a full node
+                    continue
+                if limits[j] - u < size:  # room for less than the group
+                    if u + 1 > lo[j]:
+                        lo[j] = u + 1
+                    if u + size - 1 < hi[j]:
+                        hi[j] = u + size - 1
+                    skipped.append(heapq.heappop(heap))
+                    continue
+                if u + size > lo[j]:
+                    lo[j] = u + size
+                if j in exclude:
                     skipped.append(heapq.heappop(heap))
                     continue
                 t = (load + weight) / self.speeds[j]
@@ -273,8 +351,13 @@ class _Bins:
     def add(self, j: int, size: int, weight: float) -> None:
         self.used[j] += size
         self.loads[j] += weight
-        if self.used[j] < self.limits[j]:
+        u = self.used[j]
+        if u < self.limits[j]:
+            if u + 1 > self.lo[j]:
+                self.lo[j] = u + 1
             heapq.heappush(self.heaps[self.speeds[j]], (self.loads[j], j))
+        elif u < self.hi[j]:
+            self.hi[j] = u
 
 
 def _place_block(
@@ -282,11 +365,11 @@ def _place_block(
     speeds: Sequence[float],
     limits: Sequence[int],
     groups: list[list[int]],
-    redundant: int,
+    counts: Sequence[int],
+    bounds: Bounds,
 ) -> Holders:
-    """Pack one MoE block: every expert once within ``limits``, plus ``redundant`` copies."""
+    """Pack one MoE block: every expert once within ``limits``, ``counts[e]`` copies at most."""
     holders: Holders = [[] for _ in w]
-    counts = _replica_counts(w, min(redundant, max(0, sum(limits) - len(w))), len(speeds))
     queue: list[tuple[list[int], float]] = []
     for g in groups:
         if len(g) > 1 and all(counts[e] == 1 for e in g):
@@ -294,7 +377,7 @@ def _place_block(
         else:
             queue.extend(([e], w[e] / counts[e]) for e in g for _ in range(counts[e]))
     queue.sort(key=lambda item: (-item[1], item[0][0]))
-    bins = _Bins(speeds, limits)
+    bins = _Bins(speeds, limits, bounds)
     i = 0
     while i < len(queue):
         group, weight = queue[i]
@@ -312,5 +395,5 @@ def _place_block(
             holders[e].append(best)
         bins.add(best, len(group), weight)
     used, loads = bins.used, bins.loads
-    refine_block(holders, w, speeds, limits, used, loads, groups)
+    refine_block(holders, w, speeds, limits, used, loads, groups, bounds=bounds)
     return holders

@@ -11,6 +11,7 @@ from stowplan.cost.experts import expert_prediction
 from stowplan.errors import InputError, InsufficientVram
 from stowplan.model import Constraints, ExpertId, ModelLayout, NodeDescriptor
 from stowplan.moe.routing import (
+    Holders,
     block_reaches,
     nodes_in_order,
     remote_transfers,
@@ -118,8 +119,9 @@ def place_experts(
         assignments=assignments,
         model_name=model.name,
     )
-    # The stages holding each expert, as holders_of reads them off the plan (ascending).
-    stage_holders = tuple([sorted(hs) for hs in block] for block in packing.holders)
+    # The stages holding each expert, as holders_of reads them off the plan (ascending);
+    # blocks packed alike share one list, which the figures below work out once.
+    stage_holders = _sorted_holders(packing.holders)
     # Both read each block's node reach: computed once.
     reaches = block_reaches(stage_holders, routing, len(ordered))
     summary = expert_summary(
@@ -162,6 +164,27 @@ def place_experts(
             certificate=None,
         ),
     )
+
+
+def _sorted_holders(blocks: Sequence[Holders]) -> tuple[Holders, ...]:
+    """Every block's copies with each expert's holders ascending; equal blocks share the
+    list of the first (the recent distinct blocks are compared, most recent first)."""
+    distinct: list[tuple[Holders, Holders]] = []
+    out = []
+    for block in blocks:
+        for raw, done in reversed(distinct[-_RECENT:]):
+            if raw == block:
+                out.append(done)
+                break
+        else:
+            done = [sorted(hs) for hs in block]
+            distinct.append((block, done))
+            out.append(done)
+    return tuple(out)
+
+
+_RECENT = 8
+"""Distinct blocks :func:`_sorted_holders` compares a block with."""
 
 
 def _stage_notes(plan: Plan, prediction: Prediction, constraints: Constraints) -> list[str]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from stowplan.errors import InputError
 from stowplan.model import ModelLayout, NodeDescriptor
+from stowplan.moe.numbering import ValueNumbers
 from stowplan.moe.routing import (
     Holders,
     holders_of,
@@ -86,26 +87,30 @@ def expert_summary(
     work = [0.0] * n
     imbalances = []
     transfers = 0.0
-    # Blocks alike (same copies, load, pairs and home stage) have the same figures.
-    seen: dict[tuple[object, ...], tuple[list[float], float, float]] = {}
+    # Blocks alike (same copies and load; same pairs and home stage for the traffic) have
+    # the same figures.
+    number = ValueNumbers()
+    balance: dict[tuple[int, int], tuple[list[float], float]] = {}
+    traffic: dict[tuple[int, int, int, int], float] = {}
     for li, holders in enumerate(all_holders):
         w = routing.p[li]
         pairs = routing.pairs[li] if routing.pairs is not None else None
         home = home_stage[ex.moe_blocks[li]]
-        key = (tuple(map(tuple, holders)), w, pairs, home)
-        if key not in seen:
-            seen[key] = (
-                node_loads(holders, w, n),
-                imbalance(holders, w, speeds),
+        alike = (number.holders(holders), number(w))
+        if alike not in balance:
+            balance[alike] = (node_loads(holders, w, n), imbalance(holders, w, speeds))
+        key = (*alike, -1 if pairs is None else number(pairs), home)
+        if key not in traffic:
+            traffic[key] = (
                 remote_transfers(holders, w, pairs, routing.k, n, home)
                 if reach_by_block is None
-                else sum(r for j, r in enumerate(reach_by_block[li]) if j != home),
+                else sum(r for j, r in enumerate(reach_by_block[li]) if j != home)
             )
-        loads, block_imbalance, block_transfers = seen[key]
+        loads, block_imbalance = balance[alike]
         for j, node_load in enumerate(loads):
             work[j] += node_load
         imbalances.append(block_imbalance)
-        transfers += block_transfers
+        transfers += traffic[key]
     total_work = sum(work) or 1.0
     rows = []
     for j, a in enumerate(plan.assignments):
