@@ -907,13 +907,13 @@ def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None,
                 # (the bottleneck is compared first): it is bisected below that only.
                 # An order alike to one split already (node for node, :func:`_alike`)
                 # splits alike and scores the same: it could not replace that split.
-                seen = {_alike(cm, order)}
+                seen: list[Sequence[int]] = [order]
                 for pool in (order, nodes):
                     by_room = sorted(pool, key=lambda d: (cm.usable[d], d))
                     for o in (by_room, by_room[::-1]):
-                        if (sig := _alike(cm, o)) in seen:
+                        if any(_alike(cm, o, other) for other in seen):
                             continue
-                        seen.add(sig)
+                        seen.append(o)
                         upper = min(
                             (
                                 cm.evaluate_here(*c).bottleneck_s
@@ -939,21 +939,34 @@ def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None,
     return best, proven
 
 
-def _alike(cm: CostModel, order: Sequence[int]) -> tuple[object, ...]:
-    """What a split of ``order`` and its score read of its nodes, position by position:
-    each node's stage class, hops and in-host transfer, and which positions are GPU
-    groups of one host.  Orders alike in this are the same up to the nodes' names."""
-    hosts: dict[str, int] = {}
-    return tuple(
-        (
-            cm.stage_class[d],
-            cm.latency_s[d],
-            cm.intra_latency_s[d],
-            cm.intra_xfer_s[d],
-            hosts.setdefault(cm.parent[d], len(hosts)),
-        )
-        for d in order
+def _alike(cm: CostModel, a: Sequence[int], b: Sequence[int]) -> bool:
+    """Whether orders ``a`` and ``b`` are the same up to the nodes' names in what a split
+    and its score read, position by position: each node's stage class, hops and in-host
+    transfer, and which positions are GPU groups of one host (read until they differ)."""
+    if len(a) != len(b):
+        return False
+    cls, lat, intra, intra_x, parent = (
+        cm.stage_class,
+        cm.latency_s,
+        cm.intra_latency_s,
+        cm.intra_xfer_s,
+        cm.parent,
     )
+    hosts_a: dict[str, int] = {}
+    hosts_b: dict[str, int] = {}
+    for d, e in zip(a, b, strict=True):
+        if d == e:
+            same = True
+        else:
+            same = cls[d] == cls[e] and lat[d] == lat[e] and intra[d] == intra[e]
+            same = same and intra_x[d] == intra_x[e]
+        if not same:
+            return False
+        if hosts_a.setdefault(parent[d], len(hosts_a)) != hosts_b.setdefault(
+            parent[e], len(hosts_b)
+        ):
+            return False
+    return True
 
 
 def throughput_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
