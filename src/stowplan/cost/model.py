@@ -124,6 +124,7 @@ class CostModel:
         self._root = self
         self._relaxed = False
         self._relaxed_root: CostModel | None = None
+        self._windows_kept: list[int] | None = None
         self.nodes = tuple(nodes)
         self.parent: tuple[str, ...] = (
             tuple(n.id for n in self.nodes) if parents is None else tuple(parents)
@@ -471,7 +472,16 @@ class CostModel:
         )
 
     def max_window(self) -> list[int]:
-        """Per node: the most consecutive blocks (weights + KV) that fit its usable VRAM."""
+        """Per node: the most consecutive blocks (weights + KV) that fit its usable VRAM.
+
+        The same for every view of a model (the memory does not depend on the microbatch
+        or the relaxation): computed once per root, a fresh list each call."""
+        root = self._root
+        if root._windows_kept is None:
+            root._windows_kept = self._windows()
+        return list(root._windows_kept)
+
+    def _windows(self) -> list[int]:
         mp, nb = self.mem_prefix, self.num_blocks
         by_room: dict[int, int] = {}  # nodes alike (GPU groups of one kind) share a window
         for room in self.usable:

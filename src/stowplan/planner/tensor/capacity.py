@@ -94,6 +94,8 @@ class StageCapacity:
         self._nodes = list(nodes.values())
         self._np = np
         self._least: dict[int, float] = {}
+        self._steps: dict[tuple[tuple[int, int], ...], list[tuple[float, int]]] = {}
+        """:meth:`_node_steps` per tuple of the groups' block counts."""
         most = [times[-1] if times else 0.0 for times in self._times.values()]
         self._top = max(most, default=0.0) + max((n for n, _ in self._sends.values()), default=0.0)
 
@@ -109,6 +111,25 @@ class StageCapacity:
             at_net = bisect_right(times, bottleneck - net)
             caps[key] = (bisect_right(times, bottleneck - either), at_net)
             gain = max(gain, bisect_right(times, bottleneck) - at_net)
+        known = tuple(caps.values())
+        steps = self._steps.get(known)
+        if steps is None:
+            steps = self._steps[known] = self._node_steps(caps)
+        total, left = 0.0, stages
+        for step, count in steps:
+            if left <= 0 or step <= 0:
+                break
+            take = min(count, left)
+            total += take * step
+            left -= take
+        return total + gain
+
+    def _node_steps(
+        self, caps: dict[tuple[object, ...], tuple[int, int]]
+    ) -> list[tuple[float, int]]:
+        """Every node kind's concave steps of blocks held per group added, largest first,
+        with how many nodes share each: a function of the groups' block counts alone
+        (kept per counts: the bisection's later steps mostly ask the same)."""
         np = self._np
         steps: list[tuple[float, int]] = []
         for node in self._nodes:
@@ -130,14 +151,7 @@ class StageCapacity:
                 best = np.maximum.accumulate(best)  # at most j groups
             steps += [(step, node.count) for step in _concave_steps(best.tolist())]
         steps.sort(reverse=True)
-        total, left = 0.0, stages
-        for step, count in steps:
-            if left <= 0 or step <= 0:
-                break
-            take = min(count, left)
-            total += take * step
-            left -= take
-        return total + gain
+        return steps
 
     def slowest(self, stages: int, enough: float = math.inf) -> float:
         """A lower bound on the slowest stage of every pipeline of at most ``stages``
