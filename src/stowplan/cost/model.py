@@ -261,6 +261,8 @@ class CostModel:
         compute per byte, the transfers and the all-reduces (calibrated when a profile
         applies)."""
         model, b = self.model, self.microbatch
+        self._smallest_kept: tuple[int, float, int] | None = None
+        """:meth:`smallest_block`, once asked (its KV read depends on the microbatch)."""
         tokens = self.kv_read_tokens
         self.kv_prefix = _step_reads(model, tokens, isinstance(tokens, int), b)
         """Bytes a step of one microbatch reads beyond the weights one token reads (which
@@ -379,7 +381,12 @@ class CostModel:
 
     def _relax(self) -> None:
         """The terms of :meth:`relax_groups`, set on a model just built (never one handed out)."""
-        self.block_s = tuple(c.block_overhead_s for c in self._node_calibrations(single_gpu=True))
+        root = self._root
+        if root is not self and root._relaxed:
+            self.block_s = root.block_s  # a view of a relaxed model: the same block costs
+        else:
+            single = self._node_calibrations(single_gpu=True)
+            self.block_s = tuple(c.block_overhead_s for c in single)
         self.stage_s = (0.0,) * len(self.nodes)
         self.xfer_s = tuple(map(min, self.xfer_s, self.intra_xfer_s))
         self.latency_s = tuple(map(min, self.latency_s, self.intra_latency_s))
@@ -463,13 +470,15 @@ class CostModel:
         Each is its own minimum over the blocks: every block's figures when blocks are
         alike, a lower bound on any block's otherwise.
         """
-        nb = self.num_blocks
-        rp, kp, mp = self.read_prefix, self.kv_prefix, self.mem_prefix
-        return (
-            min(rp[i + 1] - rp[i] for i in range(nb)),
-            min(kp[i + 1] - kp[i] for i in range(nb)),
-            min(mp[i + 1] - mp[i] for i in range(nb)),
-        )
+        if self._smallest_kept is None:
+            nb = self.num_blocks
+            rp, kp, mp = self.read_prefix, self.kv_prefix, self.mem_prefix
+            self._smallest_kept = (
+                min(rp[i + 1] - rp[i] for i in range(nb)),
+                min(kp[i + 1] - kp[i] for i in range(nb)),
+                min(mp[i + 1] - mp[i] for i in range(nb)),
+            )
+        return self._smallest_kept
 
     def max_window(self) -> list[int]:
         """Per node: the most consecutive blocks (weights + KV) that fit its usable VRAM.
