@@ -26,13 +26,16 @@ __all__ = [
     "INLINE_EXACT_WORK",
     "INLINE_MILP_NODES",
     "INLINE_MILP_SECONDS",
+    "SKETCHED",
     "certificate",
     "finish",
+    "is_sketching",
     "key_of",
     "kv_capacity_note",
     "objective_of",
     "pick_best",
     "prediction_note",
+    "sketching",
 ]
 
 INLINE_EXACT_NODES = 5
@@ -283,6 +286,9 @@ def prediction_note(pred: Prediction, num_stages: int) -> str:
 
 _SKETCH: ContextVar[bool] = ContextVar("stowplan_planner_sketch", default=False)
 
+SKETCHED = "not computed: a candidate the wider search certifies"
+"""The method of a :func:`sketching` plan's certificate."""
+
 
 @contextmanager
 def sketching() -> Iterator[None]:
@@ -294,6 +300,11 @@ def sketching() -> Iterator[None]:
         yield
     finally:
         _SKETCH.reset(token)
+
+
+def is_sketching() -> bool:
+    """Whether plans finished now are :func:`sketching` candidates."""
+    return _SKETCH.get()
 
 
 def finish(
@@ -327,7 +338,7 @@ def finish(
             objective=objective,
             value=0.0,
             exact=False,
-            method="not computed: a candidate the wider search certifies",
+            method=SKETCHED,
         )
     else:
         opt = inline_optimum(problem, cm, objective, cm.evaluate(*p).cycle_s)

@@ -29,6 +29,7 @@ from stowplan.model import (
 )
 from stowplan.moe.routing import backbone_layout
 from stowplan.plan import Plan, Topology
+from stowplan.planner.certify import sketching
 from stowplan.planner.cheapest import served_rate
 from stowplan.planner.experts.inputs import ExpertInputs, ExpertPlacement
 from stowplan.planner.experts.placement import expert_ids, place_experts
@@ -93,19 +94,29 @@ def plan_experts(
     nodes = tuple(nodes)
     if experts.placement is ExpertPlacement.BLOCK_LOCAL:
         return _block_local(plan_blocks(model, nodes, constraints), model)
-    spread = _expert_parallel(model, nodes, constraints, experts, plan_blocks)
-    if constraints.objective is Objective.COST:
-        spread = _meeting_target(
-            spread,
-            lambda c: _expert_parallel(model, nodes, c, experts, plan_blocks),
-            constraints,
-            len(nodes),
-        )
-    if experts.placement is ExpertPlacement.EXPERT_PARALLEL:
+
+    def expert_parallel() -> Plan:
+        spread = _expert_parallel(model, nodes, constraints, experts, plan_blocks)
+        if constraints.objective is Objective.COST:
+            spread = _meeting_target(
+                spread,
+                lambda c: _expert_parallel(model, nodes, c, experts, plan_blocks),
+                constraints,
+                len(nodes),
+            )
         return spread
+
+    if experts.placement is ExpertPlacement.EXPERT_PARALLEL:
+        return expert_parallel()
+    # Where the block-local plan fits, the expert-parallel one is only its note's figure
+    # (a plan with experts carries no certificate): its backbones are sketched, not
+    # certified, and planned again in full where it becomes the plan.
+    with sketching():
+        spread = expert_parallel()
     try:
         local = _block_local(plan_blocks(model, nodes, constraints), model)
     except PlanError as exc:
+        spread = expert_parallel()
         note = (
             "experts: expert-parallel, which only a custom stage worker runs: no "
             f"block-local plan (what engines run) fits ({exc})"

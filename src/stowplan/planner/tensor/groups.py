@@ -34,7 +34,7 @@ from dataclasses import replace
 from stowplan.errors import Infeasible, PlanError
 from stowplan.model import Metric, NodeDescriptor, Strategy
 from stowplan.plan import Plan
-from stowplan.planner.certify import finish, sketching
+from stowplan.planner.certify import SKETCHED, finish, is_sketching, sketching
 from stowplan.planner.exact.pipelines import Optimum
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies import cycle
@@ -279,7 +279,12 @@ def plan_with_groups(
         return _cycle(p) <= bound(_cycle(p))[0] * (1 + 1e-12)
 
     found, _ = _search(trials, rule, objective, local=not (runs and adjacent), proven=proven)
-    value, exact, method, best = bound(math.inf if found is None else _cycle(found))
+    if is_sketching() and not runs and found is not None:
+        # A candidate certified elsewhere: beyond the exact solve the joint bound only
+        # certifies (it brings no pipeline), so it is not computed.
+        value, exact, method, best = 0.0, False, SKETCHED, None
+    else:
+        value, exact, method, best = bound(math.inf if found is None else _cycle(found))
     if found is None and (best is None or not best.stages):
         raise Infeasible(
             "no split of the nodes' GPUs into stages of tensor-parallel degrees the model "

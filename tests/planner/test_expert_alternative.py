@@ -1,0 +1,86 @@
+"""The expert-parallel plan beside a block-local one: sketched for the note's figure,
+and planned in full where no block-local plan fits and it becomes the plan."""
+
+from __future__ import annotations
+
+from stowplan import Constraints, ExpertInputs, ExpertPlacement, NodeDescriptor, lookup
+from stowplan.plan import plan_to_dict
+from stowplan.planner import plan
+from stowplan.planner.certify import SKETCHED, is_sketching
+from stowplan.planner.experts import choice
+from stowplan.planner.tensor import groups
+
+
+def test_where_no_block_local_plan_fits_the_plan_is_the_full_expert_parallel_one(
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    # 32 nodes, each with room for one block of 1.25 GB but not two: block-local holds
+    # 32 of the 48 blocks; the experts, spread, fit.
+    model = lookup("qwen3:30b-a3b")
+    assert model is not None
+    nodes = [
+        NodeDescriptor(id=f"n{i:02d}", gpu_name="RTX 3090", vram_bytes=2_450_000_000)
+        for i in range(32)
+    ]
+    sketched: list[bool] = []
+    real = choice.place_experts
+
+    def placed(*args, **kwargs):  # type: ignore[no-untyped-def]
+        sketched.append(is_sketching())
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(choice, "place_experts", placed)
+        got = plan(model, nodes, Constraints())
+    # The note's figure was sketched; the plan's experts were placed on a full plan.
+    assert sketched[0] and not sketched[-1]
+    forced = plan(
+        model,
+        nodes,
+        Constraints(),
+        experts=ExpertInputs(placement=ExpertPlacement.EXPERT_PARALLEL),
+    )
+    assert "no block-local plan (what engines run) fits" in got.rationale.notes[-1]
+    mine, theirs = plan_to_dict(got), plan_to_dict(forced)
+    mine["rationale"]["notes"] = mine["rationale"]["notes"][:-1]  # the note that says why
+    assert mine == theirs
+
+
+def test_a_sketched_grouping_search_skips_the_joint_bound_only_beyond_the_exact_solve(
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """Under :func:`sketching`, a fleet the joint solve does not cover exactly is not
+    bounded (its bound brings no pipeline); a small fleet's exact solve still runs."""
+    from stowplan.planner.certify import sketching
+
+    calls: list[int] = []
+    real = groups.joint_cycle
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(groups, "joint_cycle", counted)
+    model = lookup("llama3.1:70b")
+    assert model is not None
+    big = [
+        NodeDescriptor(
+            id=f"h{i:02d}", gpu_name="H100 SXM5", vram_bytes=8 * 80 * 10**9, num_gpus=8,
+            link_mbps=100_000.0,
+        )
+        for i in range(24)
+    ]  # fmt: skip
+    c = Constraints(batch=16)
+    full = plan(model, big, c)
+    assert calls and full.rationale.certificate is not None
+    assert full.rationale.certificate.method != SKETCHED
+    calls.clear()
+    with sketching():
+        sketched = plan(model, big, c)
+    assert not calls
+    assert sketched.assignments == full.assignments  # the same pipeline, uncertified
+    small = big[:2]
+    calls.clear()
+    with sketching():
+        plan(model, small, c)
+    assert calls  # the exact solve over two nodes may bring a better pipeline
