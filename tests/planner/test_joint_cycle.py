@@ -225,3 +225,34 @@ def test_a_node_of_too_many_group_multisets_is_bounded_by_its_gpus() -> None:
         if stages == got.num_stages:
             assert 0 < m * bound <= cycle * (1 + 1e-9)
         assert bound > 0
+
+
+def test_blocks_set_apart_tighten_the_capacity_bound_of_unequal_blocks() -> None:
+    """deepseek-v3's three dense blocks are a twentieth of its MoE blocks in memory: were
+    they counted as every stage's smallest, each stage would seem to hold three more.
+    Set apart, the bound is higher, and still no higher than the plan's slowest stage."""
+    from stowplan import plan
+    from stowplan.calibration import resolve_calibration
+    from stowplan.planner.tensor import capacity
+
+    nodes = [
+        NodeDescriptor(
+            id=f"h{i:02d}", gpu_name="H100 SXM5", vram_bytes=8 * 80 * 10**9, num_gpus=8,
+            link_mbps=100_000.0, link_latency_ms=0.05,
+        )
+        for i in range(16)
+    ]  # fmt: skip
+    model = resolve_model("deepseek-v3")
+    c = Constraints(batch=16, calibration=resolve_calibration("generic"))
+    problem = prepare(model, nodes, c)
+    got = plan(model, nodes, c)
+    pred = got.rationale.prediction
+    assert pred is not None
+    stages = got.num_stages
+    at = problem.at_microbatch(microbatches(16, stages)[1])
+    groups = GroupCosts(at, None)
+    bound = StageCapacity(at, groups).slowest(stages)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(capacity, "excluded_counts", lambda weights: [0])  # nothing set apart
+        before = StageCapacity(at, groups).slowest(stages)
+    assert before < bound <= max(pred.stage_time_s) * (1 + 1e-9)

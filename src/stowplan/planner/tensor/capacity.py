@@ -24,6 +24,13 @@ least ``nb`` at every ``B`` some pipeline reaches.  Where it falls short of ``nb
 ``B`` is below every such pipeline's slowest stage: the bound is the largest such
 ``B`` a bisection finds.
 
+Blocks of unequal size (a model's dense blocks before its MoE blocks) make the ``k``
+smallest generous: every stage counts the few small blocks as its own.  So the count is
+also taken with the ``t`` smallest blocks (by weight, or by memory) set apart: a stage holding ``j``
+of them holds at most ``cap_t + j`` blocks, ``cap_t`` its count over the others alone,
+and the ``j`` of all stages add up to at most ``t``; the least of these counts bounds
+the blocks held (:func:`excluded_counts` says which ``t`` are tried).
+
 Each stage count's cycle is at least ``m`` times its slowest stage
 (:func:`~stowplan.planner.tensor.joint.joint_cycle`); the joint solve's least slowest
 stage is over every stage count, so a count of few stages (where ``m`` is small but
@@ -42,7 +49,7 @@ from typing import Any
 from stowplan.planner.problem import Problem
 from stowplan.planner.tensor.nodes import GroupCosts, block_byte_arrays, numpy_module
 
-__all__ = ["BISECTION_STEPS", "StageCapacity"]
+__all__ = ["APART_COUNTS", "APART_STEP", "BISECTION_STEPS", "StageCapacity", "excluded_counts"]
 
 BISECTION_STEPS = 40
 """Most halvings of the interval holding the bound."""
@@ -61,12 +68,31 @@ class StageCapacity:
         self.nb = nb
         weights, read = block_byte_arrays(np, gcm, nb)
         mem = np.diff(np.array(gcm.mem_prefix[: nb + 1], dtype=float))
+        # Per set of smallest blocks set apart (none, and the smallest by weight or by
+        # memory up to where those step up: the dense blocks before a model's MoE
+        # blocks), the blocks left sorted by each figure.
+        apart_sets: dict[tuple[int, ...], None] = {(): None}
+        for figure in (weights, mem):
+            order = np.argsort(figure, kind="stable")
+            for t in excluded_counts(figure[order].tolist())[1:]:
+                apart_sets.setdefault(tuple(sorted(order[:t].tolist())), None)
+        self._apart = [len(apart) for apart in apart_sets]
+        sorted_rest = []
+        for apart in apart_sets:
+            rest = np.ones(nb, dtype=bool)
+            rest[list(apart)] = False
+            sorted_rest.append(
+                (
+                    np.cumsum(np.sort(read[rest])),
+                    np.cumsum(np.sort(weights[rest])),
+                    np.cumsum(np.sort(mem[rest])),
+                )
+            )
         ks = np.arange(1, nb + 1)
-        least_read, least_weights = np.cumsum(np.sort(read)), np.cumsum(np.sort(weights))
-        least_mem = np.cumsum(np.sort(mem))
         window = gcm.max_window()
-        self._times: dict[tuple[object, ...], list[float]] = {}
-        """Per kind of group: the least time of k = 1, 2, … blocks (before its transfer)."""
+        self._times: list[dict[tuple[object, ...], list[float]]] = [{} for _ in self._apart]
+        """Per count set apart, per kind of group: the least time of k = 1, 2, … blocks of
+        those left (before its transfer)."""
         self._sends: dict[tuple[object, ...], tuple[float, float]] = {}
         """Per kind of group: its transfer over the network and over the cheaper link."""
         nodes: dict[tuple[object, ...], _NodeKind] = {}
@@ -74,13 +100,16 @@ class StageCapacity:
             kinds: list[tuple[int, tuple[object, ...]]] = []
             for t, v in sorted(per_node.items()):
                 key = (gcm.stage_class[v], gcm.intra_xfer_s[v])
-                if key not in self._times:
-                    room = int(np.searchsorted(least_mem, gcm.usable[v], side="right"))
-                    held = min(room, window[v], nb)
-                    fixed = ks[:held] * gcm.block_s[v] + gcm.stage_s[v]
-                    by_read = least_read[:held] * gcm.inv_bw[v] + fixed
-                    by_weights = least_weights[:held] * gcm.flop_s_per_byte[v] + fixed
-                    self._times[key] = np.maximum(by_read, by_weights).tolist()
+                if key not in self._sends:
+                    for times, (least_read, least_weights, least_mem) in zip(
+                        self._times, sorted_rest, strict=True
+                    ):
+                        room = int(np.searchsorted(least_mem, gcm.usable[v], side="right"))
+                        held = min(room, window[v], len(least_mem))
+                        fixed = ks[:held] * gcm.block_s[v] + gcm.stage_s[v]
+                        by_read = least_read[:held] * gcm.inv_bw[v] + fixed
+                        by_weights = least_weights[:held] * gcm.flop_s_per_byte[v] + fixed
+                        times[key] = np.maximum(by_read, by_weights).tolist()
                     net = gcm.xfer_s[v]
                     self._sends[key] = (net, min(net, gcm.intra_xfer_s[v]))
                 kinds.append((t, key))
@@ -96,7 +125,7 @@ class StageCapacity:
         self._least: dict[int, float] = {}
         self._steps: dict[tuple[tuple[int, int], ...], list[tuple[float, int]]] = {}
         """:meth:`_node_steps` per tuple of the groups' block counts."""
-        most = [times[-1] if times else 0.0 for times in self._times.values()]
+        most = [times[-1] if times else 0.0 for times in self._times[0].values()]
         self._top = max(most, default=0.0) + max((n for n, _ in self._sends.values()), default=0.0)
 
     def held(self, bottleneck: float, stages: int) -> float:
@@ -104,25 +133,31 @@ class StageCapacity:
         (the relaxation of the module)."""
         if bottleneck <= 0 or stages < 1:
             return 0.0
-        caps: dict[tuple[object, ...], tuple[int, int]] = {}
-        gain = 0
-        for key, times in self._times.items():
-            net, either = self._sends[key]
-            at_net = bisect_right(times, bottleneck - net)
-            caps[key] = (bisect_right(times, bottleneck - either), at_net)
-            gain = max(gain, bisect_right(times, bottleneck) - at_net)
-        known = tuple(caps.values())
-        steps = self._steps.get(known)
-        if steps is None:
-            steps = self._steps[known] = self._node_steps(caps)
-        total, left = 0.0, stages
-        for step, count in steps:
-            if left <= 0 or step <= 0:
-                break
-            take = min(count, left)
-            total += take * step
-            left -= take
-        return total + gain
+        least = math.inf
+        for apart, times_of in zip(self._apart, self._times, strict=True):
+            # A stage of k blocks, j of them among those set apart, holds k − j of the
+            # rest: it holds at most the rest's count plus j, and the j add up to
+            # ``apart`` at most over the pipeline.
+            caps: dict[tuple[object, ...], tuple[int, int]] = {}
+            gain = 0
+            for key, times in times_of.items():
+                net, either = self._sends[key]
+                at_net = bisect_right(times, bottleneck - net)
+                caps[key] = (bisect_right(times, bottleneck - either), at_net)
+                gain = max(gain, bisect_right(times, bottleneck) - at_net)
+            known = tuple(caps.values())
+            steps = self._steps.get(known)
+            if steps is None:
+                steps = self._steps[known] = self._node_steps(caps)
+            total, left = 0.0, stages
+            for step, count in steps:
+                if left <= 0 or step <= 0:
+                    break
+                take = min(count, left)
+                total += take * step
+                left -= take
+            least = min(least, total + gain + apart)
+        return least
 
     def _node_steps(
         self, caps: dict[tuple[object, ...], tuple[int, int]]
@@ -176,6 +211,25 @@ class StageCapacity:
                 break
         self._least[stages] = lo
         return lo
+
+
+APART_STEP = 0.1
+"""Blocks are set apart up to where the sorted weights step up by more than this share."""
+
+APART_COUNTS = 2
+"""Most counts of smallest blocks set apart (besides none)."""
+
+
+def excluded_counts(weights: list[float]) -> list[int]:
+    """0, and the counts ``t`` (at most half the blocks, at most :data:`APART_COUNTS`) at
+    which the ascending ``weights`` step up by more than :data:`APART_STEP`."""
+    out = [0]
+    for t in range(1, len(weights) // 2 + 1):
+        if len(out) > APART_COUNTS:
+            break
+        if weights[t] > weights[t - 1] * (1 + APART_STEP):
+            out.append(t)
+    return out
 
 
 MULTISETS = 4096
