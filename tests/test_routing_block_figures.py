@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stowplan import Constraints, ExpertInputs, ExpertPlacement, lookup, plan
 from stowplan.cost.experts import _block_reads, expert_prediction
 from stowplan.moe.numbering import ValueNumbers
 from stowplan.moe.routing import (
@@ -20,9 +19,8 @@ from stowplan.moe.routing import (
     node_loads,
     node_reach,
 )
-from stowplan.moe.stats import zipf_load
 from stowplan.planner.experts import expert_summary
-from tests.common.seeded import seeded_cluster
+from tests.common.moe import spread_mixtral
 
 
 def _plain_loads(holders: Holders, w: Sequence[float], n: int) -> list[float]:
@@ -108,15 +106,7 @@ def test_value_numbers_are_equal_for_equal_values_only() -> None:
 
 @pytest.mark.parametrize("skewed", [False, True])
 def test_summary_from_shared_holders_is_the_summary_read_off_the_plan(skewed: bool) -> None:
-    model = lookup("mixtral:8x7b")
-    assert model is not None and model.experts is not None
-    ex = model.experts
-    load = zipf_load(len(ex.moe_blocks), ex.num_experts, exponent=1.1) if skewed else None
-    nodes = seeded_cluster(7, 12)
-    c = Constraints(batch=4)
-    got = plan(
-        model, nodes, c, experts=ExpertInputs(placement=ExpertPlacement.EXPERT_PARALLEL, load=load)
-    )
+    model, nodes, c, load, got = spread_mixtral(skewed)
     holders = holders_of(got, model)
     # Blocks alike handed as one shared list, as the planner does.
     shared: list[Holders] = []

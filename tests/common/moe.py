@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from stowplan import ExpertLayout, ModelLayout, NodeDescriptor
+from typing import NamedTuple
+
+from stowplan import Constraints, ExpertLayout, ExpertLoad, ModelLayout, NodeDescriptor, Plan
 
 MB = 10**6
 GB = 10**9
@@ -48,3 +50,30 @@ def node(
 
 
 HETERO = [node(0, 4, 2000), node(1, 3, 1000), node(2, 3, 1000), node(3, 6, 3000), node(4, 2, 500)]
+
+
+class SpreadPlan(NamedTuple):
+    """A model, its fleet, constraints and load, and its expert-parallel plan."""
+
+    model: ModelLayout
+    nodes: list[NodeDescriptor]
+    constraints: Constraints
+    load: ExpertLoad | None
+    plan: Plan
+
+
+def spread_mixtral(skewed: bool, batch: int = 4) -> SpreadPlan:
+    """mixtral:8x7b planned expert-parallel on twelve seeded nodes, ``batch`` sequences,
+    under a Zipf load (``skewed``) or uniform routing."""
+    from stowplan import ExpertInputs, ExpertPlacement, lookup, plan
+    from stowplan.moe.stats import zipf_load
+    from tests.common.seeded import seeded_cluster
+
+    model = lookup("mixtral:8x7b")
+    assert model is not None and model.experts is not None
+    ex = model.experts
+    load = zipf_load(len(ex.moe_blocks), ex.num_experts, exponent=1.1) if skewed else None
+    nodes = seeded_cluster(7, 12)
+    c = Constraints(batch=batch)
+    placement = ExpertInputs(placement=ExpertPlacement.EXPERT_PARALLEL, load=load)
+    return SpreadPlan(model, nodes, c, load, plan(model, nodes, c, experts=placement))

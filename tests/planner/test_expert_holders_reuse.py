@@ -5,29 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from stowplan import Constraints, ExpertInputs, ExpertPlacement, lookup, plan
 from stowplan.cost.experts import expert_prediction
 from stowplan.moe.routing import block_reaches, holders_of, node_reach, token_routing
-from stowplan.moe.stats import zipf_load
 from stowplan.planner.experts import expert_summary
-from tests.common.seeded import seeded_cluster
+from tests.common.moe import spread_mixtral
 
 
 @pytest.mark.parametrize("batch", [1, 8])
 @pytest.mark.parametrize("skewed", [False, True])
 def test_prediction_and_summary_match_the_plan(batch: int, skewed: bool) -> None:
-    model = lookup("mixtral:8x7b")
-    assert model is not None and model.experts is not None
-    ex = model.experts
-    load = zipf_load(len(ex.moe_blocks), ex.num_experts, exponent=1.1) if skewed else None
-    nodes = seeded_cluster(7, 12)
-    c = Constraints(batch=batch)
-    got = plan(
-        model,
-        nodes,
-        c,
-        experts=ExpertInputs(placement=ExpertPlacement.EXPERT_PARALLEL, load=load),
-    )
+    model, nodes, c, load, got = spread_mixtral(skewed, batch)
     assert got.rationale.prediction == expert_prediction(model, nodes, c, got, load)
     kept = expert_summary(got, model, nodes, load)
     assert any(f"{kept.transfers_per_token:.2f}" in n for n in got.rationale.notes)
@@ -36,17 +23,7 @@ def test_prediction_and_summary_match_the_plan(batch: int, skewed: bool) -> None
 @pytest.mark.parametrize("skewed", [False, True])
 def test_block_reaches_are_each_blocks_node_reach(skewed: bool) -> None:
     """The reach the summary and the prediction share is :func:`node_reach` per block."""
-    model = lookup("mixtral:8x7b")
-    assert model is not None and model.experts is not None
-    ex = model.experts
-    load = zipf_load(len(ex.moe_blocks), ex.num_experts, exponent=1.1) if skewed else None
-    nodes = seeded_cluster(7, 12)
-    got = plan(
-        model,
-        nodes,
-        Constraints(batch=4),
-        experts=ExpertInputs(placement=ExpertPlacement.EXPERT_PARALLEL, load=load),
-    )
+    model, _, _, load, got = spread_mixtral(skewed)
     routing = token_routing(model, load, None)
     holders = holders_of(got, model)
     n = got.num_stages
