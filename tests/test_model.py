@@ -304,3 +304,15 @@ def test_node_descriptor_from_python_equals_the_fleet_files_node() -> None:
 def test_node_descriptor_keeps_the_intra_node_link_figures() -> None:
     node = NodeDescriptor(**{**NODE, "intra_link_gbps": 450.0, "intra_link_latency_us": 2.5})
     assert (node.intra_link_gbps, node.intra_link_latency_us) == (450.0, 2.5)
+
+
+def test_check_unique_ids_names_the_first_fault_in_node_order() -> None:
+    from stowplan.model import check_unique_ids
+
+    a, b = NodeDescriptor(**NODE), NodeDescriptor(**{**NODE, "id": "b"})
+    check_unique_ids([a, b])
+    check_unique_ids([])
+    with pytest.raises(InputError, match=r"^nodes\[\]\.id='b': node ids must be unique$"):
+        check_unique_ids([a, b, b, "x"])  # type: ignore[list-item]
+    with pytest.raises(InputError, match=r"^nodes\[\]='x': must be a NodeDescriptor$"):
+        check_unique_ids([a, "x", b, b])  # type: ignore[list-item]
