@@ -17,8 +17,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
-from itertools import repeat
-from operator import attrgetter
+from itertools import count, repeat
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any
 
 from stowplan.constraints import (
@@ -453,16 +453,43 @@ node_kind: Callable[[NodeDescriptor], tuple[Any, ...]] = attrgetter(
 """A node's fields but its id, as a tuple: nodes alike but for the id share it."""
 
 
-def node_kinds(
-    nodes: Sequence[NodeDescriptor],
-) -> tuple[list[tuple[Any, ...]], list[int], tuple[int, ...]]:
-    """The kinds of ``nodes`` (alike in every field but the id), at C speed per node: each
-    node's :func:`node_kind`, one node index per kind (its first node, kinds first seen
-    first) and each node's kind."""
-    keys = list(map(node_kind, nodes))
-    first: dict[tuple[Any, ...], int] = {}
+def node_kinds(nodes: Sequence[NodeDescriptor]) -> tuple[list[int], list[int], tuple[int, ...]]:
+    """The kinds of ``nodes`` (alike in every field but the id), at C speed per node met
+    before: each node's kind as a number (the same for every node of a kind, never that
+    of another kind; to key what is kept per kind), one node index per kind (its first
+    node, kinds first seen first) and each node's kind among these."""
+    at = list(map(id, nodes))
+    seen = list(map(_kind_seen.get, at))
+    if None in seen:
+        if len(_kind_seen) + len(at) > _KINDS_KEPT:
+            _kind_seen.clear()
+            _kind_number.clear()
+        for i, got in enumerate(seen):
+            if got is None:
+                key = node_kind(nodes[i])
+                number = _kind_number.get(key)
+                if number is None:
+                    number = _kind_number[key] = next(_numbers)
+                # The node is kept beside its number: while kept, no other object has its id.
+                seen[i] = _kind_seen[at[i]] = (nodes[i], number)
+    kinds: list[int] = list(map(_SECOND, seen))  # type: ignore[arg-type]
+    first: dict[int, int] = {}
     # Each node's kind names its first node (one lookup per node, at C speed).
-    firsts = list(map(first.setdefault, keys, range(len(keys))))
+    firsts = list(map(first.setdefault, kinds, range(len(kinds))))
     reps = list(first.values())
-    number = dict(zip(reps, range(len(reps)), strict=True))
-    return keys, reps, tuple(map(number.__getitem__, firsts))
+    index = dict(zip(reps, range(len(reps)), strict=True))
+    return kinds, reps, tuple(map(index.__getitem__, firsts))
+
+
+_KINDS_KEPT = 65536
+"""Nodes whose kind :func:`node_kinds` keeps (all are let go when more come)."""
+
+_kind_seen: dict[int, tuple[NodeDescriptor, int]] = {}
+"""Per ``id()`` of a node met, the node and its kind's number."""
+
+_kind_number: dict[tuple[Any, ...], int] = {}
+"""Per :func:`node_kind`, its number (numbers are never given twice: a kind numbered
+again after :data:`_kind_seen` is let go is never taken for another)."""
+
+_numbers = count()
+_SECOND = itemgetter(1)

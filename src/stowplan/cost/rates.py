@@ -8,7 +8,7 @@ taken from a table (or defaulted) is listed beside the rates as assumed.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import repeat
@@ -52,16 +52,16 @@ _KEPT = 8192
 """Nodes whose rates :func:`nodes_rates` keeps (all are let go when more come)."""
 
 _kept: dict[tuple[object, ...], tuple[NodeRates, tuple[str, ...]]] = {}
-"""Per (fields but the id, id, headroom), a node's :func:`node_rates`."""
+"""Per (kind number, id, headroom), a node's :func:`node_rates`."""
 
 _ID = attrgetter("id")
 
 
 def nodes_rates(
-    nodes: Sequence[NodeDescriptor], kinds: Sequence[Hashable], headroom: float
+    nodes: Sequence[NodeDescriptor], kinds: Sequence[int], headroom: float
 ) -> list[tuple[NodeRates, tuple[str, ...]]]:
-    """:func:`node_rates` of each of ``nodes`` (``kinds``: each one's
-    :func:`~stowplan.model.node_kind`), looked up at C speed per node: a node met before
+    """:func:`node_rates` of each of ``nodes`` (``kinds``: each one's kind number,
+    :func:`~stowplan.model.node_kinds`), looked up at C speed per node: a node met before
     costs no Python work (its descriptor is not hashed field by field)."""
     keys = list(zip(kinds, map(_ID, nodes), repeat(headroom)))
     out = list(map(_kept.get, keys))
