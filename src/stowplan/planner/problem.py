@@ -5,11 +5,12 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_right
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from itertools import accumulate, compress
-from operator import attrgetter
+from operator import attrgetter, not_
 
 from stowplan.cost import CostModel
 from stowplan.errors import Infeasible, InputError, InsufficientVram, NoNodeFitsHead
@@ -275,7 +276,8 @@ def most_blocks(
         return n
 
     caps = sorted(usable, reverse=True)
-    held = sum(fits(cap) for cap in caps[:most])
+    # Nodes of one size hold alike (GPU groups of identical nodes): counted once per size.
+    held = sum(fits(cap) * k for cap, k in Counter(caps[:most]).items())
     if held < nb:
         return held
     embed, head = model.embed_params_bytes, model.head_params_bytes
@@ -303,8 +305,8 @@ def _whole_node_groups(
     """``groups``, plus every multi-GPU node not in it as one group of all its GPUs."""
     out = dict(groups)
     # Only multi-GPU nodes not in ``groups`` are visited in Python.
-    multi = compress(nodes, map(_MULTI_GPU, map(_NUM_GPUS, nodes)))
-    for n in [n for n in multi if n.id not in out]:
+    multi = list(compress(nodes, map(_MULTI_GPU, map(_NUM_GPUS, nodes))))
+    for n in compress(multi, map(not_, map(out.__contains__, map(_ID, multi)))):
         out[n.id] = GpuGroup(
             node_id=n.id, tensor_parallel=n.num_gpus, gpu_indices=tuple(range(n.num_gpus))
         )

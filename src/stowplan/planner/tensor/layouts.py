@@ -9,7 +9,7 @@ from itertools import chain
 from operator import attrgetter, itemgetter
 
 from stowplan.errors import Infeasible, InputError
-from stowplan.model import Metric, NodeDescriptor, gpu_group_node, node_kind
+from stowplan.model import Metric, NodeDescriptor, gpu_group_node, node_kinds
 from stowplan.moved import renamed_keywords
 from stowplan.plan import Plan
 from stowplan.planner.problem import GpuGroup, Problem, prepare
@@ -89,7 +89,8 @@ def expand(problem: Problem, layout: Layout) -> Problem:
     # a node split before (the searches split every node the same few ways) costs no
     # Python work, only lookups at C speed.
     ids = list(map(_ID, problem.nodes))
-    keys = list(zip(map(node_kind, problem.nodes), ids, map(layout.get, ids), strict=True))
+    kinds = node_kinds(problem.nodes)[0]
+    keys = list(zip(kinds, ids, map(layout.get, ids), strict=True))
     try:
         split: list[_Split | None] = list(map(_split_kept.get, keys))
         keep = True
@@ -115,7 +116,7 @@ _Split = tuple[tuple[NodeDescriptor, ...], tuple[tuple[str, GpuGroup], ...]]
 """A node's planning nodes and its GPU groups by planning id."""
 
 _split_kept: dict[tuple[object, ...], _Split] = {}
-"""Per (fields but the id, id, sizes), the node's :func:`_split`."""
+"""Per (kind number, id, sizes), the node's :func:`_split`."""
 
 _ID = attrgetter("id")
 _GROUP_NODES = itemgetter(0)
