@@ -481,7 +481,7 @@ def node_kinds(nodes: Sequence[NodeDescriptor]) -> tuple[list[int], list[int], t
     return kinds, reps, tuple(map(index.__getitem__, firsts))
 
 
-_KINDS_KEPT = 65536
+_KINDS_KEPT = 16384
 """Nodes whose kind :func:`node_kinds` keeps (all are let go when more come)."""
 
 _kind_seen: dict[int, tuple[NodeDescriptor, int]] = {}
