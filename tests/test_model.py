@@ -304,3 +304,39 @@ def test_node_descriptor_from_python_equals_the_fleet_files_node() -> None:
 def test_node_descriptor_keeps_the_intra_node_link_figures() -> None:
     node = NodeDescriptor(**{**NODE, "intra_link_gbps": 450.0, "intra_link_latency_us": 2.5})
     assert (node.intra_link_gbps, node.intra_link_latency_us) == (450.0, 2.5)
+
+
+def test_check_unique_ids_names_the_first_fault_in_node_order() -> None:
+    from stowplan.model import check_unique_ids
+
+    a, b = NodeDescriptor(**NODE), NodeDescriptor(**{**NODE, "id": "b"})
+    check_unique_ids([a, b])
+    check_unique_ids([])
+    with pytest.raises(InputError, match=r"^nodes\[\]\.id='b': node ids must be unique$"):
+        check_unique_ids([a, b, b, "x"])  # type: ignore[list-item]
+    with pytest.raises(InputError, match=r"^nodes\[\]='x': must be a NodeDescriptor$"):
+        check_unique_ids([a, "x", b, b])  # type: ignore[list-item]
+
+
+def test_node_kinds_tell_nodes_apart_by_every_field_but_the_id() -> None:
+    from dataclasses import replace
+
+    from stowplan import model as model_module
+    from stowplan.model import node_kinds
+
+    a = NodeDescriptor(**NODE)
+    fleet = [a, replace(a, id="b"), replace(a, id="c", link_mbps=7.0), replace(a, id="d")]
+    fleet.append(replace(a, id="e", labels={"rack": "1"}))
+    numbers, reps, of = node_kinds(fleet)
+    assert reps == [0, 2, 4] and of == (0, 0, 1, 0, 2)
+    assert numbers[0] == numbers[1] == numbers[3] and len(set(numbers)) == 3
+    # Met again, or as equal copies, the nodes keep their numbers; let go, they are
+    # numbered anew, never as another kind.
+    assert node_kinds(fleet) == (numbers, reps, of)
+    copies = [replace(n, id=n.id) for n in fleet]
+    assert node_kinds(copies) == (numbers, reps, of)
+    model_module._kind_seen.clear()
+    model_module._kind_number.clear()
+    again, reps_again, of_again = node_kinds(copies)
+    assert (reps_again, of_again) == (reps, of)
+    assert not set(again) & set(numbers)

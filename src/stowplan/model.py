@@ -14,10 +14,12 @@ and defaulted so the seed's constructors keep working. The constraints live in
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from itertools import count, repeat
+from operator import attrgetter, itemgetter
+from typing import TYPE_CHECKING, Any
 
 from stowplan.constraints import (
     DEFAULT_HEADROOM_FRAC,
@@ -54,6 +56,8 @@ __all__ = [
     "check_unique_ids",
     "gpu_group_id",
     "gpu_group_node",
+    "node_kind",
+    "node_kinds",
 ]
 
 
@@ -422,6 +426,11 @@ def gpu_group_node(node: NodeDescriptor, start: int, size: int) -> NodeDescripto
 
 def check_unique_ids(nodes: Sequence[NodeDescriptor]) -> None:
     """Raise :class:`InputError` naming the first duplicated node id."""
+    # Every node a descriptor and no id twice (the common case) is checked at C speed.
+    if all(map(isinstance, nodes, repeat(NodeDescriptor))) and len(set(map(_ID, nodes))) == len(
+        nodes
+    ):
+        return
     seen: set[str] = set()
     for node in nodes:
         if not isinstance(node, NodeDescriptor):
@@ -434,3 +443,53 @@ def check_unique_ids(nodes: Sequence[NodeDescriptor]) -> None:
 def usable_bytes(node: NodeDescriptor, headroom: float) -> int:
     """Seed §6 step 2: ``vram_bytes * (1 - headroom)``, rounded down."""
     return math.floor(node.vram_bytes * (1.0 - headroom))
+
+
+_ID = attrgetter("id")
+
+node_kind: Callable[[NodeDescriptor], tuple[Any, ...]] = attrgetter(
+    *(f.name for f in fields(NodeDescriptor) if f.name != "id")
+)
+"""A node's fields but its id, as a tuple: nodes alike but for the id share it."""
+
+
+def node_kinds(nodes: Sequence[NodeDescriptor]) -> tuple[list[int], list[int], tuple[int, ...]]:
+    """The kinds of ``nodes`` (alike in every field but the id), at C speed per node met
+    before: each node's kind as a number (the same for every node of a kind, never that
+    of another kind; to key what is kept per kind), one node index per kind (its first
+    node, kinds first seen first) and each node's kind among these."""
+    at = list(map(id, nodes))
+    seen = list(map(_kind_seen.get, at))
+    if None in seen:
+        if len(_kind_seen) + len(at) > _KINDS_KEPT:
+            _kind_seen.clear()
+            _kind_number.clear()
+        for i, got in enumerate(seen):
+            if got is None:
+                key = node_kind(nodes[i])
+                number = _kind_number.get(key)
+                if number is None:
+                    number = _kind_number[key] = next(_numbers)
+                # The node is kept beside its number: while kept, no other object has its id.
+                seen[i] = _kind_seen[at[i]] = (nodes[i], number)
+    kinds: list[int] = list(map(_SECOND, seen))  # type: ignore[arg-type]
+    first: dict[int, int] = {}
+    # Each node's kind names its first node (one lookup per node, at C speed).
+    firsts = list(map(first.setdefault, kinds, range(len(kinds))))
+    reps = list(first.values())
+    index = dict(zip(reps, range(len(reps)), strict=True))
+    return kinds, reps, tuple(map(index.__getitem__, firsts))
+
+
+_KINDS_KEPT = 16384
+"""Nodes whose kind :func:`node_kinds` keeps (all are let go when more come)."""
+
+_kind_seen: dict[int, tuple[NodeDescriptor, int]] = {}
+"""Per ``id()`` of a node met, the node and its kind's number."""
+
+_kind_number: dict[tuple[Any, ...], int] = {}
+"""Per :func:`node_kind`, its number (numbers are never given twice: a kind numbered
+again after :data:`_kind_seen` is let go is never taken for another)."""
+
+_numbers = count()
+_SECOND = itemgetter(1)

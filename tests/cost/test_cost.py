@@ -165,3 +165,98 @@ def test_figures_on_arrays_equal_each_node_priced_alone() -> None:
             assert alone._rate_arrays is None
             for name in ("flop_s_per_byte", "xfer_s", "intra_xfer_s", "all_reduce_s", "block_s"):
                 assert getattr(view, name)[d] == getattr(alone, name)[0], (name, d)
+
+
+@pytest.mark.parametrize("engine", [None, "generic", "llamacpp"])
+def test_a_fleet_of_many_copies_has_every_figure_of_its_nodes_priced_one_by_one(
+    engine: str | None,
+) -> None:
+    # Figures are computed once per kind of descriptor (alike but for the id) and spread;
+    # kinds that differ only in what no figure reads (a label) merge into one kind of the
+    # model. Every per-node attribute must be the node's own, priced alone.
+    from stowplan.cost.rates import node_rates
+    from stowplan.model import node_kinds
+
+    model = resolve_model("mixtral:8x7b-q4_0")
+    assert model is not None
+    whole = [
+        NodeDescriptor(
+            id=f"h{i}",
+            gpu_name="RTX 4090",
+            vram_bytes=8 * 24 * 10**9,
+            num_gpus=8,
+            link_mbps=1000.0,
+            labels={"rack": "a" if i % 2 else "b"},
+        )
+        for i in range(6)
+    ]
+    nodes = [gpu_group_node(n, s, t) for n in whole for s, t in ((0, 4), (4, 2), (6, 1), (7, 1))]
+    nodes += [toy_node(i, price_per_hour=1.0) for i in range(5)]
+    nodes += [toy_node(9, mem_bandwidth_gbps=None)]
+    cal = resolve_calibration(engine) if engine is not None else None
+    c = Constraints(batch=8, context_tokens=4096, calibration=cal)
+    parents = [n.id.split("/")[0] for n in nodes]
+    fleet = CostModel(model, nodes, c, parents=parents)
+    assert len(fleet._node_reps) == 8  # groups of 4, 2, 1 GPUs on two racks; two toys
+    assert fleet.rates == tuple(node_rates(n, c.headroom)[0] for n in nodes)
+    assert fleet.node_assumed == tuple(node_rates(n, c.headroom)[1] for n in nodes)
+    assert fleet.assumed == tuple(a for n in nodes for a in node_rates(n, c.headroom)[1])
+    assert fleet.index == {n.id: i for i, n in enumerate(nodes)}
+    assert fleet.parent == tuple(parents)
+    per_node = [
+        "inv_bw",
+        "inv_flops",
+        "latency_s",
+        "intra_latency_s",
+        "usable",
+        "tensor_parallel",
+        "stage_s",
+        "inv_prefill_flops",
+        "prefill_sources",
+        "flop_s_per_byte",
+        "xfer_s",
+        "intra_xfer_s",
+        "all_reduce_s",
+        "block_s",
+    ]
+    for d, node in enumerate(nodes):
+        alone = CostModel(model, [node], c, parents=[parents[d]])
+        for name in per_node:
+            mine, its = getattr(fleet, name)[d], getattr(alone, name)[0]
+            assert mine == its and type(mine) is type(its), (name, d)
+        for name in ("_cal", "_cal_single", "_spread"):
+            mine_all, its_all = getattr(fleet, name), getattr(alone, name)
+            assert (mine_all[d] if mine_all else None) == (its_all[0] if its_all else None)
+    for name in per_node:
+        assert type(getattr(fleet, name)) is tuple, name
+    for name in ("_cal", "_cal_single", "_spread"):
+        assert type(getattr(fleet, name)) is (list if engine else type(getattr(alone, name)))
+    # The model's kinds, first seen first, as found node by node.
+    keys: dict[tuple[object, ...], int] = {}
+    of = [
+        keys.setdefault(
+            (
+                cost_model._rate_figures(fleet.rates[d]),
+                fleet.tensor_parallel[d],
+                fleet._cal[d] if fleet._cal else None,
+                fleet._cal_single[d] if fleet._cal_single else None,
+                fleet._spread[d] if fleet._spread else 1,
+            ),
+            len(keys),
+        )
+        for d in range(len(nodes))
+    ]
+    assert fleet._kind_of == tuple(of)
+    assert fleet._kind_reps == [of.index(k) for k in range(len(keys))]
+    assert len(fleet._kind_reps) < len(fleet._node_reps)  # the racks merge
+    # Built again (the nodes' rates kept), the model is the same.
+    again = CostModel(model, list(nodes), c, parents=parents)
+    skip = {"_views", "_root", "_expand"}
+    assert {k: v for k, v in vars(again).items() if k not in skip} == {
+        k: v for k, v in vars(fleet).items() if k not in skip
+    }
+    assert node_kinds(nodes)[1] == fleet._node_reps
+    relaxed = fleet.relax_groups()
+    for d, node in enumerate(nodes):
+        alone = CostModel(model, [node], c, parents=[parents[d]]).relax_groups()
+        assert relaxed.block_s[d] == alone.block_s[0]

@@ -438,3 +438,56 @@ def test_sglang_refuses_a_fleet_where_no_equal_split_of_stages_fits() -> None:
     for a in small.assignments:
         counts[a.node_id] = counts.get(a.node_id, 0) + 1
     assert len(set(counts.values())) == 1
+
+
+def test_a_group_fleet_built_per_kind_equals_the_one_built_node_by_node() -> None:
+    # expand keeps each node's split (by its fields, id and sizes): split again, or with
+    # the sizes as lists, the problem is the one gpu_group_node gives node by node.
+    from stowplan.planner.problem import GpuGroup
+    from stowplan.planner.tensor.layouts import expand
+
+    model = lookup("llama3.1:70b")
+    assert model is not None
+    nodes = [
+        NodeDescriptor(
+            id=f"h{i}",
+            gpu_name="H100 SXM5",
+            vram_bytes=8 * 80 * 10**9,
+            num_gpus=8,
+            link_mbps=100_000.0,
+            labels={"rack": str(i % 2)},
+        )
+        for i in range(5)
+    ] + [NodeDescriptor(id="one", gpu_name="RTX 4090", vram_bytes=24 * 10**9)]
+    problem = prepare(model, nodes, Constraints(batch=4))
+    layouts = [
+        {"h0": (4, 4), "h1": (2, 4, 1), "h2": (8,), "h3": (), "one": (1,)},
+        {n.id: (1,) * n.num_gpus for n in nodes},
+        {n.id: (2,) * (n.num_gpus // 2) for n in nodes if n.num_gpus > 1},
+    ]
+    for layout in layouts:
+        want_nodes = []
+        want_groups = {}
+        for node in problem.nodes:
+            sizes = layout.get(node.id)
+            if sizes is None:
+                want_nodes.append(node)
+                continue
+            start = 0
+            for size in sorted(sizes, reverse=True):
+                group = gpu_group_node(node, start, size)
+                want_nodes.append(group)
+                if node.num_gpus > 1:
+                    want_groups[group.id] = GpuGroup(
+                        node_id=node.id,
+                        tensor_parallel=size,
+                        gpu_indices=tuple(range(start, start + size)),
+                    )
+                start += size
+        want = prepare(model, want_nodes, problem.constraints, want_groups)
+        as_lists = {k: list(v) for k, v in layout.items()}
+        for got in (expand(problem, layout), expand(problem, layout), expand(problem, as_lists)):
+            assert got == want
+            assert dict(got.groups) == dict(want.groups)
+            assert got.usable == want.usable
+            assert [type(v) for v in got.usable.values()] == [int] * len(got.nodes)

@@ -63,7 +63,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from functools import lru_cache
-from itertools import accumulate
+from itertools import accumulate, chain
 from operator import attrgetter, itemgetter
 from typing import Any, TypeVar
 
@@ -76,10 +76,10 @@ from stowplan.calibration.apply import (
 from stowplan.calibration.profile import Calibration
 from stowplan.cost.cycle import Evaluation, microbatches, usd_per_million_tokens
 from stowplan.cost.prefill_rates import prefill_rates
-from stowplan.cost.rates import NodeRates, node_rates
+from stowplan.cost.rates import NodeRates, nodes_rates
 from stowplan.cost.touch import expert_touch_bytes
 from stowplan.errors import InputError
-from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_id
+from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_id, node_kinds
 from stowplan.plan import Plan, Prediction, StageAssignment
 
 __all__ = ["CostModel", "kv_read_bytes"]
@@ -126,9 +126,8 @@ class CostModel:
         self._relaxed_root: CostModel | None = None
         self._windows_kept: list[int] | None = None
         self.nodes = tuple(nodes)
-        self.parent: tuple[str, ...] = (
-            tuple(n.id for n in self.nodes) if parents is None else tuple(parents)
-        )
+        ids = tuple(map(_ID, self.nodes))
+        self.parent: tuple[str, ...] = ids if parents is None else tuple(parents)
         """Per node index, the physical node it is a GPU group of (its own id when whole)."""
         self.own_hosts = len(set(self.parent)) == len(self.nodes)
         """Whether no two nodes are GPU groups of one host (every hop is the network's)."""
@@ -141,51 +140,48 @@ class CostModel:
         if not 1 <= self.microbatch <= self.batch:
             raise InputError("microbatch", self.microbatch, f"must be within 1..{self.batch}")
         self.context_tokens = constraints.context_tokens
-        rates_assumed = [node_rates(n, constraints.headroom) for n in self.nodes]
-        self.rates = tuple(r for r, _ in rates_assumed)
-        self.node_assumed = tuple(ass for _, ass in rates_assumed)
-        self.assumed = tuple(a for ass in self.node_assumed for a in ass)
-        self.index = {n.id: i for i, n in enumerate(self.nodes)}
-        per_block = zip(
-            model.block_sizes(),
-            model.block_read_sizes(),
-            model.kv_bytes_per_token or (0,) * model.num_blocks,
-            model.kv_window_tokens or (None,) * model.num_blocks,
-            strict=True,
-        )
-        self.uniform = len(set(per_block)) == 1
-        """Every block has the same bytes, read bytes and KV figures."""
+        # Nodes alike in every field but the id (GPU groups of identical nodes) have the
+        # same figures: each is computed once per such kind and spread to the nodes at C
+        # speed (a node's rates are its own: they name it).
+        keys, self._node_reps, self._node_kind_of = node_kinds(self.nodes)
+        spread_kinds = _expander(self._node_kind_of)
+        rates_assumed = nodes_rates(self.nodes, keys, constraints.headroom)
+        self.rates: tuple[NodeRates, ...] = tuple(map(_RATES, rates_assumed))
+        self.node_assumed: tuple[tuple[str, ...], ...] = tuple(map(_ASSUMED, rates_assumed))
+        self.assumed = tuple(chain.from_iterable(self.node_assumed))
+        self.index = dict(zip(ids, range(len(ids)), strict=True))
         ctx = constraints.context_tokens or 0
-        kv_held = [model.kv_bytes(i, ctx, self.batch) for i in range(model.num_blocks)]
-        self.has_kv_figure = model.kv_bytes_per_token is not None
-        self.mem_prefix = (
-            0,
-            *accumulate(s + k for s, k in zip(model.block_sizes(), kv_held, strict=True)),
-        )
+        blocks = _block_figures(model, ctx, self.batch)
+        self.uniform = blocks[0]
+        """Every block has the same bytes, read bytes and KV figures."""
+        self.has_kv_figure = blocks[1]
+        self.mem_prefix = blocks[2]
         """Bytes held by blocks: weights plus the KV reserve of all U sequences."""
-        self.kv_held_prefix = (0, *accumulate(kv_held))
-        self.read_prefix = (0, *accumulate(model.block_read_sizes()))
+        self.kv_held_prefix, self.read_prefix, self.kv_token_prefix = blocks[3:]
         self.kv_read_tokens = constraints.kv_read_context
         """Context tokens of KV a step reads per sequence (half the reserve by default)."""
-        per_token = model.kv_bytes_per_token or (0,) * model.num_blocks
-        self.kv_token_prefix = (0, *accumulate(per_token))
         self.head = model.head_params_bytes
         self.embed = model.embed_params_bytes
         self.num_blocks = model.num_blocks
         ppb = _params_per_byte(model)
         # Rates are capped at a finite (absurdly slow) value so 0 bytes always take 0 s.
-        self.inv_bw = tuple(min(1.0 / r.bandwidth_bytes_per_s, _SLOWEST) for r in self.rates)
+        reps = self._node_reps
+        rep_rates = [self.rates[d] for d in reps]
+        inv_bw = [min(1.0 / r.bandwidth_bytes_per_s, _SLOWEST) for r in rep_rates]
         self.params_per_byte = ppb
         """Parameters per weight byte (the layout's own ratio)."""
-        self.inv_flops = tuple(min(1.0 / r.flops_per_s, _SLOWEST) for r in self.rates)
-        """Seconds per FLOP of each node (0 when its FLOPs are unknown: not counted)."""
-        self.latency_s = tuple(r.latency_s for r in self.rates)
-        self.intra_latency_s = tuple(r.intra_latency_s for r in self.rates)
-        self.usable = tuple(r.usable_bytes for r in self.rates)
+        inv_flops = [min(1.0 / r.flops_per_s, _SLOWEST) for r in rep_rates]
+        self.latency_s: tuple[float, ...] = spread_kinds([r.latency_s for r in rep_rates])
+        self.intra_latency_s: tuple[float, ...] = spread_kinds(
+            [r.intra_latency_s for r in rep_rates]
+        )
+        self.usable: tuple[int, ...] = spread_kinds([r.usable_bytes for r in rep_rates])
         n_nodes = len(self.nodes)
         self.calibration = calibration if calibration is not None else constraints.calibration
         layers = self.calibration is not None and self.calibration.engine.splits_layers
-        self.tensor_parallel = tuple(1 if layers else n.num_gpus for n in self.nodes)
+        rep_nodes = [self.nodes[d] for d in reps]
+        rep_tp = [1 if layers else n.num_gpus for n in rep_nodes]
+        self.tensor_parallel: tuple[int, ...] = spread_kinds(rep_tp)
         """GPUs that split every block of a stage on each node (1 when the engine runs a
         multi-GPU node as a pipeline over its GPUs instead)."""
         self.stage_s: tuple[float, ...] = (0.0,) * n_nodes
@@ -200,38 +196,53 @@ class CostModel:
         self._cal: list[NodeCalibration] | None = None
         self._cal_single: list[NodeCalibration] | None = None
         self._spread: list[int] = []
+        rep_cal: list[NodeCalibration | None] = [None] * len(reps)
+        rep_single: list[NodeCalibration | None] = [None] * len(reps)
+        rep_spread = [1] * len(reps)
         if self.calibration is not None:
-            cal = self._cal = self._node_calibrations(layers)
-            self._cal_single = self._node_calibrations(single_gpu=True)
-            spread = self._spread = [n.num_gpus if layers else 1 for n in nodes]
-            self.inv_bw = tuple(
+            cal = self._kind_calibrations(layers)
+            single = self._kind_calibrations(single_gpu=True)
+            rep_cal, rep_single = list(cal), list(single)
+            self._cal = list(spread_kinds(cal))
+            self._cal_single = list(spread_kinds(single))
+            rep_spread = [n.num_gpus if layers else 1 for n in rep_nodes]
+            self._spread = list(spread_kinds(rep_spread))
+            inv_bw = [
                 min(v * g / c.bandwidth_fraction, _SLOWEST)
-                for v, c, g in zip(self.inv_bw, cal, spread, strict=True)
-            )
-            self.inv_flops = tuple(
+                for v, c, g in zip(inv_bw, cal, rep_spread, strict=True)
+            ]
+            inv_flops = [
                 min(v * g / c.compute_efficiency, _SLOWEST)
-                for v, c, g in zip(self.inv_flops, cal, spread, strict=True)
+                for v, c, g in zip(inv_flops, cal, rep_spread, strict=True)
+            ]
+            self.stage_s = spread_kinds(
+                [(g - 1) * c.hop_overhead_s for c, g in zip(cal, rep_spread, strict=True)]
             )
-            self.stage_s = tuple(
-                (g - 1) * c.hop_overhead_s for c, g in zip(cal, spread, strict=True)
-            )
+        self.inv_bw: tuple[float, ...] = spread_kinds(inv_bw)
+        self.inv_flops: tuple[float, ...] = spread_kinds(inv_flops)
+        """Seconds per FLOP of each node (0 when its FLOPs are unknown: not counted)."""
+        # The kinds of node the figures tell apart: nodes alike in the rates but for the id,
+        # tensor parallel and calibration (kinds of descriptor merge here when they differ
+        # only in what no figure reads), first seen first — as node by node, since the
+        # kinds of descriptor are in the order of their first nodes.
         kinds: dict[tuple[object, ...], int] = {}
-        of: list[int] = []
+        merged: list[int] = []
         self._kind_reps: list[int] = []
         """One node index per kind of node: nodes alike in every input of the per-node
         figures (rates but for the id, tensor parallel, calibration), first seen first."""
-        for d, r in enumerate(self.rates):
+        for j, d in enumerate(reps):
             key = (
-                _rate_figures(r),
-                self.tensor_parallel[d],
-                None if self._cal is None else self._cal[d],
-                None if self._cal_single is None else self._cal_single[d],
-                self._spread[d] if self._spread else 1,
+                _rate_figures(rep_rates[j]),
+                rep_tp[j],
+                rep_cal[j],
+                rep_single[j],
+                rep_spread[j],
             )
             k = kinds.setdefault(key, len(kinds))
             if k == len(self._kind_reps):
                 self._kind_reps.append(d)
-            of.append(k)
+            merged.append(k)
+        of = list(map(merged.__getitem__, self._node_kind_of))
         self._kind_of = tuple(of)
         self._expand = _expander(of)
         """Per-kind values to per-node tuples: the figures are computed once per kind."""
@@ -245,13 +256,11 @@ class CostModel:
         """Per kind, the rates each microbatch's figures divide by, as arrays (many kinds
         of node, uncalibrated; None otherwise)."""
         self._set_microbatch()
-        self.inv_prefill_flops, self.prefill_sources = prefill_rates(
-            self.nodes,
-            [r.flops_per_s for r in self.rates],
-            self.inv_flops,
-            self.calibration,
-            layers,
+        prefill, sources = prefill_rates(
+            rep_nodes, [r.flops_per_s for r in rep_rates], inv_flops, self.calibration, layers
         )
+        self.inv_prefill_flops: tuple[float, ...] = spread_kinds(prefill)
+        self.prefill_sources: tuple[str | None, ...] = spread_kinds(sources)
         """Seconds per FLOP of a prompt's prefill on each node: the calibrated prefill
         compute (:func:`~stowplan.calibration.prefill.prefill_efficiency`) where it
         applies, else :attr:`inv_flops`; and where each figure comes from."""
@@ -338,10 +347,15 @@ class CostModel:
     def _node_calibrations(self, single_gpu: bool) -> list[NodeCalibration]:
         """Each node's calibration factors, as tensor parallel over its GPUs unless
         ``single_gpu``."""
+        return list(_expander(self._node_kind_of)(self._kind_calibrations(single_gpu)))
+
+    def _kind_calibrations(self, single_gpu: bool) -> list[NodeCalibration]:
+        """:meth:`_node_calibrations` of each kind of descriptor's first node."""
         # Nodes of one GPU kind, measurement and split share one lookup.
         known: dict[tuple[str, bool, int], NodeCalibration] = {}
         out = []
-        for n in self.nodes:
+        for d in self._node_reps:
+            n = self.nodes[d]
             key = (n.gpu_name, bandwidth_is_measured(n), 1 if single_gpu else n.num_gpus)
             if key not in known:
                 known[key] = node_calibration(
@@ -616,6 +630,39 @@ def _step_reads(
     )
 
 
+@lru_cache(maxsize=256, typed=True)
+def _block_figures(
+    model: ModelLayout, ctx: int, batch: int
+) -> tuple[bool, bool, tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """The figures of :class:`CostModel` that depend on the blocks alone (at ``ctx``
+    context tokens of KV for ``batch`` sequences): whether the blocks are alike, whether
+    the model has a KV figure, and the prefix sums of the memory held, the KV held, the
+    weights read and the KV bytes per token.  The same for every model of ``model`` at
+    that reserve (its GPU groups, its layouts, its relaxations): computed once for all."""
+    per_block = zip(
+        model.block_sizes(),
+        model.block_read_sizes(),
+        model.kv_bytes_per_token or (0,) * model.num_blocks,
+        model.kv_window_tokens or (None,) * model.num_blocks,
+        strict=True,
+    )
+    uniform = len(set(per_block)) == 1
+    kv_held = [model.kv_bytes(i, ctx, batch) for i in range(model.num_blocks)]
+    mem_prefix = (
+        0,
+        *accumulate(s + k for s, k in zip(model.block_sizes(), kv_held, strict=True)),
+    )
+    per_token = model.kv_bytes_per_token or (0,) * model.num_blocks
+    return (
+        uniform,
+        model.kv_bytes_per_token is not None,
+        mem_prefix,
+        (0, *accumulate(kv_held)),
+        (0, *accumulate(model.block_read_sizes())),
+        (0, *accumulate(per_token)),
+    )
+
+
 def kv_read_bytes(model: ModelLayout, block: int, tokens: float, sequences: int) -> float:
     """KV bytes ``sequences`` sequences read in ``block`` at a context of ``tokens`` (a
     sliding-window block reads at most its window); 0 without a KV figure."""
@@ -631,6 +678,10 @@ def _planning_id_of(index: dict[str, int], a: StageAssignment) -> str:
         return a.node_id
     return gpu_group_id(a.node_id, a.gpu_indices[0], len(a.gpu_indices))
 
+
+_ID = attrgetter("id")
+_RATES = itemgetter(0)
+_ASSUMED = itemgetter(1)
 
 _rate_figures = attrgetter(*(f.name for f in fields(NodeRates) if f.name != "node_id"))
 """A node's rates but for its id."""

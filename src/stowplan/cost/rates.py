@@ -8,14 +8,17 @@ taken from a table (or defaulted) is listed beside the rates as assumed.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import repeat
+from operator import attrgetter
 
 from stowplan.gpus import resolve_gpu
 from stowplan.gpus.interconnect import intra_link
 from stowplan.model import NodeDescriptor, usable_bytes
 
-__all__ = ["DEFAULT_BANDWIDTH_GBPS", "NodeRates", "node_rates"]
+__all__ = ["DEFAULT_BANDWIDTH_GBPS", "NodeRates", "node_rates", "nodes_rates"]
 
 DEFAULT_BANDWIDTH_GBPS = 500.0
 """Bandwidth assumed for a GPU that is neither described nor in the spec table."""
@@ -43,6 +46,32 @@ class NodeRates:
 def node_rates(node: NodeDescriptor, headroom: float) -> tuple[NodeRates, tuple[str, ...]]:
     """``node`` in SI units, and the list of inputs that were assumed rather than given."""
     return _node_rates(node, headroom)
+
+
+_KEPT = 8192
+"""Nodes whose rates :func:`nodes_rates` keeps (all are let go when more come)."""
+
+_kept: dict[tuple[object, ...], tuple[NodeRates, tuple[str, ...]]] = {}
+"""Per (kind number, id, headroom), a node's :func:`node_rates`."""
+
+_ID = attrgetter("id")
+
+
+def nodes_rates(
+    nodes: Sequence[NodeDescriptor], kinds: Sequence[int], headroom: float
+) -> list[tuple[NodeRates, tuple[str, ...]]]:
+    """:func:`node_rates` of each of ``nodes`` (``kinds``: each one's kind number,
+    :func:`~stowplan.model.node_kinds`), looked up at C speed per node: a node met before
+    costs no Python work (its descriptor is not hashed field by field)."""
+    keys = list(zip(kinds, map(_ID, nodes), repeat(headroom)))
+    out = list(map(_kept.get, keys))
+    if None in out:
+        if len(_kept) + len(out) > _KEPT:
+            _kept.clear()
+        for i, got in enumerate(out):
+            if got is None:
+                got = out[i] = _kept[keys[i]] = _node_rates(nodes[i], headroom)
+    return out  # type: ignore[return-value]
 
 
 @lru_cache(maxsize=8192)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_right
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import accumulate
+from functools import lru_cache
+from itertools import accumulate, compress
+from operator import attrgetter, not_
 
 from stowplan.cost import CostModel
 from stowplan.errors import Infeasible, InputError, InsufficientVram, NoNodeFitsHead
@@ -172,7 +175,7 @@ def prepare(
     check_unique_ids(nodes)
     # Node ids, not the order they were given in, break every tie: the same nodes in any
     # order give the same plan.
-    nodes = tuple(sorted(nodes, key=lambda n: n.id))
+    nodes = tuple(sorted(nodes, key=_ID))
     min_n = constraints.min_stages or 1
     max_n = constraints.max_stages if constraints.max_stages is not None else len(nodes)
     if min_n > len(nodes):
@@ -184,8 +187,13 @@ def prepare(
         )
     max_n = min(max_n, len(nodes), model.num_blocks)
     headroom = constraints.headroom
-    usable = {n.id: usable_bytes(n, headroom) for n in nodes}
-    kv, mem = block_bytes(model, constraints.context_tokens or 0, constraints.batch)
+    # A node's usable bytes are a function of its VRAM: computed once per VRAM figure (GPU
+    # groups of identical nodes share one), spread at C speed.
+    vram = list(map(_VRAM, nodes))
+    by_vram = dict(zip(vram, nodes, strict=True))
+    per_vram = {v: usable_bytes(n, headroom) for v, n in by_vram.items()}
+    usable = dict(zip(map(_ID, nodes), map(per_vram.__getitem__, vram), strict=True))
+    kv, mem = _block_bytes(model, constraints.context_tokens or 0, constraints.batch)
     prefix = (0, *accumulate(mem))
     problem = Problem(
         model=model,
@@ -227,6 +235,15 @@ def block_bytes(
     return kv, tuple(s + k for s, k in zip(model.block_sizes(), kv, strict=True))
 
 
+@lru_cache(maxsize=64)
+def _block_bytes(
+    model: ModelLayout, context_tokens: int, batch: int
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """:func:`block_bytes`, kept: the problems of one call (its layouts, its stage
+    counts) share the model and its reserve."""
+    return block_bytes(model, context_tokens, batch)
+
+
 def most_blocks(
     model: ModelLayout,
     block_mem: Sequence[int],
@@ -259,7 +276,8 @@ def most_blocks(
         return n
 
     caps = sorted(usable, reverse=True)
-    held = sum(fits(cap) for cap in caps[:most])
+    # Nodes of one size hold alike (GPU groups of identical nodes): counted once per size.
+    held = sum(fits(cap) * k for cap, k in Counter(caps[:most]).items())
     if held < nb:
         return held
     embed, head = model.embed_params_bytes, model.head_params_bytes
@@ -286,12 +304,19 @@ def _whole_node_groups(
 ) -> dict[str, GpuGroup]:
     """``groups``, plus every multi-GPU node not in it as one group of all its GPUs."""
     out = dict(groups)
-    for n in nodes:
-        if n.num_gpus > 1 and n.id not in out:
-            out[n.id] = GpuGroup(
-                node_id=n.id, tensor_parallel=n.num_gpus, gpu_indices=tuple(range(n.num_gpus))
-            )
+    # Only multi-GPU nodes not in ``groups`` are visited in Python.
+    multi = list(compress(nodes, map(_MULTI_GPU, map(_NUM_GPUS, nodes))))
+    for n in compress(multi, map(not_, map(out.__contains__, map(_ID, multi)))):
+        out[n.id] = GpuGroup(
+            node_id=n.id, tensor_parallel=n.num_gpus, gpu_indices=tuple(range(n.num_gpus))
+        )
     return out
+
+
+_ID = attrgetter("id")
+_VRAM = attrgetter("vram_bytes")
+_NUM_GPUS = attrgetter("num_gpus")
+_MULTI_GPU = (1).__lt__
 
 
 def build_assignments(

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter, itemgetter
 
 from stowplan.errors import Infeasible, InputError
-from stowplan.model import Metric, NodeDescriptor, gpu_group_node
+from stowplan.model import Metric, NodeDescriptor, gpu_group_node, node_kinds
 from stowplan.moved import renamed_keywords
 from stowplan.plan import Plan
 from stowplan.planner.problem import GpuGroup, Problem, prepare
@@ -83,26 +85,68 @@ def engine_rule(problem: Problem) -> EngineRule:
 def expand(problem: Problem, layout: Layout) -> Problem:
     """The problem whose planning nodes are ``layout``'s GPU groups (nodes absent from
     ``layout`` stay whole; a node given no group is left out)."""
-    nodes: list[NodeDescriptor] = []
-    groups: dict[str, GpuGroup] = {}
-    for node in problem.nodes:
-        sizes = layout.get(node.id)
-        if sizes is None:
-            nodes.append(node)
-            continue
-        start = 0
-        for size in sorted(sizes, reverse=True):
-            group = gpu_group_node(node, start, size)
-            gid = group.id
-            nodes.append(group)
-            if node.num_gpus > 1:
-                groups[gid] = GpuGroup(
-                    node_id=node.id,
-                    tensor_parallel=size,
-                    gpu_indices=tuple(range(start, start + size)),
-                )
-            start += size
+    # A node's groups depend on its fields, its id and its sizes only: kept per node, so
+    # a node split before (the searches split every node the same few ways) costs no
+    # Python work, only lookups at C speed.
+    ids = list(map(_ID, problem.nodes))
+    kinds = node_kinds(problem.nodes)[0]
+    keys = list(zip(kinds, ids, map(layout.get, ids), strict=True))
+    try:
+        split: list[_Split | None] = list(map(_split_kept.get, keys))
+        keep = True
+    except TypeError:  # sizes given as lists (unhashable): split afresh, kept nowhere
+        split, keep = [None] * len(keys), False
+    if None in split:
+        if keep and len(_split_kept) + len(split) > _SPLITS_KEPT:
+            _split_kept.clear()
+        for i, got in enumerate(split):
+            if got is None:
+                split[i] = _split(problem.nodes[i], keys[i][2])
+                if keep:
+                    _split_kept[keys[i]] = split[i]  # type: ignore[assignment]
+    nodes = list(chain.from_iterable(map(_GROUP_NODES, split)))  # type: ignore[arg-type]
+    groups = dict(chain.from_iterable(map(_GPU_GROUPS, split)))  # type: ignore[arg-type]
     return prepare(problem.model, nodes, problem.constraints, groups)
+
+
+_SPLITS_KEPT = 16384
+"""Nodes whose splits :func:`expand` keeps (all are let go when more come)."""
+
+_Split = tuple[tuple[NodeDescriptor, ...], tuple[tuple[str, GpuGroup], ...]]
+"""A node's planning nodes and its GPU groups by planning id."""
+
+_split_kept: dict[tuple[object, ...], _Split] = {}
+"""Per (kind number, id, sizes), the node's :func:`_split`."""
+
+_ID = attrgetter("id")
+_GROUP_NODES = itemgetter(0)
+_GPU_GROUPS = itemgetter(1)
+
+
+def _split(node: NodeDescriptor, sizes: Sequence[int] | None) -> _Split:
+    """The planning nodes of ``node`` split into groups of ``sizes`` GPUs (None: whole),
+    and its GPU groups by planning id."""
+    if sizes is None:
+        return (node,), ()
+    nodes: list[NodeDescriptor] = []
+    groups: list[tuple[str, GpuGroup]] = []
+    start = 0
+    for size in sorted(sizes, reverse=True):
+        group = gpu_group_node(node, start, size)
+        nodes.append(group)
+        if node.num_gpus > 1:
+            groups.append(
+                (
+                    group.id,
+                    GpuGroup(
+                        node_id=node.id,
+                        tensor_parallel=size,
+                        gpu_indices=tuple(range(start, start + size)),
+                    ),
+                )
+            )
+        start += size
+    return tuple(nodes), tuple(groups)
 
 
 def _groups(problem: Problem, node: NodeDescriptor, tensor_parallel: int) -> tuple[int, ...]:
