@@ -50,6 +50,7 @@ from stowplan.planner.strategies.split_tables import split_tables
 
 __all__ = [
     "Pipeline",
+    "fastest_single",
     "greedy_split",
     "min_bottleneck_split",
     "proves_optimal",
@@ -882,11 +883,7 @@ def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None,
     candidates: list[Pipeline] = []
     # One stage: the fastest single node that holds everything.
     if min_n <= 1:
-        need = cm.stage_bytes(0, cm.num_blocks, True, True)  # what :meth:`CostModel.fits` compares
-        singles = [d for d in nodes if need <= cm.usable[d]]
-        if singles:
-            d = min(singles, key=lambda d: (cm.stage_time(d, 0, cm.num_blocks, True, True), d))
-            candidates.append(([d], [0, cm.num_blocks]))
+        candidates += [([d], [0, cm.num_blocks]) for d in _fastest_single(cm)]
     times: _RoleTimes | None = None
     if max_n >= 2 and len(nodes) >= 2:
         # The least bottleneck the capacity test admits chooses the nodes and the ends.
@@ -937,6 +934,28 @@ def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None,
     if max_n < 2:
         proven = True  # the fastest single node is the only kind of pipeline
     return best, proven
+
+
+def fastest_single(cm: CostModel, per_class: bool = True) -> list[int]:
+    """The fastest node that holds the whole model as one stage (least index among equal
+    times; empty: none holds it).  ``per_class``: each stage class's time computed once, on
+    its first node that holds it (the time depends on the class's figures only)."""
+    nb = cm.num_blocks
+    need = cm.stage_bytes(0, nb, True, True)  # what :meth:`CostModel.fits` compares
+    singles = [d for d, room in enumerate(cm.usable) if need <= room]
+    if per_class:
+        firsts: dict[int, int] = {}
+        node_class = cm.stage_class
+        for d in singles:
+            firsts.setdefault(node_class[d], d)
+        singles = list(firsts.values())
+    if not singles:
+        return []
+    return [min(singles, key=lambda d: (cm.stage_time(d, 0, nb, True, True), d))]
+
+
+_fastest_single = PerModel(fastest_single)
+"""Per cost model, :func:`fastest_single` (a list: empty is kept too)."""
 
 
 def _alike(cm: CostModel, a: Sequence[int], b: Sequence[int]) -> bool:
