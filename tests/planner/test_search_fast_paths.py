@@ -1,0 +1,80 @@
+"""The searches' shortcuts give what the plain paths give: the fastest single node found
+once per stage class, and the swaps timed on arrays."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from stowplan import Constraints, lookup
+from stowplan.planner.problem import prepare
+from stowplan.planner.strategies import latency
+from stowplan.planner.strategies.throughput import fastest_single
+from tests.common.identical_nodes import fleet_with_copies
+
+_GPUS = (("RTX 4090", 24), ("L4", 24), ("A100 80GB SXM4", 80), ("MI300X", 192), ("RTX 3060", 12))
+
+
+@pytest.mark.parametrize(
+    ("seed", "n", "model", "batch"),
+    [
+        (1, 40, "llama3.1:8b", 1),
+        (2, 200, "llama3.1:8b", 16),
+        (3, 300, "llama3.1:70b", 4),
+        (4, 90, "llama3.1:8b", 8),
+    ],
+)
+def test_fastest_single_node_by_classes_is_the_node_by_node_one(
+    seed: int, n: int, model: str, batch: int
+) -> None:
+    nodes = fleet_with_copies(seed, n, 0.6, gpus=_GPUS)
+    cm = prepare(lookup(model), nodes, Constraints(batch=batch)).cost_model()
+    found = 0
+    for u in sorted({1, (batch + 1) // 2, batch}):
+        view = cm.at_microbatch(u)
+        expected = fastest_single(view, per_class=False)
+        assert fastest_single(view) == expected
+        found += bool(expected)
+    assert found or model == "llama3.1:70b"
+
+
+def _nodes(rng: random.Random, n: int) -> list[latency._Node]:
+    """Surrogate nodes of few distinct figures (ties in every key), some that cannot take
+    a role at all."""
+    slopes = [rng.uniform(1e-4, 1e-3) for _ in range(3)]
+    heads = [rng.uniform(0, 1e-3) for _ in range(3)]
+    xfers = [rng.uniform(0, 1e-3) for _ in range(3)]
+    lats = [rng.uniform(0, 1e-3) for _ in range(4)]
+    return [
+        latency._Node(
+            i,
+            rng.choice(slopes),
+            rng.choice(heads),
+            rng.choice(xfers),
+            rng.choice(lats),
+            (rng.choice((0, 1, 2, 5, 9)), rng.choice((0, 1, 4, 8)), rng.choice((0, 1, 3, 7))),
+        )
+        for i in rng.sample(range(4 * n), n)
+    ]
+
+
+def test_swaps_of_long_member_lists_timed_on_arrays_are_the_arranged_times() -> None:
+    rng = random.Random(11)
+    checked = timed = 0
+    for _ in range(60):
+        nodes = _nodes(rng, rng.randrange(14, 70))
+        k = rng.randrange(10, len(nodes) - 2)
+        members, ys = nodes[:k], nodes[k:]
+        nb = rng.randrange(k + 1, 4 * k + 10)
+        got = latency._swap_times(members, ys, nb)
+        families = [members[:i] + members[i + 1 :] for i in range(k)] + [members]
+        assert len(got) == len(families)
+        for rest, row in zip(families, got, strict=True):
+            assert len(row) == len(ys)
+            for y, t in zip(ys, row, strict=True):
+                expected = latency._arrange([*rest, y], nb)
+                assert t == (None if expected is None else expected[0])
+                checked += 1
+                timed += t is not None
+    assert 0 < timed < checked
