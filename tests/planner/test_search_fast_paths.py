@@ -10,6 +10,7 @@ import pytest
 from stowplan import Constraints, lookup
 from stowplan.planner.problem import prepare
 from stowplan.planner.strategies import latency
+from stowplan.planner.strategies.evaluated import evaluated, evaluated_here
 from stowplan.planner.strategies.throughput import fastest_single
 from tests.common.identical_nodes import fleet_with_copies
 
@@ -78,3 +79,19 @@ def test_swaps_of_long_member_lists_timed_on_arrays_are_the_arranged_times() -> 
                 checked += 1
                 timed += t is not None
     assert 0 < timed < checked
+
+
+def test_kept_evaluations_are_the_cost_models() -> None:
+    nodes = fleet_with_copies(7, 30, 0.5, gpus=_GPUS)
+    cm = prepare(lookup("llama3.1:8b"), nodes, Constraints(batch=8)).cost_model()
+    nb = cm.num_blocks
+    rng = random.Random(3)
+    for _ in range(3):  # each pipeline asked again: the kept evaluation must still be its own
+        for stages in (2, 3, 5):
+            for view in (cm, cm.for_stages(stages)):
+                order = random.Random(stages).sample(range(len(nodes)), stages)
+                for _ in range(4):
+                    cuts = sorted(rng.sample(range(1, nb), stages - 1))
+                    bounds = [0, *cuts, nb]
+                    assert evaluated(view, order, bounds) == view.evaluate(order, bounds)
+                    assert evaluated_here(view, order, bounds) == view.evaluate_here(order, bounds)

@@ -25,6 +25,7 @@ from stowplan.planner.strategies.capacity_arrays import (
     first_seen_groups,
     numpy_module,
 )
+from stowplan.planner.strategies.evaluated import evaluated_here
 from stowplan.planner.strategies.memo import PerModel
 from stowplan.planner.strategies.split_arrays import (
     SPLIT_ARRAY_BLOCKS,
@@ -817,5 +818,5 @@ def _improve(
 
 
 def _latency_key(cm: CostModel, c: Pipeline) -> tuple[float, float, int]:
-    ev = cm.evaluate_here(*c)
+    ev = evaluated_here(cm, *c)
     return (ev.time_per_token_s, ev.bottleneck_s, len(c[0]))

@@ -44,6 +44,7 @@ from stowplan.planner.strategies.capacity_arrays import (
     first_seen_groups,
     numpy_module,
 )
+from stowplan.planner.strategies.evaluated import evaluated_here
 from stowplan.planner.strategies.interior import Interior
 from stowplan.planner.strategies.memo import PerModel
 from stowplan.planner.strategies.split_tables import split_tables
@@ -224,7 +225,7 @@ def min_bottleneck_split(
     best = greedy_split(cm, order, hi, min_stages)
     if best is None:
         return None
-    hi = cm.evaluate_here(*best).bottleneck_s
+    hi = evaluated_here(cm, *best).bottleneck_s
     lo = 0.0
     suffix = _suffix_least(cm, order)
     for _ in range(_ITERATIONS):
@@ -238,7 +239,7 @@ def min_bottleneck_split(
             lo = later
         else:
             best = found
-            hi = cm.evaluate_here(*found).bottleneck_s
+            hi = evaluated_here(cm, *found).bottleneck_s
     return greedy_split(cm, order, hi, min_stages) or best
 
 
@@ -913,7 +914,7 @@ def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None,
                         seen.append(o)
                         upper = min(
                             (
-                                cm.evaluate_here(*c).bottleneck_s
+                                evaluated_here(cm, *c).bottleneck_s
                                 for c in candidates
                                 if min_n <= len(c[0]) <= max_n
                             ),
@@ -929,7 +930,7 @@ def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None,
     proven = (
         times is not None
         and max_n >= 2
-        and proves_optimal(cm, times, cm.evaluate_here(*best).bottleneck_s, max_n)
+        and proves_optimal(cm, times, evaluated_here(cm, *best).bottleneck_s, max_n)
     )
     if max_n < 2:
         proven = True  # the fastest single node is the only kind of pipeline
@@ -994,5 +995,5 @@ def throughput_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
 
 
 def _throughput_key(cm: CostModel, c: Pipeline) -> tuple[float, float, int]:
-    ev = cm.evaluate_here(*c)
+    ev = evaluated_here(cm, *c)
     return (ev.bottleneck_s, ev.time_per_token_s, len(c[0]))
