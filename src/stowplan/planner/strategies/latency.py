@@ -802,15 +802,19 @@ def _improve(
         # then each outside node added.
         drops = [scorer.time(members[:i] + members[i + 1 :]) for i in range(len(members))]
         swaps = scorer.swaps(members, outside)
+        below = improved[0] - 1e-15
+        """A trial improves on the best so far when its time is below this."""
         for i, row in enumerate(swaps):
             rest = members[:i] + members[i + 1 :] if i < len(members) else members
             if i < len(members):
                 got = drops[i]
-                if got is not None and got < improved[0] - 1e-15:
+                if got is not None and got < below:
                     improved = (got, rest)
+                    below = got - 1e-15
             for y, got in zip(outside, row, strict=True):
-                if got is not None and got < improved[0] - 1e-15:
+                if got is not None and got < below:
                     improved = (got, [*rest, y])
+                    below = got - 1e-15
         if improved is best:
             return best
         best = improved
