@@ -36,6 +36,16 @@ def test_fastest_single_node_by_classes_is_the_node_by_node_one(
         view = cm.at_microbatch(u)
         expected = fastest_single(view, per_class=False)
         assert fastest_single(view) == expected
+        nb = view.num_blocks
+        need = view.stage_bytes(0, nb, True, True)
+        times = [
+            view.stage_time(d, 0, nb, True, True)
+            for d, room in enumerate(view.usable)
+            if need <= room
+        ]
+        assert [view.stage_time(d, 0, nb, True, True) for d in expected] == [min(times)] * bool(
+            times
+        )
         found += bool(expected)
     assert found or model == "llama3.1:70b"
 

@@ -825,10 +825,9 @@ def relaxed_bottleneck(problem: Problem, cm: CostModel, floor: float = 0.0) -> f
         return None
     single = math.inf
     if problem.min_stages <= 1:
-        need = cm.stage_bytes(0, nb, True, True)  # what :meth:`CostModel.fits` compares
-        for d in range(n):
-            if need <= cm.usable[d]:
-                single = min(single, cm.stage_time(d, 0, nb, True, True))
+        # The least time of a node holding the whole model: the fastest such node's.
+        for d in _fastest_single(cm):
+            single = cm.stage_time(d, 0, nb, True, True)
     if problem.max_stages < 2 or n < 2:
         return max(floor, single)
     max_stages = problem.max_stages
