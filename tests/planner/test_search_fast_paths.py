@@ -105,3 +105,20 @@ def test_kept_evaluations_are_the_cost_models() -> None:
                     bounds = [0, *cuts, nb]
                     assert evaluated(view, order, bounds) == view.evaluate(order, bounds)
                     assert evaluated_here(view, order, bounds) == view.evaluate_here(order, bounds)
+
+
+def test_kept_splits_are_the_splits_and_copies() -> None:
+    nodes = fleet_with_copies(9, 40, 0.3, gpus=_GPUS)
+    cm = prepare(lookup("llama3.1:70b"), nodes, Constraints(batch=4)).cost_model()
+    rng = random.Random(2)
+    orders = [rng.sample(range(len(nodes)), rng.randrange(2, 12)) for _ in range(6)]
+    orders += [o[::-1] for o in orders]  # one node set in two orders: two splits
+    for _ in range(2):  # asked again: the kept split
+        for order in orders:
+            expected = latency.latency_split(cm, order)
+            got = latency.kept_split(cm, order)
+            assert got == expected
+            if got is not None:
+                got[0].append(-1)  # a caller's change reaches no later answer
+                got[1].append(-1)
+    assert any(latency.latency_split(cm, o) is not None for o in orders)

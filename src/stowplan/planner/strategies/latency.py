@@ -35,7 +35,7 @@ from stowplan.planner.strategies.split_arrays import (
 )
 from stowplan.planner.strategies.throughput import Pipeline
 
-__all__ = ["latency_pipeline", "latency_split"]
+__all__ = ["kept_split", "latency_pipeline", "latency_split"]
 
 _POOL_PER_KEY = 16
 _MAX_ROUNDS = 30
@@ -634,7 +634,7 @@ def latency_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
                     if tuple(o) in tried:
                         continue  # the same split again: the first of equal candidates wins
                     tried.add(tuple(o))
-                    split = latency_split(cm, o)
+                    split = kept_split(cm, o)
                     if split is not None and min_n <= len(split[0]) <= max_n:
                         candidates.append(split)
     candidates = [c for c in candidates if cm.fits_pipeline(*c)]
@@ -680,6 +680,25 @@ def latency_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
         q -= 1
     stages.reverse()
     return [d for d, _ in stages], [lo for _, lo in stages] + [nb]
+
+
+def _no_splits(cm: CostModel) -> dict[tuple[int, ...], Pipeline | None]:
+    return {}
+
+
+_splits = PerModel(_no_splits)
+"""Per cost model, :func:`latency_split` of each order split so far."""
+
+
+def kept_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
+    """:func:`latency_split`, kept per cost model and order (the stage counts that step at
+    one microbatch plan on one model, and often choose the same nodes): a copy each time."""
+    kept = _splits(cm)
+    key = tuple(order)
+    if key not in kept:
+        kept[key] = latency_split(cm, order)
+    found = kept[key]
+    return None if found is None else (list(found[0]), list(found[1]))
 
 
 def _table_key(cm: CostModel, d: int) -> tuple[float | int, ...]:
