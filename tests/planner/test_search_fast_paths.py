@@ -9,7 +9,7 @@ import pytest
 
 from stowplan import Constraints, lookup
 from stowplan.planner.problem import prepare
-from stowplan.planner.strategies import latency
+from stowplan.planner.strategies import latency, throughput
 from stowplan.planner.strategies.evaluated import evaluated, evaluated_here
 from stowplan.planner.strategies.throughput import fastest_single
 from tests.common.identical_nodes import fleet_with_copies
@@ -122,3 +122,23 @@ def test_kept_splits_are_the_splits_and_copies() -> None:
                 got[0].append(-1)  # a caller's change reaches no later answer
                 got[1].append(-1)
     assert any(latency.latency_split(cm, o) is not None for o in orders)
+
+
+def test_kept_bottleneck_splits_are_the_splits_and_copies() -> None:
+    nodes = fleet_with_copies(10, 40, 0.3, gpus=_GPUS)
+    cm = prepare(lookup("llama3.1:70b"), nodes, Constraints(batch=4)).cost_model()
+    rng = random.Random(4)
+    orders = [rng.sample(range(len(nodes)), rng.randrange(2, 14)) for _ in range(5)]
+    orders += [o[::-1] for o in orders]  # one node set in two orders: two splits
+    found = 0
+    for _ in range(2):  # asked again: the kept split
+        for order in orders:
+            for min_stages, upper in ((1, None), (3, None), (1, 1e-9), (1, 0.05), (2, 1.0)):
+                expected = throughput.min_bottleneck_split(cm, order, min_stages, upper)
+                got = throughput.kept_bottleneck_split(cm, order, min_stages, upper)
+                assert got == expected
+                if got is not None:
+                    found += 1
+                    got[0].append(-1)  # a caller's change reaches no later answer
+                    got[1].append(-1)
+    assert found

@@ -53,6 +53,7 @@ __all__ = [
     "Pipeline",
     "fastest_single",
     "greedy_split",
+    "kept_bottleneck_split",
     "min_bottleneck_split",
     "proves_optimal",
     "relaxed_bottleneck",
@@ -241,6 +242,30 @@ def min_bottleneck_split(
             best = found
             hi = evaluated_here(cm, *found).bottleneck_s
     return greedy_split(cm, order, hi, min_stages) or best
+
+
+def _no_splits(
+    cm: CostModel,
+) -> dict[tuple[tuple[int, ...], int, float | None], Pipeline | None]:
+    return {}
+
+
+_splits = PerModel(_no_splits)
+"""Per cost model, :func:`min_bottleneck_split` of each order, stage floor and bound."""
+
+
+def kept_bottleneck_split(
+    cm: CostModel, order: Sequence[int], min_stages: int = 1, upper: float | None = None
+) -> Pipeline | None:
+    """:func:`min_bottleneck_split`, kept per cost model, order, ``min_stages`` and
+    ``upper`` (the stage counts that step at one microbatch search one model, and often
+    split the same orders under the same bound): a copy each time."""
+    kept = _splits(cm)
+    key = (tuple(order), min_stages, upper)
+    if key not in kept:
+        kept[key] = min_bottleneck_split(cm, order, min_stages, upper)
+    found = kept[key]
+    return None if found is None else (list(found[0]), list(found[1]))
 
 
 def role_capacity(cm: CostModel, d: int, t_max: float, first: bool, last: bool) -> int:
@@ -894,7 +919,7 @@ def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None,
             t, order = found
             split = greedy_split(cm, order, t * (1 + 1e-9), min_n)
             if split is None or not cm.uniform:
-                split = min_bottleneck_split(cm, order, min_n) or split
+                split = kept_bottleneck_split(cm, order, min_n) or split
             if split is not None:
                 candidates.append(split)
             if not cm.uniform:
@@ -919,7 +944,7 @@ def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None,
                             ),
                             default=None,
                         )
-                        split = min_bottleneck_split(cm, o, min_n, upper)
+                        split = kept_bottleneck_split(cm, o, min_n, upper)
                         if split is not None:
                             candidates.append(split)
     candidates = [c for c in candidates if min_n <= len(c[0]) <= max_n]
