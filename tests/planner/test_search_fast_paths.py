@@ -4,6 +4,7 @@ once per stage class, and the swaps timed on arrays."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -141,4 +142,27 @@ def test_kept_bottleneck_splits_are_the_splits_and_copies() -> None:
                     found += 1
                     got[0].append(-1)  # a caller's change reaches no later answer
                     got[1].append(-1)
+    assert found
+
+
+def test_kept_searches_are_the_searches_and_copies() -> None:
+    nodes = fleet_with_copies(12, 40, 0.3, gpus=_GPUS)
+    problem = prepare(lookup("llama3.1:70b"), nodes, Constraints(batch=4))
+    cm = problem.cost_model()
+    found = 0
+    for _ in range(2):  # asked again: the kept answer
+        for lo, hi in ((1, 40), (2, 6), (3, 3), (1, 1), (5, 12)):
+            sub = replace(problem, min_stages=lo, max_stages=hi)
+            for view in (cm, cm.for_stages(hi)):
+                expected = throughput.search_throughput(view, lo, hi)
+                got = throughput.throughput_search(sub, view)
+                assert got == expected
+                plain = latency.pipeline_of_least_latency(view, lo, hi)
+                kept = latency.latency_pipeline(sub, view)
+                assert kept == plain
+                for p in (got[0], kept):
+                    if p is not None:
+                        found += 1
+                        p[0].append(-1)  # a caller's change reaches no later answer
+                        p[1].append(-1)
     assert found

@@ -35,7 +35,7 @@ from stowplan.planner.strategies.split_arrays import (
 )
 from stowplan.planner.strategies.throughput import Pipeline
 
-__all__ = ["kept_split", "latency_pipeline", "latency_split"]
+__all__ = ["kept_split", "latency_pipeline", "latency_split", "pipeline_of_least_latency"]
 
 _POOL_PER_KEY = 16
 _MAX_ROUNDS = 30
@@ -591,12 +591,32 @@ _single_stages = PerModel(_one_stage_nodes)
 """Per cost model, :func:`_one_stage_nodes`."""
 
 
+def _no_pipelines(cm: CostModel) -> dict[tuple[int, int], Pipeline | None]:
+    return {}
+
+
+_pipelines = PerModel(_no_pipelines)
+"""Per cost model, :func:`latency_pipeline`'s answer per stage limits."""
+
+
 def latency_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
-    """The pipeline with the least time per token this strategy finds; None if none fits."""
+    """The pipeline with the least time per token this strategy finds; None if none fits.
+    Kept per cost model and stage limits (all the search reads of the problem), a copy
+    each time."""
+    kept = _pipelines(cm)
+    key = (problem.min_stages, problem.max_stages)
+    if key not in kept:
+        kept[key] = pipeline_of_least_latency(cm, *key)
+    found = kept[key]
+    return None if found is None else (list(found[0]), list(found[1]))
+
+
+def pipeline_of_least_latency(cm: CostModel, min_stages: int, max_stages: int) -> Pipeline | None:
+    """:func:`latency_pipeline` itself, for stage limits ``[min_stages, max_stages]``."""
     nb = cm.num_blocks
-    min_n, max_n = max(problem.min_stages, 2), problem.max_stages
+    min_n, max_n = max(min_stages, 2), max_stages
     candidates: list[Pipeline] = []
-    if problem.min_stages <= 1:
+    if min_stages <= 1:
         candidates += [([d], [0, nb]) for d in _single_stages(cm)]
     if max_n >= 2:
         shared = _surrogates_of(cm)

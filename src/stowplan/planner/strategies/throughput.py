@@ -58,6 +58,7 @@ __all__ = [
     "proves_optimal",
     "relaxed_bottleneck",
     "role_capacity",
+    "search_throughput",
     "throughput_pipeline",
     "throughput_search",
 ]
@@ -901,10 +902,28 @@ class _Tables:
 _tables = PerModel(_Tables)
 
 
+def _no_searches(cm: CostModel) -> dict[tuple[int, int], tuple[Pipeline | None, bool]]:
+    return {}
+
+
+_searches = PerModel(_no_searches)
+"""Per cost model, :func:`throughput_search`'s answer per stage limits."""
+
+
 def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None, bool]:
-    """The best pipeline this strategy finds, and whether it is proven optimal."""
+    """The best pipeline this strategy finds, and whether it is proven optimal: kept per
+    cost model and stage limits (all the search reads of the problem), a copy each time."""
+    kept = _searches(cm)
+    key = (problem.min_stages, problem.max_stages)
+    if key not in kept:
+        kept[key] = search_throughput(cm, *key)
+    found, proven = kept[key]
+    return (None if found is None else (list(found[0]), list(found[1]))), proven
+
+
+def search_throughput(cm: CostModel, min_n: int, max_n: int) -> tuple[Pipeline | None, bool]:
+    """:func:`throughput_search` itself, for stage limits ``[min_n, max_n]``."""
     nodes = list(range(len(cm.nodes)))
-    min_n, max_n = problem.min_stages, problem.max_stages
     candidates: list[Pipeline] = []
     # One stage: the fastest single node that holds everything.
     if min_n <= 1:
