@@ -75,6 +75,7 @@ PURE_MODULES = (
     "stowplan.planner.problem",
     "stowplan.planner.strategies.capacity_arrays",
     "stowplan.planner.strategies.cycle",
+    "stowplan.planner.strategies.evaluated",
     "stowplan.planner.strategies.fractional",
     "stowplan.planner.strategies.memo",
     "stowplan.planner.strategies.split_tables",

@@ -27,6 +27,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from stowplan.cost import CostModel, microbatches
+from stowplan.planner.strategies.evaluated import evaluated, evaluated_here
 from stowplan.planner.strategies.throughput import Pipeline
 
 __all__ = [
@@ -102,13 +103,13 @@ def max_memory_fraction(cm: CostModel, p: Pipeline) -> float:
 def _rest(cm: CostModel, p: Pipeline) -> tuple[float | int, ...]:
     """The searches' own order (least cycle, slowest stage, fewer stages, node ids), then
     the block boundaries: two pipelines never tie."""
-    ev = cm.evaluate(*p)
+    ev = evaluated(cm, *p)
     return (ev.cycle_s, ev.bottleneck_s, len(p[0]), *p[0], -1, *p[1])
 
 
 def _key(cm: CostModel, p: Pipeline, best: float) -> TieKey:
     return tie_key(
-        cm.evaluate(*p).cycle_s,
+        evaluated(cm, *p).cycle_s,
         best,
         cm.kv_capacity_tokens(*p),
         max_memory_fraction(cm, p),
@@ -122,7 +123,7 @@ def choose(cm: CostModel, pipelines: Iterable[Pipeline], best: float = math.inf)
     found = list(pipelines)
     if not found:
         raise ValueError("choose() needs at least one pipeline")
-    least = min(best, *(cm.evaluate(*p).cycle_s for p in found))
+    least = min(best, *(evaluated(cm, *p).cycle_s for p in found))
     return min(found, key=lambda p: _key(cm, p, least))
 
 
@@ -141,7 +142,7 @@ def rebalance(cm: CostModel, p: Pipeline, limit: float) -> Pipeline:
         return p
     m, b = microbatches(cm.batch, n)
     view = cm.at_microbatch(b)
-    hops = view.evaluate_here(order, start).hops_s
+    hops = evaluated_here(view, order, start).hops_s
     kv = cm.has_kv_figure
 
     def stage_time(s: int, lo: int, hi: int) -> float:
@@ -213,7 +214,7 @@ def settle(cm: CostModel, candidates: Sequence[Pipeline], best: float = math.inf
     """The final choice of a plan: ``candidates`` (the search's pipeline first) and each
     one rebalanced within :data:`TOLERANCE` of the best cycle (the least of theirs and
     ``best``, seconds, a cycle known to be reached), ranked by :func:`tie_key`."""
-    least = min(best, *(cm.evaluate(*p).cycle_s for p in candidates))
+    least = min(best, *(evaluated(cm, *p).cycle_s for p in candidates))
     limit = least + abs(least) * TOLERANCE if math.isfinite(least) else least
     pool: list[Pipeline] = []
     for p in candidates:

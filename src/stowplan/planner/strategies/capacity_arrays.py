@@ -553,14 +553,22 @@ class CapacityArrays:
         fewer than ``nb`` blocks."""
         np = self.np
         mid, first, last = (part[self.cls] for part in self.class_caps(t, strict=True))
-        positions = np.arange(len(mid))
+        n = len(mid)
+        positions = np.arange(n)
 
         def best_two(role: Any) -> list[tuple[int, int]]:
-            # The two largest (gain, position) of the nodes able to take the role.
-            able = np.flatnonzero(role > 0)
-            gain = role[able] - mid[able]
-            top = np.lexsort((positions[able], gain))[::-1][:2]
-            return list(zip(gain[top].tolist(), able[top].tolist(), strict=True))
+            # The two largest (gain, position) of the nodes able to take the role: one key
+            # (gain, then position, which is below n), the least where it cannot.
+            gain = role - mid
+            key = np.where(role > 0, gain * n + positions, _LEAST)
+            top = []
+            for _ in range(min(2, n)):
+                at = int(key.argmax())
+                if key[at] == _LEAST:
+                    break
+                top.append((int(gain[at]), at))
+                key[at] = _LEAST
+            return top
 
         gains = [gf + gl for gf, f in best_two(first) for gl, lst in best_two(last) if f != lst]
         if not gains:

@@ -46,6 +46,7 @@ from stowplan.model import Metric
 from stowplan.planner.exact.pipelines import Optimum, least_cycle
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies.capacity_arrays import numpy_module
+from stowplan.planner.strategies.evaluated import evaluated
 from stowplan.planner.strategies.memo import PerModel
 from stowplan.planner.strategies.throughput import Pipeline
 
@@ -309,7 +310,7 @@ def swapped(cm: CostModel, p: Pipeline) -> Pipeline:
     stages, n = len(order), len(cm.nodes)
     view = cm.for_stages(stages)
     m, _ = microbatches(cm.batch, stages)
-    ev = cm.evaluate(order, bounds)
+    ev = evaluated(cm, order, bounds)
     cycle_s = ev.cycle_s
     exact = cm.own_hosts
     np = numpy_module() if exact and n >= SWAP_ARRAY_NODES else None
@@ -335,21 +336,21 @@ def swapped(cm: CostModel, p: Pipeline) -> Pipeline:
                     moves.append((guess, s, e))
         best: tuple[float, int, int] | None = None
         for _, s, e in heapq.nsmallest(1 if exact else SWAP_SCORED, moves):
-            got = cm.evaluate([*order[:s], e, *order[s + 1 :]], bounds).cycle_s
+            got = evaluated(cm, [*order[:s], e, *order[s + 1 :]], bounds).cycle_s
             if got < cycle_s * (1 - 1e-9) and (best is None or got < best[0]):
                 best = (got, s, e)
         if best is None:
             break
         cycle_s, s, e = best
         order[s] = e
-        ev = cm.evaluate(order, bounds)
+        ev = evaluated(cm, order, bounds)
     return order, bounds
 
 
 def rank_key(cm: CostModel, p: Pipeline) -> tuple[float, float, int, tuple[int, ...]]:
     """How pipelines rank, for every objective: least cycle first (per-sequence time per
     token; U / tokens/s), then the slowest stage, fewer stages, node ids."""
-    ev = cm.evaluate(*p)
+    ev = evaluated(cm, *p)
     return (ev.cycle_s, ev.bottleneck_s, len(p[0]), tuple(p[0]))
 
 
@@ -504,8 +505,8 @@ def optimum(
             got[(a, b)] = bounded(a, b, least)
     per_count = list(got.values())
     lower = min(per_count, default=math.inf)
-    best = min(pipelines, key=lambda p: cm.evaluate(*p).cycle_s, default=None)
-    best_cycle = cm.evaluate(*best).cycle_s if best is not None else math.inf
+    best = min(pipelines, key=lambda p: evaluated(cm, *p).cycle_s, default=None)
+    best_cycle = evaluated(cm, *best).cycle_s if best is not None else math.inf
     reached = min(best_cycle, value)
     exact = reached <= lower * (1 + 1e-12)
     kind = "; ".join(sorted(methods)) or "closed form"

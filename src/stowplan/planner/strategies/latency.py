@@ -25,6 +25,7 @@ from stowplan.planner.strategies.capacity_arrays import (
     first_seen_groups,
     numpy_module,
 )
+from stowplan.planner.strategies.evaluated import evaluated_here
 from stowplan.planner.strategies.memo import PerModel
 from stowplan.planner.strategies.split_arrays import (
     SPLIT_ARRAY_BLOCKS,
@@ -34,7 +35,7 @@ from stowplan.planner.strategies.split_arrays import (
 )
 from stowplan.planner.strategies.throughput import Pipeline
 
-__all__ = ["latency_pipeline", "latency_split"]
+__all__ = ["kept_split", "latency_pipeline", "latency_split", "pipeline_of_least_latency"]
 
 _POOL_PER_KEY = 16
 _MAX_ROUNDS = 30
@@ -358,32 +359,25 @@ def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list
     """:func:`_arrange`'s time of ``[*rest, y]`` for every ``rest`` (``members`` less its
     i-th, for each i; then ``members`` whole) and ``y``, on arrays, the same floats: the
     ends, capacities and greedy fill as :func:`_arrange` chooses them, and the time summed
-    in the list's order (``rest`` first, then ``y``; a member left out adds 0.0)."""
+    in the list's order (``rest`` first, then ``y``; a member left out adds 0.0).
+
+    A member's role in a family (and so its capacity) depends on ``y`` only through y's
+    own role (last, stage 0 or neither): the members' capacities and their prefix sums in
+    fill order are figured per family and y's role, then read per ``y``."""
     np = numpy_module()
     m = len(members)
     families = [members[:i] + members[i + 1 :] for i in range(m)] + [members]
-    column = [y.index for y in ys]
-    y_index = np.array(column, dtype=np.int64)[None, :]
-    y_slope = np.array([y.slope for y in ys])[None, :]
-    y_head = np.array([y.head for y in ys])[None, :]
-    y_xfer = np.array([y.xfer for y in ys])[None, :]
-    y_lat = np.array([y.lat for y in ys])[None, :]
-    y_mid = np.array([y.cap_mid for y in ys], dtype=np.int64)[None, :]
-    y_first = np.array([y.cap_first for y in ys], dtype=np.int64)[None, :]
-    y_last = np.array([y.cap_last for y in ys], dtype=np.int64)[None, :]
-    y_end = np.array([y.end_key[0] for y in ys])[None, :]
-
-    def best_of(nodes: list[_Node], able: str, key: Any, pick: Any) -> _Node | None:
-        found = [x for x in nodes if getattr(x, able) >= 1]
-        return pick(found, key=key) if found else None
+    figures = np.array(
+        [(y.slope, y.head, y.xfer, y.lat, y.end_key[0]) for y in ys], dtype=np.float64
+    ).reshape(-1, 5)
+    counts_y = np.array(
+        [(y.index, y.cap_mid, y.cap_first, y.cap_last) for y in ys], dtype=np.int64
+    ).reshape(-1, 4)
+    y_slope, y_head, y_xfer, y_lat, y_end = (figures[None, :, k] for k in range(5))
+    y_index, y_mid, y_first, y_last = (counts_y[None, :, k] for k in range(4))
 
     # Per family (a row): its own last stage, stage 0 beside it, stage 0 of all.
-    lasts = [best_of(f, "cap_last", _END, min) for f in families]
-    rest_firsts = [
-        best_of([x for x in f if x is not last], "cap_first", _FIRST, max)
-        for f, last in zip(families, lasts, strict=True)
-    ]
-    all_firsts = [best_of(f, "cap_first", _FIRST, max) for f in families]
+    lasts, rest_firsts, all_firsts = _family_ends(members)
 
     def column_of(values: list[Any], dtype: Any = np.float64) -> Any:
         return np.array(values, dtype=dtype)[:, None]
@@ -406,38 +400,82 @@ def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list
     )
     has_all_first = column_of([x is not None for x in all_firsts], bool)
     ok = (y_is_last | has_last) & np.where(y_is_last, has_all_first, y_is_first | has_rest_first)
-    # Per family, member and y (axes 0, 1, 2): whether the member is in the family, and
-    # its capacity in the role it takes there.
-    present = (np.arange(m + 1)[:, None] != np.arange(m)[None, :])[:, :, None]
-    y_last3, y_first3 = y_is_last[:, None, :], y_is_first[:, None, :]
-    is_last = _is_each(np, lasts, members)[:, :, None] & ~y_last3
-    is_first = (_is_each(np, rest_firsts, members)[:, :, None] & ~y_last3 & ~y_first3) | (
-        _is_each(np, all_firsts, members)[:, :, None] & y_last3
+    # y's role per family and y: 0 last, 1 stage 0, 2 neither.
+    role = np.where(y_is_last, 0, np.where(y_is_first, 1, 2))
+    # Per family, member and y's role (axes 0, 1, 2): the member's capacity in the role it
+    # takes there (0 where it is not in the family).
+    position = {x.index: j for j, x in enumerate(members)}
+
+    def at(chosen: list[_Node | None]) -> Any:
+        return column_of([-1 if x is None else position[x.index] for x in chosen], np.int64)
+
+    member = np.arange(m)[None, :]
+    is_last, is_rest_first, is_all_first = (
+        at(chosen) == member for chosen in (lasts, rest_firsts, all_firsts)
     )
-    caps = np.where(
-        is_first,
-        _member_column(np, members, "cap_first"),
-        np.where(
-            is_last, _member_column(np, members, "cap_last"), _member_column(np, members, "cap_mid")
+    mid, first, last = (
+        np.array([getattr(x, f) for x in members], dtype=np.int64)[None, :]
+        for f in ("cap_mid", "cap_first", "cap_last")
+    )
+    present = np.arange(m + 1)[:, None] != member
+    # Axes: family, y's role, member.
+    caps = np.stack(
+        (
+            np.where(is_all_first, first, mid),
+            np.where(is_last, last, mid),
+            np.where(is_rest_first, first, np.where(is_last, last, mid)),
         ),
+        axis=1,
     )
+    caps = np.where(present[:, None, :], caps, 0)
+    spare = np.where(present[:, None, :], caps - 1, 0)
+    fits = (~present[:, None, :] | (caps >= 1)).all(axis=2)
+    rows = np.arange(m + 1)[:, None]
     y_cap = np.where(y_is_last, y_last, np.where(y_is_first, y_first, y_mid))
-    ok &= (y_cap >= 1) & (~present | (caps >= 1)).all(axis=1)
-    total = y_cap + np.where(present, caps, 0).sum(axis=1)
+    ok &= (y_cap >= 1) & fits[rows, role]
+    total = y_cap + caps.sum(axis=2)[rows, role]
     sizes = column_of([len(f) + 1 for f in families], np.int64)
     left = nb - sizes
     ok &= (total >= nb) & (left >= 0)
     if not ok.any():
         return [[None] * len(ys) for _ in families]
-    counts, y_count = _greedy_fill(np, members, caps, present, y_cap, y_slope, y_index, left)
-    # The time, summed in the list's order (a member left out adds 0.0).
-    terms = np.where(
-        present,
-        _member_column(np, members, "slope") * counts + _member_column(np, members, "lat"),
-        0.0,
+    # The greedy fill, fastest first: every node keeps one block and takes what the ones
+    # before it left, up to its room.  The spare blocks ahead of each member in fill order
+    # (y aside), and of all members ahead of y.
+    rank = sorted(range(m), key=lambda j: members[j].slope_key)
+    order = np.empty(m, dtype=np.int64)
+    order[rank] = np.arange(m)
+    ranked = spare[:, :, rank]
+    held = np.cumsum(ranked, axis=2)
+    ahead = (held - ranked)[:, :, order]
+    slope = np.array([x.slope for x in members])[None, :]
+    index = np.array([x.index for x in members])[None, :]
+    # Per y (axis 0) and member, whether y comes before the member in fill order (its
+    # slope key is less).
+    y_slope_c, y_index_c = y_slope.reshape(-1, 1), y_index.reshape(-1, 1)
+    y_ahead = (y_slope_c < slope) | ((y_slope_c == slope) & (y_index_c < index))
+    passed = (~y_ahead).sum(axis=1)[None, :]
+    """Per y, how many members come before it in fill order."""
+    held = np.concatenate((np.zeros_like(held[:, :, :1]), held), axis=2)
+    y_spare = y_cap - 1
+    y_count = 1 + np.minimum(np.maximum(left - held[rows, role, passed], 0), y_spare)
+    # Axes: family, y, member.
+    pick = (rows * 3 + role).ravel()
+    shape = (m + 1, len(ys), m)
+    before = np.take(ahead.reshape(-1, m), pick, axis=0).reshape(shape)
+    before += np.where(y_ahead[None, :, :], y_spare[:, :, None], 0)
+    room = np.take(spare.reshape(-1, m), pick, axis=0).reshape(shape)
+    counts = 1 + np.minimum(np.maximum(left[:, :, None] - before, 0), room)
+    # The time, summed in the list's order (a member left out adds 0.0: its slope and
+    # latency are 0.0 there).
+    lat = np.array([x.lat for x in members])[None, :]
+    terms = (
+        np.where(present, slope, 0.0)[:, None, :] * counts + np.where(present, lat, 0.0)[:, None, :]
     )
-    acc = np.add.accumulate(np.concatenate((np.zeros_like(terms[:, :1]), terms), axis=1), axis=1)
-    acc = acc[:, -1] + (y_slope * y_count + y_lat)
+    acc = np.zeros(shape[:2])
+    for j in range(m):
+        acc = acc + terms[:, :, j]
+    acc = acc + (y_slope * y_count + y_lat)
     head = np.where(y_is_last, y_head, column_of([x.head if x else 0.0 for x in lasts]))
     time = head + acc
     xfer_kept = column_of(
@@ -451,48 +489,29 @@ def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list
     ]
 
 
-def _is_each(np: Any, chosen: list[_Node | None], members: list[_Node]) -> Any:
-    """Per family (row) and member (column), whether the member is the family's node
-    ``chosen`` (None: none)."""
-    return np.array([[c is x for x in members] for c in chosen], dtype=bool).reshape(
-        len(chosen), len(members)
-    )
-
-
-def _member_column(np: Any, members: list[_Node], figure: str) -> Any:
-    """A member figure along axis 1 of (family, member, y) arrays."""
-    return np.array([getattr(x, figure) for x in members])[None, :, None]
-
-
-def _greedy_fill(
-    np: Any,
+def _family_ends(
     members: list[_Node],
-    caps: Any,
-    present: Any,
-    y_cap: Any,
-    y_slope: Any,
-    y_index: Any,
-    left: Any,
-) -> tuple[Any, Any]:
-    """:func:`_arrange`'s greedy fill per family and y, fastest first: every node keeps
-    one block and takes what the ones before it left, up to its room.  The blocks of each
-    member (family, member, y) and of y (family, y)."""
+) -> tuple[list[_Node | None], list[_Node | None], list[_Node | None]]:
+    """Per family (``members`` less its i-th, for each i; then ``members`` whole): its last
+    stage (least :data:`_END` of those that hold one block beside the head), stage 0
+    beside that last (greatest :data:`_FIRST` of the others that hold one beside the embed)
+    and stage 0 of all.  Keys are unique (they end in the node's index), so each is the
+    best of a list sorted once that is not left out of the family."""
     m = len(members)
-    rank = sorted(range(m), key=lambda j: members[j].slope_key)
-    spare = np.where(present, caps - 1, 0)[:, rank, :]
-    slope = np.array([members[j].slope for j in rank])[:, None]
-    index = np.array([members[j].index for j in rank])[:, None]
-    # Whether y comes before the member of each rank (its slope key is less).
-    y_first = (y_slope < slope) | ((y_slope == slope) & (y_index < index))
-    y_spare = y_cap - 1
-    ahead = np.cumsum(spare, axis=1) - spare
-    before = ahead + np.where(y_first[None, :, :], y_spare[:, None, :], 0)
-    counts = 1 + np.minimum(np.maximum(left[:, :, None] - before, 0), spare)
-    y_before = np.where(y_first[None, :, :], 0, spare).sum(axis=1)
-    y_count = 1 + np.minimum(np.maximum(left - y_before, 0), y_spare)
-    order = np.empty(m, dtype=np.int64)
-    order[rank] = np.arange(m)
-    return counts[:, order, :], y_count
+    lasts_by = sorted((x for x in members if x.cap_last >= 1), key=_END)
+    firsts_by = sorted((x for x in members if x.cap_first >= 1), key=_FIRST, reverse=True)
+
+    def best(ranked: list[_Node], out: _Node | None, out2: _Node | None = None) -> _Node | None:
+        for x in ranked:
+            if x is not out and x is not out2:
+                return x
+        return None
+
+    dropped: list[_Node | None] = [*members, None]
+    lasts = [best(lasts_by, members[i] if i < m else None) for i in range(m + 1)]
+    rest_firsts = [best(firsts_by, x, last) for x, last in zip(dropped, lasts, strict=True)]
+    all_firsts = [best(firsts_by, x) for x in dropped]
+    return lasts, rest_firsts, all_firsts
 
 
 def _to_pipeline(order: list[int], counts: list[int]) -> Pipeline:
@@ -552,22 +571,53 @@ class _Surrogates:
 _surrogates_of = PerModel(_Surrogates)
 
 
+def _one_stage_nodes(cm: CostModel) -> list[int]:
+    """The nodes a one-stage pipeline is tried on: its time depends only on the node's
+    rates, so of nodes alike only the first (the one ``min`` would keep among equal keys)
+    that holds the model."""
+    alike: set[tuple[float, float, float, float]] = set()
+    out = []
+    need = cm.stage_bytes(0, cm.num_blocks, True, True)  # what :meth:`CostModel.fits` compares
+    for d, room in enumerate(cm.usable):
+        if need <= room:
+            key = (cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d])
+            if key not in alike:
+                alike.add(key)
+                out.append(d)
+    return out
+
+
+_single_stages = PerModel(_one_stage_nodes)
+"""Per cost model, :func:`_one_stage_nodes`."""
+
+
+def _no_pipelines(cm: CostModel) -> dict[tuple[int, int], Pipeline | None]:
+    return {}
+
+
+_pipelines = PerModel(_no_pipelines)
+"""Per cost model, :func:`latency_pipeline`'s answer per stage limits."""
+
+
 def latency_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
-    """The pipeline with the least time per token this strategy finds; None if none fits."""
+    """The pipeline with the least time per token this strategy finds; None if none fits.
+    Kept per cost model and stage limits (all the search reads of the problem), a copy
+    each time."""
+    kept = _pipelines(cm)
+    key = (problem.min_stages, problem.max_stages)
+    if key not in kept:
+        kept[key] = pipeline_of_least_latency(cm, *key)
+    found = kept[key]
+    return None if found is None else (list(found[0]), list(found[1]))
+
+
+def pipeline_of_least_latency(cm: CostModel, min_stages: int, max_stages: int) -> Pipeline | None:
+    """:func:`latency_pipeline` itself, for stage limits ``[min_stages, max_stages]``."""
     nb = cm.num_blocks
-    min_n, max_n = max(problem.min_stages, 2), problem.max_stages
+    min_n, max_n = max(min_stages, 2), max_stages
     candidates: list[Pipeline] = []
-    if problem.min_stages <= 1:
-        # One stage: its time depends only on the node's rates, so of nodes alike only
-        # the first (the one ``min`` would keep among equal keys) is a candidate.
-        alike: set[tuple[float, float, float, float]] = set()
-        need = cm.stage_bytes(0, nb, True, True)  # what :meth:`CostModel.fits` compares
-        for d, room in enumerate(cm.usable):
-            if need <= room:
-                key = (cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d])
-                if key not in alike:
-                    alike.add(key)
-                    candidates.append(([d], [0, nb]))
+    if min_stages <= 1:
+        candidates += [([d], [0, nb]) for d in _single_stages(cm)]
     if max_n >= 2:
         shared = _surrogates_of(cm)
         nodes, rankings = shared.nodes, shared.rankings
@@ -604,7 +654,7 @@ def latency_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
                     if tuple(o) in tried:
                         continue  # the same split again: the first of equal candidates wins
                     tried.add(tuple(o))
-                    split = latency_split(cm, o)
+                    split = kept_split(cm, o)
                     if split is not None and min_n <= len(split[0]) <= max_n:
                         candidates.append(split)
     candidates = [c for c in candidates if cm.fits_pipeline(*c)]
@@ -650,6 +700,25 @@ def latency_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
         q -= 1
     stages.reverse()
     return [d for d, _ in stages], [lo for _, lo in stages] + [nb]
+
+
+def _no_splits(cm: CostModel) -> dict[tuple[int, ...], Pipeline | None]:
+    return {}
+
+
+_splits = PerModel(_no_splits)
+"""Per cost model, :func:`latency_split` of each order split so far."""
+
+
+def kept_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
+    """:func:`latency_split`, kept per cost model and order (the stage counts that step at
+    one microbatch plan on one model, and often choose the same nodes): a copy each time."""
+    kept = _splits(cm)
+    key = tuple(order)
+    if key not in kept:
+        kept[key] = latency_split(cm, order)
+    found = kept[key]
+    return None if found is None else (list(found[0]), list(found[1]))
 
 
 def _table_key(cm: CostModel, d: int) -> tuple[float | int, ...]:
@@ -772,15 +841,19 @@ def _improve(
         # then each outside node added.
         drops = [scorer.time(members[:i] + members[i + 1 :]) for i in range(len(members))]
         swaps = scorer.swaps(members, outside)
+        below = improved[0] - 1e-15
+        """A trial improves on the best so far when its time is below this."""
         for i, row in enumerate(swaps):
             rest = members[:i] + members[i + 1 :] if i < len(members) else members
             if i < len(members):
                 got = drops[i]
-                if got is not None and got < improved[0] - 1e-15:
+                if got is not None and got < below:
                     improved = (got, rest)
+                    below = got - 1e-15
             for y, got in zip(outside, row, strict=True):
-                if got is not None and got < improved[0] - 1e-15:
+                if got is not None and got < below:
                     improved = (got, [*rest, y])
+                    below = got - 1e-15
         if improved is best:
             return best
         best = improved
@@ -788,5 +861,5 @@ def _improve(
 
 
 def _latency_key(cm: CostModel, c: Pipeline) -> tuple[float, float, int]:
-    ev = cm.evaluate_here(*c)
+    ev = evaluated_here(cm, *c)
     return (ev.time_per_token_s, ev.bottleneck_s, len(c[0]))

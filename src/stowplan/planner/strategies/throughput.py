@@ -44,17 +44,21 @@ from stowplan.planner.strategies.capacity_arrays import (
     first_seen_groups,
     numpy_module,
 )
+from stowplan.planner.strategies.evaluated import evaluated_here
 from stowplan.planner.strategies.interior import Interior
 from stowplan.planner.strategies.memo import PerModel
 from stowplan.planner.strategies.split_tables import split_tables
 
 __all__ = [
     "Pipeline",
+    "fastest_single",
     "greedy_split",
+    "kept_bottleneck_split",
     "min_bottleneck_split",
     "proves_optimal",
     "relaxed_bottleneck",
     "role_capacity",
+    "search_throughput",
     "throughput_pipeline",
     "throughput_search",
 ]
@@ -223,7 +227,7 @@ def min_bottleneck_split(
     best = greedy_split(cm, order, hi, min_stages)
     if best is None:
         return None
-    hi = cm.evaluate_here(*best).bottleneck_s
+    hi = evaluated_here(cm, *best).bottleneck_s
     lo = 0.0
     suffix = _suffix_least(cm, order)
     for _ in range(_ITERATIONS):
@@ -237,8 +241,32 @@ def min_bottleneck_split(
             lo = later
         else:
             best = found
-            hi = cm.evaluate_here(*found).bottleneck_s
+            hi = evaluated_here(cm, *found).bottleneck_s
     return greedy_split(cm, order, hi, min_stages) or best
+
+
+def _no_splits(
+    cm: CostModel,
+) -> dict[tuple[tuple[int, ...], int, float | None], Pipeline | None]:
+    return {}
+
+
+_splits = PerModel(_no_splits)
+"""Per cost model, :func:`min_bottleneck_split` of each order, stage floor and bound."""
+
+
+def kept_bottleneck_split(
+    cm: CostModel, order: Sequence[int], min_stages: int = 1, upper: float | None = None
+) -> Pipeline | None:
+    """:func:`min_bottleneck_split`, kept per cost model, order, ``min_stages`` and
+    ``upper`` (the stage counts that step at one microbatch search one model, and often
+    split the same orders under the same bound): a copy each time."""
+    kept = _splits(cm)
+    key = (tuple(order), min_stages, upper)
+    if key not in kept:
+        kept[key] = min_bottleneck_split(cm, order, min_stages, upper)
+    found = kept[key]
+    return None if found is None else (list(found[0]), list(found[1]))
 
 
 def role_capacity(cm: CostModel, d: int, t_max: float, first: bool, last: bool) -> int:
@@ -823,10 +851,9 @@ def relaxed_bottleneck(problem: Problem, cm: CostModel, floor: float = 0.0) -> f
         return None
     single = math.inf
     if problem.min_stages <= 1:
-        need = cm.stage_bytes(0, nb, True, True)  # what :meth:`CostModel.fits` compares
-        for d in range(n):
-            if need <= cm.usable[d]:
-                single = min(single, cm.stage_time(d, 0, nb, True, True))
+        # The least time of a node holding the whole model: the fastest such node's.
+        for d in _fastest_single(cm):
+            single = cm.stage_time(d, 0, nb, True, True)
     if problem.max_stages < 2 or n < 2:
         return max(floor, single)
     max_stages = problem.max_stages
@@ -875,18 +902,32 @@ class _Tables:
 _tables = PerModel(_Tables)
 
 
+def _no_searches(cm: CostModel) -> dict[tuple[int, int], tuple[Pipeline | None, bool]]:
+    return {}
+
+
+_searches = PerModel(_no_searches)
+"""Per cost model, :func:`throughput_search`'s answer per stage limits."""
+
+
 def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None, bool]:
-    """The best pipeline this strategy finds, and whether it is proven optimal."""
+    """The best pipeline this strategy finds, and whether it is proven optimal: kept per
+    cost model and stage limits (all the search reads of the problem), a copy each time."""
+    kept = _searches(cm)
+    key = (problem.min_stages, problem.max_stages)
+    if key not in kept:
+        kept[key] = search_throughput(cm, *key)
+    found, proven = kept[key]
+    return (None if found is None else (list(found[0]), list(found[1]))), proven
+
+
+def search_throughput(cm: CostModel, min_n: int, max_n: int) -> tuple[Pipeline | None, bool]:
+    """:func:`throughput_search` itself, for stage limits ``[min_n, max_n]``."""
     nodes = list(range(len(cm.nodes)))
-    min_n, max_n = problem.min_stages, problem.max_stages
     candidates: list[Pipeline] = []
     # One stage: the fastest single node that holds everything.
     if min_n <= 1:
-        need = cm.stage_bytes(0, cm.num_blocks, True, True)  # what :meth:`CostModel.fits` compares
-        singles = [d for d in nodes if need <= cm.usable[d]]
-        if singles:
-            d = min(singles, key=lambda d: (cm.stage_time(d, 0, cm.num_blocks, True, True), d))
-            candidates.append(([d], [0, cm.num_blocks]))
+        candidates += [([d], [0, cm.num_blocks]) for d in _fastest_single(cm)]
     times: _RoleTimes | None = None
     if max_n >= 2 and len(nodes) >= 2:
         # The least bottleneck the capacity test admits chooses the nodes and the ends.
@@ -897,7 +938,7 @@ def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None,
             t, order = found
             split = greedy_split(cm, order, t * (1 + 1e-9), min_n)
             if split is None or not cm.uniform:
-                split = min_bottleneck_split(cm, order, min_n) or split
+                split = kept_bottleneck_split(cm, order, min_n) or split
             if split is not None:
                 candidates.append(split)
             if not cm.uniform:
@@ -916,13 +957,13 @@ def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None,
                         seen.append(o)
                         upper = min(
                             (
-                                cm.evaluate_here(*c).bottleneck_s
+                                evaluated_here(cm, *c).bottleneck_s
                                 for c in candidates
                                 if min_n <= len(c[0]) <= max_n
                             ),
                             default=None,
                         )
-                        split = min_bottleneck_split(cm, o, min_n, upper)
+                        split = kept_bottleneck_split(cm, o, min_n, upper)
                         if split is not None:
                             candidates.append(split)
     candidates = [c for c in candidates if min_n <= len(c[0]) <= max_n]
@@ -932,11 +973,33 @@ def throughput_search(problem: Problem, cm: CostModel) -> tuple[Pipeline | None,
     proven = (
         times is not None
         and max_n >= 2
-        and proves_optimal(cm, times, cm.evaluate_here(*best).bottleneck_s, max_n)
+        and proves_optimal(cm, times, evaluated_here(cm, *best).bottleneck_s, max_n)
     )
     if max_n < 2:
         proven = True  # the fastest single node is the only kind of pipeline
     return best, proven
+
+
+def fastest_single(cm: CostModel, per_class: bool = True) -> list[int]:
+    """The fastest node that holds the whole model as one stage (least index among equal
+    times; empty: none holds it).  ``per_class``: each stage class's time computed once, on
+    its first node that holds it (the time depends on the class's figures only)."""
+    nb = cm.num_blocks
+    need = cm.stage_bytes(0, nb, True, True)  # what :meth:`CostModel.fits` compares
+    singles = [d for d, room in enumerate(cm.usable) if need <= room]
+    if per_class:
+        firsts: dict[int, int] = {}
+        node_class = cm.stage_class
+        for d in singles:
+            firsts.setdefault(node_class[d], d)
+        singles = list(firsts.values())
+    if not singles:
+        return []
+    return [min(singles, key=lambda d: (cm.stage_time(d, 0, nb, True, True), d))]
+
+
+_fastest_single = PerModel(fastest_single)
+"""Per cost model, :func:`fastest_single` (a list: empty is kept too)."""
 
 
 def _alike(cm: CostModel, a: Sequence[int], b: Sequence[int]) -> bool:
@@ -975,5 +1038,5 @@ def throughput_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
 
 
 def _throughput_key(cm: CostModel, c: Pipeline) -> tuple[float, float, int]:
-    ev = cm.evaluate_here(*c)
+    ev = evaluated_here(cm, *c)
     return (ev.bottleneck_s, ev.time_per_token_s, len(c[0]))

@@ -1,0 +1,168 @@
+"""The searches' shortcuts give what the plain paths give: the fastest single node found
+once per stage class, and the swaps timed on arrays."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from stowplan import Constraints, lookup
+from stowplan.planner.problem import prepare
+from stowplan.planner.strategies import latency, throughput
+from stowplan.planner.strategies.evaluated import evaluated, evaluated_here
+from stowplan.planner.strategies.throughput import fastest_single
+from tests.common.identical_nodes import fleet_with_copies
+
+_GPUS = (("RTX 4090", 24), ("L4", 24), ("A100 80GB SXM4", 80), ("MI300X", 192), ("RTX 3060", 12))
+
+
+@pytest.mark.parametrize(
+    ("seed", "n", "model", "batch"),
+    [
+        (1, 40, "llama3.1:8b", 1),
+        (2, 200, "llama3.1:8b", 16),
+        (3, 300, "llama3.1:70b", 4),
+        (4, 90, "llama3.1:8b", 8),
+    ],
+)
+def test_fastest_single_node_by_classes_is_the_node_by_node_one(
+    seed: int, n: int, model: str, batch: int
+) -> None:
+    nodes = fleet_with_copies(seed, n, 0.6, gpus=_GPUS)
+    cm = prepare(lookup(model), nodes, Constraints(batch=batch)).cost_model()
+    found = 0
+    for u in sorted({1, (batch + 1) // 2, batch}):
+        view = cm.at_microbatch(u)
+        expected = fastest_single(view, per_class=False)
+        assert fastest_single(view) == expected
+        nb = view.num_blocks
+        need = view.stage_bytes(0, nb, True, True)
+        times = [
+            view.stage_time(d, 0, nb, True, True)
+            for d, room in enumerate(view.usable)
+            if need <= room
+        ]
+        assert [view.stage_time(d, 0, nb, True, True) for d in expected] == [min(times)] * bool(
+            times
+        )
+        found += bool(expected)
+    assert found or model == "llama3.1:70b"
+
+
+def _nodes(rng: random.Random, n: int) -> list[latency._Node]:
+    """Surrogate nodes of few distinct figures (ties in every key), some that cannot take
+    a role at all."""
+    slopes = [rng.uniform(1e-4, 1e-3) for _ in range(3)]
+    heads = [rng.uniform(0, 1e-3) for _ in range(3)]
+    xfers = [rng.uniform(0, 1e-3) for _ in range(3)]
+    lats = [rng.uniform(0, 1e-3) for _ in range(4)]
+    return [
+        latency._Node(
+            i,
+            rng.choice(slopes),
+            rng.choice(heads),
+            rng.choice(xfers),
+            rng.choice(lats),
+            (rng.choice((0, 1, 2, 5, 9)), rng.choice((0, 1, 4, 8)), rng.choice((0, 1, 3, 7))),
+        )
+        for i in rng.sample(range(4 * n), n)
+    ]
+
+
+def test_swaps_of_long_member_lists_timed_on_arrays_are_the_arranged_times() -> None:
+    rng = random.Random(11)
+    checked = timed = 0
+    for _ in range(60):
+        nodes = _nodes(rng, rng.randrange(14, 70))
+        k = rng.randrange(10, len(nodes) - 2)
+        members, ys = nodes[:k], nodes[k:]
+        nb = rng.randrange(k + 1, 4 * k + 10)
+        got = latency._swap_times(members, ys, nb)
+        families = [members[:i] + members[i + 1 :] for i in range(k)] + [members]
+        assert len(got) == len(families)
+        for rest, row in zip(families, got, strict=True):
+            assert len(row) == len(ys)
+            for y, t in zip(ys, row, strict=True):
+                expected = latency._arrange([*rest, y], nb)
+                assert t == (None if expected is None else expected[0])
+                checked += 1
+                timed += t is not None
+    assert 0 < timed < checked
+
+
+def test_kept_evaluations_are_the_cost_models() -> None:
+    nodes = fleet_with_copies(7, 30, 0.5, gpus=_GPUS)
+    cm = prepare(lookup("llama3.1:8b"), nodes, Constraints(batch=8)).cost_model()
+    nb = cm.num_blocks
+    rng = random.Random(3)
+    for _ in range(3):  # each pipeline asked again: the kept evaluation must still be its own
+        for stages in (2, 3, 5):
+            for view in (cm, cm.for_stages(stages)):
+                order = random.Random(stages).sample(range(len(nodes)), stages)
+                for _ in range(4):
+                    cuts = sorted(rng.sample(range(1, nb), stages - 1))
+                    bounds = [0, *cuts, nb]
+                    assert evaluated(view, order, bounds) == view.evaluate(order, bounds)
+                    assert evaluated_here(view, order, bounds) == view.evaluate_here(order, bounds)
+
+
+def test_kept_splits_are_the_splits_and_copies() -> None:
+    nodes = fleet_with_copies(9, 40, 0.3, gpus=_GPUS)
+    cm = prepare(lookup("llama3.1:70b"), nodes, Constraints(batch=4)).cost_model()
+    rng = random.Random(2)
+    orders = [rng.sample(range(len(nodes)), rng.randrange(2, 12)) for _ in range(6)]
+    orders += [o[::-1] for o in orders]  # one node set in two orders: two splits
+    for _ in range(2):  # asked again: the kept split
+        for order in orders:
+            expected = latency.latency_split(cm, order)
+            got = latency.kept_split(cm, order)
+            assert got == expected
+            if got is not None:
+                got[0].append(-1)  # a caller's change reaches no later answer
+                got[1].append(-1)
+    assert any(latency.latency_split(cm, o) is not None for o in orders)
+
+
+def test_kept_bottleneck_splits_are_the_splits_and_copies() -> None:
+    nodes = fleet_with_copies(10, 40, 0.3, gpus=_GPUS)
+    cm = prepare(lookup("llama3.1:70b"), nodes, Constraints(batch=4)).cost_model()
+    rng = random.Random(4)
+    orders = [rng.sample(range(len(nodes)), rng.randrange(2, 14)) for _ in range(5)]
+    orders += [o[::-1] for o in orders]  # one node set in two orders: two splits
+    found = 0
+    for _ in range(2):  # asked again: the kept split
+        for order in orders:
+            for min_stages, upper in ((1, None), (3, None), (1, 1e-9), (1, 0.05), (2, 1.0)):
+                expected = throughput.min_bottleneck_split(cm, order, min_stages, upper)
+                got = throughput.kept_bottleneck_split(cm, order, min_stages, upper)
+                assert got == expected
+                if got is not None:
+                    found += 1
+                    got[0].append(-1)  # a caller's change reaches no later answer
+                    got[1].append(-1)
+    assert found
+
+
+def test_kept_searches_are_the_searches_and_copies() -> None:
+    nodes = fleet_with_copies(12, 40, 0.3, gpus=_GPUS)
+    problem = prepare(lookup("llama3.1:70b"), nodes, Constraints(batch=4))
+    cm = problem.cost_model()
+    found = 0
+    for _ in range(2):  # asked again: the kept answer
+        for lo, hi in ((1, 40), (2, 6), (3, 3), (1, 1), (5, 12)):
+            sub = replace(problem, min_stages=lo, max_stages=hi)
+            for view in (cm, cm.for_stages(hi)):
+                expected = throughput.search_throughput(view, lo, hi)
+                got = throughput.throughput_search(sub, view)
+                assert got == expected
+                plain = latency.pipeline_of_least_latency(view, lo, hi)
+                kept = latency.latency_pipeline(sub, view)
+                assert kept == plain
+                for p in (got[0], kept):
+                    if p is not None:
+                        found += 1
+                        p[0].append(-1)  # a caller's change reaches no later answer
+                        p[1].append(-1)
+    assert found
