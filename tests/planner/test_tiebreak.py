@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from stowplan import Constraints, ModelLayout, NodeDescriptor, Strategy, load_nodes, plan
 from stowplan.calibration import resolve_calibration
 from stowplan.cli import main
-from stowplan.cost import CostModel
+from stowplan.cost import CostModel, microbatches
 from stowplan.models import resolve_model
 from stowplan.planner.tiebreak import (
     TOLERANCE,
@@ -211,3 +211,81 @@ def test_the_cli_gives_the_library_plan_for_the_405b(capsys: pytest.CaptureFixtu
             lib.rationale.prediction.kv_capacity_tokens
         )
         assert [tuple(a["block_range"]) for a in doc["assignments"]] == [(0, 63), (63, 126)]
+
+
+def _reference_rebalance(cm: CostModel, p, limit: float):
+    """The rule of :func:`rebalance` as its docstring states it, scored in full each time:
+    every round, of the moves of one boundary by one block that fit and keep the cycle
+    within ``limit``, the first of best (least room, -largest share, rooms sorted,
+    -shares sorted) when it beats the current split."""
+    order, bounds = list(p[0]), list(p[1])
+    n = len(order)
+    if n < 2:
+        return p
+    m, b = microbatches(cm.batch, n)
+    view = cm.at_microbatch(b)
+    hops = view.evaluate_here(order, bounds).hops_s
+
+    def figures(bs: list[int]):
+        times, rooms, shares = [], [], []
+        for s in range(n):
+            lo, hi, first, last = bs[s], bs[s + 1], s == 0, s == n - 1
+            d = order[s]
+            times.append(view.stage_time(d, lo, hi, first, last, None if last else order[s + 1]))
+            used = cm.stage_bytes(lo, hi, first, last)
+            per_token = cm.kv_token_prefix[hi] - cm.kv_token_prefix[lo]
+            held = cm.kv_held_prefix[hi] - cm.kv_held_prefix[lo]
+            rooms.append(
+                math.inf
+                if not cm.has_kv_figure or per_token == 0
+                else float(max(cm.usable[d] - (used - held), 0) // per_token)
+            )
+            shares.append(used / cm.usable[d] if cm.usable[d] > 0 else math.inf)
+        score = (min(rooms), -max(shares), tuple(sorted(rooms)), tuple(sorted(-x for x in shares)))
+        return times, score
+
+    _, current = figures(bounds)
+    while True:
+        best = None
+        for i in range(1, n):
+            for step in (-1, 1):
+                cut = bounds[i] + step
+                if not bounds[i - 1] < cut < bounds[i + 1]:
+                    continue
+                moved = [*bounds[:i], cut, *bounds[i + 1 :]]
+                a, c = i - 1, i
+                if not (
+                    cm.fits(order[a], moved[a], moved[a + 1], a == 0, a == n - 1)
+                    and cm.fits(order[c], moved[c], moved[c + 1], c == 0, c == n - 1)
+                ):
+                    continue
+                times, score = figures(moved)
+                if max(sum(times) + hops, m * max(times)) > limit:
+                    continue
+                if score > (current if best is None else best[0]):
+                    best = (score, moved)
+        if best is None:
+            break
+        current, bounds = best
+    return (order, bounds) if bounds != list(p[1]) else p
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    vram=st.lists(st.sampled_from([24, 32, 40, 48, 80]), min_size=2, max_size=5),
+    batch=st.sampled_from([1, 3, 8]),
+    cuts=st.lists(st.integers(1, 23), min_size=4, max_size=4, unique=True),
+    slack=st.sampled_from([TOLERANCE, 0.02, 0.2]),
+)
+def test_rebalance_takes_the_moves_its_rule_scores_in_full(vram, batch, cuts, slack) -> None:
+    """The figures kept per block range and the scores compared head first give the moves
+    the rule gives when every score is worked out in full."""
+    nodes = [replace(n, vram_bytes=v * 10**9) for n, v in zip(_nodes(len(vram)), vram, strict=True)]
+    cm = CostModel(UNIFORM, nodes, Constraints(batch=batch, context_tokens=4096))
+    stages = len(vram)
+    bounds = [0, *sorted(cuts)[: stages - 1], UNIFORM.num_blocks]
+    p = (list(range(stages)), bounds)
+    if not cm.fits_pipeline(*p):
+        return
+    limit = cm.evaluate(*p).cycle_s * (1 + slack)
+    assert rebalance(cm, p, limit) == _reference_rebalance(cm, p, limit)

@@ -51,10 +51,6 @@ needs at most about n · B; the cap bounds the work on extreme inputs)."""
 _NO_KV = -1
 """KV room of a plan whose layout has no KV figure: every such plan ranks alike."""
 
-_Score = tuple[float, float, tuple[float, ...], tuple[float, ...]]
-"""What :func:`rebalance` raises: the tightest stage's KV room, minus the fullest stage's
-share of its VRAM, every room from the tightest up, every share from the fullest down."""
-
 TieKey = tuple[int, float, int, float, tuple[float | int, ...]]
 """(outside the margin, cycle outside it, −KV room, fullest stage's fraction, the rest)."""
 
@@ -145,66 +141,95 @@ def rebalance(cm: CostModel, p: Pipeline, limit: float) -> Pipeline:
     hops = evaluated_here(view, order, start).hops_s
     kv = cm.has_kv_figure
 
-    def stage_time(s: int, lo: int, hi: int) -> float:
-        nxt = order[s + 1] if s < n - 1 else None
-        return view.stage_time(order[s], lo, hi, s == 0, s == n - 1, nxt)
+    # Each stage's figures by its block range, computed once: a move changes two stages,
+    # and the other boundaries' moves meet the same ranges again next round.
+    figures: dict[tuple[int, int, int], tuple[bool, float, float, float]] = {}
 
-    def room(s: int, lo: int, hi: int) -> float:
-        per_token = cm.kv_token_prefix[hi] - cm.kv_token_prefix[lo]
-        if not kv or per_token == 0:
-            return math.inf
-        held = cm.kv_held_prefix[hi] - cm.kv_held_prefix[lo]
-        weights = cm.stage_bytes(lo, hi, s == 0, s == n - 1) - held
-        return float(max(cm.usable[order[s]] - weights, 0) // per_token)
+    def figure(s: int, lo: int, hi: int) -> tuple[bool, float, float, float]:
+        """(fits, stage time, KV room, share of VRAM) of stage ``s`` on blocks [lo, hi)."""
+        key = (s, lo, hi)
+        got = figures.get(key)
+        if got is None:
+            d, first, last = order[s], s == 0, s == n - 1
+            nxt = order[s + 1] if not last else None
+            used = cm.stage_bytes(lo, hi, first, last)
+            usable = cm.usable[d]
+            per_token = cm.kv_token_prefix[hi] - cm.kv_token_prefix[lo]
+            if not kv or per_token == 0:
+                room = math.inf
+            else:
+                held = cm.kv_held_prefix[hi] - cm.kv_held_prefix[lo]
+                room = float(max(usable - (used - held), 0) // per_token)
+            got = (
+                cm.fits(d, lo, hi, first, last),
+                view.stage_time(d, lo, hi, first, last, nxt),
+                room,
+                used / usable if usable > 0 else math.inf,
+            )
+            figures[key] = got
+        return got
 
-    def share(s: int, lo: int, hi: int) -> float:
-        usable = cm.usable[order[s]]
-        used = cm.stage_bytes(lo, hi, s == 0, s == n - 1)
-        return used / usable if usable > 0 else math.inf
-
-    def score(rooms: list[float], shares: list[float]) -> _Score:
-        return (
-            min(rooms),
-            -max(shares),
-            tuple(sorted(rooms)),
-            tuple(sorted(-x for x in shares)),
-        )
+    def full(rooms: list[float], shares: list[float]) -> tuple[tuple[float, ...], ...]:
+        """The score's tail: every room from the tightest up, every share from the
+        fullest down."""
+        return tuple(sorted(rooms)), tuple(sorted(-x for x in shares))
 
     bounds = start
-    times = [stage_time(s, bounds[s], bounds[s + 1]) for s in range(n)]
-    rooms = [room(s, bounds[s], bounds[s + 1]) for s in range(n)]
-    shares = [share(s, bounds[s], bounds[s + 1]) for s in range(n)]
-    current = score(rooms, shares)
+    times: list[float] = []
+    rooms: list[float] = []
+    shares: list[float] = []
+    for s in range(n):
+        _, t_s, r_s, f_s = figure(s, bounds[s], bounds[s + 1])
+        times.append(t_s)
+        rooms.append(r_s)
+        shares.append(f_s)
+    # The score a move raises is (least room, minus the largest share, then ``full``),
+    # compared as one tuple; its tail is only worked out where the heads tie.
+    head = (min(rooms), -max(shares))
+    tail: tuple[tuple[float, ...], ...] | None = None
     for _ in range(_REBALANCE_ROUNDS):
-        best_move: tuple[_Score, int, int, list[float], list[float], list[float]]
-        best_move = (current, -1, 0, times, rooms, shares)
+        best: tuple[int, int, list[float], list[float], list[float]] | None = None
+        best_head, best_tail = head, tail
+        best_rooms, best_shares = rooms, shares
         for i in range(1, n):
             for step in (-1, 1):
                 cut = bounds[i] + step
                 if not bounds[i - 1] < cut < bounds[i + 1]:
                     continue
                 a, c = i - 1, i
-                if not (
-                    cm.fits(order[a], bounds[a], cut, a == 0, a == n - 1)
-                    and cm.fits(order[c], cut, bounds[c + 1], c == 0, c == n - 1)
-                ):
+                fa, ta, ra, sa = figure(a, bounds[a], cut)
+                if not fa:
+                    continue
+                fc, tc, rc, sc = figure(c, cut, bounds[c + 1])
+                if not fc:
                     continue
                 t = times.copy()
-                t[a], t[c] = stage_time(a, bounds[a], cut), stage_time(c, cut, bounds[c + 1])
+                t[a], t[c] = ta, tc
                 if max(sum(t) + hops, m * max(t)) > limit:
                     continue
                 r = rooms.copy()
-                r[a], r[c] = room(a, bounds[a], cut), room(c, cut, bounds[c + 1])
+                r[a], r[c] = ra, rc
                 f = shares.copy()
-                f[a], f[c] = share(a, bounds[a], cut), share(c, cut, bounds[c + 1])
-                got = score(r, f)
-                if got > best_move[0]:
-                    best_move = (got, i, cut, t, r, f)
-        got, i, cut, t, r, f = best_move
-        if i < 0:
+                f[a], f[c] = sa, sc
+                got = (min(r), -max(f))
+                if got < best_head:
+                    continue
+                if got == best_head:
+                    if best_tail is None:
+                        best_tail = full(best_rooms, best_shares)
+                    got_tail = full(r, f)
+                    if not got_tail > best_tail:
+                        continue
+                    best_tail = got_tail
+                else:
+                    best_tail = None
+                best_head, best_rooms, best_shares = got, r, f
+                best = (i, cut, t, r, f)
+        if best is None:
             break
+        i, cut, times, rooms, shares = best
         bounds = [*bounds[:i], cut, *bounds[i + 1 :]]
-        current, times, rooms, shares = got, t, r, f
+        head, tail = best_head, best_tail
     if bounds == start:
         return p
     return order, bounds

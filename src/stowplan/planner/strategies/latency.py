@@ -472,9 +472,8 @@ def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list
     terms = (
         np.where(present, slope, 0.0)[:, None, :] * counts + np.where(present, lat, 0.0)[:, None, :]
     )
-    acc = np.zeros(shape[:2])
-    for j in range(m):
-        acc = acc + terms[:, :, j]
+    # Added member by member, in order (an accumulation adds one term at a time).
+    acc = np.add.accumulate(terms, axis=2)[:, :, -1] if m else np.zeros(shape[:2])
     acc = acc + (y_slope * y_count + y_lat)
     head = np.where(y_is_last, y_head, column_of([x.head if x else 0.0 for x in lasts]))
     time = head + acc
