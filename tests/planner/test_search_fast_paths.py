@@ -166,3 +166,30 @@ def test_kept_searches_are_the_searches_and_copies() -> None:
                         p[0].append(-1)  # a caller's change reaches no later answer
                         p[1].append(-1)
     assert found
+
+
+@pytest.mark.parametrize(
+    ("seed", "n", "model", "batch"),
+    [(13, 40, "llama3.1:70b", 4), (14, 160, "llama3.1:70b", 16), (15, 90, "llama3.1:405b-q4_0", 1)],
+)
+def test_a_search_no_ceiling_held_back_answers_for_higher_ceilings(
+    seed: int, n: int, model: str, batch: int
+) -> None:
+    """The latency search's answer under a stage ceiling it never reached stands for every
+    higher ceiling (and lower ones down to the most nodes it asked about): each is what a
+    search of its own gives."""
+    # Small GPUs: the ceilings bind (405b-q4_0 fits on no three of them).
+    small = (("RTX 3060", 12), ("RTX 4090", 24), ("L4", 24), ("A100 80GB SXM4", 80))
+    nodes = fleet_with_copies(seed, n, 0.4, gpus=small)
+    problem = prepare(lookup(model), nodes, Constraints(batch=batch))
+    cm = problem.cost_model()
+    for lo in (1, 2, 5):
+        for hi in (3, 6, 8, 12, 24, 48, n, 4):
+            if hi < lo:
+                continue
+            sub = replace(problem, min_stages=lo, max_stages=hi)
+            assert latency.latency_pipeline(sub, cm) == latency.pipeline_of_least_latency(
+                cm, lo, hi
+            )
+    reused = latency._reached(cm)
+    assert any(reused.values())

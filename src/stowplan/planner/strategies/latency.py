@@ -261,6 +261,8 @@ class _Scorer:
         self.seen: dict[int, tuple[float, Sequence[_Node], _Node | None] | None] = {}
         """Per node set (the sum of its nodes' bits): its time and the list it was scored as
         (a list, and a node after it or None)."""
+        self.asked = 0
+        """The most nodes of a set this search asked the time of."""
 
     def _timed(self, members: Sequence[_Node]) -> float | None:
         ordered = tuple(x.index for x in members)
@@ -282,6 +284,7 @@ class _Scorer:
         stage limits)."""
         key = _set_of(members)
         seen = self.seen
+        self.asked = max(self.asked, len(members))
         if key not in seen:
             got = None
             if self.min_n <= len(members) <= self.max_n:
@@ -307,6 +310,8 @@ class _Scorer:
         that order."""
         m = len(members)
         families = [members[:i] + members[i + 1 :] for i in range(m)] + [members]
+        if ys:
+            self.asked = max(self.asked, m + 1)
         if not (self.shared.batched and (m + 1) * len(ys) >= _BATCH):
             out: list[list[float | None]] = []
             for rest in families:
@@ -605,14 +610,44 @@ def latency_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
     kept = _pipelines(cm)
     key = (problem.min_stages, problem.max_stages)
     if key not in kept:
-        kept[key] = pipeline_of_least_latency(cm, *key)
+        # A search whose node sets all stayed within a stage count runs alike under any
+        # limit from that count up: its answer stands for them.
+        reached = _reached(cm).setdefault(problem.min_stages, [])
+        for reach, answer in reached:
+            if reach <= problem.max_stages:
+                kept[key] = answer
+                break
+        else:
+            answer, got = _least_latency(cm, *key)
+            kept[key] = answer
+            if got is not None:
+                reached.append((got, answer))
     found = kept[key]
     return None if found is None else (list(found[0]), list(found[1]))
 
 
+def _nothing_reached(cm: CostModel) -> dict[int, list[tuple[int, Pipeline | None]]]:
+    return {}
+
+
+_reached = PerModel(_nothing_reached)
+"""Per cost model and least stage count, the answers of the searches that no stage
+ceiling held back, with the most nodes they asked the time of."""
+
+
 def pipeline_of_least_latency(cm: CostModel, min_stages: int, max_stages: int) -> Pipeline | None:
     """:func:`latency_pipeline` itself, for stage limits ``[min_stages, max_stages]``."""
+    return _least_latency(cm, min_stages, max_stages)[0]
+
+
+def _least_latency(
+    cm: CostModel, min_stages: int, max_stages: int
+) -> tuple[Pipeline | None, int | None]:
+    """:func:`pipeline_of_least_latency`, and the most nodes of a set it asked about when
+    ``max_stages`` held nothing back (every such count up to ``max_stages`` searches
+    alike), None when it did."""
     nb = cm.num_blocks
+    held_back = max_stages < 2
     min_n, max_n = max(min_stages, 2), max_stages
     candidates: list[Pipeline] = []
     if min_stages <= 1:
@@ -636,6 +671,9 @@ def pipeline_of_least_latency(cm: CostModel, min_stages: int, max_stages: int) -
                     if got is not None and (best is None or got < best[0]):
                         best = (got, list(members))
                 break
+            else:
+                # The ranking ran out at the ceiling: a higher one would read further.
+                held_back = held_back or len(ranking) > max_n
         if best is not None:
             pool_ids = {x.index for r in rankings for x in r[:_POOL_PER_KEY]}
             pool = [nodes[i] for i in sorted(pool_ids)]
@@ -656,10 +694,13 @@ def pipeline_of_least_latency(cm: CostModel, min_stages: int, max_stages: int) -
                     split = kept_split(cm, o)
                     if split is not None and min_n <= len(split[0]) <= max_n:
                         candidates.append(split)
+        held_back = held_back or scorer.asked > max_n
+        reach = scorer.asked
+    else:
+        reach = 1
     candidates = [c for c in candidates if cm.fits_pipeline(*c)]
-    if not candidates:
-        return None
-    return min(candidates, key=lambda c: _latency_key(cm, c))
+    found = min(candidates, key=lambda c: _latency_key(cm, c)) if candidates else None
+    return found, None if held_back else reach
 
 
 def latency_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
