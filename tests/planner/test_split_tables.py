@@ -88,3 +88,26 @@ def test_rows_on_arrays_are_the_rows_in_python(
                 assert row == plain.row(d, lo, first)
                 long += row is not None and len(row) >= split_tables.ROW_ARRAY
     assert long  # some rows took the array path
+
+
+@pytest.mark.parametrize(("seed", "model"), [(9, "llama3.1:70b"), (10, "deepseek-v3")])
+def test_a_reach_asked_once_is_bisected_and_the_second_ask_builds_the_row(
+    seed: int, model: str
+) -> None:
+    rng = random.Random(seed)
+    cm = prepare(lookup(model), _fleet(seed, 32), Constraints(batch=4)).cost_model()
+    tables = SplitTables(cm)
+    nb = cm.num_blocks
+    for d in rng.sample(range(len(cm.nodes)), 6):
+        for lo in rng.sample(range(nb), 6):
+            first = rng.random() < 0.5
+            t_row = SplitTables(cm).row(d, lo, first)
+            assert t_row  # a fleet of GPUs that each hold a block
+            key = (cm.stage_class[d], lo, first)  # nodes of one class share it
+            for _ in range(3):
+                asked_before = key in tables._asked
+                t = rng.choice([*t_row, rng.uniform(0.0, 2 * t_row[-1])])
+                hi = reach(cm, d, lo, t, first)
+                assert tables.reach(cm, d, lo, t, first) == (hi, next_reach(cm, d, lo, hi, first))
+                assert (key in tables._rows) == asked_before
+                assert key in tables._asked

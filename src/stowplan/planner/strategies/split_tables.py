@@ -121,6 +121,8 @@ class SplitTables:
         """Whether a stage's memory grows with its blocks (it does: no block frees memory),
         so that the blocks that fit a node from ``lo`` are a run."""
         self._rows: dict[_Key, list[float] | None] = {}
+        self._asked: set[_Key] = set()
+        """Rows :meth:`reach` was asked about before they were built."""
         self._ends: dict[_Key, float | None] = {}
         np = numpy_module()
         # Every prefix and difference exact as a float, as Python's arithmetic makes them.
@@ -179,9 +181,16 @@ class SplitTables:
     def reach(self, cm: CostModel, d: int, lo: int, t_max: float, first: bool) -> tuple[int, float]:
         """:func:`reach`, and :func:`next_reach` at it (infinite where ``d`` reaches the
         end of the model)."""
-        times = self._rows.get((self.stage_class[d], lo, first), _UNSEEN)
+        key = (self.stage_class[d], lo, first)
+        times = self._rows.get(key, _UNSEEN)
         if times is _UNSEEN:
-            times = self.row(d, lo, first)
+            if key not in self._asked:
+                # Asked once so far: a bisection of its own costs less than the row (most
+                # are never asked again); the second ask builds it.
+                self._asked.add(key)
+                times = None
+            else:
+                times = self.row(d, lo, first)
         if times is None:
             hi = reach(cm, d, lo, t_max, first)
             return hi, next_reach(cm, d, lo, hi, first)
