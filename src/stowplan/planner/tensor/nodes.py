@@ -5,6 +5,7 @@ sub-pipeline of its groups over every block range (a knapsack over its GPUs)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from typing import Any
 
 from stowplan.cost import CostModel
@@ -20,6 +21,7 @@ __all__ = [
     "degrees",
     "node_signature",
     "numpy_module",
+    "upper_toeplitz_product",
 ]
 
 
@@ -55,6 +57,62 @@ def node_signature(node: NodeDescriptor) -> tuple[object, ...]:
     )
 
 
+_TOEPLITZ_FROM = 16
+"""Square matrices from this size are multiplied as :func:`upper_toeplitz_product` when
+they are upper Toeplitz."""
+
+
+@lru_cache(maxsize=8)
+def _offsets(size: int) -> tuple[Any, Any]:
+    """For a square matrix of ``size``: each entry's ``j - i`` (clipped at 0, to index a
+    row with) and whether ``j > i``."""
+    np = numpy_module()
+    ends = np.arange(size)
+    offset = ends[None, :] - ends[:, None]
+    upper = offset > 0
+    offset = np.where(upper, offset, 0)
+    offset.flags.writeable = False
+    upper.flags.writeable = False
+    return offset, upper
+
+
+def _upper_toeplitz(np: Any, m: Any) -> Any:
+    """The first row of ``m`` when every entry ``m[i, j]`` is ``m[0, j - i]`` above the
+    diagonal and infinite on and below it (None otherwise)."""
+    offset, upper = _offsets(m.shape[0])
+    row = m[0]
+    return row if np.array_equal(np.where(upper, row[offset], np.inf), m) else None
+
+
+def upper_toeplitz_product(np: Any, a: Any, b: Any, add: bool) -> Any:
+    """``a`` then ``b`` (best over the block between them: ``min_j a[i, j] + b[j, k]``, or
+    the larger of the two for ``add`` False) when both are square, upper Toeplitz matrices
+    of :data:`_TOEPLITZ_FROM` rows or more; None otherwise.
+
+    Every block alike makes a stage's time depend on its block count only, so the stage
+    matrices of a node's non-first roles are upper Toeplitz, and so are their products:
+    entry ``[i, k]`` is the least over ``d`` in ``1 .. k - i - 1`` of ``f[d]`` with
+    ``g[k - i - d]``, the same sums (or maxima) the whole product takes the least of, met
+    once per offset instead of once per row."""
+    size = a.shape[0]
+    if a.ndim != 2 or size < _TOEPLITZ_FROM or a.shape != (size, size) or b.shape != a.shape:
+        return None
+    f = _upper_toeplitz(np, a)
+    if f is None:
+        return None
+    g = _upper_toeplitz(np, b)
+    if g is None:
+        return None
+    offset, upper = _offsets(size)
+    shifted = np.where(upper, g[offset], np.inf)
+    """``shifted[d, e]``: ``g[e - d]`` where ``e > d``."""
+    with np.errstate(invalid="ignore"):
+        # f[0] is infinite (the diagonal), so offset 0 never wins.
+        terms = f[:, None] + shifted if add else np.maximum(f[:, None], shifted)
+    h = terms.min(axis=0)
+    return np.where(upper, h[offset], np.inf)
+
+
 class GroupCosts:
     """Every allowed group of every node as a planning node of one cost model."""
 
@@ -65,6 +123,9 @@ class GroupCosts:
         cost model's view at ``problem``'s microbatch these groups use."""
         self._stages: dict[tuple[int, bool, bool, float | None], Any] = {}
         self._distinct: list[tuple[int, int]] | None = None
+        self.node_matrices: dict[tuple[object, ...], tuple[Any, list[Any], list[Any]]] = {}
+        """:meth:`NodeSolver.node_matrix` per node alike (:meth:`NodeSolver.alike`) and
+        role, shared by the solves of these groups (never changed once made)."""
         self.kinds: list[dict[int, int]]
         """Per node index: degree → planning node index."""
         self.cm: CostModel
@@ -124,6 +185,28 @@ class NodeSolver:
         self.add = add
         self.np = numpy_module()
         self._memo: dict[tuple[int, bool, bool, str, float], Any] = {}
+        cm = self.cm
+        self.alike = (
+            gpus,
+            add,
+            tuple(
+                (
+                    t,
+                    cm.inv_bw[v],
+                    cm.flop_s_per_byte[v],
+                    cm.block_s[v],
+                    cm.stage_s[v],
+                    cm.xfer_s[v],
+                    cm.usable[v],
+                    cm.latency_s[v],
+                    cm.intra_latency_s[v],
+                    cm.intra_xfer_s[v],
+                )
+                for t, v in self.kinds.items()
+            ),
+        )
+        """Every figure this node's matrices read (its groups' degrees, rates, room, links
+        and the solve's objective): nodes alike in it have the same matrices."""
 
     def apply_mid(self, row: Any) -> Any:
         """``row ⊗ N_mid``: per end block j, the best over i of ``row[i]`` then an interior
@@ -198,6 +281,9 @@ class NodeSolver:
     def combine(self, a: Any, b: Any) -> Any:
         """Chain ``a`` (rows: start block) then ``b``: best over the block between them."""
         np = self.np
+        fast = upper_toeplitz_product(np, a, b, self.add)
+        if fast is not None:
+            return fast
         with np.errstate(invalid="ignore"):
             if self.add:
                 return (a[:, :, None] + b[None, :, :]).min(axis=1)
@@ -250,7 +336,17 @@ class NodeSolver:
 
     def node_matrix(self, first: bool, last: bool, alone: bool) -> tuple[Any, list[Any], list[Any]]:
         """N[i, j]: the best sub-pipeline of blocks [i, j) on this node in the role given,
-        with the chains and final stages it was built from (for backtracking)."""
+        with the chains and final stages it was built from (for backtracking); made once
+        per node alike and role for the solves of these groups."""
+        key = (self.alike, first, last, alone)
+        made = self.groups.node_matrices.get(key)
+        if made is None:
+            made = self.groups.node_matrices[key] = self._node_matrix(first, last, alone)
+        return made
+
+    def _node_matrix(
+        self, first: bool, last: bool, alone: bool
+    ) -> tuple[Any, list[Any], list[Any]]:
         rows = slice(0, 1) if first else slice(None)
         p = self.chains(first, rows)
         fin = self.finals(first, last, alone, rows)

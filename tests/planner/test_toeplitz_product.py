@@ -1,0 +1,111 @@
+"""Chains of GPU groups multiplied offset by offset where every block is alike: the same
+matrices as the whole product, and the same joint solves."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stowplan import Constraints, NodeDescriptor, lookup
+from stowplan.calibration import resolve_calibration
+from stowplan.model import Metric
+from stowplan.planner.problem import prepare
+from stowplan.planner.tensor import nodes as tensor_nodes
+from stowplan.planner.tensor.exact import solve_grouped
+from stowplan.planner.tensor.nodes import upper_toeplitz_product
+
+
+def _dense(a: np.ndarray, b: np.ndarray, add: bool) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        both = a[:, :, None] + b[None, :, :] if add else np.maximum(a[:, :, None], b[None, :, :])
+    return both.min(axis=1)
+
+
+def _toeplitz(row: list[float]) -> np.ndarray:
+    n = len(row)
+    out = np.full((n, n), np.inf)
+    for i in range(n):
+        for j in range(i + 1, n):
+            out[i, j] = row[j - i]
+    return out
+
+
+_TIMES = st.one_of(st.floats(0.0, 5.0), st.just(float("inf")), st.sampled_from([0.5, 1.0]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    size=st.integers(16, 40),
+    f=st.lists(_TIMES, min_size=40, max_size=40),
+    g=st.lists(_TIMES, min_size=40, max_size=40),
+    add=st.booleans(),
+)
+def test_upper_toeplitz_products_are_the_whole_products(size, f, g, add) -> None:
+    a, b = _toeplitz([np.inf, *f[: size - 1]]), _toeplitz([np.inf, *g[: size - 1]])
+    got = upper_toeplitz_product(np, a, b, add)
+    assert got is not None
+    assert np.array_equal(got, _dense(a, b, add))
+
+
+def test_matrices_that_are_not_upper_toeplitz_take_the_whole_product() -> None:
+    rng = np.random.default_rng(3)
+    a = _toeplitz([np.inf, *rng.uniform(0, 1, 19)])
+    b = a.copy()
+    b[4, 9] += 1.0  # one entry off its diagonal's value
+    assert upper_toeplitz_product(np, a, b, True) is None
+    assert upper_toeplitz_product(np, b, a, False) is None
+    lower = a.copy()
+    lower[5, 2] = 1.0  # a finite entry below the diagonal
+    assert upper_toeplitz_product(np, lower, a, True) is None
+    assert upper_toeplitz_product(np, a[:1], a, True) is None  # one row: not square
+    small = _toeplitz([np.inf, *rng.uniform(0, 1, 7)])
+    assert upper_toeplitz_product(np, small, small, True) is None  # below the size
+
+
+def _h100_nodes(n: int, gpus: int = 8) -> list[NodeDescriptor]:
+    return [
+        NodeDescriptor(
+            id=f"h{i}",
+            gpu_name="H100 SXM5",
+            vram_bytes=gpus * 80 * 10**9,
+            num_gpus=gpus,
+            link_mbps=100_000.0,
+            link_latency_ms=0.05,
+        )
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("model", "nodes", "batch", "engine"),
+    [
+        ("llama3.1:405b", 4, 16, "generic"),
+        ("llama3.1:70b", 3, 1, None),
+        ("llama3.1:8b", 4, 64, "sglang"),
+    ],
+)
+def test_joint_solves_are_the_same_with_and_without_the_offset_products(
+    monkeypatch: pytest.MonkeyPatch, model: str, nodes: int, batch: int, engine: str | None
+) -> None:
+    calibration = None if engine is None else resolve_calibration(engine)
+    problem = prepare(
+        lookup(model), _h100_nodes(nodes), Constraints(batch=batch, calibration=calibration)
+    )
+    fast_calls = 0
+    plain = tensor_nodes.upper_toeplitz_product
+
+    def counted(*args: object) -> object:
+        nonlocal fast_calls
+        got = plain(*args)
+        fast_calls += got is not None
+        return got
+
+    monkeypatch.setattr(tensor_nodes, "upper_toeplitz_product", counted)
+    fast = [solve_grouped(problem, objective) for objective in (Metric.LATENCY, Metric.THROUGHPUT)]
+    assert fast_calls  # every block of these models is alike: the offset products ran
+    monkeypatch.setattr(tensor_nodes, "_TOEPLITZ_FROM", 10**9)
+    whole = [solve_grouped(problem, objective) for objective in (Metric.LATENCY, Metric.THROUGHPUT)]
+    assert fast == whole
+    assert all(g is not None and g.stages for g in fast)
