@@ -128,14 +128,17 @@ def solve_grouped(
     best_val = math.inf
     best_alone: int | None = None
     best_chain: tuple[int, int] | None = None
+    keys: list[tuple[object, ...] | None] = []
     for d, node in enumerate(problem.nodes):
         solver = solvers[d]
+        keys.append(None if solver is None else (node_signature(node), tuple(solver.kinds)))
         if solver is None:
             first.append(np.full(nb + 1, np.inf))
             mid.append(_Interior(None, None, nb, comb))
             last.append(np.full(nb + 1, np.inf))
             continue
-        key = (node_signature(node), tuple(solver.kinds))
+        key = keys[d]
+        assert key is not None
         if key not in cache:
             f = solver.node_matrix(True, False, False)[0][0]
             # Only interior nodes need whole matrices, and only when many rows pass through
@@ -159,9 +162,17 @@ def solve_grouped(
     # around the cycle (the last sends the token back inside the node).  One run per
     # node and split of its GPUs between the two ends.
     best_wrap: tuple[int, int, Any, int, int, Any, Any] | None = None
+    wrapped: set[tuple[object, ...]] = set()
     for w, solver in enumerate(solvers):
         if not wrap or solver is None or solver.gpus < 2 or n < 2:
             continue
+        # A node alike to one wrapped already (the same figures and groups) gives the same
+        # values with the two swapped: none below the best so far.
+        key = keys[w]
+        assert key is not None
+        if key in wrapped:
+            continue
+        wrapped.add(key)
         prefix = solver.prefixes()
         ends = solver.suffixes(nb, wrap=True)
         for u1 in range(1, solver.gpus):

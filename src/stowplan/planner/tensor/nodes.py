@@ -76,18 +76,27 @@ def _offsets(size: int) -> tuple[Any, Any]:
     return offset, upper
 
 
-def _upper_toeplitz(np: Any, m: Any) -> Any:
+def _upper_toeplitz(np: Any, m: Any, known: dict[int, tuple[Any, Any]] | None) -> Any:
     """The first row of ``m`` when every entry ``m[i, j]`` is ``m[0, j - i]`` above the
-    diagonal and infinite on and below it (None otherwise)."""
+    diagonal and infinite on and below it (None otherwise); ``known``: the answers so far
+    by the matrix's identity (each kept with its matrix, so no other takes its id)."""
+    if known is not None and id(m) in known:
+        return known[id(m)][1]
     offset, upper = _offsets(m.shape[0])
     row = m[0]
-    return row if np.array_equal(np.where(upper, row[offset], np.inf), m) else None
+    found = row if np.array_equal(np.where(upper, row[offset], np.inf), m) else None
+    if known is not None:
+        known[id(m)] = (m, found)
+    return found
 
 
-def upper_toeplitz_product(np: Any, a: Any, b: Any, add: bool) -> Any:
+def upper_toeplitz_product(
+    np: Any, a: Any, b: Any, add: bool, known: dict[int, tuple[Any, Any]] | None = None
+) -> Any:
     """``a`` then ``b`` (best over the block between them: ``min_j a[i, j] + b[j, k]``, or
     the larger of the two for ``add`` False) when both are square, upper Toeplitz matrices
-    of :data:`_TOEPLITZ_FROM` rows or more; None otherwise.
+    of :data:`_TOEPLITZ_FROM` rows or more; None otherwise.  ``known``: which matrices are
+    upper Toeplitz, by identity, kept across calls.
 
     Every block alike makes a stage's time depend on its block count only, so the stage
     matrices of a node's non-first roles are upper Toeplitz, and so are their products:
@@ -97,10 +106,10 @@ def upper_toeplitz_product(np: Any, a: Any, b: Any, add: bool) -> Any:
     size = a.shape[0]
     if a.ndim != 2 or size < _TOEPLITZ_FROM or a.shape != (size, size) or b.shape != a.shape:
         return None
-    f = _upper_toeplitz(np, a)
+    f = _upper_toeplitz(np, a, known)
     if f is None:
         return None
-    g = _upper_toeplitz(np, b)
+    g = _upper_toeplitz(np, b, known)
     if g is None:
         return None
     offset, upper = _offsets(size)
@@ -121,11 +130,15 @@ class GroupCosts:
     ) -> None:
         """``like``: the groups of the same nodes and degrees at another microbatch, whose
         cost model's view at ``problem``'s microbatch these groups use."""
-        self._stages: dict[tuple[int, bool, bool, float | None], Any] = {}
+        self._stages: dict[tuple[bool | float | int, ...], Any] = {}
         self._distinct: list[tuple[int, int]] | None = None
-        self.node_matrices: dict[tuple[object, ...], tuple[Any, list[Any], list[Any]]] = {}
-        """:meth:`NodeSolver.node_matrix` per node alike (:meth:`NodeSolver.alike`) and
-        role, shared by the solves of these groups (never changed once made)."""
+        self.toeplitz: dict[int, tuple[Any, Any]] = {}
+        """Per matrix of these groups' solves (by identity, kept with it): its first row
+        when it is upper Toeplitz, else None."""
+        self.node_matrices: dict[tuple[object, ...], Any] = {}
+        """:meth:`NodeSolver.node_matrix`, its prefixes and suffixes per node alike
+        (:attr:`NodeSolver.alike`) and role, shared by the solves of these groups (never
+        changed once made)."""
         self.kinds: list[dict[int, int]]
         """Per node index: degree → planning node index."""
         self.cm: CostModel
@@ -167,10 +180,21 @@ class GroupCosts:
     def stage(self, v: int, first: bool, last: bool, hop: float, xfer: float | None = None) -> Any:
         """:func:`~stowplan.planner.exact.pipelines.stage_matrix` of group ``v``: the times
         without ``hop`` are computed once and shared by every solve of these groups."""
-        key = (v, first, last, xfer)
+        cm = self.cm
+        # Groups alike in every figure the matrix reads share it.
+        key = (
+            first,
+            last,
+            cm.xfer_s[v] if xfer is None else xfer,
+            cm.inv_bw[v],
+            cm.flop_s_per_byte[v],
+            cm.block_s[v],
+            cm.stage_s[v],
+            cm.usable[v],
+        )
         base = self._stages.get(key)
         if base is None:
-            base = self._stages[key] = stage_matrix(self.cm, v, first, last, 0.0, xfer=xfer)
+            base = self._stages[key] = stage_matrix(cm, v, first, last, 0.0, xfer=xfer)
         return base + hop if hop else base
 
 
@@ -281,7 +305,7 @@ class NodeSolver:
     def combine(self, a: Any, b: Any) -> Any:
         """Chain ``a`` (rows: start block) then ``b``: best over the block between them."""
         np = self.np
-        fast = upper_toeplitz_product(np, a, b, self.add)
+        fast = upper_toeplitz_product(np, a, b, self.add, self.groups.toeplitz)
         if fast is not None:
             return fast
         with np.errstate(invalid="ignore"):
@@ -363,8 +387,13 @@ class NodeSolver:
         pipeline (its last group owns the head and sends the token back over the
         network, or to a group of this node with ``wrap``), the others passing on inside
         the node.  Vectors only: O(G · k · nb²)."""
-        ret = self.cm.intra_latency_s if wrap else self.cm.latency_s
-        return self._backward(lambda v: self._stage(v, False, True, "", ret[v])[:, nb])
+        key = (self.alike, "suffixes", nb, wrap)
+        made = self.groups.node_matrices.get(key)
+        if made is None:
+            ret = self.cm.intra_latency_s if wrap else self.cm.latency_s
+            made = self._backward(lambda v: self._stage(v, False, True, "", ret[v])[:, nb])
+            self.groups.node_matrices[key] = made
+        return made
 
     def last_vector(self, nb: int) -> Any:
         """N[i, nb] for the pipeline's last node (not alone)."""
@@ -409,6 +438,13 @@ class NodeSolver:
     def prefixes(self) -> list[Any]:
         """``R[b]``: per end block, the best chain of groups on at most b GPUs that starts
         the pipeline (its first group owns the embed) and passes on over the network."""
+        key = (self.alike, "prefixes")
+        made = self.groups.node_matrices.get(key)
+        if made is None:
+            made = self.groups.node_matrices[key] = self._prefixes()
+        return made
+
+    def _prefixes(self) -> list[Any]:
         np = self.np
         rows = slice(0, 1)
         p = self.chains(True, rows)

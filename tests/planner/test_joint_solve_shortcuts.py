@@ -1,5 +1,5 @@
-"""Chains of GPU groups multiplied offset by offset where every block is alike: the same
-matrices as the whole product, and the same joint solves."""
+"""The joint solve's shortcuts give what the plain solve gives: chains of GPU groups
+multiplied offset by offset where every block is alike, and nodes alike solved once."""
 
 from __future__ import annotations
 
@@ -109,3 +109,36 @@ def test_joint_solves_are_the_same_with_and_without_the_offset_products(
     whole = [solve_grouped(problem, objective) for objective in (Metric.LATENCY, Metric.THROUGHPUT)]
     assert fast == whole
     assert all(g is not None and g.stages for g in fast)
+
+
+@pytest.mark.parametrize(
+    ("model", "nodes", "batch"), [("llama3.1:405b", 4, 16), ("llama3.1:70b", 3, 1)]
+)
+def test_nodes_alike_are_solved_once_and_give_the_solve_of_nodes_told_apart(
+    model: str, nodes: int, batch: int
+) -> None:
+    """A fleet of identical nodes, and the same fleet with every node given a name of its
+    own (the same figures: nothing is shared between them by name): the same optimum,
+    groups and node ids included."""
+
+    def fleet(named: bool) -> list[NodeDescriptor]:
+        return [
+            NodeDescriptor(
+                id=f"n{i}",
+                gpu_name=f"custom {i}" if named else "custom",
+                vram_bytes=8 * 80 * 10**9,
+                flops_estimate=8 * 989.0,
+                mem_bandwidth_gbps=8 * 3350.0,
+                link_mbps=100_000.0,
+                link_latency_ms=0.05,
+                num_gpus=8,
+                intra_link_gbps=450.0,
+                intra_link_latency_us=3.0,
+            )
+            for i in range(nodes)
+        ]
+
+    alike = prepare(lookup(model), fleet(False), Constraints(batch=batch))
+    apart = prepare(lookup(model), fleet(True), Constraints(batch=batch))
+    for objective in (Metric.LATENCY, Metric.THROUGHPUT):
+        assert solve_grouped(alike, objective) == solve_grouped(apart, objective)
