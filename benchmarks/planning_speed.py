@@ -5,6 +5,7 @@ python benchmarks/planning_speed.py --repeats 3 --slow     # also the slow MoE c
 python benchmarks/planning_speed.py --repeats 3 --refusals # requests that cannot be met
 python benchmarks/planning_speed.py --repeats 3 --growth   # time against fleet size
 python benchmarks/planning_speed.py --slow --only deepseek  # only the cases naming deepseek
+python benchmarks/planning_speed.py --engine generic       # calibrated as the command line plans
 
 CPU time is ``time.process_time`` around one ``plan()`` call; each case is planned once
 as a warm-up, then ``--repeats`` times, and the median is printed as a markdown table
@@ -19,8 +20,12 @@ that fit): more sequences than the memory holds at the default 8,192-token conte
 throughput targets (``objective="cost"``, the H100 nodes priced at $2/GPU-hour) beyond
 what the fleet reaches.
 
+``--engine NAME`` plans every case with that engine's calibration profile, as ``stowplan
+plan --engine NAME`` does (the command line's default is ``generic``); without it the
+cases use the uncalibrated first-order model.
+
 ``--growth`` times nested fleets instead — the first 64, 128, …, 1,024 of the
-single-GPU nodes and 8, 16, 32, 64 of the H100 nodes — and fits the exponent ``k`` of
+single-GPU nodes and 2, 4, 8, 16, 32, 64 of the H100 nodes — and fits the exponent ``k`` of
 ``ms ∝ nodes^k`` by least squares on the logarithms; it also says whether any fleet
 planned slower than a larger one holding it.
 """
@@ -35,6 +40,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 
@@ -95,6 +101,7 @@ def cases() -> list[Case]:
             sglang,
             False,
         ),
+        ("4 × 8 H100", "llama3.1:405b", "16 sequences", lambda: h100_nodes(4), sixteen, False),
         ("16 × 8 H100", "deepseek-v3", "one stream", lambda: h100_nodes(16), one, False),
         ("64 × 8 H100", "deepseek-v3", "one stream", lambda: h100_nodes(64), one, False),
         ("16 × 8 H100", "deepseek-v3", "16 sequences", lambda: h100_nodes(16), sixteen, True),
@@ -160,17 +167,24 @@ def cpu_ms(model: ModelLayout, nodes: list[NodeDescriptor], c: Constraints) -> t
     return ms, f"{outcome} {hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
-def growth(repeats: int) -> None:
+def growth(repeats: int, calibrated: Callable[[Constraints], Constraints]) -> None:
     """Median CPU ms on nested fleets of growing size, and the fitted exponent."""
     single = single_gpu_nodes(1024)
-    one, sixteen = Constraints(batch=1), Constraints(batch=16)
+    one, sixteen = calibrated(Constraints(batch=1)), calibrated(Constraints(batch=16))
     series = [
         *(
             ("1 GPU", m, "16 sequences", (64, 128, 256, 512, 1024), single, sixteen)
             for m in ("llama3.1:8b", "llama3.1:70b", "llama3.1:405b-q4_0")
         ),
-        ("8 × H100", "llama3.1:405b", "one stream", (8, 16, 32, 64), h100_nodes(64), one),
-        ("8 × H100", "llama3.1:405b", "16 sequences", (8, 16, 32, 64), h100_nodes(64), sixteen),
+        ("8 × H100", "llama3.1:405b", "one stream", (2, 4, 8, 16, 32, 64), h100_nodes(64), one),
+        (
+            "8 × H100",
+            "llama3.1:405b",
+            "16 sequences",
+            (2, 4, 8, 16, 32, 64),
+            h100_nodes(64),
+            sixteen,
+        ),
     ]
     print("| nodes of | model | objective | CPU ms by fleet size | exponent | smaller slower |")
     print("| --- | --- | --- | --- | ---: | --- |")
@@ -206,9 +220,20 @@ def main() -> None:
     ap.add_argument(
         "--only", default="", help="only the cases whose fleet, model or objective holds this"
     )
+    ap.add_argument(
+        "--engine", default=None, help="plan with this engine's calibration (e.g. generic)"
+    )
     args = ap.parse_args()
+    profile = None if args.engine is None else resolve_calibration(args.engine)
+
+    def calibrated(c: Constraints) -> Constraints:
+        """``c`` with the engine's profile, unless it names one of its own."""
+        return (
+            c if profile is None or c.calibration is not None else replace(c, calibration=profile)
+        )
+
     if args.growth:
-        growth(args.repeats)
+        growth(args.repeats, calibrated)
         return
     print("| fleet | model | objective | CPU ms (median) | outcome |")
     print("| --- | --- | --- | ---: | --- |")
@@ -220,6 +245,7 @@ def main() -> None:
         model = lookup(name)
         assert model is not None, name
         nodes = make()
+        c = calibrated(c)
         cpu_ms(model, nodes, c)  # warm-up
         runs = [cpu_ms(model, nodes, c) for _ in range(args.repeats)]
         median = statistics.median(t for t, _ in runs)
