@@ -10,8 +10,10 @@ from stowplan import Constraints, ExpertInputs, ExpertPlacement, NodeDescriptor,
 from stowplan.calibration.profile import Calibration, DeviceCalibration, Engine, Figure
 from stowplan.cost import experts as cost_experts
 from stowplan.cost.experts import expert_prediction
-from stowplan.model import ModelLayout
+from stowplan.model import ExpertId, ModelLayout
+from stowplan.moe.routing import experts_on_nodes, holders_of
 from stowplan.moe.stats import zipf_load
+from stowplan.planner.experts import expert_summary
 from tests.common.moe import node
 from tests.common.seeded import seeded_cluster
 
@@ -66,3 +68,52 @@ def test_stage_nodes_fall_back_to_the_fleet_when_ids_repeat() -> None:
     got = _expert_plan(model, nodes, Constraints())
     assert cost_experts._stage_nodes(got, [*nodes, nodes[0]]) == [*nodes, nodes[0]]
     assert cost_experts._stage_nodes(got, nodes[:1]) == nodes[:1]
+
+
+def _plain_owned(got: Plan, model: ModelLayout) -> list[list[ExpertId]]:
+    """Every stage's experts as the packing lists them, expert by expert."""
+    ex = model.experts
+    assert ex is not None
+    holders = holders_of(got, model)
+    owned: list[list[ExpertId]] = [[] for _ in got.assignments]
+    for block, block_holders in zip(ex.moe_blocks, holders, strict=True):
+        for e, hs in enumerate(block_holders):
+            for j in hs:
+                owned[j].append(ExpertId(block=block, expert=e))
+    return owned
+
+
+def _plain_per_block(got: Plan) -> list[tuple[tuple[int, tuple[int, ...]], ...]]:
+    """Every stage's experts per block, read off its owned experts one by one."""
+    out = []
+    for a in got.assignments:
+        per: dict[int, list[int]] = {}
+        for x in a.owned_experts:
+            per.setdefault(x.block, []).append(x.expert)
+        out.append(tuple((b, tuple(sorted(es))) for b, es in sorted(per.items())))
+    return out
+
+
+@pytest.mark.parametrize("fleet", range(3))
+@pytest.mark.parametrize("name", ["mixtral:8x7b", "qwen3:30b-a3b"])
+@pytest.mark.parametrize("skewed", [False, True])
+def test_owned_experts_and_summary_rows_are_the_plain_ones(
+    fleet: int, name: str, skewed: bool
+) -> None:
+    model = lookup(name)
+    assert model is not None and model.experts is not None
+    ex = model.experts
+    _, nodes = _fleets()[fleet]
+    load = zipf_load(len(ex.moe_blocks), ex.num_experts, exponent=1.1) if skewed else None
+    inputs = ExpertInputs(placement=ExpertPlacement.EXPERT_PARALLEL, load=load)
+    got = plan(model, nodes, Constraints(), experts=inputs)
+    assert [list(a.owned_experts) for a in got.assignments] == _plain_owned(got, model)
+    plain = _plain_per_block(got)
+    assert [r.per_block for r in expert_summary(got, model, nodes, load).nodes] == plain
+    shared = expert_summary(got, model, nodes, load, holders_by_block=holders_of(got, model))
+    assert [r.per_block for r in shared.nodes] == plain
+
+
+def test_experts_on_nodes_lists_each_nodes_copies() -> None:
+    holders = [[0, 2], [1], [2], [0], [2, 1, 0]]
+    assert experts_on_nodes(holders, 4) == [[0, 3, 4], [1, 4], [0, 2, 4], []]

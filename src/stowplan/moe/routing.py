@@ -36,6 +36,7 @@ __all__ = [
     "backbone_layout",
     "block_reaches",
     "copy_shares",
+    "experts_on_nodes",
     "holders_of",
     "imbalance",
     "node_loads",
@@ -144,6 +145,15 @@ def node_loads(holders: Holders, w: Sequence[float], n: int) -> list[float]:
             for j in hs:
                 loads[j] += x
     return loads
+
+
+def experts_on_nodes(holders: Holders, n: int) -> list[list[int]]:
+    """Per node of ``n``: the experts of one block it holds a copy of, ascending."""
+    on: list[list[int]] = [[] for _ in range(n)]
+    for e, hs in enumerate(holders):
+        for j in hs:
+            on[j].append(e)
+    return on
 
 
 def slowest_finish(loads: Sequence[float], speeds: Sequence[float]) -> float:
