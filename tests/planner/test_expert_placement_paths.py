@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+import heapq
+import random
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stowplan import Constraints, ExpertInputs, ExpertPlacement, NodeDescriptor, Plan, lookup, plan
 from stowplan.calibration.profile import Calibration, DeviceCalibration, Engine, Figure
 from stowplan.cost import experts as cost_experts
 from stowplan.cost.experts import expert_prediction
 from stowplan.model import ExpertId, ModelLayout
-from stowplan.moe.routing import experts_on_nodes, holders_of
+from stowplan.moe.routing import Pairs, experts_on_nodes, holders_of
 from stowplan.moe.stats import zipf_load
 from stowplan.planner.experts import expert_summary
+from stowplan.planner.experts.packing import (
+    _counts,
+    _replica_counts,
+    _replica_order,
+    pack_experts,
+    pack_shared,
+)
 from tests.common.moe import node
 from tests.common.seeded import seeded_cluster
 
@@ -117,3 +129,54 @@ def test_owned_experts_and_summary_rows_are_the_plain_ones(
 def test_experts_on_nodes_lists_each_nodes_copies() -> None:
     holders = [[0, 2], [1], [2], [0], [2, 1, 0]]
     assert experts_on_nodes(holders, 4) == [[0, 3, 4], [1, 4], [0, 2, 4], []]
+
+
+def _plain_replica_counts(w: list[float], redundant: int, num_nodes: int) -> list[int]:
+    """EPLB's rule step by step, for ``redundant`` extra copies alone."""
+    counts = [1] * len(w)
+    heap = [(-x, e) for e, x in enumerate(w) if x > 0]
+    heapq.heapify(heap)
+    light = sum(w) / num_nodes / 2
+    for _ in range(redundant):
+        if not heap or -heap[0][0] <= light:
+            break
+        _, e = heapq.heappop(heap)
+        counts[e] += 1
+        heapq.heappush(heap, (-w[e] / counts[e], e))
+    return counts
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    w=st.lists(st.sampled_from([0.0, 0.5, 1.0, 1.0, 2.0, 3.0, 7.0]), min_size=1, max_size=16),
+    most=st.integers(0, 12),
+    num_nodes=st.integers(1, 8),
+)
+def test_replica_counts_are_read_off_one_order(w: list[float], most: int, num_nodes: int) -> None:
+    order = _replica_order(w, most, num_nodes)
+    for r in range(most + 1):
+        plain = _plain_replica_counts(w, r, num_nodes)
+        assert _replica_counts(w, r, num_nodes) == plain
+        assert _counts(len(w), order[:r]) == plain
+
+
+@pytest.mark.parametrize("with_pairs", [False, True])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_shared_packing_is_pack_experts_and_pack_experts_shares_nothing(
+    with_pairs: bool, rows: int
+) -> None:
+    rng = random.Random(rows)
+    distinct = [[rng.choice([1.0, 2.0, 3.0, 0.5]) for _ in range(16)] for _ in range(rows)]
+    weight = [distinct[li % rows] for li in range(24)]
+    speeds = [1.0, 1.0, 1.5, 2.0, 1.0]
+    slots = [90, 80, 80, 100, 60]
+    pairs: list[Pairs] | None = [[(0, 1, 0.9), (2, 3, 0.8)]] * 24 if with_pairs else None
+    args = (weight, speeds, slots)
+    kw: dict[str, Any] = {"redundant_per_layer": 3, "experts_per_token": 2, "pairs": pairs}
+    shared = pack_shared(*args, **kw)
+    got = pack_experts(*args, **kw)
+    assert got == shared
+    assert len({id(h) for h in shared.holders}) < len(shared.holders)  # layers alike share
+    lists = [*got.holders, *(got.load_only or ())]
+    assert len({id(h) for h in lists}) == len(lists)
+    assert len({id(hs) for h in lists for hs in h}) == sum(map(len, lists))

@@ -39,6 +39,7 @@ __all__ = [
     "experts_on_nodes",
     "holders_of",
     "imbalance",
+    "loads_imbalance",
     "node_loads",
     "node_reach",
     "nodes_in_order",
@@ -163,7 +164,11 @@ def slowest_finish(loads: Sequence[float], speeds: Sequence[float]) -> float:
 
 def imbalance(holders: Holders, w: Sequence[float], speeds: Sequence[float]) -> float:
     """``max_j(load_j / speed_j) / (sum(load) / sum(speed))`` of one block (1.0: perfect)."""
-    loads = node_loads(holders, w, len(speeds))
+    return loads_imbalance(node_loads(holders, w, len(speeds)), speeds)
+
+
+def loads_imbalance(loads: Sequence[float], speeds: Sequence[float]) -> float:
+    """:func:`imbalance` of a block whose :func:`node_loads` are ``loads``."""
     mean = sum(loads) / sum(speeds)
     return slowest_finish(loads, speeds) / mean if mean > 0 else 1.0
 

@@ -23,7 +23,7 @@ from stowplan.moe.stats import CoActivation, ExpertLoad
 from stowplan.plan import Plan, Prediction, Topology
 from stowplan.planner.certify import kv_capacity_note, prediction_note
 from stowplan.planner.experts.inputs import LOCALITY_TOLERANCE, expert_speeds, free_slots
-from stowplan.planner.experts.packing import pack_experts
+from stowplan.planner.experts.packing import pack_shared
 from stowplan.planner.experts.summary import ExpertSummary, expert_summary
 
 __all__ = ["expert_ids", "place_experts"]
@@ -82,7 +82,8 @@ def place_experts(
     routing = token_routing(model, load, coactivation)
     if not 0 <= locality_tolerance < math.inf:
         raise InputError("locality_tolerance", locality_tolerance, "must be a number >= 0")
-    packing = pack_experts(
+    # The layers' lists of holders are shared (blocks packed alike) and only read here.
+    packing = pack_shared(
         routing.p,
         speeds,
         slots,
@@ -180,7 +181,7 @@ def _sorted_holders(blocks: Sequence[Holders]) -> tuple[Holders, ...]:
     out = []
     for block in blocks:
         for raw, done in reversed(distinct[-_RECENT:]):
-            if raw == block:
+            if raw is block or raw == block:
                 out.append(done)
                 break
         else:

@@ -12,7 +12,7 @@ from stowplan.moe.routing import (
     Holders,
     experts_on_nodes,
     holders_of,
-    imbalance,
+    loads_imbalance,
     node_loads,
     nodes_in_order,
     remote_transfers,
@@ -99,7 +99,8 @@ def expert_summary(
         home = home_stage[ex.moe_blocks[li]]
         alike = (number.holders(holders), number(w))
         if alike not in balance:
-            balance[alike] = (node_loads(holders, w, n), imbalance(holders, w, speeds))
+            loads = node_loads(holders, w, n)
+            balance[alike] = (loads, loads_imbalance(loads, speeds))
         key = (*alike, -1 if pairs is None else number(pairs), home)
         if key not in traffic:
             traffic[key] = (
