@@ -175,6 +175,22 @@ def _block_transfer(
     return send + back + latency / 1e3
 
 
+def _stage_nodes(plan: Plan, nodes: Sequence[NodeDescriptor]) -> Sequence[NodeDescriptor]:
+    """The nodes ``plan``'s stages run on, each once in stage order: every figure of a
+    prediction is a figure of these nodes (a cost model's figures of a node are its own).
+    ``nodes`` itself when ids repeat or a stage's node is not among them by its id."""
+    by_id = {x.id: x for x in nodes}
+    if len(by_id) != len(nodes):
+        return nodes
+    out: dict[str, NodeDescriptor] = {}
+    for a in plan.assignments:
+        x = by_id.get(a.node_id)
+        if x is None:
+            return nodes
+        out.setdefault(a.node_id, x)
+    return list(out.values())
+
+
 def expert_prediction(
     model: ModelLayout,
     nodes: Sequence[NodeDescriptor],
@@ -198,7 +214,7 @@ def expert_prediction(
     """
     from stowplan.cost.model import CostModel
 
-    cm = CostModel(backbone_layout(model), nodes, constraints, calibration)
+    cm = CostModel(backbone_layout(model), _stage_nodes(plan, nodes), constraints, calibration)
     order, bounds = cm.plan_order_bounds(plan)
     base = cm.prediction(order, bounds)
     m, b = microbatches(constraints.batch, len(order))

@@ -146,6 +146,15 @@ def node_loads(holders: Holders, w: Sequence[float], n: int) -> list[float]:
     return loads
 
 
+def experts_on_nodes(holders: Holders, n: int) -> list[list[int]]:
+    """Per node of ``n``: the experts of one block it holds a copy of, ascending."""
+    on: list[list[int]] = [[] for _ in range(n)]
+    for e, hs in enumerate(holders):
+        for j in hs:
+            on[j].append(e)
+    return on
+
+
 def slowest_finish(loads: Sequence[float], speeds: Sequence[float]) -> float:
     """The largest ``load / speed`` over the nodes."""
     return max(load / s for load, s in zip(loads, speeds, strict=True))
@@ -153,7 +162,11 @@ def slowest_finish(loads: Sequence[float], speeds: Sequence[float]) -> float:
 
 def imbalance(holders: Holders, w: Sequence[float], speeds: Sequence[float]) -> float:
     """``max_j(load_j / speed_j) / (sum(load) / sum(speed))`` of one block (1.0: perfect)."""
-    loads = node_loads(holders, w, len(speeds))
+    return loads_imbalance(node_loads(holders, w, len(speeds)), speeds)
+
+
+def loads_imbalance(loads: Sequence[float], speeds: Sequence[float]) -> float:
+    """:func:`imbalance` of a block whose :func:`node_loads` are ``loads``."""
     mean = sum(loads) / sum(speeds)
     return slowest_finish(loads, speeds) / mean if mean > 0 else 1.0
 

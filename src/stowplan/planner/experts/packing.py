@@ -81,6 +81,33 @@ def pack_experts(
         InputError: the shapes disagree, a speed is not > 0, a slot count is
             negative, or the slots cannot hold every expert once.
     """
+    got = pack_shared(
+        weight,
+        speeds,
+        slots,
+        redundant_per_layer=redundant_per_layer,
+        experts_per_token=experts_per_token,
+        pairs=pairs,
+        locality_tolerance=locality_tolerance,
+    )
+    return ExpertPacking(
+        holders=tuple(map(_copy, got.holders)),
+        load_only=None if got.load_only is None else tuple(map(_copy, got.load_only)),
+    )
+
+
+def pack_shared(
+    weight: Sequence[Sequence[float]],
+    speeds: Sequence[float],
+    slots: Sequence[int],
+    *,
+    redundant_per_layer: int,
+    experts_per_token: int,
+    pairs: Sequence[Pairs] | None = None,
+    locality_tolerance: float = LOCALITY_TOLERANCE,
+) -> ExpertPacking:
+    """:func:`pack_experts`'s packing, layers packed alike sharing one list of holders (and
+    one list per expert): for readers that change none of them."""
     _check(weight, speeds, slots, pairs, redundant_per_layer, locality_tolerance)
     layers = len(weight)
     num_e = len(weight[0]) if layers else 0
@@ -94,6 +121,7 @@ def pack_experts(
     # every node's range is packed the same, without packing it again.
     packed: dict[tuple[int, int, int], list[_Packed]] = {}
     counted: dict[tuple[int, int], tuple[list[int], int]] = {}
+    ordered: dict[int, list[int]] = {}
     number = ValueNumbers()
     for li in range(layers):
         # Step 1: this layer's quota of every node's remaining slots.
@@ -114,7 +142,12 @@ def pack_experts(
         extra = min(budget, max(0, sum(quota) - num_e))
         counts, counts_no = counted.get((row, extra)) or (None, -1)
         if counts is None:
-            counts = _replica_counts(w, extra, len(speeds))
+            # A layer's extra copies never exceed redundant_per_layer: the order of every
+            # load's copies is found once, up to that many, and each count read off it.
+            order = ordered.get(row)
+            if order is None:
+                order = ordered[row] = _replica_order(w, redundant_per_layer, len(speeds))
+            counts = _counts(num_e, order[:extra])
             counts_no = number.value(tuple(counts))
             counted[row, extra] = counts, counts_no
         key = (row, counts_no, -1 if layer_pairs is None else number(layer_pairs))
@@ -143,8 +176,8 @@ def pack_experts(
             found = _Packed(lo=lo, hi=hi, single=single, kept=kept, taken=taken)
             packed.setdefault(key, []).append(found)
         if layer_pairs is not None:
-            load_only.append(_copy(found.single))
-        out.append(_copy(found.kept))
+            load_only.append(found.single)
+        out.append(found.kept)
         # Step 6: the copies use up their nodes' slots.
         rem = [r - t for r, t in zip(rem, found.taken, strict=True)]
     return ExpertPacking(
@@ -277,16 +310,33 @@ def _replica_counts(w: Sequence[float], redundant: int, num_nodes: int) -> list[
 
     Stops early once no copy carries more than half of a node's mean load.
     """
+    return _counts(len(w), _replica_order(w, redundant, num_nodes)[:redundant])
+
+
+def _replica_order(w: Sequence[float], most: int, num_nodes: int) -> list[int]:
+    """The experts :func:`_replica_counts` gives an extra copy, in the order it gives them,
+    ``most`` at most: the first ``r`` of them are its copies for any ``r <= most`` (the
+    rule never looks at how many it may still give), and a shorter list is all it gives."""
     counts = [1] * len(w)
+    order: list[int] = []
     heap = [(-x, e) for e, x in enumerate(w) if x > 0]
     heapq.heapify(heap)
     light = sum(w) / num_nodes / 2
-    for _ in range(redundant):
+    for _ in range(most):
         if not heap or -heap[0][0] <= light:
             break
         _, e = heapq.heappop(heap)
         counts[e] += 1
+        order.append(e)
         heapq.heappush(heap, (-w[e] / counts[e], e))
+    return order
+
+
+def _counts(num_e: int, extra: Sequence[int]) -> list[int]:
+    """One copy of each of ``num_e`` experts, and one more per entry of ``extra``."""
+    counts = [1] * num_e
+    for e in extra:
+        counts[e] += 1
     return counts
 
 
@@ -375,7 +425,11 @@ def _place_block(
         if len(g) > 1 and all(counts[e] == 1 for e in g):
             queue.append((g, sum(w[e] for e in g)))
         else:
-            queue.extend(([e], w[e] / counts[e]) for e in g for _ in range(counts[e]))
+            for e in g:
+                c = counts[e]
+                share = w[e] / c
+                for _ in range(c):
+                    queue.append(([e], share))
     queue.sort(key=lambda item: (-item[1], item[0][0]))
     bins = _Bins(speeds, limits, bounds)
     i = 0

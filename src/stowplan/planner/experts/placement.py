@@ -13,6 +13,7 @@ from stowplan.model import Constraints, ExpertId, ModelLayout, NodeDescriptor
 from stowplan.moe.routing import (
     Holders,
     block_reaches,
+    experts_on_nodes,
     nodes_in_order,
     remote_transfers,
     stage_of_block,
@@ -22,7 +23,7 @@ from stowplan.moe.stats import CoActivation, ExpertLoad
 from stowplan.plan import Plan, Prediction, Topology
 from stowplan.planner.certify import kv_capacity_note, prediction_note
 from stowplan.planner.experts.inputs import LOCALITY_TOLERANCE, expert_speeds, free_slots
-from stowplan.planner.experts.packing import pack_experts
+from stowplan.planner.experts.packing import pack_shared
 from stowplan.planner.experts.summary import ExpertSummary, expert_summary
 
 __all__ = ["expert_ids", "place_experts"]
@@ -81,7 +82,8 @@ def place_experts(
     routing = token_routing(model, load, coactivation)
     if not 0 <= locality_tolerance < math.inf:
         raise InputError("locality_tolerance", locality_tolerance, "must be a number >= 0")
-    packing = pack_experts(
+    # The layers' lists of holders are shared (blocks packed alike) and only read here.
+    packing = pack_shared(
         routing.p,
         speeds,
         slots,
@@ -99,12 +101,21 @@ def place_experts(
             home = home_stage[ex.moe_blocks[li]]
             w, pairs = routing.p[li], routing.pairs[li]
             transfers_before += remote_transfers(holders, w, pairs, routing.k, len(speeds), home)
+    # The stages holding each expert, as holders_of reads them off the plan (ascending);
+    # blocks packed alike share one list, which the figures below work out once.
+    stage_holders = _sorted_holders(packing.holders)
+    # Every stage's experts, block by block, each block's ascending (blocks sharing a
+    # list of holders share their experts per node).
     owned: list[list[ExpertId]] = [[] for _ in ordered]
-    for block, holders in zip(ex.moe_blocks, packing.holders, strict=True):
-        ids = expert_ids(block, ex.num_experts)
-        for e, hs in enumerate(holders):
-            for j in hs:
-                owned[j].append(ids[e])
+    on_nodes: dict[int, list[list[int]]] = {}
+    for block, holders in zip(ex.moe_blocks, stage_holders, strict=True):
+        on = on_nodes.get(id(holders))
+        if on is None:
+            on = on_nodes[id(holders)] = experts_on_nodes(holders, len(ordered))
+        pick = expert_ids(block, ex.num_experts).__getitem__
+        for mine, es in zip(owned, on, strict=True):
+            if es:
+                mine.extend(map(pick, es))
     assignments = tuple(
         replace(
             a,
@@ -119,9 +130,6 @@ def place_experts(
         assignments=assignments,
         model_name=model.name,
     )
-    # The stages holding each expert, as holders_of reads them off the plan (ascending);
-    # blocks packed alike share one list, which the figures below work out once.
-    stage_holders = _sorted_holders(packing.holders)
     # Both read each block's node reach: computed once.
     reaches = block_reaches(stage_holders, routing, len(ordered))
     summary = expert_summary(
@@ -173,7 +181,7 @@ def _sorted_holders(blocks: Sequence[Holders]) -> tuple[Holders, ...]:
     out = []
     for block in blocks:
         for raw, done in reversed(distinct[-_RECENT:]):
-            if raw == block:
+            if raw is block or raw == block:
                 out.append(done)
                 break
         else:

@@ -10,8 +10,9 @@ from stowplan.model import ModelLayout, NodeDescriptor
 from stowplan.moe.numbering import ValueNumbers
 from stowplan.moe.routing import (
     Holders,
+    experts_on_nodes,
     holders_of,
-    imbalance,
+    loads_imbalance,
     node_loads,
     nodes_in_order,
     remote_transfers,
@@ -98,7 +99,8 @@ def expert_summary(
         home = home_stage[ex.moe_blocks[li]]
         alike = (number.holders(holders), number(w))
         if alike not in balance:
-            balance[alike] = (node_loads(holders, w, n), imbalance(holders, w, speeds))
+            loads = node_loads(holders, w, n)
+            balance[alike] = (loads, loads_imbalance(loads, speeds))
         key = (*alike, -1 if pairs is None else number(pairs), home)
         if key not in traffic:
             traffic[key] = (
@@ -112,16 +114,25 @@ def expert_summary(
         imbalances.append(block_imbalance)
         transfers += traffic[key]
     total_work = sum(work) or 1.0
+    # Every node's experts per block, read off the holders (the plan's own, by identity
+    # once per list of holders that blocks share): blocks ascending (moe_blocks is),
+    # each block's experts ascending.
+    per: list[list[tuple[int, tuple[int, ...]]]] = [[] for _ in range(n)]
+    on_nodes: dict[int, list[tuple[int, ...]]] = {}
+    for b, holders in zip(ex.moe_blocks, all_holders, strict=True):
+        on = on_nodes.get(id(holders))
+        if on is None:
+            on = on_nodes[id(holders)] = list(map(tuple, experts_on_nodes(holders, n)))
+        for mine, es in zip(per, on, strict=True):
+            if es:
+                mine.append((b, es))
     rows = []
     for j, a in enumerate(plan.assignments):
-        per: dict[int, list[int]] = {}
-        for x in a.owned_experts:
-            per.setdefault(x.block, []).append(x.expert)
         rows.append(
             NodeExperts(
                 stage=a.stage,
                 node_id=a.node_id,
-                per_block=tuple((b, tuple(sorted(es))) for b, es in sorted(per.items())),
+                per_block=tuple(per[j]),
                 num_experts=len(a.owned_experts),
                 load_share=work[j] / total_work,
                 speed_share=speeds[j] / (sum(speeds) or 1.0),
