@@ -138,9 +138,10 @@ def test_figures_per_kind_of_node_equal_each_node_priced_alone(calibrated: bool)
         assert [view.stage_class.index(k) for k in view.stage_class] == [0, 1, 0, 3, 1, 1, 3, 0]
 
 
-def test_figures_on_arrays_equal_each_node_priced_alone() -> None:
-    # From KIND_ARRAYS kinds of node an uncalibrated model computes each microbatch's
-    # figures on arrays: value for value those of a model of each node alone (lists).
+@pytest.mark.parametrize("engine", [None, "generic", "vllm", "llamacpp"])
+def test_figures_on_arrays_equal_each_node_priced_alone(engine: str | None) -> None:
+    # From KIND_ARRAYS kinds of node a model computes each microbatch's figures on arrays
+    # (calibrated ones too): value for value those of a model of each node alone (lists).
     model = resolve_model("llama3.1:70b")
     assert model is not None
     gpus = ("RTX 4090", "RTX 3090", "A100 80GB SXM4", "H100 SXM5")
@@ -155,9 +156,11 @@ def test_figures_on_arrays_equal_each_node_priced_alone() -> None:
         )
         for i in range(cost_model.KIND_ARRAYS + 6)
     ]
-    c = Constraints(batch=16, context_tokens=4096)
+    cal = resolve_calibration(engine) if engine is not None else None
+    c = Constraints(batch=16, context_tokens=4096, calibration=cal)
     whole = CostModel(model, nodes, c)
     assert whole._rate_arrays is not None  # the array path is the one tested
+    assert (whole._cal_arrays is not None) == (engine is not None)
     for mb in (1, 5, 16):
         view = whole.at_microbatch(mb)
         for d, node in enumerate(nodes):

@@ -250,11 +250,25 @@ class CostModel:
             _rate_arrays(
                 [self.rates[d] for d in self._kind_reps], self.tensor_parallel, self._kind_reps
             )
-            if len(self._kind_reps) >= KIND_ARRAYS and self._cal is None
+            if len(self._kind_reps) >= KIND_ARRAYS
             else None
         )
         """Per kind, the rates each microbatch's figures divide by, as arrays (many kinds
-        of node, uncalibrated; None otherwise)."""
+        of node; None otherwise)."""
+        self._cal_arrays = (
+            _calibration_arrays(
+                self._rate_arrays[0],
+                [self._cal[d] for d in self._kind_reps],
+                [self._cal_single[d] for d in self._kind_reps],
+                [self._spread[d] for d in self._kind_reps],
+            )
+            if self._rate_arrays is not None
+            and self._cal is not None
+            and self._cal_single is not None
+            else None
+        )
+        """Per kind, the calibration figures each microbatch's figures take, as arrays
+        (with :attr:`_rate_arrays`, calibrated; None otherwise)."""
         self._set_microbatch()
         prefill, sources = prefill_rates(
             rep_nodes, [r.flops_per_s for r in rep_rates], inv_flops, self.calibration, layers
@@ -281,9 +295,9 @@ class CostModel:
         act = b * model.hidden_dim * model.bytes_per_activation_elem
         reps, expand = self._kind_reps, self._expand
         cal, single = self._cal, self._cal_single
-        if self._rate_arrays is not None and cal is None:
+        if self._rate_arrays is not None:
             flop, xfer, intra, all_reduce, block = _figures_on_arrays(
-                self._rate_arrays, 2.0 * ppb * b, act
+                self._rate_arrays, 2.0 * ppb * b, act, self._cal_arrays
             )
         else:
             rates = [self.rates[d] for d in reps]
@@ -292,7 +306,7 @@ class CostModel:
             intra = [act / r.intra_bytes_per_s for r in rates]
             all_reduce = [_all_reduce_s(self.tensor_parallel[d], act, self.rates[d]) for d in reps]
             block = [2 * ar for ar in all_reduce]
-        if cal is not None and single is not None:
+        if cal is not None and single is not None and self._rate_arrays is None:
             for k, d in enumerate(reps):
                 c = cal[d]
                 flop[k] = min(flop[k] * self._spread[d] / c.compute_efficiency, _SLOWEST)
@@ -720,13 +734,32 @@ def _rate_arrays(
     )
 
 
+def _calibration_arrays(
+    np: Any,
+    cal: Sequence[NodeCalibration],
+    single: Sequence[NodeCalibration],
+    spread: Sequence[int],
+) -> tuple[Any, ...]:
+    """Per kind, the calibration figures :func:`_figures_on_arrays` applies: GPUs a stage
+    spreads over, compute efficiency, hop overhead, and the block overheads of the profile
+    and of one GPU."""
+    return (
+        np.array(spread, dtype=np.int64),
+        np.array([c.compute_efficiency for c in cal], dtype=float),
+        np.array([c.hop_overhead_s for c in cal], dtype=float),
+        np.array([c.block_overhead_s for c in cal], dtype=float),
+        np.array([c.block_overhead_s for c in single], dtype=float),
+    )
+
+
 def _figures_on_arrays(
-    arrays: tuple[Any, ...], work: float, act: float
+    arrays: tuple[Any, ...], work: float, act: float, calibration: tuple[Any, ...] | None = None
 ) -> tuple[list[float], list[float], list[float], list[float], list[float]]:
     """Per kind: compute seconds per byte (``work`` FLOPs per byte over the FLOPs),
     transfer, in-host transfer, all-reduce and block cost of ``act`` activation bytes,
     as the per-kind lists of :meth:`CostModel._set_microbatch` compute them (and
-    :func:`_all_reduce_s`), value for value."""
+    :func:`_all_reduce_s`), value for value, with ``calibration``
+    (:func:`_calibration_arrays`) applied as it applies them."""
     np, flops, link, intra_bw, intra_lat, tp = arrays
     with np.errstate(divide="ignore", invalid="ignore"):
         flop = np.minimum(work / flops, _SLOWEST)
@@ -734,12 +767,22 @@ def _figures_on_arrays(
         intra = act / intra_bw
         ring = intra_lat + 2 * (tp - 1) / tp * act / intra_bw
     all_reduce = np.where(tp <= 1, 0.0, ring)
+    block = 2 * all_reduce
+    if calibration is not None:
+        spread, efficiency, hop, overhead, base = calibration
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            flop = np.minimum(flop * spread / efficiency, _SLOWEST)
+            xfer = xfer + hop
+            intra = intra + hop
+            # As max(0.0, rest): the rest where it is above zero, else zero.
+            rest = overhead - base - block
+            block = block + base + np.where(rest > 0.0, rest, 0.0)
     return (
         flop.tolist(),
         xfer.tolist(),
         intra.tolist(),
         all_reduce.tolist(),
-        (2 * all_reduce).tolist(),
+        block.tolist(),
     )
 
 
