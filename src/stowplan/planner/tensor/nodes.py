@@ -112,14 +112,29 @@ def upper_toeplitz_product(
     g = _upper_toeplitz(np, b, known)
     if g is None:
         return None
-    offset, upper = _offsets(size)
-    shifted = np.where(upper, g[offset], np.inf)
-    """``shifted[d, e]``: ``g[e - d]`` where ``e > d``."""
+    return _expand(np, _row_product(np, f, _shifted(np, g), add))
+
+
+def _shifted(np: Any, g: Any) -> Any:
+    """``shifted[d, e]``: ``g[e - d]`` where ``e > d``, else infinite."""
+    offset, upper = _offsets(len(g))
+    return np.where(upper, g[offset], np.inf)
+
+
+def _row_product(np: Any, f: Any, shifted: Any, add: bool) -> Any:
+    """The first row of the product of the upper Toeplitz matrices of first rows ``f`` and
+    ``g`` (:func:`_shifted` of ``g`` given): per offset ``e``, the least over ``d`` of
+    ``f[d]`` with ``g[e - d]``."""
     with np.errstate(invalid="ignore"):
         # f[0] is infinite (the diagonal), so offset 0 never wins.
         terms = f[:, None] + shifted if add else np.maximum(f[:, None], shifted)
-    h = terms.min(axis=0)
-    return np.where(upper, h[offset], np.inf)
+    return terms.min(axis=0)
+
+
+def _expand(np: Any, row: Any) -> Any:
+    """The upper Toeplitz matrix of first row ``row``."""
+    offset, upper = _offsets(len(row))
+    return np.where(upper, row[offset], np.inf)
 
 
 class GroupCosts:
@@ -313,9 +328,65 @@ class NodeSolver:
                 return (a[:, :, None] + b[None, :, :]).min(axis=1)
             return np.maximum(a[:, :, None], b[None, :, :]).min(axis=1)
 
+    def _row(self, m: Any) -> Any:
+        """The first row of ``m`` when it is a square upper Toeplitz matrix of
+        :data:`_TOEPLITZ_FROM` rows or more (kept per matrix), else None."""
+        size = m.shape[0]
+        if m.ndim != 2 or size < _TOEPLITZ_FROM or m.shape != (size, size):
+            return None
+        return _upper_toeplitz(self.np, m, self.groups.toeplitz)
+
+    def _shifted_of(self, m: Any, row: Any) -> Any:
+        """:func:`_shifted` of ``m``'s first row ``row``, kept per matrix."""
+        key = ("shifted", id(m))
+        kept = self.groups.node_matrices.get(key)
+        if kept is None or kept[0] is not m:
+            kept = self.groups.node_matrices[key] = (m, _shifted(self.np, row))
+        return kept[1]
+
+    def _chain_rows(self) -> list[Any] | None:
+        """:meth:`chains` of every start block as the first rows of its matrices, when
+        every interior stage matrix of the node's groups is upper Toeplitz (None
+        otherwise): the chains are then upper Toeplitz too, and their products and least
+        values are taken row by row."""
+        np = self.np
+        stages = {v: self._stage(v, False, False, "intra") for v in self.kinds.values()}
+        rows = {v: self._row(m) for v, m in stages.items()}
+        if any(r is None for r in rows.values()):
+            return None
+        p: list[Any] = [None] * (self.gpus + 1)
+        for u in range(1, self.gpus + 1):
+            best = None
+            for t, v in self.kinds.items():
+                if t > u:
+                    continue
+                if t == u:
+                    cand = rows[v]
+                elif p[u - t] is not None:
+                    cand = _row_product(
+                        np, p[u - t], self._shifted_of(stages[v], rows[v]), self.add
+                    )
+                else:
+                    continue
+                best = cand if best is None else np.minimum(best, cand)
+            p[u] = best
+        return p
+
     def chains(self, first: bool, rows: slice) -> list[Any]:
         """``P[u]`` for u = 0..gpus: chains of groups on u GPUs that pass on inside the node
         (``None`` where there is none); only the start blocks ``rows``."""
+        if not first and rows == slice(None):
+            chain_rows = self._chain_rows()
+            if chain_rows is not None:
+                made: list[Any] = []
+                for row in chain_rows:
+                    if row is None:
+                        made.append(None)
+                        continue
+                    matrix = _expand(self.np, row)
+                    self.groups.toeplitz[id(matrix)] = (matrix, matrix[0])
+                    made.append(matrix)
+                return made
         p: list[Any] = [None] * (self.gpus + 1)
         for u in range(1, self.gpus + 1):
             best = None
@@ -374,6 +445,10 @@ class NodeSolver:
         rows = slice(0, 1) if first else slice(None)
         p = self.chains(first, rows)
         fin = self.finals(first, last, alone, rows)
+        if not first:
+            best_row = self._node_row(p, fin)
+            if best_row is not None:
+                return _expand(self.np, best_row), p, fin
         best = None
         for t, lone, end in fin:
             best = lone if best is None else self.np.minimum(best, lone)
@@ -381,6 +456,25 @@ class NodeSolver:
                 if p[u] is not None:
                     best = self.np.minimum(best, self.combine(p[u], end))
         return best, p, fin
+
+    def _node_row(self, p: list[Any], fin: list[tuple[int, Any, Any]]) -> Any:
+        """:meth:`node_matrix`'s least values as the first row of an upper Toeplitz
+        matrix, when the chains ``p`` and final stages ``fin`` all are (None otherwise)."""
+        np = self.np
+        chain_rows = [None if m is None else self._row(m) for m in p]
+        if any(m is not None and r is None for m, r in zip(p, chain_rows, strict=True)):
+            return None
+        ends = [(t, self._row(lone), end, self._row(end)) for t, lone, end in fin]
+        if any(lone is None or row is None for _, lone, _, row in ends):
+            return None
+        best = None
+        for t, lone, end, end_row in ends:
+            best = lone if best is None else np.minimum(best, lone)
+            for u in range(1, self.gpus - t + 1):
+                if chain_rows[u] is not None:
+                    shifted = self._shifted_of(end, end_row)
+                    best = np.minimum(best, _row_product(np, chain_rows[u], shifted, self.add))
+        return best
 
     def suffixes(self, nb: int, wrap: bool = False) -> list[Any]:
         """``Q[u]``: per start block, the best chain of groups on u GPUs that ends the
