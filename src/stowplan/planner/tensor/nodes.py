@@ -349,11 +349,21 @@ class NodeSolver:
         every interior stage matrix of the node's groups is upper Toeplitz (None
         otherwise): the chains are then upper Toeplitz too, and their products and least
         values are taken row by row."""
-        np = self.np
         stages = {v: self._stage(v, False, False, "intra") for v in self.kinds.values()}
         rows = {v: self._row(m) for v, m in stages.items()}
         if any(r is None for r in rows.values()):
             return None
+        return self._chained(
+            rows.__getitem__,
+            lambda before, v: _row_product(
+                self.np, before, self._shifted_of(stages[v], rows[v]), self.add
+            ),
+        )
+
+    def _chained(self, alone: Callable[[int], Any], then: Callable[[Any, int], Any]) -> list[Any]:
+        """``P[u]`` for u = 0..gpus: the least over the degrees ``t`` ≤ u of group ``v``
+        alone (``alone(v)``, t = u) or the chain on u − t GPUs then ``v``
+        (``then(P[u − t], v)``); ``None`` where there is none."""
         p: list[Any] = [None] * (self.gpus + 1)
         for u in range(1, self.gpus + 1):
             best = None
@@ -361,14 +371,12 @@ class NodeSolver:
                 if t > u:
                     continue
                 if t == u:
-                    cand = rows[v]
+                    cand = alone(v)
                 elif p[u - t] is not None:
-                    cand = _row_product(
-                        np, p[u - t], self._shifted_of(stages[v], rows[v]), self.add
-                    )
+                    cand = then(p[u - t], v)
                 else:
                     continue
-                best = cand if best is None else np.minimum(best, cand)
+                best = cand if best is None else self.np.minimum(best, cand)
             p[u] = best
         return p
 
@@ -387,21 +395,10 @@ class NodeSolver:
                     self.groups.toeplitz[id(matrix)] = (matrix, matrix[0])
                     made.append(matrix)
                 return made
-        p: list[Any] = [None] * (self.gpus + 1)
-        for u in range(1, self.gpus + 1):
-            best = None
-            for t, v in self.kinds.items():
-                if t > u:
-                    continue
-                if t == u:
-                    cand = self._stage(v, first, False, "intra")[rows]
-                elif p[u - t] is not None:
-                    cand = self.combine(p[u - t], self._stage(v, False, False, "intra"))
-                else:
-                    continue
-                best = cand if best is None else self.np.minimum(best, cand)
-            p[u] = best
-        return p
+        return self._chained(
+            lambda v: self._stage(v, first, False, "intra")[rows],
+            lambda before, v: self.combine(before, self._stage(v, False, False, "intra")),
+        )
 
     def finals(
         self, first: bool, last: bool, alone: bool, rows: slice
