@@ -45,7 +45,6 @@ class _Node:
     """A node's surrogate figures: blocks all as the average one."""
 
     __slots__ = (
-        "bit",
         "cap_first",
         "cap_last",
         "cap_mid",
@@ -82,8 +81,6 @@ class _Node:
         """Stage 0 (the embed) goes to the greatest of these: the slowest node."""
         self.slope_key = (slope, index)
         """Blocks fill the nodes in this order: fastest first."""
-        self.bit = 1 << index
-        """A node set is the sum of its nodes' bits."""
 
 
 def _per_block(cm: CostModel) -> tuple[float, float, float]:
@@ -242,13 +239,6 @@ _FIRST = attrgetter("first_key")
 _SLOPE = attrgetter("slope_key")
 
 
-def _set_of(members: Sequence[_Node]) -> int:
-    key = 0
-    for x in members:
-        key |= x.bit
-    return key
-
-
 class _Scorer:
     """Surrogate times of node lists for one search: a node set is scored once, in the
     order it first comes in (the time is summed in it), and only within the stage limits.
@@ -259,10 +249,31 @@ class _Scorer:
         self.nb = nb
         self.min_n, self.max_n = min_n, max_n
         self.seen: dict[int, tuple[float, Sequence[_Node], _Node | None] | None] = {}
-        """Per node set (the sum of its nodes' bits): its time and the list it was scored as
+        """Per node set (:meth:`set_of`): its time and the list it was scored as
         (a list, and a node after it or None)."""
         self.asked = 0
         """The most nodes of a set this search asked the time of."""
+        self.bits: dict[int, int] = {}
+        """Per node index, the node's bit in this search's sets: one per node, as the nodes
+        first come in (the few nodes one search sees make small integers)."""
+
+    def bits_of(self, nodes: Sequence[_Node]) -> list[int]:
+        """The bits of ``nodes`` in this search's sets."""
+        bits = self.bits
+        out = []
+        for x in nodes:
+            bit = bits.get(x.index)
+            if bit is None:
+                bit = bits[x.index] = 1 << len(bits)
+            out.append(bit)
+        return out
+
+    def set_of(self, members: Sequence[_Node]) -> int:
+        """The set ``members`` as a key of :attr:`seen`: the sum of their bits."""
+        key = 0
+        for bit in self.bits_of(members):
+            key |= bit
+        return key
 
     def _timed(self, members: Sequence[_Node]) -> float | None:
         ordered = tuple(x.index for x in members)
@@ -279,10 +290,11 @@ class _Scorer:
             arranged[ordered] = _arrange(members, self.nb)
         return arranged[ordered]
 
-    def time(self, members: Sequence[_Node]) -> float | None:
+    def time(self, members: Sequence[_Node], key: int | None = None) -> float | None:
         """The surrogate time of the set ``members`` (None: no arrangement, or outside the
-        stage limits)."""
-        key = _set_of(members)
+        stage limits); ``key``, where given, is its :meth:`set_of`."""
+        if key is None:
+            key = self.set_of(members)
         seen = self.seen
         self.asked = max(self.asked, len(members))
         if key not in seen:
@@ -298,11 +310,20 @@ class _Scorer:
     def arrangement(self, members: Sequence[_Node]) -> _Arranged | None:
         """The arrangement of the set ``members`` as it was scored."""
         self.time(members)
-        found = self.seen[_set_of(members)]
+        found = self.seen[self.set_of(members)]
         if found is None:
             return None
         _, listed, after = found
         return self._arranged(listed if after is None else [*listed, after])
+
+    def drops(self, members: list[_Node]) -> list[float | None]:
+        """:meth:`time` of ``members`` less its i-th, for each i in turn."""
+        own = self.bits_of(members)
+        mask = 0
+        for bit in own:
+            mask |= bit
+        time = self.time
+        return [time(members[:i] + members[i + 1 :], mask & ~bit) for i, bit in enumerate(own)]
 
     def swaps(self, members: list[_Node], ys: Sequence[_Node]) -> list[list[float | None]]:
         """:meth:`time` of ``[*rest, y]`` for every ``rest`` (``members`` less its i-th, for
@@ -318,14 +339,15 @@ class _Scorer:
                 out.append([self.time([*rest, y]) for y in ys])
             return out
         times = _swap_times(members, ys, self.nb)
+        own = self.bits_of(members)
         mask = 0
-        for x in members:
-            mask |= x.bit
-        bits = [y.bit for y in ys]
+        for bit in own:
+            mask |= bit
+        bits = self.bits_of(ys)
         table: list[list[float | None]] = []
         for i, rest in enumerate(families):
             within = self.min_n <= len(rest) + 1 <= self.max_n
-            rest_mask = mask & ~members[i].bit if i < m else mask
+            rest_mask = mask & ~own[i] if i < m else mask
             table.append(self._keep(rest, rest_mask, ys, bits, times[i] if within else None))
         return table
 
@@ -464,21 +486,31 @@ def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list
     held = np.concatenate((np.zeros_like(held[:, :, :1]), held), axis=2)
     y_spare = y_cap - 1
     y_count = 1 + np.minimum(np.maximum(left - held[rows, role, passed], 0), y_spare)
-    # Axes: family, y, member.
     pick = (rows * 3 + role).ravel()
-    shape = (m + 1, len(ys), m)
-    before = np.take(ahead.reshape(-1, m), pick, axis=0).reshape(shape)
-    before += np.where(y_ahead[None, :, :], y_spare[:, :, None], 0)
-    room = np.take(spare.reshape(-1, m), pick, axis=0).reshape(shape)
-    counts = 1 + np.minimum(np.maximum(left[:, :, None] - before, 0), room)
+    # Axes: member, then family and y together (member-major: each member's terms are one
+    # contiguous row, added row by row).  The block counts and sums here are at most m + 2
+    # times the greatest of nb and the capacities: int32 holds them when that is small.
+    top = max(nb, int(caps.max(initial=0)), int(y_cap.max(initial=0)))
+    small = np.int32 if (m + 2) * top < 2**31 else np.int64
+    before = np.ascontiguousarray(ahead.reshape(-1, m).T, dtype=small).take(pick, axis=1)
+    counts = before.reshape(m, m + 1, len(ys))
+    counts += y_ahead.T.astype(small)[:, None, :] * y_spare.astype(small)[None, :, :]
+    np.subtract(np.repeat(left.astype(small), len(ys)), before, out=before)
+    np.maximum(before, 0, out=before)
+    room = np.ascontiguousarray(spare.reshape(-1, m).T, dtype=small)
+    np.minimum(before, room.take(pick, axis=1), out=before)
+    before += 1
     # The time, summed in the list's order (a member left out adds 0.0: its slope and
     # latency are 0.0 there).
     lat = np.array([x.lat for x in members])[None, :]
-    terms = (
-        np.where(present, slope, 0.0)[:, None, :] * counts + np.where(present, lat, 0.0)[:, None, :]
-    )
-    # Added member by member, in order (an accumulation adds one term at a time).
-    acc = np.add.accumulate(terms, axis=2)[:, :, -1] if m else np.zeros(shape[:2])
+    terms = np.multiply(counts, np.where(present, slope, 0.0).T[:, :, None])
+    terms += np.where(present, lat, 0.0).T[:, :, None]
+    # Added member by member, in order (one term at a time).
+    acc = np.zeros(y_spare.shape)
+    if m:
+        acc = terms[0].copy()
+        for term in terms[1:]:
+            acc += term
     acc = acc + (y_slope * y_count + y_lat)
     head = np.where(y_is_last, y_head, column_of([x.head if x else 0.0 for x in lasts]))
     time = head + acc
@@ -487,10 +519,8 @@ def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list
     )
     xfer_all = column_of([sum([x.xfer for x in f]) for f in families])
     time = np.where(y_is_last, time + xfer_all, time + (xfer_kept + y_xfer))
-    return [
-        [t if good else None for t, good in zip(row, row_ok, strict=True)]
-        for row, row_ok in zip(time.tolist(), ok.tolist(), strict=True)
-    ]
+    out: list[list[float | None]] = np.where(ok, time, None).tolist()
+    return out
 
 
 def _family_ends(
@@ -879,7 +909,7 @@ def _improve(
         improved = best
         # The trials in turn: each member dropped, then swapped for each outside node;
         # then each outside node added.
-        drops = [scorer.time(members[:i] + members[i + 1 :]) for i in range(len(members))]
+        drops = scorer.drops(members)
         swaps = scorer.swaps(members, outside)
         below = improved[0] - 1e-15
         """A trial improves on the best so far when its time is below this."""
