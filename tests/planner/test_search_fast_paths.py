@@ -94,6 +94,25 @@ def test_swaps_of_long_member_lists_timed_on_arrays_are_the_arranged_times() -> 
     assert 0 < timed < checked
 
 
+def test_drops_timed_on_arrays_are_the_arranged_times() -> None:
+    rng = random.Random(17)
+    checked = timed = 0
+    for _ in range(80):
+        nodes = _nodes(rng, rng.randrange(4, 40))
+        k = rng.randrange(1, len(nodes) - 1)
+        members, ys = nodes[:k], nodes[k:]
+        nb = rng.randrange(max(k - 2, 1), 4 * k + 10)
+        swaps, drops = latency._move_times(members, ys, nb)
+        assert swaps == latency._swap_times(members, ys, nb)
+        assert len(drops) == k
+        for i, t in enumerate(drops):
+            expected = latency._arrange(members[:i] + members[i + 1 :], nb)
+            assert t == (None if expected is None else expected[0])
+            checked += 1
+            timed += t is not None
+    assert 0 < timed < checked
+
+
 def _scorer(batched: bool, nb: int, lo: int, hi: int) -> latency._Scorer:
     shared: Any = SimpleNamespace(batched=batched, arranged={}, timed={})
     return latency._Scorer(shared, nb, lo, hi)

@@ -239,6 +239,10 @@ _FIRST = attrgetter("first_key")
 _SLOPE = attrgetter("slope_key")
 
 
+_UNTIMED: Any = object()
+"""A time not given (:meth:`_Scorer.time` arranges the list itself)."""
+
+
 class _Scorer:
     """Surrogate times of node lists for one search: a node set is scored once, in the
     order it first comes in (the time is summed in it), and only within the stage limits.
@@ -275,12 +279,16 @@ class _Scorer:
             key |= bit
         return key
 
-    def _timed(self, members: Sequence[_Node]) -> float | None:
+    def _timed(self, members: Sequence[_Node], given: Any = _UNTIMED) -> float | None:
+        """The time of the list ``members``: ``given``, where given, is its :func:`_arrange`
+        time."""
         ordered = tuple(x.index for x in members)
         timed = self.shared.timed
         if ordered not in timed:
-            got = self._arranged(members)
-            timed[ordered] = None if got is None else got[0]
+            if given is _UNTIMED:
+                got = self._arranged(members)
+                given = None if got is None else got[0]
+            timed[ordered] = given
         return timed[ordered]
 
     def _arranged(self, members: Sequence[_Node]) -> _Arranged | None:
@@ -290,9 +298,12 @@ class _Scorer:
             arranged[ordered] = _arrange(members, self.nb)
         return arranged[ordered]
 
-    def time(self, members: Sequence[_Node], key: int | None = None) -> float | None:
+    def time(
+        self, members: Sequence[_Node], key: int | None = None, given: Any = _UNTIMED
+    ) -> float | None:
         """The surrogate time of the set ``members`` (None: no arrangement, or outside the
-        stage limits); ``key``, where given, is its :meth:`set_of`."""
+        stage limits); ``key``, where given, is its :meth:`set_of`, and ``given`` the
+        list's :func:`_arrange` time."""
         if key is None:
             key = self.set_of(members)
         seen = self.seen
@@ -300,7 +311,7 @@ class _Scorer:
         if key not in seen:
             got = None
             if self.min_n <= len(members) <= self.max_n:
-                t = self._timed(members)
+                t = self._timed(members, given)
                 if t is not None:
                     got = (t, tuple(members), None)
             seen[key] = got
@@ -316,29 +327,56 @@ class _Scorer:
         _, listed, after = found
         return self._arranged(listed if after is None else [*listed, after])
 
-    def drops(self, members: list[_Node]) -> list[float | None]:
-        """:meth:`time` of ``members`` less its i-th, for each i in turn."""
+    def drops(
+        self, members: list[_Node], given: list[float | None] | None = None
+    ) -> list[float | None]:
+        """:meth:`time` of ``members`` less its i-th, for each i in turn (``given``: their
+        :func:`_arrange` times)."""
         own = self.bits_of(members)
         mask = 0
         for bit in own:
             mask |= bit
         time = self.time
-        return [time(members[:i] + members[i + 1 :], mask & ~bit) for i, bit in enumerate(own)]
+        if given is None:
+            return [time(members[:i] + members[i + 1 :], mask & ~b) for i, b in enumerate(own)]
+        return [
+            time(members[:i] + members[i + 1 :], mask & ~b, t)
+            for i, (b, t) in enumerate(zip(own, given, strict=True))
+        ]
 
-    def swaps(self, members: list[_Node], ys: Sequence[_Node]) -> list[list[float | None]]:
+    def moves(
+        self, members: list[_Node], ys: Sequence[_Node]
+    ) -> tuple[list[float | None], list[list[float | None]]]:
+        """:meth:`drops` of ``members``, then :meth:`swaps` of ``members`` and ``ys``."""
+        if not self._batched(members, ys):
+            return self.drops(members), self.swaps(members, ys)
+        times, dropped = _move_times(members, ys, self.nb)
+        return self.drops(members, dropped), self.swaps(members, ys, times)
+
+    def _batched(self, members: list[_Node], ys: Sequence[_Node]) -> bool:
+        """Whether the swaps of ``members`` and ``ys`` are timed on arrays."""
+        return self.shared.batched and (len(members) + 1) * len(ys) >= _BATCH
+
+    def swaps(
+        self,
+        members: list[_Node],
+        ys: Sequence[_Node],
+        times: list[list[float | None]] | None = None,
+    ) -> list[list[float | None]]:
         """:meth:`time` of ``[*rest, y]`` for every ``rest`` (``members`` less its i-th, for
         each i; then ``members`` whole) and every ``y`` (none of them in ``members``), in
-        that order."""
+        that order (``times``: their :func:`_swap_times`, where timed on arrays)."""
         m = len(members)
         families = [members[:i] + members[i + 1 :] for i in range(m)] + [members]
         if ys:
             self.asked = max(self.asked, m + 1)
-        if not (self.shared.batched and (m + 1) * len(ys) >= _BATCH):
+        if not self._batched(members, ys):
             out: list[list[float | None]] = []
             for rest in families:
                 out.append([self.time([*rest, y]) for y in ys])
             return out
-        times = _swap_times(members, ys, self.nb)
+        if times is None:
+            times = _swap_times(members, ys, self.nb)
         own = self.bits_of(members)
         mask = 0
         for bit in own:
@@ -383,6 +421,13 @@ _BATCH = 8
 
 
 def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list[float | None]]:
+    """:func:`_move_times`' swaps."""
+    return _move_times(members, ys, nb)[0]
+
+
+def _move_times(
+    members: list[_Node], ys: Sequence[_Node], nb: int
+) -> tuple[list[list[float | None]], list[float | None]]:
     """:func:`_arrange`'s time of ``[*rest, y]`` for every ``rest`` (``members`` less its
     i-th, for each i; then ``members`` whole) and ``y``, on arrays, the same floats: the
     ends, capacities and greedy fill as :func:`_arrange` chooses them, and the time summed
@@ -390,7 +435,10 @@ def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list
 
     A member's role in a family (and so its capacity) depends on ``y`` only through y's
     own role (last, stage 0 or neither): the members' capacities and their prefix sums in
-    fill order are figured per family and y's role, then read per ``y``."""
+    fill order are figured per family and y's role, then read per ``y``.
+
+    Also :func:`_arrange`'s time of each ``members`` less its i-th alone (a drop): the
+    family with y in neither end's role, less y."""
     np = numpy_module()
     m = len(members)
     families = [members[:i] + members[i + 1 :] for i in range(m)] + [members]
@@ -464,8 +512,6 @@ def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list
     sizes = column_of([len(f) + 1 for f in families], np.int64)
     left = nb - sizes
     ok &= (total >= nb) & (left >= 0)
-    if not ok.any():
-        return [[None] * len(ys) for _ in families]
     # The greedy fill, fastest first: every node keeps one block and takes what the ones
     # before it left, up to its room.  The spare blocks ahead of each member in fill order
     # (y aside), and of all members ahead of y.
@@ -476,6 +522,16 @@ def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list
     held = np.cumsum(ranked, axis=2)
     ahead = (held - ranked)[:, :, order]
     slope = np.array([x.slope for x in members])[None, :]
+    lat = np.array([x.lat for x in members])[None, :]
+    heads = column_of([x.head if x else 0.0 for x in lasts])
+    xfer_kept = column_of(
+        [sum([x.xfer for x in f if x is not last]) for f, last in zip(families, lasts, strict=True)]
+    )
+    drops = _drop_times(m, nb, caps, spare, ahead, fits, present, slope, lat, heads, xfer_kept)
+    drop_ok = has_last & has_rest_first
+    drops = [t if good else None for t, good in zip(drops, drop_ok[:m, 0].tolist(), strict=True)]
+    if not ok.any():
+        return [[None] * len(ys) for _ in families], drops
     index = np.array([x.index for x in members])[None, :]
     # Per y (axis 0) and member, whether y comes before the member in fill order (its
     # slope key is less).
@@ -502,7 +558,6 @@ def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list
     before += 1
     # The time, summed in the list's order (a member left out adds 0.0: its slope and
     # latency are 0.0 there).
-    lat = np.array([x.lat for x in members])[None, :]
     terms = np.multiply(counts, np.where(present, slope, 0.0).T[:, :, None])
     terms += np.where(present, lat, 0.0).T[:, :, None]
     # Added member by member, in order (one term at a time).
@@ -512,15 +567,45 @@ def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list
         for term in terms[1:]:
             acc += term
     acc = acc + (y_slope * y_count + y_lat)
-    head = np.where(y_is_last, y_head, column_of([x.head if x else 0.0 for x in lasts]))
+    head = np.where(y_is_last, y_head, heads)
     time = head + acc
-    xfer_kept = column_of(
-        [sum([x.xfer for x in f if x is not last]) for f, last in zip(families, lasts, strict=True)]
-    )
     xfer_all = column_of([sum([x.xfer for x in f]) for f in families])
     time = np.where(y_is_last, time + xfer_all, time + (xfer_kept + y_xfer))
     out: list[list[float | None]] = np.where(ok, time, None).tolist()
-    return out
+    return out, drops
+
+
+def _drop_times(
+    m: int,
+    nb: int,
+    caps: Any,
+    spare: Any,
+    ahead: Any,
+    fits: Any,
+    present: Any,
+    slope: Any,
+    lat: Any,
+    heads: Any,
+    xfer_kept: Any,
+) -> list[float | None]:
+    """:func:`_arrange`'s time of each family of :func:`_move_times` but the whole (a
+    member dropped) without y, from its figures there with y in neither end's role (axis 1
+    index 2): the same ends, capacities and fill; None where they do not fit (either end
+    missing aside)."""
+    np = numpy_module()
+    if not m:
+        return []
+    caps, spare, ahead, present = caps[:m, 2, :], spare[:m, 2, :], ahead[:m, 2, :], present[:m]
+    left = nb - (m - 1)
+    ok = fits[:m, 2] & (caps.sum(axis=1) >= nb) & (left >= 0)
+    counts = 1 + np.minimum(np.maximum(left - ahead, 0), spare)
+    terms = np.where(present, slope, 0.0) * counts + np.where(present, lat, 0.0)
+    # Added member by member, in order; then the head before, the transfers after.
+    acc = terms[:, 0].copy()
+    for j in range(1, m):
+        acc += terms[:, j]
+    time = (heads[:m, 0] + acc) + xfer_kept[:m, 0]
+    return [t if good else None for t, good in zip(time.tolist(), ok.tolist(), strict=True)]
 
 
 def _family_ends(
@@ -909,8 +994,7 @@ def _improve(
         improved = best
         # The trials in turn: each member dropped, then swapped for each outside node;
         # then each outside node added.
-        drops = scorer.drops(members)
-        swaps = scorer.swaps(members, outside)
+        drops, swaps = scorer.moves(members, outside)
         below = improved[0] - 1e-15
         """A trial improves on the best so far when its time is below this."""
         for i, row in enumerate(swaps):
