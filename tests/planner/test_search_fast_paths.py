@@ -1,10 +1,12 @@
 """The searches' shortcuts give what the plain paths give: the fastest single node found
-once per stage class, and the swaps timed on arrays."""
+once per stage class, the swaps timed on arrays and the local search on them."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -90,6 +92,83 @@ def test_swaps_of_long_member_lists_timed_on_arrays_are_the_arranged_times() -> 
                 checked += 1
                 timed += t is not None
     assert 0 < timed < checked
+
+
+def test_drops_timed_on_arrays_are_the_arranged_times() -> None:
+    rng = random.Random(17)
+    checked = timed = 0
+    for _ in range(80):
+        nodes = _nodes(rng, rng.randrange(4, 40))
+        k = rng.randrange(1, len(nodes) - 1)
+        members, ys = nodes[:k], nodes[k:]
+        nb = rng.randrange(max(k - 2, 1), 4 * k + 10)
+        swaps, drops = latency._move_times(members, ys, nb)
+        assert swaps == latency._swap_times(members, ys, nb)
+        assert len(drops) == k
+        for i, t in enumerate(drops):
+            expected = latency._arrange(members[:i] + members[i + 1 :], nb)
+            assert t == (None if expected is None else expected[0])
+            checked += 1
+            timed += t is not None
+    assert 0 < timed < checked
+
+
+def _scorer(batched: bool, nb: int, lo: int, hi: int) -> latency._Scorer:
+    shared: Any = SimpleNamespace(batched=batched, arranged={}, timed={})
+    return latency._Scorer(shared, nb, lo, hi)
+
+
+def _scored(scorer: latency._Scorer) -> dict[frozenset[int], float | None]:
+    """A scorer's kept sets by their nodes, with their times."""
+    out: dict[frozenset[int], float | None] = {}
+    for found in scorer.seen.values():
+        if found is not None:
+            t, listed, after = found
+            nodes = [*listed] if after is None else [*listed, after]
+            out[frozenset(x.index for x in nodes)] = t
+    return out
+
+
+def test_local_search_on_arrays_is_the_plain_one() -> None:
+    """The search with swaps timed on arrays (and sets keyed by the search's own bits)
+    ends where the plain one does, having scored the same sets the same."""
+    rng = random.Random(23)
+    searched = moved = 0
+    for _ in range(200):
+        nodes = _nodes(rng, rng.randrange(20, 60))
+        k = rng.randrange(3, 14)
+        nb = rng.randrange(k + 2, 6 * k + 10)
+        lo, hi = rng.choice(((2, 64), (2, k + 1), (k - 1, k + 3)))
+        got = []
+        for batched in (True, False):
+            scorer = _scorer(batched, nb, lo, hi)
+            start = scorer.time(nodes[:k])
+            if start is None:
+                break
+            best = latency._improve((start, nodes[:k]), nodes[k:], scorer)
+            got.append(
+                (best[0], [x.index for x in best[1]], scorer.arrangement(best[1]), scorer.asked)
+            )
+            got.append(_scored(scorer))
+        if got:
+            searched += 1
+            assert got[0] == got[2]
+            assert got[1] == got[3]
+            moved += got[0][1] != [x.index for x in nodes[:k]]
+    assert searched > 20
+    assert moved > 10
+
+
+def test_drops_are_the_times_of_the_sets() -> None:
+    rng = random.Random(29)
+    for _ in range(30):
+        nodes = _nodes(rng, rng.randrange(6, 30))
+        nb = rng.randrange(len(nodes), 4 * len(nodes))
+        scorer, plain = _scorer(True, nb, 2, 40), _scorer(True, nb, 2, 40)
+        scorer.time(nodes[1:])  # a set kept before: its first time again
+        plain.time(nodes[1:])
+        expected = [plain.time(nodes[:i] + nodes[i + 1 :]) for i in range(len(nodes))]
+        assert scorer.drops(nodes) == expected
 
 
 def test_kept_evaluations_are_the_cost_models() -> None:

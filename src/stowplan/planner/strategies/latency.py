@@ -45,7 +45,6 @@ class _Node:
     """A node's surrogate figures: blocks all as the average one."""
 
     __slots__ = (
-        "bit",
         "cap_first",
         "cap_last",
         "cap_mid",
@@ -82,8 +81,6 @@ class _Node:
         """Stage 0 (the embed) goes to the greatest of these: the slowest node."""
         self.slope_key = (slope, index)
         """Blocks fill the nodes in this order: fastest first."""
-        self.bit = 1 << index
-        """A node set is the sum of its nodes' bits."""
 
 
 def _per_block(cm: CostModel) -> tuple[float, float, float]:
@@ -242,11 +239,8 @@ _FIRST = attrgetter("first_key")
 _SLOPE = attrgetter("slope_key")
 
 
-def _set_of(members: Sequence[_Node]) -> int:
-    key = 0
-    for x in members:
-        key |= x.bit
-    return key
+_UNTIMED: Any = object()
+"""A time not given (:meth:`_Scorer.time` arranges the list itself)."""
 
 
 class _Scorer:
@@ -259,17 +253,42 @@ class _Scorer:
         self.nb = nb
         self.min_n, self.max_n = min_n, max_n
         self.seen: dict[int, tuple[float, Sequence[_Node], _Node | None] | None] = {}
-        """Per node set (the sum of its nodes' bits): its time and the list it was scored as
+        """Per node set (:meth:`set_of`): its time and the list it was scored as
         (a list, and a node after it or None)."""
         self.asked = 0
         """The most nodes of a set this search asked the time of."""
+        self.bits: dict[int, int] = {}
+        """Per node index, the node's bit in this search's sets: one per node, as the nodes
+        first come in (the few nodes one search sees make small integers)."""
 
-    def _timed(self, members: Sequence[_Node]) -> float | None:
+    def bits_of(self, nodes: Sequence[_Node]) -> list[int]:
+        """The bits of ``nodes`` in this search's sets."""
+        bits = self.bits
+        out = []
+        for x in nodes:
+            bit = bits.get(x.index)
+            if bit is None:
+                bit = bits[x.index] = 1 << len(bits)
+            out.append(bit)
+        return out
+
+    def set_of(self, members: Sequence[_Node]) -> int:
+        """The set ``members`` as a key of :attr:`seen`: the sum of their bits."""
+        key = 0
+        for bit in self.bits_of(members):
+            key |= bit
+        return key
+
+    def _timed(self, members: Sequence[_Node], given: Any = _UNTIMED) -> float | None:
+        """The time of the list ``members``: ``given``, where given, is its :func:`_arrange`
+        time."""
         ordered = tuple(x.index for x in members)
         timed = self.shared.timed
         if ordered not in timed:
-            got = self._arranged(members)
-            timed[ordered] = None if got is None else got[0]
+            if given is _UNTIMED:
+                got = self._arranged(members)
+                given = None if got is None else got[0]
+            timed[ordered] = given
         return timed[ordered]
 
     def _arranged(self, members: Sequence[_Node]) -> _Arranged | None:
@@ -279,16 +298,20 @@ class _Scorer:
             arranged[ordered] = _arrange(members, self.nb)
         return arranged[ordered]
 
-    def time(self, members: Sequence[_Node]) -> float | None:
+    def time(
+        self, members: Sequence[_Node], key: int | None = None, given: Any = _UNTIMED
+    ) -> float | None:
         """The surrogate time of the set ``members`` (None: no arrangement, or outside the
-        stage limits)."""
-        key = _set_of(members)
+        stage limits); ``key``, where given, is its :meth:`set_of`, and ``given`` the
+        list's :func:`_arrange` time."""
+        if key is None:
+            key = self.set_of(members)
         seen = self.seen
         self.asked = max(self.asked, len(members))
         if key not in seen:
             got = None
             if self.min_n <= len(members) <= self.max_n:
-                t = self._timed(members)
+                t = self._timed(members, given)
                 if t is not None:
                     got = (t, tuple(members), None)
             seen[key] = got
@@ -298,34 +321,71 @@ class _Scorer:
     def arrangement(self, members: Sequence[_Node]) -> _Arranged | None:
         """The arrangement of the set ``members`` as it was scored."""
         self.time(members)
-        found = self.seen[_set_of(members)]
+        found = self.seen[self.set_of(members)]
         if found is None:
             return None
         _, listed, after = found
         return self._arranged(listed if after is None else [*listed, after])
 
-    def swaps(self, members: list[_Node], ys: Sequence[_Node]) -> list[list[float | None]]:
+    def drops(
+        self, members: list[_Node], given: list[float | None] | None = None
+    ) -> list[float | None]:
+        """:meth:`time` of ``members`` less its i-th, for each i in turn (``given``: their
+        :func:`_arrange` times)."""
+        own = self.bits_of(members)
+        mask = 0
+        for bit in own:
+            mask |= bit
+        time = self.time
+        if given is None:
+            return [time(members[:i] + members[i + 1 :], mask & ~b) for i, b in enumerate(own)]
+        return [
+            time(members[:i] + members[i + 1 :], mask & ~b, t)
+            for i, (b, t) in enumerate(zip(own, given, strict=True))
+        ]
+
+    def moves(
+        self, members: list[_Node], ys: Sequence[_Node]
+    ) -> tuple[list[float | None], list[list[float | None]]]:
+        """:meth:`drops` of ``members``, then :meth:`swaps` of ``members`` and ``ys``."""
+        if not self._batched(members, ys):
+            return self.drops(members), self.swaps(members, ys)
+        times, dropped = _move_times(members, ys, self.nb)
+        return self.drops(members, dropped), self.swaps(members, ys, times)
+
+    def _batched(self, members: list[_Node], ys: Sequence[_Node]) -> bool:
+        """Whether the swaps of ``members`` and ``ys`` are timed on arrays."""
+        return self.shared.batched and (len(members) + 1) * len(ys) >= _BATCH
+
+    def swaps(
+        self,
+        members: list[_Node],
+        ys: Sequence[_Node],
+        times: list[list[float | None]] | None = None,
+    ) -> list[list[float | None]]:
         """:meth:`time` of ``[*rest, y]`` for every ``rest`` (``members`` less its i-th, for
         each i; then ``members`` whole) and every ``y`` (none of them in ``members``), in
-        that order."""
+        that order (``times``: their :func:`_swap_times`, where timed on arrays)."""
         m = len(members)
         families = [members[:i] + members[i + 1 :] for i in range(m)] + [members]
         if ys:
             self.asked = max(self.asked, m + 1)
-        if not (self.shared.batched and (m + 1) * len(ys) >= _BATCH):
+        if not self._batched(members, ys):
             out: list[list[float | None]] = []
             for rest in families:
                 out.append([self.time([*rest, y]) for y in ys])
             return out
-        times = _swap_times(members, ys, self.nb)
+        if times is None:
+            times = _swap_times(members, ys, self.nb)
+        own = self.bits_of(members)
         mask = 0
-        for x in members:
-            mask |= x.bit
-        bits = [y.bit for y in ys]
+        for bit in own:
+            mask |= bit
+        bits = self.bits_of(ys)
         table: list[list[float | None]] = []
         for i, rest in enumerate(families):
             within = self.min_n <= len(rest) + 1 <= self.max_n
-            rest_mask = mask & ~members[i].bit if i < m else mask
+            rest_mask = mask & ~own[i] if i < m else mask
             table.append(self._keep(rest, rest_mask, ys, bits, times[i] if within else None))
         return table
 
@@ -361,6 +421,13 @@ _BATCH = 8
 
 
 def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list[float | None]]:
+    """:func:`_move_times`' swaps."""
+    return _move_times(members, ys, nb)[0]
+
+
+def _move_times(
+    members: list[_Node], ys: Sequence[_Node], nb: int
+) -> tuple[list[list[float | None]], list[float | None]]:
     """:func:`_arrange`'s time of ``[*rest, y]`` for every ``rest`` (``members`` less its
     i-th, for each i; then ``members`` whole) and ``y``, on arrays, the same floats: the
     ends, capacities and greedy fill as :func:`_arrange` chooses them, and the time summed
@@ -368,7 +435,10 @@ def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list
 
     A member's role in a family (and so its capacity) depends on ``y`` only through y's
     own role (last, stage 0 or neither): the members' capacities and their prefix sums in
-    fill order are figured per family and y's role, then read per ``y``."""
+    fill order are figured per family and y's role, then read per ``y``.
+
+    Also :func:`_arrange`'s time of each ``members`` less its i-th alone (a drop): the
+    family with y in neither end's role, less y."""
     np = numpy_module()
     m = len(members)
     families = [members[:i] + members[i + 1 :] for i in range(m)] + [members]
@@ -442,8 +512,6 @@ def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list
     sizes = column_of([len(f) + 1 for f in families], np.int64)
     left = nb - sizes
     ok &= (total >= nb) & (left >= 0)
-    if not ok.any():
-        return [[None] * len(ys) for _ in families]
     # The greedy fill, fastest first: every node keeps one block and takes what the ones
     # before it left, up to its room.  The spare blocks ahead of each member in fill order
     # (y aside), and of all members ahead of y.
@@ -454,6 +522,16 @@ def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list
     held = np.cumsum(ranked, axis=2)
     ahead = (held - ranked)[:, :, order]
     slope = np.array([x.slope for x in members])[None, :]
+    lat = np.array([x.lat for x in members])[None, :]
+    heads = column_of([x.head if x else 0.0 for x in lasts])
+    xfer_kept = column_of(
+        [sum([x.xfer for x in f if x is not last]) for f, last in zip(families, lasts, strict=True)]
+    )
+    drops = _drop_times(m, nb, caps, spare, ahead, fits, present, slope, lat, heads, xfer_kept)
+    drop_ok = has_last & has_rest_first
+    drops = [t if good else None for t, good in zip(drops, drop_ok[:m, 0].tolist(), strict=True)]
+    if not ok.any():
+        return [[None] * len(ys) for _ in families], drops
     index = np.array([x.index for x in members])[None, :]
     # Per y (axis 0) and member, whether y comes before the member in fill order (its
     # slope key is less).
@@ -464,33 +542,70 @@ def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list
     held = np.concatenate((np.zeros_like(held[:, :, :1]), held), axis=2)
     y_spare = y_cap - 1
     y_count = 1 + np.minimum(np.maximum(left - held[rows, role, passed], 0), y_spare)
-    # Axes: family, y, member.
     pick = (rows * 3 + role).ravel()
-    shape = (m + 1, len(ys), m)
-    before = np.take(ahead.reshape(-1, m), pick, axis=0).reshape(shape)
-    before += np.where(y_ahead[None, :, :], y_spare[:, :, None], 0)
-    room = np.take(spare.reshape(-1, m), pick, axis=0).reshape(shape)
-    counts = 1 + np.minimum(np.maximum(left[:, :, None] - before, 0), room)
+    # Axes: member, then family and y together (member-major: each member's terms are one
+    # contiguous row, added row by row).  The block counts and sums here are at most m + 2
+    # times the greatest of nb and the capacities: int32 holds them when that is small.
+    top = max(nb, int(caps.max(initial=0)), int(y_cap.max(initial=0)))
+    small = np.int32 if (m + 2) * top < 2**31 else np.int64
+    before = np.ascontiguousarray(ahead.reshape(-1, m).T, dtype=small).take(pick, axis=1)
+    counts = before.reshape(m, m + 1, len(ys))
+    counts += y_ahead.T.astype(small)[:, None, :] * y_spare.astype(small)[None, :, :]
+    np.subtract(np.repeat(left.astype(small), len(ys)), before, out=before)
+    np.maximum(before, 0, out=before)
+    room = np.ascontiguousarray(spare.reshape(-1, m).T, dtype=small)
+    np.minimum(before, room.take(pick, axis=1), out=before)
+    before += 1
     # The time, summed in the list's order (a member left out adds 0.0: its slope and
     # latency are 0.0 there).
-    lat = np.array([x.lat for x in members])[None, :]
-    terms = (
-        np.where(present, slope, 0.0)[:, None, :] * counts + np.where(present, lat, 0.0)[:, None, :]
-    )
-    # Added member by member, in order (an accumulation adds one term at a time).
-    acc = np.add.accumulate(terms, axis=2)[:, :, -1] if m else np.zeros(shape[:2])
+    terms = np.multiply(counts, np.where(present, slope, 0.0).T[:, :, None])
+    terms += np.where(present, lat, 0.0).T[:, :, None]
+    # Added member by member, in order (one term at a time).
+    acc = np.zeros(y_spare.shape)
+    if m:
+        acc = terms[0].copy()
+        for term in terms[1:]:
+            acc += term
     acc = acc + (y_slope * y_count + y_lat)
-    head = np.where(y_is_last, y_head, column_of([x.head if x else 0.0 for x in lasts]))
+    head = np.where(y_is_last, y_head, heads)
     time = head + acc
-    xfer_kept = column_of(
-        [sum([x.xfer for x in f if x is not last]) for f, last in zip(families, lasts, strict=True)]
-    )
     xfer_all = column_of([sum([x.xfer for x in f]) for f in families])
     time = np.where(y_is_last, time + xfer_all, time + (xfer_kept + y_xfer))
-    return [
-        [t if good else None for t, good in zip(row, row_ok, strict=True)]
-        for row, row_ok in zip(time.tolist(), ok.tolist(), strict=True)
-    ]
+    out: list[list[float | None]] = np.where(ok, time, None).tolist()
+    return out, drops
+
+
+def _drop_times(
+    m: int,
+    nb: int,
+    caps: Any,
+    spare: Any,
+    ahead: Any,
+    fits: Any,
+    present: Any,
+    slope: Any,
+    lat: Any,
+    heads: Any,
+    xfer_kept: Any,
+) -> list[float | None]:
+    """:func:`_arrange`'s time of each family of :func:`_move_times` but the whole (a
+    member dropped) without y, from its figures there with y in neither end's role (axis 1
+    index 2): the same ends, capacities and fill; None where they do not fit (either end
+    missing aside)."""
+    np = numpy_module()
+    if not m:
+        return []
+    caps, spare, ahead, present = caps[:m, 2, :], spare[:m, 2, :], ahead[:m, 2, :], present[:m]
+    left = nb - (m - 1)
+    ok = fits[:m, 2] & (caps.sum(axis=1) >= nb) & (left >= 0)
+    counts = 1 + np.minimum(np.maximum(left - ahead, 0), spare)
+    terms = np.where(present, slope, 0.0) * counts + np.where(present, lat, 0.0)
+    # Added member by member, in order; then the head before, the transfers after.
+    acc = terms[:, 0].copy()
+    for j in range(1, m):
+        acc += terms[:, j]
+    time = (heads[:m, 0] + acc) + xfer_kept[:m, 0]
+    return [t if good else None for t, good in zip(time.tolist(), ok.tolist(), strict=True)]
 
 
 def _family_ends(
@@ -879,8 +994,7 @@ def _improve(
         improved = best
         # The trials in turn: each member dropped, then swapped for each outside node;
         # then each outside node added.
-        drops = [scorer.time(members[:i] + members[i + 1 :]) for i in range(len(members))]
-        swaps = scorer.swaps(members, outside)
+        drops, swaps = scorer.moves(members, outside)
         below = improved[0] - 1e-15
         """A trial improves on the best so far when its time is below this."""
         for i, row in enumerate(swaps):
