@@ -285,3 +285,38 @@ def test_the_memory_bound_counts_the_embed_and_the_head_beside_a_block() -> None
 
 def _node(i: int, vram: int) -> NodeDescriptor:
     return NodeDescriptor(id=f"n{i}", gpu_name="RTX 4090", vram_bytes=vram, link_mbps=1000)
+
+
+@pytest.mark.parametrize(
+    ("model", "nodes", "batch"), [("llama3.1:405b", 6, 64), ("llama3.1:70b", 5, 256)]
+)
+def test_a_refusal_on_multi_gpu_nodes_names_the_limits_full_plans_hold(
+    model: str, nodes: int, batch: int
+) -> None:
+    """The refusal's probes skip each plan's certificate; the context and the sequences it
+    names are still the most that plans made in full hold."""
+    fleet = [
+        NodeDescriptor(
+            id=f"h{i}",
+            gpu_name="H100 SXM5",
+            vram_bytes=8 * 80 * 10**9,
+            num_gpus=8,
+            link_mbps=100_000.0,
+            link_latency_ms=0.05,
+        )
+        for i in range(nodes)
+    ]
+    layout = _model(model)
+    c = Constraints(batch=batch, context_tokens=131_072)
+    with pytest.raises(Infeasible) as refused:
+        plan_within_context(layout, fleet, c)
+    reason = refused.value.reason
+    context = re.search(r"the largest context that fits is ([\d,]+) tokens", reason)
+    sequences = re.search(r"; ([\d,]+) sequences? fits? [\d,]+ tokens each", reason)
+    assert context is not None and sequences is not None, reason
+    most = int(context.group(1).replace(",", ""))
+    assert _fits(layout, fleet, c, most)
+    assert not _fits(layout, fleet, c, most + 1)
+    fewer = int(sequences.group(1).replace(",", ""))
+    assert _fits(layout, fleet, replace(c, batch=fewer), 131_072)
+    assert not _fits(layout, fleet, replace(c, batch=fewer + 1), 131_072)

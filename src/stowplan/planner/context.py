@@ -26,6 +26,7 @@ from stowplan.errors import Infeasible, InputError, InsufficientVram, PlanError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, usable_bytes
 from stowplan.plan import Plan
 from stowplan.planner import plan
+from stowplan.planner.certify import sketching
 from stowplan.planner.problem import block_bytes, most_blocks
 from stowplan.quantities.limits import MAX_CONTEXT_TOKENS
 from stowplan.quantities.search import last_true
@@ -68,6 +69,18 @@ class ContextFit:
     limited_by_model: bool
     """``context_tokens`` is the model's maximum context (memory would hold more)."""
     plan: Plan
+
+
+def _probing(run: Planner) -> Planner:
+    """``run`` as a probe of whether a plan exists: inside :func:`sketching`, which skips
+    each plan's own optimum solve (the certificate) and nothing that decides whether a
+    plan is found."""
+
+    def probe(model: ModelLayout, nodes: Sequence[NodeDescriptor], c: Constraints) -> Plan:
+        with sketching():
+            return run(model, nodes, c)
+
+    return probe
 
 
 def _planner(planner: Planner | None) -> Planner:
@@ -300,8 +313,11 @@ def plan_within_context(
     except PlanError as exc:
         if ctx == 0 or model.kv_bytes_per_token is None:
             raise
+        # The refusal counts on which contexts and batches plan, not on their plans: the
+        # probes' certificates are not computed (a plan is found or not alike).
+        probe = _probing(run)
         try:
-            fit = fit_context(model, nodes, constraints, planner=run, upper=ctx - 1)
+            fit = fit_context(model, nodes, constraints, planner=probe, upper=ctx - 1)
         except InsufficientVram as bare:  # the weights alone do not fit: say so
             kv = f"before any KV cache ({ctx:,} tokens × {_sequences(constraints.batch)})"
             raise InsufficientVram(
@@ -309,6 +325,6 @@ def plan_within_context(
             ) from None
         except PlanError:
             raise exc from None  # not the context's doing
-        fewer = _largest_batch(run, model, nodes, constraints) if constraints.batch > 1 else None
+        fewer = _largest_batch(probe, model, nodes, constraints) if constraints.batch > 1 else None
         reason = _shortfall(model, nodes, constraints, fit.context_tokens, fewer)
         raise Infeasible(reason) from None
