@@ -16,7 +16,7 @@ from stowplan.calibration.profile import Calibration, DeviceCalibration, Engine,
 from stowplan.cost import experts as cost_experts
 from stowplan.cost.experts import expert_prediction
 from stowplan.model import ExpertId, ModelLayout
-from stowplan.moe.routing import Pairs, experts_on_nodes, holders_of
+from stowplan.moe.routing import Pairs, experts_on_nodes, experts_per_node, holders_of
 from stowplan.moe.stats import zipf_load
 from stowplan.planner.experts import expert_summary
 from stowplan.planner.experts.packing import (
@@ -129,6 +129,17 @@ def test_owned_experts_and_summary_rows_are_the_plain_ones(
 def test_experts_on_nodes_lists_each_nodes_copies() -> None:
     holders = [[0, 2], [1], [2], [0], [2, 1, 0]]
     assert experts_on_nodes(holders, 4) == [[0, 3, 4], [1, 4], [0, 2, 4], []]
+
+
+def test_experts_per_node_lists_each_nodes_blocks_in_order() -> None:
+    shared: list[list[int]] = [[0], [1], [1, 0]]
+    alike_copy = [list(hs) for hs in shared]
+    got = experts_per_node([3, 5, 9], [shared, [[1], [1], [1]], alike_copy], 3)
+    assert got == [
+        [(3, (0, 2)), (9, (0, 2))],
+        [(3, (1, 2)), (5, (0, 1, 2)), (9, (1, 2))],
+        [],
+    ]
 
 
 def _plain_replica_counts(w: list[float], redundant: int, num_nodes: int) -> list[int]:

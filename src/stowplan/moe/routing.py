@@ -155,6 +155,24 @@ def experts_on_nodes(holders: Holders, n: int) -> list[list[int]]:
     return on
 
 
+def experts_per_node(
+    blocks: Sequence[int], holders_by_block: Sequence[Holders], n: int
+) -> list[list[tuple[int, tuple[int, ...]]]]:
+    """Per node of ``n``: ``(block, its experts there, ascending)`` for every block of
+    ``blocks`` it holds one of, in the order of ``blocks``.  Blocks sharing one list of
+    holders (the same object) are read off it once."""
+    per: list[list[tuple[int, tuple[int, ...]]]] = [[] for _ in range(n)]
+    read: dict[int, list[tuple[int, ...]]] = {}
+    for block, holders in zip(blocks, holders_by_block, strict=True):
+        on = read.get(id(holders))
+        if on is None:
+            on = read[id(holders)] = list(map(tuple, experts_on_nodes(holders, n)))
+        for mine, es in zip(per, on, strict=True):
+            if es:
+                mine.append((block, es))
+    return per
+
+
 def slowest_finish(loads: Sequence[float], speeds: Sequence[float]) -> float:
     """The largest ``load / speed`` over the nodes."""
     return max(load / s for load, s in zip(loads, speeds, strict=True))

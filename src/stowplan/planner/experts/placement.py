@@ -13,7 +13,7 @@ from stowplan.model import Constraints, ExpertId, ModelLayout, NodeDescriptor
 from stowplan.moe.routing import (
     Holders,
     block_reaches,
-    experts_on_nodes,
+    experts_per_node,
     nodes_in_order,
     remote_transfers,
     stage_of_block,
@@ -106,16 +106,12 @@ def place_experts(
     stage_holders = _sorted_holders(packing.holders)
     # Every stage's experts, block by block, each block's ascending (blocks sharing a
     # list of holders share their experts per node).
-    owned: list[list[ExpertId]] = [[] for _ in ordered]
-    on_nodes: dict[int, list[list[int]]] = {}
-    for block, holders in zip(ex.moe_blocks, stage_holders, strict=True):
-        on = on_nodes.get(id(holders))
-        if on is None:
-            on = on_nodes[id(holders)] = experts_on_nodes(holders, len(ordered))
-        pick = expert_ids(block, ex.num_experts).__getitem__
-        for mine, es in zip(owned, on, strict=True):
-            if es:
-                mine.extend(map(pick, es))
+    owned: list[list[ExpertId]] = []
+    for per in experts_per_node(ex.moe_blocks, stage_holders, len(ordered)):
+        mine: list[ExpertId] = []
+        for block, es in per:
+            mine.extend(map(expert_ids(block, ex.num_experts).__getitem__, es))
+        owned.append(mine)
     assignments = tuple(
         replace(
             a,

@@ -10,7 +10,7 @@ from stowplan.model import ModelLayout, NodeDescriptor
 from stowplan.moe.numbering import ValueNumbers
 from stowplan.moe.routing import (
     Holders,
-    experts_on_nodes,
+    experts_per_node,
     holders_of,
     loads_imbalance,
     node_loads,
@@ -117,15 +117,7 @@ def expert_summary(
     # Every node's experts per block, read off the holders (the plan's own, by identity
     # once per list of holders that blocks share): blocks ascending (moe_blocks is),
     # each block's experts ascending.
-    per: list[list[tuple[int, tuple[int, ...]]]] = [[] for _ in range(n)]
-    on_nodes: dict[int, list[tuple[int, ...]]] = {}
-    for b, holders in zip(ex.moe_blocks, all_holders, strict=True):
-        on = on_nodes.get(id(holders))
-        if on is None:
-            on = on_nodes[id(holders)] = list(map(tuple, experts_on_nodes(holders, n)))
-        for mine, es in zip(per, on, strict=True):
-            if es:
-                mine.append((b, es))
+    per = experts_per_node(ex.moe_blocks, all_holders, n)
     rows = []
     for j, a in enumerate(plan.assignments):
         rows.append(
