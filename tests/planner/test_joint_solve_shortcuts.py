@@ -14,7 +14,6 @@ from stowplan.model import Metric
 from stowplan.planner.problem import prepare
 from stowplan.planner.tensor import nodes as tensor_nodes
 from stowplan.planner.tensor.exact import solve_grouped
-from stowplan.planner.tensor.nodes import upper_toeplitz_product
 
 
 def _dense(a: np.ndarray, b: np.ndarray, add: bool) -> np.ndarray:
@@ -42,26 +41,28 @@ _TIMES = st.one_of(st.floats(0.0, 5.0), st.just(float("inf")), st.sampled_from([
     g=st.lists(_TIMES, min_size=40, max_size=40),
     add=st.booleans(),
 )
-def test_upper_toeplitz_products_are_the_whole_products(size, f, g, add) -> None:
+def test_upper_toeplitz_products_by_rows_are_the_whole_products(size, f, g, add) -> None:
     a, b = _toeplitz([np.inf, *f[: size - 1]]), _toeplitz([np.inf, *g[: size - 1]])
-    got = upper_toeplitz_product(np, a, b, add)
-    assert got is not None
-    assert np.array_equal(got, _dense(a, b, add))
+    known: dict[int, tuple[object, object]] = {}
+    fa, gb = tensor_nodes._upper_toeplitz(np, a, known), tensor_nodes._upper_toeplitz(np, b, known)
+    assert fa is not None and gb is not None
+    row = tensor_nodes._row_product(np, fa, tensor_nodes._shifted(np, gb), add)
+    assert np.array_equal(tensor_nodes._expand(np, row), _dense(a, b, add))
 
 
-def test_matrices_that_are_not_upper_toeplitz_take_the_whole_product() -> None:
+def test_matrices_that_are_not_upper_toeplitz_are_told_apart() -> None:
     rng = np.random.default_rng(3)
     a = _toeplitz([np.inf, *rng.uniform(0, 1, 19)])
-    b = a.copy()
-    b[4, 9] += 1.0  # one entry off its diagonal's value
-    assert upper_toeplitz_product(np, a, b, True) is None
-    assert upper_toeplitz_product(np, b, a, False) is None
+    known: dict[int, tuple[object, object]] = {}
+    assert tensor_nodes._upper_toeplitz(np, a, known) is not None
+    off = a.copy()
+    off[4, 9] += 1.0  # one entry off its diagonal's value
+    assert tensor_nodes._upper_toeplitz(np, off, known) is None
     lower = a.copy()
     lower[5, 2] = 1.0  # a finite entry below the diagonal
-    assert upper_toeplitz_product(np, lower, a, True) is None
-    assert upper_toeplitz_product(np, a[:1], a, True) is None  # one row: not square
-    small = _toeplitz([np.inf, *rng.uniform(0, 1, 7)])
-    assert upper_toeplitz_product(np, small, small, True) is None  # below the size
+    assert tensor_nodes._upper_toeplitz(np, lower, known) is None
+    # The answers are kept per matrix, each with its matrix.
+    assert known[id(off)] == (off, None) and known[id(a)][0] is a
 
 
 def _h100_nodes(n: int, gpus: int = 8) -> list[NodeDescriptor]:

@@ -21,7 +21,6 @@ __all__ = [
     "degrees",
     "node_signature",
     "numpy_module",
-    "upper_toeplitz_product",
 ]
 
 
@@ -58,8 +57,8 @@ def node_signature(node: NodeDescriptor) -> tuple[object, ...]:
 
 
 _TOEPLITZ_FROM = 16
-"""Square matrices from this size are multiplied as :func:`upper_toeplitz_product` when
-they are upper Toeplitz."""
+"""Square matrices from this size are taken by their first rows (:meth:`NodeSolver._row`)
+when they are upper Toeplitz."""
 
 
 @lru_cache(maxsize=8)
@@ -76,43 +75,17 @@ def _offsets(size: int) -> tuple[Any, Any]:
     return offset, upper
 
 
-def _upper_toeplitz(np: Any, m: Any, known: dict[int, tuple[Any, Any]] | None) -> Any:
+def _upper_toeplitz(np: Any, m: Any, known: dict[int, tuple[Any, Any]]) -> Any:
     """The first row of ``m`` when every entry ``m[i, j]`` is ``m[0, j - i]`` above the
     diagonal and infinite on and below it (None otherwise); ``known``: the answers so far
     by the matrix's identity (each kept with its matrix, so no other takes its id)."""
-    if known is not None and id(m) in known:
+    if id(m) in known:
         return known[id(m)][1]
     offset, upper = _offsets(m.shape[0])
     row = m[0]
     found = row if np.array_equal(np.where(upper, row[offset], np.inf), m) else None
-    if known is not None:
-        known[id(m)] = (m, found)
+    known[id(m)] = (m, found)
     return found
-
-
-def upper_toeplitz_product(
-    np: Any, a: Any, b: Any, add: bool, known: dict[int, tuple[Any, Any]] | None = None
-) -> Any:
-    """``a`` then ``b`` (best over the block between them: ``min_j a[i, j] + b[j, k]``, or
-    the larger of the two for ``add`` False) when both are square, upper Toeplitz matrices
-    of :data:`_TOEPLITZ_FROM` rows or more; None otherwise.  ``known``: which matrices are
-    upper Toeplitz, by identity, kept across calls.
-
-    Every block alike makes a stage's time depend on its block count only, so the stage
-    matrices of a node's non-first roles are upper Toeplitz, and so are their products:
-    entry ``[i, k]`` is the least over ``d`` in ``1 .. k - i - 1`` of ``f[d]`` with
-    ``g[k - i - d]``, the same sums (or maxima) the whole product takes the least of, met
-    once per offset instead of once per row."""
-    size = a.shape[0]
-    if a.ndim != 2 or size < _TOEPLITZ_FROM or a.shape != (size, size) or b.shape != a.shape:
-        return None
-    f = _upper_toeplitz(np, a, known)
-    if f is None:
-        return None
-    g = _upper_toeplitz(np, b, known)
-    if g is None:
-        return None
-    return _expand(np, _row_product(np, f, _shifted(np, g), add))
 
 
 def _shifted(np: Any, g: Any) -> Any:
@@ -123,8 +96,14 @@ def _shifted(np: Any, g: Any) -> Any:
 
 def _row_product(np: Any, f: Any, shifted: Any, add: bool) -> Any:
     """The first row of the product of the upper Toeplitz matrices of first rows ``f`` and
-    ``g`` (:func:`_shifted` of ``g`` given): per offset ``e``, the least over ``d`` of
-    ``f[d]`` with ``g[e - d]``."""
+    ``g`` (:func:`_shifted` of ``g`` given; best over the block between them: the least
+    sum, or the least larger of the two for ``add`` False): per offset ``e``, the least
+    over ``d`` of ``f[d]`` with ``g[e - d]``.
+
+    Every block alike makes a stage's time depend on its block count only, so the stage
+    matrices of a node's non-first roles are upper Toeplitz, and so are their products:
+    entry ``[i, k]`` of the whole product is the least of the same sums (or maxima) over
+    the blocks between, met here once per offset instead of once per row."""
     with np.errstate(invalid="ignore"):
         # f[0] is infinite (the diagonal), so offset 0 never wins.
         terms = f[:, None] + shifted if add else np.maximum(f[:, None], shifted)
@@ -320,9 +299,6 @@ class NodeSolver:
     def combine(self, a: Any, b: Any) -> Any:
         """Chain ``a`` (rows: start block) then ``b``: best over the block between them."""
         np = self.np
-        fast = upper_toeplitz_product(np, a, b, self.add, self.groups.toeplitz)
-        if fast is not None:
-            return fast
         with np.errstate(invalid="ignore"):
             if self.add:
                 return (a[:, :, None] + b[None, :, :]).min(axis=1)
