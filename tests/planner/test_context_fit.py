@@ -20,6 +20,7 @@ from stowplan.planner.context import (
     plan_within_context,
 )
 from stowplan.planner.problem import most_blocks
+from tests.common.h100 import h100_nodes
 from tests.common.paths import EXAMPLES
 
 GiB = 2**30
@@ -295,17 +296,7 @@ def test_a_refusal_on_multi_gpu_nodes_names_the_limits_full_plans_hold(
 ) -> None:
     """The refusal's probes skip each plan's certificate; the context and the sequences it
     names are still the most that plans made in full hold."""
-    fleet = [
-        NodeDescriptor(
-            id=f"h{i}",
-            gpu_name="H100 SXM5",
-            vram_bytes=8 * 80 * 10**9,
-            num_gpus=8,
-            link_mbps=100_000.0,
-            link_latency_ms=0.05,
-        )
-        for i in range(nodes)
-    ]
+    fleet = h100_nodes(nodes)
     layout = _model(model)
     c = Constraints(batch=batch, context_tokens=131_072)
     with pytest.raises(Infeasible) as refused:

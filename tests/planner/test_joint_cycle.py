@@ -23,6 +23,7 @@ from stowplan.planner.tensor.joint import adjacency_loses_nothing, joint_cycle, 
 from stowplan.planner.tensor.layouts import engine_rule
 from stowplan.planner.tensor.nodes import GroupCosts, degrees
 from tests.common import tp_referee as tp
+from tests.common.h100 import h100_nodes
 
 KINDS = (
     ("H100 SXM5", 80, 8, 100_000.0),
@@ -172,17 +173,7 @@ def test_calibrated_groups_of_few_stages_are_bounded_by_what_they_hold() -> None
     from stowplan import plan
     from stowplan.calibration import resolve_calibration
 
-    nodes = [
-        NodeDescriptor(
-            id=f"h{i}",
-            gpu_name="H100 SXM5",
-            vram_bytes=8 * 80 * 10**9,
-            num_gpus=8,
-            link_mbps=100_000.0,
-            link_latency_ms=0.05,
-        )
-        for i in range(4)
-    ]
+    nodes = h100_nodes(4)
     c = Constraints(batch=8, calibration=resolve_calibration("generic"))
     got = plan(resolve_model("mixtral:8x7b"), nodes, c)
     cert = got.rationale.certificate

@@ -14,6 +14,7 @@ from stowplan.model import Metric
 from stowplan.planner.problem import prepare
 from stowplan.planner.tensor import nodes as tensor_nodes
 from stowplan.planner.tensor.exact import solve_grouped
+from tests.common.h100 import h100_nodes
 
 
 def _dense(a: np.ndarray, b: np.ndarray, add: bool) -> np.ndarray:
@@ -65,20 +66,6 @@ def test_matrices_that_are_not_upper_toeplitz_are_told_apart() -> None:
     assert known[id(off)] == (off, None) and known[id(a)][0] is a
 
 
-def _h100_nodes(n: int, gpus: int = 8) -> list[NodeDescriptor]:
-    return [
-        NodeDescriptor(
-            id=f"h{i}",
-            gpu_name="H100 SXM5",
-            vram_bytes=gpus * 80 * 10**9,
-            num_gpus=gpus,
-            link_mbps=100_000.0,
-            link_latency_ms=0.05,
-        )
-        for i in range(n)
-    ]
-
-
 @pytest.mark.parametrize(
     ("model", "nodes", "batch", "engine"),
     [
@@ -92,7 +79,7 @@ def test_joint_solves_are_the_same_with_and_without_the_offset_products(
 ) -> None:
     calibration = None if engine is None else resolve_calibration(engine)
     problem = prepare(
-        lookup(model), _h100_nodes(nodes), Constraints(batch=batch, calibration=calibration)
+        lookup(model), h100_nodes(nodes), Constraints(batch=batch, calibration=calibration)
     )
     fast_calls = 0
     plain = tensor_nodes._row_product

@@ -21,6 +21,7 @@ from stowplan import (
 from stowplan.cli import main
 from stowplan.errors import PlanError
 from stowplan.planner.problem import prepare
+from tests.common.h100 import h100_nodes
 from tests.common.instances import instances
 from tests.common.refusals import plan_or_reject
 
@@ -416,18 +417,7 @@ def test_the_reach_bounds_every_plan_and_a_target_above_it_is_refused_with_it(in
 
 
 def _h100_nodes(n: int) -> list[NodeDescriptor]:
-    return [
-        NodeDescriptor(
-            id=f"h{i}",
-            gpu_name="H100 SXM5",
-            vram_bytes=8 * 80 * 10**9,
-            num_gpus=8,
-            link_mbps=100_000.0,
-            link_latency_ms=0.05,
-            price_per_hour=16.0,
-        )
-        for i in range(n)
-    ]
+    return h100_nodes(n, price_per_hour=16.0)
 
 
 def test_a_target_beyond_multi_gpu_nodes_is_refused_with_their_reach():
