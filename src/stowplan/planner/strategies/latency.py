@@ -561,11 +561,9 @@ def _move_times(
     terms = np.multiply(counts, np.where(present, slope, 0.0).T[:, :, None])
     terms += np.where(present, lat, 0.0).T[:, :, None]
     # Added member by member, in order (one term at a time).
-    acc = np.zeros(y_spare.shape)
-    if m:
-        acc = terms[0].copy()
-        for term in terms[1:]:
-            acc += term
+    acc = terms[0].copy() if m else np.zeros(y_spare.shape)
+    for term in terms[1:]:
+        acc += term
     acc = acc + (y_slope * y_count + y_lat)
     head = np.where(y_is_last, y_head, heads)
     time = head + acc
