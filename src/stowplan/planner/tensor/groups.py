@@ -20,7 +20,9 @@ Steps of :func:`plan_with_groups`:
    that improves the plan (bounded by :data:`LOCAL_SEARCH_NODES`).
 4. The optimum over every grouping the rule allows and every pipeline of the
    groups (:mod:`stowplan.planner.tensor.exact`: exact on small fleets, a bound
-   beyond) certifies the plan, and replaces it when its pipeline is faster.
+   beyond) certifies the plan, and replaces it when its pipeline is faster.  The
+   bounds come first (:data:`BOUNDS_FIRST`): the exact solve runs only when they
+   leave the plan unproven.
 5. Under an engine rule the unconstrained plan is found too, and the plan says
    how far the engine's layout is from it.
 """
@@ -67,6 +69,7 @@ from stowplan.planner.tensor.layouts import (
     uniform_layout,
     with_fixed_degree,
 )
+from stowplan.planner.tensor.nodes import GroupCosts
 from stowplan.planner.tiebreak import within
 
 __all__ = [
@@ -86,6 +89,9 @@ LOCAL_SEARCH_NODES = 16
 step 4 is not exact on them)."""
 LOCAL_SEARCH_TRIALS = 24
 """Most plans step 3 tries."""
+BOUNDS_FIRST = True
+"""Step 4 computes the bounds without the exact solve first, and runs the solve only
+when they do not prove the search's plan optimal (the solve could then only tie it)."""
 
 
 def _value(plan: Plan, objective: Metric) -> float:
@@ -267,12 +273,25 @@ def plan_with_groups(
     joint: list[tuple[float, bool, str, GroupedOptimum | None]] = []
 
     def bound(plan_cycle: float) -> tuple[float, bool, str, GroupedOptimum | None]:
-        """The optimum over every grouping, or a bound on it (computed once)."""
+        """The optimum over every grouping, or a bound on it (computed once).  Where the
+        exact solve runs, the bounds without it come first: a pipeline that meets them
+        is the optimum, which the solve could only tie."""
         if not joint:
-            if problem.constraints.batch == 1:
-                joint.append(joint_optimum(problem, rule, Metric.LATENCY, runs, lossless))
-            else:
-                joint.append(joint_cycle(problem, rule, runs, lossless, plan_cycle))
+            shared: dict[tuple[int, ...] | None, GroupCosts] = {}
+
+            def solve(exact_solve: bool) -> tuple[float, bool, str, GroupedOptimum | None]:
+                if problem.constraints.batch == 1:
+                    return joint_optimum(
+                        problem, rule, Metric.LATENCY, exact_solve, lossless, shared
+                    )
+                return joint_cycle(problem, rule, exact_solve, lossless, plan_cycle)
+
+            if runs and BOUNDS_FIRST and not exact_strategy:
+                closed = solve(False)
+                if closed[0] >= plan_cycle * (1 - 1e-12):
+                    joint.append(closed)
+                    return closed
+            joint.append(solve(runs))
         return joint[0]
 
     def proven(p: Plan) -> bool:
