@@ -18,8 +18,11 @@ sends over the network or is the last stage, the others send at least at the che
 link; and the last stage sends nothing.  The most blocks any such choice holds —
 per node the best multiset of group sizes of ``j`` groups with one group charged the
 network (the one that loses least), across nodes the ``S`` largest steps of each
-node's concave majorant over ``j`` (a relaxation of choosing ``j`` per node), and one
-group freed of its transfer (the largest such gain of any group) — is therefore at
+node's concave majorant over ``j`` (a relaxation of choosing ``j`` per node), with the
+last stage, which holds the head (read, computed and held) and sends nothing, counted
+the lesser of two ways: in place of one group charged the network (the largest such
+gain of any group), or as a group of its own beside the ``S − 1`` largest steps (its
+node's other groups at most one network charge more than counted) — is therefore at
 least ``nb`` at every ``B`` some pipeline reaches.  Where it falls short of ``nb``,
 ``B`` is below every such pipeline's slowest stage: the bound is the largest such
 ``B`` a bisection finds.
@@ -30,6 +33,9 @@ also taken with the ``t`` smallest blocks (by weight, or by memory) set apart: a
 of them holds at most ``cap_t + j`` blocks, ``cap_t`` its count over the others alone,
 and the ``j`` of all stages add up to at most ``t``; the least of these counts bounds
 the blocks held (:func:`excluded_counts` says which ``t`` are tried).
+
+The bisection runs to a relative :data:`PRECISION` of 1e-13: a plan whose slowest
+stage is the bound is then proven optimal (certificates compare within 1e-12).
 
 Each stage count's cycle is at least ``m`` times its slowest stage
 (:func:`~stowplan.planner.tensor.joint.joint_cycle`); the joint solve's least slowest
@@ -51,10 +57,10 @@ from stowplan.planner.tensor.nodes import GroupCosts, block_byte_arrays, numpy_m
 
 __all__ = ["APART_COUNTS", "APART_STEP", "BISECTION_STEPS", "StageCapacity", "excluded_counts"]
 
-BISECTION_STEPS = 40
+BISECTION_STEPS = 96
 """Most halvings of the interval holding the bound."""
 
-PRECISION = 1e-6
+PRECISION = 1e-13
 """The bisection stops once the interval is this small a share of its top."""
 
 
@@ -93,6 +99,9 @@ class StageCapacity:
         self._times: list[dict[tuple[object, ...], list[float]]] = [{} for _ in self._apart]
         """Per count set apart, per kind of group: the least time of k = 1, 2, … blocks of
         those left (before its transfer)."""
+        self._last: list[dict[tuple[object, ...], list[float]]] = [{} for _ in self._apart]
+        """The same as the last stage: with the head read, held and computed."""
+        head = float(gcm.head)
         self._sends: dict[tuple[object, ...], tuple[float, float]] = {}
         """Per kind of group: its transfer over the network and over the cheaper link."""
         nodes: dict[tuple[object, ...], _NodeKind] = {}
@@ -101,15 +110,19 @@ class StageCapacity:
             for t, v in sorted(per_node.items()):
                 key = (gcm.stage_class[v], gcm.intra_xfer_s[v])
                 if key not in self._sends:
-                    for times, (least_read, least_weights, least_mem) in zip(
-                        self._times, sorted_rest, strict=True
+                    for times, last, (least_read, least_weights, least_mem) in zip(
+                        self._times, self._last, sorted_rest, strict=True
                     ):
-                        room = int(np.searchsorted(least_mem, gcm.usable[v], side="right"))
-                        held = min(room, window[v], len(least_mem))
-                        fixed = ks[:held] * gcm.block_s[v] + gcm.stage_s[v]
-                        by_read = least_read[:held] * gcm.inv_bw[v] + fixed
-                        by_weights = least_weights[:held] * gcm.flop_s_per_byte[v] + fixed
-                        times[key] = np.maximum(by_read, by_weights).tolist()
+                        for out, extra in ((times, 0.0), (last, head)):
+                            room = gcm.usable[v] - extra
+                            fit = int(np.searchsorted(least_mem, room, side="right"))
+                            held = min(fit, window[v], len(least_mem)) if room >= 0 else 0
+                            fixed = ks[:held] * gcm.block_s[v] + gcm.stage_s[v]
+                            by_read = (least_read[:held] + extra) * gcm.inv_bw[v] + fixed
+                            by_weights = (least_weights[:held] + extra) * gcm.flop_s_per_byte[
+                                v
+                            ] + fixed
+                            out[key] = np.maximum(by_read, by_weights).tolist()
                     net = gcm.xfer_s[v]
                     self._sends[key] = (net, min(net, gcm.intra_xfer_s[v]))
                 kinds.append((t, key))
@@ -125,7 +138,10 @@ class StageCapacity:
         self._least: dict[int, float] = {}
         self._steps: dict[tuple[tuple[int, int], ...], list[tuple[float, int]]] = {}
         """:meth:`_node_steps` per tuple of the groups' block counts."""
-        most = [times[-1] if times else 0.0 for times in self._times[0].values()]
+        most = [
+            times[-1] if times else 0.0
+            for times in (*self._times[0].values(), *self._last[0].values())
+        ]
         self._top = max(most, default=0.0) + max((n for n, _ in self._sends.values()), default=0.0)
 
     def held(self, bottleneck: float, stages: int) -> float:
@@ -134,29 +150,33 @@ class StageCapacity:
         if bottleneck <= 0 or stages < 1:
             return 0.0
         least = math.inf
-        for apart, times_of in zip(self._apart, self._times, strict=True):
+        for apart, times_of, last_of in zip(self._apart, self._times, self._last, strict=True):
             # A stage of k blocks, j of them among those set apart, holds k − j of the
             # rest: it holds at most the rest's count plus j, and the j add up to
             # ``apart`` at most over the pipeline.
             caps: dict[tuple[object, ...], tuple[int, int]] = {}
-            gain = 0
+            gain, last, loss = -math.inf, 0, 0
             for key, times in times_of.items():
                 net, either = self._sends[key]
                 at_net = bisect_right(times, bottleneck - net)
-                caps[key] = (bisect_right(times, bottleneck - either), at_net)
-                gain = max(gain, bisect_right(times, bottleneck) - at_net)
+                inside = bisect_right(times, bottleneck - either)
+                caps[key] = (inside, at_net)
+                held_last = bisect_right(last_of[key], bottleneck)
+                gain = max(gain, held_last - at_net)
+                last, loss = max(last, held_last), max(loss, inside - at_net)
+            if not caps:
+                least = min(least, apart)
+                continue
             known = tuple(caps.values())
             steps = self._steps.get(known)
             if steps is None:
                 steps = self._steps[known] = self._node_steps(caps)
-            total, left = 0.0, stages
-            for step, count in steps:
-                if left <= 0 or step <= 0:
-                    break
-                take = min(count, left)
-                total += take * step
-                left -= take
-            least = min(least, total + gain + apart)
+            total, before = _best_steps(steps, stages), _best_steps(steps, stages - 1)
+            # The last stage holds the head and sends nothing.  Either it holds what it
+            # holds in place of a count charged the network (the group that gains most),
+            # or it is a group of its own beside one group fewer, its node's others
+            # at the cheaper link at most one network charge (``loss``) more than counted.
+            least = min(least, min(total + gain, last + before + loss) + apart)
         return least
 
     def _node_steps(
@@ -211,6 +231,18 @@ class StageCapacity:
                 break
         self._least[stages] = lo
         return lo
+
+
+def _best_steps(steps: list[tuple[float, int]], groups: int) -> float:
+    """The sum of the ``groups`` largest positive steps (each ``count`` times)."""
+    total, left = 0.0, groups
+    for step, count in steps:
+        if left <= 0 or step <= 0:
+            break
+        take = min(count, left)
+        total += take * step
+        left -= take
+    return total
 
 
 APART_STEP = 0.1
