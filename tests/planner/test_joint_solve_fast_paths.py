@@ -19,7 +19,7 @@ from stowplan.planner.exact.pipelines import stage_matrix
 from stowplan.planner.problem import prepare
 from stowplan.planner.tensor import exact as tensor_exact
 from stowplan.planner.tensor.exact import solve_grouped
-from stowplan.planner.tensor.nodes import GroupCosts, row_then
+from stowplan.planner.tensor.nodes import GroupCosts, NodeSolver, row_then
 from tests.common.h100 import h100_nodes
 
 _TIMES = st.one_of(st.floats(0.0, 5.0), st.just(math.inf), st.sampled_from([0.0, 0.5, 1.0]))
@@ -195,3 +195,56 @@ def test_rows_carried_once_per_interior_node_alike_give_the_plain_solve(
     assert shared == plain
     assert all(g is not None and g.stages for g in shared)
     assert 0 < shared_count < carried
+
+
+def _plain_apply_mid(solver: NodeSolver, row: np.ndarray) -> np.ndarray:
+    """:meth:`NodeSolver.apply_mid` as first written: every chain length, and every final
+    stage after each chain on its own."""
+    vec = row[None, :]
+    p: list[np.ndarray | None] = [None] * (solver.gpus + 1)
+    for u in range(1, solver.gpus + 1):
+        for t, v in solver.kinds.items():
+            src = vec if t == u else p[u - t] if t < u else None
+            if src is None:
+                continue
+            cand = _dense(src, solver._stage(v, False, False, "intra"), solver.add)
+            p[u] = cand if p[u] is None else np.minimum(p[u], cand)
+    best = np.full(row.shape, np.inf)
+    for t, v in solver.kinds.items():
+        end = solver._stage(v, False, False, "net")
+        best = np.minimum(best, _dense(vec, end, solver.add)[0])
+        for u in range(1, solver.gpus - t + 1):
+            chain = p[u]
+            if chain is not None:
+                best = np.minimum(best, _dense(chain, end, solver.add)[0])
+    return best
+
+
+def _dense(a: np.ndarray, b: np.ndarray, add: bool) -> np.ndarray:
+    both = a[:, :, None] + b[None, :, :] if add else np.maximum(a[:, :, None], b[None, :, :])
+    return both.min(axis=1)
+
+
+@pytest.mark.parametrize(
+    ("model", "batch", "allowed"),
+    [("llama3.1:405b", 1, None), ("llama3.1:405b", 16, (2, 8)), ("llama3.1:70b", 4, (1, 4))],
+)
+def test_rows_through_an_interior_node_are_the_plain_products(
+    model: str, batch: int, allowed: tuple[int, ...] | None
+) -> None:
+    problem = prepare(lookup(model), h100_nodes(2), Constraints(batch=batch))
+    groups = GroupCosts(problem, allowed)
+    rng = np.random.default_rng(11)
+    for add in (True, False):
+        solver = NodeSolver(groups, 0, problem.nodes[0].num_gpus, add)
+        first = solver.node_matrix(True, False, False)[0][0]
+        size = len(first)
+        rows = [first]
+        for lo, hi in [(0, size), (3, 20), (size // 2, size - 1), (size - 1, size)]:
+            row = np.full(size, np.inf)
+            row[lo:hi] = rng.uniform(
+                0.0, float(np.nanmin(np.where(first > 0, first, np.nan))), hi - lo
+            )
+            rows.append(row)
+        for row in rows:
+            assert np.array_equal(solver.apply_mid(row), _plain_apply_mid(solver, row))

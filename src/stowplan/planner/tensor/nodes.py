@@ -220,6 +220,7 @@ class NodeSolver:
         self.add = add
         self.np = numpy_module()
         self._memo: dict[tuple[int, bool, bool, str, float], Any] = {}
+        self._ends: dict[tuple[str, tuple[int, ...]], Any] = {}
         cm = self.cm
         self.alike = (
             gpus,
@@ -249,8 +250,9 @@ class NodeSolver:
         np = self.np
         vec = row[None, :]
         p: list[Any] = [None] * (self.gpus + 1)
-        best = np.full(row.shape, np.inf)
-        for u in range(1, self.gpus + 1):
+        # No final group fits after a chain on more GPUs: none is built.
+        longest = self.gpus - min(self.kinds)
+        for u in range(1, longest + 1):
             for t, v in self.kinds.items():
                 if t > u:
                     continue
@@ -259,13 +261,31 @@ class NodeSolver:
                     continue
                 cand = self.combine(src, self._stage(v, False, False, "intra"))
                 p[u] = cand if p[u] is None else np.minimum(p[u], cand)
-        for t, v in self.kinds.items():
-            end = self._stage(v, False, False, "net")
-            best = np.minimum(best, self.combine(vec, end)[0])
-            for u in range(1, self.gpus - t + 1):
-                if p[u] is not None:
-                    best = np.minimum(best, self.combine(p[u], end)[0])
+        best = self.combine(vec, self._least_end(self.gpus))[0]
+        for u in range(1, longest + 1):
+            if p[u] is not None:
+                best = np.minimum(best, self.combine(p[u], self._least_end(self.gpus - u))[0])
         return best
+
+    def _least_end(self, most: int) -> Any:
+        """Per entry, the least of the interior final stages of the degrees up to ``most``
+        (kept per set of degrees).
+
+        A chain then the best of these ends is the best of the chain then each end, bit
+        for bit: a sum (or the larger of two) rounds to a value that never falls as an
+        operand grows, so the least operand gives the least result."""
+        np = self.np
+        used = tuple(t for t in self.kinds if t <= most)
+        key = ("least end", used)
+        got = self._ends.get(key)
+        if got is None:
+            got = None
+            for t, v in self.kinds.items():
+                if t <= most:
+                    end = self._stage(v, False, False, "net")
+                    got = end if got is None else np.minimum(got, end)
+            self._ends[key] = got
+        return got
 
     def column_mid(self, j: int) -> Any:
         """``N_mid[:, j]``: per start block, the best interior sub-pipeline ending at j."""
