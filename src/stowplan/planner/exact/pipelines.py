@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 from stowplan.cost import CostModel
@@ -90,29 +91,62 @@ def stage_matrix(
     A stage that is not the last sends its activations on at ``xfer`` seconds (default:
     over node d's network link)."""
     np = _np()
-    r = np.asarray(cm.read_prefix, dtype=float)
-    kv = np.asarray(cm.kv_prefix, dtype=float)
     head = cm.head if last else 0
+    w, read, blocks = _byte_matrices(cm.read_prefix, cm.kv_prefix, head)
+    room = cm.usable[d] - (cm.embed if first else 0) - head
+    ok = _fitting(cm.mem_prefix, room)
+    with np.errstate(over="ignore", invalid="ignore"):
+        t = read * cm.inv_bw[d]
+        np.maximum(t, w * cm.flop_s_per_byte[d], out=t)
+        steps = blocks * cm.block_s[d]
+        steps += cm.stage_s[d]
+        t += steps
+        if not last:
+            t += cm.xfer_s[d] if xfer is None else xfer
+        if not hop > -math.inf:
+            return np.where(ok, np.where(t <= cap, t, np.inf) + hop, np.inf)
+        # An entry over the cap (or not a number) or that does not fit is infinite, and
+        # stays so with a hop that is not -inf added: one mask for both.
+        keep = t <= cap
+        keep &= ok
+        t += hop
+    return np.where(keep, t, np.inf)
+
+
+@lru_cache(maxsize=16)
+def _byte_matrices(
+    read_prefix: tuple[int, ...], kv_prefix: tuple[float, ...], head: int
+) -> tuple[Any, Any, Any]:
+    """For :func:`stage_matrix`, per block range ``[i, j)``: the bytes of its weights (and
+    ``head``), the bytes a step reads of it, and its block count (read-only); the same
+    for every node and role of one cost model, so made once."""
+    np = _np()
+    r = np.asarray(read_prefix, dtype=float)
+    kv = np.asarray(kv_prefix, dtype=float)
     w = r[None, :] - r[:, None] + head
     read = w + kv[None, :] - kv[:, None]
-    with np.errstate(over="ignore", invalid="ignore"):
-        t = np.maximum(read * cm.inv_bw[d], w * cm.flop_s_per_byte[d])
-        blocks = np.arange(len(r))[None, :] - np.arange(len(r))[:, None]
-        t = t + (blocks * cm.block_s[d] + cm.stage_s[d])
-        out = cm.xfer_s[d] if xfer is None else xfer
-        t = t + (0.0 if last else out)
-        t = np.where(t <= cap, t, np.inf) + hop
+    blocks = np.arange(len(r))[None, :] - np.arange(len(r))[:, None]
+    for made in (w, read, blocks):
+        made.flags.writeable = False
+    return w, read, blocks
+
+
+@lru_cache(maxsize=32)
+def _fitting(mem_prefix: tuple[int, ...], room: float) -> Any:
+    """For :func:`stage_matrix`: whether blocks ``[i, j)`` (``j > i``) fit in ``room`` bytes
+    (read-only)."""
+    np = _np()
     # Which stages fit is decided in integers (floats lose bytes beyond 2**53): the
     # bytes of [i, j) grow with j, so each i has a last end that fits.
-    mp = cm.mem_prefix
-    room = cm.usable[d] - (cm.embed if first else 0) - head
+    mp = mem_prefix
     n = len(mp)
     reach = np.array(
         [bisect_right(mp, mp[i] + room, lo=i) - 1 if room >= 0 else -1 for i in range(n)]
     )
     ends = np.arange(n)
     ok = (ends[None, :] > ends[:, None]) & (ends[None, :] <= reach[:, None])
-    return np.where(ok, t, np.inf)
+    ok.flags.writeable = False
+    return ok
 
 
 def _best_single_stage(problem: Problem, cm: CostModel) -> tuple[float, Pipeline | None]:

@@ -42,6 +42,7 @@ from stowplan.planner.tensor.nodes import (
     degrees,
     node_signature,
     numpy_module,
+    row_then,
 )
 
 __all__ = [
@@ -240,6 +241,9 @@ def _chain_dp(
     n = len(first)
     size = 1 << n
     g = np.full((size, nb + 1), np.inf)
+    # Interior nodes alike meet the same rows (nodes alike leave the same rows): each row
+    # is carried through each of them once, the same values for every set of nodes.
+    carried: dict[tuple[object, bytes], Any] = {}
     for d in range(n):
         g[1 << d] = first[d]
     best, at = math.inf, None
@@ -262,7 +266,11 @@ def _chain_dp(
                     best, at = v, (mask, e)
             if mid[e].empty:
                 continue
-            np.minimum(g[mask | 1 << e], mid[e].apply(row), out=g[mask | 1 << e])
+            key = (mid[e].key, row.tobytes())
+            through = carried.get(key)
+            if through is None:
+                through = carried[key] = mid[e].apply(row)
+            np.minimum(g[mask | 1 << e], through, out=g[mask | 1 << e])
     return g, best, at
 
 
@@ -276,10 +284,16 @@ class _Interior:
         self.nb = nb
         self.comb = comb
         self.empty = solver is None and matrix is None
+        self.key: object = (
+            id(matrix) if matrix is not None else None if solver is None else solver.alike
+        )
+        """Interior nodes of equal keys carry every row to the same values: the same
+        matrix (kept alive by its node while the solve runs), or solvers of nodes alike
+        (:attr:`NodeSolver.alike`: the same matrices)."""
 
     def apply(self, row: Any) -> Any:
         if self.matrix is not None:
-            return self.comb(row[:, None], self.matrix).min(axis=0)
+            return row_then(numpy_module(), row, self.matrix, self.comb is numpy_module().add)
         assert self.solver is not None
         return self.solver.apply_mid(row)
 

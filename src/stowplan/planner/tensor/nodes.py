@@ -21,6 +21,7 @@ __all__ = [
     "degrees",
     "node_signature",
     "numpy_module",
+    "row_then",
 ]
 
 
@@ -104,9 +105,25 @@ def _row_product(np: Any, f: Any, shifted: Any, add: bool) -> Any:
     matrices of a node's non-first roles are upper Toeplitz, and so are their products:
     entry ``[i, k]`` of the whole product is the least of the same sums (or maxima) over
     the blocks between, met here once per offset instead of once per row."""
-    with np.errstate(invalid="ignore"):
-        # f[0] is infinite (the diagonal), so offset 0 never wins.
-        terms = f[:, None] + shifted if add else np.maximum(f[:, None], shifted)
+    # f[0] is infinite (the diagonal), so offset 0 never wins.
+    return row_then(np, f, shifted, add)
+
+
+def row_then(np: Any, row: Any, matrix: Any, add: bool) -> Any:
+    """Per column ``k``, the least over ``j`` of ``row[j]`` with ``matrix[j, k]`` (their
+    sum, or the larger of the two for ``add`` False).
+
+    Only the ``j`` from ``row``'s first finite entry to its last take part: the others
+    give infinite terms (the matrices here hold no -inf and no NaN), which never change
+    a least value that some finite ``row[j]`` takes part in, and leave it infinite
+    otherwise — the same least values."""
+    finite = np.isfinite(row)
+    lo = int(finite.argmax())
+    if not finite[lo]:
+        return np.full(matrix.shape[1], np.inf)
+    hi = len(row) - int(finite[::-1].argmax())
+    part = row[lo:hi, None]
+    terms = part + matrix[lo:hi] if add else np.maximum(part, matrix[lo:hi])
     return terms.min(axis=0)
 
 
@@ -203,6 +220,7 @@ class NodeSolver:
         self.add = add
         self.np = numpy_module()
         self._memo: dict[tuple[int, bool, bool, str, float], Any] = {}
+        self._ends: dict[tuple[str, tuple[int, ...]], Any] = {}
         cm = self.cm
         self.alike = (
             gpus,
@@ -232,8 +250,9 @@ class NodeSolver:
         np = self.np
         vec = row[None, :]
         p: list[Any] = [None] * (self.gpus + 1)
-        best = np.full(row.shape, np.inf)
-        for u in range(1, self.gpus + 1):
+        # No final group fits after a chain on more GPUs: none is built.
+        longest = self.gpus - min(self.kinds)
+        for u in range(1, longest + 1):
             for t, v in self.kinds.items():
                 if t > u:
                     continue
@@ -242,13 +261,31 @@ class NodeSolver:
                     continue
                 cand = self.combine(src, self._stage(v, False, False, "intra"))
                 p[u] = cand if p[u] is None else np.minimum(p[u], cand)
-        for t, v in self.kinds.items():
-            end = self._stage(v, False, False, "net")
-            best = np.minimum(best, self.combine(vec, end)[0])
-            for u in range(1, self.gpus - t + 1):
-                if p[u] is not None:
-                    best = np.minimum(best, self.combine(p[u], end)[0])
+        best = self.combine(vec, self._least_end(self.gpus))[0]
+        for u in range(1, longest + 1):
+            if p[u] is not None:
+                best = np.minimum(best, self.combine(p[u], self._least_end(self.gpus - u))[0])
         return best
+
+    def _least_end(self, most: int) -> Any:
+        """Per entry, the least of the interior final stages of the degrees up to ``most``
+        (kept per set of degrees).
+
+        A chain then the best of these ends is the best of the chain then each end, bit
+        for bit: a sum (or the larger of two) rounds to a value that never falls as an
+        operand grows, so the least operand gives the least result."""
+        np = self.np
+        used = tuple(t for t in self.kinds if t <= most)
+        key = ("least end", used)
+        got = self._ends.get(key)
+        if got is None:
+            got = None
+            for t, v in self.kinds.items():
+                if t <= most:
+                    end = self._stage(v, False, False, "net")
+                    got = end if got is None else np.minimum(got, end)
+            self._ends[key] = got
+        return got
 
     def column_mid(self, j: int) -> Any:
         """``N_mid[:, j]``: per start block, the best interior sub-pipeline ending at j."""
@@ -269,12 +306,9 @@ class NodeSolver:
                 if t == u:
                     cand = end(v)
                 elif q[u - t] is not None:
+                    # Per start block i, the least over j of s[i, j] with q[u - t][j].
                     s = self._stage(v, False, False, "intra")
-                    with np.errstate(invalid="ignore"):
-                        both = (
-                            s + q[u - t][None, :] if self.add else np.maximum(s, q[u - t][None, :])
-                        )
-                    cand = both.min(axis=1)
+                    cand = row_then(np, q[u - t], s.T, self.add)
                 else:
                     continue
                 q[u] = cand if q[u] is None else np.minimum(q[u], cand)
@@ -299,6 +333,8 @@ class NodeSolver:
     def combine(self, a: Any, b: Any) -> Any:
         """Chain ``a`` (rows: start block) then ``b``: best over the block between them."""
         np = self.np
+        if a.shape[0] == 1:
+            return row_then(np, a[0], b, self.add)[None, :]
         with np.errstate(invalid="ignore"):
             if self.add:
                 return (a[:, :, None] + b[None, :, :]).min(axis=1)
