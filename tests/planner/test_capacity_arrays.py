@@ -397,3 +397,23 @@ def test_surrogates_on_arrays_are_the_pure_surrogates(n: int, twins: float) -> N
             ranking = latency._Ranking(table.orders[2], table)
             assert [x.index for x in ranking[:7]] == expected[2][:7]
             assert ranking[3] is table[expected[2][3]]
+
+
+@pytest.mark.parametrize("model", ["llama3.1:70b", "llama3.1:405b-q4_0", "deepseek-v3"])
+def test_least_feasible_read_off_other_stage_limits_is_the_search(model: str) -> None:
+    """Stage limits asked in any order on one instance (each answer then bounds the next,
+    and may settle it with no search) give what a fresh instance's search gives."""
+    n = 200
+    nb = lookup(model).num_blocks
+    settled = 0
+    for seed in (3, 11, 29):
+        _, times = _tables(model, _fleet(seed, n), batch=16)
+        limits = [2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, n - 1, n]
+        random.Random(seed).shuffle(limits)
+        shared = _with_arrays(times)
+        for stages in limits:
+            settled += shared._settled(nb, stages) is not None
+            fresh = _with_arrays(times)
+            assert shared.least_feasible(nb, stages) == fresh.least_feasible(nb, stages)
+            assert fresh.least_feasible(nb, stages) == _least_feasible(times, nb, stages)
+    assert settled > 0  # some answers were read off the others

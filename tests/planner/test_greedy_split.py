@@ -4,6 +4,8 @@ least bottleneck search ends on the rule's least passing stage time."""
 
 from __future__ import annotations
 
+import math
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -118,3 +120,7 @@ def test_min_bottleneck_split_is_the_least_passing_stage_time(
     below = max((t for t in times if t < least), default=least / 2)
     assert min_bottleneck_split(cm, order, min_stages, below) is None
     assert min_bottleneck_split(cm, order, min_stages, least) == got
+    # Under any bound the rule passes at, the least split: where the split within the
+    # bound fails just below its own bottleneck the search ends at once, with that split.
+    for upper in (*[t for t in times if t > least][::7], math.inf):
+        assert min_bottleneck_split(cm, order, min_stages, upper) == got

@@ -272,6 +272,8 @@ class CapacityArrays:
         """Node ids are below this: the ends' keys pack an id under the capacities."""
         self._probes: dict[tuple[float, int], _Probe] = {}
         """The capacity test's figures per bottleneck probed (and block count)."""
+        self._least: dict[tuple[int, int], float] = {}
+        """Per (block count, stage limit), the least bottleneck :meth:`least_feasible` found."""
 
     def class_caps(self, t: float, strict: bool) -> tuple[Any, Any, Any]:
         """Per class, blocks held within ``t`` (``< t`` when strict): interior, first, last."""
@@ -472,8 +474,51 @@ class CapacityArrays:
 
         Candidates are the stage times; while more than :data:`ENUMERATE` remain between
         the failing and the passing capacities, a weighted median of the remaining
-        ranges' middle values halves them; then they are listed and bisected.
+        ranges' middle values halves them; then they are listed and bisected.  Where the
+        answers of other stage limits settle it (:meth:`_settled`), no search is run.
         """
+        found = self._settled(nb, max_stages) or self._least_searched(nb, max_stages)
+        if found is not None and math.isfinite(found[0]):
+            self._least[(nb, max_stages)] = found[0]
+        return found
+
+    def _settled(self, nb: int, max_stages: int) -> tuple[float, list[int]] | None:
+        """:meth:`least_feasible` read off the answers of other stage limits, where they
+        settle it (None where they do not).
+
+        The test passing at some capacities with ``s`` stages passes with more (the
+        interior sums more of the same capacities), and passing at some capacities it
+        passes at larger ones (later bottlenecks): so the least bottleneck is at least
+        that of a larger limit and at most that of a smaller one.  It is the former where
+        the test passes there, and the latter where the test fails just below it (at the
+        capacities counted strictly below, which every smaller candidate's are within).
+        The order is then the one picked at that bottleneck's capacities, as the search
+        picks it.
+        """
+        more = [t for (b, s), t in self._least.items() if b == nb and s > max_stages]
+        if more:
+            lower = max(more)
+            ok, caps = self._passes_at(lower, nb, max_stages, self._caps_at)
+            if ok:
+                return lower, self._picked(caps, nb, max_stages)
+        fewer = [t for (b, s), t in self._least.items() if b == nb and s < max_stages]
+        if fewer:
+            upper = min(fewer)
+            below = self._probe(self.class_caps(upper, strict=True), nb)
+            if not self._probe_passes(below, nb, max_stages):
+                ok, caps = self._passes_at(upper, nb, max_stages, self._caps_at)
+                if ok:  # it does: it passes there with fewer stages
+                    return upper, self._picked(caps, nb, max_stages)
+        return None
+
+    def _picked(self, caps: tuple[Any, Any, Any], nb: int, max_stages: int) -> list[int]:
+        """The order picked at capacities where the test passes."""
+        order = self.order(caps, nb, max_stages)
+        assert order is not None
+        return order
+
+    def _least_searched(self, nb: int, max_stages: int) -> tuple[float, list[int]] | None:
+        """:meth:`least_feasible` by its search."""
         np = self.np
         ok, hi_caps = self._passes_at(math.inf, nb, max_stages, self._caps_at)
         if not ok:

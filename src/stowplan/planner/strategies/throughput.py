@@ -222,7 +222,12 @@ def min_bottleneck_split(
     A bisection on the bottleneck whose failed steps jump to the next time at which the
     greedy split could change (:func:`_split_or_next`): it ends as soon as no such time
     lies below the best split's bottleneck, and that split is then rebuilt at exactly
-    that bottleneck (the tightest greedy split reaching it)."""
+    that bottleneck (the tightest greedy split reaching it).
+
+    Under a bound the split within it is often already the least: where the greedy split
+    fails just below its bottleneck, it fails at every bottleneck below (the split's
+    feasibility is monotone in the bottleneck), the bisection could only end there, and
+    it is not run."""
     hi = math.inf if upper is None else upper
     best = greedy_split(cm, order, hi, min_stages)
     if best is None:
@@ -230,6 +235,10 @@ def min_bottleneck_split(
     hi = evaluated_here(cm, *best).bottleneck_s
     lo = 0.0
     suffix = _suffix_least(cm, order)
+    if upper is not None and hi > 0.0:
+        below = math.nextafter(hi, 0.0)
+        if _split_or_next(cm, order, below, min_stages, suffix)[0] is None:
+            return greedy_split(cm, order, hi, min_stages) or best
     for _ in range(_ITERATIONS):
         if hi - lo <= 1e-12 * hi:
             break
