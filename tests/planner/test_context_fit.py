@@ -7,7 +7,7 @@ import re
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from stowplan import Constraints, ModelLayout, NodeDescriptor, lookup, plan
@@ -311,3 +311,43 @@ def test_a_refusal_on_multi_gpu_nodes_names_the_limits_full_plans_hold(
     fewer = int(sequences.group(1).replace(",", ""))
     assert _fits(layout, fleet, replace(c, batch=fewer), 131_072)
     assert not _fits(layout, fleet, replace(c, batch=fewer + 1), 131_072)
+
+
+@settings(max_examples=60, deadline=None)
+@example(sizes=[8, 17, 17], max_stages=1, context=0, batch=1, name="llama3.1:8b")
+@given(
+    sizes=st.lists(st.sampled_from([8, 12, 16, 17, 24, 48, 80]), min_size=1, max_size=40),
+    max_stages=st.one_of(st.none(), st.integers(1, 12)),
+    context=st.integers(0, 40_000),
+    batch=st.integers(1, 64),
+    name=st.sampled_from(["llama3.1:8b", "llama3.1:70b-q4_0", "qwen3:30b-a3b-q4_0"]),
+)
+def test_the_memory_bound_reads_each_node_size_as_every_node_of_it(
+    sizes: list[int], max_stages: int | None, context: int, batch: int, name: str
+) -> None:
+    """The bisections' memory bound keeps the largest nodes and two of every other size:
+    it holds as many blocks as the bound over every node, and says the same fit.  (The
+    example needs both nodes of 17 GB: each carries one of the embed and the head.)"""
+    from stowplan.model import usable_bytes
+    from stowplan.models import resolve_model
+    from stowplan.planner.context import _Memory
+    from stowplan.planner.problem import block_bytes
+
+    model = resolve_model(name)
+    nodes = [
+        NodeDescriptor(id=f"n{i}", gpu_name="RTX 4090", vram_bytes=gb * GiB)
+        for i, gb in enumerate(sizes)
+    ]
+    c = Constraints(max_stages=max_stages)
+    memory = _Memory(model, nodes, c)
+    caps = [usable_bytes(n, c.headroom) for n in nodes]
+    most = min(max_stages or len(nodes), len(nodes), model.num_blocks)
+    assert memory.most == most
+    assert memory.usable == sum(sorted(caps, reverse=True)[:most])
+    _, mem = block_bytes(model, context, batch)
+    assert most_blocks(model, mem, memory.caps, most) == most_blocks(model, mem, caps, most)
+    kv = sum(model.kv_bytes(b, context, batch) for b in range(model.num_blocks))
+    plain = model.weight_bytes + kv <= memory.usable and (
+        model.experts is not None or most_blocks(model, mem, caps, most) >= model.num_blocks
+    )
+    assert memory.may_fit(context, batch) == plain

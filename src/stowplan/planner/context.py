@@ -19,6 +19,7 @@ with the weights, the KV bytes, the usable VRAM and the largest context that fit
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -90,34 +91,43 @@ def _planner(planner: Planner | None) -> Planner:
     return plan
 
 
-def _usable_total(model: ModelLayout, nodes: Sequence[NodeDescriptor], c: Constraints) -> int:
-    """Usable VRAM of the largest nodes a plan may use (``max_stages`` of them)."""
-    most = min(c.max_stages or len(nodes), len(nodes), model.num_blocks)
-    return sum(sorted((usable_bytes(n, c.headroom) for n in nodes), reverse=True)[:most])
+class _Memory:
+    """What the memory of ``nodes`` could hold at all, for :func:`fit_context` and
+    :func:`_largest_batch`'s bisections: the nodes' usable bytes are read and sorted once,
+    not once per context or batch tried."""
+
+    def __init__(self, model: ModelLayout, nodes: Sequence[NodeDescriptor], c: Constraints):
+        self.model, self.c = model, c
+        caps = sorted((usable_bytes(n, c.headroom) for n in nodes), reverse=True)
+        self.most = min(c.max_stages or len(nodes), len(nodes), model.num_blocks)
+        self.usable = sum(caps[: self.most])
+        """Usable VRAM of the largest nodes a plan may use (``max_stages`` of them)."""
+        # :func:`most_blocks` sums the ``most`` largest and asks every node what the embed
+        # and the head cost it, keeping the two least per anchor on distinct nodes: beyond
+        # the largest, two nodes of each size say all that the rest would.
+        kept = Counter(caps[: self.most])
+        rest = Counter(caps[self.most :])
+        self.caps = [*caps[: self.most]]
+        self.caps += [cap for cap, k in rest.items() for _ in range(min(k, 2 - min(2, kept[cap])))]
+
+    def may_fit(self, context: int, batch: int) -> bool:
+        """Whether ``batch`` sequences of ``context`` tokens may fit at all: weights and KV
+        within the usable VRAM of the largest ``max_stages`` nodes and, for a model of whole
+        blocks (no routed experts a plan may spread), every block whole on a node
+        (:func:`~stowplan.planner.problem.most_blocks`).  False means no plan fits: a
+        planner keeps every stage within its node's usable VRAM."""
+        model = self.model
+        if model.weight_bytes + _kv_total(model, context, batch) > self.usable:
+            return False
+        if model.experts is not None:
+            return True
+        _, mem = block_bytes(model, context, batch)
+        return most_blocks(model, mem, self.caps, self.most) >= model.num_blocks
 
 
 def _kv_total(model: ModelLayout, context: int, batch: int) -> int:
     """KV bytes of every block for ``batch`` sequences of ``context`` tokens."""
     return sum(model.kv_bytes(b, context, batch) for b in range(model.num_blocks))
-
-
-def _may_fit(
-    model: ModelLayout, nodes: Sequence[NodeDescriptor], c: Constraints, context: int, batch: int
-) -> bool:
-    """Whether ``batch`` sequences of ``context`` tokens may fit at all: weights and KV within
-    the usable VRAM of the largest ``max_stages`` nodes and, for a model of whole blocks
-    (no routed experts a plan may spread), every block whole on a node
-    (:func:`~stowplan.planner.problem.most_blocks`).  False means no plan fits: a planner
-    keeps every stage within its node's usable VRAM."""
-    usable = _usable_total(model, nodes, c)
-    if model.weight_bytes + _kv_total(model, context, batch) > usable:
-        return False
-    if model.experts is not None:
-        return True
-    _, mem = block_bytes(model, context, batch)
-    most = min(c.max_stages or len(nodes), len(nodes), model.num_blocks)
-    capacities = (usable_bytes(n, c.headroom) for n in nodes)
-    return most_blocks(model, mem, capacities, most) >= model.num_blocks
 
 
 def _try(
@@ -182,8 +192,10 @@ def fit_context(
         )
 
     # Step 1: bound the search by what the memory could hold at all.
+    memory = _Memory(model, nodes, c)
+
     def may_fit(context: int) -> bool:
-        return _may_fit(model, nodes, c, context, c.batch)
+        return memory.may_fit(context, c.batch)
 
     hi = last_true(may_fit, 0, limit) if may_fit(0) else 0
     # Step 2: the longest context first (the common case: it fits, or it is the limit).
@@ -227,8 +239,8 @@ def _shortfall(
     ctx, batch = constraints.context_tokens or 0, constraints.batch
     per_token = sum(model.kv_bytes_per_token or ())
     kv = _kv_total(model, ctx, batch)
-    usable = _usable_total(model, nodes, constraints)
-    most = min(constraints.max_stages or len(nodes), len(nodes), model.num_blocks)
+    memory = _Memory(model, nodes, constraints)
+    usable, most = memory.usable, memory.most
     window = (
         " (sliding-window blocks hold at most their window)"
         if model.kv_window_tokens is not None and any(model.kv_window_tokens)
@@ -259,8 +271,10 @@ def _largest_batch(
     (the common case: they fit), then fewer by bisection."""
     context = c.context_tokens or 0
 
+    memory = _Memory(model, nodes, c)
+
     def may_fit(batch: int) -> bool:
-        return _may_fit(model, nodes, c, context, batch)
+        return memory.may_fit(context, batch)
 
     if not may_fit(1):
         return None
