@@ -96,19 +96,8 @@ def test_the_bound_equals_solving_every_microbatch(seed: int) -> None:
 def _pipelines(spec: tp.Spec, top: int) -> Iterator[tuple[int, tp.Score]]:
     """(stage count, score at that count's microbatch) of every legal pipeline: every
     sequence of (node, degree) stages within the nodes' GPUs, every contiguous split."""
-    nb = spec.nb
-    items = [(d, t) for d in range(len(spec.nodes)) for t in spec.degrees(d)]
-    for count in range(1, min(top, nb) + 1):
-        for seq in itertools.product(items, repeat=count):
-            used = [0] * len(spec.nodes)
-            for d, t in seq:
-                used[d] += t
-            if any(u > n.gpus for u, n in zip(used, spec.nodes, strict=True)):
-                continue
-            for cuts in itertools.combinations(range(1, nb), count - 1):
-                layout = tp.Layout(tuple(seq), (0, *cuts, nb))
-                if not tp.violations(spec, layout):
-                    yield count, tp.score(spec, layout)
+    for count, _, score in _pipelines_with_layouts(spec, top):
+        yield count, score
 
 
 def _least(spec: tp.Spec, top: int, of: Callable[[tp.Score], float]) -> dict[int, float]:
@@ -166,6 +155,52 @@ def test_the_slowest_stage_each_count_of_groups_could_hold_is_never_above_its_le
             assert held.slowest(count + 1) <= bound
             checked += 1
     assert checked >= 20
+
+
+@pytest.mark.parametrize("first", range(0, 128, 16))
+def test_each_count_of_stages_and_of_nodes_is_bounded_below_its_least(first: int) -> None:
+    """Per stage count S and count of nodes used n, against the tensor-parallel referee
+    (every pipeline of 3–4 blocks on 2–3 nodes of 1–8 GPUs, at S's microbatch): the time
+    per token of exactly S stages on exactly n nodes, and the slowest stage of S stages
+    on at most n nodes, are never above a pipeline's."""
+    from stowplan.planner.tensor.exact import stage_count_trips_by_nodes
+
+    checked = 0
+    for inst, spec, problem, top in _referee_cases(range(first, first + 16)):
+        per_count: dict[int, tuple[list[list[float]], StageCapacity]] = {}
+        for count, layout, score in _pipelines_with_layouts(spec, top):
+            if count not in per_count:
+                at = problem.at_microbatch(microbatches(spec.batch, count)[1])
+                groups = GroupCosts(at, None)
+                per_count[count] = (
+                    stage_count_trips_by_nodes(at, groups, top),
+                    StageCapacity(at, groups),
+                )
+            trips, held = per_count[count]
+            n = len({d for d, _ in layout.stages})
+            trip = trips[count][n] if n < len(trips[count]) else min(trips[count])
+            assert trip <= score.trip_s * (1 + 1e-9), (inst.text(), count, n, trip, score.trip_s)
+            slowest = held.slowest(count, nodes=n)
+            assert slowest <= max(score.stage_time_s) * (1 + 1e-9), (inst.text(), count, n)
+            checked += 1
+    assert checked >= 100
+
+
+def _pipelines_with_layouts(spec: tp.Spec, top: int) -> Iterator[tuple[int, tp.Layout, tp.Score]]:
+    """:func:`_pipelines` with each pipeline's layout."""
+    nb = spec.nb
+    items = [(d, t) for d in range(len(spec.nodes)) for t in spec.degrees(d)]
+    for count in range(1, min(top, nb) + 1):
+        for seq in itertools.product(items, repeat=count):
+            used = [0] * len(spec.nodes)
+            for d, t in seq:
+                used[d] += t
+            if any(u > n.gpus for u, n in zip(used, spec.nodes, strict=True)):
+                continue
+            for cuts in itertools.combinations(range(1, nb), count - 1):
+                layout = tp.Layout(tuple(seq), (0, *cuts, nb))
+                if not tp.violations(spec, layout):
+                    yield count, layout, tp.score(spec, layout)
 
 
 def test_calibrated_groups_of_few_stages_are_bounded_by_what_they_hold() -> None:

@@ -135,8 +135,8 @@ class StageCapacity:
                 nodes[sig] = _NodeKind(1, [key for _, key in kinds], sizes, gpus, nb)
         self._nodes = list(nodes.values())
         self._np = np
-        self._least: dict[int, float] = {}
-        self._steps: dict[tuple[tuple[int, int], ...], list[tuple[float, int]]] = {}
+        self._least: dict[tuple[int, int | None], float] = {}
+        self._steps: dict[tuple[tuple[int, int], ...], list[tuple[float, int, bool]]] = {}
         """:meth:`_node_steps` per tuple of the groups' block counts."""
         most = [
             times[-1] if times else 0.0
@@ -144,9 +144,9 @@ class StageCapacity:
         ]
         self._top = max(most, default=0.0) + max((n for n, _ in self._sends.values()), default=0.0)
 
-    def held(self, bottleneck: float, stages: int) -> float:
+    def held(self, bottleneck: float, stages: int, nodes: int | None = None) -> float:
         """The most blocks ``stages`` groups could hold with no stage above ``bottleneck``
-        (the relaxation of the module)."""
+        (the relaxation of the module), on at most ``nodes`` nodes when given."""
         if bottleneck <= 0 or stages < 1:
             return 0.0
         least = math.inf
@@ -171,7 +171,8 @@ class StageCapacity:
             steps = self._steps.get(known)
             if steps is None:
                 steps = self._steps[known] = self._node_steps(caps)
-            total, before = _best_steps(steps, stages), _best_steps(steps, stages - 1)
+            total = _best_steps(steps, stages, nodes)
+            before = _best_steps(steps, stages - 1, nodes)
             # The last stage holds the head and sends nothing.  Either it holds what it
             # holds in place of a count charged the network (the group that gains most),
             # or it is a group of its own beside one group fewer, its node's others
@@ -181,12 +182,13 @@ class StageCapacity:
 
     def _node_steps(
         self, caps: dict[tuple[object, ...], tuple[int, int]]
-    ) -> list[tuple[float, int]]:
+    ) -> list[tuple[float, int, bool]]:
         """Every node kind's concave steps of blocks held per group added, largest first,
-        with how many nodes share each: a function of the groups' block counts alone
-        (kept per counts: the bisection's later steps mostly ask the same)."""
+        with how many nodes share each and whether it is a node's first: a function of
+        the groups' block counts alone (kept per counts: the bisection's later steps
+        mostly ask the same)."""
         np = self._np
-        steps: list[tuple[float, int]] = []
+        steps: list[tuple[float, int, bool]] = []
         for node in self._nodes:
             if not node.groups:
                 continue  # no group the rule allows: the node holds no stage
@@ -204,42 +206,54 @@ class StageCapacity:
                 best = np.zeros(node.most + 1)
                 np.maximum.at(best, node.multiset_sizes, value)
                 best = np.maximum.accumulate(best)  # at most j groups
-            steps += [(step, node.count) for step in _concave_steps(best.tolist())]
+            concave = _concave_steps(best.tolist())
+            steps += [(step, node.count, i == 0) for i, step in enumerate(concave)]
         steps.sort(reverse=True)
         return steps
 
-    def slowest(self, stages: int, enough: float = math.inf) -> float:
+    def slowest(self, stages: int, enough: float = math.inf, nodes: int | None = None) -> float:
         """A lower bound on the slowest stage of every pipeline of at most ``stages``
-        stages on these groups (inf where none holds every block); ``enough`` where the
-        bound reaches it (not sought further)."""
-        if stages in self._least:
-            return self._least[stages]
-        if enough < math.inf and self.held(enough, stages) < self.nb:
+        stages on these groups (on at most ``nodes`` nodes when given; inf where none
+        holds every block); ``enough`` where the bound reaches it (not sought further)."""
+        key = (stages, nodes)
+        if key in self._least:
+            return self._least[key]
+        if enough < math.inf and self.held(enough, stages, nodes) < self.nb:
             return enough  # nothing within ``enough`` holds every block
         hi = min(enough, self._top * 2 + 1e-9)
-        if self.held(hi, stages) < self.nb:
-            self._least[stages] = math.inf
+        if self.held(hi, stages, nodes) < self.nb:
+            self._least[key] = math.inf
             return math.inf
         lo = 0.0
         for _ in range(BISECTION_STEPS):
             mid = (lo + hi) / 2
-            if self.held(mid, stages) >= self.nb:
+            if self.held(mid, stages, nodes) >= self.nb:
                 hi = mid
             else:
                 lo = mid
             if hi - lo <= PRECISION * hi:
                 break
-        self._least[stages] = lo
+        self._least[key] = lo
         return lo
 
 
-def _best_steps(steps: list[tuple[float, int]], groups: int) -> float:
-    """The sum of the ``groups`` largest positive steps (each ``count`` times)."""
+def _best_steps(
+    steps: list[tuple[float, int, bool]], groups: int, nodes: int | None = None
+) -> float:
+    """The sum of the ``groups`` largest positive steps (each ``count`` times); with
+    ``nodes``, of steps of at most that many nodes: each step at most ``nodes`` times, and
+    at most ``nodes`` nodes' first steps (a node's groups take its steps from its first,
+    so the nodes a pipeline uses take one first step each).  Taking the largest that the
+    two limits allow is the most such steps sum to (they form a matroid)."""
     total, left = 0.0, groups
-    for step, count in steps:
+    firsts = groups if nodes is None else nodes
+    for step, count, first in steps:
         if left <= 0 or step <= 0:
             break
-        take = min(count, left)
+        take = min(count, left) if nodes is None else min(count, left, nodes)
+        if first:
+            take = min(take, firsts)
+            firsts -= take
         total += take * step
         left -= take
     return total

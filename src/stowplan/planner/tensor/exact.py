@@ -54,6 +54,7 @@ __all__ = [
     "node_signature",
     "solve_grouped",
     "stage_count_trips",
+    "stage_count_trips_by_nodes",
 ]
 
 GROUPED_NODE_LIMIT = 8
@@ -415,7 +416,15 @@ def _per_block(problem: Problem, groups: GroupCosts) -> float:
 
 def stage_count_trips(problem: Problem, groups: GroupCosts, top: int) -> list[float]:
     """Per stage count ``S`` (index 0 to ``top``), a lower bound on the time per token of
-    every pipeline of exactly ``S`` stages on ``groups`` (infinite where none has).
+    every pipeline of exactly ``S`` stages on ``groups`` (infinite where none has): the
+    least over the node counts of :func:`stage_count_trips_by_nodes`."""
+    return [min(row) for row in stage_count_trips_by_nodes(problem, groups, top)]
+
+
+def stage_count_trips_by_nodes(problem: Problem, groups: GroupCosts, top: int) -> list[list[float]]:
+    """Per stage count ``S`` (index 0 to ``top``) and node count ``n`` (index 0 to the
+    nodes), a lower bound on the time per token of every pipeline of exactly ``S`` stages
+    on exactly ``n`` nodes of ``groups`` (infinite where none has).
 
     It adds to :func:`_per_block`'s sum what ``S`` stages cost beyond it: each stage's
     fixed time, and what its group makes one of its blocks pay above that block's least
@@ -436,7 +445,7 @@ def stage_count_trips(problem: Problem, groups: GroupCosts, top: int) -> list[fl
         for t, v in groups.distinct()
     }
     if not kinds or top < 1:
-        return [math.inf] * (top + 1)
+        return [[math.inf] for _ in range(top + 1)]
     most = max(n.num_gpus for n in problem.nodes)
     crossing = _crossings(problem)
     nodes = len(crossing) - 1
@@ -448,7 +457,7 @@ def stage_count_trips(problem: Problem, groups: GroupCosts, top: int) -> list[fl
     weights, read = block_byte_arrays(np, gcm, nb)
     listed = list(kinds)
     t, a, f, bs, ss = (np.array(v) for v in zip(*listed, strict=True))
-    best = np.zeros(top + 1)
+    best = np.zeros((top + 1, nodes + 1))
     for sizes, per_byte in ((read, a), (weights, f)):
         cost = sizes[None, :] * per_byte[:, None] + bs[:, None]
         least = cost.min(axis=0)
@@ -461,9 +470,30 @@ def stage_count_trips(problem: Problem, groups: GroupCosts, top: int) -> list[fl
         with np.errstate(divide="ignore", invalid="ignore"):
             mean = np.minimum(used * most / np.maximum(stages, 1.0), hx[-1])
         added = stages * np.interp(mean, hx, hy) + np.array(crossing)[None, :]
+        # The other blocks pay at least the least excess of a group the stage count
+        # leaves room for: no group outgrows its node, nor the GPUs the other stages
+        # leave (each takes at least the smallest group).
+        extra = (cost - least[None, :]).min(axis=1)
+        sizes_up, least_up = _least_by_size(t.tolist(), extra.tolist())
+        room = np.minimum(most, used * most - (stages - 1) * sizes_up[0])
+        at = np.searchsorted(np.array(sizes_up, dtype=float), room, side="right") - 1
+        pay = np.where(at >= 0, np.array([math.inf, *least_up])[at + 1], math.inf)
+        others = np.maximum(0.0, nb - stages)
+        with np.errstate(invalid="ignore"):
+            added = added + np.where(others > 0, others * pay, 0.0)
         added[~usable | (mean < hx[0])] = np.inf
-        best = np.maximum(best, base + added.min(axis=1))
-    return [float(v) for v in best]
+        best = np.maximum(best, base + added)
+    return best.tolist()  # type: ignore[no-any-return]
+
+
+def _least_by_size(sizes: list[int], values: list[float]) -> tuple[list[int], list[float]]:
+    """The distinct ``sizes`` ascending, and per size the least of ``values`` over the
+    sizes up to it."""
+    least: dict[int, float] = {}
+    for t, v in zip(sizes, values, strict=True):
+        least[t] = min(least.get(t, math.inf), v)
+    up = sorted(least)
+    return up, list(accumulate((least[t] for t in up), min))
 
 
 def _lower_hull(points: list[tuple[int, float]]) -> tuple[list[float], list[float]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import zip_longest
 
 from stowplan.cost import microbatches
 from stowplan.errors import DependencyError
@@ -20,7 +21,7 @@ from stowplan.planner.tensor.exact import (
     grouped_bound,
     grouped_work,
     solve_grouped,
-    stage_count_trips,
+    stage_count_trips_by_nodes,
 )
 from stowplan.planner.tensor.layouts import EngineRule, as_pipeline, cycle_of
 from stowplan.planner.tensor.nodes import GroupCosts
@@ -142,10 +143,15 @@ def joint_cycle(
             b = joint_optimum(pu, rule, Metric.THROUGHPUT, runs, lossless, shared, like)
             t = joint_optimum(pu, rule, Metric.LATENCY, runs, lossless, shared, like)
             found = [g for g in (b[3], t[3]) if g is not None and g.stages]
-            counted = [stage_count_trips(pu, g, top) for g in shared.values()]
-            trips = [min(c) for c in zip(*counted, strict=True)] if counted else []
+            counted = [stage_count_trips_by_nodes(pu, g, top) for g in shared.values()]
+            # Per stage count and node count, the least over the degree sets.
+            by_nodes = [
+                [min(c) for c in zip_longest(*rows, fillvalue=math.inf)]
+                for rows in zip(*counted, strict=True)
+            ]
+            trips = [min(row) for row in by_nodes]
             groups = list(shared.values())
-            solved[u] = _Solved(b[0], t[0], found, {b[2], t[2]}, trips, pu, groups)
+            solved[u] = _Solved(b[0], t[0], found, {b[2], t[2]}, trips, pu, groups, by_nodes)
         return solved[u]
 
     def known(s: int, held: float = 0.0) -> float:
@@ -234,6 +240,8 @@ class _Solved:
     """The problem at this microbatch."""
     groups: list[GroupCosts]
     """Its groups, per grouping."""
+    by_nodes: list[list[float]] = field(default_factory=list)
+    """Per stage count and count of nodes used, the time per token of exactly those."""
     kept: list[StageCapacity] = field(default_factory=list)
     """Per grouping, the blocks its groups could hold within a slowest stage (built
     when first asked)."""
@@ -249,10 +257,26 @@ class _Solved:
         (at the next count of :data:`HELD_COUNTS` or above: no more stages, no faster
         slowest stage), sought no further than a cycle of ``held``."""
         slowest = self.slowest
-        if held > 0 and self.groups:
-            at = next((c for c in HELD_COUNTS if c >= s), s)
-            slowest = max(slowest, min(h.slowest(at, held / m) for h in self.held()))
-        return max(m * slowest, self.trip, self.trips[s] if self.trips else 0.0)
+        if not (held > 0 and self.groups):
+            return max(m * slowest, self.trip, self.trips[s] if self.trips else 0.0)
+        at = next((c for c in HELD_COUNTS if c >= s), s)
+        slowest = max(slowest, min(h.slowest(at, held / m) for h in self.held()))
+        found = max(m * slowest, self.trip, self.trips[s] if self.trips else 0.0)
+        if found >= held or not self.by_nodes:
+            return found
+        # A pipeline on n nodes has both its slowest stage on n nodes and the time per
+        # token of n nodes: the least over n of the larger bounds every such pipeline
+        # (sought up to ``held``; from ``at`` nodes up the nodes limit none).
+        least = held
+        for n, trip in enumerate(self.by_nodes[s]):
+            if trip >= least:
+                continue
+            if n >= at:
+                least = min(least, max(m * slowest, trip))
+                continue
+            on = min(h.slowest(at, held / m, nodes=n) for h in self.held())
+            least = min(least, max(m * on, trip))
+        return max(found, least)
 
 
 HELD = "the blocks each stage count's GPU groups could hold within its slowest stage"
