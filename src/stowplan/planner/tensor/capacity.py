@@ -55,7 +55,14 @@ from typing import Any
 from stowplan.planner.problem import Problem
 from stowplan.planner.tensor.nodes import GroupCosts, block_byte_arrays, numpy_module
 
-__all__ = ["APART_COUNTS", "APART_STEP", "BISECTION_STEPS", "StageCapacity", "excluded_counts"]
+__all__ = [
+    "APART_COUNTS",
+    "APART_STEP",
+    "BISECTION_STEPS",
+    "PRECISION",
+    "StageCapacity",
+    "excluded_counts",
+]
 
 BISECTION_STEPS = 96
 """Most halvings of the interval holding the bound."""

@@ -13,7 +13,7 @@ from stowplan.errors import DependencyError
 from stowplan.model import Metric
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies import cycle
-from stowplan.planner.tensor.capacity import StageCapacity
+from stowplan.planner.tensor.capacity import BISECTION_STEPS, PRECISION, StageCapacity
 from stowplan.planner.tensor.exact import (
     GROUPED_NODE_LIMIT,
     GroupedOptimum,
@@ -264,18 +264,36 @@ class _Solved:
         found = max(m * slowest, self.trip, self.trips[s] if self.trips else 0.0)
         if found >= held or not self.by_nodes:
             return found
-        # A pipeline on n nodes has both its slowest stage on n nodes and the time per
-        # token of n nodes: the least over n of the larger bounds every such pipeline
-        # (sought up to ``held``; from ``at`` nodes up the nodes limit none).
-        least = held
-        for n, trip in enumerate(self.by_nodes[s]):
-            if trip >= least:
-                continue
-            if n >= at:
-                least = min(least, max(m * slowest, trip))
-                continue
-            on = min(h.slowest(at, held / m, nodes=n) for h in self.held())
-            least = min(least, max(m * on, trip))
+        # A pipeline on n nodes of cycle C has its slowest stage within C / m on at most
+        # n nodes and the time per token of exactly n nodes within C.  Both grow with C
+        # and the blocks held grow with n, so C is out of reach when the groups on the
+        # most nodes whose time per token is within C hold too few blocks: the largest
+        # such C is sought by bisection (up to ``held``).
+        trips = self.by_nodes[s]
+
+        def reached(cycle: float) -> bool:
+            n = max((n for n, trip in enumerate(trips) if trip <= cycle), default=None)
+            if n is None:
+                return False
+            nodes = None if n >= at else n
+            return any(h.held(cycle / m, at, nodes) >= h.nb for h in self.held())
+
+        if not reached(held):
+            return held
+        lo, hi = found, held
+        if math.isinf(hi):  # unbounded: doubled from the bound in hand until reached
+            hi = max(found, 1e-12) * 2
+            while not reached(hi):
+                lo, hi = hi, hi * 2
+        for _ in range(BISECTION_STEPS):
+            mid = (lo + hi) / 2
+            if reached(mid):
+                hi = mid
+            else:
+                lo = mid
+            if hi - lo <= PRECISION * hi:
+                break
+        least = lo
         return max(found, least)
 
 
