@@ -25,7 +25,8 @@ plan --engine NAME`` does (the command line's default is ``generic``); without i
 cases use the uncalibrated first-order model.
 
 ``--growth`` times nested fleets instead — the first 64, 128, …, 1,024 of the
-single-GPU nodes and 2, 4, 8, 16, 32, 64 of the H100 nodes — and fits the exponent ``k`` of
+single-GPU nodes and 2, 4, 8, 16, 32, 64 of the H100 nodes (llama3.1:405b at one stream
+and 16 sequences, deepseek-v3 at 16 sequences) — and fits the exponent ``k`` of
 ``ms ∝ nodes^k`` by least squares on the logarithms; it also says whether any fleet
 planned slower than a larger one holding it.
 """
@@ -177,13 +178,9 @@ def growth(repeats: int, calibrated: Callable[[Constraints], Constraints]) -> No
             for m in ("llama3.1:8b", "llama3.1:70b", "llama3.1:405b-q4_0")
         ),
         ("8 × H100", "llama3.1:405b", "one stream", (2, 4, 8, 16, 32, 64), h100_nodes(64), one),
-        (
-            "8 × H100",
-            "llama3.1:405b",
-            "16 sequences",
-            (2, 4, 8, 16, 32, 64),
-            h100_nodes(64),
-            sixteen,
+        *(
+            ("8 × H100", m, "16 sequences", (2, 4, 8, 16, 32, 64), h100_nodes(64), sixteen)
+            for m in ("llama3.1:405b", "deepseek-v3")
         ),
     ]
     print("| nodes of | model | objective | CPU ms by fleet size | exponent | smaller slower |")
