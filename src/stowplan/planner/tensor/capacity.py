@@ -34,7 +34,8 @@ of them holds at most ``cap_t + j`` blocks, ``cap_t`` its count over the others 
 and the ``j`` of all stages add up to at most ``t``; the least of these counts bounds
 the blocks held (:func:`excluded_counts` says which ``t`` are tried).
 
-The bisection runs to a relative :data:`PRECISION` of 1e-13: a plan whose slowest
+The bisection runs to a relative :data:`COARSE` of 1e-6, and on to :data:`PRECISION`
+(1e-13) where it nears the slowest stage of the plan in hand: a plan whose slowest
 stage is the bound is then proven optimal (certificates compare within 1e-12).
 
 Each stage count's cycle is at least ``m`` times its slowest stage
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import pairwise, product
@@ -59,8 +61,10 @@ __all__ = [
     "APART_COUNTS",
     "APART_STEP",
     "BISECTION_STEPS",
+    "COARSE",
     "PRECISION",
     "StageCapacity",
+    "bisect_bound",
     "excluded_counts",
 ]
 
@@ -68,7 +72,10 @@ BISECTION_STEPS = 96
 """Most halvings of the interval holding the bound."""
 
 PRECISION = 1e-13
-"""The bisection stops once the interval is this small a share of its top."""
+"""The bisection's relative precision near a slowest stage in hand."""
+
+COARSE = 1e-6
+"""Its relative precision elsewhere (a bound that does not reach the plan in hand)."""
 
 
 class StageCapacity:
@@ -142,7 +149,8 @@ class StageCapacity:
                 nodes[sig] = _NodeKind(1, [key for _, key in kinds], sizes, gpus, nb)
         self._nodes = list(nodes.values())
         self._np = np
-        self._least: dict[tuple[int, int | None], float] = {}
+        self._least: dict[tuple[int, int | None], tuple[float, float]] = {}
+        """Per stage count and node limit, the interval holding the bound so far."""
         self._steps: dict[tuple[tuple[int, int], ...], list[tuple[float, int, bool]]] = {}
         """:meth:`_node_steps` per tuple of the groups' block counts."""
         most = [
@@ -218,30 +226,52 @@ class StageCapacity:
         steps.sort(reverse=True)
         return steps
 
-    def slowest(self, stages: int, enough: float = math.inf, nodes: int | None = None) -> float:
+    def slowest(
+        self,
+        stages: int,
+        enough: float = math.inf,
+        nodes: int | None = None,
+        sharp: float = math.inf,
+    ) -> float:
         """A lower bound on the slowest stage of every pipeline of at most ``stages``
         stages on these groups (on at most ``nodes`` nodes when given; inf where none
-        holds every block); ``enough`` where the bound reaches it (not sought further)."""
+        holds every block); ``enough`` where the bound reaches it (not sought further).
+        Sought to :data:`COARSE`, and to :data:`PRECISION` where it comes that near
+        ``sharp`` (a slowest stage in hand, which it may then prove the least)."""
         key = (stages, nodes)
-        if key in self._least:
-            return self._least[key]
-        if enough < math.inf and self.held(enough, stages, nodes) < self.nb:
-            return enough  # nothing within ``enough`` holds every block
-        hi = min(enough, self._top * 2 + 1e-9)
-        if self.held(hi, stages, nodes) < self.nb:
-            self._least[key] = math.inf
-            return math.inf
-        lo = 0.0
-        for _ in range(BISECTION_STEPS):
-            mid = (lo + hi) / 2
-            if self.held(mid, stages, nodes) >= self.nb:
-                hi = mid
-            else:
-                lo = mid
-            if hi - lo <= PRECISION * hi:
-                break
-        self._least[key] = lo
+        found = self._least.get(key)
+        if found is None:
+            if enough < math.inf and self.held(enough, stages, nodes) < self.nb:
+                return enough  # nothing within ``enough`` holds every block
+            hi = min(enough, self._top * 2 + 1e-9)
+            if self.held(hi, stages, nodes) < self.nb:
+                self._least[key] = (math.inf, math.inf)
+                return math.inf
+            found = (0.0, hi)
+        lo, hi = found
+        if math.isinf(lo):
+            return lo
+        precision = PRECISION if hi >= sharp * (1 - COARSE) else COARSE
+        lo, hi = bisect_bound(lambda b: self.held(b, stages, nodes) >= self.nb, lo, hi, precision)
+        self._least[key] = (lo, hi)
         return lo
+
+
+def bisect_bound(
+    reached: Callable[[float], bool], lo: float, hi: float, precision: float
+) -> tuple[float, float]:
+    """``(lo, hi)`` narrowed by bisection until ``hi - lo`` is at most ``precision`` of
+    ``hi`` (at most :data:`BISECTION_STEPS` halvings): ``reached`` false at ``lo``, true at
+    ``hi``, as given."""
+    for _ in range(BISECTION_STEPS):
+        if hi - lo <= precision * hi:
+            break
+        mid = (lo + hi) / 2
+        if reached(mid):
+            hi = mid
+        else:
+            lo = mid
+    return lo, hi
 
 
 def _best_steps(

@@ -418,13 +418,13 @@ def stage_count_trips(problem: Problem, groups: GroupCosts, top: int) -> list[fl
     """Per stage count ``S`` (index 0 to ``top``), a lower bound on the time per token of
     every pipeline of exactly ``S`` stages on ``groups`` (infinite where none has): the
     least over the node counts of :func:`stage_count_trips_by_nodes`."""
-    return [min(row) for row in stage_count_trips_by_nodes(problem, groups, top)]
+    return [float(v) for v in stage_count_trips_by_nodes(problem, groups, top).min(axis=1)]
 
 
-def stage_count_trips_by_nodes(problem: Problem, groups: GroupCosts, top: int) -> list[list[float]]:
+def stage_count_trips_by_nodes(problem: Problem, groups: GroupCosts, top: int) -> Any:
     """Per stage count ``S`` (index 0 to ``top``) and node count ``n`` (index 0 to the
     nodes), a lower bound on the time per token of every pipeline of exactly ``S`` stages
-    on exactly ``n`` nodes of ``groups`` (infinite where none has).
+    on exactly ``n`` nodes of ``groups`` (infinite where none has), as a numpy array.
 
     It adds to :func:`_per_block`'s sum what ``S`` stages cost beyond it: each stage's
     fixed time, and what its group makes one of its blocks pay above that block's least
@@ -445,7 +445,7 @@ def stage_count_trips_by_nodes(problem: Problem, groups: GroupCosts, top: int) -
         for t, v in groups.distinct()
     }
     if not kinds or top < 1:
-        return [[math.inf] for _ in range(top + 1)]
+        return np.full((top + 1, len(problem.nodes) + 1), math.inf)
     most = max(n.num_gpus for n in problem.nodes)
     crossing = _crossings(problem)
     nodes = len(crossing) - 1
@@ -483,7 +483,7 @@ def stage_count_trips_by_nodes(problem: Problem, groups: GroupCosts, top: int) -
             added = added + np.where(others > 0, others * pay, 0.0)
         added[~usable | (mean < hx[0])] = np.inf
         best = np.maximum(best, base + added)
-    return best.tolist()  # type: ignore[no-any-return]
+    return best
 
 
 def _least_by_size(sizes: list[int], values: list[float]) -> tuple[list[int], list[float]]:

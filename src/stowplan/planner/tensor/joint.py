@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from itertools import zip_longest
+from functools import reduce
+from typing import Any
 
 from stowplan.cost import microbatches
 from stowplan.errors import DependencyError
 from stowplan.model import Metric
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies import cycle
-from stowplan.planner.tensor.capacity import BISECTION_STEPS, PRECISION, StageCapacity
+from stowplan.planner.tensor.capacity import COARSE, PRECISION, StageCapacity, bisect_bound
 from stowplan.planner.tensor.exact import (
     GROUPED_NODE_LIMIT,
     GroupedOptimum,
@@ -24,7 +25,7 @@ from stowplan.planner.tensor.exact import (
     stage_count_trips_by_nodes,
 )
 from stowplan.planner.tensor.layouts import EngineRule, as_pipeline, cycle_of
-from stowplan.planner.tensor.nodes import GroupCosts
+from stowplan.planner.tensor.nodes import GroupCosts, numpy_module
 
 __all__ = [
     "INLINE_GROUPED_WORK",
@@ -145,21 +146,19 @@ def joint_cycle(
             found = [g for g in (b[3], t[3]) if g is not None and g.stages]
             counted = [stage_count_trips_by_nodes(pu, g, top) for g in shared.values()]
             # Per stage count and node count, the least over the degree sets.
-            by_nodes = [
-                [min(c) for c in zip_longest(*rows, fillvalue=math.inf)]
-                for rows in zip(*counted, strict=True)
-            ]
-            trips = [min(row) for row in by_nodes]
+            by_nodes = reduce(numpy_module().minimum, counted) if counted else None
+            trips = [] if by_nodes is None else by_nodes.min(axis=1).tolist()
             groups = list(shared.values())
             solved[u] = _Solved(b[0], t[0], found, {b[2], t[2]}, trips, pu, groups, by_nodes)
         return solved[u]
 
-    def known(s: int, held: float = 0.0) -> float:
+    def known(s: int, held: float = 0.0, sharp: float = math.inf) -> float:
         """Stage count ``s``'s bound from the solves so far (its own microbatch's, or
         smaller ones'); with ``held``, also by the blocks its groups could hold (sought
         up to ``held``)."""
         m, u = microbatches(cm.batch, s)
-        return max((quick[s], *(v.bound(s, m, held) for w, v in solved.items() if w <= u)))
+        bounds = (v.bound(s, m, held, sharp) for w, v in solved.items() if w <= u)
+        return max((quick[s], *bounds))
 
     def solvable(s: int) -> bool:
         return quick[s] < plan_cycle and math.isfinite(quick[s])
@@ -204,7 +203,7 @@ def joint_cycle(
             solve(microbatches(cm.batch, s)[1])
         here = known(s)
         if here < lower and solvable(s):
-            fuller = known(s, held=lower)
+            fuller = known(s, held=lower, sharp=incumbent() if runs else plan_cycle)
             if fuller > here:
                 held_counts = True
             here = fuller
@@ -240,8 +239,9 @@ class _Solved:
     """The problem at this microbatch."""
     groups: list[GroupCosts]
     """Its groups, per grouping."""
-    by_nodes: list[list[float]] = field(default_factory=list)
-    """Per stage count and count of nodes used, the time per token of exactly those."""
+    by_nodes: Any = None
+    """Per stage count and count of nodes used, the time per token of exactly those
+    (a numpy array; None without groups)."""
     kept: list[StageCapacity] = field(default_factory=list)
     """Per grouping, the blocks its groups could hold within a slowest stage (built
     when first asked)."""
@@ -251,18 +251,19 @@ class _Solved:
             self.kept.extend(StageCapacity(self.problem, g) for g in self.groups)
         return self.kept
 
-    def bound(self, s: int, m: int, held: float = 0.0) -> float:
+    def bound(self, s: int, m: int, held: float = 0.0, sharp: float = math.inf) -> float:
         """Stage count ``s`` of ``m`` microbatches, at this microbatch or a larger one;
         with ``held`` > 0, its slowest stage also bounded by what ``s`` stages could hold
         (at the next count of :data:`HELD_COUNTS` or above: no more stages, no faster
-        slowest stage), sought no further than a cycle of ``held``."""
+        slowest stage) and both per count of nodes used, sought no further than a cycle
+        of ``held``, and finely only near ``sharp`` (the cycle of the plan in hand)."""
         slowest = self.slowest
         if not (held > 0 and self.groups):
             return max(m * slowest, self.trip, self.trips[s] if self.trips else 0.0)
         at = next((c for c in HELD_COUNTS if c >= s), s)
-        slowest = max(slowest, min(h.slowest(at, held / m) for h in self.held()))
+        slowest = max(slowest, min(h.slowest(at, held / m, sharp=sharp / m) for h in self.held()))
         found = max(m * slowest, self.trip, self.trips[s] if self.trips else 0.0)
-        if found >= held or not self.by_nodes:
+        if found >= held or self.by_nodes is None:
             return found
         # A pipeline on n nodes of cycle C has its slowest stage within C / m on at most
         # n nodes and the time per token of exactly n nodes within C.  Both grow with C
@@ -272,9 +273,10 @@ class _Solved:
         trips = self.by_nodes[s]
 
         def reached(cycle: float) -> bool:
-            n = max((n for n, trip in enumerate(trips) if trip <= cycle), default=None)
-            if n is None:
+            within = trips <= cycle
+            if not within.any():
                 return False
+            n = len(trips) - 1 - int(within[::-1].argmax())  # the most nodes within
             nodes = None if n >= at else n
             return any(h.held(cycle / m, at, nodes) >= h.nb for h in self.held())
 
@@ -285,14 +287,9 @@ class _Solved:
             hi = max(found, 1e-12) * 2
             while not reached(hi):
                 lo, hi = hi, hi * 2
-        for _ in range(BISECTION_STEPS):
-            mid = (lo + hi) / 2
-            if reached(mid):
-                hi = mid
-            else:
-                lo = mid
-            if hi - lo <= PRECISION * hi:
-                break
+        lo, hi = bisect_bound(reached, lo, hi, COARSE)
+        if hi >= sharp * (1 - COARSE):  # near the plan in hand: it may prove it
+            lo, hi = bisect_bound(reached, lo, hi, PRECISION)
         least = lo
         return max(found, least)
 
