@@ -34,9 +34,10 @@ of them holds at most ``cap_t + j`` blocks, ``cap_t`` its count over the others 
 and the ``j`` of all stages add up to at most ``t``; the least of these counts bounds
 the blocks held (:func:`excluded_counts` says which ``t`` are tried).
 
-The bisection runs to a relative :data:`COARSE` of 1e-6, and on to :data:`PRECISION`
-(1e-13) where it nears the slowest stage of the plan in hand: a plan whose slowest
-stage is the bound is then proven optimal (certificates compare within 1e-12).
+The bisection runs to a relative :data:`COARSE` of 1e-6; where it ends near the
+slowest stage of the plan in hand, the point :data:`PRECISION` (1e-13) below it is
+tried: a plan whose slowest stage is the bound is then proven optimal (certificates
+compare within 1e-12).
 
 Each stage count's cycle is at least ``m`` times its slowest stage
 (:func:`~stowplan.planner.tensor.joint.joint_cycle`); the joint solve's least slowest
@@ -72,7 +73,8 @@ BISECTION_STEPS = 96
 """Most halvings of the interval holding the bound."""
 
 PRECISION = 1e-13
-"""The bisection's relative precision near a slowest stage in hand."""
+"""How far below a slowest stage in hand the bound is sought (certificates compare
+within 1e-12)."""
 
 COARSE = 1e-6
 """Its relative precision elsewhere (a bound that does not reach the plan in hand)."""
@@ -251,18 +253,25 @@ class StageCapacity:
         lo, hi = found
         if math.isinf(lo):
             return lo
-        precision = PRECISION if hi >= sharp * (1 - COARSE) else COARSE
-        lo, hi = bisect_bound(lambda b: self.held(b, stages, nodes) >= self.nb, lo, hi, precision)
+        lo, hi = bisect_bound(
+            lambda b: self.held(b, stages, nodes) >= self.nb, lo, hi, COARSE, sharp
+        )
         self._least[key] = (lo, hi)
         return lo
 
 
 def bisect_bound(
-    reached: Callable[[float], bool], lo: float, hi: float, precision: float
+    reached: Callable[[float], bool],
+    lo: float,
+    hi: float,
+    precision: float,
+    sharp: float = math.inf,
 ) -> tuple[float, float]:
     """``(lo, hi)`` narrowed by bisection until ``hi - lo`` is at most ``precision`` of
     ``hi`` (at most :data:`BISECTION_STEPS` halvings): ``reached`` false at ``lo``, true at
-    ``hi``, as given."""
+    ``hi``, as given.  Where ``hi`` ends near ``sharp`` (a value in hand), ``lo`` is then
+    raised to just below it (:data:`PRECISION`) if ``reached`` is false there: a bound
+    that the value in hand meets proves it the least."""
     for _ in range(BISECTION_STEPS):
         if hi - lo <= precision * hi:
             break
@@ -271,7 +280,10 @@ def bisect_bound(
             hi = mid
         else:
             lo = mid
-    return lo, hi
+    near = sharp * (1 - PRECISION)
+    if lo < near < hi * (1 + precision) and near < math.inf and not reached(near):
+        lo = near
+    return lo, max(hi, lo)
 
 
 def _best_steps(

@@ -14,7 +14,7 @@ from stowplan.errors import DependencyError
 from stowplan.model import Metric
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies import cycle
-from stowplan.planner.tensor.capacity import COARSE, PRECISION, StageCapacity, bisect_bound
+from stowplan.planner.tensor.capacity import COARSE, StageCapacity, bisect_bound
 from stowplan.planner.tensor.exact import (
     GROUPED_NODE_LIMIT,
     GroupedOptimum,
@@ -287,10 +287,7 @@ class _Solved:
             hi = max(found, 1e-12) * 2
             while not reached(hi):
                 lo, hi = hi, hi * 2
-        lo, hi = bisect_bound(reached, lo, hi, COARSE)
-        if hi >= sharp * (1 - COARSE):  # near the plan in hand: it may prove it
-            lo, hi = bisect_bound(reached, lo, hi, PRECISION)
-        least = lo
+        least, _ = bisect_bound(reached, lo, hi, COARSE, sharp)
         return max(found, least)
 
 
