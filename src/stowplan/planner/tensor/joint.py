@@ -166,7 +166,7 @@ def joint_cycle(
     cycles: dict[int, float] = {}
     """Per microbatch solved, the least cycle of its pipelines."""
 
-    def incumbent() -> float:
+    def in_hand() -> float:
         """The least cycle of a pipeline in hand (the search's, or a solve's)."""
         for w, v in solved.items():
             if w not in cycles:
@@ -174,7 +174,11 @@ def joint_cycle(
                     (cycle_of(*as_pipeline(problem, g.stages), Metric.THROUGHPUT) for g in v.found),
                     default=math.inf,
                 )
-        return min([plan_cycle, *cycles.values()]) * (1 + 1e-12)
+        return min([plan_cycle, *cycles.values()])
+
+    def incumbent() -> float:
+        """:func:`in_hand`, with the tolerance a bound must exceed it by."""
+        return in_hand() * (1 + 1e-12)
 
     lower = math.inf
     held_counts = False
@@ -203,7 +207,7 @@ def joint_cycle(
             solve(microbatches(cm.batch, s)[1])
         here = known(s)
         if here < lower and solvable(s):
-            fuller = known(s, held=lower, sharp=incumbent() if runs else plan_cycle)
+            fuller = known(s, held=lower, sharp=in_hand())
             if fuller > here:
                 held_counts = True
             here = fuller
