@@ -1,4 +1,4 @@
-"""Certificates of plans on random fleets of 8-64 single-GPU nodes (issue 26).
+"""Certificates of plans on random fleets of 8-64 single-GPU nodes.
 
 python benchmarks/certificate_gaps.py --fleets 40 --seed 0
 python benchmarks/certificate_gaps.py --fleets 40 --seed 0 --batch 16

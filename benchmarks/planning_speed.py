@@ -1,4 +1,4 @@
-"""CPU time of one plan() on the fleets and objectives of issue 26, medians after a warm-up.
+"""CPU time of one plan() on large fleets of H100 nodes and single-GPU nodes, medians after a warm-up.
 
 python benchmarks/planning_speed.py --repeats 3            # every case but the slow ones
 python benchmarks/planning_speed.py --repeats 3 --slow     # also the slow MoE cases
@@ -89,7 +89,7 @@ Case = tuple[str, str, str, Callable[[], list[NodeDescriptor]], Constraints, boo
 def cases() -> list[Case]:
     """(fleet, model, objective, nodes, constraints, slow)."""
     one, sixteen, sixty_four = Constraints(batch=1), Constraints(batch=16), Constraints(batch=64)
-    # The CLI case of the issue: plan llama3.1:405b --engine sglang --batch 64.
+    # As the command line plans it: plan llama3.1:405b --engine sglang --batch 64.
     sglang = Constraints(batch=64, calibration=resolve_calibration("sglang"))
     return [
         ("64 × 8 H100", "llama3.1:405b", "one stream", lambda: h100_nodes(64), one, False),

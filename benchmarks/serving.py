@@ -1,4 +1,4 @@
-"""Serving capacity (issue 23): serve() against the exact referee, and its speed.
+"""Serving capacity: serve() against the exact referee, and its speed.
 
 python benchmarks/serving.py            # the README table (≈ 5 min on 2 shared cores)
 python benchmarks/serving.py --quick    # smoke run
@@ -7,7 +7,7 @@ python benchmarks/serving.py --floors   # the price floors' table only
 
 Part 1 draws random heterogeneous fleets of 2–6 single-GPU nodes (every figure explicit)
 and small dense or MoE models, and scores serve() by the referee of
-``tests/common/serving_referee.py`` (written from the issue's formulas; brute force over
+``tests/common/serving_referee.py`` (written from the stated formulas; brute force over
 ordered node subsets, block splits, U and disjoint replicas): users served over the
 optimum (median, p10, share of fleets at the optimum), the cheapest $/h for half the
 optimum over the least there is, and the largest relative gap between a replica's
