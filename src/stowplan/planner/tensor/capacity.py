@@ -238,8 +238,8 @@ class StageCapacity:
         """A lower bound on the slowest stage of every pipeline of at most ``stages``
         stages on these groups (on at most ``nodes`` nodes when given; inf where none
         holds every block); ``enough`` where the bound reaches it (not sought further).
-        Sought to :data:`COARSE`, and to :data:`PRECISION` where it comes that near
-        ``sharp`` (a slowest stage in hand, which it may then prove the least)."""
+        Sought to :data:`COARSE`; where it ends near ``sharp`` (a slowest stage in hand),
+        the point :data:`PRECISION` below that is tried, which may prove it the least."""
         key = (stages, nodes)
         found = self._least.get(key)
         if found is None:
