@@ -97,7 +97,7 @@ class _Memory:
     not once per context or batch tried."""
 
     def __init__(self, model: ModelLayout, nodes: Sequence[NodeDescriptor], c: Constraints):
-        self.model, self.c = model, c
+        self.model = model
         caps = sorted((usable_bytes(n, c.headroom) for n in nodes), reverse=True)
         self.most = min(c.max_stages or len(nodes), len(nodes), model.num_blocks)
         self.usable = sum(caps[: self.most])
