@@ -437,7 +437,9 @@ def stage_count_trips_by_nodes(problem: Problem, groups: GroupCosts, top: int) -
     fewest that hold the model and at most ``S`` (a stage is a group of one node), and
     ``n ≥ 2`` of them cost ``n`` network hops of distinct nodes and ``n - 1`` transfers,
     as in :func:`_forced_crossings`.  By bytes read and by FLOPs (either bounds a stage,
-    as in :func:`_per_block`); the larger of the two."""
+    as in :func:`_per_block`); the larger of the two.  Every other block pays at least
+    the least excess of a group size the count leaves room for on ``n`` nodes (no group
+    outgrows its node, nor the GPUs the other stages leave at the smallest size)."""
     np = numpy_module()
     gcm, nb = groups.cm, problem.model.num_blocks
     kinds = {
