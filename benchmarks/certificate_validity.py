@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
+from pathlib import Path
 
-from stowplan import Constraints, NodeDescriptor, PlanError, Strategy, plan
+sys.path.insert(0, str(Path(__file__).parent))
+from _clusters import gpu_nodes
+from stowplan import Constraints, PlanError, Strategy, plan
 from stowplan.calibration import resolve_calibration
 from stowplan.models import resolve_model
 
@@ -35,19 +39,7 @@ def main() -> None:
     planned = above = 0
     for seed in range(args.first, args.end):
         rng = random.Random(seed)
-        nodes = []
-        for i in range(rng.randint(2, 3)):
-            name, gb, gpus, link = rng.choice(KINDS)
-            nodes.append(
-                NodeDescriptor(
-                    id=f"n{i}",
-                    gpu_name=name,
-                    vram_bytes=gpus * gb * 10**9,
-                    num_gpus=gpus,
-                    link_mbps=link,
-                    link_latency_ms=rng.choice([0.05, 0.5, 5.0]),
-                )
-            )
+        nodes = gpu_nodes(rng, 2, 3, KINDS)
         model = resolve_model(rng.choice(MODELS))
         batch = rng.choice([2, 4, 8, 16, 64])
         calibration = resolve_calibration("generic") if rng.random() < 0.5 else None

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 import time
+from pathlib import Path
 
-from stowplan import Constraints, NodeDescriptor, PlanError, lookup, plan
+sys.path.insert(0, str(Path(__file__).parent))
+from _clusters import gpu_nodes
+from stowplan import Constraints, PlanError, lookup, plan
 
 KINDS = [
     ("H100 SXM5", 80, 8, 100_000.0),
@@ -35,19 +39,7 @@ def main() -> None:
     print("| ---: | --- | ---: | ---: | ---: | ---: |")
     for seed in range(args.fleets):
         rng = random.Random(seed)
-        nodes = []
-        for i in range(rng.randint(9, 16)):
-            name, gb, gpus, link = rng.choice(KINDS)
-            nodes.append(
-                NodeDescriptor(
-                    id=f"n{i:02d}",
-                    gpu_name=name,
-                    vram_bytes=gpus * gb * 10**9,
-                    num_gpus=gpus,
-                    link_mbps=link,
-                    link_latency_ms=rng.choice([0.05, 0.5, 5.0]),
-                )
-            )
+        nodes = gpu_nodes(rng, 9, 16, KINDS)
         model = rng.choice(MODELS)
         batch = rng.choice([1, 4, 16, 64])
         start = time.process_time()
