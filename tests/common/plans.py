@@ -1,4 +1,4 @@
-"""Plans built directly from block counts, for the export tests."""
+"""Plans built directly from block counts (for the export tests), and what tests read off plans."""
 
 from __future__ import annotations
 
@@ -97,3 +97,10 @@ def make_tp_plan(
         num_blocks=lo,
         context_tokens=context_tokens,
     )
+
+
+def plan_cycle(p: Plan) -> float:
+    """A plan's predicted cycle: seconds per token of each sequence."""
+    pred = p.rationale.prediction
+    assert pred is not None
+    return pred.time_per_token_s

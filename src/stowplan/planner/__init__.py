@@ -17,7 +17,7 @@ from stowplan.cost import CostModel
 from stowplan.errors import DependencyError, Infeasible, InputError, StowplanError
 from stowplan.model import Constraints, Metric, ModelLayout, NodeDescriptor, Objective, Strategy
 from stowplan.plan import Plan
-from stowplan.planner.certify import finish, key_of, objective_of, pick_best
+from stowplan.planner.certify import finish, is_sketching, key_of, objective_of, pick_best
 from stowplan.planner.cheapest import plan_cheapest
 from stowplan.planner.exact.pipelines import ENUMERATION_LIMIT, EXACT_NODE_LIMIT, solve_exact
 from stowplan.planner.problem import CostModels, Problem, prepare
@@ -99,19 +99,33 @@ def _cycle_search(problem: Problem, cm: CostModel, first: Metric) -> Pipeline | 
     if cm.batch == 1:
         return cycle.search(problem, cm, (_solve(Metric.LATENCY),))
     other = Metric.THROUGHPUT if first == Metric.LATENCY else Metric.LATENCY
-    return cycle.search(problem, cm, (_solve(first), _solve(other)))
+    # A plan's candidates (sketched) keep to the ladder; a plan of its own also searches
+    # the counts between the best and the ladder's next.
+    solvers = (_solve(first), _solve(other))
+    return cycle.search(problem, cm, solvers, between=not is_sketching())
+
+
+def _one_count(first: Metric) -> cycle.Searched:
+    """:func:`_cycle_search` of a problem held to one stage count (``first`` first)."""
+
+    def run(problem: Problem, cm: CostModel) -> Pipeline | None:
+        return _cycle_search(problem, cm, first)
+
+    return run
 
 
 def _latency(problem: Problem) -> Plan:
     cm = problem.cost_model()
     found = _need(_cycle_search(problem, cm, Metric.LATENCY))
-    return finish(problem, cm, Strategy.LATENCY, found, adopt_optimum=True)
+    searched = _one_count(Metric.LATENCY)
+    return finish(problem, cm, Strategy.LATENCY, found, adopt_optimum=True, searched=searched)
 
 
 def _throughput(problem: Problem) -> Plan:
     cm = problem.cost_model()
     found = _need(_cycle_search(problem, cm, Metric.THROUGHPUT))
-    return finish(problem, cm, Strategy.THROUGHPUT, found, adopt_optimum=True)
+    searched = _one_count(Metric.THROUGHPUT)
+    return finish(problem, cm, Strategy.THROUGHPUT, found, adopt_optimum=True, searched=searched)
 
 
 def _exact(problem: Problem) -> Plan:

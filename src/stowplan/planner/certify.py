@@ -86,10 +86,16 @@ def pick_best(
 
 
 def inline_optimum(
-    problem: Problem, cm: CostModel, objective: Metric, value: float = math.inf
+    problem: Problem,
+    cm: CostModel,
+    objective: Metric,
+    value: float = math.inf,
+    searched: cycle.Searched | None = None,
 ) -> Optimum:
     """The least cycle (seconds): exact on clusters of up to :data:`INLINE_EXACT_NODES`, else
-    a bound.  ``value``: the cycle of the plan being certified (skips needless solves)."""
+    a bound.  ``value``: the cycle of the plan being certified (skips needless solves);
+    ``searched``: :func:`~stowplan.planner.strategies.cycle.optimum`'s search of the stage
+    count holding the least bound."""
     if cm.batch == 1:
         return replace(solver_optimum(problem, cm, Metric.LATENCY), objective=objective)
     n, nb = len(cm.nodes), cm.num_blocks
@@ -104,6 +110,7 @@ def inline_optimum(
         tighten=knapsack_optimum,
         whole=True,
         outright=trip_optimum,
+        searched=searched,
     )
 
 
@@ -316,6 +323,7 @@ def finish(
     optimum: object | None = None,
     adopt_optimum: bool = False,
     break_ties: bool = True,
+    searched: cycle.Searched | None = None,
 ) -> Plan:
     """The Plan of pipeline ``p`` with its prediction, certificate and notes.
 
@@ -327,6 +335,9 @@ def finish(
     memory, not by speed), the plan is the one :func:`~stowplan.planner.tiebreak.settle`
     chooses among ``p``, the optimum's pipeline and their rebalanced splits: within
     0.1 % of the best cycle known, the most KV room, then balanced memory.
+
+    ``searched``: the strategy's search of one stage count, which the optimum runs where
+    a count it cannot solve holds the least bound (:func:`inline_optimum`).
     """
 
     before = after = 0.0
@@ -341,7 +352,7 @@ def finish(
             method=SKETCHED,
         )
     else:
-        opt = inline_optimum(problem, cm, objective, cm.evaluate(*p).cycle_s)
+        opt = inline_optimum(problem, cm, objective, cm.evaluate(*p).cycle_s, searched)
     if (
         adopt_optimum
         and opt.pipeline is not None
@@ -352,9 +363,10 @@ def finish(
         after = cm.evaluate(*p).cycle_s
     if adopt_optimum and opt.pipeline is p and after < before * (1 - 1e-9):
         # Only a better value is news; an equal one won on a tie-break.
+        by = opt.found_by or f"the exact solve ({opt.method})"
         notes = (
             *notes,
-            f"the exact solve ({opt.method}) found a better pipeline than the "
+            f"{by} found a better pipeline than the "
             f"{strategy.value} heuristic ({after:.6g} vs {before:.6g} "
             "s per token per sequence): "
             "it is the plan",

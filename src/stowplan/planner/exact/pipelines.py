@@ -66,6 +66,9 @@ class Optimum:
     exact: bool
     method: str
     pipeline: Pipeline | None = None
+    found_by: str = ""
+    """How :attr:`pipeline` was found where no solve of :attr:`method` found it (a search
+    the bounds pointed at); empty otherwise."""
 
 
 def _np() -> Any:

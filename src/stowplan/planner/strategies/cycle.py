@@ -15,14 +15,18 @@ and ``cycle ≥ least Σ t + hops of ≤ S stages at b``.  So:
 2. :func:`search` plans the stage counts of a geometric :func:`ladder` (1, 2, 3, 4,
    6, 8, …, U, the most) whose quick bound is below the best cycle found so far (most
    promising first), with the bottleneck and the time-per-token searches at that
-   count's microbatch; every pipeline is scored by its true cycle.
+   count's microbatch; every pipeline is scored by its true cycle.  A plan of its own
+   (not a candidate of a larger search) then also plans the counts between the best
+   one and the ladder's next (:func:`_between`).
 3. :func:`optimum` bounds the cycle by the least over ranges ``[a, b]`` of the ladder
    of ``max(m_a · B(≤ b stages, u_b), L(≤ b stages, u_b))`` (any S in the range has
    at least ``m_a`` microbatches of at least ``u_b``), ``B`` and ``L`` exact (subset DP
    / MILP) or relaxed bounds, computed only where the quick bound is below the plan's
    cycle; on small fleets every S is its own range and is solved outright
    (:func:`~stowplan.planner.exact.pipelines.least_cycle`; two stages on any fleet).
-   The bound is the optimum (``exact``) when a pipeline in hand reaches it.
+   The bound is the optimum (``exact``) when a pipeline in hand reaches it; a count
+   holding the least bound that cannot be solved outright is searched on its own, and
+   its pipeline is a candidate.
 4. :func:`swapped` moves the stages of the pipeline found to unused nodes while that
    lowers its cycle.
 
@@ -51,7 +55,10 @@ from stowplan.planner.strategies.memo import PerModel
 from stowplan.planner.strategies.throughput import Pipeline
 
 __all__ = [
+    "BETWEEN_NODES",
+    "BETWEEN_ROUNDS",
     "SEARCHED_COUNTS",
+    "Searched",
     "ladder",
     "optimum",
     "quick_bound",
@@ -209,9 +216,13 @@ def ladder(problem: Problem, sequences: int, *, fine: bool = True) -> list[int]:
     return sorted(p for p in points if lo <= p <= hi)
 
 
-def search(problem: Problem, cm: CostModel, solvers: tuple[Solve, ...]) -> Pipeline | None:
+def search(
+    problem: Problem, cm: CostModel, solvers: tuple[Solve, ...], *, between: bool = False
+) -> Pipeline | None:
     """The pipeline of least cycle any of ``solvers`` finds at the :func:`ladder`'s stage
-    counts (each solve may use fewer stages than its count)."""
+    counts (each solve may use fewer stages than its count); with ``between``, on up to
+    :data:`BETWEEN_NODES` nodes, also at the counts :func:`_between` the best one's and the
+    ladder's next."""
     if cm.batch == 1:
         found = [p for solve in solvers if (p := solve(problem, cm)) is not None]
         return min(found, key=lambda p: rank_key(cm, p)) if found else None
@@ -232,7 +243,52 @@ def search(problem: Problem, cm: CostModel, solvers: tuple[Solve, ...]) -> Pipel
         solved += best is not None
         if not math.isfinite(bounds[s]):
             break
+    if between and best is not None and len(problem.nodes) <= BETWEEN_NODES:
+        best = _between(problem, cm, solvers, set(bounds), best, best_key)
     return None if best is None else swapped(cm, best)
+
+
+BETWEEN_ROUNDS = 2
+"""Most rounds of :func:`_between`."""
+
+BETWEEN_NODES = 64
+"""Fleets up to this many nodes search the counts :func:`_between` (beyond, each count's
+solve costs tens of milliseconds, and the certificate states the gap)."""
+
+
+def _between(
+    problem: Problem,
+    cm: CostModel,
+    solvers: tuple[Solve, ...],
+    points: set[int],
+    best: Pipeline,
+    best_key: tuple[float, float, int, tuple[int, ...]],
+) -> Pipeline:
+    """``best``, or a pipeline of lesser cycle at a count between its stage count and the
+    next counts searched below and above it (their midpoints, a round at a time while
+    one gains, at most :data:`BETWEEN_ROUNDS` rounds; a count whose quick bound is no
+    less than the best cycle is not solved).
+
+    The ladder leaves gaps above 8 stages, and the cycle of the searches' pipelines is
+    far from smooth in the stage count: a count in a gap may beat both its ends."""
+    for _ in range(BETWEEN_ROUNDS):
+        here = len(best[0])
+        below = max((t for t in points if t < here), default=None)
+        above = min((t for t in points if t > here), default=None)
+        mids = {(here + t) // 2 for t in (below, above) if t is not None}
+        gained = False
+        for c in sorted(mids - points):
+            points.add(c)
+            if quick_bound(problem, cm, c) >= best_key[0]:
+                continue
+            sub, view = _at(problem, c), cm.for_stages(c)
+            for solve in solvers:
+                p = solve(sub, view)
+                if p is not None and (k := rank_key(cm, p))[0] < best_key[0] * (1 - 1e-9):
+                    best, best_key, gained = p, k, True
+        if not gained:
+            break
+    return best
 
 
 SWAP_PASSES = 4
@@ -358,6 +414,10 @@ Tighten = Callable[[Problem, CostModel], "Optimum | None"]
 """A costlier bound on the least time per token of ``problem`` at a cost model's
 microbatch (None where it is not computed)."""
 
+Searched = Callable[[Problem, CostModel], "Pipeline | None"]
+"""A search for a pipeline of ``problem``'s stage limits (one count) on a cost model at
+that count's microbatch: a candidate, no bound."""
+
 Bound = Callable[[Problem, CostModel, Metric], "Optimum"]
 """The optimum (or a bound) of a solver objective (``latency`` or ``throughput``:
 bottleneck seconds) of ``problem`` on a cost model."""
@@ -378,6 +438,7 @@ def optimum(
     tighten: Tighten | None = None,
     whole: bool = False,
     outright: Tighten | None = None,
+    searched: Searched | None = None,
 ) -> Optimum:
     """A lower bound on the cycle of every pipeline (the optimum when one in hand meets it).
 
@@ -393,7 +454,10 @@ def optimum(
     can (small clusters; two stages on any): its optimum, and its pipeline, which beats
     the plan's.  Where it cannot, ``outright`` (given the problem held to that count)
     may give the least time per token of that count and its pipeline, when it proves
-    it: the cycle is at least that, and the pipeline is a candidate.
+    it: the cycle is at least that, and the pipeline is a candidate.  Where neither
+    proves it, ``searched`` (given the problem held to that count) may give a pipeline
+    of that count: a candidate only.  The plan's search tries the few stage counts of
+    least quick bound; the count holding the least bound may be another.
     """
 
     points = list(stage_counts(problem)) if exact else ladder(problem, cm.batch, fine=False)
@@ -414,6 +478,8 @@ def optimum(
     """Ranges whose time-per-token bound is not exact: what ``tighten`` would be given."""
     whole_counts: set[int] = set()
     """Stage counts solved outright."""
+    by_search: dict[int, int] = {}
+    """The pipelines ``searched`` found (by ``id``), and their stage counts."""
 
     def solve_whole(stages: int, floor: float) -> float:
         """The least cycle of ``stages`` stages (``floor`` where it cannot be solved)."""
@@ -421,12 +487,15 @@ def optimum(
         try:
             solved = least_cycle(problem, cm.for_stages(stages), stages)
         except DependencyError:
-            if outright is None:
-                return floor
             held = replace(problem, min_stages=stages, max_stages=stages)
-            trip = outright(held, cm.for_stages(stages))
+            view = cm.for_stages(stages)
+            trip = None if outright is None else outright(held, view)
             if trip is None or not trip.exact:
-                return floor  # a solve cut short says nothing the same on every machine
+                # A solve cut short says nothing the same on every machine.
+                if searched is not None and (found := searched(held, view)) is not None:
+                    pipelines.append(found)
+                    by_search[id(found)] = stages
+                return floor
             methods.add(trip.method)
             if trip.pipeline is not None:
                 pipelines.append(trip.pipeline)
@@ -516,10 +585,14 @@ def optimum(
         method = f"per stage count, max(m × least slowest stage, least time per token): {kind}"
     else:
         method = f"per stage count, max(m × slowest-stage bound, time-per-token bound): {kind}"
+    count = None if best is None else by_search.get(id(best))
     return Optimum(
         objective=objective,
         value=min(reached, lower) if exact else lower,
         exact=exact,
         method=method,
         pipeline=best,
+        found_by=""
+        if count is None
+        else f"a search held to {count} stages (the count of least bound)",
     )

@@ -116,7 +116,12 @@ def joint_optimum(
 
 
 def joint_cycle(
-    problem: Problem, rule: EngineRule, runs: bool, lossless: bool, plan_cycle: float
+    problem: Problem,
+    rule: EngineRule,
+    runs: bool,
+    lossless: bool,
+    plan_cycle: float,
+    counts: dict[int, float] | None = None,
 ) -> tuple[float, bool, str, GroupedOptimum | None]:
     """:func:`joint_optimum` for U > 1 concurrent sequences: a lower bound on the cycle,
     per stage count S the largest of its quick bound, m × the least slowest stage and the
@@ -129,7 +134,10 @@ def joint_cycle(
     bounds every stage count whose microbatch is larger.  Without the exact solve (no
     pipeline comes of a solve, only bounds) the smallest microbatch is solved first, the
     counts then go in the order of what it bounds them by, and a count is solved only
-    while that bound is below the least so far."""
+    while that bound is below the least so far.
+
+    ``counts``, when given, receives the bound of each stage count bounded in full
+    (the counts that may hold a pipeline better than the plan in hand are among them)."""
     cm = problem.cost_model()
     total = sum(n.num_gpus for n in problem.nodes)
     top = min(problem.constraints.max_stages or total, total, problem.model.num_blocks)
@@ -211,6 +219,8 @@ def joint_cycle(
             if fuller > here:
                 held_counts = True
             here = fuller
+        if counts is not None:
+            counts[s] = here
         lower = min(lower, here)
     candidates = [g for v in solved.values() for g in v.found]
     best = min(

@@ -1,0 +1,115 @@
+"""The stage counts the bounds point at are planned: the searches plan the few counts of
+least quick bound, and a count they left out is settled by a plan of that count — on
+GPU groups, every count whose joint bound lies below the search's plan (the least
+first); on single-GPU nodes, the count holding the least bound where it cannot be
+solved outright; and between the counts the search's ladder tries (1–8, 12, 16, 24, …),
+the midpoints next to the best one."""
+
+from __future__ import annotations
+
+import pytest
+
+from stowplan import Constraints, PlanError, load_nodes, lookup, plan
+from stowplan.models import resolve_model
+from stowplan.plan import Plan
+from stowplan.planner.certify import sketching
+from stowplan.planner.strategies import cycle
+from stowplan.planner.tensor import groups
+from tests.common.h100 import h100_nodes
+from tests.common.paths import EXAMPLES, FIXTURES
+from tests.common.plans import plan_cycle
+
+
+def _fixed(model: str, nodes, batch: int, stages: int) -> Plan | None:
+    try:
+        c = Constraints(batch=batch, min_stages=stages, max_stages=stages)
+        return plan(resolve_model(model), nodes, c)
+    except PlanError:  # a count the fleet cannot hold has no plan
+        return None
+
+
+def test_no_stage_count_beats_the_plan_and_it_is_proven() -> None:
+    # llama3.1:405b at 64 sequences on 8 × 8 H100: the search's least quick bounds lie at
+    # 1–6 stages; 8 stages (8 microbatches of 8) are faster, which the bound points at.
+    nodes = h100_nodes(8)
+    free = plan(lookup("llama3.1:405b"), nodes, Constraints(batch=64))
+    cert = free.rationale.certificate
+    assert cert is not None and cert.exact and cert.gap == 0.0
+    assert len(free.assignments) == 8
+    # Stage limits count nodes: every count up to 8 (one stage cannot hold the model).
+    fixed = {s: p for s in range(1, 9) if (p := _fixed("llama3.1:405b", nodes, 64, s))}
+    assert sorted(fixed) == list(range(2, 9))
+    assert all(plan_cycle(free) <= plan_cycle(p) * (1 + 1e-9) for p in fixed.values())
+    assert plan_cycle(free) == pytest.approx(plan_cycle(fixed[8]), rel=1e-9)
+
+
+def test_without_the_refinement_the_search_misses_that_count(monkeypatch) -> None:
+    # The check above fails without this step: the plan keeps 3 stages, 0.68 % slower.
+    nodes = h100_nodes(8)
+    monkeypatch.setattr(groups, "REFINED_COUNTS", 0)
+    searched = plan(lookup("llama3.1:405b"), nodes, Constraints(batch=64))
+    monkeypatch.undo()
+    refined = plan(lookup("llama3.1:405b"), nodes, Constraints(batch=64))
+    assert len(searched.assignments) == 3
+    assert plan_cycle(refined) < plan_cycle(searched) * (1 - 1e-3)
+    cert = searched.rationale.certificate
+    assert cert is not None and not cert.exact and cert.gap > 1e-3
+
+
+def test_a_count_beyond_the_layouts_groups_is_not_planned() -> None:
+    # mixtral:8x7b-q4_0 at 8 sequences on two 8 × H100 nodes: the bound names counts the
+    # search's layout (two groups) cannot hold; they are skipped, the plan is proven.
+    nodes = load_nodes(EXAMPLES / "fleets" / "two-h100-nodes.yaml")
+    model = "mixtral:8x7b-q4_0"
+    free = plan(resolve_model(model), nodes, Constraints(batch=8))
+    cert = free.rationale.certificate
+    assert cert is not None and cert.exact
+    fixed = {s: p for s in range(1, 17) if (p := _fixed(model, nodes, 8, s))}
+    assert fixed and all(plan_cycle(free) <= plan_cycle(p) * (1 + 1e-9) for p in fixed.values())
+
+
+def test_a_single_gpu_fleet_plans_the_count_of_least_bound() -> None:
+    # llama3.1:405b-q4_0 at 64 sequences on 64 single-GPU nodes: the search's counts of
+    # least quick bound give five stages; the least bound is at four, a 1.4 % faster plan.
+    nodes = load_nodes(FIXTURES / "planner" / "count_off_the_search.yaml")
+    model = "llama3.1:405b-q4_0"
+    free = plan(resolve_model(model), nodes, Constraints(batch=64))
+    four, five = (_fixed(model, nodes, 64, s) for s in (4, 5))
+    assert four is not None and five is not None
+    assert len(free.assignments) == 4
+    assert plan_cycle(free) == pytest.approx(plan_cycle(four), rel=1e-9)
+    assert plan_cycle(free) < plan_cycle(five) * (1 - 1e-2)
+    cert = free.rationale.certificate
+    assert cert is not None and cert.gap < 0.01
+    assert any(n.startswith("a search held to 4 stages") for n in free.rationale.notes)
+
+
+BETWEEN = FIXTURES / "planner" / "count_between_the_ladder.yaml"
+
+
+def test_a_count_between_the_ladders_counts_is_searched() -> None:
+    # llama3.1:405b-q4_0 at 16 sequences on 32 single-GPU nodes: the ladder's best count
+    # is 12 (206 ms a token); 14 stages, between 12 and 16, take 188 ms.
+    nodes = load_nodes(BETWEEN)
+    model = "llama3.1:405b-q4_0"
+    free = plan(resolve_model(model), nodes, Constraints(batch=16))
+    fixed = {s: p for s in range(8, 21) if (p := _fixed(model, nodes, 16, s))}
+    assert len(fixed) == 13
+    assert all(plan_cycle(free) <= plan_cycle(p) * (1 + 1e-9) for p in fixed.values())
+    assert plan_cycle(free) < plan_cycle(fixed[12]) * 0.95
+    assert len(free.assignments) == 14
+
+
+def test_the_counts_between_are_searched_for_a_plan_not_for_a_sketch(monkeypatch) -> None:
+    # Candidates of a larger search (sketched) keep to the ladder: the full plan is the
+    # sketch's unless a count between gains, and without the step it is the sketch's.
+    nodes = load_nodes(BETWEEN)
+    model, c = resolve_model("llama3.1:405b-q4_0"), Constraints(batch=16)
+    full = plan(model, nodes, c)
+    with sketching():
+        sketched = plan(model, nodes, c)
+    assert len(sketched.assignments) == 12
+    assert plan_cycle(full) < plan_cycle(sketched) * 0.95
+    monkeypatch.setattr(cycle, "BETWEEN_ROUNDS", 0)
+    unrefined = plan(model, nodes, c)
+    assert unrefined.assignments == sketched.assignments
