@@ -55,8 +55,8 @@ from stowplan.planner.strategies.memo import PerModel
 from stowplan.planner.strategies.throughput import Pipeline
 
 __all__ = [
-    "BETWEEN_NODES",
     "BETWEEN_ROUNDS",
+    "COUNT_SEARCH_NODES",
     "SEARCHED_COUNTS",
     "Searched",
     "ladder",
@@ -221,8 +221,8 @@ def search(
 ) -> Pipeline | None:
     """The pipeline of least cycle any of ``solvers`` finds at the :func:`ladder`'s stage
     counts (each solve may use fewer stages than its count); with ``between``, on up to
-    :data:`BETWEEN_NODES` nodes, also at the counts :func:`_between` the best one's and the
-    ladder's next."""
+    :data:`COUNT_SEARCH_NODES` nodes, also at the counts :func:`_between` the best one's
+    and the ladder's next."""
     if cm.batch == 1:
         found = [p for solve in solvers if (p := solve(problem, cm)) is not None]
         return min(found, key=lambda p: rank_key(cm, p)) if found else None
@@ -243,7 +243,7 @@ def search(
         solved += best is not None
         if not math.isfinite(bounds[s]):
             break
-    if between and best is not None and len(problem.nodes) <= BETWEEN_NODES:
+    if between and best is not None and len(problem.nodes) <= COUNT_SEARCH_NODES:
         best = _between(problem, cm, solvers, set(bounds), best, best_key)
     return None if best is None else swapped(cm, best)
 
@@ -251,9 +251,10 @@ def search(
 BETWEEN_ROUNDS = 2
 """Most rounds of :func:`_between`."""
 
-BETWEEN_NODES = 64
-"""Fleets up to this many nodes search the counts :func:`_between` (beyond, each count's
-solve costs tens of milliseconds, and the certificate states the gap)."""
+COUNT_SEARCH_NODES = 64
+"""Fleets up to this many nodes search the counts :func:`_between` and the count of least
+bound (:func:`optimum`'s ``searched``); beyond, a count's search costs tens of
+milliseconds, and the certificate states the gap."""
 
 
 def _between(
@@ -456,8 +457,9 @@ def optimum(
     may give the least time per token of that count and its pipeline, when it proves
     it: the cycle is at least that, and the pipeline is a candidate.  Where neither
     proves it, ``searched`` (given the problem held to that count) may give a pipeline
-    of that count: a candidate only.  The plan's search tries the few stage counts of
-    least quick bound; the count holding the least bound may be another.
+    of that count, on up to :data:`COUNT_SEARCH_NODES` nodes: a candidate only.  The
+    plan's search tries the few stage counts of least quick bound; the count holding the
+    least bound may be another.
     """
 
     points = list(stage_counts(problem)) if exact else ladder(problem, cm.batch, fine=False)
@@ -492,7 +494,11 @@ def optimum(
             trip = None if outright is None else outright(held, view)
             if trip is None or not trip.exact:
                 # A solve cut short says nothing the same on every machine.
-                if searched is not None and (found := searched(held, view)) is not None:
+                if (
+                    searched is not None
+                    and len(cm.nodes) <= COUNT_SEARCH_NODES
+                    and (found := searched(held, view)) is not None
+                ):
                     pipelines.append(found)
                     by_search[id(found)] = stages
                 return floor
