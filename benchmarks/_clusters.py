@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 
 from stowplan import NodeDescriptor
 from stowplan.gpus import GPU_SPECS
@@ -33,31 +32,3 @@ def cluster(rng: random.Random, n: int, wan: bool, types: int = 4) -> list[NodeD
         )
         for i in range(n)
     ]
-
-
-LATENCIES_MS = (0.05, 0.5, 5.0)
-"""Network latencies :func:`gpu_nodes` draws from."""
-
-
-def gpu_nodes(
-    rng: random.Random,
-    low: int,
-    high: int,
-    kinds: Sequence[tuple[str, int, int, float]],
-) -> list[NodeDescriptor]:
-    """``low`` to ``high`` multi-GPU nodes, each of one of ``kinds`` (GPU name, GB per
-    GPU, GPUs, link Mbit/s), with a latency of :data:`LATENCIES_MS`."""
-    nodes = []
-    for i in range(rng.randint(low, high)):
-        name, gb, gpus, link = rng.choice(kinds)
-        nodes.append(
-            NodeDescriptor(
-                id=f"n{i:02d}",
-                gpu_name=name,
-                vram_bytes=gpus * gb * 10**9,
-                num_gpus=gpus,
-                link_mbps=link,
-                link_latency_ms=rng.choice(LATENCIES_MS),
-            )
-        )
-    return nodes

@@ -16,18 +16,13 @@ import random
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _clusters import gpu_nodes
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.common.gpu_fleets import MIXED_KINDS, gpu_nodes
+
 from stowplan import Constraints, PlanError, Strategy, plan
 from stowplan.calibration import resolve_calibration
 from stowplan.models import resolve_model
 
-KINDS = (
-    ("H100 SXM5", 80, 8, 100_000.0),
-    ("A100 80GB SXM", 80, 4, 25_000.0),
-    ("L40S", 48, 2, 10_000.0),
-    ("RTX 4090", 24, 1, 1_000.0),
-)
 MODELS = ("llama3.1:8b", "llama3.1:70b-q4_0", "qwen3:30b-a3b-q4_0", "mixtral:8x7b-q4_0")
 
 
@@ -39,7 +34,7 @@ def main() -> None:
     planned = above = 0
     for seed in range(args.first, args.end):
         rng = random.Random(seed)
-        nodes = gpu_nodes(rng, 2, 3, KINDS)
+        nodes = gpu_nodes(rng, 2, 3, MIXED_KINDS)
         model = resolve_model(rng.choice(MODELS))
         batch = rng.choice([2, 4, 8, 16, 64])
         calibration = resolve_calibration("generic") if rng.random() < 0.5 else None

@@ -17,8 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _clusters import gpu_nodes
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.common.gpu_fleets import gpu_nodes
+
 from stowplan import Constraints, PlanError, lookup, plan
 
 KINDS = [

@@ -23,31 +23,12 @@ from stowplan.planner.tensor.joint import adjacency_loses_nothing, joint_cycle, 
 from stowplan.planner.tensor.layouts import engine_rule
 from stowplan.planner.tensor.nodes import GroupCosts, degrees
 from tests.common import tp_referee as tp
+from tests.common.gpu_fleets import MIXED_KINDS, gpu_nodes
 from tests.common.h100 import h100_nodes
-
-KINDS = (
-    ("H100 SXM5", 80, 8, 100_000.0),
-    ("A100 80GB SXM", 80, 4, 25_000.0),
-    ("L40S", 48, 2, 10_000.0),
-    ("RTX 4090", 24, 1, 1_000.0),
-)
 
 
 def _fleet(rng: random.Random) -> list[NodeDescriptor]:
-    out = []
-    for i in range(rng.randint(GROUPED_NODE_LIMIT + 1, GROUPED_NODE_LIMIT + 6)):
-        name, gb, gpus, link = rng.choice(KINDS)
-        out.append(
-            NodeDescriptor(
-                id=f"n{i:02d}",
-                gpu_name=name,
-                vram_bytes=gpus * gb * 10**9,
-                num_gpus=gpus,
-                link_mbps=link,
-                link_latency_ms=rng.choice([0.05, 0.5, 5.0]),
-            )
-        )
-    return out
+    return gpu_nodes(rng, GROUPED_NODE_LIMIT + 1, GROUPED_NODE_LIMIT + 6, MIXED_KINDS)
 
 
 def _every_count(problem, rule, lossless: bool) -> float:  # type: ignore[no-untyped-def]

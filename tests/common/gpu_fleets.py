@@ -1,0 +1,44 @@
+"""Random fleets of multi-GPU nodes, for the tests and the benchmarks that draw them."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from stowplan import NodeDescriptor
+
+MIXED_KINDS = (
+    ("H100 SXM5", 80, 8, 100_000.0),
+    ("A100 80GB SXM", 80, 4, 25_000.0),
+    ("L40S", 48, 2, 10_000.0),
+    ("RTX 4090", 24, 1, 1_000.0),
+)
+"""8 × H100, 4 × A100, 2 × L40S and one RTX 4090 (GPU name, GB per GPU, GPUs, link
+Mbit/s): the kinds the certificate-validity checks draw."""
+
+LATENCIES_MS = (0.05, 0.5, 5.0)
+"""Network latencies :func:`gpu_nodes` draws from."""
+
+
+def gpu_nodes(
+    rng: random.Random,
+    low: int,
+    high: int,
+    kinds: Sequence[tuple[str, int, int, float]],
+) -> list[NodeDescriptor]:
+    """``low`` to ``high`` multi-GPU nodes, each of one of ``kinds`` (GPU name, GB per
+    GPU, GPUs, link Mbit/s), with a latency of :data:`LATENCIES_MS`."""
+    nodes = []
+    for i in range(rng.randint(low, high)):
+        name, gb, gpus, link = rng.choice(kinds)
+        nodes.append(
+            NodeDescriptor(
+                id=f"n{i:02d}",
+                gpu_name=name,
+                vram_bytes=gpus * gb * 10**9,
+                num_gpus=gpus,
+                link_mbps=link,
+                link_latency_ms=rng.choice(LATENCIES_MS),
+            )
+        )
+    return nodes
