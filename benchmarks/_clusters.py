@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 from stowplan import NodeDescriptor
-from stowplan.gpus import GPU_SPECS
+from stowplan.gpus import GPU_SPECS, GpuSpec
 
 _KINDS = (
     "RTX 3090", "RTX 4090", "RTX 4080", "RTX 5090", "A10G", "L4", "L40S", "A100 40GB SXM4",
@@ -17,8 +18,12 @@ LAN = ([10_000.0, 100_000.0], [0.05, 0.5])
 WAN = ([100.0, 1000.0], [10.0, 60.0])
 
 
-def cluster(rng: random.Random, n: int, wan: bool, types: int = 4) -> list[NodeDescriptor]:
-    kinds = rng.sample(SPECS, k=min(types, len(SPECS)))
+def cluster(
+    rng: random.Random, n: int, wan: bool, types: int = 4, specs: Sequence[GpuSpec] = SPECS
+) -> list[NodeDescriptor]:
+    """``n`` nodes of ``types`` kinds drawn from ``specs`` (the same draws as ever with
+    the default)."""
+    kinds = rng.sample(list(specs), k=min(types, len(specs)))
     links, lats = WAN if wan else LAN
     return [
         NodeDescriptor(

@@ -38,6 +38,7 @@ from stowplan.planner.experts import (
     expert_summary,
     place_experts,
 )
+from tests.common.h100 import h100_nodes
 from tests.common.moe import HETERO, MB, node, toy_moe
 from tests.common.paths import EXAMPLES, FIXTURES
 
@@ -338,6 +339,29 @@ def test_over_wan_the_cost_model_keeps_experts_with_their_blocks() -> None:
     for a in chosen.assignments:  # every stage owns exactly its own blocks' experts
         assert {x.block for x in a.owned_experts} == set(range(*a.block_range))
         assert len(a.owned_experts) == 8 * a.num_blocks
+
+
+def test_the_note_calls_placements_as_fast_within_its_rounding() -> None:
+    # On one node both placements keep every expert beside its block: their figures agree
+    # to the note's four digits, and the note says so rather than "0% faster"; tokens/s
+    # past 10,000 are written out, not as an exponent.
+    model = lookup("qwen3:30b-a3b")
+    assert model is not None
+    nodes = h100_nodes(1)
+    cons = Constraints(batch=64)
+    chosen = plan(model, nodes, cons)
+    spread = plan(
+        model, nodes, cons, experts=ExpertInputs(placement=ExpertPlacement.EXPERT_PARALLEL)
+    )
+    a, b = chosen.rationale.prediction, spread.rationale.prediction
+    assert a is not None and b is not None
+    assert a.tokens_per_s > 10_000 and abs(b.tokens_per_s / a.tokens_per_s - 1) < 0.005
+    (note,) = [n for n in chosen.rationale.notes if "the layout engines run" in n]
+    assert note == (
+        f"experts: block-local {a.tokens_per_s:,.0f} tokens/s, the layout engines run; "
+        f"expert-parallel (a custom stage worker, --expert-parallel) {b.tokens_per_s:,.0f} "
+        "tokens/s, as fast"
+    )
 
 
 def test_forcing_expert_parallel_spreads_experts_beyond_their_block() -> None:

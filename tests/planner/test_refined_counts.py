@@ -2,10 +2,13 @@
 least quick bound, and a count they left out is settled by a plan of that count — on
 GPU groups, every count whose joint bound lies below the search's plan (the least
 first); on single-GPU nodes, the count holding the least bound where it cannot be
-solved outright; and between the counts the search's ladder tries (1–8, 12, 16, 24, …),
-the midpoints next to the best one."""
+solved outright; between the counts the search's ladder tries (1–8, 12, 16, 24, …),
+the midpoints next to the best one; and up to U stages, the counts whose slowest stage by
+whole blocks may beat the plan."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -111,5 +114,51 @@ def test_the_counts_between_are_searched_for_a_plan_not_for_a_sketch(monkeypatch
     assert len(sketched.assignments) == 12
     assert plan_cycle(full) < plan_cycle(sketched) * 0.95
     monkeypatch.setattr(cycle, "BETWEEN_ROUNDS", 0)
+    monkeypatch.setattr(cycle, "WHOLE_BLOCK_COUNTS", 0)
     unrefined = plan(model, nodes, c)
     assert unrefined.assignments == sketched.assignments
+
+
+WHOLE = FIXTURES / "planner" / "whole_block_counts.yaml"
+
+
+def test_a_count_whole_blocks_favour_is_searched(monkeypatch) -> None:
+    # llama3.1:70b (80 blocks) at 16 sequences on 12 A100 40GB nodes: up to 16 stages a
+    # cycle is m = S slowest stages, and 9 stages of 9 blocks beat the ladder's 6 (14
+    # blocks) and 8 (11 on one); no count beats the plan.
+    nodes = load_nodes(WHOLE)
+    model, c = "llama3.1:70b", Constraints(batch=16)
+    free = plan(resolve_model(model), nodes, c)
+    fixed = {s: p for s in range(1, 13) if (p := _fixed(model, nodes, 16, s))}
+    assert sorted(fixed) == list(range(5, 13))
+    assert all(plan_cycle(free) <= plan_cycle(p) * (1 + 1e-9) for p in fixed.values())
+    assert len(free.assignments) == 9
+    assert [a.num_blocks for a in free.assignments][:-1] == [9] * 8
+    # Without the step the plan keeps the ladder's best, more than 1 % slower.
+    monkeypatch.setattr(cycle, "WHOLE_BLOCK_COUNTS", 0)
+    ladder = plan(resolve_model(model), nodes, c)
+    assert len(ladder.assignments) in {5, 6, 7, 8, 12}
+    assert plan_cycle(free) < plan_cycle(ladder) * (1 - 1e-2)
+
+
+def test_whole_blocks_are_searched_on_fleets_of_any_size() -> None:
+    # The same nodes six times over (72, past the 64 of the other count searches): the
+    # one-test-per-count step still finds the nine stages.
+    base = load_nodes(WHOLE)
+    nodes = [replace(n, id=f"{n.id}-{k}") for k in range(6) for n in base]
+    assert len(nodes) > cycle.COUNT_SEARCH_NODES
+    free = plan(resolve_model("llama3.1:70b"), nodes, Constraints(batch=16))
+    assert len(free.assignments) == 9
+    alone = plan(resolve_model("llama3.1:70b"), base, Constraints(batch=16))
+    assert plan_cycle(free) <= plan_cycle(alone) * (1 + 1e-9)
+
+
+def test_whole_blocks_are_not_searched_for_a_sketch(monkeypatch) -> None:
+    # A candidate of a larger search keeps to the ladder.
+    nodes = load_nodes(WHOLE)
+    model, c = resolve_model("llama3.1:70b"), Constraints(batch=16)
+    with sketching():
+        sketched = plan(model, nodes, c)
+    monkeypatch.setattr(cycle, "WHOLE_BLOCK_COUNTS", 0)
+    ladder = plan(model, nodes, c)
+    assert sketched.assignments == ladder.assignments

@@ -213,12 +213,25 @@ def _faster(local: Plan, spread: Plan, constraints: Constraints) -> Plan:
     else:
         unit, va, vb = "tokens/s", a.tokens_per_s, b.tokens_per_s
         gain = b.tokens_per_s / a.tokens_per_s - 1 if a.tokens_per_s > 0 else 0.0
-    than = f"{gain:.0%} faster" if gain > 0 else "no faster"
+    if gain >= _SHOWN_GAIN:
+        than = f"{gain:.0%} faster"
+    else:
+        than = "as fast" if gain > -_SHOWN_GAIN else "no faster"
     note = (
-        f"experts: block-local {va:.4g} {unit}, the layout engines run; expert-parallel "
-        f"(a custom stage worker, --expert-parallel) {vb:.4g} {unit}, {than}"
+        f"experts: block-local {_figure(va)} {unit}, the layout engines run; expert-parallel "
+        f"(a custom stage worker, --expert-parallel) {_figure(vb)} {unit}, {than}"
     )
     return replace(local, rationale=replace(local.rationale, notes=(*local.rationale.notes, note)))
+
+
+_SHOWN_GAIN = 0.005
+"""The least gain the note gives as a percentage (it rounds to 1 %); within it either way
+the two placements are as fast."""
+
+
+def _figure(value: float) -> str:
+    """Four significant digits, thousands grouped past 10,000 (no exponent)."""
+    return f"{value:,.0f}" if value >= 10_000 else f"{value:.4g}"
 
 
 def _expert_parallel(

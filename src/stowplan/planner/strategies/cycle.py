@@ -52,7 +52,7 @@ from stowplan.planner.problem import Problem
 from stowplan.planner.strategies.capacity_arrays import numpy_module
 from stowplan.planner.strategies.evaluated import evaluated
 from stowplan.planner.strategies.memo import PerModel
-from stowplan.planner.strategies.throughput import Pipeline
+from stowplan.planner.strategies.throughput import Pipeline, relaxed_bottleneck, slower_than
 
 __all__ = [
     "BETWEEN_ROUNDS",
@@ -243,8 +243,11 @@ def search(
         solved += best is not None
         if not math.isfinite(bounds[s]):
             break
-    if between and best is not None and len(problem.nodes) <= COUNT_SEARCH_NODES:
-        best = _between(problem, cm, solvers, set(bounds), best, best_key)
+    if between and best is not None:
+        points = set(bounds)
+        if len(problem.nodes) <= COUNT_SEARCH_NODES:
+            best = _between(problem, cm, solvers, points, best, best_key)
+        best = _whole_blocks(problem, cm, solvers, points, best)
     return None if best is None else swapped(cm, best)
 
 
@@ -289,6 +292,65 @@ def _between(
                     best, best_key, gained = p, k, True
         if not gained:
             break
+    return best
+
+
+WHOLE_BLOCK_COUNTS = 2
+"""Most stage counts :func:`_whole_blocks` plans."""
+
+
+def _whole_blocks(
+    problem: Problem,
+    cm: CostModel,
+    solvers: tuple[Solve, ...],
+    points: set[int],
+    best: Pipeline,
+) -> Pipeline:
+    """``best``, or a pipeline of lesser cycle at a stage count of at most U left out so far
+    whose slowest stage, by whole blocks, may be fast enough to beat it (the counts of
+    least such bound first, at most :data:`WHOLE_BLOCK_COUNTS`; blocks alike only).
+
+    Up to U stages the microbatches are as many as the stages, so the cycle is at least
+    ``S`` times the slowest stage, and whole blocks make that product far from smooth in
+    ``S``: 80 blocks fill 9 stages of 9 blocks (81 block-times a cycle) where 8 stages
+    take 11 blocks on one (88) and 10 stages 9 (90).  The quick bound splits blocks
+    fractionally and cannot see it; one capacity test per count (is every pipeline of
+    ``S`` stages slower than ``best``'s cycle over ``S``?) can, and the counts it leaves
+    are ranked by :func:`~stowplan.planner.strategies.throughput.relaxed_bottleneck`.
+    Pipelines compare :func:`swapped` (``best`` too), as the search hands them on."""
+    if cm.batch < 2 or not cm.uniform or not cm.own_hosts:
+        return best
+    cycle = rank_key(cm, best)[0]
+    ranked: list[tuple[float, int]] = []
+    # Stage times grow with the microbatch: a count that is slower at a microbatch of
+    # one sequence is slower at its own (one test on one cost model, then the count's).
+    single = cm.for_stages(cm.batch)
+    for s in range(max(problem.min_stages, 2), min(problem.max_stages, cm.batch) + 1):
+        if s in points or quick_bound(problem, cm, s) >= cycle:
+            continue
+        m, _ = microbatches(cm.batch, s)
+        view = cm.for_stages(s)
+        if slower_than(single, s, cycle / m) or (
+            view is not single and slower_than(view, s, cycle / m)
+        ):
+            continue  # every pipeline of s stages or fewer has a slower cycle
+        floor = _quick_figures(view).slowest(min(s, len(cm.nodes)))
+        slowest = relaxed_bottleneck(_at(problem, s), view, floor)
+        ranked.append((m * (floor if slowest is None else slowest), s))
+    if ranked:
+        # Pipelines compare as the search hands them on: with their stages swapped.
+        cycle = rank_key(cm, swapped(cm, best))[0]
+    for estimate, s in sorted(ranked)[:WHOLE_BLOCK_COUNTS]:
+        points.add(s)
+        if estimate >= cycle:
+            break
+        sub, view = _at(problem, s), cm.for_stages(s)
+        for solve in solvers:
+            p = solve(sub, view)
+            # Its stages moved to nodes of cheaper hops first: the searches choose the
+            # nodes by the slowest stage, which is what this count gains by.
+            if p is not None and (k := rank_key(cm, p := swapped(cm, p))[0]) < cycle * (1 - 1e-9):
+                best, cycle = p, k
     return best
 
 
@@ -555,9 +617,13 @@ def optimum(
     # The range holding the least bound, split (finer ladder, then halves) and bounded
     # again while it is below the plan: m and the microbatch then fit its counts.
     fine = ladder(problem, cm.batch)
+    target = value
+    """The least cycle in hand: the plan's, or a pipeline's found on the way."""
     for _ in range(REFINE_RANGES):
+        if pipelines:
+            target = min(target, min(evaluated(cm, *p).cycle_s for p in pipelines))
         (first, last), least = min(got.items(), key=lambda kv: kv[1])
-        if least >= value * (1 - 1e-12) or not math.isfinite(least):
+        if least >= target * (1 - 1e-12) or not math.isfinite(least):
             break
         if (first, last) in quick_only:  # the least is a quick bound: solve it now
             got[(first, last)] = bounded(first, last, least, force=True)

@@ -59,6 +59,7 @@ __all__ = [
     "relaxed_bottleneck",
     "role_capacity",
     "search_throughput",
+    "slower_than",
     "throughput_pipeline",
     "throughput_search",
 ]
@@ -831,6 +832,16 @@ def proves_optimal(cm: CostModel, times: _RoleTimes, bottleneck_s: float, max_st
         return True
     top = sorted(mid, reverse=True)[: max(max_stages, 2)]
     return sum(top) + max(gains) < cm.num_blocks
+
+
+def slower_than(cm: CostModel, stages: int, bottleneck_s: float) -> bool:
+    """Whether every pipeline of two to ``stages`` stages on ``cm``'s nodes has a stage of
+    at least ``bottleneck_s`` by whole blocks (the relaxed capacity test of
+    :func:`proves_optimal`, one test); False where blocks differ or two nodes are GPU
+    groups of one host (not known)."""
+    if not cm.uniform or not cm.own_hosts or stages < 2:
+        return False
+    return proves_optimal(cm, _tables(cm).times, bottleneck_s, stages)
 
 
 RELAXED_STEPS = 12

@@ -165,8 +165,12 @@ def joint_cycle(
         smaller ones'); with ``held``, also by the blocks its groups could hold (sought
         up to ``held``)."""
         m, u = microbatches(cm.batch, s)
-        bounds = (v.bound(s, m, held, sharp) for w, v in solved.items() if w <= u)
-        return max((quick[s], *bounds))
+        # The largest microbatch first (its bound is the closest): each bound after is
+        # sought only above the largest so far.
+        found = quick[s]
+        for w in sorted((w for w in solved if w <= u), reverse=True):
+            found = max(found, solved[w].bound(s, m, held, sharp, floor=found))
+        return found
 
     def solvable(s: int) -> bool:
         return quick[s] < plan_cycle and math.isfinite(quick[s])
@@ -265,12 +269,18 @@ class _Solved:
             self.kept.extend(StageCapacity(self.problem, g) for g in self.groups)
         return self.kept
 
-    def bound(self, s: int, m: int, held: float = 0.0, sharp: float = math.inf) -> float:
+    def bound(
+        self, s: int, m: int, held: float = 0.0, sharp: float = math.inf, floor: float = 0.0
+    ) -> float:
         """Stage count ``s`` of ``m`` microbatches, at this microbatch or a larger one;
         with ``held`` > 0, its slowest stage also bounded by what ``s`` stages could hold
         (at the next count of :data:`HELD_COUNTS` or above: no more stages, no faster
         slowest stage) and both per count of nodes used, sought no further than a cycle
-        of ``held``, and finely only near ``sharp`` (the cycle of the plan in hand)."""
+        of ``held``, and finely only near ``sharp`` (the cycle of the plan in hand).
+
+        ``floor``: a bound in hand; the answer is then exact only where it is above
+        ``floor`` (the larger of the two is the same: where the blocks are held within a
+        cycle of ``floor``, the bisection's bound is below it and is not sought)."""
         slowest = self.slowest
         if not (held > 0 and self.groups):
             return max(m * slowest, self.trip, self.trips[s] if self.trips else 0.0)
@@ -294,6 +304,8 @@ class _Solved:
             nodes = None if n >= at else n
             return any(h.held(cycle / m, at, nodes) >= h.nb for h in self.held())
 
+        if floor > found and (floor >= held or reached(floor)):
+            return found  # this bound is at most ``floor``, or ``held``
         if not reached(held):
             return held
         lo, hi = found, held
