@@ -617,11 +617,13 @@ def optimum(
     # The range holding the least bound, split (finer ladder, then halves) and bounded
     # again while it is below the plan: m and the microbatch then fit its counts.
     fine = ladder(problem, cm.batch)
-    target = value
-    """The least cycle in hand: the plan's, or a pipeline's found on the way."""
+    target, counted = value, 0
+    """The least cycle in hand (the plan's, or a pipeline's found on the way), and how
+    many of ``pipelines`` it has counted."""
     for _ in range(REFINE_RANGES):
-        if pipelines:
-            target = min(target, min(evaluated(cm, *p).cycle_s for p in pipelines))
+        for p in pipelines[counted:]:
+            target = min(target, evaluated(cm, *p).cycle_s)
+        counted = len(pipelines)
         (first, last), least = min(got.items(), key=lambda kv: kv[1])
         if least >= target * (1 - 1e-12) or not math.isfinite(least):
             break
