@@ -51,8 +51,14 @@ from stowplan.planner.exact.pipelines import Optimum, least_cycle
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies.capacity_arrays import numpy_module
 from stowplan.planner.strategies.evaluated import evaluated
+from stowplan.planner.strategies.latency import kept_split
 from stowplan.planner.strategies.memo import PerModel
-from stowplan.planner.strategies.throughput import Pipeline, relaxed_bottleneck, slower_than
+from stowplan.planner.strategies.throughput import (
+    Pipeline,
+    kept_bottleneck_split,
+    relaxed_bottleneck,
+    slower_than,
+)
 
 __all__ = [
     "BETWEEN_ROUNDS",
@@ -248,7 +254,36 @@ def search(
         if len(problem.nodes) <= COUNT_SEARCH_NODES:
             best = _between(problem, cm, solvers, points, best, best_key)
         best = _whole_blocks(problem, cm, solvers, points, best)
-    return None if best is None else swapped(cm, best)
+    return None if best is None else _handed_on(problem, cm, best)
+
+
+def _handed_on(problem: Problem, cm: CostModel, p: Pipeline) -> Pipeline:
+    """``p`` as :func:`search` hands it on: its stages :func:`swapped`, then
+    :func:`resplit`."""
+    return resplit(problem, cm, swapped(cm, p))
+
+
+def resplit(problem: Problem, cm: CostModel, p: Pipeline) -> Pipeline:
+    """``p``, or its nodes split again (in their order, or a subsequence of them) where
+    that lowers the cycle: by the least slowest stage and by the least time per token.
+
+    The searches choose nodes and split them by one side of the cycle at a time, and
+    :func:`swapped` moves stages without moving blocks: on the nodes chosen the other
+    side's split may be the faster one (the cycle is ``max(m · slowest, Σ t + hops)``)."""
+    order = p[0]
+    if len(order) < 2:
+        return p
+    view = cm.for_stages(len(order))
+    best, least = p, rank_key(cm, p)[0]
+    for q in (kept_bottleneck_split(view, order, problem.min_stages), kept_split(view, order)):
+        if (
+            q is not None
+            and problem.min_stages <= len(q[0]) <= problem.max_stages
+            and cm.fits_pipeline(*q)
+            and (k := rank_key(cm, q)[0]) < least * (1 - 1e-9)
+        ):
+            best, least = q, k
+    return best
 
 
 BETWEEN_ROUNDS = 2
@@ -317,7 +352,7 @@ def _whole_blocks(
     fractionally and cannot see it; one capacity test per count (is every pipeline of
     ``S`` stages slower than ``best``'s cycle over ``S``?) can, and the counts it leaves
     are ranked by :func:`~stowplan.planner.strategies.throughput.relaxed_bottleneck`.
-    Pipelines compare :func:`swapped` (``best`` too), as the search hands them on."""
+    Pipelines compare as the search hands them on (:func:`_handed_on`), ``best`` too."""
     if cm.batch < 2 or not cm.uniform or not cm.own_hosts:
         return best
     cycle = rank_key(cm, best)[0]
@@ -338,8 +373,8 @@ def _whole_blocks(
         slowest = relaxed_bottleneck(_at(problem, s), view, floor)
         ranked.append((m * (floor if slowest is None else slowest), s))
     if ranked:
-        # Pipelines compare as the search hands them on: with their stages swapped.
-        cycle = rank_key(cm, swapped(cm, best))[0]
+        # Pipelines compare as the search hands them on.
+        cycle = rank_key(cm, _handed_on(problem, cm, best))[0]
     for estimate, s in sorted(ranked)[:WHOLE_BLOCK_COUNTS]:
         points.add(s)
         if estimate >= cycle:
@@ -347,9 +382,9 @@ def _whole_blocks(
         sub, view = _at(problem, s), cm.for_stages(s)
         for solve in solvers:
             p = solve(sub, view)
-            # Its stages moved to nodes of cheaper hops first: the searches choose the
-            # nodes by the slowest stage, which is what this count gains by.
-            if p is not None and (k := rank_key(cm, p := swapped(cm, p))[0]) < cycle * (1 - 1e-9):
+            if p is not None and (k := rank_key(cm, p := _handed_on(problem, cm, p))[0]) < cycle * (
+                1 - 1e-9
+            ):
                 best, cycle = p, k
     return best
 
