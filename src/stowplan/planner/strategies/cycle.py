@@ -253,7 +253,9 @@ def search(
         points = set(bounds)
         if len(problem.nodes) <= COUNT_SEARCH_NODES:
             best = _between(problem, cm, solvers, points, best, best_key)
-        best = _whole_blocks(problem, cm, solvers, points, best)
+        best, handed = _whole_blocks(problem, cm, solvers, points, best)
+        if handed is not None:
+            return handed
     return None if best is None else _handed_on(problem, cm, best)
 
 
@@ -340,7 +342,7 @@ def _whole_blocks(
     solvers: tuple[Solve, ...],
     points: set[int],
     best: Pipeline,
-) -> Pipeline:
+) -> tuple[Pipeline, Pipeline | None]:
     """``best``, or a pipeline of lesser cycle at a stage count of at most U left out so far
     whose slowest stage, by whole blocks, may be fast enough to beat it (the counts of
     least such bound first, at most :data:`WHOLE_BLOCK_COUNTS`; blocks alike only).
@@ -352,9 +354,11 @@ def _whole_blocks(
     fractionally and cannot see it; one capacity test per count (is every pipeline of
     ``S`` stages slower than ``best``'s cycle over ``S``?) can, and the counts it leaves
     are ranked by :func:`~stowplan.planner.strategies.throughput.relaxed_bottleneck`.
-    Pipelines compare as the search hands them on (:func:`_handed_on`), ``best`` too."""
+    Pipelines compare as the search hands them on (:func:`_handed_on`), ``best`` too; with
+    the pipeline, ``best`` handed on where that is what it returns and it was computed
+    (else None)."""
     if cm.batch < 2 or not cm.uniform or not cm.own_hosts:
-        return best
+        return best, None
     cycle = rank_key(cm, best)[0]
     ranked: list[tuple[float, int]] = []
     # Stage times grow with the microbatch: a count that is slower at a microbatch of
@@ -372,9 +376,11 @@ def _whole_blocks(
         floor = _quick_figures(view).slowest(min(s, len(cm.nodes)))
         slowest = relaxed_bottleneck(_at(problem, s), view, floor)
         ranked.append((m * (floor if slowest is None else slowest), s))
+    handed: Pipeline | None = None
     if ranked:
         # Pipelines compare as the search hands them on.
-        cycle = rank_key(cm, _handed_on(problem, cm, best))[0]
+        handed = _handed_on(problem, cm, best)
+        cycle = rank_key(cm, handed)[0]
     for estimate, s in sorted(ranked)[:WHOLE_BLOCK_COUNTS]:
         points.add(s)
         if estimate >= cycle:
@@ -385,8 +391,8 @@ def _whole_blocks(
             if p is not None and (k := rank_key(cm, p := _handed_on(problem, cm, p))[0]) < cycle * (
                 1 - 1e-9
             ):
-                best, cycle = p, k
-    return best
+                best, cycle, handed = p, k, None
+    return best, handed
 
 
 SWAP_PASSES = 4
