@@ -17,7 +17,8 @@ and ``cycle ≥ least Σ t + hops of ≤ S stages at b``.  So:
    promising first), with the bottleneck and the time-per-token searches at that
    count's microbatch; every pipeline is scored by its true cycle.  A plan of its own
    (not a candidate of a larger search) then also plans the counts between the best
-   one and the ladder's next (:func:`_between`).
+   one and the ladder's next (:func:`_between`) and, up to U stages, the counts whose
+   slowest stage by whole blocks may beat it (:func:`_whole_blocks`).
 3. :func:`optimum` bounds the cycle by the least over ranges ``[a, b]`` of the ladder
    of ``max(m_a · B(≤ b stages, u_b), L(≤ b stages, u_b))`` (any S in the range has
    at least ``m_a`` microbatches of at least ``u_b``), ``B`` and ``L`` exact (subset DP
@@ -28,7 +29,8 @@ and ``cycle ≥ least Σ t + hops of ≤ S stages at b``.  So:
    holding the least bound that cannot be solved outright is searched on its own, and
    its pipeline is a candidate.
 4. :func:`swapped` moves the stages of the pipeline found to unused nodes while that
-   lowers its cycle.
+   lowers its cycle, and :func:`resplit` splits its nodes again where the other side
+   of the cycle's split is faster.
 
 At U = 1 every S has m = 1 and the cycle is the time per token: the time-per-token
 solvers are the exact ones and none of this is needed.
