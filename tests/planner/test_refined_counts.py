@@ -74,8 +74,9 @@ def test_a_count_beyond_the_layouts_groups_is_not_planned() -> None:
 def test_a_single_gpu_fleet_plans_the_count_of_least_bound(monkeypatch) -> None:
     # llama3.1:405b-q4_0 at 64 sequences on 64 single-GPU nodes: the search's counts of
     # least quick bound give five stages; the least bound is at four, a 1.4 % faster plan.
-    # Two steps find it: the search's five nodes split again by time per token (one
-    # node left out), and the count of least bound searched by the certificate.
+    # Two steps find it: the search's pipeline split again on its own nodes (the split
+    # by time per token leaves some out), and the count of least bound searched by the
+    # certificate.
     nodes = load_nodes(FIXTURES / "planner" / "count_off_the_search.yaml")
     model, c = resolve_model("llama3.1:405b-q4_0"), Constraints(batch=64)
     four, five = (_fixed("llama3.1:405b-q4_0", nodes, 64, s) for s in (4, 5))
