@@ -35,6 +35,7 @@ __all__ = [
     "objective_of",
     "pick_best",
     "prediction_note",
+    "replaced_note",
     "sketching",
 ]
 
@@ -364,13 +365,7 @@ def finish(
     if adopt_optimum and opt.pipeline is p and after < before * (1 - 1e-9):
         # Only a better value is news; an equal one won on a tie-break.
         by = opt.found_by or f"the exact solve ({opt.method})"
-        notes = (
-            *notes,
-            f"{by} found a better pipeline than the "
-            f"{strategy.value} heuristic ({after:.6g} vs {before:.6g} "
-            "s per token per sequence): "
-            "it is the plan",
-        )
+        notes = (*notes, replaced_note(by, f"{strategy.value} heuristic", after, before))
     if break_ties and strategy is not Strategy.BALANCE_BY_VRAM:
         candidates = [p] if opt.pipeline is None or opt.pipeline == p else [p, opt.pipeline]
         p = settle(cm, candidates, opt.value if opt.exact else math.inf)
@@ -390,6 +385,15 @@ def finish(
         model_name=problem.model.name,
         num_blocks=problem.model.num_blocks,
         context_tokens=problem.constraints.context_tokens,
+    )
+
+
+def replaced_note(by: str, than: str, after: float, before: float) -> str:
+    """The note of a plan whose pipeline ``by`` found, better than ``than``'s (their
+    cycles ``after`` and ``before``, seconds)."""
+    return (
+        f"{by} found a better pipeline than the {than} ({after:.6g} vs {before:.6g} "
+        "s per token per sequence): it is the plan"
     )
 
 

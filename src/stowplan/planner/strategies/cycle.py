@@ -243,10 +243,8 @@ def search(
             break
         if not math.isfinite(bounds[s]) and best is None:
             s = problem.max_stages  # no count on the ladder holds every byte: the most may
-        sub, view = _at(problem, s), cm.for_stages(s)
-        for solve in solvers:
-            p = solve(sub, view)
-            if p is not None and (k := rank_key(cm, p)) < best_key:
+        for p in _at_count(problem, cm, solvers, s):
+            if (k := rank_key(cm, p)) < best_key:
                 best, best_key = p, k
         solved += best is not None
         if not math.isfinite(bounds[s]):
@@ -255,10 +253,17 @@ def search(
         points = set(bounds)
         if len(problem.nodes) <= COUNT_SEARCH_NODES:
             best = _between(problem, cm, solvers, points, best, best_key)
-        best, handed = _whole_blocks(problem, cm, solvers, points, best)
-        if handed is not None:
-            return handed
+        return _whole_blocks(problem, cm, solvers, points, best)
     return None if best is None else _handed_on(problem, cm, best)
+
+
+def _at_count(
+    problem: Problem, cm: CostModel, solvers: tuple[Solve, ...], stages: int
+) -> list[Pipeline]:
+    """The pipelines ``solvers`` find for ``problem`` held to at most ``stages`` stages, at
+    that count's microbatch (each solver's, in their order; none where it finds none)."""
+    sub, view = _at(problem, stages), cm.for_stages(stages)
+    return [p for solve in solvers if (p := solve(sub, view)) is not None]
 
 
 def _handed_on(problem: Problem, cm: CostModel, p: Pipeline) -> Pipeline:
@@ -324,10 +329,8 @@ def _between(
             points.add(c)
             if quick_bound(problem, cm, c) >= best_key[0]:
                 continue
-            sub, view = _at(problem, c), cm.for_stages(c)
-            for solve in solvers:
-                p = solve(sub, view)
-                if p is not None and (k := rank_key(cm, p))[0] < best_key[0] * (1 - 1e-9):
+            for p in _at_count(problem, cm, solvers, c):
+                if (k := rank_key(cm, p))[0] < best_key[0] * (1 - 1e-9):
                     best, best_key, gained = p, k, True
         if not gained:
             break
@@ -344,7 +347,7 @@ def _whole_blocks(
     solvers: tuple[Solve, ...],
     points: set[int],
     best: Pipeline,
-) -> tuple[Pipeline, Pipeline | None]:
+) -> Pipeline:
     """``best``, or a pipeline of lesser cycle at a stage count of at most U left out so far
     whose slowest stage, by whole blocks, may be fast enough to beat it (the counts of
     least such bound first, at most :data:`WHOLE_BLOCK_COUNTS`; blocks alike only).
@@ -356,11 +359,11 @@ def _whole_blocks(
     fractionally and cannot see it; one capacity test per count (is every pipeline of
     ``S`` stages slower than ``best``'s cycle over ``S``?) can, and the counts it leaves
     are ranked by :func:`~stowplan.planner.strategies.throughput.relaxed_bottleneck`.
-    Pipelines compare as the search hands them on (:func:`_handed_on`), ``best`` too; with
-    the pipeline, ``best`` handed on where that is what it returns and it was computed
-    (else None)."""
+    Pipelines compare as the search hands them on (:func:`_handed_on`), ``best`` too, and
+    the one returned is handed on (a count's pipeline that wins once more: its stages may
+    be swapped further)."""
     if cm.batch < 2 or not cm.uniform or not cm.own_hosts:
-        return best, None
+        return _handed_on(problem, cm, best)
     cycle = rank_key(cm, best)[0]
     ranked: list[tuple[float, int]] = []
     # Stage times grow with the microbatch: a count that is slower at a microbatch of
@@ -387,14 +390,10 @@ def _whole_blocks(
         points.add(s)
         if estimate >= cycle:
             break
-        sub, view = _at(problem, s), cm.for_stages(s)
-        for solve in solvers:
-            p = solve(sub, view)
-            if p is not None and (k := rank_key(cm, p := _handed_on(problem, cm, p))[0]) < cycle * (
-                1 - 1e-9
-            ):
+        for p in _at_count(problem, cm, solvers, s):
+            if (k := rank_key(cm, p := _handed_on(problem, cm, p))[0]) < cycle * (1 - 1e-9):
                 best, cycle, handed = p, k, None
-    return best, handed
+    return _handed_on(problem, cm, best) if handed is None else handed
 
 
 SWAP_PASSES = 4

@@ -38,7 +38,7 @@ from dataclasses import replace
 from stowplan.errors import Infeasible, PlanError
 from stowplan.model import Metric, NodeDescriptor, Strategy
 from stowplan.plan import Plan
-from stowplan.planner.certify import SKETCHED, finish, is_sketching, sketching
+from stowplan.planner.certify import SKETCHED, finish, is_sketching, replaced_note, sketching
 from stowplan.planner.exact.pipelines import Optimum
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies import cycle
@@ -101,6 +101,12 @@ def _value(plan: Plan, objective: Metric) -> float:
     pred = plan.rationale.prediction
     assert pred is not None
     return pred.time_per_token_s if objective == Metric.LATENCY else -pred.tokens_per_s
+
+
+def _lower(value: float, than: float) -> bool:
+    """Whether ``value`` (of :func:`_value`) is lower than ``than`` by a relative 1e-9 (the
+    value is negative for throughput): a plan replaces the best only on a strict gain."""
+    return value < than - 1e-9 * abs(than)
 
 
 def _cycle(plan: Plan) -> float:
@@ -249,8 +255,7 @@ def _improve(
                     if tried > LOCAL_SEARCH_TRIALS:
                         return best
                     got = trials.plan(layout, _cycle(best[1]))
-                    # Lower by a relative 1e-9 (the value is negative for throughput).
-                    if got is not None and _value(got, objective) < best[0] - 1e-9 * abs(best[0]):
+                    if got is not None and _lower(_value(got, objective), best[0]):
                         best = (_value(got, objective), got, layout)
                         improved = True
                     elif at is not None:
@@ -322,11 +327,12 @@ def plan_with_groups(
         if found is not None and layout is not None and counts:
             before, found = found, _refined(trials, layout, objective, found, counts)
             if found is not before:
-                refined = (
+                refined = replaced_note(
                     f"a search held to {len(found.assignments)} stages (a count whose bound "
-                    f"is below the plan found) found a better pipeline than the "
-                    f"{strategy.value} search ({_cycle(found):.6g} vs {_cycle(before):.6g} "
-                    "s per token per sequence): it is the plan"
+                    "is below the plan found)",
+                    f"{strategy.value} search",
+                    _cycle(found),
+                    _cycle(before),
                 )
     if found is None and (best is None or not best.stages):
         raise Infeasible(
@@ -348,9 +354,9 @@ def plan_with_groups(
         mine, theirs = cycle_of(vp, pipeline, objective), cycle_of(bp, bpipe, objective)
         if theirs < mine * (1 - 1e-12):
             notes.append(
-                f"the joint solve over GPU groups found a better pipeline than the "
-                f"{strategy.value} search ({theirs:.6g} vs {mine:.6g} "
-                "s per token per sequence): it is the plan"
+                replaced_note(
+                    "the joint solve over GPU groups", f"{strategy.value} search", theirs, mine
+                )
             )
             vp, pipeline = bp, bpipe
     engine = ENGINE_EXPORTS.get(rule.name)
@@ -399,9 +405,7 @@ def _refined(
         if counts[s] >= _cycle(best) * (1 - 1e-9) or s == len(best.assignments):
             continue
         got = trials.plan(layout, _cycle(best), stages=s)
-        if got is not None and _value(got, objective) < _value(best, objective) - 1e-9 * abs(
-            _value(best, objective)
-        ):
+        if got is not None and _lower(_value(got, objective), _value(best, objective)):
             best = got
     return best
 
