@@ -89,6 +89,37 @@ def test_every_expert_is_placed_once_or_more_and_every_stage_fits(
         assert a.estimated_vram_bytes == blocks + anchors + len(a.owned_experts) * 100 * MB
 
 
+def test_stages_sharing_a_node_hold_their_experts_within_their_own_share() -> None:
+    """Three nodes of 2 × L40S split into one-GPU stages beside two RTX 4090 nodes:
+    qwen3:30b-a3b with 16 sequences of 131,072 tokens fits no block-local plan, and the
+    expert-parallel one puts two stages on each L40S node.  Each stage's experts fit the
+    room of its own GPU (its usable VRAM), not the whole node's, which both would
+    otherwise count as theirs."""
+    gpus = [("RTX 4090", 1, 24), ("L40S", 2, 48), ("RTX 4090", 1, 24), ("L40S", 2, 48)]
+    nodes = [
+        NodeDescriptor(
+            id=f"n{i:02d}",
+            gpu_name=name,
+            vram_bytes=count * gb * 10**9,
+            num_gpus=count,
+            link_mbps=10_000.0,
+            link_latency_ms=0.5,
+        )
+        for i, (name, count, gb) in enumerate([*gpus, gpus[1]])
+    ]
+    c = Constraints(batch=16, context_tokens=131_072, tensor_parallel=1)
+    p = plan(lookup("qwen3:30b-a3b"), nodes, c)
+    assert "no block-local plan (what engines run) fits" in p.rationale.notes[-1]
+    hosts = [a.node_id for a in p.assignments]
+    shared = {h for h in hosts if hosts.count(h) > 1}
+    assert shared  # stages share nodes, each on one of the node's GPUs
+    for a in p.assignments:
+        assert a.usable_vram_bytes is not None
+        assert a.estimated_vram_bytes <= a.usable_vram_bytes
+        if a.node_id in shared:
+            assert a.usable_vram_bytes == int(0.8 * 48 * 10**9)  # one GPU's share
+
+
 def test_too_little_vram_raises_insufficient_vram_with_the_bytes() -> None:
     nodes = [node(0, 2, 1000), node(1, 2, 1000)]
     with pytest.raises(InsufficientVram) as info:

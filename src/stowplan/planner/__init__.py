@@ -17,7 +17,14 @@ from stowplan.cost import CostModel
 from stowplan.errors import DependencyError, Infeasible, InputError, StowplanError
 from stowplan.model import Constraints, Metric, ModelLayout, NodeDescriptor, Objective, Strategy
 from stowplan.plan import Plan
-from stowplan.planner.certify import finish, is_sketching, key_of, objective_of, pick_best
+from stowplan.planner.certify import (
+    finish,
+    is_probing,
+    is_sketching,
+    key_of,
+    objective_of,
+    pick_best,
+)
 from stowplan.planner.cheapest import plan_cheapest
 from stowplan.planner.exact.pipelines import ENUMERATION_LIMIT, EXACT_NODE_LIMIT, solve_exact
 from stowplan.planner.problem import CostModels, Problem, prepare
@@ -43,7 +50,8 @@ def _balance_by_vram(problem: Problem) -> Plan:
 
 def _heuristic(problem: Problem, cm: CostModel, objective: Metric) -> Pipeline | None:
     """The search of ``objective`` (``latency``: time per token; ``throughput``: the slowest
-    stage) at ``cm``'s microbatch, then the best of it and the peer rules by the cycle."""
+    stage) at ``cm``'s microbatch, then the best of it and the peer rules by the cycle
+    (a probe's first pipeline as found: :func:`~stowplan.planner.certify.probing`)."""
     if objective == Metric.LATENCY:
         found, proven = latency_pipeline(problem, cm), False
     else:
@@ -51,6 +59,8 @@ def _heuristic(problem: Problem, cm: CostModel, objective: Metric) -> Pipeline |
     if proven:
         # No pipeline has a faster slowest stage, so no peer rule can: they need not be run.
         return found
+    if found is not None and is_probing():
+        return found  # a plan exists: nothing to rank it against
     if found is None:
         found = _fallback(problem, cm, objective)
     if not cm.uniform and len(cm.nodes) <= _SMALL_NONUNIFORM:
@@ -97,12 +107,12 @@ def _cycle_search(problem: Problem, cm: CostModel, first: Metric) -> Pipeline | 
     """The least-cycle pipeline of the ``first`` search and the other (the time per token
     or the slowest stage may decide the cycle), over the stage counts."""
     if cm.batch == 1:
-        return cycle.search(problem, cm, (_solve(Metric.LATENCY),))
+        return cycle.search(problem, cm, (_solve(Metric.LATENCY),), first=is_probing())
     other = Metric.THROUGHPUT if first == Metric.LATENCY else Metric.LATENCY
     # A plan's candidates (sketched) keep to the ladder; a plan of its own also searches
     # the counts between the best and the ladder's next.
     solvers = (_solve(first), _solve(other))
-    return cycle.search(problem, cm, solvers, between=not is_sketching())
+    return cycle.search(problem, cm, solvers, between=not is_sketching(), first=is_probing())
 
 
 def _one_count(first: Metric) -> cycle.Searched:

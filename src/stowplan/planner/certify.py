@@ -29,12 +29,14 @@ __all__ = [
     "SKETCHED",
     "certificate",
     "finish",
+    "is_probing",
     "is_sketching",
     "key_of",
     "kv_capacity_note",
     "objective_of",
     "pick_best",
     "prediction_note",
+    "probing",
     "replaced_note",
     "sketching",
 ]
@@ -315,6 +317,30 @@ def is_sketching() -> bool:
     return _SKETCH.get()
 
 
+_PROBE: ContextVar[bool] = ContextVar("stowplan_planner_probe", default=False)
+
+
+@contextmanager
+def probing() -> Iterator[None]:
+    """Plans made inside answer only whether a plan exists (a context or a batch tried
+    for a refusal): as in :func:`sketching`, and every search stops at the first
+    pipeline it finds, which nothing refines or ranks (the peer rules, the stage counts
+    beyond, the swaps and splits again, the ties).  A plan is found inside exactly when
+    one is found outside: a search gives up inside only where it gives up outside.
+    Not for a search that ranks what it finds against a target (the cost objective)."""
+    token, sketch = _PROBE.set(True), _SKETCH.set(True)
+    try:
+        yield
+    finally:
+        _SKETCH.reset(sketch)
+        _PROBE.reset(token)
+
+
+def is_probing() -> bool:
+    """Whether plans made now are :func:`probing` ones."""
+    return _PROBE.get()
+
+
 def finish(
     problem: Problem,
     cm: CostModel,
@@ -335,7 +361,8 @@ def finish(
     With ``break_ties`` (every strategy but balance-by-VRAM, which splits by
     memory, not by speed), the plan is the one :func:`~stowplan.planner.tiebreak.settle`
     chooses among ``p``, the optimum's pipeline and their rebalanced splits: within
-    0.1 % of the best cycle known, the most KV room, then balanced memory.
+    0.1 % of the best cycle known, the most KV room, then balanced memory (not inside
+    :func:`probing`: a probe's pipeline is not ranked).
 
     ``searched``: the strategy's search of one stage count, which the optimum runs where
     a count it cannot solve holds the least bound (:func:`inline_optimum`).
@@ -366,7 +393,7 @@ def finish(
         # Only a better value is news; an equal one won on a tie-break.
         by = opt.found_by or f"the exact solve ({opt.method})"
         notes = (*notes, replaced_note(by, f"{strategy.value} heuristic", after, before))
-    if break_ties and strategy is not Strategy.BALANCE_BY_VRAM:
+    if break_ties and strategy is not Strategy.BALANCE_BY_VRAM and not _PROBE.get():
         candidates = [p] if opt.pipeline is None or opt.pipeline == p else [p, opt.pipeline]
         p = settle(cm, candidates, opt.value if opt.exact else math.inf)
     order, bounds = p

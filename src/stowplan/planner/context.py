@@ -24,10 +24,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from stowplan.errors import Infeasible, InputError, InsufficientVram, PlanError
-from stowplan.model import Constraints, ModelLayout, NodeDescriptor, usable_bytes
+from stowplan.model import Constraints, ModelLayout, NodeDescriptor, Objective, usable_bytes
 from stowplan.plan import Plan
 from stowplan.planner import plan
-from stowplan.planner.certify import sketching
+from stowplan.planner.certify import probing, sketching
 from stowplan.planner.problem import block_bytes, most_blocks
 from stowplan.quantities.limits import MAX_CONTEXT_TOKENS
 from stowplan.quantities.search import last_true
@@ -73,12 +73,13 @@ class ContextFit:
 
 
 def _probing(run: Planner) -> Planner:
-    """``run`` as a probe of whether a plan exists: inside :func:`sketching`, which skips
-    each plan's own optimum solve (the certificate) and nothing that decides whether a
-    plan is found."""
+    """``run`` as a probe of whether a plan exists: inside :func:`probing` (each search
+    stops at the first pipeline it finds) or, for the cost objective, whose search ranks
+    node sets against its target, :func:`sketching` (each plan's own optimum solve, the
+    certificate, skipped): neither skips anything that decides whether a plan is found."""
 
     def probe(model: ModelLayout, nodes: Sequence[NodeDescriptor], c: Constraints) -> Plan:
-        with sketching():
+        with sketching() if c.objective is Objective.COST else probing():
             return run(model, nodes, c)
 
     return probe
@@ -161,7 +162,9 @@ def fit_context(
     node.  ``planner`` (default :func:`stowplan.planner.plan`, or one that keeps every
     stage within its node's usable VRAM as it does) is called with ``constraints`` whose
     ``context_tokens`` is replaced, every other constraint kept: once when the context
-    the memory bounds fits, else about log2 of it more times.
+    the memory bounds fits, else about log2 of it more times, as probes (inside
+    :func:`~stowplan.planner.certify.probing`: only whether a plan exists), and once
+    more in full at the context found.
 
     Raises:
         InputError: the layout has no KV-cache figure and no maximum context (every
@@ -208,19 +211,25 @@ def fit_context(
             limited_by_model=hi == model.max_context_tokens,
             plan=top,
         )
-    # Step 3: no context at all must fit, or no context can help.
-    found = run(model, nodes, replace(c, context_tokens=0))
+    # Step 3: no context at all must fit, or no context can help.  The search asks only
+    # whether a plan exists (probes, which find one exactly when the planner does); the
+    # context it ends at is then planned in full.
+    probe = _probing(run)
+    probe(model, nodes, replace(c, context_tokens=0))
     lo = 0
     # Step 4: binary search: ``lo`` fits, ``hi`` does not.
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        p = _try(run, model, nodes, c, mid)
-        if p is None:
+        if _try(probe, model, nodes, c, mid) is None:
             hi = mid
         else:
-            lo, found = mid, p
+            lo = mid
     return ContextFit(
-        context_tokens=lo, batch=c.batch, limit_tokens=limit, limited_by_model=False, plan=found
+        context_tokens=lo,
+        batch=c.batch,
+        limit_tokens=limit,
+        limited_by_model=False,
+        plan=run(model, nodes, replace(c, context_tokens=lo)),
     )
 
 

@@ -29,7 +29,7 @@ from stowplan.model import (
 )
 from stowplan.moe.routing import backbone_layout
 from stowplan.plan import Plan, Topology
-from stowplan.planner.certify import sketching
+from stowplan.planner.certify import is_probing, sketching
 from stowplan.planner.cheapest import served_rate
 from stowplan.planner.experts.inputs import ExpertInputs, ExpertPlacement
 from stowplan.planner.experts.placement import expert_ids, place_experts
@@ -108,14 +108,26 @@ def plan_experts(
 
     if experts.placement is ExpertPlacement.EXPERT_PARALLEL:
         return expert_parallel()
+    if is_probing():
+        # Only whether a plan exists: block-local, else expert-parallel, as below.
+        try:
+            return _block_local(plan_blocks(model, nodes, constraints), model)
+        except PlanError:
+            return expert_parallel()
     # Where the block-local plan fits, the expert-parallel one is only its note's figure
     # (a plan with experts carries no certificate): its backbones are sketched, not
     # certified, and planned again in full where it becomes the plan.
+    spread: Plan | None = None
     with sketching():
-        spread = expert_parallel()
+        try:
+            spread = expert_parallel()
+        except PlanError as exc:
+            unspread = exc
     try:
         local = _block_local(plan_blocks(model, nodes, constraints), model)
     except PlanError as exc:
+        if spread is None:
+            raise unspread from None
         spread = expert_parallel()
         note = (
             "experts: expert-parallel, which only a custom stage worker runs: no "
@@ -123,6 +135,11 @@ def plan_experts(
         )
         return replace(
             spread, rationale=replace(spread.rationale, notes=(*spread.rationale.notes, note))
+        )
+    if spread is None:
+        note = f"experts: no expert-parallel plan fits ({unspread})"
+        return replace(
+            local, rationale=replace(local.rationale, notes=(*local.rationale.notes, note))
         )
     if constraints.objective is Objective.COST:
         return _cheaper(local, spread)

@@ -112,7 +112,9 @@ def expert_speeds(nodes: Sequence[NodeDescriptor]) -> tuple[tuple[float, ...], s
 def free_slots(
     plan: Plan, model: ModelLayout, nodes: Sequence[NodeDescriptor], headroom: float
 ) -> list[int]:
-    """Whole routed experts each stage's node has room for beside what ``plan`` puts there.
+    """Whole routed experts each stage has room for beside what ``plan`` puts there: in
+    its usable VRAM where the plan records it (a stage on a group of a node's GPUs has
+    the group's share), else in its node's.
 
     ``nodes`` are the stages' nodes in stage order.
     """
@@ -120,6 +122,7 @@ def free_slots(
     assert ex is not None
     out = []
     for a, node in zip(plan.assignments, nodes, strict=True):
-        free = usable_bytes(node, headroom) - a.estimated_vram_bytes
+        usable = a.usable_vram_bytes
+        free = (usable_bytes(node, headroom) if usable is None else usable) - a.estimated_vram_bytes
         out.append(max(0, free) // ex.expert_params_bytes if ex.expert_params_bytes else 10**9)
     return out

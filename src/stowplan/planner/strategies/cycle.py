@@ -225,14 +225,26 @@ def ladder(problem: Problem, sequences: int, *, fine: bool = True) -> list[int]:
 
 
 def search(
-    problem: Problem, cm: CostModel, solvers: tuple[Solve, ...], *, between: bool = False
+    problem: Problem,
+    cm: CostModel,
+    solvers: tuple[Solve, ...],
+    *,
+    between: bool = False,
+    first: bool = False,
 ) -> Pipeline | None:
     """The pipeline of least cycle any of ``solvers`` finds at the :func:`ladder`'s stage
     counts (each solve may use fewer stages than its count); with ``between``, on up to
     :data:`COUNT_SEARCH_NODES` nodes, also at the counts :func:`_between` the best one's
-    and the ladder's next."""
+    and the ladder's next.  With ``first``, the first pipeline found, as found (in the
+    same order of counts and solvers: one is found exactly when the full search finds
+    one)."""
     if cm.batch == 1:
-        found = [p for solve in solvers if (p := solve(problem, cm)) is not None]
+        found = []
+        for solve in solvers:
+            if (p := solve(problem, cm)) is not None:
+                if first:
+                    return p
+                found.append(p)
         return min(found, key=lambda p: rank_key(cm, p)) if found else None
     bounds = {s: quick_bound(problem, cm, s) for s in ladder(problem, cm.batch)}
     best: Pipeline | None = None
@@ -243,7 +255,10 @@ def search(
             break
         if not math.isfinite(bounds[s]) and best is None:
             s = problem.max_stages  # no count on the ladder holds every byte: the most may
-        for p in _at_count(problem, cm, solvers, s):
+        found = _at_count(problem, cm, solvers, s, first=first)
+        if first and found:
+            return found[0]
+        for p in found:
             if (k := rank_key(cm, p)) < best_key:
                 best, best_key = p, k
         solved += best is not None
@@ -258,12 +273,19 @@ def search(
 
 
 def _at_count(
-    problem: Problem, cm: CostModel, solvers: tuple[Solve, ...], stages: int
+    problem: Problem, cm: CostModel, solvers: tuple[Solve, ...], stages: int, first: bool = False
 ) -> list[Pipeline]:
     """The pipelines ``solvers`` find for ``problem`` held to at most ``stages`` stages, at
-    that count's microbatch (each solver's, in their order; none where it finds none)."""
+    that count's microbatch (each solver's, in their order; none where it finds none;
+    with ``first``, only the first found)."""
     sub, view = _at(problem, stages), cm.for_stages(stages)
-    return [p for solve in solvers if (p := solve(sub, view)) is not None]
+    found = []
+    for solve in solvers:
+        if (p := solve(sub, view)) is not None:
+            found.append(p)
+            if first:
+                break
+    return found
 
 
 def _handed_on(problem: Problem, cm: CostModel, p: Pipeline) -> Pipeline:

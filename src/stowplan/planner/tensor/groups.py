@@ -38,7 +38,14 @@ from dataclasses import replace
 from stowplan.errors import Infeasible, PlanError
 from stowplan.model import Metric, NodeDescriptor, Strategy
 from stowplan.plan import Plan
-from stowplan.planner.certify import SKETCHED, finish, is_sketching, replaced_note, sketching
+from stowplan.planner.certify import (
+    SKETCHED,
+    finish,
+    is_probing,
+    is_sketching,
+    replaced_note,
+    sketching,
+)
 from stowplan.planner.exact.pipelines import Optimum
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies import cycle
@@ -201,6 +208,8 @@ def _search(
         got = trials.plan(layout, math.inf if best is None else _cycle(best[1]))
         if got is not None and (best is None or _value(got, objective) < best[0]):
             best = (_value(got, objective), got, layout)
+            if is_probing():
+                return got, layout  # a plan exists: nothing to rank it against
     if (
         best is not None
         and local
@@ -318,9 +327,10 @@ def plan_with_groups(
 
     found, layout = _search(trials, rule, objective, local=not (runs and adjacent), proven=proven)
     refined: str | None = None
-    if is_sketching() and not runs and found is not None:
+    if (is_probing() or (is_sketching() and not runs)) and found is not None:
         # A candidate certified elsewhere: beyond the exact solve the joint bound only
-        # certifies (it brings no pipeline), so it is not computed.
+        # certifies (it brings no pipeline), so it is not computed; a probe needs no
+        # better pipeline than the one it found.
         value, exact, method, best = 0.0, False, SKETCHED, None
     else:
         value, exact, method, best = bound(math.inf if found is None else _cycle(found))
@@ -382,7 +392,7 @@ def plan_with_groups(
     # Ties are broken once per pipeline: again only when the search's plan was replaced.
     plan = finish(vp, cm, strategy, pipeline, optimum=optimum, break_ties=pipeline is not searched)
     notes.insert(0, f"GPU groups ({rule.name} rule): {describe_groups(plan)}")
-    if rule.name != "generic":
+    if rule.name != "generic" and not is_probing():
         notes += _engine_gap(trials, objective, plan)
     r = plan.rationale
     return replace(plan, rationale=replace(r, notes=(*notes, *r.notes)))
