@@ -6,7 +6,8 @@ Each fleet draws 9–16 nodes of five kinds (8 × H100 SXM5, 4 or 8 × A100 80GB
 2 × L40S, 4 × RTX 4090; links of 10–100 Gbit/s and 0.05–5 ms), one of four models and
 1, 4, 16 or 64 sequences.  Run it on two checkouts and compare the columns: the same
 tokens/s is the same plan quality (the GPU-layout search on such fleets is a local
-search, so a change to it shows here first).
+search, so a change to it shows here first); the gap is the plan's certificate's (how
+far below its bound; 0 where it is proven optimal).  ``--first`` starts at another seed.
 """
 
 from __future__ import annotations
@@ -35,10 +36,11 @@ MODELS = ["llama3.1:70b", "llama3.1:405b", "qwen3:30b-a3b", "llama3.1:8b"]
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--fleets", type=int, default=30)
+    ap.add_argument("--first", type=int, default=0, help="the first fleet's seed")
     args = ap.parse_args()
-    print("| seed | model | sequences | nodes | tokens/s | CPU ms |")
-    print("| ---: | --- | ---: | ---: | ---: | ---: |")
-    for seed in range(args.fleets):
+    print("| seed | model | sequences | nodes | tokens/s | gap | CPU ms |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+    for seed in range(args.first, args.first + args.fleets):
         rng = random.Random(seed)
         nodes = gpu_nodes(rng, 9, 16, KINDS)
         model = rng.choice(MODELS)
@@ -47,13 +49,17 @@ def main() -> None:
         try:
             got = plan(lookup(model), nodes, Constraints(batch=batch))
         except PlanError as e:
-            shown = f"refused ({type(e).__name__})"
+            shown, gap = f"refused ({type(e).__name__})", ""
         else:
-            pred = got.rationale.prediction
+            pred, cert = got.rationale.prediction, got.rationale.certificate
             assert pred is not None
             shown = f"{pred.tokens_per_s:.6g}"
+            gap = "" if cert is None else f"{cert.gap:.2%}"
         ms = (time.process_time() - start) * 1e3
-        print(f"| {seed} | {model} | {batch} | {len(nodes)} | {shown} | {ms:.0f} |", flush=True)
+        print(
+            f"| {seed} | {model} | {batch} | {len(nodes)} | {shown} | {gap} | {ms:.0f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -121,6 +121,7 @@ class StageCapacity:
         self._sends: dict[tuple[object, ...], tuple[float, float]] = {}
         """Per kind of group: its transfer over the network and over the cheaper link."""
         nodes: dict[tuple[object, ...], _NodeKind] = {}
+        latency = problem.cost_model().latency_s
         for d, per_node in enumerate(groups.kinds):
             kinds: list[tuple[int, tuple[object, ...]]] = []
             for t, v in sorted(per_node.items()):
@@ -143,27 +144,38 @@ class StageCapacity:
                     self._sends[key] = (net, min(net, gcm.intra_xfer_s[v]))
                 kinds.append((t, key))
             gpus = problem.nodes[d].num_gpus
-            sig = (gpus, tuple(kinds))
+            sig = (gpus, tuple(kinds), latency[d])
             if sig in nodes:
                 nodes[sig].count += 1
             else:
                 sizes = tuple(t for t, _ in kinds)
-                nodes[sig] = _NodeKind(1, [key for _, key in kinds], sizes, gpus, nb)
+                nodes[sig] = _NodeKind(1, [key for _, key in kinds], sizes, gpus, nb, latency[d])
         self._nodes = list(nodes.values())
         self._np = np
         self._least: dict[tuple[int, int | None], tuple[float, float]] = {}
         """Per stage count and node limit, the interval holding the bound so far."""
-        self._steps: dict[tuple[tuple[int, int], ...], list[tuple[float, int, bool]]] = {}
-        """:meth:`_node_steps` per tuple of the groups' block counts."""
+        self._steps: dict[
+            tuple[tuple[tuple[int, int], ...], float], list[tuple[float, int, bool]]
+        ] = {}
+        """:meth:`_node_steps` per tuple of the groups' block counts and latency limit."""
+        self.latencies = sorted({node.latency for node in self._nodes})
+        """The nodes' distinct network latencies (seconds), ascending."""
         most = [
             times[-1] if times else 0.0
             for times in (*self._times[0].values(), *self._last[0].values())
         ]
         self._top = max(most, default=0.0) + max((n for n, _ in self._sends.values()), default=0.0)
 
-    def held(self, bottleneck: float, stages: int, nodes: int | None = None) -> float:
+    def held(
+        self,
+        bottleneck: float,
+        stages: int,
+        nodes: int | None = None,
+        latest: float = math.inf,
+    ) -> float:
         """The most blocks ``stages`` groups could hold with no stage above ``bottleneck``
-        (the relaxation of the module), on at most ``nodes`` nodes when given."""
+        (the relaxation of the module), on at most ``nodes`` nodes when given, of those
+        whose network latency is at most ``latest`` seconds."""
         if bottleneck <= 0 or stages < 1:
             return 0.0
         least = math.inf
@@ -184,10 +196,12 @@ class StageCapacity:
             if not caps:
                 least = min(least, apart)
                 continue
-            known = tuple(caps.values())
+            # Only the latencies present matter: a limit is keyed by the largest within it.
+            limit = max((x for x in self.latencies if x <= latest), default=-1.0)
+            known = (tuple(caps.values()), limit)
             steps = self._steps.get(known)
             if steps is None:
-                steps = self._steps[known] = self._node_steps(caps)
+                steps = self._steps[known] = self._node_steps(caps, limit)
             total = _best_steps(steps, stages, nodes)
             before = _best_steps(steps, stages - 1, nodes)
             # The last stage holds the head and sends nothing.  Either it holds what it
@@ -198,17 +212,17 @@ class StageCapacity:
         return least
 
     def _node_steps(
-        self, caps: dict[tuple[object, ...], tuple[int, int]]
+        self, caps: dict[tuple[object, ...], tuple[int, int]], latest: float
     ) -> list[tuple[float, int, bool]]:
         """Every node kind's concave steps of blocks held per group added, largest first,
-        with how many nodes share each and whether it is a node's first: a function of
-        the groups' block counts alone (kept per counts: the bisection's later steps
-        mostly ask the same)."""
+        with how many nodes share each and whether it is a node's first, of the nodes of
+        network latency at most ``latest``: a function of the groups' block counts and
+        the limit alone (kept per both: the bisection's later steps mostly ask the same)."""
         np = self._np
         steps: list[tuple[float, int, bool]] = []
         for node in self._nodes:
-            if not node.groups:
-                continue  # no group the rule allows: the node holds no stage
+            if not node.groups or node.latency > latest:
+                continue  # no group the rule allows, or too slow a link: no stage here
             inside = np.array([caps[key][0] for key in node.groups], dtype=float)
             if node.counts is None:
                 # Too many multisets: j groups hold at most j of the most one holds, and
@@ -334,15 +348,17 @@ beyond, the node's blocks are bounded by its largest group's and its GPUs' count
 
 @dataclass(slots=True)
 class _NodeKind:
-    """Nodes alike in their GPUs and groups: how many, each group size's kind (``sizes``
-    ascending), and the multisets of group counts their GPUs allow (one row each; None
-    past :data:`MULTISETS`)."""
+    """Nodes alike in their GPUs, groups and network latency: how many, each group size's
+    kind (``sizes`` ascending), and the multisets of group counts their GPUs allow (one
+    row each; None past :data:`MULTISETS`)."""
 
     count: int
     groups: list[tuple[object, ...]]
     sizes: tuple[int, ...]
     gpus: int
     blocks: int
+    latency: float
+    """Seconds of its network hop."""
     counts: Any = field(init=False)
     used: Any = field(init=False)
     multiset_sizes: Any = field(init=False)

@@ -290,19 +290,38 @@ class _Solved:
         if found >= held or self.by_nodes is None:
             return found
         # A pipeline on n nodes of cycle C has its slowest stage within C / m on at most
-        # n nodes and the time per token of exactly n nodes within C.  Both grow with C
-        # and the blocks held grow with n, so C is out of reach when the groups on the
-        # most nodes whose time per token is within C hold too few blocks: the largest
-        # such C is sought by bisection (up to ``held``).
-        trips = self.by_nodes[s]
+        # n nodes and the time per token of exactly n nodes within C; on n ≥ 2 nodes each
+        # of them pays its own hop, so none whose hop would take that time past C serves.
+        # Both grow with C and the blocks held grow with n and the nodes allowed, so C is
+        # out of reach when, for every n whose time per token is within C, the groups on
+        # at most n of the nodes allowed hold too few blocks: the largest such C is
+        # sought by bisection (up to ``held``).
+        trips = self.by_nodes[s].tolist()
+        # The k-th least network latency: what the time per token of k nodes counts for
+        # the k-th node's hop (every node of a pipeline on several sends once at least).
+        hops = sorted(self.problem.cost_model().latency_s)
+        distinct = sorted(set(hops))
 
         def reached(cycle: float) -> bool:
-            within = trips <= cycle
-            if not within.any():
-                return False
-            n = len(trips) - 1 - int(within[::-1].argmax())  # the most nodes within
-            nodes = None if n >= at else n
-            return any(h.held(cycle / m, at, nodes) >= h.nb for h in self.held())
+            """Whether some pipeline on k nodes may have a cycle of ``cycle``: its time per
+            token of k nodes within it, and the groups on at most k nodes, of those whose
+            hop keeps that time within it, holding every block."""
+            checked: list[float] = []
+            for k in range(len(trips) - 1, 0, -1):  # the most nodes first
+                if trips[k] > cycle:
+                    continue
+                # A node of a k-node pipeline (k ≥ 2) pays its own hop in place of the
+                # k-th least the time per token counts.
+                latest = math.inf if k == 1 else cycle - trips[k] + hops[k - 1]
+                # The nodes within: those of latency up to the largest present within it.
+                limit = max((x for x in distinct if x <= latest), default=-math.inf)
+                if limit == -math.inf or any(x >= limit for x in checked):
+                    continue  # no node may serve, or no more than a count checked
+                checked.append(limit)
+                nodes = None if k >= at else k
+                if any(h.held(cycle / m, at, nodes, limit) >= h.nb for h in self.held()):
+                    return True
+            return False
 
         if floor > found and (floor >= held or reached(floor)):
             return found  # this bound is at most ``floor``, or ``held``
@@ -317,7 +336,10 @@ class _Solved:
         return max(found, least)
 
 
-HELD = "the blocks each stage count's GPU groups could hold within its slowest stage"
+HELD = (
+    "the blocks each stage count's GPU groups could hold within its slowest stage, "
+    "on nodes whose hops keep the time per token within the cycle"
+)
 """How :mod:`~stowplan.planner.tensor.capacity`'s bound is named in a certificate."""
 
 HELD_COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
