@@ -388,7 +388,42 @@ def grouped_bound(
     # The blocks' least cost, the head's least read, and no hop at all (a one-stage plan
     # has none) when that is all the fluid bound's hops could add.
     head = min(cm.head * min(cm.inv_bw[d], cm.flop_s_per_byte[d]) for d in range(len(rate)))
-    return max(relaxed, total + head, _per_block(problem, groups))
+    hopped = _filled_with_hops(problem, rate, room) + head
+    return max(relaxed, total + head, hopped, _per_block(problem, groups))
+
+
+def _filled_with_hops(problem: Problem, rate: Sequence[float], room: Sequence[float]) -> float:
+    """A lower bound on the time per token of every pipeline: its blocks at their nodes'
+    least cost (``rate``, seconds a block), each node holding at most ``room`` blocks,
+    plus, on several nodes, each node's own network hop and a transfer between nodes.
+
+    A pipeline on one node pays no hop; on a set N of several, it leaves each node of N
+    over the network once at least (its own latency) and sends ``|N| - 1`` transfers at
+    least (each at least the fleet's least).  The least of that over every N is a
+    fixed-charge knapsack, solved exactly over whole blocks (a node's stages hold at most
+    its room's whole blocks) by a programme over the nodes (alike nodes as one kind, as
+    many of them as could serve).  It couples what :func:`_per_block` counts apart: the
+    hops memory forces at the fleet's least latencies, and the blocks at any node's cost."""
+    cm = problem.cost_model()
+    nb = problem.model.num_blocks
+    np = numpy_module()
+    least_send = min(cm.xfer_s)
+    whole = [min(nb, math.floor(c + 1e-9)) if math.isfinite(c) else nb for c in room]
+    single = min((nb * r for r, c in zip(rate, whole, strict=True) if c >= nb), default=math.inf)
+    kinds: dict[tuple[float, int, float], int] = {}
+    for r, c, hop in zip(rate, whole, cm.latency_s, strict=True):
+        if c > 0 and math.isfinite(r):
+            kinds[(r, c, hop)] = kinds.get((r, c, hop), 0) + 1
+    idx = np.arange(nb + 1, dtype=float)
+    gap = idx[:, None] - idx[None, :]  # b - i: the blocks a node adds to i held before
+    best = np.full(nb + 1, math.inf)
+    best[0] = 0.0
+    for (r, c, hop), count in sorted(kinds.items()):
+        window = (gap >= 1) & (gap <= c)
+        for _ in range(min(count, -(-nb // c))):
+            before = np.where(window, (best - idx * r)[None, :], math.inf).min(axis=1)
+            best = np.minimum(best, before + idx * r + hop + least_send)
+    return min(single, float(best[nb]) - least_send)
 
 
 def _per_block(problem: Problem, groups: GroupCosts) -> float:

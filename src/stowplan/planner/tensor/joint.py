@@ -55,7 +55,7 @@ _RELAXED = "fractional relaxation, every node at full bandwidth, no all-reduce"
 _BOUND_METHODS = {
     Metric.THROUGHPUT: f"bound: {_RELAXED}",
     Metric.LATENCY: f"bound: {_RELAXED}; every block at its least cost on any GPU group, "
-    "with the network crossings memory forces",
+    "with the network crossings memory forces and each node's own hop",
 }
 """How :func:`~stowplan.planner.tensor.exact.grouped_bound` is named, per objective."""
 
