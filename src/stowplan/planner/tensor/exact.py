@@ -465,8 +465,9 @@ def stage_count_trips_by_nodes(problem: Problem, groups: GroupCosts, top: int) -
     fixed time, and what its group makes one of its blocks pay above that block's least
     cost on any group (every stage holds a block): ``w_t`` for a group of ``t`` GPUs, the
     least over the groups of that size.  ``S`` stages on ``n`` nodes take at most
-    ``n · g`` GPUs (``g`` the most GPUs of a node), so they add at least ``S`` times the
-    lower convex hull of the points ``(t, w_t)`` at a mean size of ``n · g / S`` (the
+    ``G_n`` GPUs (``G_n`` the GPUs of the ``n`` nodes with the most), so they add at least
+    ``S`` times the lower convex hull of the points ``(t, w_t)`` at a mean size of
+    ``G_n / S`` (the
     linear relaxation of choosing their sizes; a smaller mean may cost less, so the
     hull is taken no further than its least point).  The ``n`` nodes number at least the
     fewest that hold the model and at most ``S`` (a stage is a group of one node), and
@@ -488,6 +489,10 @@ def stage_count_trips_by_nodes(problem: Problem, groups: GroupCosts, top: int) -
     nodes = len(crossing) - 1
     stages = np.arange(top + 1, dtype=float)[:, None]
     used = np.arange(nodes + 1, dtype=float)[None, :]
+    # The GPUs of the n nodes with the most, per n.
+    gpus = np.array(
+        [0, *accumulate(sorted((n.num_gpus for n in problem.nodes), reverse=True))], dtype=float
+    )[None, :]
     # Node counts a stage count may use: the fewest holding the model up to itself.
     fewest = _fewest_nodes(problem) or nodes
     usable = (used >= max(1, fewest)) & (used <= stages) & (stages >= 1)
@@ -505,14 +510,14 @@ def stage_count_trips_by_nodes(problem: Problem, groups: GroupCosts, top: int) -
             steps[size] = min(steps.get(size, math.inf), w)
         hx, hy = _lower_hull(sorted(steps.items()))
         with np.errstate(divide="ignore", invalid="ignore"):
-            mean = np.minimum(used * most / np.maximum(stages, 1.0), hx[-1])
+            mean = np.minimum(gpus / np.maximum(stages, 1.0), hx[-1])
         added = stages * np.interp(mean, hx, hy) + np.array(crossing)[None, :]
         # The other blocks pay at least the least excess of a group the stage count
         # leaves room for: no group outgrows its node, nor the GPUs the other stages
         # leave (each takes at least the smallest group).
         extra = (cost - least[None, :]).min(axis=1)
         sizes_up, least_up = _least_by_size(t.tolist(), extra.tolist())
-        room = np.minimum(most, used * most - (stages - 1) * sizes_up[0])
+        room = np.minimum(most, gpus - (stages - 1) * sizes_up[0])
         at = np.searchsorted(np.array(sizes_up, dtype=float), room, side="right") - 1
         pay = np.where(at >= 0, np.array([math.inf, *least_up])[at + 1], math.inf)
         others = np.maximum(0.0, nb - stages)
