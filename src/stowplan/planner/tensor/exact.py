@@ -414,6 +414,10 @@ def _filled_with_hops(problem: Problem, rate: Sequence[float], room: Sequence[fl
     for r, c, hop in zip(rate, whole, cm.latency_s, strict=True):
         if c > 0 and math.isfinite(r):
             kinds[(r, c, hop)] = kinds.get((r, c, hop), 0) + 1
+    if len(kinds) < 2:
+        # Nodes alike: what :func:`_per_block` counts (the fewest nodes that hold the
+        # model, each block at its least cost) is at least this.
+        return 0.0
     idx = np.arange(nb + 1, dtype=float)
     gap = idx[:, None] - idx[None, :]  # b - i: the blocks a node adds to i held before
     best = np.full(nb + 1, math.inf)
