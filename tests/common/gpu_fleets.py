@@ -28,17 +28,24 @@ def gpu_nodes(
 ) -> list[NodeDescriptor]:
     """``low`` to ``high`` multi-GPU nodes, each of one of ``kinds`` (GPU name, GB per
     GPU, GPUs, link Mbit/s), with a latency of :data:`LATENCIES_MS`."""
-    nodes = []
-    for i in range(rng.randint(low, high)):
+    specs = []
+    for _ in range(rng.randint(low, high)):
         name, gb, gpus, link = rng.choice(kinds)
-        nodes.append(
-            NodeDescriptor(
-                id=f"n{i:02d}",
-                gpu_name=name,
-                vram_bytes=gpus * gb * 10**9,
-                num_gpus=gpus,
-                link_mbps=link,
-                link_latency_ms=rng.choice(LATENCIES_MS),
-            )
+        specs.append((name, gb, gpus, link, rng.choice(LATENCIES_MS)))
+    return nodes_of(specs)
+
+
+def nodes_of(specs: Sequence[tuple[str, int, int, float, float]]) -> list[NodeDescriptor]:
+    """A node per (GPU name, GB per GPU, GPUs, link Mbit/s, link latency ms), with ids
+    ``n00``, ``n01``, … in order."""
+    return [
+        NodeDescriptor(
+            id=f"n{i:02d}",
+            gpu_name=name,
+            vram_bytes=gpus * gb * 10**9,
+            num_gpus=gpus,
+            link_mbps=link,
+            link_latency_ms=latency,
         )
-    return nodes
+        for i, (name, gb, gpus, link, latency) in enumerate(specs)
+    ]

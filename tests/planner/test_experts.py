@@ -38,6 +38,7 @@ from stowplan.planner.experts import (
     expert_summary,
     place_experts,
 )
+from tests.common.gpu_fleets import nodes_of
 from tests.common.h100 import h100_nodes
 from tests.common.moe import HETERO, MB, node, toy_moe
 from tests.common.paths import EXAMPLES, FIXTURES
@@ -95,18 +96,8 @@ def test_stages_sharing_a_node_hold_their_experts_within_their_own_share() -> No
     expert-parallel one puts two stages on each L40S node.  Each stage's experts fit the
     room of its own GPU (its usable VRAM), not the whole node's, which both would
     otherwise count as theirs."""
-    gpus = [("RTX 4090", 1, 24), ("L40S", 2, 48), ("RTX 4090", 1, 24), ("L40S", 2, 48)]
-    nodes = [
-        NodeDescriptor(
-            id=f"n{i:02d}",
-            gpu_name=name,
-            vram_bytes=count * gb * 10**9,
-            num_gpus=count,
-            link_mbps=10_000.0,
-            link_latency_ms=0.5,
-        )
-        for i, (name, count, gb) in enumerate([*gpus, gpus[1]])
-    ]
+    l40s, rtx = ("L40S", 48, 2, 10_000.0, 0.5), ("RTX 4090", 24, 1, 10_000.0, 0.5)
+    nodes = nodes_of([rtx, l40s, rtx, l40s, l40s])
     c = Constraints(batch=16, context_tokens=131_072, tensor_parallel=1)
     p = plan(lookup("qwen3:30b-a3b"), nodes, c)
     assert "no block-local plan (what engines run) fits" in p.rationale.notes[-1]

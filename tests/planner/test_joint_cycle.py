@@ -23,7 +23,7 @@ from stowplan.planner.tensor.joint import adjacency_loses_nothing, joint_cycle, 
 from stowplan.planner.tensor.layouts import engine_rule
 from stowplan.planner.tensor.nodes import GroupCosts, degrees
 from tests.common import tp_referee as tp
-from tests.common.gpu_fleets import MIXED_KINDS, gpu_nodes
+from tests.common.gpu_fleets import MIXED_KINDS, gpu_nodes, nodes_of
 from tests.common.h100 import h100_nodes
 
 
@@ -312,28 +312,21 @@ def test_a_node_whose_hop_outlasts_the_cycle_holds_no_stage_in_the_bound() -> No
     count was 26 % below the plan, and is within 17 % now."""
     from stowplan import plan
 
-    kinds = [
-        ("RTX 4090", 4, 24, 10_000.0, 0.05),
-        ("RTX 4090", 4, 24, 10_000.0, 0.05),
-        ("A100 80GB SXM", 8, 80, 50_000.0, 0.5),
-        ("RTX 4090", 4, 24, 10_000.0, 0.5),
-        ("RTX 4090", 4, 24, 10_000.0, 0.05),
-        ("RTX 4090", 4, 24, 10_000.0, 0.5),
-        ("H100 SXM5", 8, 80, 100_000.0, 0.5),
-        ("A100 80GB SXM", 8, 80, 50_000.0, 0.5),
-        ("L40S", 2, 48, 10_000.0, 0.05),
-    ]
-    nodes = [
-        NodeDescriptor(
-            id=f"n{i:02d}",
-            gpu_name=name,
-            vram_bytes=gpus * gb * 10**9,
-            num_gpus=gpus,
-            link_mbps=link,
-            link_latency_ms=lat,
-        )
-        for i, (name, gpus, gb, link, lat) in enumerate(kinds)
-    ]
+    rtx, l40s = ("RTX 4090", 24, 4, 10_000.0), ("L40S", 48, 2, 10_000.0)
+    a100, h100 = ("A100 80GB SXM", 80, 8, 50_000.0), ("H100 SXM5", 80, 8, 100_000.0)
+    nodes = nodes_of(
+        [
+            (*rtx, 0.05),
+            (*rtx, 0.05),
+            (*a100, 0.5),
+            (*rtx, 0.5),
+            (*rtx, 0.05),
+            (*rtx, 0.5),
+            (*h100, 0.5),
+            (*a100, 0.5),
+            (*l40s, 0.05),
+        ]
+    )
     model = resolve_model("qwen3:30b-a3b")
     got = plan(model, nodes, Constraints(batch=16))
     assert [(a.node_id, a.tensor_parallel) for a in got.assignments] == [("n06", 8)]

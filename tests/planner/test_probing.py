@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stowplan import Constraints, ModelLayout, NodeDescriptor, lookup, plan
+from stowplan.calibration import resolve_calibration
 from stowplan.errors import InsufficientVram, PlanError
 from stowplan.plan import Plan
 from stowplan.planner.certify import SKETCHED, is_probing, is_sketching, probing, sketching
@@ -19,8 +20,8 @@ from stowplan.planner.strategies import cycle
 from stowplan.planner.strategies.throughput import Pipeline
 from tests.common.gpu_fleets import MIXED_KINDS, gpu_nodes
 from tests.common.h100 import h100_nodes
+from tests.common.seeded import seeded_cluster
 
-GiB = 2**30
 MODELS = ["llama3.1:8b", "llama3.1:70b-q4_0", "llama3.1:70b", "qwen3:30b-a3b", "gpt-oss:20b"]
 
 
@@ -45,23 +46,6 @@ def _probed(
 ) -> Plan | type[PlanError]:
     with probing():
         return _outcome(model, nodes, c)
-
-
-def _single_gpu(rng: random.Random, n: int) -> list[NodeDescriptor]:
-    gpus = [("RTX 4090", 24), ("A100 80GB SXM", 80), ("L40S", 48), ("RTX 3090", 24)]
-    out = []
-    for i in range(n):
-        name, gb = rng.choice(gpus)
-        out.append(
-            NodeDescriptor(
-                id=f"n{i:02d}",
-                gpu_name=name,
-                vram_bytes=rng.randint(gb // 3, gb) * GiB,
-                link_mbps=rng.choice([1000.0, 10_000.0]),
-                link_latency_ms=rng.choice([0.1, 2.0, 20.0]),
-            )
-        )
-    return out
 
 
 def _check_same(model: ModelLayout, nodes: list[NodeDescriptor], c: Constraints) -> bool:
@@ -105,26 +89,39 @@ def test_a_probe_finds_a_plan_exactly_when_the_planner_does_on_single_gpu_fleets
 ) -> None:
     if max_stages is not None and min_stages is not None and min_stages > max_stages:
         min_stages = max_stages
-    nodes = _single_gpu(random.Random(seed), n)
+    nodes = seeded_cluster(seed, n)
     c = Constraints(
         batch=batch, context_tokens=context, max_stages=max_stages, min_stages=min_stages
     )
     _check_same(_model(name), nodes, c)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     seed=st.integers(0, 10_000),
     name=st.sampled_from(["llama3.1:70b", "llama3.1:405b", "qwen3:30b-a3b", "llama3.1:8b"]),
     batch=st.sampled_from([1, 16, 64]),
     context=st.sampled_from([None, 8192, 131_072]),
     tensor_parallel=st.sampled_from([None, 1, 2]),
+    engine=st.sampled_from([None, "generic", "vllm", "sglang", "llamacpp"]),
 )
 def test_a_probe_finds_a_plan_exactly_when_the_planner_does_on_multi_gpu_fleets(
-    seed: int, name: str, batch: int, context: int | None, tensor_parallel: int | None
+    seed: int,
+    name: str,
+    batch: int,
+    context: int | None,
+    tensor_parallel: int | None,
+    engine: str | None,
 ) -> None:
+    """Engines' rules included (one degree for every stage, one GPU per stage): a probe's
+    first pipeline is fitted to the engine as a plan's is."""
     nodes = gpu_nodes(random.Random(seed), 2, 5, MIXED_KINDS)
-    c = Constraints(batch=batch, context_tokens=context, tensor_parallel=tensor_parallel)
+    c = Constraints(
+        batch=batch,
+        context_tokens=context,
+        tensor_parallel=tensor_parallel,
+        calibration=None if engine is None else resolve_calibration(engine),
+    )
     _check_same(_model(name), nodes, c)
 
 
@@ -140,7 +137,7 @@ def test_a_probe_stops_at_the_first_pipeline_found(monkeypatch: pytest.MonkeyPat
     """A full plan of 70b on 64 single-GPU nodes solves several stage counts with both
     searches; a probe solves one count with one search and hands its pipeline on as it
     is (not swapped or split again)."""
-    model, nodes = _model("llama3.1:70b"), _single_gpu(random.Random(3), 64)
+    model, nodes = _model("llama3.1:70b"), seeded_cluster(3, 64)
     c = Constraints(batch=16)
     calls: list[int] = []
     handed: list[int] = []

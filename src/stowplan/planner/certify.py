@@ -38,6 +38,7 @@ __all__ = [
     "prediction_note",
     "probing",
     "replaced_note",
+    "searching_in_full",
     "sketching",
 ]
 
@@ -339,6 +340,18 @@ def probing() -> Iterator[None]:
 def is_probing() -> bool:
     """Whether plans made now are :func:`probing` ones."""
     return _PROBE.get()
+
+
+@contextmanager
+def searching_in_full() -> Iterator[None]:
+    """Plans made inside search in full again (sketched, inside a probe): for a step of a
+    probe whose outcome depends on which pipeline is found, not only on whether one is
+    (the expert-parallel backbone, whose nodes must also hold the experts)."""
+    token = _PROBE.set(False)
+    try:
+        yield
+    finally:
+        _PROBE.reset(token)
 
 
 def finish(

@@ -29,7 +29,7 @@ from stowplan.model import (
 )
 from stowplan.moe.routing import backbone_layout
 from stowplan.plan import Plan, Topology
-from stowplan.planner.certify import is_probing, sketching
+from stowplan.planner.certify import is_probing, searching_in_full, sketching
 from stowplan.planner.cheapest import served_rate
 from stowplan.planner.experts.inputs import ExpertInputs, ExpertPlacement
 from stowplan.planner.experts.placement import expert_ids, place_experts
@@ -109,11 +109,14 @@ def plan_experts(
     if experts.placement is ExpertPlacement.EXPERT_PARALLEL:
         return expert_parallel()
     if is_probing():
-        # Only whether a plan exists: block-local, else expert-parallel, as below.
+        # Only whether a plan exists: block-local, else expert-parallel, as below (its
+        # backbones searched in full: a backbone whose nodes cannot hold the experts
+        # moves it on to more stages, so which backbone is found matters).
         try:
             return _block_local(plan_blocks(model, nodes, constraints), model)
         except PlanError:
-            return expert_parallel()
+            with searching_in_full():
+                return expert_parallel()
     # Where the block-local plan fits, the expert-parallel one is only its note's figure
     # (a plan with experts carries no certificate): its backbones are sketched, not
     # certified, and planned again in full where it becomes the plan.

@@ -158,7 +158,7 @@ class StageCapacity:
             tuple[tuple[tuple[int, int], ...], float], list[tuple[float, int, bool]]
         ] = {}
         """:meth:`_node_steps` per tuple of the groups' block counts and latency limit."""
-        self.latencies = sorted({node.latency for node in self._nodes})
+        self._latencies = sorted({node.latency for node in self._nodes})
         """The nodes' distinct network latencies (seconds), ascending."""
         most = [
             times[-1] if times else 0.0
@@ -197,7 +197,7 @@ class StageCapacity:
                 least = min(least, apart)
                 continue
             # Only the latencies present matter: a limit is keyed by the largest within it.
-            limit = max((x for x in self.latencies if x <= latest), default=-1.0)
+            limit = max((x for x in self._latencies if x <= latest), default=-1.0)
             known = (tuple(caps.values()), limit)
             steps = self._steps.get(known)
             if steps is None:
