@@ -136,17 +136,18 @@ def plan_experts(
             "experts: expert-parallel, which only a custom stage worker runs: no "
             f"block-local plan (what engines run) fits ({exc})"
         )
-        return replace(
-            spread, rationale=replace(spread.rationale, notes=(*spread.rationale.notes, note))
-        )
+        return _noted(spread, note)
     if spread is None:
         note = f"experts: no expert-parallel plan fits ({unspread})"
-        return replace(
-            local, rationale=replace(local.rationale, notes=(*local.rationale.notes, note))
-        )
+        return _noted(local, note)
     if constraints.objective is Objective.COST:
         return _cheaper(local, spread)
     return _faster(local, spread, constraints)
+
+
+def _noted(plan: Plan, note: str) -> Plan:
+    """``plan`` with ``note`` after its notes."""
+    return replace(plan, rationale=replace(plan.rationale, notes=(*plan.rationale.notes, note)))
 
 
 def _served(p: Plan) -> float:
@@ -178,9 +179,7 @@ def _meeting_target(
         "with its experts; this expert-parallel plan on every node meets it (price not "
         "minimised)"
     )
-    return replace(
-        fastest, rationale=replace(fastest.rationale, notes=(*fastest.rationale.notes, note))
-    )
+    return _noted(fastest, note)
 
 
 def _cheaper(local: Plan, spread: Plan) -> Plan:
@@ -193,7 +192,7 @@ def _cheaper(local: Plan, spread: Plan) -> Plan:
         f"expert-parallel (a custom stage worker, --expert-parallel) "
         f"${b.cost_per_hour:.2f}/h"
     )
-    return replace(local, rationale=replace(local.rationale, notes=(*local.rationale.notes, note)))
+    return _noted(local, note)
 
 
 def _block_local(plan: Plan, model: ModelLayout) -> Plan:
@@ -213,12 +212,12 @@ def _block_local(plan: Plan, model: ModelLayout) -> Plan:
         for a in plan.assignments
     )
     note = "experts: block-local (every expert on the node of its block; no expert traffic)"
-    return replace(
+    placed = replace(
         plan,
         topology=Topology.PipelineWithExperts(plan.num_stages, ex.num_experts),
         assignments=stages,
-        rationale=replace(plan.rationale, notes=(*plan.rationale.notes, note)),
     )
+    return _noted(placed, note)
 
 
 def _faster(local: Plan, spread: Plan, constraints: Constraints) -> Plan:
@@ -241,7 +240,7 @@ def _faster(local: Plan, spread: Plan, constraints: Constraints) -> Plan:
         f"experts: block-local {_figure(va)} {unit}, the layout engines run; expert-parallel "
         f"(a custom stage worker, --expert-parallel) {_figure(vb)} {unit}, {than}"
     )
-    return replace(local, rationale=replace(local.rationale, notes=(*local.rationale.notes, note)))
+    return _noted(local, note)
 
 
 _SHOWN_GAIN = 0.005
