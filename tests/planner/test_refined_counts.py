@@ -18,6 +18,7 @@ from stowplan.plan import Plan
 from stowplan.planner.certify import sketching
 from stowplan.planner.strategies import cycle
 from stowplan.planner.tensor import groups
+from tests.common.bounded_apart import bounded_apart
 from tests.common.h100 import h100_nodes
 from tests.common.paths import EXAMPLES, FIXTURES
 from tests.common.plans import plan_cycle
@@ -82,8 +83,10 @@ def test_a_single_gpu_fleet_plans_the_count_of_least_bound(monkeypatch) -> None:
     four, five = (_fixed("llama3.1:405b-q4_0", nodes, 64, s) for s in (4, 5))
     assert four is not None and five is not None
 
-    def found(*, resplit: bool, searched: bool) -> Plan:
+    def found(*, resplit: bool, searched: bool, coupled: bool = False) -> Plan:
         with monkeypatch.context() as m:
+            if not coupled:
+                bounded_apart(m)
             if not resplit:
                 m.setattr(cycle, "resplit", lambda problem, cm, p: p)
             if not searched:
@@ -101,6 +104,10 @@ def test_a_single_gpu_fleet_plans_the_count_of_least_bound(monkeypatch) -> None:
         assert noted == (not by_split)  # the certificate's search notes what it found
     neither = found(resplit=False, searched=False)
     assert len(neither.assignments) == 5
+    # The coupled bound's pipeline alone finds the four stages too.
+    coupled = found(resplit=False, searched=False, coupled=True)
+    assert len(coupled.assignments) == 4
+    assert plan_cycle(coupled) <= plan_cycle(four) * (1 + 1e-9)
 
 
 BETWEEN = FIXTURES / "planner" / "count_between_the_ladder.yaml"
@@ -131,6 +138,7 @@ def test_the_counts_between_are_searched_for_a_plan_not_for_a_sketch(monkeypatch
     assert plan_cycle(full) < plan_cycle(sketched) * 0.95
     monkeypatch.setattr(cycle, "BETWEEN_ROUNDS", 0)
     monkeypatch.setattr(cycle, "WHOLE_BLOCK_COUNTS", 0)
+    bounded_apart(monkeypatch)
     unrefined = plan(model, nodes, c)
     assert unrefined.assignments == sketched.assignments
 
@@ -150,8 +158,13 @@ def test_a_count_whole_blocks_favour_is_searched(monkeypatch) -> None:
     assert all(plan_cycle(free) <= plan_cycle(p) * (1 + 1e-9) for p in fixed.values())
     assert len(free.assignments) == 9
     assert [a.num_blocks for a in free.assignments][:-1] == [9] * 8
-    # Without the step the plan keeps the ladder's best, more than 1 % slower.
+    # Without the step (nor the coupled bound's pipeline, which finds the nine stages as
+    # well) the plan keeps the ladder's best, more than 1 % slower.
     monkeypatch.setattr(cycle, "WHOLE_BLOCK_COUNTS", 0)
+    coupled = plan(resolve_model(model), nodes, c)
+    assert len(coupled.assignments) == 9
+    assert plan_cycle(coupled) == pytest.approx(plan_cycle(free), rel=1e-9)
+    bounded_apart(monkeypatch)
     ladder = plan(resolve_model(model), nodes, c)
     assert len(ladder.assignments) in {5, 6, 7, 8, 12}
     assert plan_cycle(free) < plan_cycle(ladder) * (1 - 1e-2)
@@ -176,6 +189,7 @@ def test_whole_blocks_are_not_searched_for_a_sketch(monkeypatch) -> None:
     with sketching():
         sketched = plan(model, nodes, c)
     monkeypatch.setattr(cycle, "WHOLE_BLOCK_COUNTS", 0)
+    bounded_apart(monkeypatch)  # nor the certificate's coupled bound, which a sketch skips
     ladder = plan(model, nodes, c)
     assert sketched.assignments == ladder.assignments
 
@@ -189,6 +203,7 @@ def test_the_searchs_nodes_are_split_again_where_that_is_faster(monkeypatch) -> 
     c = Constraints(batch=256, min_stages=5, max_stages=12, strategy="throughput")
     again = plan(model, nodes, c)
     monkeypatch.setattr(cycle, "resplit", lambda problem, cm, p: p)
+    bounded_apart(monkeypatch)  # its pipeline would stand in for the split
     once = plan(model, nodes, c)
     assert len(again.assignments) == len(once.assignments) == 5
     assert plan_cycle(again) < plan_cycle(once) * 0.95

@@ -18,11 +18,12 @@ from stowplan import Constraints, NodeDescriptor, plan
 from stowplan.cost import CostModel
 from stowplan.models import resolve_model
 from stowplan.planner.exact import trip
-from stowplan.planner.exact.pipelines import least_cycle
+from stowplan.planner.exact.pipelines import CYCLE_EXACT_LIMIT, least_cycle
 from stowplan.planner.problem import prepare
 from stowplan.planner.strategies import cycle
 from stowplan.planner.strategies.cycle import swapped
 from stowplan.planner.strategies.throughput import relaxed_bottleneck
+from tests.common.bounded_apart import bounded_apart
 from tests.common.brute_force import pipelines_of
 from tests.common.instances import instances
 from tests.common.refusals import rejected_if_refused
@@ -139,8 +140,8 @@ def _fleet() -> list[NodeDescriptor]:
 
 
 def test_on_eight_nodes_the_two_stage_plan_is_proven(monkeypatch):
-    """Past the subset DP's six nodes, a 16-sequence plan of two stages is proven
-    optimal: its pipeline takes the two nodes nearest.  The search's pipeline split again
+    """On eight nodes a 16-sequence plan of two stages is proven optimal: its pipeline
+    takes the two nodes nearest.  The search's pipeline split again
     (``cycle.resplit``) meets the bounds at once; without that step the two-stage cycle
     solved outright certifies it."""
     for again in (True, False):
@@ -155,11 +156,12 @@ def test_on_eight_nodes_the_two_stage_plan_is_proven(monkeypatch):
         assert ("two stages" in cert.method) == (not again)
 
 
-def test_a_stage_count_past_the_subset_dp_is_solved_by_the_milp() -> None:
-    """Eight WAN nodes, 405B at 16 sequences: the search's two stages on the MI300X cards
+def test_a_stage_count_past_the_subset_dp_is_solved_by_the_milp(monkeypatch) -> None:
+    """Nine WAN nodes, 405B at 16 sequences: the search's two stages on the MI300X cards
     are 4 % slower than three through the two low-latency A100s; the least bound is that
-    one stage count's, too many nodes for the subset DP, so the MILP solves its time per
-    token outright: the three-stage pipeline is the plan, proven at gap 0."""
+    one stage count's, too many nodes for the subset DP's least cycle, so the MILP solves
+    its time per token outright: the three-stage pipeline is the plan, proven at gap 0
+    (without the coupled bound, whose pipeline finds the same cycle)."""
     kinds = [
         ("MI300X", 192, 447.4, 52.23),
         ("A10G", 24, 945.4, 44.91),
@@ -169,7 +171,9 @@ def test_a_stage_count_past_the_subset_dp_is_solved_by_the_milp() -> None:
         ("A100 80GB PCIe", 80, 845.0, 11.42),
         ("MI300X", 192, 453.6, 46.57),
         ("A100 80GB PCIe", 80, 188.1, 40.51),
+        ("A10G", 24, 120.0, 58.3),
     ]
+    assert len(kinds) > CYCLE_EXACT_LIMIT
     nodes = [
         NodeDescriptor(
             id=f"n{i}", gpu_name=g, vram_bytes=gb * 10**9, link_mbps=mbps, link_latency_ms=lat
@@ -177,8 +181,14 @@ def test_a_stage_count_past_the_subset_dp_is_solved_by_the_milp() -> None:
         for i, (g, gb, mbps, lat) in enumerate(kinds)
     ]
     model = resolve_model("llama3.1:405b-q4_0")
-    got = plan(model, nodes, Constraints(batch=16))
+    with monkeypatch.context() as m:
+        bounded_apart(m)
+        got = plan(model, nodes, Constraints(batch=16))
+    coupled = plan(model, nodes, Constraints(batch=16))
     best = plan(model, nodes, Constraints(batch=16, strategy="exact", min_stages=3, max_stages=3))
+    certified = coupled.rationale.certificate
+    assert certified is not None and certified.exact
+    assert certified.bound == pytest.approx(best.rationale.certificate.value, rel=1e-9)
     got_p, best_p = got.rationale.prediction, best.rationale.prediction
     assert got_p is not None and best_p is not None
     assert got_p.tokens_per_s >= best_p.tokens_per_s * (1 - 1e-9)

@@ -27,6 +27,7 @@ from stowplan.planner.certify import (
 )
 from stowplan.planner.cheapest import plan_cheapest
 from stowplan.planner.exact.pipelines import ENUMERATION_LIMIT, EXACT_NODE_LIMIT, solve_exact
+from stowplan.planner.exact.trip import coupled_cycle_bound
 from stowplan.planner.problem import CostModels, Problem, prepare
 from stowplan.planner.strategies import cycle
 from stowplan.planner.strategies.latency import latency_pipeline
@@ -148,7 +149,9 @@ def _exact(problem: Problem) -> Plan:
     else:
         found = _cycle_search(problem, cm, objective)
         value = cm.evaluate(*found).cycle_s if found is not None else math.inf
-        optimum = cycle.optimum(problem, cm, objective, solve_exact, value, exact=True)
+        optimum = cycle.optimum(
+            problem, cm, objective, solve_exact, value, exact=True, coupled=coupled_cycle_bound
+        )
         if optimum.pipeline is not None and (
             found is None or key_of(cm, objective, optimum.pipeline) < key_of(cm, objective, found)
         ):

@@ -14,7 +14,7 @@ from stowplan.model import Constraints, Metric, Strategy
 from stowplan.plan import Certificate, Plan, PlanRationale, Prediction, Topology
 from stowplan.planner.baselines.peers import BASELINES
 from stowplan.planner.exact.pipelines import Optimum, solve_exact, solve_milp
-from stowplan.planner.exact.trip import trip_bound
+from stowplan.planner.exact.trip import coupled_cycle_bound, trip_bound
 from stowplan.planner.problem import Problem, build_assignments
 from stowplan.planner.strategies import cycle
 from stowplan.planner.strategies.fractional import fractional_bound
@@ -115,6 +115,7 @@ def inline_optimum(
         whole=True,
         outright=trip_optimum,
         searched=searched,
+        coupled=coupled_cycle_bound,
     )
 
 

@@ -41,7 +41,7 @@ __all__ = [
     "stage_matrix",
 ]
 
-CYCLE_EXACT_LIMIT = 6
+CYCLE_EXACT_LIMIT = 8
 """Largest cluster whose least cycle at a stage count :func:`least_cycle` finds exactly."""
 
 ENUMERATION_LIMIT = 10

@@ -37,8 +37,15 @@ from stowplan.cost import CostModel
 from stowplan.planner.exact.trip_nodes import Figures, node_figures, useful
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies.memo import PerModel
+from stowplan.planner.strategies.throughput import Pipeline
 
-__all__ = ["COUNTED_STAGES", "TRIP_BOUND_NODES", "trip_bound"]
+__all__ = [
+    "COUNTED_STAGES",
+    "TRIP_BOUND_NODES",
+    "capped_trip_bound",
+    "coupled_cycle_bound",
+    "trip_bound",
+]
 
 TRIP_BOUND_NODES = 64
 """Up to this many nodes (``n · blocks²`` work) the knapsack is solved."""
@@ -79,12 +86,131 @@ _kept: PerModel[dict[tuple[bool, bool, int, bool, int], float | None]] = PerMode
 """The bounds computed per cost model, by what they depend on."""
 
 
+def capped_trip_bound(problem: Problem, cm: CostModel, cap: float) -> float | None:
+    """:func:`trip_bound` of the pipelines whose every stage takes at most ``cap`` seconds
+    (inf: none holds every block): a stage of ``k`` blocks on node ``d`` takes at least
+    ``k · r_d`` plus the node's fixed stage cost, and but for the last its transfer out,
+    the last the least its head adds, so each node holds at most the blocks that fit
+    within ``cap`` in each role. It never falls as ``cap`` falls. None where
+    :func:`trip_bound` is."""
+    limits = _limits(problem, cm)
+    return None if limits is None else _trip_bound(cm, *limits, cap)
+
+
+def _limits(problem: Problem, cm: CostModel) -> tuple[bool, bool, int, bool, int] | None:
+    """What :func:`_trip_bound` reads of ``problem``'s stage limits (None past
+    :data:`TRIP_BOUND_NODES`)."""
+    n = len(cm.nodes)
+    if n > TRIP_BOUND_NODES:
+        return None
+    fewest, most = max(2, problem.min_stages), min(problem.max_stages, n)
+    top = min(most, COUNTED_STAGES) if (fewest > 2 or most < n) else 0
+    return (
+        problem.min_stages <= 1,
+        n < 2 or problem.max_stages < 2,
+        top,
+        top < most,
+        min(fewest, top),
+    )
+
+
+COUPLED_STEPS = 12
+"""Most knapsacks :func:`coupled_cycle_bound` solves (one at the ceiling, then a bisection)."""
+
+
+def coupled_cycle_bound(
+    problem: Problem, cm: CostModel, m: int, floor: float, ceiling: float
+) -> tuple[float, Pipeline | None] | None:
+    """A lower bound on the cycle ``max(m · slowest, trip)`` of every pipeline ``problem``
+    allows (``cm`` at a microbatch no larger than theirs), between ``floor`` (a bound in
+    hand) and ``ceiling`` (a cycle in hand: reaching it proves that cycle least), and a
+    candidate pipeline: the knapsack solution at the least ``T`` found with ``m · T ≥
+    L(T)``, laid out (:func:`_layout`; None where it does not read back or the bound
+    reaches the ceiling).
+
+    The least trip with every stage within ``T``, ``L(T)`` (:func:`capped_trip_bound`),
+    never grows with ``T`` while ``m · T`` does, so the ``T`` at or above which ``m · T ≥
+    L(T)`` holds form an interval from some ``T*``: a pipeline whose slowest stage is
+    ``S`` has a cycle of at least ``m · S`` when ``S ≥ T*`` and at least ``L(S) > m · S``
+    up to ``m · T*`` when ``S < T*``, so every cycle is at least ``m · T*``. A bisection
+    keeps a ``T`` below ``T*`` (``m · T < L(T)``) and bounds by ``m`` times it (``floor``
+    where none is found above it); None where the knapsack is not solved."""
+    limits = _limits(problem, cm)
+    if limits is None or m < 1 or not (0 <= floor < ceiling < math.inf):
+        return None
+    lo, hi = floor / m, ceiling / m
+    top = _trip_bound(cm, *limits, hi)
+    if top is None:
+        return None
+    if top > ceiling:
+        return ceiling, None  # every stage within the ceiling's share leaves the trip above it
+    for _ in range(COUPLED_STEPS - 1):
+        if (hi - lo) * m <= _COUPLED_PRECISION * ceiling:
+            break
+        mid = (lo + hi) / 2
+        trip = _trip_bound(cm, *limits, mid)
+        if trip is None:
+            return None
+        if m * mid < trip:
+            lo = mid
+        else:
+            hi = mid
+    laid = _solution(cm, *limits, hi, layout=True)
+    return max(floor, m * lo), None if laid is None else laid[1]
+
+
+_COUPLED_PRECISION = 1e-4
+"""The bisection stops once it pins ``m · T*`` within this share of the ceiling."""
+
+
+def _capped(cm: CostModel, f: Figures, cap: float) -> Figures:
+    """``f`` with each role holding at most the blocks a stage of at most ``cap`` seconds
+    holds on its node (a whole number, rounded up past float error: never fewer)."""
+    fixed = cm.stage_s[f.node]
+
+    def within(spare: float) -> int:
+        if spare < 0:
+            return 0
+        if f.rate <= 0:
+            return cm.num_blocks
+        return math.floor(spare / f.rate * (1 + 1e-9) + 1e-9)
+
+    inner = within(cap - fixed - f.out)
+    return f._replace(
+        inner=min(f.inner, inner),
+        lead=min(f.lead, inner),
+        tail=min(f.tail, within(cap - fixed - f.least_head)),
+    )
+
+
 def _trip_bound(
-    cm: CostModel, alone: bool, one_stage: bool, top: int, open_top: bool, lowest: int
+    cm: CostModel,
+    alone: bool,
+    one_stage: bool,
+    top: int,
+    open_top: bool,
+    lowest: int,
+    cap: float = math.inf,
 ) -> float | None:
     """:func:`trip_bound` of pipelines of one stage where ``alone``, of two or more
     unless ``one_stage``, counted up to ``top`` (``open_top``: that many or more) from
-    ``lowest``."""
+    ``lowest``, every stage within ``cap`` seconds."""
+    got = _solution(cm, alone, one_stage, top, open_top, lowest, cap)
+    return None if got is None else got[0]
+
+
+def _solution(
+    cm: CostModel,
+    alone: bool,
+    one_stage: bool,
+    top: int,
+    open_top: bool,
+    lowest: int,
+    cap: float,
+    layout: bool = False,
+) -> tuple[float, Pipeline | None] | None:
+    """:func:`_trip_bound`, and with ``layout`` the pipeline its least knapsack solution
+    stands for (:func:`_layout`; None where a single stage or nothing gives the bound)."""
     n, nb = len(cm.nodes), cm.num_blocks
     try:
         import numpy as np
@@ -94,36 +220,129 @@ def _trip_bound(
     if alone:
         for d in range(n):
             if cm.fits(d, 0, nb, True, True):
-                single = min(single, cm.stage_time(d, 0, nb, True, True))
+                alone_s = cm.stage_time(d, 0, nb, True, True)
+                if alone_s <= cap:
+                    single = min(single, alone_s)
     if one_stage:
-        return single
+        return single, None
     figures = node_figures(cm)
+    if math.isfinite(cap):
+        capped = (_capped(cm, f, cap) for f in figures)
+        figures = [f for f in capped if max(f.inner, f.lead, f.tail) > 0]
+        if not figures:
+            return single, None
     counts = list(range(lowest, top + 1)) if top else [0]
 
-    solved: dict[tuple[int, ...], float] = {}
+    solved: dict[tuple[int, ...], tuple[float, list[Figures]]] = {}
 
     def least(of: list[Figures]) -> float:
         nodes = tuple(f.node for f in of)
         if nodes not in solved:
             g = _knapsack(np, cm, of, top, open_top)
-            solved[nodes] = min(single, float(g[1, 1, counts, nb].min()))
-        return solved[nodes]
+            solved[nodes] = (float(g[1, 1, counts, nb].min()), of)
+        return min(single, solved[nodes][0])
 
     least(useful(figures, nb, lowest, least))
     # The least of the knapsacks solved: where the nodes kept hold an optimum, theirs;
     # where the one in hand was below every solution, it is a bound itself.
-    return min(solved.values())
+    value, of = min(solved.values(), key=lambda got: got[0])
+    if value >= single or not math.isfinite(value):
+        return single, None
+    if not layout:
+        return value, None
+    layers: list[Any] = []
+    _knapsack(np, cm, of, top, open_top, layers)
+    return value, _layout(cm, of, layers, counts, top, open_top)
 
 
-def _knapsack(np: Any, cm: CostModel, figures: list[Figures], top: int, open_top: bool) -> Any:
+def _layout(
+    cm: CostModel,
+    figures: list[Figures],
+    layers: list[Any],
+    counts: list[int],
+    top: int,
+    open_top: bool,
+) -> Pipeline | None:
+    """The pipeline of a least knapsack solution: its table after each node
+    (``layers``) read backwards for the node's role and blocks where the node changed
+    the entry, the first stage first, the interior stages in node order, the last last
+    (None where the solution does not read back: a last stage costed as the largest of
+    three least costs may match no one block count)."""
+    nb = cm.num_blocks
+    end = layers[-1]
+    c = counts[min(range(len(counts)), key=lambda i: float(end[1, 1, counts[i], nb]))]
+    first, last = 1, 1
+    left = nb
+    taken: list[tuple[str, int, int]] = []
+    for i in range(len(figures) - 1, -1, -1):
+        before, now = layers[i], layers[i + 1]
+        value = float(now[first, last, c, left])
+        if float(before[first, last, c, left]) == value:
+            continue  # the node not taken
+        f = figures[i]
+        prior = [0] if top == 0 else [c - 1] * (c >= 1) + [top] * (c == top and open_top)
+        roles = [("inner", first, last, f.inner, f.hop + f.out)]
+        if first:
+            roles.append(("first", 0, last, f.lead, f.hop + f.out))
+        if last:
+            roles.append(("last", first, 0, f.tail, f.hop))
+        best: tuple[float, str, int, int, int, int] | None = None
+        for role, pf, pl, most, paid in roles:
+            for pc in prior:
+                for k in range(1, min(most, left) + 1):
+                    base = float(before[pf, pl, pc, left - k])
+                    if not math.isfinite(base):
+                        continue
+                    miss = abs(base + _stage_cost(cm, f, role, k) + paid - value)
+                    if best is None or miss < best[0]:
+                        best = (miss, role, pf, pl, pc, k)
+        if best is None or best[0] > 1e-9 * max(value, 1e-12):
+            return None
+        _, role, first, last, c, k = best
+        left -= k
+        taken.append((role, f.node, k))
+    if left or first or last:
+        return None
+    taken.reverse()
+    ordered = sorted(taken, key=lambda t: {"first": 0, "inner": 1, "last": 2}[t[0]])
+    order, bounds = [d for _, d, _ in ordered], [0]
+    for _, _, k in ordered:
+        bounds.append(bounds[-1] + k)
+    return order, bounds
+
+
+def _stage_cost(cm: CostModel, f: Figures, role: str, k: int) -> float:
+    """What the knapsack charges ``k`` blocks in ``role`` on ``f``'s node, its hop and
+    transfer apart."""
+    if role != "last":
+        return k * f.rate
+    ends = [[r * j + c for r, c in f.pieces] for j in (1, f.tail)]
+    lead_piece = [i for i in (0, 1) if all(e[i] >= e[1 - i] for e in ends)]
+    if lead_piece:
+        r, c = f.pieces[lead_piece[0]]
+        return r * k + c
+    return max(k * f.rate + cm.head * min(f.inv_bw, f.flop_s), *(r * k + c for r, c in f.pieces))
+
+
+def _knapsack(
+    np: Any,
+    cm: CostModel,
+    figures: list[Figures],
+    top: int,
+    open_top: bool,
+    layers: list[Any] | None = None,
+) -> Any:
     """g[f, l, c, j]: the least cost of j blocks on the c nodes of ``figures`` taken, f:
     the first stage among them (blocks [0, k) beside the embed), l: the last (blocks
-    [nb - k, nb) beside the head); every other node an interior stage."""
+    [nb - k, nb) beside the head); every other node an interior stage.  ``layers``, where
+    given, gets the table before the first node and after each."""
     nb = cm.num_blocks
     inf = math.inf
     idx = np.arange(nb + 1)
     g = np.full((2, 2, top + 1, nb + 1), inf)
     g[0, 0, 0, 0] = 0.0
+    if layers is not None:
+        layers.append(g)
     for f in figures:
         inner, lead, tail, rate = f.inner, f.lead, f.tail, f.rate
         hop, out = f.hop, f.out
@@ -160,6 +379,8 @@ def _knapsack(np: Any, cm: CostModel, figures: list[Figures], top: int, open_top
                     cand = np.maximum(cand, take(before, tail, r) + c)
             np.minimum(fresh[:, 1], cand + hop, out=fresh[:, 1])
         g = fresh
+        if layers is not None:
+            layers.append(g)
     return g
 
 

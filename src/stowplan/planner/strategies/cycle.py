@@ -49,7 +49,7 @@ from typing import Any
 from stowplan.cost import CostModel, microbatches
 from stowplan.errors import DependencyError
 from stowplan.model import Metric
-from stowplan.planner.exact.pipelines import Optimum, least_cycle
+from stowplan.planner.exact.pipelines import CYCLE_EXACT_LIMIT, Optimum, least_cycle
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies.capacity_arrays import numpy_module
 from stowplan.planner.strategies.evaluated import evaluated
@@ -545,10 +545,18 @@ Searched = Callable[[Problem, CostModel], "Pipeline | None"]
 """A search for a pipeline of ``problem``'s stage limits (one count) on a cost model at
 that count's microbatch: a candidate, no bound."""
 
+Coupled = Callable[[Problem, CostModel, int, float, float], "tuple[float, Pipeline | None] | None"]
+"""A lower bound on the cycle of ``problem``'s pipelines coupling their slowest stage and
+their trip (given ``m``, a bound in hand and a cycle in hand), with a candidate pipeline
+where it has one; None where not computed."""
+
 Bound = Callable[[Problem, CostModel, Metric], "Optimum"]
 """The optimum (or a bound) of a solver objective (``latency`` or ``throughput``:
 bottleneck seconds) of ``problem`` on a cost model."""
 
+
+COUPLED = "bound: the least trip with every stage within the slowest (a knapsack, bisected)"
+"""How the bound ``coupled`` gives is named in a certificate's method."""
 
 REFINE_RANGES = 32
 """Most splits of the range holding the least bound, per certificate."""
@@ -566,6 +574,7 @@ def optimum(
     whole: bool = False,
     outright: Tighten | None = None,
     searched: Searched | None = None,
+    coupled: Coupled | None = None,
 ) -> Optimum:
     """A lower bound on the cycle of every pipeline (the optimum when one in hand meets it).
 
@@ -585,7 +594,9 @@ def optimum(
     proves it, ``searched`` (given the problem held to that count) may give a pipeline
     of that count, on up to :data:`COUNT_SEARCH_NODES` nodes: a candidate only.  The
     plan's search tries the few stage counts of least quick bound; the count holding the
-    least bound may be another.
+    least bound may be another.  ``coupled`` bounds the range holding the least bound
+    once more, on clusters beyond :data:`CYCLE_EXACT_LIMIT` nodes, where its two parts
+    were bounded apart: the slowest stage and the trip of one pipeline together.
     """
 
     points = list(stage_counts(problem)) if exact else ladder(problem, cm.batch, fine=False)
@@ -606,6 +617,10 @@ def optimum(
     """Ranges whose time-per-token bound is not exact: what ``tighten`` would be given."""
     whole_counts: set[int] = set()
     """Stage counts solved outright."""
+    coupled_ranges: set[tuple[int, int]] = set()
+    """Ranges ``coupled`` has bounded."""
+    by_coupled: set[int] = set()
+    """The pipelines ``coupled`` laid out (by ``id``)."""
     by_search: dict[int, int] = {}
     """The pipelines ``searched`` found (by ``id``), and their stage counts."""
 
@@ -700,6 +715,29 @@ def optimum(
                 methods.add(better.method)
                 got[(first, last)] = better.value
             continue
+        if (
+            coupled is not None
+            and (first, last) not in coupled_ranges
+            and len(cm.nodes) > CYCLE_EXACT_LIMIT
+        ):
+            coupled_ranges.add((first, last))
+            m, _ = microbatches(cm.batch, first)
+            sub = replace(_at(problem, last), min_stages=max(problem.min_stages, first))
+            joint, candidate = coupled(sub, cm.for_stages(last), m, least, target) or (0.0, None)
+            if (
+                candidate is not None
+                and sub.min_stages <= len(candidate[0]) <= sub.max_stages
+                and cm.fits_pipeline(*candidate)
+                and evaluated(cm, *candidate).cycle_s < target * (1 - 1e-9)
+            ):
+                pipelines.append(candidate)
+                by_coupled.add(id(candidate))
+            if joint > least:
+                methods.add(COUPLED)
+                got[(first, last)] = joint
+                continue
+            if len(pipelines) > counted:
+                continue  # a better cycle in hand: the loop reads it first
         if first == last:
             if whole and first not in whole_counts:
                 got[(first, last)] = solve_whole(first, least)
@@ -724,13 +762,17 @@ def optimum(
     else:
         method = f"per stage count, max(m × slowest-stage bound, time-per-token bound): {kind}"
     count = None if best is None else by_search.get(id(best))
+    if count is not None:
+        found_by = f"a search held to {count} stages (the count of least bound)"
+    elif best is not None and id(best) in by_coupled:
+        found_by = "the coupled bound's knapsack"
+    else:
+        found_by = ""
     return Optimum(
         objective=objective,
         value=min(reached, lower) if exact else lower,
         exact=exact,
         method=method,
         pipeline=best,
-        found_by=""
-        if count is None
-        else f"a search held to {count} stages (the count of least bound)",
+        found_by=found_by,
     )
