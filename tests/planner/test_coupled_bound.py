@@ -229,3 +229,26 @@ def test_a_bound_the_coupled_knapsack_cannot_raise_leaves_the_certificate_as_it_
     cert = got.rationale.certificate
     assert cert is not None and got.num_stages == 9
     assert cert.exact and cert.gap == 0.0 and cert.bound == cert.value
+
+
+def test_the_knapsack_counts_the_hops_of_ten_stages():
+    """Twelve nodes alike on 20 ms links, a range of ten stages: every stage pays its hop,
+    so the trip is at least ten of them (counting only up to eight stages, the knapsack
+    would let the two others go free)."""
+    nodes = [
+        NodeDescriptor(
+            id=f"n{i:02d}",
+            gpu_name="RTX 4090",
+            vram_bytes=24 * 10**9,
+            link_mbps=10_000.0,
+            link_latency_ms=20.0,
+        )
+        for i in range(12)
+    ]
+    model, c = resolve_model("llama3.1:8b"), Constraints(batch=16)
+    problem = prepare(model, nodes, c)
+    sub = replace(problem, min_stages=10, max_stages=10)
+    cm = CostModel(model, nodes, c).for_stages(10)
+    assert trip.COUNTED_STAGES >= 10
+    got = trip.trip_bound(sub, cm)
+    assert got is not None and got >= 10 * 0.020

@@ -50,7 +50,7 @@ __all__ = [
 TRIP_BOUND_NODES = 64
 """Up to this many nodes (``n · blocks²`` work) the knapsack is solved."""
 
-COUNTED_STAGES = 8
+COUNTED_STAGES = 12
 """The knapsack counts stages up to this many (more count as this many): where the
 problem's stage limits bind, pipelines of too few or too many stages are left out."""
 
