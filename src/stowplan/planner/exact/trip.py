@@ -25,6 +25,11 @@ hold the blocks, which is what the optimum pays on slow links.
 The knapsack runs over the nodes that can hold its optimum
 (:func:`~stowplan.planner.exact.trip_nodes.useful`: of each kind of node, the few of least
 hop that a solution in hand leaves room for), which gives its least cost over every node.
+
+Held within a time ``T`` per stage (each node holding only the blocks that run within
+``T`` in each role), the knapsack bounds the trip of the pipelines whose slowest stage
+is at most ``T``; bisected on ``T`` against ``m × T`` it bounds their cycle
+(:func:`coupled_cycle_bound`), and its solution, read back, is a pipeline to try.
 """
 
 from __future__ import annotations
@@ -60,22 +65,12 @@ def trip_bound(problem: Problem, cm: CostModel) -> float | None:
     ``cm``'s nodes at its microbatch: the least single stage's time, or the knapsack of
     the module for two stages or more, whichever is less (inf: no pipeline holds every
     block); None past :data:`TRIP_BOUND_NODES` nodes or without numpy."""
-    n = len(cm.nodes)
-    if n > TRIP_BOUND_NODES:
+    # The bound depends on the problem only through its limits: the ranges of stage
+    # counts a certificate refines (16–31, 16–23, 16–19, … at one microbatch) mostly
+    # share them.
+    key = _limits(problem, cm)
+    if key is None:
         return None
-    fewest, most = max(2, problem.min_stages), min(problem.max_stages, n)
-    # Stages are counted only where a limit binds: c = 0 .. top, top standing for ``top``
-    # stages or more unless ``most`` is ``top``.
-    top = min(most, COUNTED_STAGES) if (fewest > 2 or most < n) else 0
-    # The bound depends on the problem only through these: the ranges of stage counts a
-    # certificate refines (16–31, 16–23, 16–19, … at one microbatch) mostly share one.
-    key = (
-        problem.min_stages <= 1,
-        n < 2 or problem.max_stages < 2,
-        top,
-        top < most,
-        min(fewest, top),
-    )
     kept = _kept(cm)
     if key not in kept:
         kept[key] = _trip_bound(cm, *key)
@@ -104,6 +99,8 @@ def _limits(problem: Problem, cm: CostModel) -> tuple[bool, bool, int, bool, int
     if n > TRIP_BOUND_NODES:
         return None
     fewest, most = max(2, problem.min_stages), min(problem.max_stages, n)
+    # Stages are counted only where a limit binds: c = 0 .. top, top standing for ``top``
+    # stages or more unless ``most`` is ``top``.
     top = min(most, COUNTED_STAGES) if (fewest > 2 or most < n) else 0
     return (
         problem.min_stages <= 1,
