@@ -14,14 +14,13 @@ and equal ones (the same draws: the same ``--seed`` and ``--cases``).
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _clusters import SPECS, cluster
+from _outcomes import loaded, run
 from stowplan import Constraints, PlanError, plan
 from stowplan.models import resolve_model
 
@@ -63,9 +62,7 @@ def cases(seed: int, count: int) -> list[list[object]]:
 
 
 def compare(a_path: str, b_path: str) -> None:
-    a, b = json.loads(Path(a_path).read_text()), json.loads(Path(b_path).read_text())
-    if len(a) != len(b):
-        raise SystemExit("the two files hold different draws (--seed and --cases)")
+    a, b = loaded(a_path, b_path)
     faster = slower = same = 0
     for x, y in zip(a, b, strict=True):
         if x[7] == y[7]:
@@ -82,18 +79,7 @@ def compare(a_path: str, b_path: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--seed", type=int, default=78)
-    ap.add_argument("--cases", type=int, default=200)
-    ap.add_argument("--out", help="write the outcomes here (JSON)")
-    ap.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two outputs")
-    args = ap.parse_args()
-    if args.compare:
-        compare(*args.compare)
-        return
-    if not args.out:
-        raise SystemExit("--out FILE or --compare A B")
-    Path(args.out).write_text(json.dumps(cases(args.seed, args.cases)))
+    run(cases, compare, seed=78, count=200)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,6 @@ markdown table.
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import statistics
 import sys
@@ -25,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _clusters import cluster
+from _outcomes import loaded, run
 from stowplan import Constraints, PlanError, plan
 from stowplan.models import resolve_model
 
@@ -60,9 +59,7 @@ def cases(seed: int, count: int) -> list[dict[str, object]]:
 
 
 def compare(a_path: str, b_path: str) -> None:
-    a, b = json.loads(Path(a_path).read_text()), json.loads(Path(b_path).read_text())
-    if len(a) != len(b):
-        raise SystemExit("the two files hold different draws (--seed and --cases)")
+    a, b = loaded(a_path, b_path)
     faster: list[float] = []
     slower = 0
     sizes: dict[int, list[list[float]]] = {}
@@ -102,18 +99,7 @@ def compare(a_path: str, b_path: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--cases", type=int, default=160)
-    ap.add_argument("--out", help="write the outcomes here (JSON)")
-    ap.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two outputs")
-    args = ap.parse_args()
-    if args.compare:
-        compare(*args.compare)
-        return
-    if not args.out:
-        raise SystemExit("--out FILE or --compare A B")
-    Path(args.out).write_text(json.dumps(cases(args.seed, args.cases)))
+    run(cases, compare, seed=1, count=160)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from stowplan.constraints import Constraints
 from stowplan.model import ModelLayout, NodeDescriptor
+from stowplan.planner.problem import Problem, prepare
+from tests.common.refusals import rejected_if_refused
 
 GPUS = [("RTX 3090", 24), ("RTX 4090", 24), ("RTX 5090", 32), ("L4", 24), ("H100", 80)]
 
@@ -53,3 +56,17 @@ def instances(draw: st.DrawFn, max_nodes: int = 4, max_blocks: int = 6) -> tuple
             )
         )
     return model, nodes
+
+
+def ranged(
+    inst: tuple, batch: int, fewest: int, most: int
+) -> tuple[Problem, Constraints, int, int]:
+    """An instance's problem at ``batch`` sequences (the example rejected where the planner
+    refuses it), its constraints, and a range of stage counts ``lo`` to ``hi`` from the
+    drawn ``fewest`` and ``most`` within the problem's limits."""
+    model, nodes = inst
+    c = Constraints(batch=batch)
+    with rejected_if_refused():
+        problem = prepare(model, nodes, c)
+    lo = min(fewest, problem.max_stages)
+    return problem, c, lo, max(lo, min(most, problem.max_stages))

@@ -23,8 +23,7 @@ from stowplan.planner.strategies import cycle
 from tests.common.bounded_apart import bounded_apart
 from tests.common.brute_force import pipelines_of
 from tests.common.gpu_fleets import nodes_of
-from tests.common.instances import instances
-from tests.common.refusals import rejected_if_refused
+from tests.common.instances import instances, ranged
 
 
 def _least_cycle(cm: CostModel, lo: int, hi: int) -> float:
@@ -48,11 +47,7 @@ def test_the_capped_knapsack_is_never_above_the_least_trip_within_the_cap(
     inst, batch, fewest, most, share
 ):
     model, nodes = inst
-    c = Constraints(batch=batch)
-    with rejected_if_refused():
-        problem = prepare(model, nodes, c)
-    lo = min(fewest, problem.max_stages)
-    hi = max(lo, min(most, problem.max_stages))
+    problem, c, lo, hi = ranged(inst, batch, fewest, most)
     sub = replace(problem, min_stages=lo, max_stages=hi)
     cm = CostModel(model, nodes, c).for_stages(hi)
     everything = [
@@ -86,11 +81,7 @@ def test_the_coupled_bound_is_never_above_the_least_cycle(inst, batch, fewest, m
     fewest (as the certificates bound a range), from no bound in hand and below a
     ceiling at or above the least cycle."""
     model, nodes = inst
-    c = Constraints(batch=batch)
-    with rejected_if_refused():
-        problem = prepare(model, nodes, c)
-    lo = min(fewest, problem.max_stages)
-    hi = max(lo, min(most, problem.max_stages))
+    problem, c, lo, hi = ranged(inst, batch, fewest, most)
     cm = CostModel(model, nodes, c)
     truth = _least_cycle(cm, lo, hi)
     if not math.isfinite(truth):

@@ -25,13 +25,8 @@ from stowplan.planner.strategies.cycle import swapped
 from stowplan.planner.strategies.throughput import relaxed_bottleneck
 from tests.common.bounded_apart import bounded_apart
 from tests.common.brute_force import pipelines_of
-from tests.common.instances import instances
+from tests.common.instances import instances, ranged
 from tests.common.refusals import rejected_if_refused
-
-
-def _limits(draw_lo: int, draw_hi: int, most: int) -> tuple[int, int]:
-    lo = min(draw_lo, most)
-    return lo, max(lo, min(draw_hi, most))
 
 
 @settings(max_examples=80, deadline=None)
@@ -46,10 +41,7 @@ def test_the_knapsack_between_stage_limits_is_never_above_their_least_time_per_t
     inst, batch, fewest, most, counted
 ):
     model, nodes = inst
-    c = Constraints(batch=batch)
-    with rejected_if_refused():
-        problem = prepare(model, nodes, c)
-    lo, hi = _limits(fewest, most, problem.max_stages)
+    problem, c, lo, hi = ranged(inst, batch, fewest, most)
     sub = replace(problem, min_stages=lo, max_stages=hi)
     cm = CostModel(model, nodes, c)
     truth = min(

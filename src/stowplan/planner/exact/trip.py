@@ -60,6 +60,10 @@ COUNTED_STAGES = 12
 problem's stage limits bind, pipelines of too few or too many stages are left out."""
 
 
+Limits = tuple[bool, bool, int, bool, int]
+"""What the knapsack reads of a problem's stage limits (:func:`_limits`)."""
+
+
 def trip_bound(problem: Problem, cm: CostModel) -> float | None:
     """A lower bound on the trip (seconds) of every pipeline ``problem`` allows on
     ``cm``'s nodes at its microbatch: the least single stage's time, or the knapsack of
@@ -73,11 +77,11 @@ def trip_bound(problem: Problem, cm: CostModel) -> float | None:
         return None
     kept = _kept(cm)
     if key not in kept:
-        kept[key] = _trip_bound(cm, *key)
+        kept[key] = _trip_bound(cm, key)
     return kept[key]
 
 
-_kept: PerModel[dict[tuple[bool, bool, int, bool, int], float | None]] = PerModel(lambda cm: {})
+_kept: PerModel[dict[Limits, float | None]] = PerModel(lambda cm: {})
 """The bounds computed per cost model, by what they depend on."""
 
 
@@ -89,10 +93,10 @@ def capped_trip_bound(problem: Problem, cm: CostModel, cap: float) -> float | No
     within ``cap`` in each role. It never falls as ``cap`` falls. None where
     :func:`trip_bound` is."""
     limits = _limits(problem, cm)
-    return None if limits is None else _trip_bound(cm, *limits, cap)
+    return None if limits is None else _trip_bound(cm, limits, cap)
 
 
-def _limits(problem: Problem, cm: CostModel) -> tuple[bool, bool, int, bool, int] | None:
+def _limits(problem: Problem, cm: CostModel) -> Limits | None:
     """What :func:`_trip_bound` reads of ``problem``'s stage limits (None past
     :data:`TRIP_BOUND_NODES`)."""
     n = len(cm.nodes)
@@ -136,7 +140,7 @@ def coupled_cycle_bound(
     if limits is None or m < 1 or not (0 <= floor < ceiling < math.inf):
         return None
     lo, hi = floor / m, ceiling / m
-    top = _trip_bound(cm, *limits, hi)
+    top = _trip_bound(cm, limits, hi)
     if top is None:
         return None
     if top > ceiling:
@@ -145,7 +149,7 @@ def coupled_cycle_bound(
         if (hi - lo) * m <= _COUPLED_PRECISION * ceiling:
             break
         mid = (lo + hi) / 2
-        trip = _trip_bound(cm, *limits, mid)
+        trip = _trip_bound(cm, limits, mid)
         if trip is None:
             return None
         if m * mid < trip:
@@ -180,19 +184,10 @@ def _capped(cm: CostModel, f: Figures, cap: float) -> Figures:
     )
 
 
-def _trip_bound(
-    cm: CostModel,
-    alone: bool,
-    one_stage: bool,
-    top: int,
-    open_top: bool,
-    lowest: int,
-    cap: float = math.inf,
-) -> float | None:
-    """:func:`trip_bound` of pipelines of one stage where ``alone``, of two or more
-    unless ``one_stage``, counted up to ``top`` (``open_top``: that many or more) from
-    ``lowest``, every stage within ``cap`` seconds."""
-    got = _solution(cm, alone, one_stage, top, open_top, lowest, cap)
+def _trip_bound(cm: CostModel, limits: Limits, cap: float = math.inf) -> float | None:
+    """:func:`trip_bound` of pipelines within ``limits``, every stage within ``cap``
+    seconds (:func:`_solution`'s bound)."""
+    got = _solution(cm, *limits, cap)
     return None if got is None else got[0]
 
 
@@ -206,8 +201,11 @@ def _solution(
     cap: float,
     layout: bool = False,
 ) -> tuple[float, Pipeline | None] | None:
-    """:func:`_trip_bound`, and with ``layout`` the pipeline its least knapsack solution
-    stands for (:func:`_layout`; None where a single stage or nothing gives the bound)."""
+    """The bound of pipelines of one stage where ``alone``, of two or more unless
+    ``one_stage``, counted up to ``top`` (``open_top``: that many or more) from
+    ``lowest``, every stage within ``cap`` seconds; with ``layout`` also the pipeline its
+    least knapsack solution stands for (:func:`_layout`; None where a single stage or
+    nothing gives the bound)."""
     n, nb = len(cm.nodes), cm.num_blocks
     try:
         import numpy as np
