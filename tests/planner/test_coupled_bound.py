@@ -177,7 +177,7 @@ def test_coupled_plans_and_certificates_on_drawn_fleets(monkeypatch):
     """On drawn fleets past the exact cycle's reach, a plan is never slower than with
     the two parts bounded apart, its certificate never promises more than a bound (an
     exact one is the least cycle, which the plan meets within the tie-break's
-    0.1 %), and some plans are faster (seven of these, up to 15 %)."""
+    0.1 %), and some plans are faster (six of these, up to 15 %)."""
     faster = 0
     for seed in range(16, 40):
         name, nodes, batch = _drawn(seed)
