@@ -228,25 +228,25 @@ def _solution(
             return single, None
     counts = list(range(lowest, top + 1)) if top else [0]
 
-    solved: dict[tuple[int, ...], tuple[float, list[Figures]]] = {}
+    solved: dict[tuple[int, ...], tuple[float, list[Figures], list[Any]]] = {}
+    """Per set of nodes: its least, the nodes, and (with ``layout``) its tables."""
 
     def least(of: list[Figures]) -> float:
         nodes = tuple(f.node for f in of)
         if nodes not in solved:
-            g = _knapsack(np, cm, of, top, open_top)
-            solved[nodes] = (float(g[1, 1, counts, nb].min()), of)
+            layers: list[Any] = []
+            g = _knapsack(np, cm, of, top, open_top, layers if layout else None)
+            solved[nodes] = (float(g[1, 1, counts, nb].min()), of, layers)
         return min(single, solved[nodes][0])
 
     least(useful(figures, nb, lowest, least))
     # The least of the knapsacks solved: where the nodes kept hold an optimum, theirs;
     # where the one in hand was below every solution, it is a bound itself.
-    value, of = min(solved.values(), key=lambda got: got[0])
+    value, of, layers = min(solved.values(), key=lambda got: got[0])
     if value >= single or not math.isfinite(value):
         return single, None
     if not layout:
         return value, None
-    layers: list[Any] = []
-    _knapsack(np, cm, of, top, open_top, layers)
     return value, _layout(cm, of, layers, counts, top, open_top)
 
 
@@ -311,12 +311,20 @@ def _stage_cost(cm: CostModel, f: Figures, role: str, k: int) -> float:
     transfer apart."""
     if role != "last":
         return k * f.rate
-    ends = [[r * j + c for r, c in f.pieces] for j in (1, f.tail)]
-    lead_piece = [i for i in (0, 1) if all(e[i] >= e[1 - i] for e in ends)]
-    if lead_piece:
-        r, c = f.pieces[lead_piece[0]]
+    leading = _leading_piece(f)
+    if leading is not None:
+        r, c = leading
         return r * k + c
     return max(k * f.rate + cm.head * min(f.inv_bw, f.flop_s), *(r * k + c for r, c in f.pieces))
+
+
+def _leading_piece(f: Figures) -> tuple[float, float] | None:
+    """The last stage's cost on ``f``'s node by its reads or by its FLOPs, whichever is
+    the larger at one block and at ``f.tail`` (both linear: then at every count between,
+    and it is the cost); None where neither is."""
+    ends = [[r * k + c for r, c in f.pieces] for k in (1, f.tail)]
+    lead = [i for i in (0, 1) if all(e[i] >= e[1 - i] for e in ends)]
+    return f.pieces[lead[0]] if lead else None
 
 
 def _knapsack(
@@ -362,15 +370,13 @@ def _knapsack(
             # By its reads and by its FLOPs: where one is the larger at one block and at
             # ``tail`` it is at every count between (both are linear), and it is the cost;
             # else the largest of the three least costs.
-            pieces = f.pieces
-            ends = [[r * k + c for r, c in pieces] for k in (1, tail)]
-            lead_piece = [i for i in (0, 1) if all(e[i] >= e[1 - i] for e in ends)]
-            if lead_piece:
-                r, c = pieces[lead_piece[0]]
+            leading = _leading_piece(f)
+            if leading is not None:
+                r, c = leading
                 cand = take(before, tail, r) + c
             else:
                 cand = take(before, tail, rate) + head
-                for r, c in pieces:
+                for r, c in f.pieces:
                     cand = np.maximum(cand, take(before, tail, r) + c)
             np.minimum(fresh[:, 1], cand + hop, out=fresh[:, 1])
         g = fresh

@@ -178,6 +178,8 @@ class StageCapacity:
         whose network latency is at most ``latest`` seconds."""
         if bottleneck <= 0 or stages < 1:
             return 0.0
+        # Only the latencies present matter: a limit is keyed by the largest within it.
+        limit = max((x for x in self._latencies if x <= latest), default=-1.0)
         least = math.inf
         for apart, times_of, last_of in zip(self._apart, self._times, self._last, strict=True):
             # A stage of k blocks, j of them among those set apart, holds k − j of the
@@ -196,8 +198,6 @@ class StageCapacity:
             if not caps:
                 least = min(least, apart)
                 continue
-            # Only the latencies present matter: a limit is keyed by the largest within it.
-            limit = max((x for x in self._latencies if x <= latest), default=-1.0)
             known = (tuple(caps.values()), limit)
             steps = self._steps.get(known)
             if steps is None:
