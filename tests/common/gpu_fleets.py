@@ -49,3 +49,24 @@ def nodes_of(specs: Sequence[tuple[str, int, int, float, float]]) -> list[NodeDe
         )
         for i, (name, gb, gpus, link, latency) in enumerate(specs)
     ]
+
+
+def slow_hop_fleet() -> list[NodeDescriptor]:
+    """Nine nodes: one 8 × H100 (0.5 ms hop), two 8 × A100 (0.5 ms), five 4 × RTX 4090
+    and one 2 × L40S (0.05–0.5 ms), where qwen3:30b-a3b at 16 sequences plans one stage
+    on the H100 node (``n06``) and every pipeline over several nodes pays 0.5 ms hops."""
+    rtx, l40s = ("RTX 4090", 24, 4, 10_000.0), ("L40S", 48, 2, 10_000.0)
+    a100, h100 = ("A100 80GB SXM", 80, 8, 50_000.0), ("H100 SXM5", 80, 8, 100_000.0)
+    return nodes_of(
+        [
+            (*rtx, 0.05),
+            (*rtx, 0.05),
+            (*a100, 0.5),
+            (*rtx, 0.5),
+            (*rtx, 0.05),
+            (*rtx, 0.5),
+            (*h100, 0.5),
+            (*a100, 0.5),
+            (*l40s, 0.05),
+        ]
+    )

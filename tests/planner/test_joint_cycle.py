@@ -4,18 +4,17 @@ microbatch, on fleets too large for the exact joint solve."""
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from stowplan import Constraints, NodeDescriptor, PlanError
+from stowplan import Constraints, NodeDescriptor
 from stowplan.cost.cycle import microbatches
 from stowplan.model import Metric
 from stowplan.models import resolve_model
-from stowplan.planner.problem import Problem, prepare
+from stowplan.planner.problem import prepare
 from stowplan.planner.strategies.cycle import quick_bound
 from stowplan.planner.tensor.capacity import StageCapacity
 from stowplan.planner.tensor.exact import GROUPED_NODE_LIMIT, stage_count_trips
@@ -23,8 +22,9 @@ from stowplan.planner.tensor.joint import adjacency_loses_nothing, joint_cycle, 
 from stowplan.planner.tensor.layouts import engine_rule
 from stowplan.planner.tensor.nodes import GroupCosts, degrees
 from tests.common import tp_referee as tp
-from tests.common.gpu_fleets import MIXED_KINDS, gpu_nodes, nodes_of
+from tests.common.gpu_fleets import MIXED_KINDS, gpu_nodes, slow_hop_fleet
 from tests.common.h100 import h100_nodes
+from tests.common.referee_pipelines import pipelines_with_layouts, referee_cases
 
 
 def _fleet(rng: random.Random) -> list[NodeDescriptor]:
@@ -77,7 +77,7 @@ def test_the_bound_equals_solving_every_microbatch(seed: int) -> None:
 def _pipelines(spec: tp.Spec, top: int) -> Iterator[tuple[int, tp.Score]]:
     """(stage count, score at that count's microbatch) of every legal pipeline: every
     sequence of (node, degree) stages within the nodes' GPUs, every contiguous split."""
-    for count, _, score in _pipelines_with_layouts(spec, top):
+    for count, _, score in pipelines_with_layouts(spec, top):
         yield count, score
 
 
@@ -90,26 +90,11 @@ def _least(spec: tp.Spec, top: int, of: Callable[[tp.Score], float]) -> dict[int
     return found
 
 
-def _referee_cases(seeds: range = range(16)) -> Iterator[tuple[tp.Instance, tp.Spec, Problem, int]]:
-    """The referee's instances of 3–4 blocks on 2–3 nodes of 1–8 GPUs that plan: each
-    with its spec, problem and most stages (GPUs or blocks)."""
-    for seed in seeds:
-        inst = tp.draw(seed, max_blocks=4)
-        spec = inst.spec("throughput")
-        c = Constraints(batch=spec.batch, context_tokens=inst.context_tokens)
-        try:
-            problem = prepare(inst.model, inst.nodes, c)
-        except PlanError:
-            continue
-        top = min(sum(n.num_gpus for n in problem.nodes), problem.model.num_blocks)
-        yield inst, spec, problem, top
-
-
 def test_the_time_per_token_of_each_stage_count_is_never_above_its_least() -> None:
     """Checked against the tensor-parallel referee (written from the formulas), every
     pipeline of 3–4 blocks on 2–3 nodes of 1–8 GPUs, at each stage count's microbatch."""
     checked = 0
-    for inst, spec, problem, top in _referee_cases():
+    for inst, spec, problem, top in referee_cases():
         for count, trip in _least(spec, top, lambda score: score.trip_s).items():
             u = microbatches(spec.batch, count)[1]
             at = problem.at_microbatch(u)
@@ -127,7 +112,7 @@ def test_the_slowest_stage_each_count_of_groups_could_hold_is_never_above_its_le
     referee: every pipeline of 3–4 blocks on 2–3 nodes of 1–8 GPUs, at each stage
     count's microbatch; and no larger count bounds more."""
     checked = 0
-    for inst, spec, problem, top in _referee_cases(range(first, first + 16)):
+    for inst, spec, problem, top in referee_cases(range(first, first + 16)):
         for count, slowest in _least(spec, top, lambda score: max(score.stage_time_s)).items():
             at = problem.at_microbatch(microbatches(spec.batch, count)[1])
             held = StageCapacity(at, GroupCosts(at, None))
@@ -147,9 +132,9 @@ def test_each_count_of_stages_and_of_nodes_is_bounded_below_its_least(first: int
     from stowplan.planner.tensor.exact import stage_count_trips_by_nodes
 
     checked = 0
-    for inst, spec, problem, top in _referee_cases(range(first, first + 16)):
+    for inst, spec, problem, top in referee_cases(range(first, first + 16)):
         per_count: dict[int, tuple[list[list[float]], StageCapacity]] = {}
-        for count, layout, score in _pipelines_with_layouts(spec, top):
+        for count, layout, score in pipelines_with_layouts(spec, top):
             if count not in per_count:
                 at = problem.at_microbatch(microbatches(spec.batch, count)[1])
                 groups = GroupCosts(at, None)
@@ -165,23 +150,6 @@ def test_each_count_of_stages_and_of_nodes_is_bounded_below_its_least(first: int
             assert slowest <= max(score.stage_time_s) * (1 + 1e-9), (inst.text(), count, n)
             checked += 1
     assert checked >= 100
-
-
-def _pipelines_with_layouts(spec: tp.Spec, top: int) -> Iterator[tuple[int, tp.Layout, tp.Score]]:
-    """:func:`_pipelines` with each pipeline's layout."""
-    nb = spec.nb
-    items = [(d, t) for d in range(len(spec.nodes)) for t in spec.degrees(d)]
-    for count in range(1, min(top, nb) + 1):
-        for seq in itertools.product(items, repeat=count):
-            used = [0] * len(spec.nodes)
-            for d, t in seq:
-                used[d] += t
-            if any(u > n.gpus for u, n in zip(used, spec.nodes, strict=True)):
-                continue
-            for cuts in itertools.combinations(range(1, nb), count - 1):
-                layout = tp.Layout(tuple(seq), (0, *cuts, nb))
-                if not tp.violations(spec, layout):
-                    yield count, layout, tp.score(spec, layout)
 
 
 def test_calibrated_groups_of_few_stages_are_bounded_by_what_they_hold() -> None:
@@ -291,7 +259,7 @@ def test_the_cycle_bound_is_never_above_the_least_cycle_of_any_pipeline(first: i
     the tensor-parallel referee: every pipeline of 3–4 blocks on 2–3 nodes of 1–8 GPUs,
     their links' latencies drawn per node (0.05–0.5 ms, or 5–40 ms over WAN)."""
     checked = 0
-    for inst, spec, problem, top in _referee_cases(range(first, first + 16)):
+    for inst, spec, problem, top in referee_cases(range(first, first + 16)):
         least = min((score.cycle_s for _, score in _pipelines(spec, top)), default=None)
         if least is None:
             continue  # no legal pipeline (the planner may still bound it)
@@ -302,33 +270,24 @@ def test_the_cycle_bound_is_never_above_the_least_cycle_of_any_pipeline(first: i
     assert checked >= 8
 
 
-def test_a_node_whose_hop_outlasts_the_cycle_holds_no_stage_in_the_bound() -> None:
-    """Nine nodes: one 8 × H100 (0.5 ms hop), two 8 × A100 (0.5 ms), five 4 × RTX 4090
-    and one 2 × L40S (0.05–0.5 ms); qwen3:30b-a3b at 16 sequences.  Its plan is one
-    stage on the H100 node (1.80 ms a token per sequence), and no pipeline held to
-    2–6 stages comes within 20 % of it.  A pipeline on several nodes pays each node's
-    hop in its time per token, so within a cycle near the plan's the H100 and A100
-    nodes cannot all serve: the bound that counted every node's groups for every stage
-    count was 26 % below the plan, and is within 17 % now."""
+def test_a_node_whose_hop_outlasts_the_cycle_holds_no_stage_in_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nine nodes (:func:`~tests.common.gpu_fleets.slow_hop_fleet`); qwen3:30b-a3b at 16
+    sequences.  Its plan is one stage on the H100 node (1.80 ms a token per sequence),
+    and no pipeline held to 2–6 stages comes within 20 % of it.  A pipeline on several
+    nodes pays each node's hop in its time per token, so within a cycle near the plan's
+    the H100 and A100 nodes cannot all serve: the bound that counted every node's groups
+    for every stage count was 26 % below the plan, and is within 17 % with this alone
+    (the slowest stage and the time per token bounded together prove it optimal:
+    ``test_coupled_groups.py``)."""
     from stowplan import plan
+    from stowplan.planner.tensor import joint
 
-    rtx, l40s = ("RTX 4090", 24, 4, 10_000.0), ("L40S", 48, 2, 10_000.0)
-    a100, h100 = ("A100 80GB SXM", 80, 8, 50_000.0), ("H100 SXM5", 80, 8, 100_000.0)
-    nodes = nodes_of(
-        [
-            (*rtx, 0.05),
-            (*rtx, 0.05),
-            (*a100, 0.5),
-            (*rtx, 0.5),
-            (*rtx, 0.05),
-            (*rtx, 0.5),
-            (*h100, 0.5),
-            (*a100, 0.5),
-            (*l40s, 0.05),
-        ]
-    )
+    monkeypatch.setattr(joint, "COUPLED_GAP", math.inf)  # bounded apart
     model = resolve_model("qwen3:30b-a3b")
-    got = plan(model, nodes, Constraints(batch=16))
+    got = plan(model, slow_hop_fleet(), Constraints(batch=16))
     assert [(a.node_id, a.tensor_parallel) for a in got.assignments] == [("n06", 8)]
     cert = got.rationale.certificate
-    assert cert is not None and cert.gap < 0.17, cert
+    assert cert is not None and 0.1 < cert.gap < 0.17, cert
+    assert joint.WITHIN not in cert.method

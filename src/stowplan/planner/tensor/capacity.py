@@ -43,6 +43,21 @@ Each stage count's cycle is at least ``m`` times its slowest stage
 (:func:`~stowplan.planner.tensor.joint.joint_cycle`); the joint solve's least slowest
 stage is over every stage count, so a count of few stages (where ``m`` is small but
 each stage is long) is bounded by this one instead.
+
+The same figures also bound the time per token of a pipeline of two or more stages
+whose every stage is within ``B`` (:meth:`StageCapacity.trip_within`): a stage of
+``k`` blocks on group ``v`` takes at least the time of its ``k`` smallest blocks, and
+holds at most as many as run within ``B`` with its transfer at the cheaper link (or
+as the last stage, with the head).  Its stage counted with that transfer and a hop
+inside its node at the least, a node's stages of a multiset of groups take at least
+their first blocks' times plus the least further blocks' increments (each group's
+times are convex in ``k``, so the least increments of all its groups are the best
+split); on a pipeline over several nodes each node pays its network hop in place of
+one hop inside.  Across nodes the least over every count of blocks per node
+(a min-plus product per node; nodes alike until one more lowers nothing) and the
+least of one node alone, less the largest transfer counted (the last stage sends
+nothing), bound the time per token.  It never falls as ``B`` falls, and where no
+choice holds every block it is infinite.
 """
 
 from __future__ import annotations
@@ -78,6 +93,10 @@ within 1e-12)."""
 
 COARSE = 1e-6
 """Its relative precision elsewhere (a bound that does not reach the plan in hand)."""
+
+SLACK = 1e-12
+"""The relative slack :meth:`StageCapacity.trip_within` gives its limit: a stage time
+summed in another order may round a little above it."""
 
 
 class StageCapacity:
@@ -120,6 +139,8 @@ class StageCapacity:
         head = float(gcm.head)
         self._sends: dict[tuple[object, ...], tuple[float, float]] = {}
         """Per kind of group: its transfer over the network and over the cheaper link."""
+        self._inside: dict[tuple[object, ...], float] = {}
+        """Per kind of group: the least hop of a stage of it to another on its node."""
         nodes: dict[tuple[object, ...], _NodeKind] = {}
         latency = problem.cost_model().latency_s
         for d, per_node in enumerate(groups.kinds):
@@ -142,6 +163,9 @@ class StageCapacity:
                             out[key] = np.maximum(by_read, by_weights).tolist()
                     net = gcm.xfer_s[v]
                     self._sends[key] = (net, min(net, gcm.intra_xfer_s[v]))
+                # The least hop a stage of this kind pays inside its node.
+                inside = min(gcm.intra_latency_s[v], latency[d])
+                self._inside[key] = min(self._inside.get(key, inside), inside)
                 kinds.append((t, key))
             gpus = problem.nodes[d].num_gpus
             sig = (gpus, tuple(kinds), latency[d])
@@ -242,6 +266,84 @@ class StageCapacity:
         steps.sort(reverse=True)
         return steps
 
+    def trip_within(self, bottleneck: float) -> float:
+        """A lower bound on the time per token (stage times and hops) of every pipeline of
+        two or more stages on these groups with no stage above ``bottleneck`` (inf where
+        none holds every block): the module's last paragraph."""
+        np = self._np
+        if bottleneck <= 0:
+            return math.inf
+        bottleneck *= 1 + SLACK  # a stage at the limit, its sum rounded the other way
+        # Per kind of group: the most blocks a stage of it holds within the bottleneck
+        # (sending at the cheaper link, or as the last stage), the least time of its first
+        # block with that send and its hop inside the node, and each further block's.
+        kinds: dict[tuple[object, ...], tuple[int, float, Any]] = {}
+        for key, times in self._times[0].items():
+            either = self._sends[key][1]
+            cap = max(
+                bisect_right(times, bottleneck - either),
+                bisect_right(self._last[0][key], bottleneck),
+            )
+            if cap:
+                kinds[key] = (cap, times[0] + either + self._inside[key], np.diff(times[:cap]))
+        if not kinds:
+            return math.inf
+        nb = self.nb
+        alone = np.full(nb + 1, np.inf)
+        """Per count of blocks, the least time of a pipeline on one node."""
+        spread = np.zeros(nb + 1)
+        """The same on any nodes, each paying its network hop once."""
+        spread[1:] = np.inf
+        for node in self._nodes:
+            if node.counts is None:
+                return 0.0  # too many multisets to count: no bound
+            table = self._node_table(node, kinds)
+            if table is None:
+                continue
+            one, own = table
+            np.minimum(alone, one, out=alone)
+            for _ in range(node.count):
+                after = _min_plus(np, spread, own)
+                if np.array_equal(after, spread):
+                    break  # no further node of this kind lowers any count
+                spread = after
+        # Every stage was counted with a send; the last one sends nothing.
+        spare = max(self._sends[key][1] for key in kinds)
+        return max(0.0, float(min(alone[nb], spread[nb])) - spare)
+
+    def _node_table(
+        self, node: _NodeKind, kinds: dict[tuple[object, ...], tuple[int, float, Any]]
+    ) -> tuple[Any, Any] | None:
+        """Per count of blocks, the least time of ``node``'s stages as the whole pipeline
+        (two stages or more) and as part of one over several nodes (one hop over the
+        network), with each kind of group's blocks and times in ``kinds``; None where no
+        group of the node holds a block."""
+        np = self._np
+        nb = self.nb
+        alone = np.full(nb + 1, np.inf)
+        own = np.full(nb + 1, np.inf)
+        own[0] = 0.0
+        found = False
+        for row in node.counts.astype(int).tolist():
+            used = [(node.groups[i], c) for i, c in enumerate(row) if c]
+            if any(key not in kinds for key, _ in used):
+                continue
+            found = True
+            stages = sum(c for _, c in used)
+            base = sum(c * kinds[key][1] for key, c in used)
+            top = min(nb, sum(c * kinds[key][0] for key, c in used))
+            if stages > top:
+                continue
+            steps = np.sort(np.concatenate([np.tile(kinds[key][2], c) for key, c in used]))
+            times = base + np.concatenate(([0.0], np.cumsum(steps[: top - stages])))
+            part = slice(stages, top + 1)
+            if stages >= 2:
+                np.minimum(alone[part], times, out=alone[part])
+            # One stage hops over the network in place of its hop inside the node.
+            network = node.latency - max(self._inside[key] for key, _ in used)
+            np.minimum(own[part], times + max(0.0, network), out=own[part])
+        return (alone, own) if found else None
+
     def slowest(
         self,
         stages: int,
@@ -298,6 +400,15 @@ def bisect_bound(
     if lo < near < hi * (1 + precision) and near < math.inf and not reached(near):
         lo = near
     return lo, max(hi, lo)
+
+
+def _min_plus(np: Any, a: Any, b: Any) -> Any:
+    """``out[k] = min over i + j = k of a[i] + b[j]`` (arrays of equal length)."""
+    out = np.full_like(a, np.inf)
+    n = len(a)
+    for j in np.flatnonzero(np.isfinite(b)).tolist():
+        np.minimum(out[j:], a[: n - j] + b[j], out=out[j:])
+    return out
 
 
 def _best_steps(

@@ -193,6 +193,8 @@ def joint_cycle(
         return in_hand() * (1 + 1e-12)
 
     lower = math.inf
+    within = False
+    """Whether the coupled bound raised a count's."""
     held_counts = False
     """Whether what a count's groups could hold raised its bound."""
     first = quick
@@ -200,6 +202,8 @@ def joint_cycle(
     if smallest is not None:
         solve(smallest)
         first = {s: known(s) for s in quick}
+    per_count = dict(first)
+    """Per stage count, its bound so far."""
     for s in sorted(quick, key=lambda s: (first[s], s)):
         if runs:
             # A count bounded above a pipeline in hand holds no better pipeline, and its
@@ -207,13 +211,15 @@ def joint_cycle(
             if first[s] > incumbent():
                 lower = min(lower, first[s])
                 break  # the counts go by this bound: none after holds a better one
-            if known(s) > incumbent():
-                lower = min(lower, known(s))
+            per_count[s] = known(s)
+            if per_count[s] > incumbent():
+                lower = min(lower, per_count[s])
                 continue
         else:
             if first[s] >= lower:
                 break  # the counts go by this bound: none after can lower the least
-            if known(s) >= lower:
+            per_count[s] = known(s)
+            if per_count[s] >= lower:
                 continue
         if solvable(s):
             solve(microbatches(cm.batch, s)[1])
@@ -223,9 +229,18 @@ def joint_cycle(
             if fuller > here:
                 held_counts = True
             here = fuller
+        per_count[s] = here
         if counts is not None:
             counts[s] = here
         lower = min(lower, here)
+    if lower < in_hand() * (1 - COUPLED_GAP):
+        raised = _coupled(cm.batch, per_count, solved, in_hand())
+        within = bool(raised)
+        if raised:
+            for s in raised:
+                if counts is not None and s in counts:
+                    counts[s] = per_count[s]
+            lower = min(per_count.values())
     candidates = [g for v in solved.values() for g in v.found]
     best = min(
         candidates,
@@ -235,11 +250,81 @@ def joint_cycle(
     texts = {k for v in solved.values() for k in v.texts}
     if held_counts:
         texts.add(f"bound: {HELD}")
+    if within:
+        texts.add(f"bound: {WITHIN}")
     # A text another one extends says nothing more.
     kinds = "; ".join(sorted(t for t in texts if not any(u.startswith(t) for u in texts - {t})))
     kinds = kinds or "closed form"
     method = f"per stage count, max(m × slowest-stage bound, time-per-token bound): {kinds}"
     return lower, False, method, best
+
+
+COUPLED_GAP = 0.01
+"""Below this gap a certificate is left as the bounds above give it; above, the stage
+counts of least bound are bounded again with their slowest stage and time per token
+together (:meth:`~stowplan.planner.tensor.capacity.StageCapacity.trip_within`)."""
+
+COUPLED_STEPS = 10
+"""Most bisection steps of one stage count's coupled bound (to 2⁻¹⁰ of its interval)."""
+
+COUPLED_DOUBLINGS = 64
+"""Most doublings of the bound in search of a cycle the coupled test reaches, with no
+pipeline in hand."""
+
+WITHIN = "the least time per token of GPU groups with every stage within the slowest"
+"""How the coupled bound is named in a certificate."""
+
+
+def _coupled(
+    batch: int, per_count: dict[int, float], solved: dict[int, _Solved], in_hand: float
+) -> list[int]:
+    """Raise the least of ``per_count`` (stage count → bound) by the coupled bound, count
+    by count while the least is below ``in_hand`` (the least cycle of a pipeline in
+    hand) by more than :data:`COUPLED_GAP`; the counts raised.
+
+    A pipeline of ``s`` ≥ 2 stages and ``m`` microbatches whose cycle is ``C`` has every
+    stage within ``C / m`` and its time per token within ``C``, so ``trip_within(C / m)
+    ≤ C`` on the groups of some grouping at its microbatch or a smaller one (stage
+    times grow with the microbatch); where that fails, ``C`` is below its cycle.  The
+    test holds at every cycle above one where it holds (the bound falls as the stages'
+    limit rises): the largest cycle where it fails is sought by bisection."""
+    raised: list[int] = []
+    done: dict[tuple[int, int], float] = {}
+    """Per count of microbatches and microbatch solved, the coupled bound."""
+    while True:
+        s = min(per_count, key=lambda k: (per_count[k], k))
+        if per_count[s] >= in_hand * (1 - COUPLED_GAP) or s < 2:
+            return raised
+        m, u = microbatches(batch, s)
+        w = max((w for w in solved if w <= u), default=None)
+        if w is None:
+            return raised
+        if (m, w) not in done:
+            caps = solved[w].held()
+
+            def reached(c: float, m: int = m, caps: list[StageCapacity] = caps) -> bool:
+                return any(h.trip_within(c / m) <= c for h in caps)
+
+            lo, hi = per_count[s], in_hand
+            if math.isinf(hi):  # nothing in hand: doubled from the bound until reached
+                hi = max(lo, 1e-12) * 2
+                for _ in range(COUPLED_DOUBLINGS):
+                    if reached(hi):
+                        break
+                    hi *= 2
+            if not caps or reached(lo):
+                done[(m, w)] = lo
+            elif not reached(hi):
+                done[(m, w)] = hi
+            else:
+                for _ in range(COUPLED_STEPS):
+                    mid = (lo + hi) / 2
+                    lo, hi = (lo, mid) if reached(mid) else (mid, hi)
+                done[(m, w)] = lo
+        if done[(m, w)] <= per_count[s]:
+            return raised
+        per_count[s] = done[(m, w)]
+        raised.append(s)
 
 
 @dataclass(frozen=True, slots=True)
