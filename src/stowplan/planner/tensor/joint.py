@@ -137,7 +137,9 @@ def joint_cycle(
     while that bound is below the least so far.
 
     ``counts``, when given, receives the bound of each stage count bounded in full
-    (the counts that may hold a pipeline better than the plan in hand are among them)."""
+    (the counts that may hold a pipeline better than the plan in hand are among them):
+    its bound before the coupled one (:func:`_coupled`), or that where it reaches the
+    cycle in hand (no better pipeline there)."""
     cm = problem.cost_model()
     total = sum(n.num_gpus for n in problem.nodes)
     top = min(problem.constraints.max_stages or total, total, problem.model.num_blocks)
@@ -204,6 +206,26 @@ def joint_cycle(
         first = {s: known(s) for s in quick}
     per_count = dict(first)
     """Per stage count, its bound so far."""
+    full: set[int] = set()
+    """The counts bounded in full (their microbatch solved, what their groups hold)."""
+
+    def in_full(s: int, held: float) -> float:
+        """Count ``s`` bounded in full, sought up to ``held``."""
+        full.add(s)
+        if solvable(s):
+            solve(microbatches(cm.batch, s)[1])
+        here = known(s)
+        if here < held and solvable(s):
+            fuller = known(s, held=held, sharp=in_hand())
+            if fuller > here:
+                nonlocal held_counts
+                held_counts = True
+            here = fuller
+        per_count[s] = here
+        if counts is not None:
+            counts[s] = here
+        return here
+
     for s in sorted(quick, key=lambda s: (first[s], s)):
         if runs:
             # A count bounded above a pipeline in hand holds no better pipeline, and its
@@ -221,26 +243,31 @@ def joint_cycle(
             per_count[s] = known(s)
             if per_count[s] >= lower:
                 continue
-        if solvable(s):
-            solve(microbatches(cm.batch, s)[1])
-        here = known(s)
-        if here < lower and solvable(s):
-            fuller = known(s, held=lower, sharp=in_hand())
-            if fuller > here:
-                held_counts = True
-            here = fuller
-        per_count[s] = here
-        if counts is not None:
-            counts[s] = here
-        lower = min(lower, here)
-    if lower < in_hand() * (1 - COUPLED_GAP):
-        raised = _coupled(cm.batch, per_count, solved, in_hand())
-        within = bool(raised)
-        if raised:
-            for s in raised:
-                if counts is not None and s in counts:
-                    counts[s] = per_count[s]
-            lower = min(per_count.values())
+        lower = min(lower, in_full(s, lower))
+    held_to = in_hand()
+    if lower < held_to * (1 - COUPLED_GAP):
+        # The least count is bounded again, with its slowest stage and time per token
+        # together; a count it leaves the least is bounded in full first.
+        coupled = _Coupled(cm.batch, solved, held_to)
+        tried: set[int] = set()
+        while True:
+            s = min(per_count, key=lambda k: (per_count[k], k))
+            if per_count[s] >= held_to * (1 - COUPLED_GAP):
+                break
+            if s not in full:
+                in_full(s, held_to)
+                continue
+            if s in tried:
+                break
+            tried.add(s)
+            raised = coupled.bound(s, per_count[s])
+            if raised <= per_count[s]:
+                break
+            within, per_count[s] = True, raised
+            # Only a count the coupled bound rules out leaves the order of those tried.
+            if counts is not None and raised >= held_to:
+                counts[s] = raised
+        lower = min(per_count.values())
     candidates = [g for v in solved.values() for g in v.found]
     best = min(
         candidates,
@@ -275,12 +302,9 @@ WITHIN = "the least time per token of GPU groups with every stage within the slo
 """How the coupled bound is named in a certificate."""
 
 
-def _coupled(
-    batch: int, per_count: dict[int, float], solved: dict[int, _Solved], in_hand: float
-) -> list[int]:
-    """Raise the least of ``per_count`` (stage count → bound) by the coupled bound, count
-    by count while the least is below ``in_hand`` (the least cycle of a pipeline in
-    hand) by more than :data:`COUPLED_GAP`; the counts raised.
+class _Coupled:
+    """The coupled bound of each stage count, within a cycle ``in_hand`` (the least
+    cycle of a pipeline in hand, or inf).
 
     A pipeline of ``s`` ≥ 2 stages and ``m`` microbatches whose cycle is ``C`` has every
     stage within ``C / m`` and its time per token within ``C``, so ``trip_within(C / m)
@@ -288,24 +312,26 @@ def _coupled(
     times grow with the microbatch); where that fails, ``C`` is below its cycle.  The
     test holds at every cycle above one where it holds (the bound falls as the stages'
     limit rises): the largest cycle where it fails is sought by bisection."""
-    raised: list[int] = []
-    done: dict[tuple[int, int], float] = {}
-    """Per count of microbatches and microbatch solved, the coupled bound."""
-    while True:
-        s = min(per_count, key=lambda k: (per_count[k], k))
-        if per_count[s] >= in_hand * (1 - COUPLED_GAP) or s < 2:
-            return raised
-        m, u = microbatches(batch, s)
-        w = max((w for w in solved if w <= u), default=None)
-        if w is None:
-            return raised
-        if (m, w) not in done:
-            caps = solved[w].held()
 
-            def reached(c: float, m: int = m, caps: list[StageCapacity] = caps) -> bool:
+    def __init__(self, batch: int, solved: dict[int, _Solved], in_hand: float) -> None:
+        self.batch, self.solved, self.in_hand = batch, solved, in_hand
+        self.done: dict[tuple[int, int], float] = {}
+        """Per count of microbatches and microbatch solved, the bound found."""
+
+    def bound(self, s: int, lo: float) -> float:
+        """Stage count ``s``'s bound, given ``lo`` (its bound in hand, the least of every
+        count's: a count of the same microbatches asked later has a bound no lower)."""
+        m, u = microbatches(self.batch, s)
+        w = max((w for w in self.solved if w <= u), default=None)
+        if s < 2 or w is None:
+            return lo
+        if (m, w) not in self.done:
+            caps = self.solved[w].held()
+
+            def reached(c: float) -> bool:
                 return any(h.trip_within(c / m) <= c for h in caps)
 
-            lo, hi = per_count[s], in_hand
+            hi = self.in_hand
             if math.isinf(hi):  # nothing in hand: doubled from the bound until reached
                 hi = max(lo, 1e-12) * 2
                 for _ in range(COUPLED_DOUBLINGS):
@@ -313,18 +339,15 @@ def _coupled(
                         break
                     hi *= 2
             if not caps or reached(lo):
-                done[(m, w)] = lo
+                self.done[(m, w)] = lo
             elif not reached(hi):
-                done[(m, w)] = hi
+                self.done[(m, w)] = hi
             else:
                 for _ in range(COUPLED_STEPS):
                     mid = (lo + hi) / 2
                     lo, hi = (lo, mid) if reached(mid) else (mid, hi)
-                done[(m, w)] = lo
-        if done[(m, w)] <= per_count[s]:
-            return raised
-        per_count[s] = done[(m, w)]
-        raised.append(s)
+                self.done[(m, w)] = lo
+        return max(lo, self.done[(m, w)])
 
 
 @dataclass(frozen=True, slots=True)
