@@ -182,6 +182,10 @@ class StageCapacity:
             tuple[tuple[tuple[int, int], ...], float], list[tuple[float, int, bool]]
         ] = {}
         """:meth:`_node_steps` per tuple of the groups' block counts and latency limit."""
+        self._within: dict[tuple[int, ...], float] = {}
+        """:meth:`trip_within` per tuple of the blocks each kind of group holds."""
+        self._tables: dict[tuple[int, tuple[int, ...]], tuple[Any, Any] | None] = {}
+        """:meth:`_node_table` per node kind (by index) and its groups' blocks held."""
         self._latencies = sorted({node.latency for node in self._nodes})
         """The nodes' distinct network latencies (seconds), ascending."""
         most = [
@@ -270,22 +274,36 @@ class StageCapacity:
         """A lower bound on the time per token (stage times and hops) of every pipeline of
         two or more stages on these groups with no stage above ``bottleneck`` (inf where
         none holds every block): the module's last paragraph."""
-        np = self._np
         if bottleneck <= 0:
             return math.inf
         bottleneck *= 1 + SLACK  # a stage at the limit, its sum rounded the other way
-        # Per kind of group: the most blocks a stage of it holds within the bottleneck
-        # (sending at the cheaper link, or as the last stage), the least time of its first
-        # block with that send and its hop inside the node, and each further block's.
-        kinds: dict[tuple[object, ...], tuple[int, float, Any]] = {}
-        for key, times in self._times[0].items():
-            either = self._sends[key][1]
-            cap = max(
-                bisect_right(times, bottleneck - either),
+        # Per kind of group: the most blocks a stage of it holds within the bottleneck,
+        # sending at the cheaper link or as the last stage (the bound is a function of
+        # these alone: kept per tuple of them).
+        caps = tuple(
+            max(
+                bisect_right(times, bottleneck - self._sends[key][1]),
                 bisect_right(self._last[0][key], bottleneck),
             )
+            for key, times in self._times[0].items()
+        )
+        found = self._within.get(caps)
+        if found is None:
+            found = self._within[caps] = self._trip_of(dict(zip(self._times[0], caps, strict=True)))
+        return found
+
+    def _trip_of(self, caps: dict[tuple[object, ...], int]) -> float:
+        """:meth:`trip_within` of the blocks each kind of group holds."""
+        np = self._np
+        # Per kind of group holding a block: its blocks, the least time of its first block
+        # with its send at the cheaper link and its hop inside the node, and each further
+        # block's.
+        kinds: dict[tuple[object, ...], tuple[int, float, Any]] = {}
+        for key, cap in caps.items():
             if cap:
-                kinds[key] = (cap, times[0] + either + self._inside[key], np.diff(times[:cap]))
+                times = self._times[0][key]
+                first = times[0] + self._sends[key][1] + self._inside[key]
+                kinds[key] = (cap, first, np.diff(times[:cap]))
         if not kinds:
             return math.inf
         nb = self.nb
@@ -294,10 +312,13 @@ class StageCapacity:
         spread = np.zeros(nb + 1)
         """The same on any nodes, each paying its network hop once."""
         spread[1:] = np.inf
-        for node in self._nodes:
+        for index, node in enumerate(self._nodes):
             if node.counts is None:
                 return 0.0  # too many multisets to count: no bound
-            table = self._node_table(node, kinds)
+            key = (index, tuple(caps[k] for k in node.groups))
+            if key not in self._tables:
+                self._tables[key] = self._node_table(node, kinds)
+            table = self._tables[key]
             if table is None:
                 continue
             one, own = table
@@ -324,18 +345,21 @@ class StageCapacity:
         own = np.full(nb + 1, np.inf)
         own[0] = 0.0
         found = False
-        for row in node.counts.astype(int).tolist():
-            used = [(node.groups[i], c) for i, c in enumerate(row) if c]
+        for used in node.rows():
             if any(key not in kinds for key, _ in used):
                 continue
             found = True
             stages = sum(c for _, c in used)
-            base = sum(c * kinds[key][1] for key, c in used)
             top = min(nb, sum(c * kinds[key][0] for key, c in used))
             if stages > top:
                 continue
-            steps = np.sort(np.concatenate([np.tile(kinds[key][2], c) for key, c in used]))
-            times = base + np.concatenate(([0.0], np.cumsum(steps[: top - stages])))
+            base = sum(c * kinds[key][1] for key, c in used)
+            steps = np.concatenate([np.repeat(kinds[key][2], c) for key, c in used])
+            steps.sort()
+            times = np.empty(top - stages + 1)
+            times[0] = base
+            np.cumsum(steps[: top - stages], out=times[1:])
+            times[1:] += base
             part = slice(stages, top + 1)
             if stages >= 2:
                 np.minimum(alone[part], times, out=alone[part])
@@ -475,6 +499,16 @@ class _NodeKind:
     multiset_sizes: Any = field(init=False)
     most: int = field(init=False)
     """The most groups counted (no more than the node's GPUs or the blocks)."""
+    _rows: list[list[tuple[tuple[object, ...], int]]] | None = field(init=False, default=None)
+
+    def rows(self) -> list[list[tuple[tuple[object, ...], int]]]:
+        """Per multiset of groups: each kind of group in it with its count."""
+        if self._rows is None:
+            self._rows = [
+                [(self.groups[i], c) for i, c in enumerate(row) if c]
+                for row in self.counts.astype(int).tolist()
+            ]
+        return self._rows
 
     def __post_init__(self) -> None:
         import numpy as np

@@ -147,6 +147,9 @@ class _Trials:
     def __init__(self, problem: Problem, runner: Runner) -> None:
         self.problem, self.runner = problem, runner
         self._done: dict[tuple[tuple[str, tuple[int, ...]], ...], Plan | None] = {}
+        self.first: Layout | None = None
+        """The first layout planned (every node on its largest groups, or the largest
+        uniform degree): the local search's start."""
 
     def plan(
         self, layout: Layout, beat: float = math.inf, stages: int | None = None
@@ -157,6 +160,8 @@ class _Trials:
         only on a strict improvement)."""
         if not any(layout.values()):
             return None
+        if self.first is None and stages is None:
+            self.first = dict(layout)
         key = tuple(sorted(layout.items()))
         if stages is not None:
             key += (("", (stages,)),)
@@ -176,6 +181,14 @@ class _Trials:
             got = None
         self._done[key] = got
         return got
+
+    def in_full(self, layout: Layout) -> Plan | None:
+        """The runner's plan over ``layout``'s groups searched in full (not sketched: the
+        counts between the ladder's, and the pipelines its certificate finds), or None."""
+        try:
+            return self.runner(expand(self.problem, layout))
+        except PlanError:
+            return None
 
 
 def _search(
@@ -298,6 +311,8 @@ def plan_with_groups(
     joint: list[tuple[float, bool, str, GroupedOptimum | None]] = []
     counts: dict[int, float] = {}
     """Per stage count the joint solve bounded in full, its bound."""
+    coupled: dict[int, float] = {}
+    """Per stage count the coupled bound raised, that bound."""
 
     def bound(plan_cycle: float) -> tuple[float, bool, str, GroupedOptimum | None]:
         """The optimum over every grouping, or a bound on it (computed once).  Where the
@@ -312,7 +327,10 @@ def plan_with_groups(
                         problem, rule, Metric.LATENCY, exact_solve, lossless, shared
                     )
                 counts.clear()
-                return joint_cycle(problem, rule, exact_solve, lossless, plan_cycle, counts)
+                coupled.clear()
+                return joint_cycle(
+                    problem, rule, exact_solve, lossless, plan_cycle, counts, coupled
+                )
 
             if runs and BOUNDS_FIRST and not exact_strategy:
                 closed = solve(False)
@@ -335,7 +353,7 @@ def plan_with_groups(
     else:
         value, exact, method, best = bound(math.inf if found is None else _cycle(found))
         if found is not None and layout is not None and counts:
-            before, found = found, _refined(trials, layout, objective, found, counts)
+            before, found = found, _refined(trials, layout, objective, found, counts, coupled)
             if found is not before:
                 refined = replaced_note(
                     f"a search held to {len(found.assignments)} stages (a count whose bound "
@@ -344,6 +362,25 @@ def plan_with_groups(
                     _cycle(found),
                     _cycle(before),
                 )
+        if (
+            found is not None
+            and layout is not None
+            and not is_sketching()
+            and value < _cycle(found) * (1 - IN_FULL_GAP)
+        ):
+            # The plan's groups, and the local search's start (whose sketch may have
+            # missed what a full search finds), each searched in full.
+            tried = [layout] if trials.first in (None, layout) else [layout, trials.first]
+            for option in tried:
+                whole = trials.in_full(option)
+                if whole is not None and _lower(_value(whole, objective), _value(found, objective)):
+                    refined = replaced_note(
+                        "the search of its GPU groups in full",
+                        f"{strategy.value} search",
+                        _cycle(whole),
+                        _cycle(found),
+                    )
+                    found = whole
     if found is None and (best is None or not best.stages):
         raise Infeasible(
             "no split of the nodes' GPUs into stages of tensor-parallel degrees the model "
@@ -398,21 +435,37 @@ def plan_with_groups(
     return replace(plan, rationale=replace(r, notes=(*notes, *r.notes)))
 
 
+IN_FULL_GAP = 0.01
+"""Where the bound lies further below the plan found than this share, its GPU groups are
+planned again in full (the layouts' plans are sketched: on the ladder's stage counts)."""
+
 REFINED_COUNTS = 2
 """Most stage counts :func:`_refined` plans."""
 
 
 def _refined(
-    trials: _Trials, layout: Layout, objective: Metric, found: Plan, counts: dict[int, float]
+    trials: _Trials,
+    layout: Layout,
+    objective: Metric,
+    found: Plan,
+    counts: dict[int, float],
+    coupled: dict[int, float],
 ) -> Plan:
     """``found``, or a better plan of ``layout`` held to a stage count whose bound is below
-    ``found``'s cycle (the least bounds first, at most :data:`REFINED_COUNTS` counts).
+    ``found``'s cycle: the least bounds first, at most :data:`REFINED_COUNTS` counts by
+    the joint bounds ``counts`` and as many more by those the coupled bound ``coupled``
+    raised.
 
     The search plans the stage counts of least quick bound; the joint bounds are sharper
     and may point at a count it left out, which only a plan of that count can settle."""
     best = found
-    for s in sorted(counts, key=lambda s: (counts[s], s))[:REFINED_COUNTS]:
-        if counts[s] >= _cycle(best) * (1 - 1e-9) or s == len(best.assignments):
+    final = {s: max(b, coupled.get(s, b)) for s, b in counts.items()}
+    order = sorted(counts, key=lambda s: (counts[s], s))[:REFINED_COUNTS]
+    if coupled:
+        by_final = sorted(final, key=lambda s: (final[s], s))
+        order += [s for s in by_final if s not in order][:REFINED_COUNTS]
+    for s in order:
+        if final[s] >= _cycle(best) * (1 - 1e-9) or s == len(best.assignments):
             continue
         got = trials.plan(layout, _cycle(best), stages=s)
         if got is not None and _lower(_value(got, objective), _value(best, objective)):

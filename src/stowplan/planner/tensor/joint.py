@@ -122,6 +122,7 @@ def joint_cycle(
     lossless: bool,
     plan_cycle: float,
     counts: dict[int, float] | None = None,
+    coupled_counts: dict[int, float] | None = None,
 ) -> tuple[float, bool, str, GroupedOptimum | None]:
     """:func:`joint_optimum` for U > 1 concurrent sequences: a lower bound on the cycle,
     per stage count S the largest of its quick bound, m × the least slowest stage and the
@@ -137,9 +138,9 @@ def joint_cycle(
     while that bound is below the least so far.
 
     ``counts``, when given, receives the bound of each stage count bounded in full
-    (the counts that may hold a pipeline better than the plan in hand are among them):
-    its bound before the coupled one (:func:`_coupled`), or that where it reaches the
-    cycle in hand (no better pipeline there)."""
+    (the counts that may hold a pipeline better than the plan in hand are among them),
+    and ``coupled_counts`` the bound of each count the coupled bound (:class:`_Coupled`)
+    raised above that."""
     cm = problem.cost_model()
     total = sum(n.num_gpus for n in problem.nodes)
     top = min(problem.constraints.max_stages or total, total, problem.model.num_blocks)
@@ -264,9 +265,8 @@ def joint_cycle(
             if raised <= per_count[s]:
                 break
             within, per_count[s] = True, raised
-            # Only a count the coupled bound rules out leaves the order of those tried.
-            if counts is not None and raised >= held_to:
-                counts[s] = raised
+            if coupled_counts is not None:
+                coupled_counts[s] = raised
         lower = min(per_count.values())
     candidates = [g for v in solved.values() for g in v.found]
     best = min(
