@@ -367,6 +367,7 @@ def plan_with_groups(
             and layout is not None
             and not is_sketching()
             and value < _cycle(found) * (1 - IN_FULL_GAP)
+            and len({node_signature(n) for n in problem.nodes}) > 1
         ):
             # The plan's groups, and the local search's start (whose sketch may have
             # missed what a full search finds), each searched in full.
@@ -437,7 +438,9 @@ def plan_with_groups(
 
 IN_FULL_GAP = 0.01
 """Where the bound lies further below the plan found than this share, its GPU groups are
-planned again in full (the layouts' plans are sketched: on the ladder's stage counts)."""
+planned again in full (the layouts' plans are sketched: on the ladder's stage counts,
+without the pipelines a certificate finds), on fleets of more than one kind of node (on
+nodes alike it found nothing better in any case measured, at 2–3× the plan's time)."""
 
 REFINED_COUNTS = 2
 """Most stage counts :func:`_refined` plans."""
