@@ -70,3 +70,31 @@ def slow_hop_fleet() -> list[NodeDescriptor]:
             (*l40s, 0.05),
         ]
     )
+
+
+def mixed_link_fleet() -> list[NodeDescriptor]:
+    """Fifteen nodes of 8 × H100, 4 or 8 × A100, 4 × RTX 4090 and 2 × L40S behind links
+    of 0.05, 0.5 or 5 ms, where qwen3:30b-a3b at 16 sequences is fastest on four stages
+    of 8 × H100 and A100 GPUs behind 0.05 ms links."""
+    rtx, l40s = ("RTX 4090", 24, 4, 10_000.0), ("L40S", 48, 2, 10_000.0)
+    a4, a8 = ("A100 80GB SXM", 80, 4, 25_000.0), ("A100 80GB SXM", 80, 8, 50_000.0)
+    h100 = ("H100 SXM5", 80, 8, 100_000.0)
+    return nodes_of(
+        [
+            (*rtx, 0.05),
+            (*a8, 0.5),
+            (*a4, 0.5),
+            (*a4, 0.05),
+            (*a8, 0.05),
+            (*a4, 0.05),
+            (*rtx, 0.05),
+            (*a4, 0.05),
+            (*rtx, 0.5),
+            (*rtx, 0.5),
+            (*a8, 0.5),
+            (*h100, 0.05),
+            (*l40s, 5.0),
+            (*h100, 5.0),
+            (*h100, 0.05),
+        ]
+    )

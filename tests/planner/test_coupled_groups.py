@@ -14,7 +14,7 @@ from stowplan.models import resolve_model
 from stowplan.planner.tensor.capacity import StageCapacity
 from stowplan.planner.tensor.joint import WITHIN
 from stowplan.planner.tensor.nodes import GroupCosts
-from tests.common.gpu_fleets import slow_hop_fleet
+from tests.common.gpu_fleets import mixed_link_fleet, slow_hop_fleet
 from tests.common.referee_pipelines import pipelines_with_layouts, referee_cases
 
 
@@ -74,3 +74,27 @@ def test_hops_that_outlast_the_plan_prove_one_h100_stage_optimal() -> None:
     cert = got.rationale.certificate
     assert cert is not None and cert.exact and cert.gap == 0.0, cert
     assert WITHIN in cert.method
+
+
+def test_a_plan_far_from_its_bound_has_its_groups_searched_in_full(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fifteen nodes of mixed links (:func:`~tests.common.gpu_fleets.mixed_link_fleet`),
+    qwen3:30b-a3b at 16 sequences.  The layouts' sketches kept four stages through an
+    8 × A100 node behind a 0.5 ms link (1.68 ms a token per sequence, 28 % above the
+    bound); every node on its largest groups searched in full gives four stages behind
+    0.05 ms links, 1.26 ms, within 4 % of it."""
+    from stowplan.planner.tensor import groups
+
+    model, c = resolve_model("qwen3:30b-a3b"), Constraints(batch=16)
+    got = plan(model, mixed_link_fleet(), c)
+    pred, cert = got.rationale.prediction, got.rationale.certificate
+    assert pred is not None and cert is not None
+    assert pred.time_per_token_s < 1.26e-3
+    assert cert.gap < 0.04
+    assert any("the search of its GPU groups in full" in n for n in got.rationale.notes)
+    links = {n.id: n.link_latency_ms for n in mixed_link_fleet()}
+    assert all(links[a.node_id] == 0.05 for a in got.assignments)
+    monkeypatch.setattr(groups, "IN_FULL_GAP", math.inf)  # the sketches alone
+    sketched = plan(model, mixed_link_fleet(), c).rationale.prediction
+    assert sketched is not None and sketched.time_per_token_s > 1.6e-3
