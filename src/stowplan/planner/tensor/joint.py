@@ -222,7 +222,7 @@ def joint_cycle(
                 nonlocal held_counts
                 held_counts = True
             here = fuller
-        per_count[s] = here
+        per_count[s] = max(per_count[s], here)
         if counts is not None:
             counts[s] = here
         return here
@@ -247,26 +247,34 @@ def joint_cycle(
         lower = min(lower, in_full(s, lower))
     held_to = in_hand()
     if lower < held_to * (1 - COUPLED_GAP):
-        # The least count is bounded again, with its slowest stage and time per token
-        # together; a count it leaves the least is bounded in full first.
+        # The least count is bounded again, cheapest first: at its own microbatch, with
+        # its slowest stage and time per token together, then by what its groups hold.
         coupled = _Coupled(cm.batch, solved, held_to)
+        own = set(full)
+        """The counts bounded at their own microbatch."""
         tried: set[int] = set()
         while True:
             s = min(per_count, key=lambda k: (per_count[k], k))
             if per_count[s] >= held_to * (1 - COUPLED_GAP):
                 break
+            if s not in own:
+                own.add(s)
+                if solvable(s):
+                    solve(microbatches(cm.batch, s)[1])
+                per_count[s] = max(per_count[s], known(s))
+                continue
+            if s not in tried:
+                tried.add(s)
+                raised = coupled.bound(s, per_count[s])
+                if raised > per_count[s]:
+                    within, per_count[s] = True, raised
+                    if coupled_counts is not None:
+                        coupled_counts[s] = raised
+                    continue
             if s not in full:
                 in_full(s, held_to)
                 continue
-            if s in tried:
-                break
-            tried.add(s)
-            raised = coupled.bound(s, per_count[s])
-            if raised <= per_count[s]:
-                break
-            within, per_count[s] = True, raised
-            if coupled_counts is not None:
-                coupled_counts[s] = raised
+            break
         lower = min(per_count.values())
     candidates = [g for v in solved.values() for g in v.found]
     best = min(
