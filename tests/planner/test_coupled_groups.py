@@ -45,8 +45,8 @@ def test_the_time_per_token_within_a_pipelines_slowest_stage_is_never_above_its_
 
 
 def test_below_every_stage_of_one_block_nothing_holds_the_model() -> None:
-    """A limit under any stage's time of one block holds no pipeline (inf), and a limit
-    past every stage's time bounds the time per token by at least the least stage."""
+    """A limit under every stage's time holds no pipeline (inf); with no limit the bound
+    is positive and no more than any two-stage pipeline's time per token."""
     checked = 0
     for _, spec, problem, top in referee_cases(range(16)):
         u = microbatches(spec.batch, 2)[1]
