@@ -58,6 +58,16 @@ def instances(draw: st.DrawFn, max_nodes: int = 4, max_blocks: int = 6) -> tuple
     return model, nodes
 
 
+RANGED = (
+    instances(max_nodes=4, max_blocks=6),
+    st.sampled_from([1, 3, 8]),
+    st.integers(1, 4),
+    st.integers(1, 4),
+)
+"""The draws :func:`ranged` reads, in its order (instance, batch, fewest, most): a
+test's ``@given(*RANGED, …)``."""
+
+
 def ranged(
     inst: tuple, batch: int, fewest: int, most: int
 ) -> tuple[Problem, Constraints, int, int]:

@@ -23,7 +23,7 @@ from stowplan.planner.strategies import cycle
 from tests.common.bounded_apart import bounded_apart
 from tests.common.brute_force import pipelines_of
 from tests.common.gpu_fleets import nodes_of
-from tests.common.instances import instances, ranged
+from tests.common.instances import RANGED, instances, ranged
 
 
 def _least_cycle(cm: CostModel, lo: int, hi: int) -> float:
@@ -37,10 +37,7 @@ def _least_cycle(cm: CostModel, lo: int, hi: int) -> float:
 
 @settings(max_examples=80, deadline=None)
 @given(
-    instances(max_nodes=4, max_blocks=6),
-    st.sampled_from([1, 3, 8]),
-    st.integers(1, 4),
-    st.integers(1, 4),
+    *RANGED,
     st.floats(0.0, 1.5),
 )
 def test_the_capped_knapsack_is_never_above_the_least_trip_within_the_cap(
@@ -226,16 +223,7 @@ def test_the_knapsack_counts_the_hops_of_ten_stages():
     """Twelve nodes alike on 20 ms links, a range of ten stages: every stage pays its hop,
     so the trip is at least ten of them (counting only up to eight stages, the knapsack
     would let the two others go free)."""
-    nodes = [
-        NodeDescriptor(
-            id=f"n{i:02d}",
-            gpu_name="RTX 4090",
-            vram_bytes=24 * 10**9,
-            link_mbps=10_000.0,
-            link_latency_ms=20.0,
-        )
-        for i in range(12)
-    ]
+    nodes = nodes_of([("RTX 4090", 24, 1, 10_000.0, 20.0)] * 12)
     model, c = resolve_model("llama3.1:8b"), Constraints(batch=16)
     problem = prepare(model, nodes, c)
     sub = replace(problem, min_stages=10, max_stages=10)

@@ -25,16 +25,13 @@ from stowplan.planner.strategies.cycle import swapped
 from stowplan.planner.strategies.throughput import relaxed_bottleneck
 from tests.common.bounded_apart import bounded_apart
 from tests.common.brute_force import pipelines_of
-from tests.common.instances import instances, ranged
+from tests.common.instances import RANGED, instances, ranged
 from tests.common.refusals import rejected_if_refused
 
 
 @settings(max_examples=80, deadline=None)
 @given(
-    instances(max_nodes=4, max_blocks=6),
-    st.sampled_from([1, 3, 8]),
-    st.integers(1, 4),
-    st.integers(1, 4),
+    *RANGED,
     st.sampled_from([1, 2, 8]),
 )
 def test_the_knapsack_between_stage_limits_is_never_above_their_least_time_per_token(
