@@ -210,7 +210,7 @@ def joint_cycle(
     full: set[int] = set()
     """The counts bounded in full (their microbatch solved, what their groups hold)."""
 
-    def in_full(s: int, held: float) -> float:
+    def bound_in_full(s: int, held: float) -> float:
         """Count ``s`` bounded in full, sought up to ``held``."""
         full.add(s)
         if solvable(s):
@@ -244,7 +244,7 @@ def joint_cycle(
             per_count[s] = known(s)
             if per_count[s] >= lower:
                 continue
-        lower = min(lower, in_full(s, lower))
+        lower = min(lower, bound_in_full(s, lower))
     held_to = in_hand()
     if lower < held_to * (1 - COUPLED_GAP):
         # The least count is bounded again, cheapest first: at its own microbatch, with
@@ -272,7 +272,7 @@ def joint_cycle(
                         coupled_counts[s] = raised
                     continue
             if s not in full:
-                in_full(s, held_to)
+                bound_in_full(s, held_to)
                 continue
             break
         lower = min(per_count.values())
