@@ -98,3 +98,53 @@ def mixed_link_fleet() -> list[NodeDescriptor]:
             (*h100, 0.05),
         ]
     )
+
+
+def two_fast_nodes_fleet() -> list[NodeDescriptor]:
+    """Fourteen nodes of which two, an 8 × A100 and an 8 × H100, sit behind 0.05 ms links
+    besides two 2 × L40S; the others are behind 0.5 or 5 ms.  qwen3:30b-a3b at 16
+    sequences is fastest on those two nodes, one stage each: a pipeline of more stages,
+    each within its share of the cycle, needs more fast groups than they have."""
+    l40s, a4 = ("L40S", 48, 2, 10_000.0), ("A100 80GB SXM", 80, 4, 25_000.0)
+    a8, h100 = ("A100 80GB SXM", 80, 8, 50_000.0), ("H100 SXM5", 80, 8, 100_000.0)
+    return nodes_of(
+        [
+            (*l40s, 5.0),
+            (*a8, 0.05),
+            (*h100, 0.5),
+            (*h100, 5.0),
+            (*h100, 0.05),
+            (*a8, 5.0),
+            (*l40s, 0.05),
+            (*l40s, 0.5),
+            (*l40s, 0.5),
+            (*a4, 5.0),
+            (*h100, 5.0),
+            (*a8, 5.0),
+            (*a8, 0.5),
+            (*l40s, 0.05),
+        ]
+    )
+
+
+def one_h100_fleet() -> list[NodeDescriptor]:
+    """Eleven nodes: one 8 × H100 (0.5 ms) among 2 × L40S, 4 × RTX 4090 and one 4 × A100,
+    where llama3.1:405b at 64 sequences takes four stages, the H100's of 80 blocks, and
+    the head on the A100 node."""
+    l40s, rtx = ("L40S", 48, 2, 10_000.0), ("RTX 4090", 24, 4, 10_000.0)
+    a4, h100 = ("A100 80GB SXM", 80, 4, 25_000.0), ("H100 SXM5", 80, 8, 100_000.0)
+    return nodes_of(
+        [
+            (*l40s, 0.05),
+            (*l40s, 0.5),
+            (*h100, 0.5),
+            (*l40s, 0.05),
+            (*rtx, 0.5),
+            (*rtx, 5.0),
+            (*l40s, 5.0),
+            (*rtx, 0.05),
+            (*rtx, 5.0),
+            (*rtx, 0.05),
+            (*a4, 5.0),
+        ]
+    )

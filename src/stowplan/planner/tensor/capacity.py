@@ -44,20 +44,22 @@ Each stage count's cycle is at least ``m`` times its slowest stage
 stage is over every stage count, so a count of few stages (where ``m`` is small but
 each stage is long) is bounded by this one instead.
 
-The same figures also bound the time per token of a pipeline of two or more stages
-whose every stage is within ``B`` (:meth:`StageCapacity.trip_within`): a stage of
-``k`` blocks on group ``v`` takes at least the time of its ``k`` smallest blocks, and
-holds at most as many as run within ``B`` with its transfer at the cheaper link (or
-as the last stage, with the head).  Its stage counted with that transfer and a hop
-inside its node at the least, a node's stages of a multiset of groups take at least
-their first blocks' times plus the least further blocks' increments (each group's
-times are convex in ``k``, so the least increments of all its groups are the best
-split); on a pipeline over several nodes each node pays its network hop in place of
-one hop inside.  Across nodes the least over every count of blocks per node
-(a min-plus product per node; nodes alike until one more lowers nothing) and the
-least of one node alone, less the largest transfer counted (the last stage sends
-nothing), bound the time per token.  It never falls as ``B`` falls, and where no
-choice holds every block it is infinite.
+The same figures also bound the time per token of a pipeline of at least ``S`` stages
+(two or more) whose every stage is within ``B`` (:meth:`StageCapacity.trip_within`): a
+stage of ``k`` blocks on group ``v`` takes at least the time of its ``k`` smallest
+blocks, and holds at most as many as run within ``B`` with its transfer at the cheaper
+link; the last stage holds the head (read, held and computed), sends nothing, and holds
+at most as many as run within ``B`` so.  Each stage counted with its transfer and a hop
+inside its node at the least, a node's stages of a multiset of groups (all sending, or
+one of them the last stage) take at least their first blocks' times plus the least
+further blocks' increments (each group's times are convex in ``k``, so the least
+increments of all its groups are the best split); on a pipeline over several nodes each
+node pays its network hop in place of one hop inside.  Across nodes the least over
+every count of stages and of blocks per node, the last stage on one of them (a min-plus
+product per node over the stages, counted up to ``S``, and the blocks; nodes alike
+until one more lowers nothing), and the least of one node alone bound the time per
+token; ``S`` is counted up to :data:`STAGES_COUNTED`.  It never falls as ``B`` falls or
+``S`` rises, and where no choice holds every block it is infinite.
 """
 
 from __future__ import annotations
@@ -93,6 +95,10 @@ within 1e-12)."""
 
 COARSE = 1e-6
 """Its relative precision elsewhere (a bound that does not reach the plan in hand)."""
+
+STAGES_COUNTED = 8
+"""The most stages :meth:`StageCapacity.trip_within` counts: a pipeline of more is
+bounded as one of this many (each count costs the square of the counts more)."""
 
 SLACK = 1e-12
 """The relative slack :meth:`StageCapacity.trip_within` gives its limit: a stage time
@@ -182,10 +188,12 @@ class StageCapacity:
             tuple[tuple[tuple[int, int], ...], float], list[tuple[float, int, bool]]
         ] = {}
         """:meth:`_node_steps` per tuple of the groups' block counts and latency limit."""
-        self._within: dict[tuple[int, ...], float] = {}
-        """:meth:`trip_within` per tuple of the blocks each kind of group holds."""
-        self._tables: dict[tuple[int, tuple[int, ...]], tuple[Any, Any] | None] = {}
-        """:meth:`_node_table` per node kind (by index) and its groups' blocks held."""
+        self._within: dict[tuple[tuple[tuple[int, int], ...], int], tuple[float, float]] = {}
+        """:meth:`trip_within` per tuple of the blocks each kind of group holds and count of
+        stages, with the limit it was sought within."""
+        self._tables: dict[tuple[int, tuple[tuple[int, int], ...]], tuple[Any, Any] | None] = {}
+        """:meth:`_node_table` per node kind (by index) and its groups' blocks held (as a
+        stage that sends, as the last)."""
         self._latencies = sorted({node.latency for node in self._nodes})
         """The nodes' distinct network latencies (seconds), ascending."""
         most = [
@@ -270,48 +278,61 @@ class StageCapacity:
         steps.sort(reverse=True)
         return steps
 
-    def trip_within(self, bottleneck: float) -> float:
+    def trip_within(self, bottleneck: float, stages: int = 2, within: float = math.inf) -> float:
         """A lower bound on the time per token (stage times and hops) of every pipeline of
-        two or more stages on these groups with no stage above ``bottleneck`` (inf where
-        none holds every block): the module's last paragraph."""
+        at least ``stages`` stages (two or more) on these groups with no stage above
+        ``bottleneck`` (inf where none holds every block): the module's last paragraph.
+        Where it is above ``within``, inf (what lies beyond is not sought)."""
         if bottleneck <= 0:
             return math.inf
         bottleneck *= 1 + SLACK  # a stage at the limit, its sum rounded the other way
         # Per kind of group: the most blocks a stage of it holds within the bottleneck,
-        # sending at the cheaper link or as the last stage (the bound is a function of
-        # these alone: kept per tuple of them).
+        # sending at the cheaper link, and as the last stage (with the head, sending
+        # nothing); the bound is a function of these and the stages alone: kept per both.
         caps = tuple(
-            max(
+            (
                 bisect_right(times, bottleneck - self._sends[key][1]),
                 bisect_right(self._last[0][key], bottleneck),
             )
             for key, times in self._times[0].items()
         )
-        found = self._within.get(caps)
-        if found is None:
-            found = self._within[caps] = self._trip_of(dict(zip(self._times[0], caps, strict=True)))
-        return found
+        least = max(2, min(stages, STAGES_COUNTED))
+        # Kept with the limit it was sought within: inf there is inf within any less.
+        found, sought = self._within.get((caps, least), (math.inf, -math.inf))
+        if math.isinf(found) and sought < within:
+            found = self._trip_of(dict(zip(self._times[0], caps, strict=True)), least, within)
+            self._within[(caps, least)] = found, within
+        return found if found <= within else math.inf
 
-    def _trip_of(self, caps: dict[tuple[object, ...], int]) -> float:
-        """:meth:`trip_within` of the blocks each kind of group holds."""
+    def _trip_of(
+        self, caps: dict[tuple[object, ...], tuple[int, int]], least: int, within: float
+    ) -> float:
+        """:meth:`trip_within` of the blocks each kind of group holds (as a stage that
+        sends, as the last stage), on at least ``least`` stages, sought within
+        ``within`` (inf beyond: every partial time counted is at most the whole)."""
         np = self._np
         # Per kind of group holding a block: its blocks, the least time of its first block
-        # with its send at the cheaper link and its hop inside the node, and each further
-        # block's.
-        kinds: dict[tuple[object, ...], tuple[int, float, Any]] = {}
-        for key, cap in caps.items():
-            if cap:
-                times = self._times[0][key]
-                first = times[0] + self._sends[key][1] + self._inside[key]
-                kinds[key] = (cap, first, np.diff(times[:cap]))
-        if not kinds:
+        # with its hop inside the node (and its send at the cheaper link, but for the
+        # last stage), and each further block's; as a stage that sends and as the last.
+        kinds: list[dict[tuple[object, ...], tuple[int, float, Any]]] = [{}, {}]
+        for key, (cap, last) in caps.items():
+            for out, held, times, send in (
+                (kinds[0], cap, self._times[0][key], self._sends[key][1]),
+                (kinds[1], last, self._last[0][key], 0.0),
+            ):
+                if held:
+                    first = times[0] + send + self._inside[key]
+                    out[key] = (held, first, np.diff(times[:held]))
+        if not kinds[1]:
             return math.inf
         nb = self.nb
-        alone = np.full(nb + 1, np.inf)
-        """Per count of blocks, the least time of a pipeline on one node."""
-        spread = np.zeros(nb + 1)
-        """The same on any nodes, each paying its network hop once."""
-        spread[1:] = np.inf
+        alone = math.inf
+        """The least time of a pipeline on one node."""
+        # Per count of stages (the last counting all from ``least`` on) and of blocks, the
+        # least time on any nodes, each paying its network hop once; without the last
+        # stage and with it.
+        spread = np.full((2, least + 1, nb + 1), np.inf)
+        spread[0, 0, 0] = 0.0
         for index, node in enumerate(self._nodes):
             if node.counts is None:
                 return 0.0  # too many multisets to count: no bound
@@ -322,51 +343,88 @@ class StageCapacity:
             if table is None:
                 continue
             one, own = table
-            np.minimum(alone, one, out=alone)
+            alone = min(alone, float(one[least:, nb].min(initial=np.inf)))
+            # The node's counts of stages from ``least`` on are one: that many or more.
+            folded = np.full((2, least + 1, nb + 1), np.inf)
+            top = min(least, own.shape[1] - 1)
+            folded[:, :top] = own[:, :top]
+            folded[:, top] = own[:, top:].min(axis=1)
+            folded[folded > within] = np.inf
+            if not np.isfinite(folded[:, 1:]).any():
+                continue  # every stage of the node takes longer than the limit
             for _ in range(node.count):
-                after = _min_plus(np, spread, own)
+                after = _staged_min_plus(np, spread, folded)
                 if np.array_equal(after, spread):
                     break  # no further node of this kind lowers any count
                 spread = after
-        # Every stage was counted with a send; the last one sends nothing.
-        spare = max(self._sends[key][1] for key in kinds)
-        return max(0.0, float(min(alone[nb], spread[nb])) - spare)
+        return min(alone, float(spread[1, least, nb]))
 
     def _node_table(
-        self, node: _NodeKind, kinds: dict[tuple[object, ...], tuple[int, float, Any]]
+        self, node: _NodeKind, kinds: list[dict[tuple[object, ...], tuple[int, float, Any]]]
     ) -> tuple[Any, Any] | None:
-        """Per count of blocks, the least time of ``node``'s stages as the whole pipeline
-        (two stages or more) and as part of one over several nodes (one hop over the
-        network), with each kind of group's blocks and times in ``kinds``; None where no
-        group of the node holds a block."""
+        """Per count of stages and of blocks, the least time of ``node``'s stages as the
+        whole pipeline (the last stage among them) and as part of one over several nodes
+        (one hop over the network; without the last stage and with it), each kind of
+        group's blocks and times in ``kinds`` (as a stage that sends, as the last); None
+        where no group of the node holds a block.
+
+        One row per choice of groups (:meth:`_NodeKind.choices`): its blocks go to the
+        least increments of all its groups (each group's times are convex in its blocks),
+        found for every count at once from the increments sorted together."""
         np = self._np
         nb = self.nb
-        alone = np.full(nb + 1, np.inf)
-        own = np.full(nb + 1, np.inf)
-        own[0] = 0.0
-        found = False
-        for used in node.rows():
-            if any(key not in kinds for key, _ in used):
-                continue
-            found = True
-            stages = sum(c for _, c in used)
-            top = min(nb, sum(c * kinds[key][0] for key, c in used))
-            if stages > top:
-                continue
-            base = sum(c * kinds[key][1] for key, c in used)
-            steps = np.concatenate([np.repeat(kinds[key][2], c) for key, c in used])
-            steps.sort()
-            times = np.empty(top - stages + 1)
-            times[0] = base
-            np.cumsum(steps[: top - stages], out=times[1:])
-            times[1:] += base
-            part = slice(stages, top + 1)
-            if stages >= 2:
-                np.minimum(alone[part], times, out=alone[part])
-            # One stage hops over the network in place of its hop inside the node.
-            network = node.latency - max(self._inside[key] for key, _ in used)
-            np.minimum(own[part], times + max(0.0, network), out=own[part])
-        return (alone, own) if found else None
+        parts = [kinds[role].get(key) for role in (0, 1) for key in node.groups]
+        present = np.array([part is not None for part in parts])
+        choices = node.choices()
+        chosen = choices[~(choices[:, ~present] > 0).any(axis=1)]
+        held = np.array([0 if part is None else part[0] for part in parts])
+        firsts = np.array([0.0 if part is None else part[1] for part in parts])
+        stages = chosen.sum(axis=1)
+        top = np.minimum(chosen @ held, nb)
+        chosen = chosen[stages <= np.minimum(top, node.most)]
+        if not len(chosen):
+            return None
+        stages, top = chosen.sum(axis=1), np.minimum(chosen @ held, nb)
+        # Every group's increments sorted together; a row takes each as often as it has
+        # groups of its kind.
+        steps = [part[2] for part in parts if part is not None]
+        values = np.concatenate([*steps, np.zeros(0)])
+        owner = np.repeat(np.flatnonzero(present), [len(x) for x in steps])
+        order = np.argsort(values, kind="stable")
+        values, owner = values[order], owner[order]
+        times = chosen[:, owner]
+        taken = np.zeros((len(chosen), len(values) + 1))
+        np.cumsum(times, axis=1, out=taken[:, 1:])
+        summed = np.zeros_like(taken)
+        np.cumsum(times * values, axis=1, out=summed[:, 1:])
+        # Per row and count of further blocks e: the steps wholly taken before e, and e's
+        # share of the next.
+        extra = np.arange(nb + 1)
+        rows = np.arange(len(chosen))[:, None]
+        width = float(taken[:, -1].max()) + nb + 2
+        at = np.searchsorted(
+            (taken[:, 1:] + rows * width).ravel(), (extra + rows * width).ravel(), side="left"
+        ).reshape(len(chosen), nb + 1) - rows * len(values)
+        before = taken[rows, at]
+        part_step = np.append(values, 0.0)[at]  # past the last step: no count there
+        least = summed[rows, at] + np.where(extra > before, (extra - before) * part_step, 0.0)
+        table = np.full((len(chosen), nb + 1), np.inf)
+        counts = stages[:, None] + extra
+        valid = counts <= top[:, None]
+        base = chosen @ firsts
+        table[np.nonzero(valid)[0], counts[valid]] = (base[:, None] + least)[valid]
+        last = chosen[:, len(node.groups) :].sum(axis=1)
+        alone = np.full((node.most + 1, nb + 1), np.inf)
+        ends = last > 0
+        np.minimum.at(alone, stages[ends], table[ends])
+        # One stage hops over the network in place of its hop inside the node.
+        inside = np.array([self._inside[key] for key in node.groups] * 2)
+        used = chosen > 0
+        network = np.maximum(0.0, node.latency - np.where(used, inside, -np.inf).max(axis=1))
+        own = np.full((2, node.most + 1, nb + 1), np.inf)
+        np.minimum.at(own, (last, stages), table + network[:, None])
+        own[0, 0, 0] = 0.0
+        return alone, own
 
     def slowest(
         self,
@@ -426,12 +484,25 @@ def bisect_bound(
     return lo, max(hi, lo)
 
 
-def _min_plus(np: Any, a: Any, b: Any) -> Any:
-    """``out[k] = min over i + j = k of a[i] + b[j]`` (arrays of equal length)."""
+def _staged_min_plus(np: Any, a: Any, b: Any) -> Any:
+    """``a`` ⊗ ``b`` over (holds the last stage, stages, blocks): ``out[h, j, k] = min of
+    a[h1, j1, k1] + b[h2, j2, k2]`` over ``h1 + h2 = h`` (at most one last stage), ``j1 +
+    j2 = j`` (the last count of either standing for that many or more; ``b`` has as many
+    counts as ``a``) and ``k1 + k2 = k``."""
     out = np.full_like(a, np.inf)
-    n = len(a)
-    for j in np.flatnonzero(np.isfinite(b)).tolist():
-        np.minimum(out[j:], a[: n - j] + b[j], out=out[j:])
+    least, n = a.shape[1] - 1, a.shape[2]
+    for h2, j2 in np.argwhere(np.isfinite(b).any(axis=2)).tolist():
+        # The counts of ``a`` from ``least - j2`` on all reach the last count.
+        split = least - j2
+        src = a[: 2 - h2]
+        if j2:
+            src = np.concatenate(
+                [src[:, :split], src[:, split:].min(axis=1, keepdims=True)], axis=1
+            )
+        target = out[h2:, j2:]
+        row = b[h2, j2]
+        for k2 in np.flatnonzero(np.isfinite(row)).tolist():
+            np.minimum(target[:, :, k2:], src[:, :, : n - k2] + row[k2], out=target[:, :, k2:])
     return out
 
 
@@ -499,16 +570,24 @@ class _NodeKind:
     multiset_sizes: Any = field(init=False)
     most: int = field(init=False)
     """The most groups counted (no more than the node's GPUs or the blocks)."""
-    _rows: list[list[tuple[tuple[object, ...], int]]] | None = field(init=False, default=None)
+    _choices: Any = field(init=False, default=None)
 
-    def rows(self) -> list[list[tuple[tuple[object, ...], int]]]:
-        """Per multiset of groups: each kind of group in it with its count."""
-        if self._rows is None:
-            self._rows = [
-                [(self.groups[i], c) for i, c in enumerate(row) if c]
-                for row in self.counts.astype(int).tolist()
-            ]
-        return self._rows
+    def choices(self) -> Any:
+        """Per choice of the node's groups (:attr:`counts`, all sending or one of a kind
+        the last stage): how many of each kind send, then how many of each are the last
+        (one row each; kept)."""
+        if self._choices is None:
+            import numpy as np
+
+            rows = self.counts.astype(int)
+            out = [np.concatenate([rows, np.zeros_like(rows)], axis=1)]
+            for g in range(len(self.groups)):
+                some = rows[rows[:, g] > 0]
+                last = np.zeros_like(some)
+                last[:, g] = 1
+                out.append(np.concatenate([some - last, last], axis=1))
+            self._choices = np.concatenate(out)
+        return self._choices
 
     def __post_init__(self) -> None:
         import numpy as np

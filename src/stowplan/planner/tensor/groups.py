@@ -436,7 +436,7 @@ def plan_with_groups(
     return replace(plan, rationale=replace(r, notes=(*notes, *r.notes)))
 
 
-IN_FULL_GAP = 0.01
+IN_FULL_GAP = 0.005
 """Where the bound lies further below the plan found than this share, its GPU groups are
 planned again in full (the layouts' plans are sketched: on the ladder's stage counts,
 without the pipelines a certificate finds), on fleets of more than one kind of node (on

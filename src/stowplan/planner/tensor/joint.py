@@ -337,7 +337,7 @@ class _Coupled:
             caps = self.solved[w].held()
 
             def reached(c: float) -> bool:
-                return any(h.trip_within(c / m) <= c for h in caps)
+                return any(h.trip_within(c / m, m, c) <= c for h in caps)
 
             hi = self.in_hand
             if math.isinf(hi):  # nothing in hand: doubled from the bound until reached
