@@ -81,6 +81,7 @@ __all__ = [
     "BISECTION_STEPS",
     "COARSE",
     "PRECISION",
+    "STAGES_COUNTED",
     "StageCapacity",
     "bisect_bound",
     "excluded_counts",
@@ -374,7 +375,9 @@ class StageCapacity:
         np = self._np
         nb = self.nb
         parts = [kinds[role].get(key) for role in (0, 1) for key in node.groups]
-        present = np.array([part is not None for part in parts])
+        if all(part is None for part in parts):
+            return None  # no group the rule allows, or none holds a block
+        present = np.array([part is not None for part in parts], dtype=bool)
         choices = node.choices()
         chosen = choices[~(choices[:, ~present] > 0).any(axis=1)]
         held = np.array([0 if part is None else part[0] for part in parts])

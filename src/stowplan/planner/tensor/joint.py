@@ -14,7 +14,12 @@ from stowplan.errors import DependencyError
 from stowplan.model import Metric
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies import cycle
-from stowplan.planner.tensor.capacity import COARSE, StageCapacity, bisect_bound
+from stowplan.planner.tensor.capacity import (
+    COARSE,
+    STAGES_COUNTED,
+    StageCapacity,
+    bisect_bound,
+)
 from stowplan.planner.tensor.exact import (
     GROUPED_NODE_LIMIT,
     GroupedOptimum,
@@ -252,7 +257,8 @@ def joint_cycle(
         coupled = _Coupled(cm.batch, solved, held_to)
         own = set(full)
         """The counts bounded at their own microbatch."""
-        tried: set[int] = set()
+        tried: set[tuple[int, int]] = set()
+        """The counts and least stages the coupled bound was sought at."""
         while True:
             s = min(per_count, key=lambda k: (per_count[k], k))
             if per_count[s] >= held_to * (1 - COUPLED_GAP):
@@ -263,14 +269,17 @@ def joint_cycle(
                     solve(microbatches(cm.batch, s)[1])
                 per_count[s] = max(per_count[s], known(s))
                 continue
-            if s not in tried:
-                tried.add(s)
-                raised = coupled.bound(s, per_count[s])
+            # The coupled bound as any pipeline of two stages or more, then as one of the
+            # count's own (each stage counted costs more to bound).
+            least = next((k for k in (2, s) if (s, min(k, STAGES_COUNTED)) not in tried), None)
+            if least is not None:
+                tried.add((s, min(least, STAGES_COUNTED)))
+                raised = coupled.bound(s, per_count[s], least)
                 if raised > per_count[s]:
                     within, per_count[s] = True, raised
                     if coupled_counts is not None:
                         coupled_counts[s] = raised
-                    continue
+                continue
             if s not in full:
                 bound_in_full(s, held_to)
                 continue
@@ -314,30 +323,37 @@ class _Coupled:
     """The coupled bound of each stage count, within a cycle ``in_hand`` (the least
     cycle of a pipeline in hand, or inf).
 
-    A pipeline of ``s`` ≥ 2 stages and ``m`` microbatches whose cycle is ``C`` has every
-    stage within ``C / m`` and its time per token within ``C``, so ``trip_within(C / m)
-    ≤ C`` on the groups of some grouping at its microbatch or a smaller one (stage
-    times grow with the microbatch); where that fails, ``C`` is below its cycle.  The
-    test holds at every cycle above one where it holds (the bound falls as the stages'
-    limit rises): the largest cycle where it fails is sought by bisection."""
+    A pipeline of ``s`` ≥ 2 stages and ``m`` microbatches (``s`` ≥ ``m``) whose cycle is
+    ``C`` has every stage within ``C / m`` and its time per token within ``C``, so
+    ``trip_within(C / m, k) ≤ C`` for every ``k`` from 2 to ``m`` on the groups of some
+    grouping at its microbatch or a smaller one (stage times grow with the microbatch);
+    where that fails, ``C`` is below its cycle.  The test holds at every cycle above one
+    where it holds (the bound falls as the stages' limit rises): the largest cycle where
+    it fails is sought by bisection.  Counting stages (a larger ``k``) bounds more
+    tightly and costs more: ``k`` = 2 is sought first."""
 
     def __init__(self, batch: int, solved: dict[int, _Solved], in_hand: float) -> None:
         self.batch, self.solved, self.in_hand = batch, solved, in_hand
-        self.done: dict[tuple[int, int], float] = {}
-        """Per count of microbatches and microbatch solved, the bound found."""
+        self.done: dict[tuple[int, int, int], float] = {}
+        """Per count of microbatches, microbatch solved and least stages, the bound found."""
 
-    def bound(self, s: int, lo: float) -> float:
-        """Stage count ``s``'s bound, given ``lo`` (its bound in hand, the least of every
-        count's: a count of the same microbatches asked later has a bound no lower)."""
+    def bound(self, s: int, lo: float, least: int) -> float:
+        """Stage count ``s``'s bound as a pipeline of at least ``least`` stages (at most
+        ``s``), given ``lo`` (its bound in hand, the least of every count's: a count of
+        the same microbatches asked later has a bound no lower)."""
         m, u = microbatches(self.batch, s)
         w = max((w for w in self.solved if w <= u), default=None)
         if s < 2 or w is None:
             return lo
-        if (m, w) not in self.done:
+        # A count's pipelines have ``s`` stages, at least ``m``: the counts of the same
+        # microbatches (all of ``batch`` or more stages) share the bound, as do those past
+        # the stages the bound counts.
+        least = min(least, m, STAGES_COUNTED)
+        if (m, w, least) not in self.done:
             caps = self.solved[w].held()
 
             def reached(c: float) -> bool:
-                return any(h.trip_within(c / m, m, c) <= c for h in caps)
+                return any(h.trip_within(c / m, least, c) <= c for h in caps)
 
             hi = self.in_hand
             if math.isinf(hi):  # nothing in hand: doubled from the bound until reached
@@ -347,15 +363,15 @@ class _Coupled:
                         break
                     hi *= 2
             if not caps or reached(lo):
-                self.done[(m, w)] = lo
+                self.done[(m, w, least)] = lo
             elif not reached(hi):
-                self.done[(m, w)] = hi
+                self.done[(m, w, least)] = hi
             else:
                 for _ in range(COUPLED_STEPS):
                     mid = (lo + hi) / 2
                     lo, hi = (lo, mid) if reached(mid) else (mid, hi)
-                self.done[(m, w)] = lo
-        return max(lo, self.done[(m, w)])
+                self.done[(m, w, least)] = lo
+        return max(lo, self.done[(m, w, least)])
 
 
 @dataclass(frozen=True, slots=True)
