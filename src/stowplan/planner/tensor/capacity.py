@@ -329,10 +329,12 @@ class StageCapacity:
         nb = self.nb
         alone = math.inf
         """The least time of a pipeline on one node."""
-        # Per count of stages (the last counting all from ``least`` on) and of blocks, the
-        # least time on any nodes, each paying its network hop once; without the last
-        # stage and with it.
-        spread = np.full((2, least + 1, nb + 1), np.inf)
+        # Per count of stages (the last counting all from ``counted`` on) and of blocks,
+        # the least time on any nodes, each paying its network hop once; without the last
+        # stage and with it.  Two stages are not counted (a pipeline on several nodes has
+        # them; one node's stages alone are counted there), which halves the work.
+        counted = least if least > 2 else 1
+        spread = np.full((2, counted + 1, nb + 1), np.inf)
         spread[0, 0, 0] = 0.0
         for index, node in enumerate(self._nodes):
             if node.counts is None:
@@ -345,9 +347,9 @@ class StageCapacity:
                 continue
             one, own = table
             alone = min(alone, float(one[least:, nb].min(initial=np.inf)))
-            # The node's counts of stages from ``least`` on are one: that many or more.
-            folded = np.full((2, least + 1, nb + 1), np.inf)
-            top = min(least, own.shape[1] - 1)
+            # The node's counts of stages from ``counted`` on are one: that many or more.
+            folded = np.full((2, counted + 1, nb + 1), np.inf)
+            top = min(counted, own.shape[1] - 1)
             folded[:, :top] = own[:, :top]
             folded[:, top] = own[:, top:].min(axis=1)
             folded[folded > within] = np.inf
@@ -358,7 +360,7 @@ class StageCapacity:
                 if np.array_equal(after, spread):
                     break  # no further node of this kind lowers any count
                 spread = after
-        return min(alone, float(spread[1, least, nb]))
+        return min(alone, float(spread[1, counted, nb]))
 
     def _node_table(
         self, node: _NodeKind, kinds: list[dict[tuple[object, ...], tuple[int, float, Any]]]
@@ -410,12 +412,12 @@ class StageCapacity:
         ).reshape(len(chosen), nb + 1) - rows * len(values)
         before = taken[rows, at]
         part_step = np.append(values, 0.0)[at]  # past the last step: no count there
-        least = summed[rows, at] + np.where(extra > before, (extra - before) * part_step, 0.0)
+        sums = summed[rows, at] + np.where(extra > before, (extra - before) * part_step, 0.0)
         table = np.full((len(chosen), nb + 1), np.inf)
         counts = stages[:, None] + extra
         valid = counts <= top[:, None]
         base = chosen @ firsts
-        table[np.nonzero(valid)[0], counts[valid]] = (base[:, None] + least)[valid]
+        table[np.nonzero(valid)[0], counts[valid]] = (base[:, None] + sums)[valid]
         last = chosen[:, len(node.groups) :].sum(axis=1)
         alone = np.full((node.most + 1, nb + 1), np.inf)
         ends = last > 0
