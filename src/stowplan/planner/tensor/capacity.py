@@ -54,7 +54,9 @@ inside its node at the least, a node's stages of a multiset of groups (all sendi
 one of them the last stage) take at least their first blocks' times plus the least
 further blocks' increments (each group's times are convex in ``k``, so the least
 increments of all its groups are the best split); on a pipeline over several nodes each
-node pays its network hop in place of one hop inside.  Across nodes the least over
+node pays its network hop in place of one hop inside, and each but the last stage's
+node sends once over its network link in place of the cheaper one.  Across nodes the
+least over
 every count of stages and of blocks per node, the last stage on one of them (a min-plus
 product per node over the stages, counted up to ``S``, and the blocks; nodes alike
 until one more lowers nothing), and the least of one node alone bound the time per
@@ -97,7 +99,7 @@ within 1e-12)."""
 COARSE = 1e-6
 """Its relative precision elsewhere (a bound that does not reach the plan in hand)."""
 
-STAGES_COUNTED = 8
+STAGES_COUNTED = 16
 """The most stages :meth:`StageCapacity.trip_within` counts: a pipeline of more is
 bounded as one of this many (each count costs the square of the counts more)."""
 
@@ -422,10 +424,14 @@ class StageCapacity:
         alone = np.full((node.most + 1, nb + 1), np.inf)
         ends = last > 0
         np.minimum.at(alone, stages[ends], table[ends])
-        # One stage hops over the network in place of its hop inside the node.
+        # One stage hops over the network in place of its hop inside the node; without
+        # the last stage, one sends over the network too, in place of the cheaper link.
         inside = np.array([self._inside[key] for key in node.groups] * 2)
         used = chosen > 0
         network = np.maximum(0.0, node.latency - np.where(used, inside, -np.inf).max(axis=1))
+        dearer = np.array([self._sends[key][0] - self._sends[key][1] for key in node.groups])
+        sends = np.where(used[:, : len(node.groups)], dearer, np.inf).min(axis=1)
+        network += np.where(last > 0, 0.0, sends)
         own = np.full((2, node.most + 1, nb + 1), np.inf)
         np.minimum.at(own, (last, stages), table + network[:, None])
         own[0, 0, 0] = 0.0
