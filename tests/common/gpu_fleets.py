@@ -129,8 +129,7 @@ def two_fast_nodes_fleet() -> list[NodeDescriptor]:
 
 def one_h100_fleet() -> list[NodeDescriptor]:
     """Eleven nodes: one 8 × H100 (0.5 ms) among 2 × L40S, 4 × RTX 4090 and one 4 × A100,
-    where llama3.1:405b at 64 sequences takes four stages, the H100's of 80 blocks, and
-    the head on the A100 node."""
+    where llama3.1:405b at 64 sequences takes four stages, the H100's of 80 blocks."""
     l40s, rtx = ("L40S", 48, 2, 10_000.0), ("RTX 4090", 24, 4, 10_000.0)
     a4, h100 = ("A100 80GB SXM", 80, 4, 25_000.0), ("H100 SXM5", 80, 8, 100_000.0)
     return nodes_of(
