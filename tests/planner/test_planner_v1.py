@@ -232,6 +232,23 @@ def test_min_stages_above_node_count_is_infeasible() -> None:
         plan(model, _nodes(24, 24), _v1(min_stages=3))
 
 
+def test_multi_gpu_nodes_hold_more_stages_than_nodes() -> None:
+    """Three nodes of 8 × H100: their GPU groups give a pipeline up to 24 stages, so
+    ``min_stages=4`` plans four (a node holding two), and only ``min_stages=25`` is
+    refused, naming the GPUs."""
+    from tests.common.gpu_fleets import nodes_of
+
+    model = lookup("llama3.1:70b")
+    assert model is not None
+    nodes = nodes_of([("H100 SXM5", 80, 8, 100_000.0, 0.05)] * 3)
+    got = plan(model, nodes, Constraints(min_stages=4, max_stages=4))
+    assert len(got.assignments) == 4
+    assert len({a.node_id for a in got.assignments}) <= 3
+    assert sum(a.tensor_parallel for a in got.assignments) <= 24
+    with pytest.raises(Infeasible, match=r"min_stages=25 but only 3 nodes are available \(24 GPUs"):
+        plan(model, nodes, Constraints(min_stages=25))
+
+
 def test_kv_reserve_counts_against_vram() -> None:
     model = lookup("llama3.1:8b")
     assert model is not None and model.kv_bytes_per_token is not None

@@ -178,8 +178,12 @@ def prepare(
     nodes = tuple(sorted(nodes, key=_ID))
     min_n = constraints.min_stages or 1
     max_n = constraints.max_stages if constraints.max_stages is not None else len(nodes)
-    if min_n > len(nodes):
-        raise Infeasible(f"min_stages={min_n} but only {len(nodes)} nodes are available")
+    # A multi-GPU node holds as many stages as its GPUs split into (its GPU groups are
+    # planned from this problem); a group, or a node given whole, holds one.
+    gpus = len(nodes) if groups is not None else sum(n.num_gpus for n in nodes)
+    if min_n > gpus:
+        on_gpus = "" if gpus == len(nodes) else f" ({gpus} GPUs, a stage on one at least)"
+        raise Infeasible(f"min_stages={min_n} but only {len(nodes)} nodes are available{on_gpus}")
     if min_n > model.num_blocks:
         raise Infeasible(
             f"min_stages={min_n} but the model has only {model.num_blocks} blocks "
