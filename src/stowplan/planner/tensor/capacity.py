@@ -86,6 +86,7 @@ __all__ = [
     "STAGES_COUNTED",
     "StageCapacity",
     "bisect_bound",
+    "counted_stages",
     "excluded_counts",
 ]
 
@@ -102,6 +103,13 @@ COARSE = 1e-6
 STAGES_COUNTED = 16
 """The most stages :meth:`StageCapacity.trip_within` counts: a pipeline of more is
 bounded as one of this many (each count costs the square of the counts more)."""
+
+
+def counted_stages(stages: int) -> int:
+    """The stages :meth:`StageCapacity.trip_within` counts for a pipeline of at least
+    ``stages``: two at the least, :data:`STAGES_COUNTED` at the most."""
+    return max(2, min(stages, STAGES_COUNTED))
+
 
 SLACK = 1e-12
 """The relative slack :meth:`StageCapacity.trip_within` gives its limit: a stage time
@@ -299,7 +307,7 @@ class StageCapacity:
             )
             for key, times in self._times[0].items()
         )
-        least = max(2, min(stages, STAGES_COUNTED))
+        least = counted_stages(stages)
         # Kept with the limit it was sought within: inf there is inf within any less.
         found, sought = self._within.get((caps, least), (math.inf, -math.inf))
         if math.isinf(found) and sought < within:
@@ -388,10 +396,10 @@ class StageCapacity:
         firsts = np.array([0.0 if part is None else part[1] for part in parts])
         stages = chosen.sum(axis=1)
         top = np.minimum(chosen @ held, nb)
-        chosen = chosen[stages <= np.minimum(top, node.most)]
-        if not len(chosen):
+        keep = stages <= np.minimum(top, node.most)
+        if not keep.any():
             return None
-        stages, top = chosen.sum(axis=1), np.minimum(chosen @ held, nb)
+        chosen, stages, top = chosen[keep], stages[keep], top[keep]
         # Every group's increments sorted together; a row takes each as often as it has
         # groups of its kind.
         steps = [part[2] for part in parts if part is not None]

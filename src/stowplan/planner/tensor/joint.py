@@ -14,12 +14,7 @@ from stowplan.errors import DependencyError
 from stowplan.model import Metric
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies import cycle
-from stowplan.planner.tensor.capacity import (
-    COARSE,
-    STAGES_COUNTED,
-    StageCapacity,
-    bisect_bound,
-)
+from stowplan.planner.tensor.capacity import COARSE, StageCapacity, bisect_bound, counted_stages
 from stowplan.planner.tensor.exact import (
     GROUPED_NODE_LIMIT,
     GroupedOptimum,
@@ -271,9 +266,10 @@ def joint_cycle(
                 continue
             # The coupled bound as any pipeline of two stages or more, then as one of the
             # count's own (each stage counted costs more to bound).
-            least = next((k for k in (2, s) if (s, min(k, STAGES_COUNTED)) not in tried), None)
+            rungs = (coupled.counted(s, 2), coupled.counted(s, s))
+            least = next((k for k in rungs if (s, k) not in tried), None)
             if least is not None:
-                tried.add((s, min(least, STAGES_COUNTED)))
+                tried.add((s, least))
                 raised = coupled.bound(s, per_count[s], least)
                 if raised > per_count[s]:
                     within, per_count[s] = True, raised
@@ -337,18 +333,21 @@ class _Coupled:
         self.done: dict[tuple[int, int, int], float] = {}
         """Per count of microbatches, microbatch solved and least stages, the bound found."""
 
+    def counted(self, s: int, least: int) -> int:
+        """The stages the bound of count ``s`` counts when asked for ``least`` (at most
+        ``s``): a count's pipelines have ``s`` stages, at least ``m``, so the counts of
+        the same microbatches (all of ``batch`` or more stages) share the bound, as do
+        those past the stages the bound counts (:func:`counted_stages`)."""
+        return counted_stages(min(least, microbatches(self.batch, s)[0]))
+
     def bound(self, s: int, lo: float, least: int) -> float:
-        """Stage count ``s``'s bound as a pipeline of at least ``least`` stages (at most
-        ``s``), given ``lo`` (its bound in hand, the least of every count's: a count of
-        the same microbatches asked later has a bound no lower)."""
+        """Stage count ``s``'s bound as a pipeline of at least ``least`` stages (as
+        :meth:`counted` gives them), given ``lo`` (its bound in hand, the least of every
+        count's: a count of the same microbatches asked later has a bound no lower)."""
         m, u = microbatches(self.batch, s)
         w = max((w for w in self.solved if w <= u), default=None)
         if s < 2 or w is None:
             return lo
-        # A count's pipelines have ``s`` stages, at least ``m``: the counts of the same
-        # microbatches (all of ``batch`` or more stages) share the bound, as do those past
-        # the stages the bound counts.
-        least = min(least, m, STAGES_COUNTED)
         if (m, w, least) not in self.done:
             caps = self.solved[w].held()
 
