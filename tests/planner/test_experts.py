@@ -475,3 +475,32 @@ def test_more_stages_than_blocks_is_infeasible_with_the_numbers() -> None:
     with pytest.raises(Infeasible) as exc:
         plan(model, [node(i, 4, 1000) for i in range(5)], Constraints(min_stages=4))
     assert "min_stages=4 but at most 3 stages are possible (5 nodes, 3 blocks" in str(exc.value)
+
+
+def test_expert_parallel_holds_more_stages_than_nodes_on_multi_gpu_nodes() -> None:
+    """Three 8-GPU nodes run four stages (two GPU groups on one node) whatever the
+    placement, and the expert-parallel refusal past their GPUs names them."""
+    from stowplan import lookup
+    from stowplan.errors import Infeasible
+
+    model = lookup("mixtral:8x7b")
+    assert model is not None and model.experts is not None
+    nodes = h100_nodes(3)
+    c = Constraints(min_stages=4)
+    spread = ExpertInputs(placement=ExpertPlacement.EXPERT_PARALLEL)
+    p = plan(model, nodes, c, experts=spread)
+    assert p.num_stages >= 4
+    assert len({a.node_id for a in p.assignments}) < p.num_stages
+    placed = {(x.block, x.expert) for a in p.assignments for x in a.owned_experts}
+    ex = model.experts
+    assert placed == {(b, e) for b in ex.moe_blocks for e in range(ex.num_experts)}
+    for a in p.assignments:
+        assert a.usable_vram_bytes is not None
+        assert a.estimated_vram_bytes <= a.usable_vram_bytes
+    # By default the block-local plan leads and its note gives the alternative's figure.
+    local = plan(model, nodes, c)
+    assert local.num_stages >= 4
+    assert any("expert-parallel (a custom stage worker" in n for n in local.rationale.notes)
+    with pytest.raises(Infeasible) as exc:
+        plan(model, nodes, Constraints(min_stages=25), experts=spread)
+    assert "min_stages=25 but at most 24 stages are possible (3 nodes, 24 GPUs" in str(exc.value)

@@ -274,16 +274,21 @@ def _expert_parallel(
             for b in range(model.num_blocks)
         )
     )
-    max_n = min(constraints.max_stages or len(nodes), len(nodes), model.num_blocks)
+    # A node of several GPUs holds as many stages as its GPUs split into (its GPU groups
+    # are planned with the backbone), each stage on one GPU at least.
+    gpus = sum(n.num_gpus for n in nodes)
+    max_n = min(constraints.max_stages or gpus, gpus, model.num_blocks)
     ranked = sorted((usable_bytes(n, headroom) for n in nodes), reverse=True)
     available = sum(ranked[:max_n])
     if available < needed:
         raise InsufficientVram(needed, available)
     first = constraints.min_stages or 1
     if first > max_n:
+        on_gpus = "" if gpus == len(nodes) else f", {gpus} GPUs"
         raise Infeasible(
             f"min_stages={first} but at most {max_n} stages are possible "
-            f"({len(nodes)} nodes, {model.num_blocks} blocks, max_stages={constraints.max_stages})"
+            f"({len(nodes)} nodes{on_gpus}, {model.num_blocks} blocks, "
+            f"max_stages={constraints.max_stages})"
         )
     while first < max_n and sum(ranked[:first]) < needed:
         first += 1
