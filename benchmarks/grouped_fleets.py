@@ -7,7 +7,9 @@ Each fleet draws 9–16 nodes of five kinds (8 × H100 SXM5, 4 or 8 × A100 80GB
 1, 4, 16 or 64 sequences.  Run it on two checkouts and compare the columns: the same
 tokens/s is the same plan quality (the GPU-layout search on such fleets is a local
 search, so a change to it shows here first); the gap is the plan's certificate's (how
-far below its bound; 0 where it is proven optimal).  ``--first`` starts at another seed.
+far below its bound; 0 where it is proven optimal).  ``--first`` starts at another seed;
+``--context 8192`` reserves each sequence's KV cache for that many tokens, as the
+command line does by default.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--fleets", type=int, default=30)
     ap.add_argument("--first", type=int, default=0, help="the first fleet's seed")
+    ap.add_argument("--context", type=int, default=None, help="tokens of KV per sequence")
     args = ap.parse_args()
     print("| seed | model | sequences | nodes | tokens/s | gap | CPU ms |")
     print("| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
@@ -47,7 +50,7 @@ def main() -> None:
         batch = rng.choice([1, 4, 16, 64])
         start = time.process_time()
         try:
-            got = plan(lookup(model), nodes, Constraints(batch=batch))
+            got = plan(lookup(model), nodes, Constraints(batch=batch, context_tokens=args.context))
         except PlanError as e:
             shown, gap = f"refused ({type(e).__name__})", ""
         else:

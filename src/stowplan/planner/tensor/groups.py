@@ -24,7 +24,10 @@ Steps of :func:`plan_with_groups`:
    bounds come first (:data:`BOUNDS_FIRST`): the exact solve runs only when they
    leave the plan unproven.  For concurrent sequences, the stage counts whose bound
    lies below the plan (the least first, :data:`REFINED_COUNTS` of them) are then
-   planned on the plan's layout (:func:`_refined`).
+   planned on the plan's layout (:func:`_refined`).  On fleets of several kinds of node,
+   a plan far from its bound has its layout and the local search's start searched in
+   full (:data:`IN_FULL_GAP`), then layouts of its nodes split another way
+   (:func:`_resplit`, :data:`RESPLIT_GAP`).
 5. Under an engine rule the unconstrained plan is found too, and the plan says
    how far the engine's layout is from it.
 """
@@ -313,6 +316,10 @@ def plan_with_groups(
     """Per stage count the joint solve bounded in full, its bound."""
     coupled: dict[int, float] = {}
     """Per stage count the coupled bound raised, that bound."""
+    certified = not (is_probing() or (is_sketching() and not runs))
+    """Whether the plan gets a certificate (below).  A sketch beyond the exact solve gets
+    none: the bound only spares its local search, and without the coupled bound, which
+    would cost more than the search it spares."""
 
     def bound(plan_cycle: float) -> tuple[float, bool, str, GroupedOptimum | None]:
         """The optimum over every grouping, or a bound on it (computed once).  Where the
@@ -329,7 +336,7 @@ def plan_with_groups(
                 counts.clear()
                 coupled.clear()
                 return joint_cycle(
-                    problem, rule, exact_solve, lossless, plan_cycle, counts, coupled
+                    problem, rule, exact_solve, lossless, plan_cycle, counts, coupled, certified
                 )
 
             if runs and BOUNDS_FIRST and not exact_strategy:
@@ -345,7 +352,7 @@ def plan_with_groups(
 
     found, layout = _search(trials, rule, objective, local=not (runs and adjacent), proven=proven)
     refined: str | None = None
-    if (is_probing() or (is_sketching() and not runs)) and found is not None:
+    if not certified and found is not None:
         # A candidate certified elsewhere: beyond the exact solve the joint bound only
         # certifies (it brings no pipeline), so it is not computed; a probe needs no
         # better pipeline than the one it found.
@@ -370,13 +377,27 @@ def plan_with_groups(
             and len({node_signature(n) for n in problem.nodes}) > 1
         ):
             # The plan's groups, and the local search's start (whose sketch may have
-            # missed what a full search finds), each searched in full.
+            # missed what a full search finds), each searched in full; then, while the
+            # bound stays RESPLIT_GAP below, the plan's nodes split one step either way.
             tried = [layout] if trials.first in (None, layout) else [layout, trials.first]
+            at = layout
             for option in tried:
                 whole = trials.in_full(option)
                 if whole is not None and _lower(_value(whole, objective), _value(found, objective)):
                     refined = replaced_note(
                         "the search of its GPU groups in full",
+                        f"{strategy.value} search",
+                        _cycle(whole),
+                        _cycle(found),
+                    )
+                    found, at = whole, option
+            for option in _resplit(problem, rule, at, found, tried):
+                if value >= _cycle(found) * (1 - RESPLIT_GAP):
+                    break
+                whole = trials.in_full(option)
+                if whole is not None and _lower(_value(whole, objective), _value(found, objective)):
+                    refined = replaced_note(
+                        "the search in full of its nodes' GPUs split another way",
                         f"{strategy.value} search",
                         _cycle(whole),
                         _cycle(found),
@@ -441,6 +462,58 @@ IN_FULL_GAP = 0.005
 planned again in full (the layouts' plans are sketched: on the ladder's stage counts,
 without the pipelines a certificate finds), on fleets of more than one kind of node (on
 nodes alike it found nothing better in any case measured, at 2–3× the plan's time)."""
+
+RESPLIT_GAP = 0.01
+"""Where the bound still lies further below the plan than this share after the search
+in full, layouts of its nodes split another way (:func:`_resplit`) are searched in full
+(each costs a whole plan's search: not for a gap the certificate already keeps within
+1 %)."""
+
+RESPLIT_TRIALS = 4
+"""Most layouts :func:`_resplit` gives to be searched in full."""
+
+
+def _resplit(
+    problem: Problem, rule: EngineRule, layout: Layout, plan: Plan, tried: Sequence[Layout]
+) -> list[Layout]:
+    """Layouts one step from ``layout`` (``plan``'s): a node that ``plan`` runs on, in
+    stage order, split into its next smaller groups, then its next larger (the other
+    nodes as they are), those alike given once, none of ``tried``; at most
+    :data:`RESPLIT_TRIALS`; none under a rule of one degree for every stage (one node's
+    split changed would break it).
+
+    A sketch plans a layout on the ladder's stage counts without the pipelines a
+    certificate finds; where a full search still leaves the plan far from its bound,
+    the pipeline it misses often runs a node it uses as more stages (or fewer): its
+    best pipeline on that node's groups is the sketches' blind spot."""
+    if rule.uniform:
+        return []
+    by_id = {n.id: n for n in problem.nodes}
+    used = list(dict.fromkeys(a.node_id for a in plan.assignments))
+    seen = {tuple(sorted(t.items())) for t in tried}
+    kinds: set[tuple[object, ...]] = set()
+    out: list[Layout] = []
+    for step in (1, -1):
+        for node_id in used:
+            node = by_id.get(node_id)
+            if node is None or node.num_gpus < 2:
+                continue
+            options = layout_options(problem, rule, node)
+            here = layout.get(node_id)
+            if here not in options:
+                continue
+            at = options.index(here) + step
+            kind = (node_signature(node), here, step)
+            if not 0 <= at < len(options) or kind in kinds:
+                continue
+            kinds.add(kind)
+            option = {**layout, node_id: options[at]}
+            key = tuple(sorted(option.items()))
+            if key not in seen:
+                seen.add(key)
+                out.append(option)
+    return out[:RESPLIT_TRIALS]
+
 
 REFINED_COUNTS = 2
 """Most stage counts :func:`_refined` plans."""

@@ -123,6 +123,7 @@ def joint_cycle(
     plan_cycle: float,
     counts: dict[int, float] | None = None,
     coupled_counts: dict[int, float] | None = None,
+    couple: bool = True,
 ) -> tuple[float, bool, str, GroupedOptimum | None]:
     """:func:`joint_optimum` for U > 1 concurrent sequences: a lower bound on the cycle,
     per stage count S the largest of its quick bound, m × the least slowest stage and the
@@ -140,7 +141,7 @@ def joint_cycle(
     ``counts``, when given, receives the bound of each stage count bounded in full
     (the counts that may hold a pipeline better than the plan in hand are among them),
     and ``coupled_counts`` the bound of each count the coupled bound (:class:`_Coupled`)
-    raised above that."""
+    raised above that; without ``couple`` the coupled bound is not sought."""
     cm = problem.cost_model()
     total = sum(n.num_gpus for n in problem.nodes)
     top = min(problem.constraints.max_stages or total, total, problem.model.num_blocks)
@@ -246,7 +247,7 @@ def joint_cycle(
                 continue
         lower = min(lower, bound_in_full(s, lower))
     held_to = in_hand()
-    if lower < held_to * (1 - COUPLED_GAP):
+    if couple and lower < held_to * (1 - COUPLED_GAP):
         # The least count is bounded again, cheapest first: at its own microbatch, with
         # its slowest stage and time per token together, then by what its groups hold.
         coupled = _Coupled(cm.batch, solved, held_to)
