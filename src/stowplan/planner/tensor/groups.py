@@ -380,29 +380,28 @@ def plan_with_groups(
             # missed what a full search finds), each searched in full; then, while the
             # bound stays RESPLIT_GAP below, the plan's nodes split one step either way.
             tried = [layout] if trials.first in (None, layout) else [layout, trials.first]
+
+            def searched_in_full(option: Layout, how: str) -> bool:
+                """Whether ``option``'s groups searched in full (``how``, in the note) give
+                a better plan than ``found``, which it then replaces."""
+                nonlocal found, refined
+                whole = trials.in_full(option)
+                assert found is not None
+                if whole is None or not _lower(_value(whole, objective), _value(found, objective)):
+                    return False
+                search = f"{strategy.value} search"
+                refined = replaced_note(how, search, _cycle(whole), _cycle(found))
+                found = whole
+                return True
+
             at = layout
             for option in tried:
-                whole = trials.in_full(option)
-                if whole is not None and _lower(_value(whole, objective), _value(found, objective)):
-                    refined = replaced_note(
-                        "the search of its GPU groups in full",
-                        f"{strategy.value} search",
-                        _cycle(whole),
-                        _cycle(found),
-                    )
-                    found, at = whole, option
+                if searched_in_full(option, "the search of its GPU groups in full"):
+                    at = option
             for option in _resplit(problem, rule, at, found, tried):
                 if value >= _cycle(found) * (1 - RESPLIT_GAP):
                     break
-                whole = trials.in_full(option)
-                if whole is not None and _lower(_value(whole, objective), _value(found, objective)):
-                    refined = replaced_note(
-                        "the search in full of its nodes' GPUs split another way",
-                        f"{strategy.value} search",
-                        _cycle(whole),
-                        _cycle(found),
-                    )
-                    found = whole
+                searched_in_full(option, "the search in full of its nodes' GPUs split another way")
     if found is None and (best is None or not best.stages):
         raise Infeasible(
             "no split of the nodes' GPUs into stages of tensor-parallel degrees the model "
