@@ -58,6 +58,7 @@ __all__ = [
     "gpu_group_node",
     "node_kind",
     "node_kinds",
+    "stage_node",
 ]
 
 
@@ -422,6 +423,16 @@ def gpu_group_node(node: NodeDescriptor, start: int, size: int) -> NodeDescripto
         flops_estimate=node.flops_estimate * size / g,
         mem_bandwidth_gbps=None if bw is None else bw * size / g,
     )
+
+
+def stage_node(
+    node: NodeDescriptor, gpu_indices: Sequence[int], tensor_parallel: int
+) -> NodeDescriptor:
+    """The planning node a stage on GPUs ``gpu_indices`` of ``node`` runs on: that GPU group
+    (:func:`gpu_group_node`), or ``node`` when the stage takes all its GPUs or names none."""
+    if gpu_indices and tensor_parallel < node.num_gpus:
+        return gpu_group_node(node, gpu_indices[0], tensor_parallel)
+    return node
 
 
 def check_unique_ids(nodes: Sequence[NodeDescriptor]) -> None:

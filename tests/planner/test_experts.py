@@ -504,3 +504,53 @@ def test_expert_parallel_holds_more_stages_than_nodes_on_multi_gpu_nodes() -> No
     with pytest.raises(Infeasible) as exc:
         plan(model, nodes, Constraints(min_stages=25), experts=spread)
     assert "min_stages=25 but at most 24 stages are possible (3 nodes, 24 GPUs" in str(exc.value)
+
+
+def test_expert_parallel_stages_on_gpu_groups_are_predicted_as_nodes_of_their_own() -> None:
+    """One 8 × H100 node as two stages of four GPUs, expert-parallel: every figure is that
+    of two 4-GPU nodes joined by a link as fast as the GPUs' own (their share of the
+    node's bandwidth for the experts' reads, the GPUs' link for the all-to-all)."""
+    from dataclasses import replace
+
+    from stowplan import lookup
+    from stowplan.cost import predict
+    from stowplan.cost.rates import node_rates
+    from stowplan.model import gpu_group_node
+
+    model = lookup("mixtral:8x7b")
+    assert model is not None
+    (node,) = h100_nodes(1)
+    c = Constraints(min_stages=2, max_stages=2)
+    spread = ExpertInputs(placement=ExpertPlacement.EXPERT_PARALLEL)
+    p = plan(model, [node], c, experts=spread)
+    assert [a.tensor_parallel for a in p.assignments] == [4, 4]
+    rates, _ = node_rates(node, 0.0)
+    halves = [
+        replace(
+            gpu_group_node(node, a.gpu_indices[0], a.tensor_parallel),
+            id=f"half{a.stage}",
+            link_mbps=rates.intra_bytes_per_s * 8 / 1e6,
+            link_latency_ms=rates.intra_latency_s * 1e3,
+        )
+        for a in p.assignments
+    ]
+    apart = replace(
+        p,
+        assignments=tuple(
+            replace(a, node_id=f"half{a.stage}", gpu_indices=()) for a in p.assignments
+        ),
+    )
+    on_groups = predict(model, [node], c, p)
+    on_nodes = predict(model, halves, c, apart)
+    assert on_groups.stage_time_s == pytest.approx(on_nodes.stage_time_s, rel=1e-9)
+    assert on_groups.time_per_token_s == pytest.approx(on_nodes.time_per_token_s, rel=1e-9)
+    assert on_groups.kv_capacity_tokens == on_nodes.kv_capacity_tokens
+    times = expert_stage_times(p, model, [node])
+    assert [t.total_s for t in times] == pytest.approx(
+        [t.total_s for t in expert_stage_times(apart, model, halves)], rel=1e-9
+    )
+    # The whole node's bandwidth and its network link would give other figures.
+    whole = [replace(node, id=f"half{a.stage}") for a in p.assignments]
+    assert [t.total_s for t in expert_stage_times(apart, model, whole)] != pytest.approx(
+        [t.total_s for t in times], rel=1e-3
+    )

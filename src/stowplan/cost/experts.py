@@ -81,14 +81,21 @@ def expert_stage_times(
       plus, when some token leaves ``h``, the round-trip latency
       ``latency(h) + max latency(j)`` of the nodes reached.
 
+    A stage on a GPU group of a node is a node of its own here (its share of the node's
+    bandwidth, :func:`~stowplan.moe.routing.nodes_in_order`); between two groups of one
+    node the bits go over the GPUs' own link each way (its rate and latency,
+    ``intra_link_gbps`` and ``intra_link_latency_us`` or the interconnect table) and the
+    round trip's latency is the largest over the nodes reached of the two legs'.
+
     These seconds replace the routed-expert reads the block would cost on
     ``h``: add them to the stage time of the backbone (:func:`backbone_layout`).
-    ``bandwidth_gbps`` overrides per node id; otherwise the cost model's
-    bandwidth is used.  An unknown link (``link_mbps`` 0) costs no transfer
-    time, as in :mod:`stowplan.cost`.  ``holders_by_block`` is :func:`holders_of` of ``plan``
-    when the caller has it (the planner, from its packing), so it is not rebuilt from
-    the plan's expert lists; ``reach_by_block`` is :func:`block_reaches` of those holders
-    when the caller has it (the planner shares it with the expert summary).
+    ``bandwidth_gbps`` overrides per planning node id (a GPU group's ``node/gpuA-B``);
+    otherwise the cost model's bandwidth is used.  An unknown link (``link_mbps`` 0) costs
+    no transfer time, as in :mod:`stowplan.cost`.  ``holders_by_block`` is
+    :func:`holders_of` of ``plan`` when the caller has it (the planner, from its packing),
+    so it is not rebuilt from the plan's expert lists; ``reach_by_block`` is
+    :func:`block_reaches` of those holders when the caller has it (the planner shares it
+    with the expert summary).
     """
     ex = model.experts
     if ex is None:
@@ -106,6 +113,7 @@ def expert_stage_times(
     routing = token_routing(model, load, coactivation)
     all_holders = holders_of(plan, model) if holders_by_block is None else holders_by_block
     home_stage = stage_of_block(plan)
+    parents = [a.node_id for a in plan.assignments]
     n = len(ordered)
     act = model.hidden_dim * model.bytes_per_activation_elem
     compute = [0.0] * plan.num_stages
@@ -130,7 +138,7 @@ def expert_stage_times(
                 if reach_by_block is None
                 else reach_by_block[li]
             )
-            sent_s[key] = _block_transfer(ordered, h, reach, batch, act)
+            sent_s[key] = _block_transfer(ordered, parents, h, reach, batch, act)
         block_transfer = sent_s[key]
         compute[h] += reads
         if block_transfer is not None:
@@ -157,22 +165,50 @@ def _block_reads(
 
 
 def _block_transfer(
-    ordered: Sequence[NodeDescriptor], h: int, reach: Sequence[float], batch: int, act: int
+    ordered: Sequence[NodeDescriptor],
+    parents: Sequence[str],
+    h: int,
+    reach: Sequence[float],
+    batch: int,
+    act: int,
 ) -> float | None:
-    """Seconds of one MoE block's all-to-all from the node ``h`` (None: no token leaves it);
-    ``act`` bytes per token and node reached."""
+    """Seconds of one MoE block's all-to-all from the stage ``h`` (None: no token leaves
+    it); ``act`` bytes per token and stage reached; ``parents`` the physical node of each
+    stage (``ordered``: its planning node).  Between GPU groups of one node the bits go
+    over the GPUs' own link, else over the sender's network link."""
     remote = [j for j in range(len(ordered)) if j != h and reach[j] > 0]
     if not remote:
         return None
-    sent_bits = sum(batch * reach[j] * act * 8 for j in remote)
-    send = sent_bits / (ordered[h].link_mbps * 1e6) if ordered[h].link_mbps else 0.0
-    back = max(
-        batch * reach[j] * act * 8 / (ordered[j].link_mbps * 1e6) if ordered[j].link_mbps else 0.0
-        for j in remote
-    )
+    inside = {j for j in remote if parents[j] == parents[h]}
+    if not inside:
+        sent_bits = sum(batch * reach[j] * act * 8 for j in remote)
+        send = sent_bits / (ordered[h].link_mbps * 1e6) if ordered[h].link_mbps else 0.0
+        back = max(
+            batch * reach[j] * act * 8 / (ordered[j].link_mbps * 1e6)
+            if ordered[j].link_mbps
+            else 0.0
+            for j in remote
+        )
+        p_any = 1.0 - math.prod((1.0 - reach[j]) ** batch for j in remote)
+        latency_ms = ordered[h].link_latency_ms + max(ordered[j].link_latency_ms for j in remote)
+        return send + back + p_any * latency_ms / 1e3
+    # Per stage reached: seconds of its bits each way, and the round trip's latency.
+    rates = {j: node_rates(ordered[j], 0.0)[0] for j in (h, *inside)}
+    legs: list[tuple[float, float, float]] = []
+    for j in remote:
+        bits = batch * reach[j] * act * 8
+        if j in inside:
+            out_bps, in_bps = rates[h].intra_bytes_per_s * 8, rates[j].intra_bytes_per_s * 8
+            trip_s = rates[h].intra_latency_s + rates[j].intra_latency_s
+        else:
+            out_bps = ordered[h].link_mbps * 1e6 if ordered[h].link_mbps else math.inf
+            in_bps = ordered[j].link_mbps * 1e6 if ordered[j].link_mbps else math.inf
+            trip_s = (ordered[h].link_latency_ms + ordered[j].link_latency_ms) / 1e3
+        legs.append((bits / out_bps, bits / in_bps, trip_s))
     p_any = 1.0 - math.prod((1.0 - reach[j]) ** batch for j in remote)
-    latency = p_any * (ordered[h].link_latency_ms + max(ordered[j].link_latency_ms for j in remote))
-    return send + back + latency / 1e3
+    send = sum(out for out, _, _ in legs)
+    back = max(back for _, back, _ in legs)
+    return send + back + p_any * max(trip for _, _, trip in legs)
 
 
 def _stage_nodes(plan: Plan, nodes: Sequence[NodeDescriptor]) -> Sequence[NodeDescriptor]:
@@ -214,7 +250,13 @@ def expert_prediction(
     """
     from stowplan.cost.model import CostModel
 
-    cm = CostModel(backbone_layout(model), _stage_nodes(plan, nodes), constraints, calibration)
+    units = nodes_in_order(plan, nodes)
+    parents = [a.node_id for a in plan.assignments]
+    if any(u.id != p for u, p in zip(units, parents, strict=True)):
+        # Stages on GPU groups: each group is a planning node of its own (as in predict).
+        cm = CostModel(backbone_layout(model), units, constraints, calibration, parents=parents)
+    else:
+        cm = CostModel(backbone_layout(model), _stage_nodes(plan, nodes), constraints, calibration)
     order, bounds = cm.plan_order_bounds(plan)
     base = cm.prediction(order, bounds)
     m, b = microbatches(constraints.batch, len(order))

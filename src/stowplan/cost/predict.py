@@ -14,7 +14,7 @@ from stowplan.calibration.profile import Calibration
 from stowplan.cost.experts import expert_prediction
 from stowplan.cost.model import CostModel
 from stowplan.errors import InputError
-from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_node
+from stowplan.model import Constraints, ModelLayout, NodeDescriptor, stage_node
 from stowplan.plan import Plan, Prediction, StageAssignment
 
 __all__ = ["predict"]
@@ -38,10 +38,7 @@ def predict(
     if any(_on_part_of_node(a, by_id) for a in plan.assignments):
         # Stages on GPU groups: each group is a planning node of its own.
         units = [
-            gpu_group_node(by_id[a.node_id], a.gpu_indices[0], a.tensor_parallel)
-            if _on_part_of_node(a, by_id)
-            else by_id[a.node_id]
-            for a in plan.assignments
+            stage_node(by_id[a.node_id], a.gpu_indices, a.tensor_parallel) for a in plan.assignments
         ]
         parents = [a.node_id for a in plan.assignments]
         cm = CostModel(model, units, constraints, calibration, parents=parents)

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from stowplan.errors import InputError
-from stowplan.model import ModelLayout, NodeDescriptor
+from stowplan.model import ModelLayout, NodeDescriptor, stage_node
 from stowplan.moe.numbering import ValueNumbers
 from stowplan.moe.stats import CoActivation, ExpertLoad
 from stowplan.plan import Plan
@@ -268,12 +268,16 @@ def stage_of_block(plan: Plan) -> dict[int, int]:
 
 
 def nodes_in_order(plan: Plan, nodes: Sequence[NodeDescriptor]) -> list[NodeDescriptor]:
-    """The descriptor of every stage's node, in stage order."""
+    """The planning node of every stage, in stage order: its node, or the GPU group of it
+    the stage runs on (:func:`~stowplan.model.stage_node`: the group's share of the node's
+    VRAM, bandwidth and FLOPs, its id ``node/gpuA-B``)."""
     by_id = {n.id: n for n in nodes}
     missing = [a.node_id for a in plan.assignments if a.node_id not in by_id]
     if missing:
         raise InputError("plan.assignments[].node_id", missing[0], "is not among the given nodes")
-    return [by_id[a.node_id] for a in plan.assignments]
+    return [
+        stage_node(by_id[a.node_id], a.gpu_indices, a.tensor_parallel) for a in plan.assignments
+    ]
 
 
 def holders_of(plan: Plan, model: ModelLayout) -> tuple[Holders, ...]:

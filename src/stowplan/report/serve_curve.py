@@ -22,7 +22,7 @@ from stowplan.cost import CostModel
 from stowplan.cost.cycle import cycle_seconds, microbatches
 from stowplan.cost.serving import pipeline_prefill, serving_constraints
 from stowplan.errors import InputError
-from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_node
+from stowplan.model import Constraints, ModelLayout, NodeDescriptor, stage_node
 from stowplan.serve_plan import ReplicaPlan
 from stowplan.workload import Workload
 
@@ -63,8 +63,7 @@ def _pipeline(
             raise InputError(
                 "nodes", a.node_id, "must describe every node of the replica (its plan names it)"
             )
-        part = bool(a.gpu_indices) and a.tensor_parallel < node.num_gpus
-        units.append(gpu_group_node(node, a.gpu_indices[0], a.tensor_parallel) if part else node)
+        units.append(stage_node(node, a.gpu_indices, a.tensor_parallel))
     stages = replica.plan.assignments
     bounds = [a.block_range[0] for a in stages] + [stages[-1].block_range[1]]
     return units, [a.node_id for a in stages], bounds

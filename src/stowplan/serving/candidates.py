@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from stowplan.cost import CostModel
 from stowplan.cost.serving import ReplicaServing, pipeline_serving, serving_constraints
 from stowplan.errors import PlanError
-from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_node
+from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_node, stage_node
 from stowplan.plan import Plan
 from stowplan.quantities.limits import MAX_BATCH
 from stowplan.serving.bounds import FleetRates, rate_bound, users_bound
@@ -75,11 +75,9 @@ class Candidate:
 def _score(
     model: ModelLayout, by_id: dict[str, NodeDescriptor], plan: Plan, c: Constraints, w: Workload
 ) -> ReplicaServing:
-    units = []
-    for a in plan.assignments:
-        node = by_id[a.node_id]
-        part = bool(a.gpu_indices) and a.tensor_parallel < node.num_gpus
-        units.append(gpu_group_node(node, a.gpu_indices[0], a.tensor_parallel) if part else node)
+    units = [
+        stage_node(by_id[a.node_id], a.gpu_indices, a.tensor_parallel) for a in plan.assignments
+    ]
     parents = [a.node_id for a in plan.assignments]
     cm = CostModel(model, units, serving_constraints(w, c), parents=parents)
     bounds = [a.block_range[0] for a in plan.assignments] + [plan.assignments[-1].block_range[1]]
