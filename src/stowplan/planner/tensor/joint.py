@@ -308,6 +308,9 @@ together (:meth:`~stowplan.planner.tensor.capacity.StageCapacity.trip_within`)."
 COUPLED_STEPS = 10
 """Most bisection steps of one stage count's coupled bound (to 2⁻¹⁰ of its interval)."""
 
+COUPLED_PRECISION = 1e-9
+"""Where the coupled bound's interval is this narrow (relative), its bisection stops."""
+
 COUPLED_DOUBLINGS = 64
 """Most doublings of the bound in search of a cycle the coupled test reaches, with no
 pipeline in hand."""
@@ -326,7 +329,9 @@ class _Coupled:
     grouping at its microbatch or a smaller one (stage times grow with the microbatch);
     where that fails, ``C`` is below its cycle.  The test holds at every cycle above one
     where it holds (the bound falls as the stages' limit rises): the largest cycle where
-    it fails is sought by bisection.  Counting stages (a larger ``k``) bounds more
+    it fails is sought by bisection, and where it holds at ``C`` the least time per token
+    ``T`` found there fails every cycle below ``T`` (none has a smaller one), so the
+    bisection's lower end rises to ``T``.  Counting stages (a larger ``k``) bounds more
     tightly and costs more: ``k`` = 2 is sought first."""
 
     def __init__(self, batch: int, solved: dict[int, _Solved], in_hand: float) -> None:
@@ -352,24 +357,31 @@ class _Coupled:
         if (m, w, least) not in self.done:
             caps = self.solved[w].held()
 
-            def reached(c: float) -> bool:
-                return any(h.trip_within(c / m, least, c) <= c for h in caps)
+            def trip(c: float) -> float:
+                """The least time per token within a cycle of ``c`` (inf above ``c``)."""
+                return min((h.trip_within(c / m, least, c) for h in caps), default=math.inf)
 
             hi = self.in_hand
             if math.isinf(hi):  # nothing in hand: doubled from the bound until reached
                 hi = max(lo, 1e-12) * 2
                 for _ in range(COUPLED_DOUBLINGS):
-                    if reached(hi):
+                    if trip(hi) <= hi:
                         break
                     hi *= 2
-            if not caps or reached(lo):
+            if not caps or trip(lo) <= lo:
                 self.done[(m, w, least)] = lo
-            elif not reached(hi):
+            elif (reach := trip(hi)) > hi:
                 self.done[(m, w, least)] = hi
             else:
+                # Where the test holds at C, the time per token T found there is no more
+                # than at any cycle below: every cycle under T fails it, so T bounds too.
+                lo = max(lo, reach)
                 for _ in range(COUPLED_STEPS):
+                    if hi - lo <= COUPLED_PRECISION * hi:
+                        break
                     mid = (lo + hi) / 2
-                    lo, hi = (lo, mid) if reached(mid) else (mid, hi)
+                    reach = trip(mid)
+                    lo, hi = (max(lo, reach), mid) if reach <= mid else (mid, hi)
                 self.done[(m, w, least)] = lo
         return max(lo, self.done[(m, w, least)])
 
