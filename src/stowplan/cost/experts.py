@@ -248,15 +248,15 @@ def expert_prediction(
     bandwidth fraction to the experts' reads.  ``holders_by_block``, ``reach_by_block``:
     as in :func:`expert_stage_times`.
     """
-    from stowplan.cost.model import CostModel
+    from stowplan.cost.model import CostModel, grouped_stages
 
-    units = nodes_in_order(plan, nodes)
-    parents = [a.node_id for a in plan.assignments]
-    if any(u.id != p for u, p in zip(units, parents, strict=True)):
-        # Stages on GPU groups: each group is a planning node of its own (as in predict).
-        cm = CostModel(backbone_layout(model), units, constraints, calibration, parents=parents)
-    else:
-        cm = CostModel(backbone_layout(model), _stage_nodes(plan, nodes), constraints, calibration)
+    grouped = grouped_stages(plan, nodes)
+    backbone = backbone_layout(model)
+    if grouped is None:
+        cm = CostModel(backbone, _stage_nodes(plan, nodes), constraints, calibration)
+    else:  # stages on GPU groups: each group is a planning node of its own
+        units, parents = grouped
+        cm = CostModel(backbone, units, constraints, calibration, parents=parents)
     order, bounds = cm.plan_order_bounds(plan)
     base = cm.prediction(order, bounds)
     m, b = microbatches(constraints.batch, len(order))

@@ -80,9 +80,10 @@ from stowplan.cost.rates import NodeRates, nodes_rates
 from stowplan.cost.touch import expert_touch_bytes
 from stowplan.errors import InputError
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_id, node_kinds
+from stowplan.moe.routing import nodes_in_order
 from stowplan.plan import Plan, Prediction, StageAssignment
 
-__all__ = ["CostModel", "kv_read_bytes"]
+__all__ = ["CostModel", "grouped_stages", "kv_read_bytes"]
 _BYTES_PER_PARAM = {"bf16": 2.0, "fp16": 2.0, "f16": 2.0, "fp32": 4.0, "f32": 4.0, "q4_0": 18 / 32}
 
 
@@ -675,6 +676,20 @@ def _block_figures(
         (0, *accumulate(model.block_read_sizes())),
         (0, *accumulate(per_token)),
     )
+
+
+def grouped_stages(
+    plan: Plan, nodes: Sequence[NodeDescriptor]
+) -> tuple[list[NodeDescriptor], list[str]] | None:
+    """Where some stage of ``plan`` runs on part of its node's GPUs: every stage's planning
+    node (:func:`~stowplan.moe.routing.nodes_in_order`, a GPU group of its own) and its
+    physical node's id, the nodes and ``parents`` of the plan's :class:`CostModel`; None
+    where every stage takes whole nodes."""
+    units = nodes_in_order(plan, nodes)
+    parents = [a.node_id for a in plan.assignments]
+    if all(u.id == p for u, p in zip(units, parents, strict=True)):
+        return None
+    return units, parents
 
 
 def kv_read_bytes(model: ModelLayout, block: int, tokens: float, sequences: int) -> float:

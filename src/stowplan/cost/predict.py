@@ -12,10 +12,9 @@ from collections.abc import Sequence
 
 from stowplan.calibration.profile import Calibration
 from stowplan.cost.experts import expert_prediction
-from stowplan.cost.model import CostModel
-from stowplan.errors import InputError
-from stowplan.model import Constraints, ModelLayout, NodeDescriptor, stage_node
-from stowplan.plan import Plan, Prediction, StageAssignment
+from stowplan.cost.model import CostModel, grouped_stages
+from stowplan.model import Constraints, ModelLayout, NodeDescriptor
+from stowplan.plan import Plan, Prediction
 
 __all__ = ["predict"]
 
@@ -34,22 +33,11 @@ def predict(
     """
     if plan.topology.experts_per_block is not None and model.experts is not None:
         return expert_prediction(model, nodes, constraints, plan, calibration=calibration)
-    by_id = {n.id: n for n in nodes}
-    if any(_on_part_of_node(a, by_id) for a in plan.assignments):
-        # Stages on GPU groups: each group is a planning node of its own.
-        units = [
-            stage_node(by_id[a.node_id], a.gpu_indices, a.tensor_parallel) for a in plan.assignments
-        ]
-        parents = [a.node_id for a in plan.assignments]
-        cm = CostModel(model, units, constraints, calibration, parents=parents)
-    else:
+    grouped = grouped_stages(plan, nodes)
+    if grouped is None:
         cm = CostModel(model, nodes, constraints, calibration)
+    else:  # stages on GPU groups: each group is a planning node of its own
+        units, parents = grouped
+        cm = CostModel(model, units, constraints, calibration, parents=parents)
     order, bounds = cm.plan_order_bounds(plan)
     return cm.prediction(order, bounds)
-
-
-def _on_part_of_node(a: StageAssignment, by_id: dict[str, NodeDescriptor]) -> bool:
-    node = by_id.get(a.node_id)
-    if node is None:
-        raise InputError("plan.assignments[].node_id", a.node_id, "is not one of the nodes given")
-    return bool(a.gpu_indices) and a.tensor_parallel < node.num_gpus

@@ -113,6 +113,14 @@ def _value(plan: Plan, objective: Metric) -> float:
     return pred.time_per_token_s if objective == Metric.LATENCY else -pred.tokens_per_s
 
 
+_LayoutKey = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+def _layout_key(layout: Layout) -> _LayoutKey:
+    """``layout`` as a key: its nodes' splits in node-id order."""
+    return tuple(sorted(layout.items()))
+
+
 def _lower(value: float, than: float) -> bool:
     """Whether ``value`` (of :func:`_value`) is lower than ``than`` by a relative 1e-9 (the
     value is negative for throughput): a plan replaces the best only on a strict gain."""
@@ -149,7 +157,7 @@ class _Trials:
 
     def __init__(self, problem: Problem, runner: Runner) -> None:
         self.problem, self.runner = problem, runner
-        self._done: dict[tuple[tuple[str, tuple[int, ...]], ...], Plan | None] = {}
+        self._done: dict[_LayoutKey, Plan | None] = {}
         self.first: Layout | None = None
         """The first layout planned (every node on its largest groups, or the largest
         uniform degree): the local search's start."""
@@ -165,7 +173,7 @@ class _Trials:
             return None
         if self.first is None and stages is None:
             self.first = dict(layout)
-        key = tuple(sorted(layout.items()))
+        key = _layout_key(layout)
         if stages is not None:
             key += (("", (stages,)),)
         if key in self._done:
@@ -215,9 +223,9 @@ def _search(
         layouts.append({n.id: opts[0] for n in multi if (opts := layout_options(problem, rule, n))})
     layouts += [uniform_layout(problem, t) for t in degrees]
     best: tuple[float, Plan, Layout] | None = None
-    seen: set[tuple[tuple[str, tuple[int, ...]], ...]] = set()
+    seen: set[_LayoutKey] = set()
     for layout in layouts:
-        key = tuple(sorted(layout.items()))
+        key = _layout_key(layout)
         if key in seen:
             continue
         seen.add(key)
@@ -243,7 +251,7 @@ def _improve(
     objective: Metric,
     best: tuple[float, Plan, Layout],
     multi: Sequence[NodeDescriptor],
-    seen: set[tuple[tuple[str, tuple[int, ...]], ...]],
+    seen: set[_LayoutKey],
 ) -> tuple[float, Plan, Layout]:
     """Change one node's split at a time while that lowers the objective (at most
     :data:`LOCAL_SEARCH_TRIALS` plans; nodes alike are tried once per round).
@@ -272,7 +280,7 @@ def _improve(
             for way in ways:
                 for option in way:
                     layout = {**best[2], node.id: option}
-                    key = tuple(sorted(layout.items()))
+                    key = _layout_key(layout)
                     if key in seen:
                         continue
                     seen.add(key)
@@ -489,7 +497,7 @@ def _resplit(
         return []
     by_id = {n.id: n for n in problem.nodes}
     used = list(dict.fromkeys(a.node_id for a in plan.assignments))
-    seen = {tuple(sorted(t.items())) for t in tried}
+    seen = set(map(_layout_key, tried))
     kinds: set[tuple[object, ...]] = set()
     out: list[Layout] = []
     for step in (1, -1):
@@ -507,7 +515,7 @@ def _resplit(
                 continue
             kinds.add(kind)
             option = {**layout, node_id: options[at]}
-            key = tuple(sorted(option.items()))
+            key = _layout_key(option)
             if key not in seen:
                 seen.add(key)
                 out.append(option)
