@@ -4,6 +4,7 @@ python benchmarks/planning_speed.py --repeats 3            # every case but the 
 python benchmarks/planning_speed.py --repeats 3 --slow     # also the slow MoE cases
 python benchmarks/planning_speed.py --repeats 3 --refusals # requests that cannot be met
 python benchmarks/planning_speed.py --repeats 3 --growth   # time against fleet size
+python benchmarks/planning_speed.py --repeats 3 --every-model  # every known model, against the goals
 python benchmarks/planning_speed.py --slow --only deepseek  # only the cases naming deepseek
 python benchmarks/planning_speed.py --engine generic       # calibrated as the command line plans
 
@@ -29,6 +30,12 @@ single-GPU nodes and 2, 4, 8, 16, 32, 64 of the H100 nodes (llama3.1:405b at one
 and 16 sequences, deepseek-v3 at 16 sequences) — and fits the exponent ``k`` of
 ``ms ∝ nodes^k`` by least squares on the logarithms; it also says whether any fleet
 planned slower than a larger one holding it.
+
+``--every-model`` times every model ``stowplan models`` knows on the 1,024 single-GPU
+nodes (one stream, 16 sequences) and the 64 H100 nodes (one stream, 16 and 64
+sequences), one row per model, and marks each time above its goal (``*``): 100 ms on
+the single-GPU nodes; on the H100 nodes 50 ms for a dense model and 150 ms for a MoE
+model (its experts placed).
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ from stowplan import (
     plan_within_context,
 )
 from stowplan.calibration import resolve_calibration
+from stowplan.models import known_names
 from stowplan.plan import plan_to_json
 
 H100_GB = 80
@@ -211,6 +219,47 @@ def growth(repeats: int, calibrated: Callable[[Constraints], Constraints]) -> No
         )
 
 
+SINGLE_GPU_GOAL_MS = 100.0
+"""Goal on the 1,024 single-GPU nodes, every model and objective."""
+DENSE_GOAL_MS, MOE_GOAL_MS = 50.0, 150.0
+"""Goals on the 64 H100 nodes: dense models, MoE models."""
+
+
+def every_model(repeats: int, calibrated: Callable[[Constraints], Constraints]) -> None:
+    """Median CPU ms of every known model on both large fleets, each marked ``*`` above
+    its goal, and how many are."""
+    single, h100 = single_gpu_nodes(1024), h100_nodes(64)
+    columns = [
+        (single, 1, "1,024 × 1 GPU, one stream"),
+        (single, 16, "1,024 × 1 GPU, 16 sequences"),
+        (h100, 1, "64 × 8 H100, one stream"),
+        (h100, 16, "64 × 8 H100, 16 sequences"),
+        (h100, 64, "64 × 8 H100, 64 sequences"),
+    ]
+    print("| model | " + " | ".join(title for _, _, title in columns) + " |")
+    print("| --- |" + " ---: |" * len(columns))
+    over = total = 0
+    for name in known_names():
+        model = lookup(name)
+        assert model is not None, name
+        moe = model.experts is not None
+        cells = []
+        for nodes, batch, _ in columns:
+            c = calibrated(Constraints(batch=batch))
+            cpu_ms(model, nodes, c)  # warm-up
+            median = statistics.median(cpu_ms(model, nodes, c)[0] for _ in range(repeats))
+            goal = (
+                SINGLE_GPU_GOAL_MS if nodes is single else (MOE_GOAL_MS if moe else DENSE_GOAL_MS)
+            )
+            above = median > goal
+            over += above
+            total += 1
+            cells.append(f"{median:.0f}{' *' if above else ''}")
+        label = f"{name} (MoE)" if moe else name
+        print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
+    print(f"\n{over} of {total} above their goal (*)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
@@ -219,6 +268,11 @@ def main() -> None:
         "--refusals", action="store_true", help="time requests that cannot be met instead"
     )
     ap.add_argument("--growth", action="store_true", help="time nested fleets, fit the exponent")
+    ap.add_argument(
+        "--every-model",
+        action="store_true",
+        help="every known model on both large fleets, against the goals",
+    )
     ap.add_argument(
         "--only", default="", help="only the cases whose fleet, model or objective holds this"
     )
@@ -236,6 +290,9 @@ def main() -> None:
 
     if args.growth:
         growth(args.repeats, calibrated)
+        return
+    if args.every_model:
+        every_model(args.repeats, calibrated)
         return
     print("| fleet | model | objective | CPU ms (median) | outcome |")
     print("| --- | --- | --- | ---: | --- |")

@@ -272,3 +272,30 @@ def test_a_search_no_ceiling_held_back_answers_for_higher_ceilings(
             )
     reused = latency._reached(cm)
     assert any(reused.values())
+
+
+def test_orders_split_into_more_stages_than_a_ceiling_are_skipped_as_they_would_fail() -> None:
+    """Blocks that differ (gemma2's alternate windows) make the search split every node
+    by memory; that split takes as many stages as its fill needs whatever the ceiling, so
+    once a ceiling has split it, lower ceilings skip it: each search answers as one on a
+    cost model of its own."""
+    small = (("RTX 3060", 12), ("RTX 4090", 24), ("L4", 24), ("A100 80GB SXM4", 80))
+    nodes = fleet_with_copies(21, 120, 0.4, gpus=small)
+    problem = prepare(lookup("gemma2:27b"), nodes, Constraints(batch=4))
+    cm = problem.cost_model()
+    assert not cm.uniform
+    ceilings = (24, 2, 3, 5, 8, 12)
+    for hi in ceilings:
+        fresh = prepare(lookup("gemma2:27b"), nodes, Constraints(batch=4)).cost_model()
+        assert throughput.search_throughput(cm, 1, hi) == throughput.search_throughput(fresh, 1, hi)
+    lengths = throughput._split_lengths(cm)
+    # Some order split into more stages than a later ceiling held: that ceiling skipped it.
+    assert any(n > min(ceilings) for n in lengths.values())
+    # At the split's own count it is kept, under any bound it passes; one below, skipped.
+    for (order, floor), n in lengths.items():
+        split = throughput.min_bottleneck_split(cm, order, floor)
+        assert split is not None and len(split[0]) == n
+        bottleneck = evaluated_here(cm, *split).bottleneck_s
+        for upper in (None, bottleneck, 2 * bottleneck):
+            assert throughput._within_stages(cm, order, floor, n, upper) == split
+            assert throughput._within_stages(cm, order, floor, n - 1, upper) is None

@@ -561,6 +561,12 @@ COUPLED = "bound: the least trip with every stage within the slowest (a knapsack
 REFINE_RANGES = 32
 """Most splits of the range holding the least bound, per certificate."""
 
+REFINED_GAP = 0.01
+"""Beyond :data:`COUNT_SEARCH_NODES` nodes, the range holding the least bound is refined
+only while the plan in hand is more than this far above it (a cycle at most 1 % above
+the bound: the gap a certificate states within 1 %): on such fleets each refinement
+costs milliseconds, and closing the last fraction of a percent took a third of a plan."""
+
 
 def optimum(
     problem: Problem,
@@ -696,6 +702,8 @@ def optimum(
     # The range holding the least bound, split (finer ladder, then halves) and bounded
     # again while it is below the plan: m and the microbatch then fit its counts.
     fine = ladder(problem, cm.batch)
+    close = 1 - 1e-12 if len(cm.nodes) <= COUNT_SEARCH_NODES else 1 - REFINED_GAP
+    """The least bound at or above ``target`` times this needs no refining."""
     target, counted = value, 0
     """The least cycle in hand (the plan's, or a pipeline's found on the way), and how
     many of ``pipelines`` it has counted."""
@@ -704,7 +712,7 @@ def optimum(
             target = min(target, evaluated(cm, *p).cycle_s)
         counted = len(pipelines)
         (first, last), least = min(got.items(), key=lambda kv: kv[1])
-        if least >= target * (1 - 1e-12) or not math.isfinite(least):
+        if least >= target * close or not math.isfinite(least):
             break
         if (first, last) in quick_only:  # the least is a quick bound: solve it now
             got[(first, last)] = bounded(first, last, least, force=True)

@@ -279,6 +279,35 @@ def kept_bottleneck_split(
     return None if found is None else (list(found[0]), list(found[1]))
 
 
+def _no_lengths(cm: CostModel) -> dict[tuple[tuple[int, ...], int], int]:
+    return {}
+
+
+_split_lengths = PerModel(_no_lengths)
+"""Per cost model, order and stage floor, the stages of its least-bottleneck split."""
+
+
+def _within_stages(
+    cm: CostModel, order: Sequence[int], min_stages: int, max_stages: int, upper: float | None
+) -> Pipeline | None:
+    """:func:`kept_bottleneck_split`, or None where its split is known to have more than
+    ``max_stages`` stages.
+
+    The split of an order is the least-bottleneck one whatever the bound (a bound only
+    makes the search fail where it is below that bottleneck), so once one stage count has
+    split an order, a count with fewer stages than that split's need not split it again:
+    the split could not be kept.  (The orders of every node split into as many stages as
+    their greedy fill takes, whatever the count.)"""
+    key = (tuple(order), min_stages)
+    lengths = _split_lengths(cm)
+    if lengths.get(key, 0) > max_stages:
+        return None
+    split = kept_bottleneck_split(cm, order, min_stages, upper)
+    if split is not None:
+        lengths[key] = len(split[0])
+    return split
+
+
 def role_capacity(cm: CostModel, d: int, t_max: float, first: bool, last: bool) -> int:
     """Blocks node ``d`` can hold in the given role within ``t_max`` and its VRAM.
 
@@ -983,7 +1012,7 @@ def search_throughput(cm: CostModel, min_n: int, max_n: int) -> tuple[Pipeline |
                             ),
                             default=None,
                         )
-                        split = kept_bottleneck_split(cm, o, min_n, upper)
+                        split = _within_stages(cm, o, min_n, max_n, upper)
                         if split is not None:
                             candidates.append(split)
     candidates = [c for c in candidates if min_n <= len(c[0]) <= max_n]
