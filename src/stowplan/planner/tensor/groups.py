@@ -27,7 +27,8 @@ Steps of :func:`plan_with_groups`:
    planned on the plan's layout (:func:`_refined`).  On fleets of several kinds of node,
    a plan far from its bound has its layout and the local search's start searched in
    full (:data:`IN_FULL_GAP`), then layouts of its nodes split another way
-   (:func:`_resplit`, :data:`RESPLIT_GAP`).
+   (:func:`_resplit`, :data:`RESPLIT_GAP`); on fleets of one kind of node, the plan's
+   own nodes alone, one of them split another way (:data:`OWN_NODES_GROUPS`).
 5. Under an engine rule the unconstrained plan is found too, and the plan says
    how far the engine's layout is from it.
 """
@@ -49,7 +50,7 @@ from stowplan.planner.certify import (
     replaced_note,
     sketching,
 )
-from stowplan.planner.exact.pipelines import Optimum
+from stowplan.planner.exact.pipelines import ENUMERATION_LIMIT, Optimum
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies import cycle
 from stowplan.planner.tensor.engines import (
@@ -377,31 +378,32 @@ def plan_with_groups(
                     _cycle(found),
                     _cycle(before),
                 )
+        alike = len({node_signature(n) for n in problem.nodes}) == 1
+
+        def searched_in_full(option: Layout, how: str) -> bool:
+            """Whether ``option``'s groups searched in full (``how``, in the note) give a
+            better plan than ``found``, which it then replaces."""
+            nonlocal found, refined
+            whole = trials.in_full(option)
+            assert found is not None
+            if whole is None or not _lower(_value(whole, objective), _value(found, objective)):
+                return False
+            search = f"{strategy.value} search"
+            refined = replaced_note(how, search, _cycle(whole), _cycle(found))
+            found = whole
+            return True
+
         if (
             found is not None
             and layout is not None
             and not is_sketching()
             and value < _cycle(found) * (1 - IN_FULL_GAP)
-            and len({node_signature(n) for n in problem.nodes}) > 1
+            and not alike
         ):
             # The plan's groups, and the local search's start (whose sketch may have
             # missed what a full search finds), each searched in full; then, while the
             # bound stays RESPLIT_GAP below, the plan's nodes split one step either way.
             tried = [layout] if trials.first in (None, layout) else [layout, trials.first]
-
-            def searched_in_full(option: Layout, how: str) -> bool:
-                """Whether ``option``'s groups searched in full (``how``, in the note) give
-                a better plan than ``found``, which it then replaces."""
-                nonlocal found, refined
-                whole = trials.in_full(option)
-                assert found is not None
-                if whole is None or not _lower(_value(whole, objective), _value(found, objective)):
-                    return False
-                search = f"{strategy.value} search"
-                refined = replaced_note(how, search, _cycle(whole), _cycle(found))
-                found = whole
-                return True
-
             at = layout
             for option in tried:
                 if searched_in_full(option, "the search of its GPU groups in full"):
@@ -410,6 +412,24 @@ def plan_with_groups(
                 if value >= _cycle(found) * (1 - RESPLIT_GAP):
                     break
                 searched_in_full(option, "the search in full of its nodes' GPUs split another way")
+        elif (
+            found is not None
+            and layout is not None
+            and not is_sketching()
+            and alike
+            and value < _cycle(found) * (1 - RESPLIT_GAP)
+        ):
+            # One kind of node: the fleet searched in full finds what the sketches find,
+            # but the plan's own nodes alone, one of them split another way, are few
+            # enough to be solved exactly (OWN_NODES_GROUPS planning nodes at most).
+            own = _own_nodes(problem, layout, found)
+            for option in _resplit(problem, rule, own, found, [own]):
+                if value >= _cycle(found) * (1 - RESPLIT_GAP):
+                    break
+                if sum(map(len, option.values())) <= OWN_NODES_GROUPS:
+                    searched_in_full(
+                        option, "the search in full of its own nodes, one split another way"
+                    )
     if found is None and (best is None or not best.stages):
         raise Infeasible(
             "no split of the nodes' GPUs into stages of tensor-parallel degrees the model "
@@ -478,6 +498,17 @@ in full, layouts of its nodes split another way (:func:`_resplit`) are searched 
 
 RESPLIT_TRIALS = 4
 """Most layouts :func:`_resplit` gives to be searched in full."""
+
+OWN_NODES_GROUPS = ENUMERATION_LIMIT
+"""On a fleet of one kind of node, a plan still :data:`RESPLIT_GAP` from its bound has its
+own nodes alone, one split another way, searched in full while they make at most this
+many GPU groups (the size the exact solves take in milliseconds)."""
+
+
+def _own_nodes(problem: Problem, layout: Layout, plan: Plan) -> Layout:
+    """``layout`` with every node ``plan`` does not run on left out (no groups)."""
+    used = {a.node_id for a in plan.assignments}
+    return {n.id: (tuple(layout.get(n.id, ())) if n.id in used else ()) for n in problem.nodes}
 
 
 def _resplit(
