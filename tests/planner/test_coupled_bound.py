@@ -10,6 +10,7 @@ import math
 import random
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -95,6 +96,80 @@ def test_the_coupled_bound_is_never_above_the_least_cycle(inst, batch, fewest, m
         assert len(set(order)) == len(order) == len(bounds) - 1 >= 2
         assert bounds[0] == 0 and bounds[-1] == model.num_blocks
         assert all(a < b for a, b in itertools.pairwise(bounds))
+
+
+def _plain_coupled(
+    problem: object, cm: CostModel, m: int, floor: float, ceiling: float
+) -> tuple[float, object] | None:
+    """:func:`trip.coupled_cycle_bound`'s bisection with a knapsack at every step."""
+    limits = trip._limits(problem, cm)  # type: ignore[arg-type]
+    if limits is None or m < 1 or not (0 <= floor < ceiling < math.inf):
+        return None
+    lo, hi = floor / m, ceiling / m
+    top = trip._trip_bound(cm, limits, hi)
+    if top is None:
+        return None
+    if top > ceiling:
+        return ceiling, None
+    for _ in range(trip.COUPLED_STEPS - 1):
+        if (hi - lo) * m <= trip._COUPLED_PRECISION * ceiling:
+            break
+        mid = (lo + hi) / 2
+        got = trip._trip_bound(cm, limits, mid)
+        assert got is not None
+        lo, hi = (mid, hi) if m * mid < got else (lo, mid)
+    laid = trip._solution(cm, *limits, hi, layout=True)
+    return max(floor, m * lo), None if laid is None else laid[1]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    instances(max_nodes=5, max_blocks=8),
+    st.sampled_from([2, 3, 8, 16]),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.floats(0.0, 1.0),
+    st.floats(1.0, 1.5),
+)
+def test_the_bisection_from_a_floor_the_test_passes_near_is_the_plain_one(
+    inst, batch, fewest, most, under, over
+):
+    """Where the test holds at the least upper end the bisection reaches from the floor,
+    only that end's knapsack is solved; from every floor (at, near and far below the
+    coupled bound) the bound and the pipeline laid out are the plain bisection's."""
+    model, nodes = inst
+    problem, c, lo, hi = ranged(inst, batch, fewest, most)
+    cm = CostModel(model, nodes, c)
+    truth = _least_cycle(cm, lo, hi)
+    if not math.isfinite(truth):
+        return
+    sub = replace(problem, min_stages=lo, max_stages=hi)
+    m, _ = microbatches(batch, lo)
+    view = cm.for_stages(hi)
+    ceiling = truth * over
+    plain = _plain_coupled(sub, view, m, 0.0, ceiling)
+    assert plain is not None
+    solved = trip._trip_bound
+    knapsacks: list[int] = []
+
+    def counted(*args: object) -> float | None:
+        knapsacks[-1] += 1
+        return solved(*args)  # type: ignore[arg-type]
+
+    limits = trip._limits(sub, view)
+    assert limits is not None
+    for floor in (0.0, plain[0] * under, plain[0], (plain[0] + ceiling) / 2):
+        if not floor < ceiling:
+            continue
+        knapsacks.append(0)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(trip, "_trip_bound", counted)
+            got = trip.coupled_cycle_bound(sub, view, m, floor, ceiling)
+        assert got == _plain_coupled(sub, view, m, floor, ceiling)
+        at_floor = solved(view, limits, floor / m)
+        wide = (ceiling - floor) > trip._COUPLED_PRECISION * ceiling
+        if floor > 0 and wide and at_floor is not None and at_floor <= floor:
+            assert knapsacks[-1] == 2  # the test holds from the floor on: two knapsacks
 
 
 def _fleet() -> list[NodeDescriptor]:

@@ -248,3 +248,47 @@ def test_rows_through_an_interior_node_are_the_plain_products(
             rows.append(row)
         for row in rows:
             assert np.array_equal(solver.apply_mid(row), _plain_apply_mid(solver, row))
+
+
+@pytest.mark.parametrize(
+    ("model", "nodes", "batch", "objective"),
+    [
+        ("qwen3:30b-a3b", 8, 16, Metric.THROUGHPUT),
+        ("qwen3:30b-a3b", 5, 16, Metric.LATENCY),
+        ("llama3.1:70b", 4, 1, Metric.LATENCY),
+        ("mixtral:8x7b", 6, 64, Metric.THROUGHPUT),
+        ("llama3.1:405b", 3, 4, Metric.LATENCY),
+    ],
+)
+def test_chains_of_nodes_alike_are_the_plain_chains(
+    monkeypatch: pytest.MonkeyPatch, model: str, nodes: int, batch: int, objective: Metric
+) -> None:
+    """On nodes alike the chain over sets of nodes carries one row per count of nodes: the
+    same table, value and closing, bit for bit, as the chain over every set, for the
+    plain chain and for those where one node holds both ends (every split of its GPUs),
+    and so the same joint solve."""
+    plain, real_alike = tensor_exact._chain_dp, tensor_exact._alike_chain
+    used: list[tuple[bool, bool]] = []
+    """Per chain, whether it was carried by counts and whether one node held both ends."""
+
+    def recording(*args: object) -> object:
+        kind = real_alike(*args)  # type: ignore[arg-type]
+        used.append((kind is not None, args[3] is not None))
+        return kind
+
+    def both(*args: object) -> object:
+        got = plain(*args)  # type: ignore[arg-type]
+        with monkeypatch.context() as m:
+            m.setattr(tensor_exact, "_alike_chain", lambda *_: None)
+            expected = plain(*args)  # type: ignore[arg-type]
+        assert np.array_equal(got[0], expected[0])
+        assert got[1] == expected[1] and got[2] == expected[2]
+        return got
+
+    problem = prepare(lookup(model), h100_nodes(nodes), Constraints(batch=batch))
+    monkeypatch.setattr(tensor_exact, "_alike_chain", recording)
+    monkeypatch.setattr(tensor_exact, "_chain_dp", both)
+    solved = solve_grouped(problem, objective)
+    assert solved is not None and solved.stages
+    # The plain chain and those where one node holds both ends, all carried by counts.
+    assert (True, False) in used and (True, True) in used

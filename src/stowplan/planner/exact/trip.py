@@ -145,7 +145,20 @@ def coupled_cycle_bound(
         return None
     if top > ceiling:
         return ceiling, None  # every stage within the ceiling's share leaves the trip above it
+    # The bisection keeps its lower end wherever the test holds: where it holds at the
+    # least upper end the steps reach from the floor's share, it holds at every T above
+    # (L never grows with T), every step keeps the lower end, and only that end's
+    # knapsack need be solved (the floor was the bound: its pipeline is laid out there).
+    end = hi
     for _ in range(COUPLED_STEPS - 1):
+        if (end - lo) * m <= _COUPLED_PRECISION * ceiling:
+            break
+        end = (lo + end) / 2
+    kept = end < hi and (at_end := _trip_bound(cm, limits, end)) is not None and m * end >= at_end
+    for _ in range(COUPLED_STEPS - 1):
+        if kept:
+            hi = end
+            break
         if (hi - lo) * m <= _COUPLED_PRECISION * ceiling:
             break
         mid = (lo + hi) / 2

@@ -12,7 +12,8 @@ blocks ``[i, j)``, and:
    any allowed degree at a time; the node's last group passes on over the network
    (or, for the last node, sends the token back) — :mod:`stowplan.planner.tensor.nodes`;
 2. a dynamic programme over (set of nodes used, blocks placed) chains the nodes, as
-   the single-stage subset DP does;
+   the single-stage subset DP does (on nodes alike, one row per count of nodes:
+   every set of as many carries the same row);
 3. backtracking gives each node's groups and block bounds.
 
 Stages combine with ``+`` for the time per token and ``max`` for the slowest stage,
@@ -240,6 +241,9 @@ def _chain_dp(
     Returns the table, the best value and where it closes (mask, closing node)."""
     np = numpy_module()
     n = len(first)
+    alike = _alike_chain(first, mid, last, wrap)
+    if alike is not None:
+        return _chain_of_alike(first, mid, last, comb, nb, wrap, alike)
     size = 1 << n
     g = np.full((size, nb + 1), np.inf)
     # Interior nodes alike meet the same rows (nodes alike leave the same rows): each row
@@ -272,6 +276,93 @@ def _chain_dp(
             if through is None:
                 through = carried[key] = mid[e].apply(row)
             np.minimum(g[mask | 1 << e], through, out=g[mask | 1 << e])
+    return g, best, at
+
+
+def _alike_chain(
+    first: Sequence[Any],
+    mid: Sequence[Any],
+    last: Sequence[Any] | None,
+    wrap: tuple[int, Any] | None,
+) -> _Interior | None:
+    """The interior every node of :func:`_chain_dp` shares where its nodes are alike (each
+    the same first and last vector and an interior of one key), or, with ``wrap = (w, _)``,
+    where every node but ``w`` is (``w`` only starts the pipeline); else None."""
+    np = numpy_module()
+    n = len(first)
+    others = [d for d in range(n) if wrap is None or d != wrap[0]]
+    if len(others) < 2 or (wrap is not None and (last is not None or not mid[wrap[0]].empty)):
+        return None
+    one = others[0]
+    kind: _Interior = mid[one]
+    if kind.empty or any(mid[d].empty or mid[d].key != kind.key for d in others):
+        return None
+    if wrap is None:
+        if any(not np.array_equal(first[d], first[one]) for d in others):
+            return None
+        if last is not None and any(not np.array_equal(last[d], last[one]) for d in others):
+            return None
+    elif any(np.isfinite(first[d]).any() for d in others):
+        return None
+    return kind
+
+
+def _chain_of_alike(
+    first: Sequence[Any],
+    mid: Sequence[Any],
+    last: Sequence[Any] | None,
+    comb: Any,
+    nb: int,
+    wrap: tuple[int, Any] | None,
+    kind: _Interior,
+) -> tuple[Any, float, tuple[int, int] | None]:
+    """:func:`_chain_dp` where its nodes are alike (:func:`_alike_chain`): the same table,
+    value and closing, each row computed once per count of nodes.
+
+    A set's row depends only on how many of the alike nodes it holds (each reached
+    through the same interior from rows alike), so the rows are carried count by count
+    and the sets are then walked in :func:`_chain_dp`'s order only to find where it
+    closes first: every node outside a set closes it alike, so the first of them does."""
+    np = numpy_module()
+    n = len(first)
+    size = 1 << n
+    w = None if wrap is None else wrap[0]
+    rows = np.full((n + 1, nb + 1), np.inf)
+    """Per count of alike nodes in a set (with ``w`` besides, under ``wrap``), its row."""
+    start = 0 if w is not None else 1
+    rows[start] = first[0] if w is None else first[w]
+    for k in range(start, n - 1 + start):
+        if np.isfinite(rows[k]).any():
+            rows[k + 1] = kind.apply(rows[k])
+    counts = np.array([m.bit_count() for m in range(size)])
+    if w is None:
+        g = rows[counts]
+    else:
+        holds = (np.arange(size) >> w) & 1 == 1
+        g = np.where(holds[:, None], rows[np.maximum(counts - 1, 0)], np.inf)
+    finite = np.isfinite(rows).any(axis=1)
+    closing = np.full(n + 1, np.inf)
+    for k in range(n + 1):
+        if not finite[k]:
+            continue
+        if wrap is not None:
+            closing[k] = float(comb(rows[k], wrap[1]).min())
+        elif last is not None and k < n:
+            closing[k] = float(comb(rows[k], last[0]).min())
+    best: float = math.inf
+    at: tuple[int, int] | None = None
+    for mask in range(1, size):
+        if w is None:
+            k = counts[mask]
+            if k >= n or closing[k] >= best:
+                continue
+            best, at = float(closing[k]), (mask, (~mask & (mask + 1)).bit_length() - 1)
+        else:
+            if not mask >> w & 1 or mask == 1 << w:
+                continue
+            k = counts[mask] - 1
+            if closing[k] < best:
+                best, at = float(closing[k]), (mask, w)
     return g, best, at
 
 
