@@ -28,7 +28,8 @@ Steps of :func:`plan_with_groups`:
    a plan far from its bound has its layout and the local search's start searched in
    full (:data:`IN_FULL_GAP`), then layouts of its nodes split another way
    (:func:`_resplit`, :data:`RESPLIT_GAP`); on fleets of one kind of node, the plan's
-   own nodes alone, one of them split another way (:data:`OWN_NODES_GROUPS`).
+   own nodes alone, one of them split another way (:data:`OWN_NODES_GROUPS`), and as
+   many stages as the plan's on whole nodes but one split (:func:`_whole_but_one`).
 5. Under an engine rule the unconstrained plan is found too, and the plan says
    how far the engine's layout is from it.
 """
@@ -430,6 +431,12 @@ def plan_with_groups(
                     searched_in_full(
                         option, "the search in full of its own nodes, one split another way"
                     )
+            for option in _whole_but_one(problem, rule, found, [own]):
+                if value >= _cycle(found) * (1 - RESPLIT_GAP):
+                    break
+                searched_in_full(
+                    option, "the search in full of as many stages on whole nodes but one split"
+                )
     if found is None and (best is None or not best.stages):
         raise Infeasible(
             "no split of the nodes' GPUs into stages of tensor-parallel degrees the model "
@@ -509,6 +516,34 @@ def _own_nodes(problem: Problem, layout: Layout, plan: Plan) -> Layout:
     """``layout`` with every node ``plan`` does not run on left out (no groups)."""
     used = {a.node_id for a in plan.assignments}
     return {n.id: (tuple(layout.get(n.id, ())) if n.id in used else ()) for n in problem.nodes}
+
+
+def _whole_but_one(
+    problem: Problem, rule: EngineRule, plan: Plan, tried: Sequence[Layout]
+) -> list[Layout]:
+    """On a fleet of one kind of node: as many GPU groups as ``plan`` has stages, on
+    whole nodes but one, split into its next smaller groups (at most
+    :data:`OWN_NODES_GROUPS` groups; nodes in the order ``plan`` runs on them, then the
+    fleet's), none of ``tried``."""
+    if rule.uniform or not problem.nodes:
+        return []
+    options = layout_options(problem, rule, problem.nodes[0])
+    if len(options) < 2:
+        return []
+    whole, split = options[0], options[1]
+    stages = len(plan.assignments)
+    wholes = stages - len(split)
+    if len(whole) != 1 or wholes < 1 or stages > OWN_NODES_GROUPS:
+        return []
+    order = list(dict.fromkeys(a.node_id for a in plan.assignments))
+    order += [n.id for n in problem.nodes if n.id not in order]
+    if len(order) < wholes + 1:
+        return []
+    chosen: dict[str, tuple[int, ...]] = {node_id: whole for node_id in order[:wholes]}
+    chosen[order[wholes]] = split
+    option = {n.id: chosen.get(n.id, ()) for n in problem.nodes}
+    seen = set(map(_layout_key, tried))
+    return [] if _layout_key(option) in seen else [option]
 
 
 def _resplit(
