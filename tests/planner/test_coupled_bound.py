@@ -36,6 +36,20 @@ def _least_cycle(cm: CostModel, lo: int, hi: int) -> float:
     )
 
 
+def _range_case(inst, batch, fewest, most):
+    """A range of stage counts as the certificates bound it: the problem held to it, its
+    cost model at the microbatch of its most stages, ``m`` of its fewest, and the least
+    cycle of every pipeline in it (None where none has one)."""
+    model, nodes = inst
+    problem, c, lo, hi = ranged(inst, batch, fewest, most)
+    cm = CostModel(model, nodes, c)
+    truth = _least_cycle(cm, lo, hi)
+    if not math.isfinite(truth):
+        return None
+    m, _ = microbatches(batch, lo)
+    return replace(problem, min_stages=lo, max_stages=hi), cm.for_stages(hi), m, truth
+
+
 @settings(max_examples=80, deadline=None)
 @given(
     *RANGED,
@@ -66,27 +80,25 @@ def test_the_capped_knapsack_is_never_above_the_least_trip_within_the_cap(
     assert trip.capped_trip_bound(sub, cm, math.inf) == trip.trip_bound(sub, cm)
 
 
-@settings(max_examples=80, deadline=None)
-@given(
+_COUPLED_RANGES = (
     instances(max_nodes=4, max_blocks=6),
     st.sampled_from([2, 3, 8, 16]),
     st.integers(1, 4),
     st.integers(1, 4),
-    st.floats(1.0, 2.0),
 )
+"""The draws :func:`_range_case` reads (instance, sequences, fewest, most stages)."""
+
+
+@settings(max_examples=80, deadline=None)
+@given(*_COUPLED_RANGES, st.floats(1.0, 2.0))
 def test_the_coupled_bound_is_never_above_the_least_cycle(inst, batch, fewest, most, over):
     """Over a range of stage counts, at the microbatch of its most stages and ``m`` of its
     fewest (as the certificates bound a range), from no bound in hand and below a
     ceiling at or above the least cycle."""
-    model, nodes = inst
-    problem, c, lo, hi = ranged(inst, batch, fewest, most)
-    cm = CostModel(model, nodes, c)
-    truth = _least_cycle(cm, lo, hi)
-    if not math.isfinite(truth):
+    case = _range_case(inst, batch, fewest, most)
+    if case is None:
         return
-    sub = replace(problem, min_stages=lo, max_stages=hi)
-    m, _ = microbatches(batch, lo)
-    view = cm.for_stages(hi)
+    sub, view, m, truth = case
     got = trip.coupled_cycle_bound(sub, view, m, 0.0, truth * over)
     assert got is not None
     bound, laid = got
@@ -94,7 +106,7 @@ def test_the_coupled_bound_is_never_above_the_least_cycle(inst, batch, fewest, m
     if laid is not None:  # a pipeline: distinct nodes, every block once, in order
         order, bounds = laid
         assert len(set(order)) == len(order) == len(bounds) - 1 >= 2
-        assert bounds[0] == 0 and bounds[-1] == model.num_blocks
+        assert bounds[0] == 0 and bounds[-1] == inst[0].num_blocks
         assert all(a < b for a, b in itertools.pairwise(bounds))
 
 
@@ -123,29 +135,17 @@ def _plain_coupled(
 
 
 @settings(max_examples=80, deadline=None)
-@given(
-    instances(max_nodes=5, max_blocks=8),
-    st.sampled_from([2, 3, 8, 16]),
-    st.integers(1, 4),
-    st.integers(1, 4),
-    st.floats(0.0, 1.0),
-    st.floats(1.0, 1.5),
-)
+@given(*_COUPLED_RANGES, st.floats(0.0, 1.0), st.floats(1.0, 1.5))
 def test_the_bisection_from_a_floor_the_test_passes_near_is_the_plain_one(
     inst, batch, fewest, most, under, over
 ):
     """Where the test holds at the least upper end the bisection reaches from the floor,
     only that end's knapsack is solved; from every floor (at, near and far below the
     coupled bound) the bound and the pipeline laid out are the plain bisection's."""
-    model, nodes = inst
-    problem, c, lo, hi = ranged(inst, batch, fewest, most)
-    cm = CostModel(model, nodes, c)
-    truth = _least_cycle(cm, lo, hi)
-    if not math.isfinite(truth):
+    case = _range_case(inst, batch, fewest, most)
+    if case is None:
         return
-    sub = replace(problem, min_stages=lo, max_stages=hi)
-    m, _ = microbatches(batch, lo)
-    view = cm.for_stages(hi)
+    sub, view, m, truth = case
     ceiling = truth * over
     plain = _plain_coupled(sub, view, m, 0.0, ceiling)
     assert plain is not None

@@ -243,7 +243,9 @@ def _chain_dp(
     n = len(first)
     alike = _alike_chain(first, mid, last, wrap)
     if alike is not None:
-        return _chain_of_alike(first, mid, last, comb, nb, wrap, alike)
+        start = first[0] if wrap is None else first[wrap[0]]
+        close = wrap[1] if wrap is not None else None if last is None else last[0]
+        return _chain_of_alike(start, close, alike, comb, n, None if wrap is None else wrap[0])
     size = 1 << n
     g = np.full((size, nb + 1), np.inf)
     # Interior nodes alike meet the same rows (nodes alike leave the same rows): each row
@@ -308,30 +310,25 @@ def _alike_chain(
 
 
 def _chain_of_alike(
-    first: Sequence[Any],
-    mid: Sequence[Any],
-    last: Sequence[Any] | None,
-    comb: Any,
-    nb: int,
-    wrap: tuple[int, Any] | None,
-    kind: _Interior,
+    start: Any, close: Any, kind: _Interior, comb: Any, n: int, w: int | None
 ) -> tuple[Any, float, tuple[int, int] | None]:
-    """:func:`_chain_dp` where its nodes are alike (:func:`_alike_chain`): the same table,
-    value and closing, each row computed once per count of nodes.
+    """:func:`_chain_dp` of ``n`` nodes alike (:func:`_alike_chain`): the same table, value
+    and closing, each row computed once per count of nodes.  ``start``: a node's first
+    vector (with ``w``, the index of the node holding both ends, its own); ``close``:
+    the vector that closes a chain (the last node's, or the wrapped node's tail; None:
+    none closes); ``kind``: the interior every node shares.
 
     A set's row depends only on how many of the alike nodes it holds (each reached
     through the same interior from rows alike), so the rows are carried count by count
     and the sets are then walked in :func:`_chain_dp`'s order only to find where it
     closes first: every node outside a set closes it alike, so the first of them does."""
     np = numpy_module()
-    n = len(first)
     size = 1 << n
-    w = None if wrap is None else wrap[0]
-    rows = np.full((n + 1, nb + 1), np.inf)
-    """Per count of alike nodes in a set (with ``w`` besides, under ``wrap``), its row."""
-    start = 0 if w is not None else 1
-    rows[start] = first[0] if w is None else first[w]
-    for k in range(start, n - 1 + start):
+    rows = np.full((n + 1, len(start)), np.inf)
+    """Per count of alike nodes in a set (with ``w`` besides, where it wraps), its row."""
+    lowest = 0 if w is not None else 1
+    rows[lowest] = start
+    for k in range(lowest, n - 1 + lowest):
         if np.isfinite(rows[k]).any():
             rows[k + 1] = kind.apply(rows[k])
     counts = np.array([m.bit_count() for m in range(size)])
@@ -345,10 +342,8 @@ def _chain_of_alike(
     for k in range(n + 1):
         if not finite[k]:
             continue
-        if wrap is not None:
-            closing[k] = float(comb(rows[k], wrap[1]).min())
-        elif last is not None and k < n:
-            closing[k] = float(comb(rows[k], last[0]).min())
+        if close is not None and (w is not None or k < n):
+            closing[k] = float(comb(rows[k], close).min())
     best: float = math.inf
     at: tuple[int, int] | None = None
     for mask in range(1, size):
