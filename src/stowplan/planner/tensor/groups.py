@@ -394,6 +394,15 @@ def plan_with_groups(
             found = whole
             return True
 
+        def while_far(options: Sequence[Layout], how: str) -> None:
+            """Each of ``options`` :func:`searched_in_full` in turn while the bound stays
+            :data:`RESPLIT_GAP` below the plan."""
+            for option in options:
+                assert found is not None
+                if value >= _cycle(found) * (1 - RESPLIT_GAP):
+                    break
+                searched_in_full(option, how)
+
         if (
             found is not None
             and layout is not None
@@ -409,10 +418,10 @@ def plan_with_groups(
             for option in tried:
                 if searched_in_full(option, "the search of its GPU groups in full"):
                     at = option
-            for option in _resplit(problem, rule, at, found, tried):
-                if value >= _cycle(found) * (1 - RESPLIT_GAP):
-                    break
-                searched_in_full(option, "the search in full of its nodes' GPUs split another way")
+            while_far(
+                _resplit(problem, rule, at, found, tried),
+                "the search in full of its nodes' GPUs split another way",
+            )
         elif (
             found is not None
             and layout is not None
@@ -424,19 +433,16 @@ def plan_with_groups(
             # but the plan's own nodes alone, one of them split another way, are few
             # enough to be solved exactly (OWN_NODES_GROUPS planning nodes at most).
             own = _own_nodes(problem, layout, found)
-            for option in _resplit(problem, rule, own, found, [own]):
-                if value >= _cycle(found) * (1 - RESPLIT_GAP):
-                    break
-                if sum(map(len, option.values())) <= OWN_NODES_GROUPS:
-                    searched_in_full(
-                        option, "the search in full of its own nodes, one split another way"
-                    )
-            for option in _whole_but_one(problem, rule, found, [own]):
-                if value >= _cycle(found) * (1 - RESPLIT_GAP):
-                    break
-                searched_in_full(
-                    option, "the search in full of as many stages on whole nodes but one split"
-                )
+            few = [
+                option
+                for option in _resplit(problem, rule, own, found, [own])
+                if sum(map(len, option.values())) <= OWN_NODES_GROUPS
+            ]
+            while_far(few, "the search in full of its own nodes, one split another way")
+            while_far(
+                _whole_but_one(problem, rule, found, [own]),
+                "the search in full of as many stages on whole nodes but one split",
+            )
     if found is None and (best is None or not best.stages):
         raise Infeasible(
             "no split of the nodes' GPUs into stages of tensor-parallel degrees the model "
