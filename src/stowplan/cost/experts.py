@@ -180,35 +180,31 @@ def _block_transfer(
     if not remote:
         return None
     inside = {j for j in remote if parents[j] == parents[h]}
-    if not inside:
-        sent_bits = sum(batch * reach[j] * act * 8 for j in remote)
-        send = sent_bits / (ordered[h].link_mbps * 1e6) if ordered[h].link_mbps else 0.0
-        back = max(
-            batch * reach[j] * act * 8 / (ordered[j].link_mbps * 1e6)
-            if ordered[j].link_mbps
-            else 0.0
-            for j in remote
-        )
-        p_any = 1.0 - math.prod((1.0 - reach[j]) ** batch for j in remote)
-        latency_ms = ordered[h].link_latency_ms + max(ordered[j].link_latency_ms for j in remote)
-        return send + back + p_any * latency_ms / 1e3
-    # Per stage reached: seconds of its bits each way, and the round trip's latency.
-    rates = {j: node_rates(ordered[j], 0.0)[0] for j in (h, *inside)}
-    legs: list[tuple[float, float, float]] = []
-    for j in remote:
-        bits = batch * reach[j] * act * 8
-        if j in inside:
-            out_bps, in_bps = rates[h].intra_bytes_per_s * 8, rates[j].intra_bytes_per_s * 8
-            trip_s = rates[h].intra_latency_s + rates[j].intra_latency_s
-        else:
-            out_bps = ordered[h].link_mbps * 1e6 if ordered[h].link_mbps else math.inf
-            in_bps = ordered[j].link_mbps * 1e6 if ordered[j].link_mbps else math.inf
-            trip_s = (ordered[h].link_latency_ms + ordered[j].link_latency_ms) / 1e3
-        legs.append((bits / out_bps, bits / in_bps, trip_s))
+    rates = {j: node_rates(ordered[j], 0.0)[0] for j in (h, *inside)} if inside else {}
+
+    def bits(j: int) -> float:
+        return batch * reach[j] * act * 8
+
+    def link_s(j: int, sent: float) -> float:
+        """Seconds of ``sent`` bits over node ``j``'s network link (none where unknown)."""
+        return sent / (ordered[j].link_mbps * 1e6) if ordered[j].link_mbps else 0.0
+
+    def intra_s(j: int, sent: float) -> float:
+        return sent / (rates[j].intra_bytes_per_s * 8)
+
+    # Out of h: the network's bits together, each group's of its own node apart; back: the
+    # slowest leg; the round trip: the largest over the stages reached (ms).
+    send = link_s(h, sum(bits(j) for j in remote if j not in inside))
+    send += sum(intra_s(h, bits(j)) for j in remote if j in inside)
+    back = max(intra_s(j, bits(j)) if j in inside else link_s(j, bits(j)) for j in remote)
+    trip_ms = max(
+        (rates[h].intra_latency_s + rates[j].intra_latency_s) * 1e3
+        if j in inside
+        else ordered[h].link_latency_ms + ordered[j].link_latency_ms
+        for j in remote
+    )
     p_any = 1.0 - math.prod((1.0 - reach[j]) ** batch for j in remote)
-    send = sum(out for out, _, _ in legs)
-    back = max(back for _, back, _ in legs)
-    return send + back + p_any * max(trip for _, _, trip in legs)
+    return send + back + p_any * trip_ms / 1e3
 
 
 def _stage_nodes(plan: Plan, nodes: Sequence[NodeDescriptor]) -> Sequence[NodeDescriptor]:
@@ -248,15 +244,10 @@ def expert_prediction(
     bandwidth fraction to the experts' reads.  ``holders_by_block``, ``reach_by_block``:
     as in :func:`expert_stage_times`.
     """
-    from stowplan.cost.model import CostModel, grouped_stages
+    from stowplan.cost.model import plan_cost_model
 
-    grouped = grouped_stages(plan, nodes)
-    backbone = backbone_layout(model)
-    if grouped is None:
-        cm = CostModel(backbone, _stage_nodes(plan, nodes), constraints, calibration)
-    else:  # stages on GPU groups: each group is a planning node of its own
-        units, parents = grouped
-        cm = CostModel(backbone, units, constraints, calibration, parents=parents)
+    whole = _stage_nodes(plan, nodes)
+    cm = plan_cost_model(backbone_layout(model), plan, nodes, constraints, calibration, whole=whole)
     order, bounds = cm.plan_order_bounds(plan)
     base = cm.prediction(order, bounds)
     m, b = microbatches(constraints.batch, len(order))

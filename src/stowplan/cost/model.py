@@ -83,7 +83,7 @@ from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_i
 from stowplan.moe.routing import nodes_in_order
 from stowplan.plan import Plan, Prediction, StageAssignment
 
-__all__ = ["CostModel", "grouped_stages", "kv_read_bytes"]
+__all__ = ["CostModel", "kv_read_bytes", "plan_cost_model"]
 _BYTES_PER_PARAM = {"bf16": 2.0, "fp16": 2.0, "f16": 2.0, "fp32": 4.0, "f32": 4.0, "q4_0": 18 / 32}
 
 
@@ -678,18 +678,24 @@ def _block_figures(
     )
 
 
-def grouped_stages(
-    plan: Plan, nodes: Sequence[NodeDescriptor]
-) -> tuple[list[NodeDescriptor], list[str]] | None:
-    """Where some stage of ``plan`` runs on part of its node's GPUs: every stage's planning
-    node (:func:`~stowplan.moe.routing.nodes_in_order`, a GPU group of its own) and its
-    physical node's id, the nodes and ``parents`` of the plan's :class:`CostModel`; None
-    where every stage takes whole nodes."""
+def plan_cost_model(
+    model: ModelLayout,
+    plan: Plan,
+    nodes: Sequence[NodeDescriptor],
+    constraints: Constraints,
+    calibration: Calibration | None = None,
+    *,
+    whole: Sequence[NodeDescriptor] | None = None,
+) -> CostModel:
+    """The cost model ``plan`` is predicted on: over ``whole`` (default ``nodes``) where
+    every stage takes whole nodes; where some stage runs on part of its node's GPUs, over
+    every stage's planning node (:func:`~stowplan.moe.routing.nodes_in_order`, a GPU group
+    of its own), each with its physical node as parent."""
     units = nodes_in_order(plan, nodes)
     parents = [a.node_id for a in plan.assignments]
     if all(u.id == p for u, p in zip(units, parents, strict=True)):
-        return None
-    return units, parents
+        return CostModel(model, nodes if whole is None else whole, constraints, calibration)
+    return CostModel(model, units, constraints, calibration, parents=parents)
 
 
 def kv_read_bytes(model: ModelLayout, block: int, tokens: float, sequences: int) -> float:

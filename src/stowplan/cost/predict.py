@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from stowplan.calibration.profile import Calibration
 from stowplan.cost.experts import expert_prediction
-from stowplan.cost.model import CostModel, grouped_stages
+from stowplan.cost.model import plan_cost_model
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
 from stowplan.plan import Plan, Prediction
 
@@ -33,11 +33,6 @@ def predict(
     """
     if plan.topology.experts_per_block is not None and model.experts is not None:
         return expert_prediction(model, nodes, constraints, plan, calibration=calibration)
-    grouped = grouped_stages(plan, nodes)
-    if grouped is None:
-        cm = CostModel(model, nodes, constraints, calibration)
-    else:  # stages on GPU groups: each group is a planning node of its own
-        units, parents = grouped
-        cm = CostModel(model, units, constraints, calibration, parents=parents)
+    cm = plan_cost_model(model, plan, nodes, constraints, calibration)
     order, bounds = cm.plan_order_bounds(plan)
     return cm.prediction(order, bounds)
