@@ -128,7 +128,9 @@ def test_a_count_between_the_ladders_counts_is_searched() -> None:
 
 def test_the_counts_between_are_searched_for_a_plan_not_for_a_sketch(monkeypatch) -> None:
     # Candidates of a larger search (sketched) keep to the ladder: the full plan is the
-    # sketch's unless a count between gains, and without the step it is the sketch's.
+    # sketch's unless a count between gains; without the step, no better than the sketch
+    # by the 5 % the count between gains (the certificate's own search of a count of
+    # least bound may still better it a little).
     nodes = load_nodes(BETWEEN)
     model, c = resolve_model("llama3.1:405b-q4_0"), Constraints(batch=16)
     full = plan(model, nodes, c)
@@ -140,7 +142,9 @@ def test_the_counts_between_are_searched_for_a_plan_not_for_a_sketch(monkeypatch
     monkeypatch.setattr(cycle, "WHOLE_BLOCK_COUNTS", 0)
     bounded_apart(monkeypatch)
     unrefined = plan(model, nodes, c)
-    assert unrefined.assignments == sketched.assignments
+    assert len(unrefined.assignments) != len(full.assignments)
+    assert plan_cycle(unrefined) <= plan_cycle(sketched) * (1 + 1e-9)
+    assert plan_cycle(full) < plan_cycle(unrefined) * 0.95
 
 
 WHOLE = FIXTURES / "planner" / "whole_block_counts.yaml"

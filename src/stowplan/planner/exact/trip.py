@@ -16,11 +16,12 @@ from 0 that fit beside the embed, the last at most those up to the end that fit 
 the head. So every pipeline's trip is at least the least cost of choosing nodes — one
 first stage, one last, between the problem's fewest and most stages in all — and a whole
 number of blocks on each, covering every block: a knapsack solved exactly over block
-counts (and stage counts, up to :data:`COUNTED_STAGES`; a pipeline of more stages counts
-as that many), node by node. The fractional relaxation
-(:func:`~stowplan.planner.exact.pipelines.fluid_bound`) instead pays the cheapest hops
-of any nodes beside the fastest nodes' blocks; this one pays the hops of the nodes that
-hold the blocks, which is what the optimum pays on slow links.
+counts (and stage counts, up to :data:`COUNTED_STAGES` or the fewest stages the problem
+allows, whichever is more; a pipeline of more stages counts as that many), node by node.
+The fractional relaxation (:func:`~stowplan.planner.exact.pipelines.fluid_bound`)
+instead pays the cheapest hops of any nodes beside the fastest nodes' blocks; this one
+pays the hops of the nodes that hold the blocks, which is what the optimum pays on slow
+links.
 
 The knapsack runs over the nodes that can hold its optimum
 (:func:`~stowplan.planner.exact.trip_nodes.useful`: of each kind of node, the few of least
@@ -56,8 +57,10 @@ TRIP_BOUND_NODES = 64
 """Up to this many nodes (``n · blocks²`` work) the knapsack is solved."""
 
 COUNTED_STAGES = 12
-"""The knapsack counts stages up to this many (more count as this many): where the
-problem's stage limits bind, pipelines of too few or too many stages are left out."""
+"""The knapsack counts stages up to this many, or up to the fewest the problem allows
+where those are more (more count as that many): where the problem's stage limits bind,
+pipelines of too few or too many stages are left out.  Counting only up to this many, a
+range of 16 stages or more would pay the hops of 12."""
 
 
 Limits = tuple[bool, bool, int, bool, int]
@@ -105,7 +108,7 @@ def _limits(problem: Problem, cm: CostModel) -> Limits | None:
     fewest, most = max(2, problem.min_stages), min(problem.max_stages, n)
     # Stages are counted only where a limit binds: c = 0 .. top, top standing for ``top``
     # stages or more unless ``most`` is ``top``.
-    top = min(most, COUNTED_STAGES) if (fewest > 2 or most < n) else 0
+    top = min(most, max(COUNTED_STAGES, fewest)) if (fewest > 2 or most < n) else 0
     return (
         problem.min_stages <= 1,
         n < 2 or problem.max_stages < 2,

@@ -558,8 +558,10 @@ bottleneck seconds) of ``problem`` on a cost model."""
 COUPLED = "bound: the least trip with every stage within the slowest (a knapsack, bisected)"
 """How the bound ``coupled`` gives is named in a certificate's method."""
 
-REFINE_RANGES = 32
-"""Most splits of the range holding the least bound, per certificate."""
+REFINE_RANGES = 64
+"""Most refinements of the range holding the least bound (a solve, a costlier bound, a
+split), per certificate: on fleets of a few dozen nodes whose best pipelines run a dozen
+stages or more, the ranges of counts near the optimum's each take several."""
 
 REFINED_GAP = 0.01
 """Beyond :data:`COUNT_SEARCH_NODES` nodes, the range holding the least bound is refined
