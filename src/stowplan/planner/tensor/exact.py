@@ -22,13 +22,18 @@ so one code serves both objectives.  numpy is imported lazily (extra ``exact``).
 Bound (:func:`grouped_bound`): the fractional relaxation of
 :func:`~stowplan.planner.exact.pipelines.fluid_bound` on the whole nodes with every node at its
 full bandwidth and FLOPs, no all-reduce, and the cheaper of its network and
-intra-node hop: no grouping of any node is faster.
+intra-node hop: no grouping of any node is faster.  For the time per token also: every
+block at its least cost on any group of a node (all-reduces included) and the head read
+on the last stage's node; a pipeline on one node, which pays no hop, on that node's own
+groups; one over several nodes by a knapsack choosing nodes, whole blocks and the first
+and last stages' roles (the embed's and the head's room taken), each node paying its
+network hop and, but for the last stage's node, its transfer out over its own link.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
@@ -472,53 +477,104 @@ def grouped_bound(
     if left > 0:
         return max(relaxed, _per_block(problem, groups))
     # The blocks' least cost, the head's least read, and no hop at all (a one-stage plan
-    # has none) when that is all the fluid bound's hops could add.
-    head = min(cm.head * min(cm.inv_bw[d], cm.flop_s_per_byte[d]) for d in range(len(rate)))
-    hopped = _filled_with_hops(problem, rate, room) + head
-    return max(relaxed, total + head, hopped, _per_block(problem, groups))
+    # has none) when that is all the fluid bound's hops could add.  The last stage's
+    # ``k`` blocks and head take at least max((k · read + head) · a, (k · weights + head)
+    # · f) on a group of ``a`` s/byte read and ``f`` s/byte computed, with ``read`` and
+    # ``weights`` the smallest block's: at least ``k`` blocks' cost plus ``head · a``
+    # (where its blocks are compute-bound, f ≥ a), whatever the group's balance.
+    reads = [cm.head * cm.inv_bw[d] for d in range(len(rate))]
+    head = min(reads)
+    # Each role's room: the first stage's node holds the embed besides its blocks, the
+    # last's the head (one node of several GPU groups may hold both).
+    rooms = [
+        [min(room[d], nb if mem <= 0 else (cm.usable[d] - extra) / mem) for d in range(len(rate))]
+        for extra in (0, cm.embed, cm.head, cm.embed + cm.head)
+    ]
+    single, several = _filled_with_hops(problem, rate, rooms, reads)
+    apart = max(several, _per_block(problem, groups))
+    """Pipelines over several nodes (or any, where no node holds the model alone)."""
+    # A pipeline on one node reads every block and the head on that node's own groups.
+    alone = min(
+        (
+            max(nb * rate[d] + reads[d], _per_block(problem, groups, groups.kinds[d].values()))
+            for d in single
+        ),
+        default=math.inf,
+    )
+    return max(relaxed, total + head, min(alone, apart))
 
 
-def _filled_with_hops(problem: Problem, rate: Sequence[float], room: Sequence[float]) -> float:
-    """A lower bound on the time per token of every pipeline: its blocks at their nodes'
-    least cost (``rate``, seconds a block), each node holding at most ``room`` blocks,
-    plus, on several nodes, each node's own network hop and a transfer between nodes.
+_ROLES = ((0, 0), (1, 0), (0, 1), (1, 1))
+"""Whether a node holds the first stage, the last: none, the first, the last, both (the
+order of :func:`grouped_bound`'s rooms)."""
+
+
+def _filled_with_hops(
+    problem: Problem,
+    rate: Sequence[float],
+    rooms: Sequence[Sequence[float]],
+    reads: Sequence[float],
+) -> tuple[list[int], float]:
+    """The nodes whose memory holds the whole model (the pipelines on one node run there),
+    and a lower bound on the time per token of every pipeline over several nodes: its blocks
+    at their nodes' least cost (``rate``, seconds a block), each node holding at most the
+    blocks its role leaves room for (``rooms``, per role of :data:`_ROLES`: the first
+    stage's node holds the embed, the last's the head), plus each node's own network hop,
+    its transfer out but for the last stage's node, and the head's read (``reads``) on the
+    last stage's node.
 
     A pipeline on one node pays no hop; on a set N of several, it leaves each node of N
-    over the network once at least (its own latency) and sends ``|N| - 1`` transfers at
-    least (each at least the fleet's least).  The least of that over every N is a
+    over the network once at least (its own latency), and each but the last stage's node
+    (whose stages end in the token) sends the activations out over its own link once at
+    least.  The least of that over every N is a
     fixed-charge knapsack, solved exactly over whole blocks (a node's stages hold at most
-    its room's whole blocks) by a programme over the nodes (alike nodes as one kind, as
-    many of them as could serve).  It couples what :func:`_per_block` counts apart: the
-    hops memory forces at the fleet's least latencies, and the blocks at any node's cost."""
+    its room's whole blocks) and roles (one first, one last) by a programme over the
+    nodes (alike nodes as one kind, as many of them as could serve).  It couples what
+    :func:`_per_block` counts apart: the hops memory forces at the fleet's least
+    latencies, and the blocks at any node's cost."""
     cm = problem.cost_model()
     nb = problem.model.num_blocks
     np = numpy_module()
-    least_send = min(cm.xfer_s)
-    whole = [min(nb, math.floor(c + 1e-9)) if math.isfinite(c) else nb for c in room]
-    single = min((nb * r for r, c in zip(rate, whole, strict=True) if c >= nb), default=math.inf)
-    kinds: dict[tuple[float, int, float], int] = {}
-    for r, c, hop in zip(rate, whole, cm.latency_s, strict=True):
-        if c > 0 and math.isfinite(r):
-            kinds[(r, c, hop)] = kinds.get((r, c, hop), 0) + 1
+
+    def blocks(c: float) -> int:
+        return min(nb, max(0, math.floor(c + 1e-9))) if math.isfinite(c) else nb
+
+    caps = [tuple(blocks(room[d]) for room in rooms) for d in range(len(rate))]
+    single = [d for d, n in enumerate(problem.nodes) if problem.usable[n.id] >= problem.total_bytes]
+    kinds: dict[tuple[float, tuple[int, ...], float, float, float], int] = {}
+    for kind in zip(rate, caps, cm.latency_s, cm.xfer_s, reads, strict=True):
+        if kind[1][0] > 0 and math.isfinite(kind[0]):
+            kinds[kind] = kinds.get(kind, 0) + 1
     if len(kinds) < 2:
         # Nodes alike: what :func:`_per_block` counts (the fewest nodes that hold the
         # model, each block at its least cost) is at least this.
-        return 0.0
+        return single, min(reads)
     idx = np.arange(nb + 1, dtype=float)
     gap = idx[:, None] - idx[None, :]  # b - i: the blocks a node adds to i held before
-    best = np.full(nb + 1, math.inf)
-    best[0] = 0.0
-    for (r, c, hop), count in sorted(kinds.items()):
-        window = (gap >= 1) & (gap <= c)
-        for _ in range(min(count, -(-nb // c))):
-            before = np.where(window, (best - idx * r)[None, :], math.inf).min(axis=1)
-            best = np.minimum(best, before + idx * r + hop + least_send)
-    return min(single, float(best[nb]) - least_send)
+    best = np.full((2, 2, nb + 1), math.inf)  # by first placed, last placed, blocks
+    best[0, 0, 0] = 0.0
+    for (r, c, hop, send, head), count in sorted(kinds.items()):
+        windows = [(gap >= 1) & (gap <= k) for k in c]
+        for _ in range(min(count, -(-nb // c[0]))):
+            after = best.copy()
+            for (first, last), window in zip(_ROLES, windows, strict=True):
+                paid = hop + (head if last else 0.0) + (0.0 if last and not first else send)
+                for f in range(2 - first):
+                    for lst in range(2 - last):
+                        ends = best[f, lst] - idx * r
+                        before = np.where(window, ends[None, :], math.inf).min(axis=1)
+                        reached = before + idx * r + paid
+                        here = after[f + first, lst + last]
+                        after[f + first, lst + last] = np.minimum(here, reached)
+            best = after
+    return single, float(best[1, 1, nb])
 
 
-def _per_block(problem: Problem, groups: GroupCosts) -> float:
+def _per_block(problem: Problem, groups: GroupCosts, only: Iterable[int] | None = None) -> float:
     """A lower bound on the time per token: every block (and the head) read, or computed,
-    on the group where that costs it least, plus the network crossings memory forces.
+    on the group where that costs it least, plus the network crossings memory forces;
+    with ``only`` (the groups of one node), of the pipelines on those groups alone (no
+    crossing).
 
     A stage takes ``max(R · a, W · f) + k · b`` (its bytes read ``R`` at ``a`` s/byte, its
     weights ``W`` at ``f`` s/byte, ``b`` per block), at least either sum alone, and each
@@ -527,7 +583,8 @@ def _per_block(problem: Problem, groups: GroupCosts) -> float:
     hops of distinct nodes, and ``k - 1`` transfers (only the last stage sends none).
     """
     gcm, nb = groups.cm, problem.model.num_blocks
-    kinds = {(gcm.inv_bw[v], gcm.flop_s_per_byte[v], gcm.block_s[v]) for _, v in groups.distinct()}
+    held = [v for _, v in groups.distinct()] if only is None else only
+    kinds = {(gcm.inv_bw[v], gcm.flop_s_per_byte[v], gcm.block_s[v]) for v in held}
     if not kinds:
         return 0.0
     np = numpy_module()
@@ -536,7 +593,7 @@ def _per_block(problem: Problem, groups: GroupCosts) -> float:
     # Summed in block order, as every bound of this module is.
     reads: float = sum((read * a + bs).min(axis=0).tolist()) + gcm.head * float(a.min())
     computes: float = sum((weights * f + bs).min(axis=0).tolist()) + gcm.head * float(f.min())
-    return max(reads, computes) + _forced_crossings(problem)
+    return max(reads, computes) + (_forced_crossings(problem) if only is None else 0.0)
 
 
 def stage_count_trips(problem: Problem, groups: GroupCosts, top: int) -> list[float]:
