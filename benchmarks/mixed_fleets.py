@@ -3,6 +3,7 @@
 python benchmarks/mixed_fleets.py --fleets 24 --seed 11
 python benchmarks/mixed_fleets.py --fleets 24 --seed 11 --out a.json   # then, elsewhere:
 python benchmarks/mixed_fleets.py --compare a.json b.json
+python benchmarks/mixed_fleets.py --seed 11 --engine generic --context 8192  # as the CLI plans
 
 Each fleet draws 3, 5, 8, 12, 16 or 24 nodes of four GPU kinds (``_clusters.cluster``:
 LAN links, or WAN links for three fleets in ten), each node of 1, 2, 4 or 8 GPUs, and
@@ -10,6 +11,8 @@ one of eight models (dense and MoE), planned at one stream, 16 and 64 sequences.
 Printed: the certificates' gaps (median, p90, max, how many above 1 %) and the CPU
 time per plan, the cases above 1 % listed.  ``--out`` keeps each case's tokens/s, gap
 and CPU ms; ``--compare`` lists the cases whose plan or gap differ between two runs.
+``--engine NAME`` plans with that engine's calibration and ``--context N`` reserves each
+sequence's KV for N tokens, as ``stowplan plan`` does by default (``generic``, 8,192).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _clusters import cluster
 from stowplan import Constraints, PlanError, plan
+from stowplan.calibration import resolve_calibration
 from stowplan.models import resolve_model
 
 MODELS = [
@@ -39,7 +43,7 @@ Case = tuple[int, int, str, int, float | None, float, float]
 """Fleet, nodes, model, sequences, tokens/s (None: refused), gap, CPU ms."""
 
 
-def run(fleets: int, seed: int) -> list[Case]:
+def run(fleets: int, seed: int, base: Constraints) -> list[Case]:
     rng = random.Random(seed)
     cases: list[Case] = []
     for i in range(fleets):
@@ -53,7 +57,7 @@ def run(fleets: int, seed: int) -> list[Case]:
         for batch in BATCHES:
             start = time.process_time()
             try:
-                got = plan(resolve_model(name), nodes, Constraints(batch=batch))
+                got = plan(resolve_model(name), nodes, replace(base, batch=batch))
             except PlanError:
                 cases.append((i, n, name, batch, None, 0.0, 0.0))
                 continue
@@ -103,12 +107,16 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--out", type=Path, help="keep the cases as JSON")
     ap.add_argument("--compare", nargs=2, type=Path, help="two --out files")
+    ap.add_argument("--engine", help="plan with this engine's calibration (e.g. generic)")
+    ap.add_argument("--context", type=int, help="tokens of KV reserved per sequence")
     args = ap.parse_args()
     if args.compare:
         a, b = ([tuple(c) for c in json.loads(p.read_text())] for p in args.compare)
-        compare(a, b)  # type: ignore[arg-type]
+        compare(a, b)
         return
-    cases = run(args.fleets, args.seed)
+    calibration = None if args.engine is None else resolve_calibration(args.engine)
+    base = Constraints(context_tokens=args.context, calibration=calibration)
+    cases = run(args.fleets, args.seed, base)
     summary(cases, args.seed)
     if args.out:
         args.out.write_text(json.dumps(cases))

@@ -458,6 +458,8 @@ def grouped_bound(
     cls = gcm.stage_class
     least: dict[tuple[int, ...], float] = {}
     rate = []
+    classes = []
+    """Per node, its groups' classes."""
     for kinds in groups.kinds:
         key = tuple(cls[v] for v in kinds.values())
         r = least.get(key)
@@ -465,6 +467,7 @@ def grouped_bound(
             blocks = (gcm.block_seconds(v, rd + kvr, rd) for v in kinds.values())
             r = least[key] = min(blocks, default=math.inf)
         rate.append(r)
+        classes.append(key)
     window = cm.max_window()
     room = [min(window[d], nb if mem <= 0 else cm.usable[d] / mem) for d in range(len(rate))]
     left, total = float(nb), 0.0
@@ -486,22 +489,33 @@ def grouped_bound(
     head = min(reads)
     # Each role's room: the first stage's node holds the embed besides its blocks, the
     # last's the head (one node of several GPU groups may hold both).
-    rooms = [
-        [min(room[d], nb if mem <= 0 else (cm.usable[d] - extra) / mem) for d in range(len(rate))]
-        for extra in (0, cm.embed, cm.head, cm.embed + cm.head)
-    ]
+    extras = (0, cm.embed, cm.head, cm.embed + cm.head)
+    by_room: dict[tuple[float, float], tuple[float, ...]] = {}
+    rooms = []
+    for here, usable in zip(room, cm.usable, strict=True):
+        if (here, usable) not in by_room:
+            fits = (min(here, nb if mem <= 0 else (usable - e) / mem) for e in extras)
+            by_room[(here, usable)] = tuple(fits)
+        rooms.append(by_room[(here, usable)])
     single, several = _filled_with_hops(problem, rate, rooms, reads)
-    apart = max(several, _per_block(problem, groups))
+    every = _per_block(problem, groups)
+    apart = max(several, every)
     """Pipelines over several nodes (or any, where no node holds the model alone)."""
-    # A pipeline on one node reads every block and the head on that node's own groups.
-    alone = min(
-        (
-            max(nb * rate[d] + reads[d], _per_block(problem, groups, groups.kinds[d].values()))
-            for d in single
-        ),
-        default=math.inf,
-    )
-    return max(relaxed, total + head, min(alone, apart))
+    # A pipeline on one node reads every block and the head on that node's own groups
+    # (nodes whose groups are of the same classes bounded once; a node with groups of
+    # every class the fleet has, by every group's least, which no crossing adds to where
+    # a node holds the model).
+    fleet = set(cls[v] for _, v in groups.distinct())
+    own: dict[tuple[int, ...], float] = {}
+    for d in single:
+        if classes[d] not in own:
+            held = (
+                every
+                if fleet <= set(classes[d])
+                else _per_block(problem, groups, groups.kinds[d].values())
+            )
+            own[classes[d]] = max(nb * rate[d] + reads[d], held)
+    return max(relaxed, total + head, min(min(own.values(), default=math.inf), apart))
 
 
 _ROLES = ((0, 0), (1, 0), (0, 1), (1, 1))
@@ -512,13 +526,13 @@ order of :func:`grouped_bound`'s rooms)."""
 def _filled_with_hops(
     problem: Problem,
     rate: Sequence[float],
-    rooms: Sequence[Sequence[float]],
+    rooms: Sequence[tuple[float, ...]],
     reads: Sequence[float],
 ) -> tuple[list[int], float]:
     """The nodes whose memory holds the whole model (the pipelines on one node run there),
     and a lower bound on the time per token of every pipeline over several nodes: its blocks
     at their nodes' least cost (``rate``, seconds a block), each node holding at most the
-    blocks its role leaves room for (``rooms``, per role of :data:`_ROLES`: the first
+    blocks its role leaves room for (``rooms``, per node and role of :data:`_ROLES`: the first
     stage's node holds the embed, the last's the head), plus each node's own network hop,
     its transfer out but for the last stage's node, and the head's read (``reads``) on the
     last stage's node.
@@ -539,12 +553,16 @@ def _filled_with_hops(
     def blocks(c: float) -> int:
         return min(nb, max(0, math.floor(c + 1e-9))) if math.isfinite(c) else nb
 
-    caps = [tuple(blocks(room[d]) for room in rooms) for d in range(len(rate))]
     single = [d for d, n in enumerate(problem.nodes) if problem.usable[n.id] >= problem.total_bytes]
+    # Nodes alike (the same figures) counted once, their rooms made whole blocks once.
+    alike: dict[tuple[float, tuple[float, ...], float, float, float], int] = {}
+    for key in zip(rate, rooms, cm.latency_s, cm.xfer_s, reads, strict=True):
+        alike[key] = alike.get(key, 0) + 1
     kinds: dict[tuple[float, tuple[int, ...], float, float, float], int] = {}
-    for kind in zip(rate, caps, cm.latency_s, cm.xfer_s, reads, strict=True):
-        if kind[1][0] > 0 and math.isfinite(kind[0]):
-            kinds[kind] = kinds.get(kind, 0) + 1
+    for (r, room, hop, send, head), count in alike.items():
+        caps = tuple(map(blocks, room))
+        if caps[0] > 0 and math.isfinite(r):
+            kinds[(r, caps, hop, send, head)] = kinds.get((r, caps, hop, send, head), 0) + count
     if len(kinds) < 2:
         # Nodes alike: what :func:`_per_block` counts (the fewest nodes that hold the
         # model, each block at its least cost) is at least this.
