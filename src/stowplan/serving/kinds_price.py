@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from stowplan.model import Constraints, ModelLayout, NodeDescriptor
+from stowplan.planner.exact.highs import milp
 from stowplan.serving.kinds_bound import KIND_LIMIT, FleetKinds, kind_columns, kind_rows
 from stowplan.workload import Workload
 
@@ -140,7 +141,7 @@ def _integral_floor(
     every column whole (replicas, large replicas' nodes and the nodes rented are counts:
     every set of disjoint replicas is still a point of it) and the best point it found;
     (-inf, None) where it proves nothing."""
-    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.optimize import Bounds, LinearConstraint
 
     lo = [b[0] for b in bounds]
     hi = [math.inf if b[1] is None else b[1] for b in bounds]

@@ -18,6 +18,7 @@ import math
 from collections.abc import Sequence
 
 from stowplan.errors import DependencyError
+from stowplan.planner.exact.highs import milp
 
 __all__ = ["bound_price", "bound_users", "pack_price", "pack_users"]
 
@@ -36,7 +37,7 @@ def _milp(
     time limit).  Raises :class:`DependencyError` without scipy."""
     try:
         import numpy as np
-        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.optimize import Bounds, LinearConstraint
     except ImportError:
         raise DependencyError("scipy", "exact") from None
     r = len(objective)

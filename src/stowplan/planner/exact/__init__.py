@@ -3,7 +3,9 @@
 * :mod:`~stowplan.planner.exact.pipelines` — the optimum pipeline of the workload's
   objective (subset DP, MILP) and the bounds that certify plans;
 * :mod:`~stowplan.planner.exact.node_sets` — the cheapest node set a pipeline meeting a rate
-  could run on (``objective=cost``).
+  could run on (``objective=cost``);
+* :mod:`~stowplan.planner.exact.highs` — every MILP's solve, HiGHS's native output kept
+  off the standard output.
 
 SciPy is imported only where a MILP is solved; without it they raise
 :class:`~stowplan.errors.DependencyError`.

@@ -35,6 +35,7 @@ from typing import Any
 
 from stowplan.cost import CostModel
 from stowplan.errors import DependencyError
+from stowplan.planner.exact.highs import milp
 
 __all__ = ["SetChoice", "SetMilp"]
 
@@ -362,7 +363,7 @@ class SetMilp:
     def solve(self) -> SetChoice | None:
         """The cheapest set the MILP allows (None: no set can meet the target)."""
         import numpy as np
-        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.optimize import Bounds, LinearConstraint
         from scipy.sparse import coo_array
 
         data: list[float] = []

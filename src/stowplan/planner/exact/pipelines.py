@@ -25,6 +25,7 @@ from typing import Any
 from stowplan.cost import CostModel
 from stowplan.errors import DependencyError
 from stowplan.model import Metric
+from stowplan.planner.exact.highs import milp
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies.fractional import fractional_bound
 from stowplan.planner.strategies.throughput import Pipeline
@@ -276,7 +277,7 @@ def _backtrack(
 def _milp(problem: Problem, cm: CostModel, objective: Metric, time_limit_s: float) -> Optimum:
     np = _np()
     try:
-        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.optimize import Bounds, LinearConstraint
         from scipy.sparse import lil_matrix
     except ImportError:
         raise DependencyError("scipy", "exact") from None

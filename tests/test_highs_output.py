@@ -1,0 +1,70 @@
+"""HiGHS's native diagnostics stay off the standard output, where a plan may be written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+
+def _run(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+
+
+def test_native_writes_to_the_standard_output_go_to_the_standard_error_within_the_block():
+    got = _run(
+        """
+        import os, sys
+        from stowplan.planner.exact.highs import native_output_to_stderr
+        print("before", flush=True)
+        with native_output_to_stderr():
+            os.write(1, b"native\\n")
+            print("python inside")
+        os.write(1, b"after\\n")
+        """
+    )
+    assert got.stdout.split() == ["before", "after"]
+    assert got.stderr.split() == ["native", "python", "inside"]
+
+
+def test_an_exact_plan_whose_milp_prints_leaves_the_standard_output_to_the_caller():
+    """Five mixed nodes, mixtral:8x7b at 16 sequences with the generic calibration and an
+    8,192-token reserve, planned with the MILP: HiGHS prints a diagnostic line from its
+    C++ code while solving; it reaches the standard error, and the standard output holds
+    only what the caller prints."""
+    got = _run(
+        """
+        from stowplan import Constraints, NodeDescriptor, plan
+        from stowplan.calibration import resolve_calibration
+        from stowplan.models import resolve_model
+
+        specs = [
+            ("L4", 24, 1, 68393.45712718941, 0.47205981884748477),
+            ("L4", 24, 1, 21238.939112239772, 0.4675747384041345),
+            ("A100 40GB SXM4", 40, 8, 46120.89204507565, 0.11799391533515557),
+            ("H100 PCIe", 80, 8, 87929.70257858183, 0.15568975421473757),
+            ("A100 80GB SXM4", 80, 2, 70641.4922862441, 0.41131111236128676),
+        ]
+        nodes = [
+            NodeDescriptor(
+                id=f"n{i}", gpu_name=name, vram_bytes=gb * gpus * 10**9, num_gpus=gpus,
+                link_mbps=link, link_latency_ms=latency,
+            )
+            for i, (name, gb, gpus, link, latency) in enumerate(specs)
+        ]
+        c = Constraints(
+            batch=16, context_tokens=8192, calibration=resolve_calibration("generic"),
+            strategy="exact",
+        )
+        got = plan(resolve_model("mixtral:8x7b"), nodes, c)
+        print(f"{got.rationale.prediction.tokens_per_s:.1f}")
+        """
+    )
+    assert got.stdout.split() == ["1551.6"]
+    assert "transformNewIntegerFeasibleSolution" in got.stderr
