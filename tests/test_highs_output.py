@@ -5,15 +5,20 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` run by a fresh interpreter in the repository root (``tests`` importable)."""
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
         text=True,
         timeout=600,
         check=True,
+        cwd=ROOT,
     )
 
 
@@ -40,24 +45,20 @@ def test_an_exact_plan_whose_milp_prints_leaves_the_standard_output_to_the_calle
     only what the caller prints."""
     got = _run(
         """
-        from stowplan import Constraints, NodeDescriptor, plan
+        from stowplan import Constraints, plan
         from stowplan.calibration import resolve_calibration
         from stowplan.models import resolve_model
+        from tests.common.gpu_fleets import nodes_of
 
-        specs = [
-            ("L4", 24, 1, 68393.45712718941, 0.47205981884748477),
-            ("L4", 24, 1, 21238.939112239772, 0.4675747384041345),
-            ("A100 40GB SXM4", 40, 8, 46120.89204507565, 0.11799391533515557),
-            ("H100 PCIe", 80, 8, 87929.70257858183, 0.15568975421473757),
-            ("A100 80GB SXM4", 80, 2, 70641.4922862441, 0.41131111236128676),
-        ]
-        nodes = [
-            NodeDescriptor(
-                id=f"n{i}", gpu_name=name, vram_bytes=gb * gpus * 10**9, num_gpus=gpus,
-                link_mbps=link, link_latency_ms=latency,
-            )
-            for i, (name, gb, gpus, link, latency) in enumerate(specs)
-        ]
+        nodes = nodes_of(
+            [
+                ("L4", 24, 1, 68393.45712718941, 0.47205981884748477),
+                ("L4", 24, 1, 21238.939112239772, 0.4675747384041345),
+                ("A100 40GB SXM4", 40, 8, 46120.89204507565, 0.11799391533515557),
+                ("H100 PCIe", 80, 8, 87929.70257858183, 0.15568975421473757),
+                ("A100 80GB SXM4", 80, 2, 70641.4922862441, 0.41131111236128676),
+            ]
+        )
         c = Constraints(
             batch=16, context_tokens=8192, calibration=resolve_calibration("generic"),
             strategy="exact",

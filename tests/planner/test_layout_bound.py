@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from stowplan import Constraints, PlanError, plan
+from stowplan import Constraints, PlanError, Strategy, plan
 from stowplan.cost import CostModel
 from stowplan.model import Metric
 from stowplan.models import resolve_model
@@ -132,9 +132,11 @@ def test_the_groups_of_each_class_stand_for_every_group(seed: int) -> None:
     assert 3 * len(distinct) <= sum(len(per_node) for per_node in groups.kinds)
 
 
-def _optimum_and_bound(model: str, specs: list[tuple[str, int, int, float, float]]):  # type: ignore[no-untyped-def]
+def _optimum_and_bound(
+    model: str, specs: list[tuple[str, int, int, float, float]]
+) -> tuple[float, float]:
     nodes = nodes_of(specs)
-    exact = plan(resolve_model(model), nodes, Constraints(strategy="exact"))
+    exact = plan(resolve_model(model), nodes, Constraints(strategy=Strategy.EXACT))
     cert, got = exact.rationale.certificate, exact.rationale.prediction
     assert cert is not None and cert.exact and got is not None
     problem = prepare(resolve_model(model), nodes, Constraints())

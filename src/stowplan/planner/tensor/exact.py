@@ -487,17 +487,22 @@ def grouped_bound(
     # (where its blocks are compute-bound, f ≥ a), whatever the group's balance.
     reads = [cm.head * cm.inv_bw[d] for d in range(len(rate))]
     head = min(reads)
-    # Each role's room: the first stage's node holds the embed besides its blocks, the
-    # last's the head (one node of several GPU groups may hold both).
+    # Each role's whole blocks: the first stage's node holds the embed besides its
+    # blocks, the last's the head (one node of several GPU groups may hold both); nodes
+    # of the same room and memory counted once.
     extras = (0, cm.embed, cm.head, cm.embed + cm.head)
-    by_room: dict[tuple[float, float], tuple[float, ...]] = {}
-    rooms = []
+
+    def whole(c: float) -> int:
+        return min(nb, max(0, math.floor(c + 1e-9))) if math.isfinite(c) else nb
+
+    by_room: dict[tuple[float, float], tuple[int, ...]] = {}
+    caps = []
     for here, usable in zip(room, cm.usable, strict=True):
         if (here, usable) not in by_room:
             fits = (min(here, nb if mem <= 0 else (usable - e) / mem) for e in extras)
-            by_room[(here, usable)] = tuple(fits)
-        rooms.append(by_room[(here, usable)])
-    single, several = _filled_with_hops(problem, rate, rooms, reads)
+            by_room[(here, usable)] = tuple(map(whole, fits))
+        caps.append(by_room[(here, usable)])
+    several = _filled_with_hops(problem, rate, caps, reads)
     every = _per_block(problem, groups)
     apart = max(several, every)
     """Pipelines over several nodes (or any, where no node holds the model alone)."""
@@ -507,6 +512,7 @@ def grouped_bound(
     # a node holds the model).
     fleet = set(cls[v] for _, v in groups.distinct())
     own: dict[tuple[int, ...], float] = {}
+    single = (d for d, n in enumerate(problem.nodes) if problem.usable[n.id] >= problem.total_bytes)
     for d in single:
         if classes[d] not in own:
             held = (
@@ -520,53 +526,41 @@ def grouped_bound(
 
 _ROLES = ((0, 0), (1, 0), (0, 1), (1, 1))
 """Whether a node holds the first stage, the last: none, the first, the last, both (the
-order of :func:`grouped_bound`'s rooms)."""
+order of :func:`grouped_bound`'s blocks per role)."""
 
 
 def _filled_with_hops(
     problem: Problem,
     rate: Sequence[float],
-    rooms: Sequence[tuple[float, ...]],
+    caps: Sequence[tuple[int, ...]],
     reads: Sequence[float],
-) -> tuple[list[int], float]:
-    """The nodes whose memory holds the whole model (the pipelines on one node run there),
-    and a lower bound on the time per token of every pipeline over several nodes: its blocks
-    at their nodes' least cost (``rate``, seconds a block), each node holding at most the
-    blocks its role leaves room for (``rooms``, per node and role of :data:`_ROLES`: the first
-    stage's node holds the embed, the last's the head), plus each node's own network hop,
-    its transfer out but for the last stage's node, and the head's read (``reads``) on the
-    last stage's node.
+) -> float:
+    """A lower bound on the time per token of every pipeline over several nodes: its
+    blocks at their nodes' least cost (``rate``, seconds a block), each node holding at
+    most the whole blocks its role leaves room for (``caps``, per node and role of
+    :data:`_ROLES`: the first stage's node holds the embed, the last's the head), plus
+    each node's own network hop, its transfer out but for the last stage's node, and the
+    head's read (``reads``) on the last stage's node.
 
     A pipeline on one node pays no hop; on a set N of several, it leaves each node of N
     over the network once at least (its own latency), and each but the last stage's node
     (whose stages end in the token) sends the activations out over its own link once at
-    least.  The least of that over every N is a
-    fixed-charge knapsack, solved exactly over whole blocks (a node's stages hold at most
-    its room's whole blocks) and roles (one first, one last) by a programme over the
-    nodes (alike nodes as one kind, as many of them as could serve).  It couples what
+    least.  The least of that over every N is a fixed-charge knapsack, solved exactly
+    over whole blocks and roles (one first, one last) by a programme over the nodes
+    (alike nodes as one kind, as many of them as could serve).  It couples what
     :func:`_per_block` counts apart: the hops memory forces at the fleet's least
     latencies, and the blocks at any node's cost."""
     cm = problem.cost_model()
     nb = problem.model.num_blocks
     np = numpy_module()
-
-    def blocks(c: float) -> int:
-        return min(nb, max(0, math.floor(c + 1e-9))) if math.isfinite(c) else nb
-
-    single = [d for d, n in enumerate(problem.nodes) if problem.usable[n.id] >= problem.total_bytes]
-    # Nodes alike (the same figures) counted once, their rooms made whole blocks once.
-    alike: dict[tuple[float, tuple[float, ...], float, float, float], int] = {}
-    for key in zip(rate, rooms, cm.latency_s, cm.xfer_s, reads, strict=True):
-        alike[key] = alike.get(key, 0) + 1
     kinds: dict[tuple[float, tuple[int, ...], float, float, float], int] = {}
-    for (r, room, hop, send, head), count in alike.items():
-        caps = tuple(map(blocks, room))
-        if caps[0] > 0 and math.isfinite(r):
-            kinds[(r, caps, hop, send, head)] = kinds.get((r, caps, hop, send, head), 0) + count
+    for kind in zip(rate, caps, cm.latency_s, cm.xfer_s, reads, strict=True):
+        if kind[1][0] > 0 and math.isfinite(kind[0]):
+            kinds[kind] = kinds.get(kind, 0) + 1
     if len(kinds) < 2:
         # Nodes alike: what :func:`_per_block` counts (the fewest nodes that hold the
         # model, each block at its least cost) is at least this.
-        return single, min(reads)
+        return min(reads)
     idx = np.arange(nb + 1, dtype=float)
     gap = idx[:, None] - idx[None, :]  # b - i: the blocks a node adds to i held before
     best = np.full((2, 2, nb + 1), math.inf)  # by first placed, last placed, blocks
@@ -585,7 +579,7 @@ def _filled_with_hops(
                         here = after[f + first, lst + last]
                         after[f + first, lst + last] = np.minimum(here, reached)
             best = after
-    return single, float(best[1, 1, nb])
+    return float(best[1, 1, nb])
 
 
 def _per_block(problem: Problem, groups: GroupCosts, only: Iterable[int] | None = None) -> float:
