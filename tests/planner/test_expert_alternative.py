@@ -89,3 +89,76 @@ def test_a_sketched_grouping_search_skips_the_joint_bound_only_beyond_the_exact_
     with sketching():
         plan(model, small, c)
     assert calls  # the exact solve over two nodes may bring a better pipeline
+
+
+def test_the_note_figure_skips_the_joint_solve_and_the_local_search(
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """Under :func:`figuring` (the expert-parallel figure beside a block-local plan) even
+    a small fleet's exact joint solve is skipped, and the local search over splits:
+    under :func:`sketching` both run on these three nodes."""
+    from stowplan.planner.certify import figuring, is_figuring, sketching
+    from tests.common.gpu_fleets import nodes_of
+
+    solved: list[int] = []
+    improved: list[int] = []
+    real_cycle, real_improve = groups.joint_cycle, groups._improve
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        solved.append(1)
+        return real_cycle(*args, **kwargs)
+
+    def searched(*args, **kwargs):  # type: ignore[no-untyped-def]
+        improved.append(1)
+        return real_improve(*args, **kwargs)
+
+    monkeypatch.setattr(groups, "joint_cycle", counted)
+    monkeypatch.setattr(groups, "_improve", searched)
+    model = lookup("llama3.1:70b")
+    assert model is not None
+    # Blocks alike, but a GPU link dearer than the network (PCIe cards behind an
+    # 800 Gbit/s fabric): the joint solve is no bound alone and the local search runs.
+    fabric = 800_000.0
+    nodes = nodes_of(
+        [("RTX 4090", 24, 4, fabric, 0.05), ("L40S", 48, 2, fabric, 0.05),
+         ("A100 80GB SXM", 80, 2, fabric, 0.05)]
+    )  # fmt: skip
+    c = Constraints(batch=16)
+    with sketching():
+        sketched = plan(model, nodes, c)
+    assert solved and improved
+    assert sketched.rationale.certificate is not None
+    assert sketched.rationale.certificate.method != SKETCHED
+    solved.clear()
+    improved.clear()
+    with figuring():
+        assert is_sketching() and is_figuring()
+        figured = plan(model, nodes, c)
+    assert not solved and not improved
+    assert figured.rationale.certificate is not None
+    assert figured.rationale.certificate.method == SKETCHED
+    assert not is_figuring() and not is_sketching()
+
+
+def test_the_expert_parallel_figure_is_planned_under_figuring(
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    from stowplan.planner.certify import is_figuring
+
+    figured: list[bool] = []
+    real = choice.place_experts
+
+    def placed(*args, **kwargs):  # type: ignore[no-untyped-def]
+        figured.append(is_figuring())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(choice, "place_experts", placed)
+    model = lookup("mixtral:8x7b")
+    assert model is not None
+    nodes = [
+        NodeDescriptor(id=f"n{i}", gpu_name="A100 80GB SXM", vram_bytes=80 * 10**9)
+        for i in range(3)
+    ]
+    got = plan(model, nodes, Constraints(batch=16))
+    assert figured == [True]
+    assert any("expert-parallel (a custom stage worker" in n for n in got.rationale.notes)

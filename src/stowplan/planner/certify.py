@@ -319,6 +319,28 @@ def is_sketching() -> bool:
     return _SKETCH.get()
 
 
+_FIGURE: ContextVar[bool] = ContextVar("stowplan_planner_figure", default=False)
+
+
+@contextmanager
+def figuring() -> Iterator[None]:
+    """Plans made inside are only a figure in another plan's notes (the expert-parallel
+    alternative beside a block-local plan): :func:`sketching` ones, and a search over GPU
+    groups keeps the best of its first layouts, without the exact joint solve or the
+    local search over splits (which only improve on that figure)."""
+    token, sketch = _FIGURE.set(True), _SKETCH.set(True)
+    try:
+        yield
+    finally:
+        _SKETCH.reset(sketch)
+        _FIGURE.reset(token)
+
+
+def is_figuring() -> bool:
+    """Whether plans made now are :func:`figuring` ones."""
+    return _FIGURE.get()
+
+
 _PROBE: ContextVar[bool] = ContextVar("stowplan_planner_probe", default=False)
 
 

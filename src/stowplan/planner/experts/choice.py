@@ -29,7 +29,7 @@ from stowplan.model import (
 )
 from stowplan.moe.routing import backbone_layout
 from stowplan.plan import Plan, Topology
-from stowplan.planner.certify import is_probing, searching_in_full, sketching
+from stowplan.planner.certify import figuring, is_probing, searching_in_full
 from stowplan.planner.cheapest import served_rate
 from stowplan.planner.experts.inputs import ExpertInputs, ExpertPlacement
 from stowplan.planner.experts.placement import expert_ids, place_experts
@@ -118,10 +118,11 @@ def plan_experts(
             with searching_in_full():
                 return expert_parallel()
     # Where the block-local plan fits, the expert-parallel one is only its note's figure
-    # (a plan with experts carries no certificate): its backbones are sketched, not
-    # certified, and planned again in full where it becomes the plan.
+    # (a plan with experts carries no certificate): its backbones are figured (sketched,
+    # not certified, their GPU groups searched over the first layouts only), and planned
+    # again in full where it becomes the plan.
     spread: Plan | None = None
-    with sketching():
+    with figuring():
         try:
             spread = expert_parallel()
         except PlanError as exc:

@@ -46,6 +46,7 @@ from stowplan.plan import Plan
 from stowplan.planner.certify import (
     SKETCHED,
     finish,
+    is_figuring,
     is_probing,
     is_sketching,
     replaced_note,
@@ -314,9 +315,9 @@ def plan_with_groups(
         return runner(problem)
     rule = engine_rule(problem)
     exact_strategy = strategy is Strategy.EXACT
-    runs = joint_runs(problem, rule, exact_strategy)
+    figure = is_figuring()
+    runs = joint_runs(problem, rule, exact_strategy) and not figure
     adjacent = adjacency_loses_nothing(problem)
-    # The local search is needed where the joint solve is not the optimum.
     trials = _Trials(problem, runner)
     # On one node every pipeline keeps the node's stages together: the joint solve (over
     # every block range) is the optimum whatever the blocks and links.
@@ -360,7 +361,10 @@ def plan_with_groups(
     def proven(p: Plan) -> bool:
         return _cycle(p) <= bound(_cycle(p))[0] * (1 + 1e-12)
 
-    found, layout = _search(trials, rule, objective, local=not (runs and adjacent), proven=proven)
+    # The local search is needed where the joint solve is not the optimum; a figure
+    # keeps its first layouts.
+    local = not ((runs and adjacent) or figure)
+    found, layout = _search(trials, rule, objective, local=local, proven=proven)
     refined: str | None = None
     if not certified and found is not None:
         # A candidate certified elsewhere: beyond the exact solve the joint bound only
