@@ -88,6 +88,7 @@ __all__ = [
     "bisect_bound",
     "counted_stages",
     "excluded_counts",
+    "fewest_holding",
 ]
 
 BISECTION_STEPS = 96
@@ -649,3 +650,116 @@ def _concave_steps(values: list[float]) -> list[float]:
     for (x1, y1), (x2, y2) in pairwise(hull):
         steps += [(y2 - y1) / (x2 - x1)] * (x2 - x1)
     return steps
+
+
+def fewest_holding(problem: Problem, groups: GroupCosts, most: int) -> int:
+    """The fewest of ``groups`` (GPU groups of ``problem``'s nodes, of their allowed
+    degrees) whose memory could hold every block, the embed and the head: a stage count
+    below it has no pipeline, whatever its times.  ``most + 1`` where not even ``most``
+    could.
+
+    A group holds at most the whole blocks its room fits of the smallest blocks by
+    memory (weights and KV), and no more consecutive blocks than fit
+    (:meth:`CostModel.max_window`); the first stage's room is less the embed and the
+    last's less the head, each on a group of its own (one group holds both only as the
+    one stage).  Per node, the most blocks any multiset of its degrees within its GPUs
+    holds as ``j`` groups, with the embed or the head or neither; across nodes the most
+    of any ``j`` groups, by a knapsack over the nodes (nodes alike folded: no more of
+    them than groups count); the fewest ``j`` that holds every block is the answer.
+    """
+    np = numpy_module()
+    gcm, nb = groups.cm, problem.model.num_blocks
+    if nb == 0:
+        return 1
+    least_mem = np.cumsum(np.sort(np.diff(np.array(gcm.mem_prefix[: nb + 1], dtype=float))))
+    window = gcm.max_window()
+    embed, head = float(gcm.embed), float(gcm.head)
+
+    def cap(v: int, extra: float) -> int:
+        room = gcm.usable[v] - extra
+        if room < 0:
+            return -1  # holds not even the embed or head: no such stage
+        return min(int(np.searchsorted(least_mem, room, side="right")), window[v])
+
+    if any(cap(v, embed + head) >= nb for kinds in groups.kinds for v in kinds.values()):
+        return 1
+    # Per node kind: per (groups, embed?, head?) the most blocks, -1 where impossible.
+    tables: dict[tuple[object, ...], tuple[list[list[int]], int]] = {}
+    for d, kinds in enumerate(groups.kinds):
+        gpus = problem.nodes[d].num_gpus
+        options = tuple(
+            (t, cap(v, 0.0), cap(v, embed), cap(v, head)) for t, v in sorted(kinds.items())
+        )
+        key = (gpus, options)
+        if key in tables:
+            table, count = tables[key]
+            tables[key] = (table, count + 1)
+            continue
+        tables[key] = (_node_holding(gpus, options), 1)
+    # The knapsack counts up to ``top`` groups: from 8, doubled while none holds.
+    top = min(8, max(2, most))
+    while True:
+        found = _fleet_holding(list(tables.values()), top, nb)
+        if found is not None:
+            return found
+        if top >= most:
+            return most + 1
+        top = min(2 * top, most)
+
+
+def _fleet_holding(tables: list[tuple[list[list[int]], int]], top: int, nb: int) -> int | None:
+    """The fewest groups, two to ``top``, of nodes of ``tables`` (per node kind its
+    :func:`_node_holding` and count) that hold ``nb`` blocks with the embed and head
+    placed; None where no count up to ``top`` does."""
+    # Per (groups, flags) the most blocks, flags = embed placed | head << 1.
+    fleet = [[-1] * 4 for _ in range(top + 1)]
+    fleet[0][0] = 0
+    for table, count in tables:
+        for _ in range(min(count, top)):
+            out = [row[:] for row in fleet]
+            for j, row in enumerate(fleet):
+                for f, have in enumerate(row):
+                    if have < 0:
+                        continue
+                    for k in range(1, min(len(table), top + 1 - j)):
+                        for g, adds in enumerate(table[k]):
+                            if adds >= 0 and not f & g and have + adds > out[j + k][f | g]:
+                                out[j + k][f | g] = have + adds
+            fleet = out
+    best = -1
+    for j in range(2, top + 1):
+        best = max(best, fleet[j][3])
+        if best >= nb:
+            return j
+    return None
+
+
+def _node_holding(gpus: int, options: tuple[tuple[int, int, int, int], ...]) -> list[list[int]]:
+    """Per count of groups ``j`` and flags (embed placed | head << 1), the most blocks
+    groups of ``options`` (degree, blocks held, with the embed, with the head) taking at
+    most ``gpus`` GPUs hold; -1 where no such groups are."""
+    # State: GPUs used, groups, flags.
+    most = gpus // min((t for t, *_ in options), default=gpus + 1) if options else 0
+    best = [[[-1] * 4 for _ in range(most + 1)] for _ in range(gpus + 1)]
+    best[0][0][0] = 0
+    for used in range(gpus + 1):
+        for j in range(most + 1):
+            for f in range(4):
+                have = best[used][j][f]
+                if have < 0:
+                    continue
+                for t, plain, with_embed, with_head in options:
+                    if used + t > gpus or j + 1 > most:
+                        continue
+                    for flag, adds in ((0, plain), (1, with_embed), (2, with_head)):
+                        if adds < 0 or f & flag:
+                            continue
+                        cell = best[used + t][j + 1]
+                        if have + adds > cell[f | flag]:
+                            cell[f | flag] = have + adds
+    table = [[-1] * 4 for _ in range(most + 1)]
+    for per_used in best:
+        for j, row in enumerate(per_used):
+            for f in range(4):
+                table[j][f] = max(table[j][f], row[f])
+    return table

@@ -14,7 +14,13 @@ from stowplan.errors import DependencyError
 from stowplan.model import Metric
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies import cycle
-from stowplan.planner.tensor.capacity import COARSE, StageCapacity, bisect_bound, counted_stages
+from stowplan.planner.tensor.capacity import (
+    COARSE,
+    StageCapacity,
+    bisect_bound,
+    counted_stages,
+    fewest_holding,
+)
 from stowplan.planner.tensor.exact import (
     GROUPED_NODE_LIMIT,
     GroupedOptimum,
@@ -164,10 +170,19 @@ def joint_cycle(
             solved[u] = _Solved(b[0], t[0], found, {b[2], t[2]}, trips, pu, groups, by_nodes)
         return solved[u]
 
+    fewest: list[int] = []
+    """The fewest GPU groups whose memory holds the model (:func:`fewest_holding`, over
+    every grouping; computed once a solve has built the groups)."""
+
     def known(s: int, held: float = 0.0, sharp: float = math.inf) -> float:
         """Stage count ``s``'s bound from the solves so far (its own microbatch's, or
         smaller ones'); with ``held``, also by the blocks its groups could hold (sought
-        up to ``held``)."""
+        up to ``held``).  Infinite below the fewest groups that hold the model."""
+        if solved and not fewest:
+            groups = next(iter(solved.values())).groups
+            fewest.append(min((fewest_holding(problem, g, top) for g in groups), default=1))
+        if fewest and s < fewest[0]:
+            return math.inf
         m, u = microbatches(cm.batch, s)
         # The largest microbatch first (its bound is the closest): each bound after is
         # sought only above the largest so far.
