@@ -325,9 +325,10 @@ _FIGURE: ContextVar[bool] = ContextVar("stowplan_planner_figure", default=False)
 @contextmanager
 def figuring() -> Iterator[None]:
     """Plans made inside are only a figure in another plan's notes (the expert-parallel
-    alternative beside a block-local plan): :func:`sketching` ones, and a search over GPU
-    groups keeps the best of its first layouts, without the exact joint solve or the
-    local search over splits (which only improve on that figure)."""
+    alternative beside a block-local plan): :func:`sketching` ones, whose search over GPU
+    groups runs the exact joint solve only where its work, counted once per microbatch
+    it may solve, is affordable (a figure of many sequences on eight nodes of small
+    blocks took seconds)."""
     token, sketch = _FIGURE.set(True), _SKETCH.set(True)
     try:
         yield

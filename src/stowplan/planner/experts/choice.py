@@ -119,8 +119,8 @@ def plan_experts(
                 return expert_parallel()
     # Where the block-local plan fits, the expert-parallel one is only its note's figure
     # (a plan with experts carries no certificate): its backbones are figured (sketched,
-    # not certified, their GPU groups searched over the first layouts only), and planned
-    # again in full where it becomes the plan.
+    # not certified, the exact joint solve only where affordable at every microbatch),
+    # and planned again in full where it becomes the plan.
     spread: Plan | None = None
     with figuring():
         try:

@@ -506,14 +506,22 @@ HELD_COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256
 two takes the larger's: at most as many stages can only be slower)."""
 
 
-def joint_runs(problem: Problem, rule: EngineRule, exact_strategy: bool) -> bool:
-    """Whether step 4 solves exactly (small fleet, free stage count, affordable work)."""
+def joint_runs(
+    problem: Problem, rule: EngineRule, exact_strategy: bool, every_microbatch: bool = False
+) -> bool:
+    """Whether step 4 solves exactly (small fleet, free stage count, affordable work).
+    With ``every_microbatch`` the work counts a solve per microbatch of the stage counts
+    (as many as :func:`joint_cycle` may solve), not one."""
     c = problem.constraints
     if len(problem.nodes) > GROUPED_NODE_LIMIT or (c.min_stages or 1) > 1:
         return False
     if c.max_stages is not None:
         return False
     work = sum(grouped_work(problem, a) for a in exact_allowed(rule, problem))
+    if every_microbatch and c.batch > 1:
+        total = sum(n.num_gpus for n in problem.nodes)
+        top = min(total, problem.model.num_blocks)
+        work *= len({microbatches(c.batch, s)[1] for s in range(1, top + 1)})
     return exact_strategy or work <= INLINE_GROUPED_WORK
 
 
