@@ -224,6 +224,7 @@ def _search(
     layouts: list[Layout] = []
     if not rule.uniform:
         layouts.append({n.id: opts[0] for n in multi if (opts := layout_options(problem, rule, n))})
+        layouts += _enough_groups(problem, rule, layouts[0])
     layouts += [uniform_layout(problem, t) for t in degrees]
     best: tuple[float, Plan, Layout] | None = None
     seen: set[_LayoutKey] = set()
@@ -246,6 +247,35 @@ def _search(
     ):
         best = _improve(trials, rule, objective, best, multi, seen)
     return (None, None) if best is None else (best[1], best[2])
+
+
+def _enough_groups(problem: Problem, rule: EngineRule, largest: Layout) -> list[Layout]:
+    """Where the stage count is held above the groups of ``largest`` (every multi-GPU
+    node on its largest groups): those nodes split one step further, one node at a time
+    (the nodes of most GPUs first), until the groups reach the count: the fewest splits
+    that can run it (a uniform degree splits every node, each stage smaller).  Empty
+    where the count needs no split, or every split together falls short."""
+    layout = dict(largest)
+
+    def count() -> int:
+        return sum(len(layout.get(n.id, (1,))) for n in problem.nodes)
+
+    if count() >= problem.min_stages:
+        return []
+    while count() < problem.min_stages:
+        stepped = False
+        for node in sorted(problem.nodes, key=lambda n: -n.num_gpus):
+            options = layout_options(problem, rule, node)
+            here = layout.get(node.id)
+            if here is None or here not in options or here == options[-1]:
+                continue
+            layout[node.id] = options[options.index(here) + 1]
+            stepped = True
+            if count() >= problem.min_stages:
+                break
+        if not stepped:
+            return []
+    return [layout]
 
 
 def _improve(
@@ -316,7 +346,7 @@ def plan_with_groups(
     rule = engine_rule(problem)
     exact_strategy = strategy is Strategy.EXACT
     figure = is_figuring()
-    runs = joint_runs(problem, rule, exact_strategy) and not figure
+    runs = joint_runs(problem, rule, exact_strategy, every_microbatch=figure)
     adjacent = adjacency_loses_nothing(problem)
     trials = _Trials(problem, runner)
     # On one node every pipeline keeps the node's stages together: the joint solve (over
@@ -361,10 +391,8 @@ def plan_with_groups(
     def proven(p: Plan) -> bool:
         return _cycle(p) <= bound(_cycle(p))[0] * (1 + 1e-12)
 
-    # The local search is needed where the joint solve is not the optimum; a figure
-    # keeps its first layouts.
-    local = not ((runs and adjacent) or figure)
-    found, layout = _search(trials, rule, objective, local=local, proven=proven)
+    # The local search is needed where the joint solve is not the optimum.
+    found, layout = _search(trials, rule, objective, local=not (runs and adjacent), proven=proven)
     refined: str | None = None
     if not certified and found is not None:
         # A candidate certified elsewhere: beyond the exact solve the joint bound only
