@@ -201,30 +201,24 @@ def test_on_nodes_alike_the_plans_own_nodes_are_searched_with_one_split_another_
     assert loose.gap > 0.03
 
 
-def test_on_nodes_alike_as_many_stages_on_whole_nodes_but_one_split_are_searched(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_on_nodes_alike_a_count_held_above_the_nodes_splits_few_of_them() -> None:
     """gpt-oss:120b at 16 sequences on eight 8 × H100 nodes held to nine stages or more:
-    the searches run four nodes as two stages each (17,542.1 tokens/s); nine stages on
-    seven whole nodes and one split in two, a block on each of its groups, run 17,856.2
-    tokens/s: few enough groups for the exact solves to find."""
-    from stowplan.planner.tensor import groups
-
+    the searches ran four nodes as two stages each (17,542.1 tokens/s), then seven whole
+    nodes and one split, a block on each of its groups (17,856.2).  Its own nodes, one
+    split another way, each order split for its least cycle, now run two nodes as two
+    stages each, a block or two per group, and five whole (18,355.0, 1.4 % from its
+    bound)."""
     model = resolve_model("gpt-oss:120b")
     c = Constraints(batch=16, min_stages=9)
     got = plan(model, h100_nodes(8), c)
-    pred = got.rationale.prediction
-    assert pred is not None
-    assert pred.tokens_per_s == pytest.approx(17856.2, rel=1e-4)
-    assert sorted(a.tensor_parallel for a in got.assignments) == [4, 4] + [8] * 7
+    pred, cert = got.rationale.prediction, got.rationale.certificate
+    assert pred is not None and cert is not None
+    assert pred.tokens_per_s == pytest.approx(18355.0, rel=1e-4)
+    assert sorted(a.tensor_parallel for a in got.assignments) == [4] * 4 + [8] * 5
     halves = [a for a in got.assignments if a.tensor_parallel == 4]
-    assert halves[0].node_id == halves[1].node_id
-    assert all(a.block_range[1] - a.block_range[0] == 1 for a in halves)
-    assert any("whole nodes but one split" in n for n in got.rationale.notes)
-    monkeypatch.setattr(groups, "_whole_but_one", lambda *_: [])
-    before = plan(model, h100_nodes(8), c).rationale.prediction
-    assert before is not None
-    assert pred.tokens_per_s > before.tokens_per_s * 1.015
+    assert len({a.node_id for a in halves}) == 2
+    assert all(a.block_range[1] - a.block_range[0] <= 2 for a in halves)
+    assert cert.gap < 0.015
 
 
 def test_the_last_stage_holds_the_head() -> None:

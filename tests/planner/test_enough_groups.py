@@ -22,25 +22,26 @@ def _split_nodes(p: Plan) -> int:
     return sum(1 for k in Counter(a.node_id for a in p.assignments).values() if k > 1)
 
 
-@pytest.mark.parametrize(("stages", "least"), [(18, 36_000.0), (22, 36_000.0)])
-def test_a_held_count_splits_the_fewest_nodes(stages: int, least: float) -> None:
-    """qwen3:30b-a3b at 64 sequences on 16 × 8 H100 held to 18 / 22 stages: 16 nodes
-    whole hold 16 stages, so 2 / 6 nodes run two tp4 stages each, the others one tp8
-    stage (36,318 / 36,425 tokens/s).  Every node split into tp4 groups, the search's
-    only layout before, gave 32,835 / 34,949."""
+@pytest.mark.parametrize(("stages", "least"), [(18, 37_500.0), (22, 37_000.0)])
+def test_a_held_count_is_not_run_on_every_node_split(stages: int, least: float) -> None:
+    """qwen3:30b-a3b at 64 sequences on 16 × 8 H100 held to 18 / 22 stages: 16 whole
+    nodes hold 16 stages, and every node split into tp4 groups, the search's only layout
+    for more before, gave 32,835 / 34,949 tokens/s.  From the layout of fewest splits
+    (2 / 6 nodes split) the plans run 38,192.6 / 37,420.3 on fewer split nodes than
+    all."""
     model = lookup("qwen3:30b-a3b")
     assert model is not None
     c = Constraints(batch=64, min_stages=stages, max_stages=stages)
     got = plan(model, h100_nodes(16), c)
     assert got.num_stages == stages
-    assert _split_nodes(got) == stages - 16
+    assert _split_nodes(got) < stages // 2
     pred = got.rationale.prediction
     assert pred is not None and pred.tokens_per_s >= least
 
 
 def test_qwen3_235b_held_to_20_stages_on_16_nodes() -> None:
-    """qwen3:235b-a22b at 64 sequences held to 20 stages: 9,259.5 tokens/s, 7.9 % from
-    its bound (6,431.8 and 36 % before, nine nodes split)."""
+    """qwen3:235b-a22b at 64 sequences held to 20 stages: 9,259.5 tokens/s on four split
+    nodes, 7.9 % from its bound (6,431.8 and 36 % before, on nine)."""
     model = lookup("qwen3:235b-a22b")
     assert model is not None
     c = Constraints(batch=64, min_stages=20, max_stages=20)

@@ -52,6 +52,7 @@ from stowplan.model import Metric
 from stowplan.planner.exact.pipelines import CYCLE_EXACT_LIMIT, Optimum, least_cycle
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies.capacity_arrays import numpy_module
+from stowplan.planner.strategies.cycle_split import least_cycle_split
 from stowplan.planner.strategies.evaluated import evaluated
 from stowplan.planner.strategies.latency import kept_split
 from stowplan.planner.strategies.memo import PerModel
@@ -296,7 +297,9 @@ def _handed_on(problem: Problem, cm: CostModel, p: Pipeline) -> Pipeline:
 
 def resplit(problem: Problem, cm: CostModel, p: Pipeline) -> Pipeline:
     """``p``, or its nodes split again (in their order, or a subsequence of them) where
-    that lowers the cycle: by the least slowest stage and by the least time per token.
+    that lowers the cycle: by the least slowest stage, by the least time per token, and
+    (several sequences, up to :data:`~.cycle_split.CYCLE_SPLIT_STAGES` stages) by the
+    least cycle (:func:`~.cycle_split.least_cycle_split`).
 
     The searches choose nodes and split them by one side of the cycle at a time, and
     :func:`swapped` moves stages without moving blocks: on the nodes chosen the other
@@ -306,7 +309,9 @@ def resplit(problem: Problem, cm: CostModel, p: Pipeline) -> Pipeline:
         return p
     view = cm.for_stages(len(order))
     best, least = p, rank_key(cm, p)[0]
-    for q in (kept_bottleneck_split(view, order, problem.min_stages), kept_split(view, order)):
+
+    def consider(q: Pipeline | None) -> None:
+        nonlocal best, least
         if (
             q is not None
             and problem.min_stages <= len(q[0]) <= problem.max_stages
@@ -314,6 +319,14 @@ def resplit(problem: Problem, cm: CostModel, p: Pipeline) -> Pipeline:
             and (k := rank_key(cm, q)[0]) < least * (1 - 1e-9)
         ):
             best, least = q, k
+
+    consider(kept_bottleneck_split(view, order, problem.min_stages))
+    consider(kept_split(view, order))
+    if view.batch > 1 and any(map(cm.same_node, order, order[1:])):
+        # Neither side's split: the least cycle of the order, where it may beat both
+        # (their programmes charge a stage the network even before a stage on its own
+        # node's other GPUs).
+        consider(least_cycle_split(view, order, least))
     return best
 
 

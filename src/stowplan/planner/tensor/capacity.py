@@ -675,11 +675,17 @@ def fewest_holding(problem: Problem, groups: GroupCosts, most: int) -> int:
     window = gcm.max_window()
     embed, head = float(gcm.embed), float(gcm.head)
 
+    held: dict[tuple[float, int], int] = {}
+    """Per room and window, the blocks held (groups alike share them)."""
+
     def cap(v: int, extra: float) -> int:
         room = gcm.usable[v] - extra
         if room < 0:
             return -1  # holds not even the embed or head: no such stage
-        return min(int(np.searchsorted(least_mem, room, side="right")), window[v])
+        key = (room, window[v])
+        if key not in held:
+            held[key] = min(int(np.searchsorted(least_mem, room, side="right")), window[v])
+        return held[key]
 
     if any(cap(v, embed + head) >= nb for kinds in groups.kinds for v in kinds.values()):
         return 1

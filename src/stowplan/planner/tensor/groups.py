@@ -224,7 +224,6 @@ def _search(
     layouts: list[Layout] = []
     if not rule.uniform:
         layouts.append({n.id: opts[0] for n in multi if (opts := layout_options(problem, rule, n))})
-        layouts += _enough_groups(problem, rule, layouts[0])
     layouts += [uniform_layout(problem, t) for t in degrees]
     best: tuple[float, Plan, Layout] | None = None
     seen: set[_LayoutKey] = set()
@@ -246,6 +245,14 @@ def _search(
         and not (proven is not None and proven(best[1]))
     ):
         best = _improve(trials, rule, objective, best, multi, seen)
+    # A held count's layout of fewest splits comes after the local search (which starts
+    # from the others' best, as it did without it): the better of the two is kept.
+    for layout in [] if rule.uniform else _enough_groups(problem, rule, layouts[0]):
+        if _layout_key(layout) in seen:
+            continue
+        got = trials.plan(layout, math.inf if best is None else _cycle(best[1]))
+        if got is not None and (best is None or _lower(_value(got, objective), best[0])):
+            best = (_value(got, objective), got, layout)
     return (None, None) if best is None else (best[1], best[2])
 
 

@@ -1,0 +1,86 @@
+"""The least cycle of one order of nodes over every split of the blocks
+(:func:`stowplan.planner.strategies.cycle_split.least_cycle_split`), against every split
+enumerated, on GPU groups whose stages pass to their node's other group over its GPUs'
+link."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stowplan import Constraints
+from stowplan.planner.problem import prepare
+from stowplan.planner.strategies.cycle_split import least_cycle_split
+from stowplan.planner.tensor.layouts import expand
+from tests.common.instances import instances
+from tests.common.refusals import rejected_if_refused
+
+
+def _splits(nb: int, stages: int) -> list[list[int]]:
+    """Every split of ``nb`` blocks into ``stages`` non-empty runs, as bounds."""
+    return [[0, *cuts, nb] for cuts in itertools.combinations(range(1, nb), stages - 1)]
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    instances(max_nodes=3, max_blocks=7),
+    st.sampled_from([2, 3, 8, 16]),
+    st.randoms(use_true_random=False),
+)
+def test_the_split_is_the_least_cycle_of_every_split(inst, batch, rng) -> None:  # type: ignore[no-untyped-def]
+    model, nodes = inst
+    # Each node as two GPUs, split into two groups: orders mix siblings and others.
+    doubled = [replace(n, num_gpus=2, vram_bytes=2 * n.vram_bytes) for n in nodes]
+    with rejected_if_refused():
+        problem = prepare(model, doubled, Constraints(batch=batch))
+        groups = expand(problem, {n.id: (1, 1) for n in doubled})
+    cm = groups.cost_model()
+    nb = model.num_blocks
+    count = len(groups.nodes)
+    for _ in range(4):
+        stages = rng.randint(2, max(2, min(count, nb)))
+        if stages > min(count, nb):
+            continue
+        order = rng.sample(range(count), stages)
+        view = cm.for_stages(stages)
+        cycles = [
+            view.evaluate(order, bounds).cycle_s
+            for bounds in _splits(nb, stages)
+            if view.fits_pipeline(order, bounds)
+        ]
+        got = least_cycle_split(view, order)
+        if not cycles:
+            assert got is None
+            continue
+        assert got is not None
+        assert got[0] == order and got[1][0] == 0 and got[1][-1] == nb
+        assert view.fits_pipeline(*got)
+        mine = view.evaluate(*got).cycle_s
+        assert math.isclose(mine, min(cycles), rel_tol=1e-9), (order, got, mine, min(cycles))
+        # Given a cycle to beat, it is found only below it.
+        assert least_cycle_split(view, order, mine * (1 - 1e-6)) is None
+        assert least_cycle_split(view, order, mine * (1 + 1e-6)) is not None
+
+
+def test_split_nodes_run_the_least_cycle_of_their_order() -> None:
+    """qwen3:30b-a3b at 64 sequences on 10 × 8 H100 held to 13 stages (seven nodes
+    whole, three as two tp4 groups): the searches' splits charge a group the network
+    even before its sibling and minimise one side of the cycle at a time, 37,608.7
+    tokens/s, 5.7 % from the bound; the least cycle of the order meets the bound,
+    39,878.5, proven optimal."""
+    from stowplan import lookup
+    from stowplan.planner import plan
+    from tests.common.h100 import h100_nodes
+
+    model = lookup("qwen3:30b-a3b")
+    assert model is not None
+    c = Constraints(batch=64, min_stages=13, max_stages=13)
+    got = plan(model, h100_nodes(10), c)
+    pred, cert = got.rationale.prediction, got.rationale.certificate
+    assert pred is not None and cert is not None
+    assert pred.tokens_per_s > 39_800.0
+    assert cert.exact and cert.gap == 0.0, cert
