@@ -17,7 +17,9 @@ Steps of :func:`plan_with_groups`:
 2. Every uniform layout (each node split into groups of the same degree) is
    planned by the strategy; the best by the workload's objective is kept.
 3. Under the generic rule, nodes then change their degree one at a time while
-   that improves the plan (bounded by :data:`LOCAL_SEARCH_NODES`).
+   that improves the plan (bounded by :data:`LOCAL_SEARCH_NODES`); a stage count
+   held above the groups of whole nodes is then also planned on the layout of
+   fewest splits (:func:`_enough_groups`).
 4. The optimum over every grouping the rule allows and every pipeline of the
    groups (:mod:`stowplan.planner.tensor.exact`: exact on small fleets, a bound
    beyond) certifies the plan, and replaces it when its pipeline is faster.  The
@@ -352,8 +354,7 @@ def plan_with_groups(
         return runner(problem)
     rule = engine_rule(problem)
     exact_strategy = strategy is Strategy.EXACT
-    figure = is_figuring()
-    runs = joint_runs(problem, rule, exact_strategy, every_microbatch=figure)
+    runs = joint_runs(problem, rule, exact_strategy, every_microbatch=is_figuring())
     adjacent = adjacency_loses_nothing(problem)
     trials = _Trials(problem, runner)
     # On one node every pipeline keeps the node's stages together: the joint solve (over
