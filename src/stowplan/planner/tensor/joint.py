@@ -32,6 +32,7 @@ from stowplan.planner.tensor.exact import (
 )
 from stowplan.planner.tensor.layouts import EngineRule, as_pipeline, cycle_of
 from stowplan.planner.tensor.nodes import GroupCosts, numpy_module
+from stowplan.planner.tensor.two_stages import two_stage_cycle
 
 __all__ = [
     "INLINE_GROUPED_WORK",
@@ -214,6 +215,8 @@ def joint_cycle(
     lower = math.inf
     within = False
     """Whether the coupled bound raised a count's."""
+    solved_two = False
+    """Whether two stages solved (:func:`two_stage_cycle`) raised their count's bound."""
     held_counts = False
     """Whether what a count's groups could hold raised its bound."""
     first = quick
@@ -270,6 +273,8 @@ def joint_cycle(
         """The counts bounded at their own microbatch."""
         tried: set[tuple[int, int]] = set()
         """The counts and least stages the coupled bound was sought at."""
+        two_stages: list[float] = []
+        """The least cycle of two stages, once solved (:func:`two_stage_cycle`)."""
         while True:
             s = min(per_count, key=lambda k: (per_count[k], k))
             if per_count[s] >= held_to * (1 - COUPLED_GAP):
@@ -295,6 +300,16 @@ def joint_cycle(
             if s not in full:
                 bound_in_full(s, held_to)
                 continue
+            if s == 2 and not two_stages:
+                # Two stages are few enough to solve: every pair of groups, every split.
+                at = solve(microbatches(cm.batch, 2)[1])
+                exact = min((two_stage_cycle(at.problem, g) for g in at.groups), default=0.0)
+                two_stages.append(exact)
+                if exact > per_count[2]:
+                    solved_two, per_count[2] = True, exact
+                    if coupled_counts is not None:
+                        coupled_counts[2] = exact
+                continue
             break
         lower = min(per_count.values())
     candidates = [g for v in solved.values() for g in v.found]
@@ -308,6 +323,8 @@ def joint_cycle(
         texts.add(f"bound: {HELD}")
     if within:
         texts.add(f"bound: {WITHIN}")
+    if solved_two:
+        texts.add(f"bound: {TWO_STAGES}")
     # A text another one extends says nothing more.
     kinds = "; ".join(sorted(t for t in texts if not any(u.startswith(t) for u in texts - {t})))
     kinds = kinds or "closed form"
@@ -332,6 +349,10 @@ pipeline in hand."""
 
 WITHIN = "the least time per token of GPU groups with every stage within the slowest"
 """How the coupled bound is named in a certificate."""
+
+TWO_STAGES = "two stages solved over every pair of GPU groups and split"
+"""How :func:`~stowplan.planner.tensor.two_stages.two_stage_cycle` is named in a
+certificate."""
 
 
 class _Coupled:
