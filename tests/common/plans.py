@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from stowplan import Constraints, NodeDescriptor, lookup
+from stowplan.calibration import resolve_calibration
 from stowplan.model import ExpertId
 from stowplan.plan import Plan, PlanRationale, StageAssignment, Topology
+from stowplan.planner import plan
 
 GIB = 1 << 30
 
@@ -104,3 +107,24 @@ def plan_cycle(p: Plan) -> float:
     pred = p.rationale.prediction
     assert pred is not None
     return pred.time_per_token_s
+
+
+def as_the_cli_plans(batch: int) -> Constraints:
+    """``batch`` sequences as ``stowplan plan`` plans them by default: the generic
+    calibration, each sequence's KV reserved for 8,192 tokens."""
+    return Constraints(batch=batch, context_tokens=8192, calibration=resolve_calibration("generic"))
+
+
+def proven_plan(
+    model_name: str, nodes: Sequence[NodeDescriptor], c: Constraints, stages: int
+) -> Plan:
+    """The plan of ``model_name`` on ``nodes``, checked to run ``stages`` stages and to be
+    proven optimal by its certificate (gap 0)."""
+    model = lookup(model_name)
+    assert model is not None
+    got = plan(model, nodes, c)
+    cert = got.rationale.certificate
+    assert cert is not None
+    assert got.num_stages == stages
+    assert cert.exact and cert.gap == 0.0, cert
+    return got

@@ -11,6 +11,7 @@ from stowplan.planner import plan
 from stowplan.planner.certify import SKETCHED, is_sketching
 from stowplan.planner.experts import choice
 from stowplan.planner.tensor import groups
+from tests.common.h100 import h100_nodes
 from tests.common.plans import plan_cycle
 
 
@@ -66,13 +67,7 @@ def test_a_sketched_grouping_search_skips_the_joint_bound_only_beyond_the_exact_
     monkeypatch.setattr(groups, "joint_cycle", counted)
     model = lookup("llama3.1:70b")
     assert model is not None
-    big = [
-        NodeDescriptor(
-            id=f"h{i:02d}", gpu_name="H100 SXM5", vram_bytes=8 * 80 * 10**9, num_gpus=8,
-            link_mbps=100_000.0,
-        )
-        for i in range(24)
-    ]  # fmt: skip
+    big = h100_nodes(24)
     c = Constraints(batch=16)
     full = plan(model, big, c)
     assert calls and full.rationale.certificate is not None
@@ -109,13 +104,7 @@ def test_a_figure_runs_the_joint_solve_only_where_every_microbatch_is_affordable
 
     model = lookup("llama3.1:70b")
     assert model is not None
-    nodes = [
-        NodeDescriptor(
-            id=f"h{i}", gpu_name="H100 SXM5", vram_bytes=8 * 80 * 10**9, num_gpus=8,
-            link_mbps=100_000.0,
-        )
-        for i in range(2)
-    ]  # fmt: skip
+    nodes = h100_nodes(2)
     c = Constraints(batch=16)
     problem = prepare(model, nodes, c)
     rule = engine_rule(problem)

@@ -8,13 +8,11 @@ import math
 
 import pytest
 
-from stowplan import Constraints, lookup
-from stowplan.calibration import resolve_calibration
 from stowplan.cost.cycle import microbatches
-from stowplan.planner import plan
 from stowplan.planner.tensor.nodes import GroupCosts
 from stowplan.planner.tensor.two_stages import two_stage_cycle
 from tests.common.gpu_fleets import nodes_of
+from tests.common.plans import as_the_cli_plans, proven_plan
 from tests.common.referee_pipelines import pipelines_with_layouts, referee_cases
 
 
@@ -47,11 +45,4 @@ def test_three_mixed_nodes_are_proven_at_two_stages() -> None:
         [("MI300X", 192, 4, 35_000.0, 0.3), ("A100 40GB SXM4", 40, 2, 50_000.0, 0.3),
          ("A100 40GB SXM4", 40, 8, 50_000.0, 0.3)]
     )  # fmt: skip
-    model = lookup("gpt-oss:120b")
-    assert model is not None
-    c = Constraints(batch=64, context_tokens=8192, calibration=resolve_calibration("generic"))
-    got = plan(model, nodes, c)
-    cert = got.rationale.certificate
-    assert cert is not None
-    assert got.num_stages == 2
-    assert cert.exact and cert.gap == 0.0, cert
+    proven_plan("gpt-oss:120b", nodes, as_the_cli_plans(64), stages=2)
