@@ -147,3 +147,14 @@ def one_h100_fleet() -> list[NodeDescriptor]:
             (*a4, 5.0),
         ]
     )
+
+
+FIVE_MIXED = (
+    ("RTX 3090", 24, 1, 58_400.0, 0.24),
+    ("A100 80GB SXM4", 80, 4, 35_700.0, 0.39),
+    ("RTX 3090", 24, 4, 76_100.0, 0.063),
+    ("A100 80GB SXM4", 80, 8, 98_900.0, 0.065),
+    ("H200", 141, 1, 10_200.0, 0.45),
+)
+"""Five mixed nodes, no one of which holds llama3.1:405b: 1 and 4 × RTX 3090, 4 and 8 ×
+A100 80GB, one H200 (the specs :func:`nodes_of` takes)."""

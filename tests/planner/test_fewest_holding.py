@@ -8,12 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from stowplan import NodeDescriptor, lookup
+from stowplan import lookup
 from stowplan.errors import PlanError
 from stowplan.planner import plan
 from stowplan.planner.tensor.capacity import fewest_holding
 from stowplan.planner.tensor.nodes import GroupCosts
-from tests.common.gpu_fleets import nodes_of
+from tests.common.gpu_fleets import FIVE_MIXED, nodes_of
 from tests.common.plans import as_the_cli_plans, proven_plan
 from tests.common.referee_pipelines import pipelines_with_layouts, referee_cases
 
@@ -36,21 +36,12 @@ def test_no_legal_pipeline_has_fewer_stages(first: int) -> None:
     assert equal >= 0.9 * checked
 
 
-def _five() -> list[NodeDescriptor]:
-    """Five mixed nodes: 1 and 4 × RTX 3090, 4 and 8 × A100 80GB, one H200."""
-    return nodes_of(
-        [("RTX 3090", 24, 1, 58_000.0, 0.24), ("A100 80GB SXM4", 80, 4, 36_000.0, 0.39),
-         ("RTX 3090", 24, 4, 76_000.0, 0.06), ("A100 80GB SXM4", 80, 8, 99_000.0, 0.07),
-         ("H200", 141, 1, 10_000.0, 0.45)]
-    )  # fmt: skip
-
-
 def test_three_groups_one_block_short_bound_no_pipeline() -> None:
     """llama3.1:405b at 16 sequences of 8,192 tokens (the command line's calibration):
     three groups, the two A100 nodes whole and the H200, hold 125 of its 126 blocks
     once the embed and head are placed, so no three-stage pipeline exists; the free
     bound rested on three stages, 15.5 % above the optimum, which is now proven."""
-    nodes = _five()
+    nodes = nodes_of(FIVE_MIXED)
     c = as_the_cli_plans(16)
     proven_plan("llama3.1:405b", nodes, c, stages=4)
     model = lookup("llama3.1:405b")

@@ -6,6 +6,7 @@ afresh."""
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import replace
 
 import pytest
@@ -21,7 +22,7 @@ from stowplan.planner.tensor.groups import least_cycle_bound
 from stowplan.planner.tensor.layouts import engine_rule, expand, layout_options
 from stowplan.planner.tensor.nodes import GroupCosts
 from tests.common import tp_referee as tp
-from tests.common.gpu_fleets import nodes_of
+from tests.common.gpu_fleets import FIVE_MIXED, nodes_of
 
 
 def _layouts(problem, rng: random.Random) -> list[dict[str, tuple[int, ...]]]:  # type: ignore[no-untyped-def]
@@ -133,7 +134,7 @@ def test_the_groups_of_each_class_stand_for_every_group(seed: int) -> None:
 
 
 def _optimum_and_bound(
-    model: str, specs: list[tuple[str, int, int, float, float]]
+    model: str, specs: Sequence[tuple[str, int, int, float, float]]
 ) -> tuple[float, float]:
     nodes = nodes_of(specs)
     exact = plan(resolve_model(model), nodes, Constraints(strategy=Strategy.EXACT))
@@ -160,21 +161,12 @@ def test_a_one_node_optimum_meets_the_bound_of_its_nodes_own_groups() -> None:
     assert bound == pytest.approx(best, rel=1e-9)
 
 
-_FIVE = [
-    ("RTX 3090", 24, 1, 58_400.0, 0.24),
-    ("A100 80GB SXM4", 80, 4, 35_700.0, 0.39),
-    ("RTX 3090", 24, 4, 76_100.0, 0.063),
-    ("A100 80GB SXM4", 80, 8, 98_900.0, 0.065),
-    ("H200", 141, 1, 10_200.0, 0.45),
-]
-
-
 def test_the_knapsack_of_several_nodes_gives_the_first_and_last_their_roles() -> None:
     """llama3.1:405b on five nodes no one of which holds it: the optimum runs 7 blocks on
     the H200 (the embed beside them), 80 on the 8 × A100 and 39 on the 4 × A100 (the
     head beside them).  Where any node's room held as many blocks in any role and the head
     was read at the fleet's cheapest, the bound was 1.5 % below; now within 0.5 %."""
-    best, bound = _optimum_and_bound("llama3.1:405b", _FIVE)
+    best, bound = _optimum_and_bound("llama3.1:405b", FIVE_MIXED)
     assert best * (1 - 0.005) <= bound <= best * (1 + 1e-9)
 
 
@@ -184,8 +176,8 @@ def test_a_plan_a_fraction_of_a_percent_from_its_bound_has_its_groups_searched_i
     """On those five nodes the sketched search's plan is 0.19 % slower than the optimum
     and within 0.5 % of its bound: searched in full (more than 0.1 % from it) the plan is
     the optimum; only beyond 0.5 %, it stays."""
-    best, _ = _optimum_and_bound("llama3.1:405b", _FIVE)
-    model, nodes = resolve_model("llama3.1:405b"), nodes_of(_FIVE)
+    best, _ = _optimum_and_bound("llama3.1:405b", FIVE_MIXED)
+    model, nodes = resolve_model("llama3.1:405b"), nodes_of(FIVE_MIXED)
     got = plan(model, nodes, Constraints()).rationale.prediction
     assert got is not None and got.time_per_token_s == pytest.approx(best, rel=1e-12)
     monkeypatch.setattr(group_search, "IN_FULL_GAP", 0.005)
