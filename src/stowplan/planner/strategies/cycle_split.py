@@ -22,6 +22,7 @@ from typing import Any
 
 from stowplan.cost import CostModel, microbatches
 from stowplan.planner.strategies.capacity_arrays import numpy_module
+from stowplan.planner.strategies.split_arrays import stage_seconds
 
 __all__ = ["CYCLE_SPLIT_STAGES", "least_cycle_split"]
 
@@ -109,28 +110,21 @@ def least_cycle_split(
 def _position(np: Any, cm: CostModel, order: Sequence[int], p: int) -> Any:
     """Position ``p``'s stage times from block ``j`` (rows) to ``k`` (columns), with its
     transfer to the next position's node (none from the last) and its embed or head; inf
-    where ``k ≤ j`` or the stage does not fit (:meth:`CostModel.stage_time`'s
-    arithmetic on arrays)."""
+    where ``k ≤ j``, the stage does not fit, or the first position does not start at 0
+    (the last end at ``nb``)."""
     nb, d = cm.num_blocks, order[p]
     first, last = p == 0, p == len(order) - 1
-    rp = np.array(cm.read_prefix, dtype=np.float64)
-    mp = np.array(cm.mem_prefix, dtype=np.float64)
-    kp = np.array(cm.kv_prefix, dtype=np.float64)
     lo = np.arange(nb + 1)[:, None]
     hi = np.arange(nb + 1)[None, :]
-    weights = rp[hi] - rp[lo] + (cm.head if last else 0)
-    t = np.maximum((weights + kp[hi] - kp[lo]) * cm.inv_bw[d], weights * cm.flop_s_per_byte[d])
-    t = t + ((hi - lo) * cm.block_s[d] + cm.stage_s[d])
+    t = stage_seconds(np, cm, d, lo, hi, first=first, last=last)
     if not last:
         nxt = order[p + 1]
         t = t + (cm.intra_xfer_s[d] if cm.same_node(d, nxt) else cm.xfer_s[d])
-    held = mp[hi] - mp[lo] + (cm.embed if first else 0) + (cm.head if last else 0)
-    ok = (hi > lo) & (held <= cm.usable[d])
     if first:
-        ok &= lo == 0
+        t = np.where(lo == 0, t, math.inf)
     if last:
-        ok &= hi == nb
-    return np.where(ok, t, math.inf)
+        t = np.where(hi == nb, t, math.inf)
+    return t
 
 
 def _slowest(tables: list[Any], came: list[Any], nb: int) -> float:

@@ -17,7 +17,7 @@ from typing import Any
 
 from stowplan.cost import CostModel
 
-__all__ = ["SPLIT_ARRAY_BLOCKS", "StageArrays", "node_stage_arrays", "split_steps"]
+__all__ = ["SPLIT_ARRAY_BLOCKS", "StageArrays", "node_stage_arrays", "split_steps", "stage_seconds"]
 
 SPLIT_ARRAY_BLOCKS = 16
 """Models of at least this many blocks are split on arrays (below, Python is as quick)."""
@@ -59,6 +59,25 @@ def node_stage_arrays(np: Any, cm: CostModel, d: int) -> StageArrays:
         fits = np.logical_and.accumulate(ok, axis=1) & (hi > lo)
         runs[:, 1:nb] = np.where(fits, t, math.inf)
     return last, runs
+
+
+def stage_seconds(
+    np: Any, cm: CostModel, d: int, lo: Any, hi: Any, *, first: bool, last: bool
+) -> Any:
+    """Node ``d``'s time for a stage of blocks ``[lo, hi)`` (index arrays, broadcast
+    together) before its transfer, the head read and computed on the last stage; inf
+    where ``hi ≤ lo`` or the stage does not fit (weights and KV, the embed on the first
+    stage, the head on the last).  :meth:`CostModel.stage_time`'s figures in float64
+    (the searches' programmes, which must match it to the bit, use
+    :func:`node_stage_arrays`)."""
+    rp = np.array(cm.read_prefix, dtype=np.float64)
+    kp = np.array(cm.kv_prefix, dtype=np.float64)
+    mp = np.array(cm.mem_prefix, dtype=np.float64)
+    weights = rp[hi] - rp[lo] + (cm.head if last else 0)
+    t = np.maximum((weights + kp[hi] - kp[lo]) * cm.inv_bw[d], weights * cm.flop_s_per_byte[d])
+    t = t + ((hi - lo) * cm.block_s[d] + cm.stage_s[d])
+    held = mp[hi] - mp[lo] + (cm.embed if first else 0) + (cm.head if last else 0)
+    return np.where((hi > lo) & (held <= cm.usable[d]), t, math.inf)
 
 
 def split_steps(

@@ -18,6 +18,7 @@ from typing import Any
 
 from stowplan.cost import microbatches
 from stowplan.planner.problem import Problem
+from stowplan.planner.strategies.split_arrays import stage_seconds
 from stowplan.planner.tensor.nodes import GroupCosts, numpy_module
 
 __all__ = ["two_stage_cycle"]
@@ -32,9 +33,6 @@ def two_stage_cycle(problem: Problem, groups: GroupCosts) -> float:
     if nb < 2:
         return math.inf
     m, _ = microbatches(cm.batch, 2)
-    rp = np.array(cm.read_prefix[: nb + 1], dtype=np.float64)
-    kp = np.array(cm.kv_prefix[: nb + 1], dtype=np.float64)
-    mp = np.array(cm.mem_prefix[: nb + 1], dtype=np.float64)
     k = np.arange(1, nb)
     # Per kind of group (its figures, its degree): where it is, and its vectors.
     kinds: dict[tuple[object, ...], tuple[int, list[int], Any, Any, Any]] = {}
@@ -55,16 +53,10 @@ def two_stage_cycle(problem: Problem, groups: GroupCosts) -> float:
             if key in kinds:
                 kinds[key][1].append(d)
                 continue
-            # The first stage, blocks [0, k) and the embed, before its send.
-            w = rp[k] - rp[0]
-            first = np.maximum((w + kp[k] - kp[0]) * cm.inv_bw[v], w * cm.flop_s_per_byte[v])
-            first = first + (k * cm.block_s[v] + cm.stage_s[v])
-            first = np.where(mp[k] - mp[0] + cm.embed <= cm.usable[v], first, np.inf)
-            # The last stage, blocks [k, nb) and the head.
-            w = rp[nb] - rp[k] + cm.head
-            last = np.maximum((w + kp[nb] - kp[k]) * cm.inv_bw[v], w * cm.flop_s_per_byte[v])
-            last = last + ((nb - k) * cm.block_s[v] + cm.stage_s[v])
-            last = np.where(mp[nb] - mp[k] + cm.head <= cm.usable[v], last, np.inf)
+            # The first stage, blocks [0, k) and the embed, before its send; the last,
+            # blocks [k, nb) and the head.
+            first = stage_seconds(np, cm, v, 0, k, first=True, last=False)
+            last = stage_seconds(np, cm, v, k, nb, first=False, last=True)
             kinds[key] = (v, [d], first, last, t)
     best = math.inf
     listed = list(kinds.values())
