@@ -507,8 +507,17 @@ def bisect_bound(
 def _staged_min_plus(np: Any, a: Any, b: Any) -> Any:
     """``a`` ⊗ ``b`` over (holds the last stage, stages, blocks): ``out[h, j, k] = min of
     a[h1, j1, k1] + b[h2, j2, k2]`` over ``h1 + h2 = h`` (at most one last stage), ``j1 +
-    j2 = j`` (the last count of either standing for that many or more; ``b`` has as many
-    counts as ``a``) and ``k1 + k2 = k``."""
+    j2 = j`` (the last count of either standing for that many or more: ``j1 + j2`` at or
+    above it lands there; ``b`` has as many counts as ``a``) and ``k1 + k2 = k``.
+
+    The product is symmetric: each finite entry of the sparser side is added to the
+    other side shifted by it, all at once where that gathers at most
+    :data:`GATHERED_ENTRIES` values, else one block count at a time."""
+    if np.count_nonzero(np.isfinite(a)) < np.count_nonzero(np.isfinite(b)):
+        a, b = b, a
+    h2, j2, k2 = np.nonzero(np.isfinite(b))
+    if len(h2) * a.size <= GATHERED_ENTRIES:
+        return _gathered_min_plus(np, a, b, (h2, j2, k2))
     out = np.full_like(a, np.inf)
     least, n = a.shape[1] - 1, a.shape[2]
     for h2, j2 in np.argwhere(np.isfinite(b).any(axis=2)).tolist():
@@ -524,6 +533,35 @@ def _staged_min_plus(np: Any, a: Any, b: Any) -> Any:
         for k2 in np.flatnonzero(np.isfinite(row)).tolist():
             np.minimum(target[:, :, k2:], src[:, :, : n - k2] + row[k2], out=target[:, :, k2:])
     return out
+
+
+GATHERED_ENTRIES = 100_000
+"""Most values :func:`_staged_min_plus` gathers at once (one gather of many values costs
+about what a few whole-array operations per finite entry do)."""
+
+
+def _gathered_min_plus(np: Any, a: Any, b: Any, finite: tuple[Any, Any, Any]) -> Any:
+    """:func:`_staged_min_plus` of ``a`` and ``b`` with ``finite`` the indices of ``b``'s
+    finite entries, as one gather: ``a`` laid out padded with inf (a shift below zero
+    reads it), its counts below the last, then the least of its counts from each on (a
+    count that reaches the last reads the least of all that do)."""
+    h2, j2, k2 = finite
+    hs, js, n = a.shape
+    least = js - 1
+    width, height = 2 * n, (3 * least + 1) * 2 * n
+    laid = np.full((hs + 1, 3 * least + 1, width), np.inf)
+    laid[1:, least : 2 * least, n:] = a[:, :least]
+    laid[1:, 2 * least :, n:] = np.minimum.accumulate(a[:, ::-1], axis=1)[:, ::-1]
+    counts = np.arange(js)
+    row_of = np.where(counts < least, least + counts, 3 * least)
+    at = (
+        (np.arange(1, hs + 1) * height)[:, None, None]
+        + (row_of * width)[None, :, None]
+        + np.arange(n, width)[None, None, :]
+    ).ravel()
+    got = laid.ravel().take(at[None, :] - (h2 * height + j2 * width + k2)[:, None])
+    got += b[h2, j2, k2][:, None]
+    return got.min(axis=0, initial=np.inf).reshape(a.shape)
 
 
 def _best_steps(
