@@ -60,8 +60,9 @@ least over
 every count of stages and of blocks per node, the last stage on one of them (a min-plus
 product per node over the stages, counted up to ``S``, and the blocks; nodes alike
 until one more lowers nothing), and the least of one node alone bound the time per
-token; ``S`` is counted up to :data:`STAGES_COUNTED`.  It never falls as ``B`` falls or
-``S`` rises, and where no choice holds every block it is infinite.
+token; ``S`` is counted up to :data:`STAGES_COUNTED`, or :data:`STAGES_COUNTED_FAR`
+where asked.  It never falls as ``B`` falls or ``S`` rises, and where no choice holds
+every block it is infinite.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ __all__ = [
     "COARSE",
     "PRECISION",
     "STAGES_COUNTED",
+    "STAGES_COUNTED_FAR",
     "StageCapacity",
     "bisect_bound",
     "counted_stages",
@@ -102,14 +104,20 @@ COARSE = 1e-6
 """Its relative precision elsewhere (a bound that does not reach the plan in hand)."""
 
 STAGES_COUNTED = 16
-"""The most stages :meth:`StageCapacity.trip_within` counts: a pipeline of more is
-bounded as one of this many (each count costs the square of the counts more)."""
+"""The most stages :meth:`StageCapacity.trip_within` counts unless asked for more: a
+pipeline of more is bounded as one of this many (each count costs the square of the
+counts more)."""
+
+STAGES_COUNTED_FAR = 32
+"""The most stages it counts when asked for more: where a count past
+:data:`STAGES_COUNTED` still holds the least bound, far from the plan in hand."""
 
 
-def counted_stages(stages: int) -> int:
+def counted_stages(stages: int, most: int | None = None) -> int:
     """The stages :meth:`StageCapacity.trip_within` counts for a pipeline of at least
-    ``stages``: two at the least, :data:`STAGES_COUNTED` at the most."""
-    return max(2, min(stages, STAGES_COUNTED))
+    ``stages``: two at the least, ``most`` (:data:`STAGES_COUNTED` unless given) at the
+    most."""
+    return max(2, min(stages, STAGES_COUNTED if most is None else most))
 
 
 SLACK = 1e-12
@@ -290,11 +298,19 @@ class StageCapacity:
         steps.sort(reverse=True)
         return steps
 
-    def trip_within(self, bottleneck: float, stages: int = 2, within: float = math.inf) -> float:
+    def trip_within(
+        self,
+        bottleneck: float,
+        stages: int = 2,
+        within: float = math.inf,
+        most: int | None = None,
+    ) -> float:
         """A lower bound on the time per token (stage times and hops) of every pipeline of
-        at least ``stages`` stages (two or more) on these groups with no stage above
-        ``bottleneck`` (inf where none holds every block): the module's last paragraph.
-        Where it is above ``within``, inf (what lies beyond is not sought)."""
+        at least ``stages`` stages (two or more, counted as :func:`counted_stages` counts
+        them up to ``most``) on these groups
+        with no stage above ``bottleneck`` (inf where none holds every block): the
+        module's last paragraph.  Where it is above ``within``, inf (what lies beyond is
+        not sought)."""
         if bottleneck <= 0:
             return math.inf
         bottleneck *= 1 + SLACK  # a stage at the limit, its sum rounded the other way
@@ -308,7 +324,7 @@ class StageCapacity:
             )
             for key, times in self._times[0].items()
         )
-        least = counted_stages(stages)
+        least = counted_stages(stages, most)
         # Kept with the limit it was sought within: inf there is inf within any less.
         found, sought = self._within.get((caps, least), (math.inf, -math.inf))
         if math.isinf(found) and sought < within:

@@ -16,6 +16,7 @@ from stowplan.planner.problem import Problem
 from stowplan.planner.strategies import cycle
 from stowplan.planner.tensor.capacity import (
     COARSE,
+    STAGES_COUNTED_FAR,
     StageCapacity,
     bisect_bound,
     counted_stages,
@@ -286,8 +287,13 @@ def joint_cycle(
                 per_count[s] = max(per_count[s], known(s))
                 continue
             # The coupled bound as any pipeline of two stages or more, then as one of the
-            # count's own (each stage counted costs more to bound).
-            rungs = (coupled.counted(s, 2), coupled.counted(s, s))
+            # count's own (each stage counted costs more to bound), counted up to
+            # capacity.STAGES_COUNTED, then (a count past it) up to STAGES_COUNTED_FAR.
+            rungs = (
+                coupled.counted(s, 2),
+                coupled.counted(s, s),
+                coupled.counted(s, s, STAGES_COUNTED_FAR),
+            )
             least = next((k for k in rungs if (s, k) not in tried), None)
             if least is not None:
                 tried.add((s, least))
@@ -375,12 +381,13 @@ class _Coupled:
         self.done: dict[tuple[int, int, int], float] = {}
         """Per count of microbatches, microbatch solved and least stages, the bound found."""
 
-    def counted(self, s: int, least: int) -> int:
+    def counted(self, s: int, least: int, most: int | None = None) -> int:
         """The stages the bound of count ``s`` counts when asked for ``least`` (at most
-        ``s``): a count's pipelines have ``s`` stages, at least ``m``, so the counts of
-        the same microbatches (all of ``batch`` or more stages) share the bound, as do
-        those past the stages the bound counts (:func:`counted_stages`)."""
-        return counted_stages(min(least, microbatches(self.batch, s)[0]))
+        ``s``) up to ``most`` (:data:`STAGES_COUNTED` unless given): a count's pipelines
+        have ``s`` stages, at least ``m``, so the counts of the same microbatches (all of
+        ``batch`` or more stages) share the bound, as do those past the stages the bound
+        counts (:func:`counted_stages`)."""
+        return counted_stages(min(least, microbatches(self.batch, s)[0]), most)
 
     def bound(self, s: int, lo: float, least: int) -> float:
         """Stage count ``s``'s bound as a pipeline of at least ``least`` stages (as
@@ -395,7 +402,10 @@ class _Coupled:
 
             def trip(c: float) -> float:
                 """The least time per token within a cycle of ``c`` (inf above ``c``)."""
-                return min((h.trip_within(c / m, least, c) for h in caps), default=math.inf)
+                return min(
+                    (h.trip_within(c / m, least, c, most=least) for h in caps),
+                    default=math.inf,
+                )
 
             hi = self.in_hand
             if math.isinf(hi):  # nothing in hand: doubled from the bound until reached
