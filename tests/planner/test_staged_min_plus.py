@@ -48,6 +48,8 @@ def _tables(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
 def test_the_product_is_its_definition(
     gathered: int, tables: tuple[np.ndarray, np.ndarray]
 ) -> None:
+    """Random tables, some entries inf, each product equal to the definition's exactly
+    (the same sums, their least)."""
     a, b = tables
     want = _defined(a, b)
     with patch.object(capacity, "GATHERED_ENTRIES", gathered):

@@ -531,9 +531,9 @@ def _staged_min_plus(np: Any, a: Any, b: Any) -> Any:
     :data:`GATHERED_ENTRIES` values, else one block count at a time."""
     if np.count_nonzero(np.isfinite(a)) < np.count_nonzero(np.isfinite(b)):
         a, b = b, a
-    h2, j2, k2 = np.nonzero(np.isfinite(b))
-    if len(h2) * a.size <= GATHERED_ENTRIES:
-        return _gathered_min_plus(np, a, b, (h2, j2, k2))
+    finite = np.nonzero(np.isfinite(b))
+    if len(finite[0]) * a.size <= GATHERED_ENTRIES:
+        return _gathered_min_plus(np, a, b, finite)
     out = np.full_like(a, np.inf)
     least, n = a.shape[1] - 1, a.shape[2]
     for h2, j2 in np.argwhere(np.isfinite(b).any(axis=2)).tolist():
