@@ -483,6 +483,25 @@ def plan_with_groups(
                 _whole_but_one(problem, rule, found, [own]),
                 "the search in full of as many stages on whole nodes but one split",
             )
+            # The count of least bound on whole nodes but some split (a split node's
+            # stages pass over its GPUs' link, where whole nodes pay the network), held
+            # to that count: each is tried unless one proves the plan optimal.
+            final = {s: max(b, coupled.get(s, b)) for s, b in counts.items()}
+            star = min(final, key=lambda s: (final[s], s), default=None)
+            if star is not None and value < _cycle(found) * (1 - RESPLIT_GAP):
+                for split, option in _whole_but_some(problem, rule, star):
+                    if value >= _cycle(found) * (1 - 1e-12):
+                        break
+                    got = trials.plan(option, _cycle(found), stages=star)
+                    if got is not None and _lower(_value(got, objective), _value(found, objective)):
+                        refined = replaced_note(
+                            f"a search held to {star} stages (the count of least bound) on "
+                            f"whole nodes but {split} split",
+                            f"{strategy.value} search",
+                            _cycle(got),
+                            _cycle(found),
+                        )
+                        found = got
     if found is None and (best is None or not best.stages):
         raise Infeasible(
             "no split of the nodes' GPUs into stages of tensor-parallel degrees the model "
@@ -592,6 +611,33 @@ def _whole_but_one(
     option = {n.id: chosen.get(n.id, ()) for n in problem.nodes}
     seen = set(map(_layout_key, tried))
     return [] if _layout_key(option) in seen else [option]
+
+
+def _whole_but_some(problem: Problem, rule: EngineRule, stages: int) -> list[tuple[int, Layout]]:
+    """On a fleet of one kind of node: ``stages`` GPU groups on whole nodes but ``k``
+    split into their next smaller groups, for the :data:`WHOLE_BUT_SPLITS` least ``k``
+    the fleet's nodes hold (the other nodes left out), each with its ``k``."""
+    if rule.uniform or not problem.nodes:
+        return []
+    options = layout_options(problem, rule, problem.nodes[0])
+    if len(options) < 2 or len(options[0]) != 1:
+        return []
+    whole, split = options[0], options[1]
+    # k split nodes and w = stages - k · |split| whole ones take w + k nodes.
+    first = max(1, math.ceil((stages - len(problem.nodes)) / (len(split) - 1)))
+    ids = [n.id for n in problem.nodes]
+    out: list[tuple[int, Layout]] = []
+    for k in range(first, first + WHOLE_BUT_SPLITS):
+        wholes = stages - k * len(split)
+        if wholes < 0:
+            break
+        chosen = {i: whole for i in ids[:wholes]} | {i: split for i in ids[wholes : wholes + k]}
+        out.append((k, {i: chosen.get(i, ()) for i in ids}))
+    return out
+
+
+WHOLE_BUT_SPLITS = 4
+"""Most layouts :func:`_whole_but_some` gives."""
 
 
 def _resplit(
