@@ -10,14 +10,16 @@ import pytest
 from stowplan import Constraints, plan
 from stowplan.models import resolve_model
 from stowplan.planner.problem import prepare
-from stowplan.planner.tensor.groups import WHOLE_BUT_SPLITS, _whole_but_some
+from stowplan.planner.tensor.groups import WHOLE_BUT_SPLITS, WHOLE_BUT_STAGES, _whole_but_some
 from stowplan.planner.tensor.layouts import engine_rule
 from tests.common.h100 import h100_nodes
 
 
-def _counts(nodes: int, stages: int) -> list[tuple[int, int, int]]:
-    """Per layout: its split nodes, whole nodes and groups."""
-    problem = prepare(resolve_model("qwen3:30b-a3b"), h100_nodes(nodes), Constraints(batch=64))
+def _counts(nodes: int, stages: int, held: int | None = None) -> list[tuple[int, int, int]]:
+    """Per layout: its split nodes, whole nodes and groups (with ``held``, the problem held
+    to at least that many stages)."""
+    c = Constraints(batch=64, min_stages=held)
+    problem = prepare(resolve_model("qwen3:30b-a3b"), h100_nodes(nodes), c)
     out = []
     for k, layout in _whole_but_some(problem, engine_rule(problem), stages):
         groups = [len(g) for g in layout.values() if g]
@@ -27,12 +29,21 @@ def _counts(nodes: int, stages: int) -> list[tuple[int, int, int]]:
 
 
 def test_the_least_splits_the_fleet_holds_come_first() -> None:
-    # Thirteen stages on 16 nodes: from one split node; on 10, from three (13 - k nodes).
+    # Thirteen stages on 16 nodes: from one split node; on 10, from three (13 - k nodes);
+    # WHOLE_BUT_SPLITS of them.
+    assert WHOLE_BUT_SPLITS == 4
     assert _counts(16, 13) == [(1, 11, 13), (2, 9, 13), (3, 7, 13), (4, 5, 13)]
     assert _counts(10, 13) == [(3, 7, 13), (4, 5, 13), (5, 3, 13), (6, 1, 13)]
-    # Twenty-five on 16 nodes take nine split at least; seven stages, at most three.
-    assert [k for k, _, _ in _counts(16, 25)] == list(range(9, 9 + WHOLE_BUT_SPLITS))
+    # Sixteen on 10 nodes take six split at least, and eight at most (no whole node).
+    assert _counts(10, 16) == [(6, 4, 16), (7, 2, 16), (8, 0, 16)]
+    # Seven stages take at most three.
     assert _counts(16, 7) == [(1, 5, 7), (2, 3, 7), (3, 1, 7)]
+    # Past WHOLE_BUT_STAGES, none, unless the problem is held past them too.
+    past = WHOLE_BUT_STAGES + 4
+    assert _counts(16, past) == []
+    assert _counts(16, past, held=WHOLE_BUT_STAGES) == []
+    want = [(k, past - 2 * k, past) for k in range(4, 8)]
+    assert _counts(16, past, held=WHOLE_BUT_STAGES + 1) == want
 
 
 @pytest.mark.parametrize("nodes", [10, 16])
