@@ -489,14 +489,14 @@ def plan_with_groups(
             final = {s: max(b, coupled.get(s, b)) for s, b in counts.items()}
             star = min(final, key=lambda s: (final[s], s), default=None)
             if star is not None and value < _cycle(found) * (1 - RESPLIT_GAP):
-                for split, option in _whole_but_some(problem, rule, star):
+                for splits, option in _whole_but_some(problem, rule, star):
                     if value >= _cycle(found) * (1 - 1e-12):
                         break
                     got = trials.plan(option, _cycle(found), stages=star)
                     if got is not None and _lower(_value(got, objective), _value(found, objective)):
                         refined = replaced_note(
                             f"a search held to {star} stages (the count of least bound) on "
-                            f"whole nodes but {split} split",
+                            f"whole nodes but {splits} split",
                             f"{strategy.value} search",
                             _cycle(got),
                             _cycle(found),
