@@ -529,14 +529,15 @@ def _staged_min_plus(np: Any, a: Any, b: Any) -> Any:
     The product is symmetric: each finite entry of the sparser side is added to the
     other side shifted by it, all at once where that gathers at most
     :data:`GATHERED_ENTRIES` values, else one block count at a time."""
-    if np.count_nonzero(np.isfinite(a)) < np.count_nonzero(np.isfinite(b)):
-        a, b = b, a
-    finite = np.nonzero(np.isfinite(b))
+    held_a, held_b = np.isfinite(a), np.isfinite(b)
+    if np.count_nonzero(held_a) < np.count_nonzero(held_b):
+        a, b, held_b = b, a, held_a
+    finite = np.nonzero(held_b)
     if len(finite[0]) * a.size <= GATHERED_ENTRIES:
         return _gathered_min_plus(np, a, b, finite)
     out = np.full_like(a, np.inf)
     least, n = a.shape[1] - 1, a.shape[2]
-    for h2, j2 in np.argwhere(np.isfinite(b).any(axis=2)).tolist():
+    for h2, j2 in np.argwhere(held_b.any(axis=2)).tolist():
         # The counts of ``a`` from ``least - j2`` on all reach the last count.
         split = least - j2
         src = a[: 2 - h2]

@@ -486,7 +486,7 @@ def plan_with_groups(
             # The count of least bound on whole nodes but some split (a split node's
             # stages pass over its GPUs' link, where whole nodes pay the network), held
             # to that count: each is tried unless one proves the plan optimal.
-            final = {s: max(b, coupled.get(s, b)) for s, b in counts.items()}
+            final = _final_bounds(counts, coupled)
             star = min(final, key=lambda s: (final[s], s), default=None)
             if star is not None and value < _cycle(found) * (1 - RESPLIT_GAP):
                 for splits, option in _whole_but_some(problem, rule, star):
@@ -711,7 +711,7 @@ def _refined(
     The search plans the stage counts of least quick bound; the joint bounds are sharper
     and may point at a count it left out, which only a plan of that count can settle."""
     best = found
-    final = {s: max(b, coupled.get(s, b)) for s, b in counts.items()}
+    final = _final_bounds(counts, coupled)
     order = sorted(counts, key=lambda s: (counts[s], s))[:REFINED_COUNTS]
     if coupled:
         by_final = sorted(final, key=lambda s: (final[s], s))
@@ -723,6 +723,12 @@ def _refined(
         if got is not None and _lower(_value(got, objective), _value(best, objective)):
             best = got
     return best
+
+
+def _final_bounds(counts: dict[int, float], coupled: dict[int, float]) -> dict[int, float]:
+    """Per stage count the joint solve bounded in full (``counts``), its bound, raised
+    where the coupled bound (``coupled``) raised it."""
+    return {s: max(b, coupled.get(s, b)) for s, b in counts.items()}
 
 
 def _engine_gap(trials: _Trials, objective: Metric, plan: Plan) -> list[str]:

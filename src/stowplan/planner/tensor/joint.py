@@ -274,8 +274,8 @@ def joint_cycle(
         """The counts bounded at their own microbatch."""
         tried: set[tuple[int, int]] = set()
         """The counts and least stages the coupled bound was sought at."""
-        two_stages: list[float] = []
-        """The least cycle of two stages, once solved (:func:`two_stage_cycle`)."""
+        two_tried = False
+        """Whether two stages were solved (:func:`two_stage_cycle`)."""
         while True:
             s = min(per_count, key=lambda k: (per_count[k], k))
             if per_count[s] >= held_to * (1 - COUPLED_GAP):
@@ -306,11 +306,11 @@ def joint_cycle(
             if s not in full:
                 bound_in_full(s, held_to)
                 continue
-            if s == 2 and not two_stages:
+            if s == 2 and not two_tried:
                 # Two stages are few enough to solve: every pair of groups, every split.
+                two_tried = True
                 at = solve(microbatches(cm.batch, 2)[1])
                 exact = min((two_stage_cycle(at.problem, g) for g in at.groups), default=0.0)
-                two_stages.append(exact)
                 if exact > per_count[2]:
                     solved_two, per_count[2] = True, exact
                     if coupled_counts is not None:
