@@ -87,6 +87,9 @@ def trip_bound(problem: Problem, cm: CostModel) -> float | None:
 _kept: PerModel[dict[Limits, float | None]] = PerModel(lambda cm: {})
 """The bounds computed per cost model, by what they depend on."""
 
+_figures: PerModel[list[Figures]] = PerModel(node_figures)
+"""What the knapsack reads of each node, per cost model (every bound and cap reads it)."""
+
 
 def capped_trip_bound(problem: Problem, cm: CostModel, cap: float) -> float | None:
     """:func:`trip_bound` of the pipelines whose every stage takes at most ``cap`` seconds
@@ -236,12 +239,14 @@ def _solution(
                     single = min(single, alone_s)
     if one_stage:
         return single, None
-    figures = node_figures(cm)
+    figures = _figures(cm)
     if math.isfinite(cap):
         capped = (_capped(cm, f, cap) for f in figures)
         figures = [f for f in capped if max(f.inner, f.lead, f.tail) > 0]
         if not figures:
             return single, None
+    if _most_held(figures, top if top and not open_top else len(figures)) < nb:
+        return single, None  # no pipeline of two stages or more holds every block
     counts = list(range(lowest, top + 1)) if top else [0]
 
     solved: dict[tuple[int, ...], tuple[float, list[Figures], list[Any]]] = {}
@@ -264,6 +269,16 @@ def _solution(
     if not layout:
         return value, None
     return value, _layout(cm, of, layers, counts, top, open_top)
+
+
+def _most_held(figures: list[Figures], most: int) -> int:
+    """At least the most blocks a pipeline of two to ``most`` stages on ``figures``'
+    nodes holds: the most a first stage holds, the most a last one does and the most of
+    the ``most − 2`` interior stages that hold the most."""
+    if not figures or most < 2:
+        return 0
+    inner = sorted((f.inner for f in figures), reverse=True)[: most - 2]
+    return max(f.lead for f in figures) + max(f.tail for f in figures) + sum(inner)
 
 
 def _layout(
