@@ -40,7 +40,7 @@ from functools import partial
 from typing import Any
 
 from stowplan.cost import CostModel
-from stowplan.planner.exact.trip_nodes import Figures, node_figures, useful
+from stowplan.planner.exact.trip_nodes import Figures, heaviest, node_figures, useful
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies.memo import PerModel
 from stowplan.planner.strategies.throughput import Pipeline
@@ -89,6 +89,25 @@ _kept: PerModel[dict[Limits, float | None]] = PerModel(lambda cm: {})
 
 _figures: PerModel[list[Figures]] = PerModel(node_figures)
 """What the knapsack reads of each node, per cost model (every bound and cap reads it)."""
+
+
+Roles = dict[int, tuple[bool, bool, bool]]
+"""Per node, whether it may be an interior, first and last stage holding none of the
+blocks a knapsack counts."""
+
+
+def _heavy_figures(cm: CostModel) -> tuple[int, list[Figures], Roles] | None:
+    kept = heaviest(cm)
+    if kept is None:
+        return None
+    roles = {f.node: (f.inner > 0, f.lead > 0, f.tail > 0) for f in _figures(cm)}
+    return len(kept), node_figures(cm, kept), roles
+
+
+_heavy: PerModel[tuple[int, list[Figures], Roles] | None] = PerModel(_heavy_figures)
+"""Per cost model whose blocks differ in memory, the count of its heaviest blocks, what
+the knapsack over them alone reads of each node, and the roles each node may take
+holding none of them (None where blocks are alike)."""
 
 
 def capped_trip_bound(problem: Problem, cm: CostModel, cap: float) -> float | None:
@@ -183,16 +202,17 @@ _COUPLED_PRECISION = 1e-4
 """The bisection stops once it pins ``m · T*`` within this share of the ceiling."""
 
 
-def _capped(cm: CostModel, f: Figures, cap: float) -> Figures:
-    """``f`` with each role holding at most the blocks a stage of at most ``cap`` seconds
-    holds on its node (a whole number, rounded up past float error: never fewer)."""
+def _capped(cm: CostModel, f: Figures, cap: float, nb: int) -> Figures:
+    """``f`` with each role holding at most the blocks (of ``nb`` counted) a stage of at
+    most ``cap`` seconds holds on its node (a whole number, rounded up past float error:
+    never fewer)."""
     fixed = cm.stage_s[f.node]
 
     def within(spare: float) -> int:
         if spare < 0:
             return 0
         if f.rate <= 0:
-            return cm.num_blocks
+            return nb
         return math.floor(spare / f.rate * (1 + 1e-9) + 1e-9)
 
     inner = within(cap - fixed - f.out)
@@ -224,7 +244,9 @@ def _solution(
     ``one_stage``, counted up to ``top`` (``open_top``: that many or more) from
     ``lowest``, every stage within ``cap`` seconds; with ``layout`` also the pipeline its
     least knapsack solution stands for (:func:`_layout`; None where a single stage or
-    nothing gives the bound)."""
+    nothing gives the bound).  Where blocks differ in memory, the knapsack over the
+    heaviest blocks alone bounds too (a stage's room holds fewer of them than its widest
+    window of blocks): the larger of the two is the bound."""
     n, nb = len(cm.nodes), cm.num_blocks
     try:
         import numpy as np
@@ -239,15 +261,55 @@ def _solution(
                     single = min(single, alone_s)
     if one_stage:
         return single, None
-    figures = _figures(cm)
+    args = (top, open_top, lowest, cap)
+    value, layers = _least_knapsack(np, cm, _figures(cm), nb, single, *args, layout=layout)
+    heavy = _heavy(cm)
+    if heavy is not None and value < single:
+        count, figures, roles = heavy
+        value = max(value, _least_knapsack(np, cm, figures, count, single, *args, empty=roles)[0])
+    if value >= single or not math.isfinite(value):
+        return single, None
+    if not layout or layers is None:
+        return value, None
+    of, tables = layers
+    return value, _layout(cm, of, tables, _counts(top, lowest), top, open_top)
+
+
+def _counts(top: int, lowest: int) -> list[int]:
+    """The stage counts the knapsack's least is read at (0: not counted)."""
+    return list(range(lowest, top + 1)) if top else [0]
+
+
+def _least_knapsack(
+    np: Any,
+    cm: CostModel,
+    figures: list[Figures],
+    nb: int,
+    single: float,
+    top: int,
+    open_top: bool,
+    lowest: int,
+    cap: float,
+    layout: bool = False,
+    empty: Roles | None = None,
+) -> tuple[float, tuple[list[Figures], list[Any]] | None]:
+    """The least knapsack of ``nb`` blocks over ``figures``' nodes (inf: none holds them
+    all), and with ``layout`` the nodes and tables of that solution; ``single`` (the
+    least one-stage pipeline's seconds) where it is less.  With ``empty``, a node may
+    also take each role it allows there holding none of the blocks counted (then every
+    node is solved: the few nodes of :func:`useful` need every stage to hold one)."""
     if math.isfinite(cap):
-        capped = (_capped(cm, f, cap) for f in figures)
-        figures = [f for f in capped if max(f.inner, f.lead, f.tail) > 0]
+        capped = (_capped(cm, f, cap, nb) for f in figures)
+        figures = [
+            f
+            for f in capped
+            if max(f.inner, f.lead, f.tail) > 0 or (empty is not None and any(empty[f.node]))
+        ]
         if not figures:
             return single, None
     if _most_held(figures, top if top and not open_top else len(figures)) < nb:
         return single, None  # no pipeline of two stages or more holds every block
-    counts = list(range(lowest, top + 1)) if top else [0]
+    counts = _counts(top, lowest)
 
     solved: dict[tuple[int, ...], tuple[float, list[Figures], list[Any]]] = {}
     """Per set of nodes: its least, the nodes, and (with ``layout``) its tables."""
@@ -256,19 +318,17 @@ def _solution(
         nodes = tuple(f.node for f in of)
         if nodes not in solved:
             layers: list[Any] = []
-            g = _knapsack(np, cm, of, top, open_top, layers if layout else None)
+            g = _knapsack(np, cm, of, nb, top, open_top, layers if layout else None, empty)
             solved[nodes] = (float(g[1, 1, counts, nb].min()), of, layers)
         return min(single, solved[nodes][0])
 
-    least(useful(figures, nb, lowest, least))
+    least(figures if empty is not None else useful(figures, nb, lowest, least))
     # The least of the knapsacks solved: where the nodes kept hold an optimum, theirs;
     # where the one in hand was below every solution, it is a bound itself.
     value, of, layers = min(solved.values(), key=lambda got: got[0])
     if value >= single or not math.isfinite(value):
         return single, None
-    if not layout:
-        return value, None
-    return value, _layout(cm, of, layers, counts, top, open_top)
+    return value, (of, layers) if layout else None
 
 
 def _most_held(figures: list[Figures], most: int) -> int:
@@ -362,15 +422,17 @@ def _knapsack(
     np: Any,
     cm: CostModel,
     figures: list[Figures],
+    nb: int,
     top: int,
     open_top: bool,
     layers: list[Any] | None = None,
+    empty: Roles | None = None,
 ) -> Any:
-    """g[f, l, c, j]: the least cost of j blocks on the c nodes of ``figures`` taken, f:
-    the first stage among them (blocks [0, k) beside the embed), l: the last (blocks
-    [nb - k, nb) beside the head); every other node an interior stage.  ``layers``, where
-    given, gets the table before the first node and after each."""
-    nb = cm.num_blocks
+    """g[f, l, c, j]: the least cost of j of the ``nb`` blocks counted on the c nodes of
+    ``figures`` taken, f: the first stage among them (blocks [0, k) beside the embed), l:
+    the last (blocks [nb - k, nb) beside the head); every other node an interior stage.
+    ``layers``, where given, gets the table before the first node and after each;
+    ``empty``, where given, the roles each node may take holding none of them."""
     inf = math.inf
     idx = np.arange(nb + 1)
     g = np.full((2, 2, top + 1, nb + 1), inf)
@@ -410,6 +472,15 @@ def _knapsack(
                 for r, c in f.pieces:
                     cand = np.maximum(cand, take(before, tail, r) + c)
             np.minimum(fresh[:, 1], cand + hop, out=fresh[:, 1])
+        if empty is not None:  # a stage holding none of the blocks counted
+            mid, first, last = empty[f.node]
+            if mid:
+                np.minimum(fresh, step + (hop + out), out=fresh)
+            if first:
+                np.minimum(fresh[1], step[0] + (hop + out), out=fresh[1])
+            if last:
+                alone = _stage_cost(cm, f, "last", 0) + hop
+                np.minimum(fresh[:, 1], step[:, 0] + alone, out=fresh[:, 1])
         g = fresh
         if layers is not None:
             layers.append(g)

@@ -26,12 +26,12 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from stowplan.cost import CostModel
 
-__all__ = ["Figures", "node_figures", "useful"]
+__all__ = ["Figures", "heaviest", "node_figures", "useful"]
 
 
 class Figures(NamedTuple):
@@ -62,22 +62,41 @@ class Figures(NamedTuple):
         return (self.inner, self.lead, self.tail, self.rate, self.inv_bw, self.flop_s, self.block_s)
 
 
-def node_figures(cm: CostModel) -> list[Figures]:
-    """Per node that may hold a block, in node order, what the knapsack reads of it."""
+def node_figures(cm: CostModel, kept: Sequence[int] | None = None) -> list[Figures]:
+    """Per node that may hold a block, in node order, what the knapsack reads of it;
+    with ``kept`` (block indices, ascending), counting only those blocks: the most of
+    them a stage of each role holds (none, where it holds only others), a block's seconds
+    and its reads the least of theirs (every pipeline holds them all and pays at least
+    that for each, the other blocks besides: a knapsack over them alone, its stages
+    free to hold none of them, is a bound as well)."""
     nb = cm.num_blocks
-    rd, kvr, _ = cm.smallest_block()
-    window = cm.max_window()
     mp = cm.mem_prefix
+    window = cm.max_window()
+    if kept is None:
+        rd, kvr, _ = cm.smallest_block()
+        counted = list(range(nb + 1))
+        widest = window
+    else:
+        rp, kp = cm.read_prefix, cm.kv_prefix
+        rd = min(rp[i + 1] - rp[i] for i in kept)
+        kvr = min(kp[i + 1] - kp[i] for i in kept)
+        counted = [0] * (nb + 1)
+        for i in kept:
+            counted[i + 1] = 1
+        for i in range(nb):
+            counted[i + 1] += counted[i]
+        widest = _most_within(mp, counted, cm.usable)
     siblings = Counter(cm.parent)
     rd_read, rd_weights = rd + kvr, rd
     got = []
     for d in range(len(cm.nodes)):
         room = cm.usable[d]
-        inner = min(window[d], nb)
         lead = bisect_right(mp, room - cm.embed) - 1 if room >= cm.embed else 0
         tail = nb - bisect_left(mp, mp[nb] - (room - cm.head)) if room >= cm.head else 0
-        if max(inner, lead, tail) <= 0:
+        if max(window[d], lead, tail) <= 0:
             continue
+        inner = min(widest[d], counted[nb])
+        lead, tail = counted[lead], counted[nb] - counted[nb - tail]
         rate = cm.block_seconds(d, rd + kvr, rd)
         hop, out = cm.latency_s[d], cm.xfer_s[d]
         if siblings[cm.parent[d]] > 1:  # the next stage may be a GPU group of the same node
@@ -93,6 +112,33 @@ def node_figures(cm: CostModel) -> list[Figures]:
             )
         )
     return got
+
+
+def heaviest(cm: CostModel) -> tuple[int, ...] | None:
+    """The blocks of the most memory (weights and KV; within rounding), where some block
+    takes less: a stage's room holds fewer of them than its widest window of blocks."""
+    mp, nb = cm.mem_prefix, cm.num_blocks
+    sizes = [mp[i + 1] - mp[i] for i in range(nb)]
+    most = max(sizes, default=0)
+    kept = tuple(i for i, size in enumerate(sizes) if size >= most * (1 - 1e-9))
+    return None if len(kept) == nb else kept
+
+
+def _most_within(mp: Sequence[int], counted: Sequence[int], rooms: Sequence[int]) -> list[int]:
+    """Per room, the most blocks ``counted`` counts (a prefix count) in any window of
+    consecutive blocks whose memory (``mp``, a prefix sum) fits it."""
+    nb = len(mp) - 1
+    by_room: dict[int, int] = {}
+    for room in rooms:
+        if room in by_room:
+            continue
+        best, lo = 0, 0
+        for hi in range(1, nb + 1):
+            while mp[hi] - mp[lo] > room:
+                lo += 1
+            best = max(best, counted[hi] - counted[lo])
+        by_room[room] = best
+    return [by_room[room] for room in rooms]
 
 
 def useful(
