@@ -158,3 +158,39 @@ FIVE_MIXED = (
 )
 """Five mixed nodes, no one of which holds llama3.1:405b: 1 and 4 × RTX 3090, 4 and 8 ×
 A100 80GB, one H200 (the specs :func:`nodes_of` takes)."""
+
+
+FOUR_KINDS = (("H100 SXM5", 80), ("A100 80GB SXM4", 80), ("L40S", 48), ("RTX 4090", 24))
+"""Single GPUs of four kinds (GPU name, GB): the kinds :func:`single_gpu_kinds` cycles
+through by default."""
+
+
+def single_gpu_kinds(
+    n: int,
+    seed: int,
+    kinds: Sequence[tuple[str, int]] = FOUR_KINDS,
+    mbps: tuple[float, float] = (10_000.0, 100_000.0),
+    ms: tuple[float, float] = (0.05, 0.5),
+    digits: int | None = None,
+) -> list[NodeDescriptor]:
+    """``n`` single-GPU nodes, the i-th of ``kinds[i % len(kinds)]``, ids ``n00``, ``n01``,
+    …, each link's Mbit/s and latency drawn uniformly from ``mbps`` and ``ms`` (a LAN by
+    default) by ``random.Random(seed)``; with ``digits``, the Mbit/s rounded to a whole
+    number and the latency to that many digits."""
+    rng = random.Random(seed)
+
+    def drawn(bounds: tuple[float, float], places: int | None) -> float:
+        value = rng.uniform(*bounds)
+        return value if digits is None else round(value, places)
+
+    return [
+        NodeDescriptor(
+            id=f"n{i:02d}",
+            gpu_name=kinds[i % len(kinds)][0],
+            vram_bytes=kinds[i % len(kinds)][1] * 10**9,
+            flops_estimate=0.0,
+            link_mbps=drawn(mbps, 0 if digits is not None else None),
+            link_latency_ms=drawn(ms, digits),
+        )
+        for i in range(n)
+    ]

@@ -7,7 +7,6 @@ pays the hops of the nodes the model needs."""
 
 from __future__ import annotations
 
-import random
 from unittest.mock import patch
 
 from stowplan import Constraints, NodeDescriptor, plan
@@ -18,22 +17,16 @@ from stowplan.planner.exact import trip
 from stowplan.planner.exact.pipelines import solve_exact
 from stowplan.planner.exact.trip_nodes import heaviest, node_figures
 from stowplan.planner.problem import prepare
+from tests.common.gpu_fleets import nodes_of, single_gpu_kinds
+
+_WAN_KINDS = (("H100 SXM5", 80), ("A100 80GB SXM4", 80), ("MI300X", 192), ("L40S", 48))
+"""The kinds of the 16 WAN nodes below."""
 
 
 def _mi300x_wan(n: int) -> list[NodeDescriptor]:
     """``n`` single-MI300X nodes on 1 Gbit/s links 12–52 ms apart."""
     lat = (31.0, 12.5, 44.0, 27.0, 18.5, 52.0, 23.0, 38.0)
-    return [
-        NodeDescriptor(
-            id=f"n{i}",
-            gpu_name="MI300X",
-            vram_bytes=192 * 10**9,
-            flops_estimate=0.0,
-            link_mbps=1000.0,
-            link_latency_ms=lat[i],
-        )
-        for i in range(n)
-    ]
+    return nodes_of([("MI300X", 192, 1, 1000.0, ms) for ms in lat[:n]])
 
 
 def test_the_heaviest_blocks_are_the_moe_blocks_and_none_where_blocks_are_alike():
@@ -72,29 +65,12 @@ def test_on_eight_wan_nodes_the_bound_is_within_half_a_percent_of_the_optimum():
         assert every < 0.8 * exact.value
 
 
-def _mixed_wan() -> list[NodeDescriptor]:
-    """16 single-GPU nodes of four kinds on WAN links, drawn from a fixed seed."""
-    kinds = [("H100 SXM5", 80), ("A100 80GB SXM4", 80), ("MI300X", 192), ("L40S", 48)]
-    rng = random.Random(5)
-    return [
-        NodeDescriptor(
-            id=f"n{i:02d}",
-            gpu_name=kinds[i % 4][0],
-            vram_bytes=kinds[i % 4][1] * 10**9,
-            flops_estimate=0.0,
-            link_mbps=round(rng.uniform(200, 1000)),
-            link_latency_ms=round(rng.uniform(10, 60), 1),
-        )
-        for i in range(16)
-    ]
-
-
 def test_plans_of_sixteen_mixed_wan_nodes_are_certified_within_one_percent():
     """Past the exact solve's eight nodes, the certificates of deepseek-v3's plans on 16
     WAN nodes rest on the knapsack: within 1 % (11 % at one stream, 38 % and 45 % at 16
     and 64 sequences with the knapsack of every block alone)."""
     model = resolve_model("deepseek-v3")
-    nodes = _mixed_wan()
+    nodes = single_gpu_kinds(16, 5, _WAN_KINDS, (200.0, 1000.0), (10.0, 60.0), digits=1)
     for batch in (1, 16, 64):
         got = plan(model, nodes, Constraints(batch=batch))
         cert = got.rationale.certificate

@@ -5,7 +5,6 @@ one, where nodes of one kind differ only in their links."""
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import replace
 from unittest.mock import patch
 
@@ -20,6 +19,7 @@ from stowplan.planner.exact import trip
 from stowplan.planner.exact.pipelines import solve_exact
 from stowplan.planner.exact.trip_nodes import useful
 from stowplan.planner.problem import prepare
+from tests.common.gpu_fleets import single_gpu_kinds
 from tests.common.instances import GPUS, instances
 from tests.common.refusals import rejected_if_refused
 
@@ -94,29 +94,12 @@ def test_mostly_the_bound_of_every_node():
     assert sum(equal) >= 0.9 * len(equal)
 
 
-def _kinds_fleet(seed: int) -> list[NodeDescriptor]:
-    """48 single-GPU nodes of four kinds on a LAN, links drawn from ``seed``."""
-    rng = random.Random(seed)
-    kinds = [("H100 SXM5", 80), ("A100 80GB SXM4", 80), ("L40S", 48), ("RTX 4090", 24)]
-    return [
-        NodeDescriptor(
-            id=f"n{i:02d}",
-            gpu_name=kinds[i % 4][0],
-            vram_bytes=kinds[i % 4][1] * 10**9,
-            flops_estimate=0.0,
-            link_mbps=rng.uniform(10_000.0, 100_000.0),
-            link_latency_ms=rng.uniform(0.05, 0.5),
-        )
-        for i in range(48)
-    ]
-
-
 def test_on_a_fleet_of_few_kinds_few_nodes_are_solved_for_the_same_bound():
     """llama3.1:70b at 16 sequences over 48 nodes of four kinds: the knapsack is solved
     over a fifth of them at most, and gives the bound of every node, on every range of
     stage counts a certificate asks."""
     model = resolve_model("llama3.1:70b")
-    nodes = _kinds_fleet(7)
+    nodes = single_gpu_kinds(48, 7)
     c = Constraints(batch=16)
     for stages in [(1, 48), (4, 7), (8, 15), (16, 31), (2, 3)]:
         got, full = _both(model, nodes, c, stages)

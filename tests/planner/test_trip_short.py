@@ -5,18 +5,18 @@ knapsack solved over every node, without solving it."""
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import replace
 from unittest.mock import patch
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stowplan import Constraints, NodeDescriptor
+from stowplan import Constraints
 from stowplan.cost import CostModel
 from stowplan.models import resolve_model
 from stowplan.planner.exact import trip
 from stowplan.planner.problem import prepare
+from tests.common.gpu_fleets import single_gpu_kinds
 from tests.common.instances import RANGED, ranged
 
 
@@ -41,30 +41,13 @@ def test_the_shortfall_check_leaves_every_capped_bound_as_it_was(inst, batch, fe
     assert got == solved
 
 
-def _lan_fleet(n: int, seed: int) -> list[NodeDescriptor]:
-    """``n`` single-GPU nodes of four kinds, links drawn per node."""
-    rng = random.Random(seed)
-    kinds = [("H100 SXM5", 80), ("A100 80GB SXM4", 80), ("L40S", 48), ("RTX 4090", 24)]
-    return [
-        NodeDescriptor(
-            id=f"n{i:02d}",
-            gpu_name=kinds[i % 4][0],
-            vram_bytes=kinds[i % 4][1] * 10**9,
-            flops_estimate=0.0,
-            link_mbps=rng.uniform(10_000.0, 100_000.0),
-            link_latency_ms=rng.uniform(0.05, 0.5),
-        )
-        for i in range(n)
-    ]
-
-
 def test_a_cap_no_pipeline_of_the_counts_meets_is_answered_without_a_knapsack():
     """llama3.1:70b at 16 sequences over 48 nodes, pipelines of exactly 6 stages: a
     tenth below the least cap at which one holds its 80 blocks, the bound is inf (no
     pipeline) and no knapsack is solved; the same cap with the check left out solves one
     over every node for the same answer."""
     model = resolve_model("llama3.1:70b")
-    nodes = _lan_fleet(48, 3)
+    nodes = single_gpu_kinds(48, 3)
     c = Constraints(batch=16)
     problem = replace(prepare(model, nodes, c), min_stages=6, max_stages=6)
     cm = CostModel(model, nodes, c).for_stages(6)

@@ -83,7 +83,7 @@ from stowplan.model import Constraints, ModelLayout, NodeDescriptor, gpu_group_i
 from stowplan.moe.routing import nodes_in_order
 from stowplan.plan import Plan, Prediction, StageAssignment
 
-__all__ = ["CostModel", "kv_read_bytes", "plan_cost_model"]
+__all__ = ["CostModel", "kv_read_bytes", "most_within", "plan_cost_model"]
 _BYTES_PER_PARAM = {"bf16": 2.0, "fp16": 2.0, "f16": 2.0, "fp32": 4.0, "f32": 4.0, "q4_0": 18 / 32}
 
 
@@ -520,18 +520,7 @@ class CostModel:
         return list(root._windows_kept)
 
     def _windows(self) -> list[int]:
-        mp, nb = self.mem_prefix, self.num_blocks
-        by_room: dict[int, int] = {}  # nodes alike (GPU groups of one kind) share a window
-        for room in self.usable:
-            if room in by_room:
-                continue
-            best, lo = 0, 0
-            for hi in range(1, nb + 1):
-                while mp[hi] - mp[lo] > room:
-                    lo += 1
-                best = max(best, hi - lo)
-            by_room[room] = best
-        return [by_room[room] for room in self.usable]
+        return most_within(self.mem_prefix, range(self.num_blocks + 1), self.usable)
 
     def block_seconds(self, d: int, read: float, weights: float) -> float:
         """Seconds a block reading ``read`` bytes (``weights`` of them weights) adds to a
@@ -817,3 +806,21 @@ def _all_reduce_s(tensor_parallel: int, act_bytes: float, rates: NodeRates) -> f
     if tp <= 1:
         return 0.0
     return rates.intra_latency_s + 2 * (tp - 1) / tp * act_bytes / rates.intra_bytes_per_s
+
+
+def most_within(mp: Sequence[int], counted: Sequence[int], rooms: Sequence[int]) -> list[int]:
+    """Per room, the most blocks ``counted`` counts (a prefix count over the blocks) in
+    any window of consecutive blocks whose memory (``mp``, a prefix sum) fits it; rooms
+    alike (GPU groups of one kind) are counted once."""
+    nb = len(mp) - 1
+    by_room: dict[int, int] = {}
+    for room in rooms:
+        if room in by_room:
+            continue
+        best, lo = 0, 0
+        for hi in range(1, nb + 1):
+            while mp[hi] - mp[lo] > room:
+                lo += 1
+            best = max(best, counted[hi] - counted[lo])
+        by_room[room] = best
+    return [by_room[room] for room in rooms]

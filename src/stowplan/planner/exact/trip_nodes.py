@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from stowplan.cost import CostModel
+from stowplan.cost.model import most_within
 
 __all__ = ["Figures", "heaviest", "node_figures", "useful"]
 
@@ -85,7 +86,7 @@ def node_figures(cm: CostModel, kept: Sequence[int] | None = None) -> list[Figur
             counted[i + 1] = 1
         for i in range(nb):
             counted[i + 1] += counted[i]
-        widest = _most_within(mp, counted, cm.usable)
+        widest = most_within(mp, counted, cm.usable)
     siblings = Counter(cm.parent)
     rd_read, rd_weights = rd + kvr, rd
     got = []
@@ -122,23 +123,6 @@ def heaviest(cm: CostModel) -> tuple[int, ...] | None:
     most = max(sizes, default=0)
     kept = tuple(i for i, size in enumerate(sizes) if size >= most * (1 - 1e-9))
     return None if len(kept) == nb else kept
-
-
-def _most_within(mp: Sequence[int], counted: Sequence[int], rooms: Sequence[int]) -> list[int]:
-    """Per room, the most blocks ``counted`` counts (a prefix count) in any window of
-    consecutive blocks whose memory (``mp``, a prefix sum) fits it."""
-    nb = len(mp) - 1
-    by_room: dict[int, int] = {}
-    for room in rooms:
-        if room in by_room:
-            continue
-        best, lo = 0, 0
-        for hi in range(1, nb + 1):
-            while mp[hi] - mp[lo] > room:
-                lo += 1
-            best = max(best, counted[hi] - counted[lo])
-        by_room[room] = best
-    return [by_room[room] for room in rooms]
 
 
 def useful(
