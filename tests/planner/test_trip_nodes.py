@@ -24,7 +24,7 @@ from tests.common.instances import GPUS, instances
 from tests.common.refusals import rejected_if_refused
 
 
-def _every_node(figures, num_blocks, fewest, least):
+def _every_node(figures, num_blocks, fewest, least, empty=None):
     return figures
 
 
@@ -107,8 +107,8 @@ def test_on_a_fleet_of_few_kinds_few_nodes_are_solved_for_the_same_bound():
         assert got == full
     kept: list[int] = []
 
-    def recorded(figures, num_blocks, fewest, least):
-        got = useful(figures, num_blocks, fewest, least)
+    def recorded(figures, num_blocks, fewest, least, empty=None):
+        got = useful(figures, num_blocks, fewest, least, empty)
         kept.append(len(got))
         return got
 

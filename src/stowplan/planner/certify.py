@@ -17,7 +17,7 @@ from stowplan.planner.exact.pipelines import Optimum, solve_exact, solve_milp
 from stowplan.planner.exact.trip import coupled_cycle_bound, trip_bound
 from stowplan.planner.problem import Problem, build_assignments
 from stowplan.planner.strategies import cycle
-from stowplan.planner.strategies.fractional import fractional_bound
+from stowplan.planner.strategies.fractional import fractional_bound, heavy_fractional_bound
 from stowplan.planner.strategies.throughput import Pipeline, relaxed_bottleneck
 from stowplan.planner.tiebreak import settle
 
@@ -158,6 +158,9 @@ def solver_optimum(problem: Problem, cm: CostModel, objective: Metric) -> Optimu
         # stage counts on the few models of their microbatches.
         value = fractional_bound(problem, cm, objective)
         method = "bound: fractional relaxation (blocks flow to the fastest VRAM)"
+        heavy = heavy_fractional_bound(problem, cm, objective)
+        if heavy is not None and heavy > value:
+            value, method = heavy, f"bound: {HEAVIEST}"
         if objective is Metric.LATENCY and cm.batch == 1:  # several: cycle.optimum tightens
             knapsack = trip_bound(problem, cm)
             if knapsack is not None and knapsack > value:
@@ -182,6 +185,10 @@ def solver_optimum(problem: Problem, cm: CostModel, objective: Metric) -> Optimu
     relaxed = fluid()
     return got if got.value >= relaxed.value else relaxed
 
+
+HEAVIEST = "fractional relaxation of the heaviest blocks alone (blocks differ in memory)"
+"""How :func:`~stowplan.planner.strategies.fractional.heavy_fractional_bound` is named
+where it is above the relaxation of every block."""
 
 KNAPSACK = "a knapsack of the nodes' blocks and hops (each node pays the hop of its own stage)"
 """How the time-per-token bound of :func:`~stowplan.planner.exact.trip.trip_bound` is

@@ -100,8 +100,15 @@ def _heavy_figures(cm: CostModel) -> tuple[int, list[Figures], Roles] | None:
     kept = heaviest(cm)
     if kept is None:
         return None
-    roles = {f.node: (f.inner > 0, f.lead > 0, f.tail > 0) for f in _figures(cm)}
-    return len(kept), node_figures(cm, kept), roles
+    every, nb = _figures(cm), cm.num_blocks
+    heavy = node_figures(cm, kept)
+    # Sought where some node holds a smaller share of the heaviest blocks than of every
+    # block (its widest window counts small blocks); elsewhere the small blocks are not
+    # what loosens the knapsack of every block, and this one is not solved.
+    if all(h.inner * nb >= f.inner * len(kept) for h, f in zip(heavy, every, strict=True)):
+        return None
+    roles = {f.node: (f.inner > 0, f.lead > 0, f.tail > 0) for f in every}
+    return len(kept), heavy, roles
 
 
 _heavy: PerModel[tuple[int, list[Figures], Roles] | None] = PerModel(_heavy_figures)
@@ -296,8 +303,7 @@ def _least_knapsack(
     """The least knapsack of ``nb`` blocks over ``figures``' nodes (inf: none holds them
     all), and with ``layout`` the nodes and tables of that solution; ``single`` (the
     least one-stage pipeline's seconds) where it is less.  With ``empty``, a node may
-    also take each role it allows there holding none of the blocks counted (then every
-    node is solved: the few nodes of :func:`useful` need every stage to hold one)."""
+    also take each role it allows there holding none of the blocks counted."""
     if math.isfinite(cap):
         capped = (_capped(cm, f, cap, nb) for f in figures)
         figures = [
@@ -322,7 +328,7 @@ def _least_knapsack(
             solved[nodes] = (float(g[1, 1, counts, nb].min()), of, layers)
         return min(single, solved[nodes][0])
 
-    least(figures if empty is not None else useful(figures, nb, lowest, least))
+    least(useful(figures, nb, lowest, least, empty))
     # The least of the knapsacks solved: where the nodes kept hold an optimum, theirs;
     # where the one in hand was below every solution, it is a bound itself.
     value, of, layers = min(solved.values(), key=lambda got: got[0])

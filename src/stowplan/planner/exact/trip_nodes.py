@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from stowplan.cost import CostModel
@@ -130,17 +130,24 @@ def useful(
     num_blocks: int,
     fewest: int,
     least: Callable[[list[Figures]], float],
+    empty: Mapping[int, tuple[bool, bool, bool]] | None = None,
 ) -> list[Figures]:
     """Nodes of ``figures`` (in their order) that hold an optimum of the knapsack of
     pipelines of ``fewest`` stages or more, whose least cost (or a smaller figure: its
     pipeline of one stage) ``least`` gives of a list of them — unless the least of the
     few nodes asked first is below every solution: the bound is the least of every
-    ``least`` asked, that one and the nodes returned."""
+    ``least`` asked, that one and the nodes returned.  ``empty``, where given, says per
+    node which roles (interior, first, last) it may take holding none of the blocks
+    counted: such a node is counted as holding none and, last, as adding its hop alone."""
     if any(f.hop < 0 or f.out < 0 or f.least_block < 0 for f in figures):
         return figures  # the bounds below need costs of no sign
+
+    def roles(f: Figures) -> tuple[bool, bool, bool]:
+        return (False, False, False) if empty is None else empty[f.node]
+
     kinds: dict[tuple[object, ...], list[Figures]] = defaultdict(list)
     for f in figures:
-        kinds[f.kind].append(f)
+        kinds[(f.kind, roles(f))].append(f)
     if all(len(fs) <= 1 for fs in kinds.values()):
         return figures
     fewest = max(2, fewest)
@@ -157,10 +164,12 @@ def useful(
             fill.append(fill[-1] + r)
     fill += [math.inf] * (num_blocks + 1 - len(fill))
     # Every solution has ``fewest`` nodes or more, one of them its last stage: each
-    # pays its hop (and transfer, but the last), the last also its head at least.
+    # pays its hop (and transfer, but the last), the last also its head at least (a
+    # last stage holding no block counted, its hop at least).
     hops = sorted(f.hop + f.out for f in figures)
     least_b = min(f.hop for f in figures)
-    ends = [f.hop + f.least_head for f in figures if f.tail > 0]
+    ends = [f.hop + (0.0 if roles(f)[2] else f.least_head) for f in figures]
+    ends = [e for e, f in zip(ends, figures, strict=True) if f.tail > 0 or roles(f)[2]]
     if not ends:
         return figures
     least_end = min(ends)
@@ -169,19 +178,23 @@ def useful(
     for fs in kinds.values():
         by_a = sorted(fs, key=lambda f: (f.hop + f.out, f.node))
         by_b = sorted(fs, key=lambda f: (f.hop, f.node))
-        r, end = fs[0].least_block, by_b[0].hop + fs[0].least_head
-        # t nodes of the kind: t blocks at its rate at least, the rest filled anyhow;
-        # the hops of its nodes, of the last (of the kind or not) and of the other
-        # nodes up to ``fewest``.
+        hollow = any(roles(fs[0]))
+        """Whether a node of the kind may hold no block counted."""
+        r = fs[0].least_block
+        end = by_b[0].hop + (0.0 if roles(fs[0])[2] else fs[0].least_head)
+        # t nodes of the kind: t blocks at its rate at least (none where it may hold
+        # none), the rest filled anyhow; the hops of its nodes, of the last (of the kind
+        # or not) and of the other nodes up to ``fewest``.
         most, firsts = 0, [0.0]
         for f in by_a:
             firsts.append(firsts[-1] + f.hop + f.out)
-        for t in range(1, min(len(fs), num_blocks) + 1):
+        for t in range(1, (len(fs) if hollow else min(len(fs), num_blocks)) + 1):
             paid = min(
                 firsts[t] + least_end + max(0, fewest - t - 1) * least_b,
                 firsts[t - 1] + end + max(0, fewest - t) * least_b,
             )
-            if t * r + fill[num_blocks - t] + max(floor, paid) > upper:
+            blocks = fill[num_blocks] if hollow else t * r + fill[num_blocks - t]
+            if blocks + max(floor, paid) > upper:
                 break
             most = t
         chosen.update(f.node for f in (*by_a[:most], *by_b[:most]))

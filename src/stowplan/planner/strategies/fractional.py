@@ -15,14 +15,17 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
+from itertools import accumulate
 
 from stowplan.cost import CostModel
+from stowplan.cost.model import most_within
 from stowplan.model import Metric
+from stowplan.planner.exact.trip_nodes import heaviest
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies.capacity_arrays import ARRAY_NODES, fluid_capacity, numpy_module
 from stowplan.planner.strategies.memo import PerModel
 
-__all__ = ["fractional_bound"]
+__all__ = ["fractional_bound", "heavy_fractional_bound"]
 
 _STEPS = 60
 """Most bisection steps of the slowest-stage bound."""
@@ -47,18 +50,34 @@ def fractional_bound(problem: Problem, cm: CostModel, objective: Metric) -> floa
 
 class _Figures:
     """One cost model's figures of the relaxation: per node the seconds per (smallest)
-    block and the fractional blocks its VRAM holds, and what is derived from them."""
+    block and the fractional blocks its VRAM holds, and what is derived from them; with
+    ``kept`` (block indices), of those blocks alone (the smallest of them, the most of
+    them in any window that fits)."""
 
-    def __init__(self, cm: CostModel) -> None:
+    def __init__(self, cm: CostModel, kept: Sequence[int] | None = None) -> None:
         self.cm = cm
-        nb, n = cm.num_blocks, len(cm.nodes)
-        rd, kvr, mem = cm.smallest_block()
+        n = len(cm.nodes)
+        if kept is None:
+            nb = cm.num_blocks
+            rd, kvr, mem = cm.smallest_block()
+            window = cm.max_window()
+        else:
+            nb = len(kept)
+            rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
+            rd = min(rp[i + 1] - rp[i] for i in kept)
+            kvr = min(kp[i + 1] - kp[i] for i in kept)
+            mem = min(mp[i + 1] - mp[i] for i in kept)
+            counted = [0] * (cm.num_blocks + 1)
+            for i in kept:
+                counted[i + 1] = 1
+            window = most_within(mp, list(accumulate(counted)), cm.usable)
+        self.nb = nb
+        """The blocks counted."""
         read = rd + kvr  # :meth:`CostModel.block_seconds` of each node, inlined
         self.rate = [
             max(read * ib, rd * fl) + bs
             for ib, fl, bs in zip(cm.inv_bw, cm.flop_s_per_byte, cm.block_s, strict=True)
         ]
-        window = cm.max_window()
         self.room = [min(window[d], nb if mem <= 0 else cm.usable[d] / mem) for d in range(n)]
         self.fewest = _fewest_by_room(self.room, nb)
         """The fewest nodes whose fractional room holds every block (n + 1 if none do)."""
@@ -99,7 +118,7 @@ class _Figures:
         if self._fill is None:
             cm, rate, room = self.cm, self.rate, self.room
             n = len(cm.nodes)
-            left = float(cm.num_blocks)
+            left = float(self.nb)
             total = 0.0
             for d in sorted(range(n), key=lambda d: rate[d]):
                 take = min(left, room[d])
@@ -124,7 +143,7 @@ class _Figures:
     def _capacity_at(self, top: int) -> Callable[[float], float]:
         cm = self.cm
         if self._capacity is None:
-            nb, rate, room = cm.num_blocks, self.rate, self.room
+            nb, rate, room = self.nb, self.rate, self.room
             n = len(rate)
             lim = [min(room[d], float(nb)) for d in range(n)]
             inv = [1.0 / rate[d] if rate[d] else math.inf for d in range(n)]
@@ -144,7 +163,7 @@ class _Figures:
 
     def _bisect(self, capacity: Callable[[float], float]) -> float:
         assert self._capacity is not None
-        nb = self.cm.num_blocks
+        nb = self.nb
         lo, hi = 0.0, self._capacity[2]
         for _ in range(_STEPS):
             if hi - lo <= 1e-9 * hi:
@@ -223,3 +242,40 @@ def _fewest_by_room(room: Sequence[float], nb: int) -> int:
 
 
 _figures_of = PerModel(_Figures)
+
+
+def _heavy_figures(cm: CostModel) -> _Figures | None:
+    kept = heaviest(cm)
+    if kept is None:
+        return None
+    heavy, every = _Figures(cm, kept), _figures_of(cm)
+    # Sought where some node holds a smaller share of the heaviest blocks than of every
+    # block (its room counts small blocks); elsewhere the small blocks are not what
+    # loosens the relaxation of every block, and this one is not sought.
+    nb = cm.num_blocks
+    if all(h * nb >= e * len(kept) for h, e in zip(heavy.room, every.room, strict=True)):
+        return None
+    return heavy
+
+
+_heavy_of = PerModel(_heavy_figures)
+"""Per cost model whose blocks differ in memory, the relaxation of its heaviest blocks
+alone (None where blocks are alike)."""
+
+
+def heavy_fractional_bound(problem: Problem, cm: CostModel, objective: Metric) -> float | None:
+    """:func:`fractional_bound` of the model's heaviest blocks alone, where blocks differ
+    in memory (None where they do not): every pipeline holds them all, a stage at most
+    as many as its room fits of them (the small blocks no longer make every stage's
+    room generous), and each takes at least the least of their times; a stage holding
+    none of them still pays its hop (and, last, the head).  A bound as well; the larger
+    of the two holds."""
+    figures = _heavy_of(cm)
+    if figures is None:
+        return None
+    single = _figures_of(cm).single() if problem.min_stages <= 1 else math.inf
+    if problem.max_stages < 2 or len(cm.nodes) < 2:
+        return single
+    if objective == Metric.LATENCY:
+        return min(single, figures.trip(max(2, problem.min_stages, figures.fewest)))
+    return min(single, figures.slowest(max(problem.max_stages, 2)))
