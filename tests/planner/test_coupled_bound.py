@@ -152,9 +152,9 @@ def test_the_bisection_from_a_floor_the_test_passes_near_is_the_plain_one(
     solved = trip._trip_bound
     knapsacks: list[int] = []
 
-    def counted(*args: object) -> float | None:
+    def counted(*args: object, **kwargs: object) -> float | None:
         knapsacks[-1] += 1
-        return solved(*args)  # type: ignore[arg-type]
+        return solved(*args, **kwargs)  # type: ignore[arg-type]
 
     limits = trip._limits(sub, view)
     assert limits is not None

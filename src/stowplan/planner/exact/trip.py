@@ -172,7 +172,7 @@ def coupled_cycle_bound(
     if limits is None or m < 1 or not (0 <= floor < ceiling < math.inf):
         return None
     lo, hi = floor / m, ceiling / m
-    top = _trip_bound(cm, limits, hi)
+    top = _trip_bound(cm, limits, hi, enough=ceiling)
     if top is None:
         return None
     if top > ceiling:
@@ -186,7 +186,11 @@ def coupled_cycle_bound(
         if (end - lo) * m <= _COUPLED_PRECISION * ceiling:
             break
         end = (lo + end) / 2
-    kept = end < hi and (at_end := _trip_bound(cm, limits, end)) is not None and m * end >= at_end
+    kept = (
+        end < hi
+        and (at_end := _trip_bound(cm, limits, end, enough=m * end)) is not None
+        and m * end >= at_end
+    )
     for _ in range(COUPLED_STEPS - 1):
         if kept:
             hi = end
@@ -194,7 +198,7 @@ def coupled_cycle_bound(
         if (hi - lo) * m <= _COUPLED_PRECISION * ceiling:
             break
         mid = (lo + hi) / 2
-        trip = _trip_bound(cm, limits, mid)
+        trip = _trip_bound(cm, limits, mid, enough=m * mid)
         if trip is None:
             return None
         if m * mid < trip:
@@ -230,10 +234,13 @@ def _capped(cm: CostModel, f: Figures, cap: float, nb: int) -> Figures:
     )
 
 
-def _trip_bound(cm: CostModel, limits: Limits, cap: float = math.inf) -> float | None:
+def _trip_bound(
+    cm: CostModel, limits: Limits, cap: float = math.inf, enough: float = math.inf
+) -> float | None:
     """:func:`trip_bound` of pipelines within ``limits``, every stage within ``cap``
-    seconds (:func:`_solution`'s bound)."""
-    got = _solution(cm, *limits, cap)
+    seconds (:func:`_solution`'s bound; a bound above ``enough`` may stand for a larger
+    one)."""
+    got = _solution(cm, *limits, cap, enough=enough)
     return None if got is None else got[0]
 
 
@@ -246,6 +253,7 @@ def _solution(
     lowest: int,
     cap: float,
     layout: bool = False,
+    enough: float = math.inf,
 ) -> tuple[float, Pipeline | None] | None:
     """The bound of pipelines of one stage where ``alone``, of two or more unless
     ``one_stage``, counted up to ``top`` (``open_top``: that many or more) from
@@ -253,7 +261,9 @@ def _solution(
     least knapsack solution stands for (:func:`_layout`; None where a single stage or
     nothing gives the bound).  Where blocks differ in memory, the knapsack over the
     heaviest blocks alone bounds too (a stage's room holds fewer of them than its widest
-    window of blocks): the larger of the two is the bound."""
+    window of blocks): the larger of the two is the bound, the heaviest blocks' first;
+    where that one is above ``enough`` (a caller asking only whether the bound passes
+    it), it stands for both."""
     n, nb = len(cm.nodes), cm.num_blocks
     try:
         import numpy as np
@@ -269,11 +279,14 @@ def _solution(
     if one_stage:
         return single, None
     args = (top, open_top, lowest, cap)
-    value, layers = _least_knapsack(np, cm, _figures(cm), nb, single, *args, layout=layout)
-    heavy = _heavy(cm)
-    if heavy is not None and value < single:
+    heavy, least = _heavy(cm), 0.0
+    if heavy is not None:
         count, figures, roles = heavy
-        value = max(value, _least_knapsack(np, cm, figures, count, single, *args, empty=roles)[0])
+        least = _least_knapsack(np, cm, figures, count, single, *args, empty=roles)[0]
+        if least > enough and not layout:
+            return (single, None) if least >= single or math.isinf(least) else (least, None)
+    value, layers = _least_knapsack(np, cm, _figures(cm), nb, single, *args, layout=layout)
+    value = max(value, least)
     if value >= single or not math.isfinite(value):
         return single, None
     if not layout or layers is None:

@@ -577,11 +577,12 @@ REFINE_RANGES = 64
 split), per certificate: on fleets of a few dozen nodes whose best pipelines run a dozen
 stages or more, the ranges of counts near the optimum's each take several."""
 
-SEARCHED_FURTHER = 2
+SEARCHED_FURTHER = 4
 """On up to :data:`COUNT_SEARCH_NODES` nodes, once the refinements end with the plan
-above the bound, the single stage counts of least bound below it (besides those solved
-whole) searched held to their count, at most this many: the count of least bound is not
-always the optimum's, and the plan's search tries the few counts of least quick bound."""
+above the bound, the stage counts and ranges of them of least bound below it (besides
+the counts solved whole) searched held to their counts, at most this many: the count of
+least bound is not always the optimum's, and the plan's search tries the few counts of
+least quick bound."""
 
 REFINED_GAP = 0.01
 """Beyond :data:`COUNT_SEARCH_NODES` nodes, the range holding the least bound is refined
@@ -780,20 +781,21 @@ def optimum(
             got[(a, b)] = bounded(a, b, least)
     if whole and searched is not None and len(cm.nodes) <= COUNT_SEARCH_NODES:
         # The loop ends at a count solved whole (or out of refinements) with the plan
-        # still above the bound: the next counts of least bound may hold a better
-        # pipeline than the plan's search found; a few are searched held to their count.
+        # still above the bound: the next counts (or ranges of them) of least bound may
+        # hold a better pipeline than the plan's search found; a few are searched, each
+        # held to its counts.
         for p in pipelines[counted:]:
             target = min(target, evaluated(cm, *p).cycle_s)
         further = sorted(
-            (bound_of, first)
+            (bound_of, first, last)
             for (first, last), bound_of in got.items()
-            if first == last and first not in whole_counts and bound_of < target * close
+            if not (first == last and first in whole_counts) and bound_of < target * close
         )
-        for _, stages in further[:SEARCHED_FURTHER]:
-            held = replace(problem, min_stages=stages, max_stages=stages)
-            if (found := searched(held, cm.for_stages(stages))) is not None:
+        for _, first, last in further[:SEARCHED_FURTHER]:
+            held = replace(problem, min_stages=first, max_stages=last)
+            if (found := searched(held, cm.for_stages(last))) is not None:
                 pipelines.append(found)
-                by_search[id(found)] = stages
+                by_search[id(found)] = len(found[0])
     per_count = list(got.values())
     lower = min(per_count, default=math.inf)
     best = min(pipelines, key=lambda p: evaluated(cm, *p).cycle_s, default=None)
