@@ -497,9 +497,9 @@ def _knapsack(
                 np.minimum(fresh, step + (hop + out), out=fresh)
             if first:
                 np.minimum(fresh[1], step[0] + (hop + out), out=fresh[1])
-            if last:
-                alone = _stage_cost(cm, f, "last", 0) + hop
-                np.minimum(fresh[:, 1], step[:, 0] + alone, out=fresh[:, 1])
+            if last:  # the head alone, and its hop
+                headed = _stage_cost(cm, f, "last", 0) + hop
+                np.minimum(fresh[:, 1], step[:, 0] + headed, out=fresh[:, 1])
         g = fresh
         if layers is not None:
             layers.append(g)

@@ -32,7 +32,7 @@ from typing import NamedTuple
 from stowplan.cost import CostModel
 from stowplan.cost.model import most_within
 
-__all__ = ["Figures", "heaviest", "node_figures", "useful"]
+__all__ = ["Figures", "heaviest", "kept_figures", "node_figures", "useful"]
 
 
 class Figures(NamedTuple):
@@ -78,14 +78,7 @@ def node_figures(cm: CostModel, kept: Sequence[int] | None = None) -> list[Figur
         counted = list(range(nb + 1))
         widest = window
     else:
-        rp, kp = cm.read_prefix, cm.kv_prefix
-        rd = min(rp[i + 1] - rp[i] for i in kept)
-        kvr = min(kp[i + 1] - kp[i] for i in kept)
-        counted = [0] * (nb + 1)
-        for i in kept:
-            counted[i + 1] = 1
-        for i in range(nb):
-            counted[i + 1] += counted[i]
+        counted, rd, kvr, _ = kept_figures(cm, kept)
         widest = most_within(mp, counted, cm.usable)
     siblings = Counter(cm.parent)
     rd_read, rd_weights = rd + kvr, rd
@@ -113,6 +106,23 @@ def node_figures(cm: CostModel, kept: Sequence[int] | None = None) -> list[Figur
             )
         )
     return got
+
+
+def kept_figures(cm: CostModel, kept: Sequence[int]) -> tuple[list[int], int, float, int]:
+    """How many of the blocks ``kept`` lie before each block (a prefix count over all of
+    them), and their least weight read, KV read and memory (bytes; each its own least)."""
+    rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
+    counted = [0] * (cm.num_blocks + 1)
+    for i in kept:
+        counted[i + 1] = 1
+    for i in range(cm.num_blocks):
+        counted[i + 1] += counted[i]
+    return (
+        counted,
+        min(rp[i + 1] - rp[i] for i in kept),
+        min(kp[i + 1] - kp[i] for i in kept),
+        min(mp[i + 1] - mp[i] for i in kept),
+    )
 
 
 def heaviest(cm: CostModel) -> tuple[int, ...] | None:

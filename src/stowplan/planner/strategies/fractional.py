@@ -15,12 +15,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from itertools import accumulate
 
 from stowplan.cost import CostModel
 from stowplan.cost.model import most_within
 from stowplan.model import Metric
-from stowplan.planner.exact.trip_nodes import heaviest
+from stowplan.planner.exact.trip_nodes import heaviest, kept_figures
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies.capacity_arrays import ARRAY_NODES, fluid_capacity, numpy_module
 from stowplan.planner.strategies.memo import PerModel
@@ -63,14 +62,8 @@ class _Figures:
             window = cm.max_window()
         else:
             nb = len(kept)
-            rp, kp, mp = cm.read_prefix, cm.kv_prefix, cm.mem_prefix
-            rd = min(rp[i + 1] - rp[i] for i in kept)
-            kvr = min(kp[i + 1] - kp[i] for i in kept)
-            mem = min(mp[i + 1] - mp[i] for i in kept)
-            counted = [0] * (cm.num_blocks + 1)
-            for i in kept:
-                counted[i + 1] = 1
-            window = most_within(mp, list(accumulate(counted)), cm.usable)
+            counted, rd, kvr, mem = kept_figures(cm, kept)
+            window = most_within(cm.mem_prefix, counted, cm.usable)
         self.nb = nb
         """The blocks counted."""
         read = rd + kvr  # :meth:`CostModel.block_seconds` of each node, inlined
