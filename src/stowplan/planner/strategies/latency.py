@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from operator import attrgetter
 from typing import Any, overload
 
@@ -732,9 +733,21 @@ def latency_pipeline(problem: Problem, cm: CostModel) -> Pipeline | None:
                 break
         else:
             answer, got = _least_latency(cm, *key)
-            kept[key] = answer
             if got is not None:
                 reached.append((got, answer))
+            if problem.min_stages > 1:
+                # Held, the search's moves cannot pass through other counts of nodes: the
+                # search of no limit, where it keeps within them, may do better.
+                free = latency_pipeline(
+                    replace(problem, min_stages=1, max_stages=len(cm.nodes)), cm
+                )
+                if (
+                    free is not None
+                    and problem.min_stages <= len(free[0]) <= problem.max_stages
+                    and (answer is None or _latency_key(cm, free) < _latency_key(cm, answer))
+                ):
+                    answer = free
+            kept[key] = answer
     found = kept[key]
     return None if found is None else (list(found[0]), list(found[1]))
 
