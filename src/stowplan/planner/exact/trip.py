@@ -279,14 +279,13 @@ def _solution(
     if one_stage:
         return single, None
     args = (top, open_top, lowest, cap)
-    heavy, least = _heavy(cm), 0.0
+    heavy, value, layers = _heavy(cm), 0.0, None
     if heavy is not None:
         count, figures, roles = heavy
-        least = _least_knapsack(np, cm, figures, count, single, *args, empty=roles)[0]
-        if least > enough and not layout:
-            return (single, None) if least >= single or math.isinf(least) else (least, None)
-    value, layers = _least_knapsack(np, cm, _figures(cm), nb, single, *args, layout=layout)
-    value = max(value, least)
+        value = _least_knapsack(np, cm, figures, count, single, *args, empty=roles)[0]
+    if layout or value <= enough:
+        every, layers = _least_knapsack(np, cm, _figures(cm), nb, single, *args, layout=layout)
+        value = max(value, every)
     if value >= single or not math.isfinite(value):
         return single, None
     if not layout or layers is None:

@@ -178,8 +178,9 @@ def useful(
     # last stage holding no block counted, its hop at least).
     hops = sorted(f.hop + f.out for f in figures)
     least_b = min(f.hop for f in figures)
-    ends = [f.hop + (0.0 if roles(f)[2] else f.least_head) for f in figures]
-    ends = [e for e, f in zip(ends, figures, strict=True) if f.tail > 0 or roles(f)[2]]
+    ends = [
+        f.hop + (0.0 if roles(f)[2] else f.least_head) for f in figures if f.tail > 0 or roles(f)[2]
+    ]
     if not ends:
         return figures
     least_end = min(ends)

@@ -38,8 +38,13 @@ def fractional_bound(problem: Problem, cm: CostModel, objective: Metric) -> floa
     to their VRAM; the embed, head and the roles are dropped except for the hop terms
     every multi-stage pipeline pays.
     """
-    figures = _figures_of(cm)
-    single = figures.single() if problem.min_stages <= 1 else math.inf
+    return _bound(problem, cm, objective, _figures_of(cm))
+
+
+def _bound(problem: Problem, cm: CostModel, objective: Metric, figures: _Figures) -> float:
+    """The relaxation's bound on ``figures`` (of every block, or of the heaviest), the
+    whole model on one node (of every block's figures) where it is less."""
+    single = _figures_of(cm).single() if problem.min_stages <= 1 else math.inf
     if problem.max_stages < 2 or len(cm.nodes) < 2:
         return single
     if objective == Metric.LATENCY:
@@ -264,11 +269,4 @@ def heavy_fractional_bound(problem: Problem, cm: CostModel, objective: Metric) -
     none of them still pays its hop (and, last, the head).  A bound as well; the larger
     of the two holds."""
     figures = _heavy_of(cm)
-    if figures is None:
-        return None
-    single = _figures_of(cm).single() if problem.min_stages <= 1 else math.inf
-    if problem.max_stages < 2 or len(cm.nodes) < 2:
-        return single
-    if objective == Metric.LATENCY:
-        return min(single, figures.trip(max(2, problem.min_stages, figures.fewest)))
-    return min(single, figures.slowest(max(problem.max_stages, 2)))
+    return None if figures is None else _bound(problem, cm, objective, figures)
