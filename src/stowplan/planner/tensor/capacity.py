@@ -145,7 +145,9 @@ class StageCapacity:
                 apart_sets.setdefault(tuple(sorted(order[:t].tolist())), None)
         self._apart = [len(apart) for apart in apart_sets]
         sorted_rest = []
+        apart_bytes = []
         for apart in apart_sets:
+            apart_bytes.append((read[list(apart)], weights[list(apart)], mem[list(apart)]))
             rest = np.ones(nb, dtype=bool)
             rest[list(apart)] = False
             sorted_rest.append(
@@ -162,6 +164,12 @@ class StageCapacity:
         those left (before its transfer)."""
         self._last: list[dict[tuple[object, ...], list[float]]] = [{} for _ in self._apart]
         """The same as the last stage: with the head read, held and computed."""
+        self._headed: list[dict[tuple[object, ...], float]] = [{} for _ in self._apart]
+        """Per count set apart, per kind of group: the least time of the last stage holding
+        none of the blocks left (the head alone; inf where it does not fit)."""
+        self._spare: list[dict[tuple[object, ...], float]] = [{} for _ in self._apart]
+        """Per count set apart, per kind of group: the least time of a stage holding one
+        block set apart (before its transfer; inf where none fits)."""
         head = float(gcm.head)
         self._sends: dict[tuple[object, ...], tuple[float, float]] = {}
         """Per kind of group: its transfer over the network and over the cheaper link."""
@@ -174,9 +182,29 @@ class StageCapacity:
             for t, v in sorted(per_node.items()):
                 key = (gcm.stage_class[v], gcm.intra_xfer_s[v])
                 if key not in self._sends:
-                    for times, last, (least_read, least_weights, least_mem) in zip(
-                        self._times, self._last, sorted_rest, strict=True
+                    for times, last, headed, spare, (least_read, least_weights, least_mem), (
+                        apart_read,
+                        apart_weights,
+                        apart_mem,
+                    ) in zip(
+                        self._times,
+                        self._last,
+                        self._headed,
+                        self._spare,
+                        sorted_rest,
+                        apart_bytes,
+                        strict=True,
                     ):
+                        one = np.maximum(
+                            apart_read * gcm.inv_bw[v], apart_weights * gcm.flop_s_per_byte[v]
+                        )
+                        one = np.where(apart_mem <= gcm.usable[v], one, np.inf)
+                        spare[key] = float(one.min(initial=np.inf)) + (
+                            gcm.block_s[v] + gcm.stage_s[v] if window[v] > 0 else np.inf
+                        )
+                        alone = head * max(gcm.inv_bw[v], gcm.flop_s_per_byte[v])
+                        fits = gcm.usable[v] >= head
+                        headed[key] = float(alone + gcm.stage_s[v]) if fits else math.inf
                         for out, extra in ((times, 0.0), (last, head)):
                             room = gcm.usable[v] - extra
                             fit = int(np.searchsorted(least_mem, room, side="right"))
@@ -208,12 +236,14 @@ class StageCapacity:
             tuple[tuple[tuple[int, int], ...], float], list[tuple[float, int, bool]]
         ] = {}
         """:meth:`_node_steps` per tuple of the groups' block counts and latency limit."""
-        self._within: dict[tuple[tuple[tuple[int, int], ...], int], tuple[float, float]] = {}
-        """:meth:`trip_within` per tuple of the blocks each kind of group holds and count of
-        stages, with the limit it was sought within."""
-        self._tables: dict[tuple[int, tuple[tuple[int, int], ...]], tuple[Any, Any] | None] = {}
-        """:meth:`_node_table` per node kind (by index) and its groups' blocks held (as a
-        stage that sends, as the last)."""
+        self._within: dict[tuple[int, tuple[tuple[int, int], ...], int], tuple[float, float]] = {}
+        """:meth:`trip_within` per count set apart (by index), tuple of the blocks left each
+        kind of group holds and count of stages, with the limit it was sought within."""
+        self._tables: dict[
+            tuple[int, int, tuple[tuple[int, int], ...]], tuple[Any, Any] | None
+        ] = {}
+        """:meth:`_node_table` per count set apart and node kind (by index) and its groups'
+        blocks held (as a stage that sends, as the last)."""
         self._latencies = sorted({node.latency for node in self._nodes})
         """The nodes' distinct network latencies (seconds), ascending."""
         most = [
@@ -314,46 +344,84 @@ class StageCapacity:
         if bottleneck <= 0:
             return math.inf
         bottleneck *= 1 + SLACK  # a stage at the limit, its sum rounded the other way
-        # Per kind of group: the most blocks a stage of it holds within the bottleneck,
-        # sending at the cheaper link, and as the last stage (with the head, sending
-        # nothing); the bound is a function of these and the stages alone: kept per both.
-        caps = tuple(
-            (
-                bisect_right(times, bottleneck - self._sends[key][1]),
-                bisect_right(self._last[0][key], bottleneck),
-            )
-            for key, times in self._times[0].items()
-        )
         least = counted_stages(stages, most)
-        # Kept with the limit it was sought within: inf there is inf within any less.
-        found, sought = self._within.get((caps, least), (math.inf, -math.inf))
-        if math.isinf(found) and sought < within:
-            found = self._trip_of(dict(zip(self._times[0], caps, strict=True)), least, within)
-            self._within[(caps, least)] = found, within
-        return found if found <= within else math.inf
+        found = 0.0
+        # Each count of blocks set apart bounds alone; the most set apart first (mostly
+        # the tightest: inf there is inf for all).
+        for i in reversed(range(len(self._apart))):
+            # Per kind of group: the most blocks left a stage of it holds within the
+            # bottleneck, sending at the cheaper link, and as the last stage (with the
+            # head, sending nothing); the bound is a function of these, the count set
+            # apart and the stages alone: kept per all three.
+            caps = tuple(self._caps(i, key, bottleneck) for key in self._times[i])
+            # Kept with the limit it was sought within: inf there is inf within any less.
+            got, sought = self._within.get((i, caps, least), (math.inf, -math.inf))
+            if math.isinf(got) and sought < within:
+                got = self._trip_of(i, dict(zip(self._times[i], caps, strict=True)), least, within)
+                self._within[(i, caps, least)] = got, within
+            if got > within:
+                return math.inf
+            found = max(found, got)
+        return found
+
+    def _caps(self, i: int, key: tuple[object, ...], bottleneck: float) -> tuple[int, int]:
+        """The most blocks left past the ``i``-th count set apart that a stage of kind
+        ``key`` holds within ``bottleneck``, as a stage that sends at the cheaper link (0:
+        none) and as the last (0: none; with blocks set apart, -1: none, 0: the head
+        alone)."""
+        send = self._sends[key][1]
+        times, last = self._times[i][key], self._last[i][key]
+        held = bisect_right(times, bottleneck - send), bisect_right(last, bottleneck)
+        headed = self._headed[i][key] if self._apart[i] else 0.0
+        if math.isinf(headed) or headed > bottleneck:  # the head alone does not fit
+            return held[0], -1
+        return held
 
     def _trip_of(
-        self, caps: dict[tuple[object, ...], tuple[int, int]], least: int, within: float
+        self, i: int, caps: dict[tuple[object, ...], tuple[int, int]], least: int, within: float
     ) -> float:
-        """:meth:`trip_within` of the blocks each kind of group holds (as a stage that
-        sends, as the last stage), on at least ``least`` stages, sought within
-        ``within`` (inf beyond: every partial time counted is at most the whole)."""
+        """:meth:`trip_within` of the blocks left past the ``i``-th count set apart that
+        each kind of group holds (:meth:`_caps`), on at least ``least`` stages, sought
+        within ``within`` (inf beyond: every partial time counted is at most the whole).
+
+        With ``t`` blocks set apart, a stage holding none of the rest holds one of them:
+        at most ``t`` stages do.  Those but the last stage (which may hold the head alone)
+        are counted apart, ``d`` ≤ ``t`` of them each at the least time any stage holding
+        one block set apart takes with its transfer and hop inside its node; the others
+        hold a block of the rest each, at least ``least − d`` stages with the last.  A
+        node's hops count as before over the stages kept (the node is entered over the
+        network once at least, whichever stage it enters), its send over the network at
+        the least any of its kinds of group pays."""
         np = self._np
+        apart = self._apart[i]
+        nb = self.nb - apart
+        spare = min(
+            (
+                self._spare[i][key]
+                + self._sends[key][1]
+                # Its hop inside the node where another group fits beside it, else the
+                # node's network hop: no other stage is there.
+                + (self._inside[key] if size + min(node.sizes) <= node.gpus else node.latency)
+                for node in self._nodes
+                for key, size in zip(node.groups, node.sizes, strict=True)
+            ),
+            default=math.inf,
+        )
         # Per kind of group holding a block: its blocks, the least time of its first block
-        # with its hop inside the node (and its send at the cheaper link, but for the
-        # last stage), and each further block's; as a stage that sends and as the last.
+        # (of none, as the last stage with blocks set apart) with its hop inside the node
+        # (and its send at the cheaper link, but for the last stage), and each further
+        # block's; as a stage that sends and as the last.
         kinds: list[dict[tuple[object, ...], tuple[int, float, Any]]] = [{}, {}]
         for key, (cap, last) in caps.items():
-            for out, held, times, send in (
-                (kinds[0], cap, self._times[0][key], self._sends[key][1]),
-                (kinds[1], last, self._last[0][key], 0.0),
-            ):
-                if held:
-                    first = times[0] + send + self._inside[key]
-                    out[key] = (held, first, np.diff(times[:held]))
-        if not kinds[1]:
-            return math.inf
-        nb = self.nb
+            inside = self._inside[key]
+            if cap > 0:
+                series = self._times[i][key][:cap]
+                kinds[0][key] = (cap, series[0] + self._sends[key][1] + inside, np.diff(series))
+            if last > 0 or (apart and last == 0):
+                series = self._last[i][key][:last]
+                if apart:
+                    series = [self._headed[i][key], *series]
+                kinds[1][key] = (last, series[0] + inside, np.diff(series))
         alone = math.inf
         """The least time of a pipeline on one node."""
         # Per count of stages (the last counting all from ``counted`` on) and of blocks,
@@ -361,19 +429,24 @@ class StageCapacity:
         # stage and with it.  Two stages are not counted (a pipeline on several nodes has
         # them; one node's stages alone are counted there), which halves the work.
         counted = least if least > 2 else 1
+        # Per count of stages left out (each at ``spare``), the fewest kept.
+        kept = [(least, 0.0)] + [
+            (least - d, d * spare) for d in range(1, min(apart, least - 1) + 1)
+        ]
         spread = np.full((2, counted + 1, nb + 1), np.inf)
         spread[0, 0, 0] = 0.0
         for index, node in enumerate(self._nodes):
             if node.counts is None:
                 return 0.0  # too many multisets to count: no bound
-            key = (index, tuple(caps[k] for k in node.groups))
+            key = (i, index, tuple(caps[k] for k in node.groups))
             if key not in self._tables:
-                self._tables[key] = self._node_table(node, kinds)
+                self._tables[key] = self._node_table(node, kinds, nb, 0 if apart else 1)
             table = self._tables[key]
             if table is None:
                 continue
             one, own = table
-            alone = min(alone, float(one[least:, nb].min(initial=np.inf)))
+            for fewest, extra in kept:
+                alone = min(alone, float(one[fewest:, nb].min(initial=np.inf)) + extra)
             # The node's counts of stages from ``counted`` on are one: that many or more.
             folded = np.full((2, counted + 1, nb + 1), np.inf)
             top = min(counted, own.shape[1] - 1)
@@ -387,10 +460,23 @@ class StageCapacity:
                 if np.array_equal(after, spread):
                     break  # no further node of this kind lowers any count
                 spread = after
-        return min(alone, float(spread[1, counted, nb]))
+        # The counts below ``counted`` are exact: ``counted - d`` kept of at least
+        # ``least - d`` (where ``counted`` is 1, every count is at least 1).
+        spread_kept = kept if counted == least else kept[:1]
+        return min(
+            alone,
+            *(
+                float(spread[1, counted - d, nb]) + extra
+                for d, (_, extra) in enumerate(spread_kept)
+            ),
+        )
 
     def _node_table(
-        self, node: _NodeKind, kinds: list[dict[tuple[object, ...], tuple[int, float, Any]]]
+        self,
+        node: _NodeKind,
+        kinds: list[dict[tuple[object, ...], tuple[int, float, Any]]],
+        nb: int,
+        last_least: int,
     ) -> tuple[Any, Any] | None:
         """Per count of stages and of blocks, the least time of ``node``'s stages as the
         whole pipeline (the last stage among them) and as part of one over several nodes
@@ -402,7 +488,6 @@ class StageCapacity:
         least increments of all its groups (each group's times are convex in its blocks),
         found for every count at once from the increments sorted together."""
         np = self._np
-        nb = self.nb
         parts = [kinds[role].get(key) for role in (0, 1) for key in node.groups]
         if all(part is None for part in parts):
             return None  # no group the rule allows, or none holds a block
@@ -413,10 +498,13 @@ class StageCapacity:
         firsts = np.array([0.0 if part is None else part[1] for part in parts])
         stages = chosen.sum(axis=1)
         top = np.minimum(chosen @ held, nb)
-        keep = stages <= np.minimum(top, node.most)
+        # The fewest blocks each row holds: one per stage, but for the last where it may
+        # hold none (``last_least``).
+        fewest = stages - chosen[:, len(node.groups) :].sum(axis=1) * (1 - last_least)
+        keep = (fewest <= top) & (stages <= node.most)
         if not keep.any():
             return None
-        chosen, stages, top = chosen[keep], stages[keep], top[keep]
+        chosen, stages, top, fewest = chosen[keep], stages[keep], top[keep], fewest[keep]
         # Every group's increments sorted together; a row takes each as often as it has
         # groups of its kind.
         steps = [part[2] for part in parts if part is not None]
@@ -441,7 +529,7 @@ class StageCapacity:
         part_step = np.append(values, 0.0)[at]  # past the last step: no count there
         sums = summed[rows, at] + np.where(extra > before, (extra - before) * part_step, 0.0)
         table = np.full((len(chosen), nb + 1), np.inf)
-        counts = stages[:, None] + extra
+        counts = fewest[:, None] + extra
         valid = counts <= top[:, None]
         base = chosen @ firsts
         table[np.nonzero(valid)[0], counts[valid]] = (base[:, None] + sums)[valid]
@@ -456,6 +544,8 @@ class StageCapacity:
         network = np.maximum(0.0, node.latency - np.where(used, inside, -np.inf).max(axis=1))
         dearer = np.array([self._sends[key][0] - self._sends[key][1] for key in node.groups])
         sends = np.where(used[:, : len(node.groups)], dearer, np.inf).min(axis=1)
+        if not last_least:  # the node's send may be a stage's left out: of any kind
+            sends = np.minimum(sends, dearer.min())
         network += np.where(last > 0, 0.0, sends)
         own = np.full((2, node.most + 1, nb + 1), np.inf)
         np.minimum.at(own, (last, stages), table + network[:, None])
