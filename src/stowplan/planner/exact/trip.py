@@ -95,8 +95,12 @@ Roles = dict[int, tuple[bool, bool, bool]]
 """Per node, whether it may be an interior, first and last stage holding none of the
 blocks a knapsack counts."""
 
+Light = dict[int, tuple[float, float]]
+"""Per node, the least seconds such a stage pays for the other blocks it holds (one at
+the least) as an interior or first stage, and as the last stage with the head."""
 
-def _heavy_figures(cm: CostModel) -> tuple[int, list[Figures], Roles] | None:
+
+def _heavy_figures(cm: CostModel) -> tuple[int, list[Figures], Roles, Light] | None:
     kept = heaviest(cm)
     if kept is None:
         return None
@@ -108,13 +112,17 @@ def _heavy_figures(cm: CostModel) -> tuple[int, list[Figures], Roles] | None:
     if all(h.inner * nb >= f.inner * len(kept) for h, f in zip(heavy, every, strict=True)):
         return None
     roles = {f.node: (f.inner > 0, f.lead > 0, f.tail > 0) for f in every}
-    return len(kept), heavy, roles
+    # A stage holding none of the heaviest holds another block: one at the least, at the
+    # least seconds of any block (the knapsack of every block charges as much).
+    light = {f.node: (f.rate, _stage_cost(cm, f, "last", 1)) for f in every}
+    return len(kept), heavy, roles, light
 
 
-_heavy: PerModel[tuple[int, list[Figures], Roles] | None] = PerModel(_heavy_figures)
+_heavy: PerModel[tuple[int, list[Figures], Roles, Light] | None] = PerModel(_heavy_figures)
 """Per cost model whose blocks differ in memory, the count of its heaviest blocks, what
-the knapsack over them alone reads of each node, and the roles each node may take
-holding none of them (None where blocks are alike)."""
+the knapsack over them alone reads of each node, the roles each node may take
+holding none of them and what it pays there for the others (None where blocks are
+alike)."""
 
 
 def capped_trip_bound(problem: Problem, cm: CostModel, cap: float) -> float | None:
@@ -281,8 +289,8 @@ def _solution(
     args = (top, open_top, lowest, cap)
     heavy, value, layers = _heavy(cm), 0.0, None
     if heavy is not None:
-        count, figures, roles = heavy
-        value = _least_knapsack(np, cm, figures, count, single, *args, empty=roles)[0]
+        count, figures, roles, light = heavy
+        value = _least_knapsack(np, cm, figures, count, single, *args, empty=roles, light=light)[0]
     if layout or value <= enough:
         every, layers = _least_knapsack(np, cm, _figures(cm), nb, single, *args, layout=layout)
         value = max(value, every)
@@ -311,11 +319,13 @@ def _least_knapsack(
     cap: float,
     layout: bool = False,
     empty: Roles | None = None,
+    light: Light | None = None,
 ) -> tuple[float, tuple[list[Figures], list[Any]] | None]:
     """The least knapsack of ``nb`` blocks over ``figures``' nodes (inf: none holds them
     all), and with ``layout`` the nodes and tables of that solution; ``single`` (the
     least one-stage pipeline's seconds) where it is less.  With ``empty``, a node may
-    also take each role it allows there holding none of the blocks counted."""
+    also take each role it allows there holding none of the blocks counted, paying
+    ``light`` for the others it holds where given."""
     if math.isfinite(cap):
         capped = (_capped(cm, f, cap, nb) for f in figures)
         figures = [
@@ -336,7 +346,7 @@ def _least_knapsack(
         nodes = tuple(f.node for f in of)
         if nodes not in solved:
             layers: list[Any] = []
-            g = _knapsack(np, cm, of, nb, top, open_top, layers if layout else None, empty)
+            g = _knapsack(np, cm, of, nb, top, open_top, layers if layout else None, empty, light)
             solved[nodes] = (float(g[1, 1, counts, nb].min()), of, layers)
         return min(single, solved[nodes][0])
 
@@ -445,12 +455,14 @@ def _knapsack(
     open_top: bool,
     layers: list[Any] | None = None,
     empty: Roles | None = None,
+    light: Light | None = None,
 ) -> Any:
     """g[f, l, c, j]: the least cost of j of the ``nb`` blocks counted on the c nodes of
     ``figures`` taken, f: the first stage among them (blocks [0, k) beside the embed), l:
     the last (blocks [nb - k, nb) beside the head); every other node an interior stage.
     ``layers``, where given, gets the table before the first node and after each;
-    ``empty``, where given, the roles each node may take holding none of them."""
+    ``empty``, where given, the roles each node may take holding none of them, and
+    ``light`` what such a stage pays for the other blocks it holds."""
     inf = math.inf
     idx = np.arange(nb + 1)
     g = np.full((2, 2, top + 1, nb + 1), inf)
@@ -492,12 +504,13 @@ def _knapsack(
             np.minimum(fresh[:, 1], cand + hop, out=fresh[:, 1])
         if empty is not None:  # a stage holding none of the blocks counted
             mid, first, last = empty[f.node]
+            other, other_last = (0.0, 0.0) if light is None else light[f.node]
             if mid:
-                np.minimum(fresh, step + (hop + out), out=fresh)
+                np.minimum(fresh, step + (hop + out + other), out=fresh)
             if first:
-                np.minimum(fresh[1], step[0] + (hop + out), out=fresh[1])
-            if last:  # the head alone, and its hop
-                headed = _stage_cost(cm, f, "last", 0) + hop
+                np.minimum(fresh[1], step[0] + (hop + out + other), out=fresh[1])
+            if last:  # the head and the others it holds, and its hop
+                headed = max(_stage_cost(cm, f, "last", 0), other_last) + hop
                 np.minimum(fresh[:, 1], step[:, 0] + headed, out=fresh[:, 1])
         g = fresh
         if layers is not None:

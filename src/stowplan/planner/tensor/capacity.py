@@ -63,6 +63,15 @@ until one more lowers nothing), and the least of one node alone bound the time p
 token; ``S`` is counted up to :data:`STAGES_COUNTED`, or :data:`STAGES_COUNTED_FAR`
 where asked.  It never falls as ``B`` falls or ``S`` rises, and where no choice holds
 every block it is infinite.
+
+The ``k`` smallest blocks count a model's small blocks in every stage, so this bound is
+also taken with the ``t`` smallest set apart (as above; the largest of the bounds
+holds): a stage counts only the rest, and one holding none of the rest holds a block
+set apart, so at most ``t`` do.  Those but the last stage are counted apart, each at
+the least time a stage holding one block set apart takes with its send and its hop (its
+node's network hop where no other group fits beside it); the last stage may hold the
+head alone.  A pipeline of at least ``S`` stages, ``d`` of them counted apart, keeps
+at least ``S − d``.
 """
 
 from __future__ import annotations
