@@ -159,19 +159,19 @@ def test_the_counts_next_to_the_least_bound_are_searched_too(monkeypatch):
     """deepseek-v3 at 64 sequences on 16 single-GPU nodes (a LAN): the plan's search
     finds 16 stages, and the count of least bound (11) searched held to it nothing
     better; the next counts of least bound, searched too, give 13 stages, the pipeline
-    held to 13 finds (2.3 % faster), and the certificate within 1.1 %."""
+    held to 13 finds (1.6 % faster), and the certificate within 0.2 %."""
     model = resolve_model("deepseek-v3")
-    nodes = single_gpu_kinds(16, 1, _KINDS)
+    nodes = single_gpu_kinds(16, 4, _KINDS)
     c = Constraints(batch=64)
     held = plan(model, nodes, Constraints(batch=64, min_stages=13, max_stages=13))
     got = plan(model, nodes, c)
     assert got.num_stages == 13
     assert got.rationale.prediction.tokens_per_s >= held.rationale.prediction.tokens_per_s
-    assert got.rationale.certificate is not None and got.rationale.certificate.gap < 0.011
+    assert got.rationale.certificate is not None and got.rationale.certificate.gap < 0.002
     monkeypatch.setattr(cycle, "SEARCHED_FURTHER", 0)
     before = plan(model, nodes, c)
     assert before.num_stages == 16
-    assert before.rationale.prediction.tokens_per_s < 0.98 * held.rationale.prediction.tokens_per_s
+    assert before.rationale.prediction.tokens_per_s < 0.99 * held.rationale.prediction.tokens_per_s
 
 
 @st.composite
@@ -254,3 +254,29 @@ def test_a_stage_of_dense_blocks_alone_pays_for_one_on_24_lan_nodes(monkeypatch)
     loose = plan(model, nodes, c)
     assert loose.rationale.prediction.tokens_per_s == pred.tokens_per_s
     assert loose.rationale.certificate.gap > 0.04
+
+
+def test_the_first_stage_pays_for_the_dense_blocks_before_the_moe_blocks(monkeypatch):
+    """deepseek-v3 at 16 sequences on 16 single-GPU LAN nodes of four kinds: eight
+    stages, the first on an MI300X holding the three dense blocks and nine MoE blocks,
+    the slowest.  The heaviest blocks' knapsack let a first stage hold as many MoE blocks
+    within a time as any other, and left the plan 4.0 % from its bound; charged the dense
+    blocks' reads besides, the same plan is within 1 %."""
+    model, c = resolve_model("deepseek-v3"), Constraints(batch=16)
+    nodes = single_gpu_kinds(16, 1, _KINDS)
+    got = plan(model, nodes, c)
+    pred, cert = got.rationale.prediction, got.rationale.certificate
+    assert pred is not None and cert is not None
+    assert got.num_stages == 8
+    assert cert.gap < 0.01
+    least = trip._least_knapsack
+
+    def nothing_before(*args, light=None, **kw):
+        if light is not None:
+            light = {node: (empty, last, 0.0) for node, (empty, last, _) in light.items()}
+        return least(*args, light=light, **kw)
+
+    monkeypatch.setattr(trip, "_least_knapsack", nothing_before)
+    loose = plan(model, nodes, c)
+    assert loose.rationale.prediction.tokens_per_s == pred.tokens_per_s
+    assert loose.rationale.certificate.gap > 0.03

@@ -95,9 +95,11 @@ Roles = dict[int, tuple[bool, bool, bool]]
 """Per node, whether it may be an interior, first and last stage holding none of the
 blocks a knapsack counts."""
 
-Light = dict[int, tuple[float, float]]
+Light = dict[int, tuple[float, float, float]]
 """Per node, the least seconds such a stage pays for the other blocks it holds (one at
-the least) as an interior or first stage, and as the last stage with the head."""
+the least) as an interior or first stage, and as the last stage with the head; and what
+a first stage holding some of the blocks counted pays at the least for the others before
+the first of them (it holds them all)."""
 
 
 def _heavy_figures(cm: CostModel) -> tuple[int, list[Figures], Roles, Light] | None:
@@ -113,8 +115,21 @@ def _heavy_figures(cm: CostModel) -> tuple[int, list[Figures], Roles, Light] | N
         return None
     roles = {f.node: (f.inner > 0, f.lead > 0, f.tail > 0) for f in every}
     # A stage holding none of the heaviest holds another block: one at the least, at the
-    # least seconds of any block (the knapsack of every block charges as much).
-    light = {f.node: (f.rate, _stage_cost(cm, f, "last", 1)) for f in every}
+    # least seconds of any block (the knapsack of every block charges as much).  A first
+    # stage holding some holds the blocks before the first of them too: their reads add
+    # to the stage's where no block's FLOPs take longer than its reads (a stage's time is
+    # the larger of the two), else the lesser of their reads and their FLOPs.
+    first = kept[0]
+    read = cm.read_prefix[first] + cm.kv_prefix[first]
+    weights = cm.read_prefix[first]
+
+    def before(f: Figures) -> float:
+        by_read = read * f.inv_bw
+        if f.flop_s > f.inv_bw:
+            by_read = min(by_read, weights * f.flop_s)
+        return by_read + first * f.block_s
+
+    light = {f.node: (f.rate, _stage_cost(cm, f, "last", 1), before(f)) for f in every}
     return len(kept), heavy, roles, light
 
 
@@ -221,10 +236,10 @@ _COUPLED_PRECISION = 1e-4
 """The bisection stops once it pins ``m · T*`` within this share of the ceiling."""
 
 
-def _capped(cm: CostModel, f: Figures, cap: float, nb: int) -> Figures:
+def _capped(cm: CostModel, f: Figures, cap: float, nb: int, lead: float = 0.0) -> Figures:
     """``f`` with each role holding at most the blocks (of ``nb`` counted) a stage of at
     most ``cap`` seconds holds on its node (a whole number, rounded up past float error:
-    never fewer)."""
+    never fewer), the first stage paying ``lead`` seconds besides."""
     fixed = cm.stage_s[f.node]
 
     def within(spare: float) -> int:
@@ -237,7 +252,7 @@ def _capped(cm: CostModel, f: Figures, cap: float, nb: int) -> Figures:
     inner = within(cap - fixed - f.out)
     return f._replace(
         inner=min(f.inner, inner),
-        lead=min(f.lead, inner),
+        lead=min(f.lead, inner if lead == 0 else within(cap - fixed - f.out - lead)),
         tail=min(f.tail, within(cap - fixed - f.least_head)),
     )
 
@@ -327,7 +342,9 @@ def _least_knapsack(
     also take each role it allows there holding none of the blocks counted, paying
     ``light`` for the others it holds where given."""
     if math.isfinite(cap):
-        capped = (_capped(cm, f, cap, nb) for f in figures)
+        capped = (
+            _capped(cm, f, cap, nb, 0.0 if light is None else light[f.node][2]) for f in figures
+        )
         figures = [
             f
             for f in capped
@@ -486,7 +503,7 @@ def _knapsack(
         if inner > 0:  # an interior stage
             np.minimum(fresh, take(..., inner, rate) + (hop + out), out=fresh)
         if lead > 0:  # the first stage
-            cand = take(0, lead, rate) + (hop + out)
+            cand = take(0, lead, rate) + (hop + out + (0.0 if light is None else light[f.node][2]))
             np.minimum(fresh[1], cand, out=fresh[1])
         if tail > 0:  # the last stage
             before = (slice(None), 0)
@@ -504,7 +521,7 @@ def _knapsack(
             np.minimum(fresh[:, 1], cand + hop, out=fresh[:, 1])
         if empty is not None:  # a stage holding none of the blocks counted
             mid, first, last = empty[f.node]
-            other, other_last = (0.0, 0.0) if light is None else light[f.node]
+            other, other_last, _ = (0.0, 0.0, 0.0) if light is None else light[f.node]
             if mid:
                 np.minimum(fresh, step + (hop + out + other), out=fresh)
             if first:
