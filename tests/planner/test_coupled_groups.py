@@ -5,12 +5,15 @@ bound it gives each stage count (:func:`~stowplan.planner.tensor.joint.joint_cyc
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 import pytest
 
 from stowplan import Constraints, plan
 from stowplan.cost.cycle import microbatches
 from stowplan.models import resolve_model
+from stowplan.planner.problem import Problem
 from stowplan.planner.tensor import capacity
 from stowplan.planner.tensor.capacity import StageCapacity
 from stowplan.planner.tensor.joint import WITHIN
@@ -23,6 +26,30 @@ from tests.common.gpu_fleets import (
 )
 from tests.common.h100 import h100_nodes
 from tests.common.referee_pipelines import pipelines_with_layouts, referee_cases
+from tests.common.tp_referee import Instance, Score, Spec
+
+T = TypeVar("T")
+
+
+def _capacity(at: Problem) -> StageCapacity:
+    return StageCapacity(at, GroupCosts(at, None))
+
+
+def _several_stages(
+    cases: Iterable[tuple[Instance, Spec, Problem, int]], capacities: Callable[[Problem], T]
+) -> Iterator[tuple[Instance, int, Score, T]]:
+    """Every pipeline of two stages or more of the referee's ``cases``: its instance,
+    stage count, score and ``capacities`` of the problem at its count's microbatch (one
+    per microbatch)."""
+    for inst, spec, problem, top in cases:
+        held: dict[int, T] = {}
+        for count, _, score in pipelines_with_layouts(spec, top):
+            if count < 2:
+                continue
+            u = microbatches(spec.batch, count)[1]
+            if u not in held:
+                held[u] = capacities(problem.at_microbatch(u))
+            yield inst, count, score, held[u]
 
 
 @pytest.mark.parametrize("first", range(0, 64, 16))
@@ -35,27 +62,20 @@ def test_the_time_per_token_within_a_pipelines_slowest_stage_is_never_above_its_
     above its time per token, is positive, falls as the limit rises and rises with the
     stages counted."""
     checked = raised = 0
-    for inst, spec, problem, top in referee_cases(range(first, first + 16)):
-        held: dict[int, StageCapacity] = {}
-        for count, _, score in pipelines_with_layouts(spec, top):
-            if count < 2:
-                continue
-            u = microbatches(spec.batch, count)[1]
-            if u not in held:
-                at = problem.at_microbatch(u)
-                held[u] = StageCapacity(at, GroupCosts(at, None))
-            slowest = max(score.stage_time_s)
-            # On at least ``least`` stages, for every ``least`` up to the pipeline's own.
-            bounds = [held[u].trip_within(slowest, least) for least in range(2, count + 1)]
-            bound = bounds[-1]
-            assert 0 < bound <= score.trip_s * (1 + 1e-9), (inst.text(), count, bound, score)
-            assert bounds == sorted(bounds)
-            assert held[u].trip_within(slowest * 2, count) <= bound
-            # Sought within a limit: the same where it is within, inf where it is not.
-            assert held[u].trip_within(slowest, count, bound) == bound
-            assert held[u].trip_within(slowest, count, bound * (1 - 1e-9)) == math.inf
-            checked += 1
-            raised += bound > held[u].trip_within(slowest, 2)
+    cases = referee_cases(range(first, first + 16))
+    for inst, count, score, held in _several_stages(cases, _capacity):
+        slowest = max(score.stage_time_s)
+        # On at least ``least`` stages, for every ``least`` up to the pipeline's own.
+        bounds = [held.trip_within(slowest, least) for least in range(2, count + 1)]
+        bound = bounds[-1]
+        assert 0 < bound <= score.trip_s * (1 + 1e-9), (inst.text(), count, bound, score)
+        assert bounds == sorted(bounds)
+        assert held.trip_within(slowest * 2, count) <= bound
+        # Sought within a limit: the same where it is within, inf where it is not.
+        assert held.trip_within(slowest, count, bound) == bound
+        assert held.trip_within(slowest, count, bound * (1 - 1e-9)) == math.inf
+        checked += 1
+        raised += bound > held.trip_within(slowest, 2)
     assert checked >= 100
     assert raised > 0  # the stages counted lift some pipeline's bound
 
@@ -66,30 +86,25 @@ def test_small_first_blocks_set_apart_bound_the_time_per_token_tighter_and_never
 ) -> None:
     """The referee's instances with their first blocks shrunk (a model's dense blocks
     before its MoE blocks; :func:`referee_cases`): the bound within each pipeline's own
-    slowest stage, on at least its stages, is never above its time per token.  Counted
-    with every block's least time alone (no blocks set apart), it is lower on most
-    pipelines: a stage of ``k`` blocks is counted the ``k`` smallest, the small blocks
-    among them, and a stage holding only those is counted a block of the rest."""
+    slowest stage, on at least its stages, is never above its time per token.  With no
+    blocks set apart it is lower on most pipelines: every stage of ``k`` blocks is
+    counted the ``k`` smallest, the small blocks among them."""
+
+    def both(at: Problem) -> tuple[StageCapacity, StageCapacity]:
+        with monkeypatch.context() as m:
+            m.setattr(capacity, "excluded_counts", lambda weights: [0])
+            plain = StageCapacity(at, GroupCosts(at, None))
+        return _capacity(at), plain
+
     checked = tighter = 0
-    for inst, spec, problem, top in referee_cases(range(first, first + 16), small_first=True):
-        held: dict[int, tuple[StageCapacity, StageCapacity]] = {}
-        for count, _, score in pipelines_with_layouts(spec, top):
-            if count < 2:
-                continue
-            u = microbatches(spec.batch, count)[1]
-            if u not in held:
-                at = problem.at_microbatch(u)
-                with monkeypatch.context() as m:
-                    m.setattr(capacity, "excluded_counts", lambda weights: [0])
-                    plain = StageCapacity(at, GroupCosts(at, None))
-                held[u] = StageCapacity(at, GroupCosts(at, None)), plain
-            apart, plain = held[u]
-            slowest = max(score.stage_time_s)
-            bound = apart.trip_within(slowest, count)
-            assert 0 < bound <= score.trip_s * (1 + 1e-9), (inst.text(), count, bound, score)
-            assert bound >= plain.trip_within(slowest, count)
-            checked += 1
-            tighter += bound > plain.trip_within(slowest, count) * (1 + 1e-9)
+    cases = referee_cases(range(first, first + 16), small_first=True)
+    for inst, count, score, (apart, plain) in _several_stages(cases, both):
+        slowest = max(score.stage_time_s)
+        bound = apart.trip_within(slowest, count)
+        assert 0 < bound <= score.trip_s * (1 + 1e-9), (inst.text(), count, bound, score)
+        assert bound >= plain.trip_within(slowest, count)
+        checked += 1
+        tighter += bound > plain.trip_within(slowest, count) * (1 + 1e-9)
     assert checked >= 1000
     assert tighter > checked / 2
 

@@ -14,10 +14,10 @@ from unittest.mock import patch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from stowplan import Constraints, NodeDescriptor, plan
+from stowplan import Constraints, NodeDescriptor, Plan, plan
 from stowplan.cost import CostModel
 from stowplan.models import resolve_model
-from stowplan.plan import Metric
+from stowplan.plan import Certificate, Metric
 from stowplan.planner.exact import trip
 from stowplan.planner.exact.pipelines import solve_exact
 from stowplan.planner.exact.trip_nodes import heaviest, node_figures
@@ -232,17 +232,25 @@ def test_a_stage_holding_none_of_the_heaviest_pays_for_a_small_block_and_is_neve
     assert got is not None and got <= min(times) * (1 + 1e-9)
 
 
+def _deepseek_on_kinds(nodes: int, seed: int, batch: int) -> tuple[Plan, Certificate]:
+    """deepseek-v3's plan of ``batch`` sequences on ``single_gpu_kinds(nodes, seed)`` of
+    :data:`_KINDS`, and its certificate."""
+    got = plan(
+        resolve_model("deepseek-v3"),
+        single_gpu_kinds(nodes, seed, _KINDS),
+        Constraints(batch=batch),
+    )
+    assert got.rationale.prediction is not None and got.rationale.certificate is not None
+    return got, got.rationale.certificate
+
+
 def test_a_stage_of_dense_blocks_alone_pays_for_one_on_24_lan_nodes(monkeypatch):
     """deepseek-v3 at 64 sequences on 24 single-GPU LAN nodes of four kinds, a plan of 16
     stages.  The heaviest blocks' knapsack charged a stage holding none of them its hop
     alone: the bound's pipelines of 16 stages made up their count with such stages, and
     left the plan 4.9 % from its bound.  Charged a dense block besides, the same plan is
     within 0.5 %."""
-    model, c = resolve_model("deepseek-v3"), Constraints(batch=64)
-    nodes = single_gpu_kinds(24, 3, _KINDS)
-    got = plan(model, nodes, c)
-    pred, cert = got.rationale.prediction, got.rationale.certificate
-    assert pred is not None and cert is not None
+    got, cert = _deepseek_on_kinds(24, 3, 64)
     assert got.num_stages == 16
     assert cert.gap < 0.005
     knapsack = trip._knapsack
@@ -251,9 +259,9 @@ def test_a_stage_of_dense_blocks_alone_pays_for_one_on_24_lan_nodes(monkeypatch)
         return knapsack(*args[:8])  # no charge for the other blocks
 
     monkeypatch.setattr(trip, "_knapsack", hop_alone)
-    loose = plan(model, nodes, c)
-    assert loose.rationale.prediction.tokens_per_s == pred.tokens_per_s
-    assert loose.rationale.certificate.gap > 0.04
+    loose, gap = _deepseek_on_kinds(24, 3, 64)
+    assert loose.rationale.prediction.tokens_per_s == got.rationale.prediction.tokens_per_s
+    assert gap.gap > 0.04
 
 
 def test_the_first_stage_pays_for_the_dense_blocks_before_the_moe_blocks(monkeypatch):
@@ -262,11 +270,7 @@ def test_the_first_stage_pays_for_the_dense_blocks_before_the_moe_blocks(monkeyp
     the slowest.  The heaviest blocks' knapsack let a first stage hold as many MoE blocks
     within a time as any other, and left the plan 4.0 % from its bound; charged the dense
     blocks' reads besides, the same plan is within 1 %."""
-    model, c = resolve_model("deepseek-v3"), Constraints(batch=16)
-    nodes = single_gpu_kinds(16, 1, _KINDS)
-    got = plan(model, nodes, c)
-    pred, cert = got.rationale.prediction, got.rationale.certificate
-    assert pred is not None and cert is not None
+    got, cert = _deepseek_on_kinds(16, 1, 16)
     assert got.num_stages == 8
     assert cert.gap < 0.01
     least = trip._least_knapsack
@@ -277,6 +281,6 @@ def test_the_first_stage_pays_for_the_dense_blocks_before_the_moe_blocks(monkeyp
         return least(*args, light=light, **kw)
 
     monkeypatch.setattr(trip, "_least_knapsack", nothing_before)
-    loose = plan(model, nodes, c)
-    assert loose.rationale.prediction.tokens_per_s == pred.tokens_per_s
-    assert loose.rationale.certificate.gap > 0.03
+    loose, gap = _deepseek_on_kinds(16, 1, 16)
+    assert loose.rationale.prediction.tokens_per_s == got.rationale.prediction.tokens_per_s
+    assert gap.gap > 0.03
