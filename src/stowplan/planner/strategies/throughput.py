@@ -941,11 +941,41 @@ class _Tables:
     def __init__(self, cm: CostModel) -> None:
         self.times = _RoleTimes(cm, range(len(cm.nodes)))
         self.least: dict[int, tuple[float, list[int]] | None] = {}
+        self.reaching: dict[tuple[int, int], tuple[float, list[int]] | None] = {}
 
     def least_feasible(self, nb: int, max_stages: int) -> tuple[float, list[int]] | None:
         if max_stages not in self.least:
             self.least[max_stages] = _least_feasible(self.times, nb, max_stages)
         return self.least[max_stages]
+
+    def least_reaching(
+        self, nb: int, min_stages: int, max_stages: int
+    ) -> tuple[float, list[int]] | None:
+        """:meth:`least_feasible`, its order of at least ``min_stages`` nodes: where the
+        least bottleneck's order has fewer (no other node holds a block within it), the
+        bottleneck rises through the nodes' times of one block until the order the test
+        picks has as many (None where none does)."""
+        found = self.least_feasible(nb, max_stages)
+        if found is None or len(found[1]) >= min_stages:
+            return found
+        key = (min_stages, max_stages)
+        if key not in self.reaching:
+            self.reaching[key] = _reaching(self.times, nb, min_stages, max_stages, found[0])
+        return self.reaching[key]
+
+
+def _reaching(
+    times: _RoleTimes, nb: int, min_stages: int, max_stages: int, least: float
+) -> tuple[float, list[int]] | None:
+    """:meth:`_Tables.least_reaching` past ``least`` (the least feasible bottleneck)."""
+    stage = times.stage
+    for t in sorted({stage[c][0] for c in set(times.cls) if stage[c] and stage[c][0] > least}):
+        caps = times.class_caps(t, strict=False)
+        if _passes(times, caps, nb, max_stages):
+            order = _order_at(times, caps, nb, max_stages)
+            if len(order) >= min_stages:
+                return t, order
+    return None
 
 
 _tables = PerModel(_Tables)
@@ -982,7 +1012,7 @@ def search_throughput(cm: CostModel, min_n: int, max_n: int) -> tuple[Pipeline |
         # The least bottleneck the capacity test admits chooses the nodes and the ends.
         tables = _tables(cm)
         times = tables.times
-        found = tables.least_feasible(cm.num_blocks, max_n)
+        found = tables.least_reaching(cm.num_blocks, min_n, max_n)
         if found is not None:
             t, order = found
             split = greedy_split(cm, order, t * (1 + 1e-9), min_n)
