@@ -321,16 +321,37 @@ def resplit(problem: Problem, cm: CostModel, p: Pipeline) -> Pipeline:
         ):
             best, least = q, k
 
-    consider(kept_bottleneck_split(view, order, problem.min_stages))
-    consider(kept_split(view, order))
-    if view.batch > 1:
+    by_slowest = kept_bottleneck_split(view, order, problem.min_stages)
+    by_trip = kept_split(view, order)
+    consider(by_slowest)
+    consider(by_trip)
+    if view.batch > 1 and (
+        any(map(cm.same_node, order, order[1:])) or _pull_apart(cm, len(order), by_slowest, by_trip)
+    ):
         # Neither side's split: the least cycle of the order, where it may beat both
-        # (each minimises one side of the cycle; where the hops make the time per token
-        # decide it, the split of least slowest stage leaves the fast nodes short of
-        # blocks; and their programmes charge a stage the network even before a stage on
-        # its own node's other GPUs).
+        # (their programmes charge a stage the network even before a stage on its own
+        # node's other GPUs; and each minimises one side of the cycle).
         consider(least_cycle_split(view, order, least))
     return best
+
+
+def _pull_apart(
+    cm: CostModel, stages: int, by_slowest: Pipeline | None, by_trip: Pipeline | None
+) -> bool:
+    """Whether a split of an order of ``stages`` nodes may have a lower cycle than its
+    split of least slowest stage and its split of least time per token.  Not where the
+    first keeps every node and its cycle is m times its slowest stage (no split's can be
+    less), nor where the second keeps every node and its cycle is its time per token
+    (likewise); a split that drops a node runs another count of microbatches and says
+    nothing of the order's splits."""
+
+    def decided_by_trip(p: Pipeline) -> bool:
+        e = evaluated(cm, *p)
+        return sum(e.stage_time_s) + e.hops_s > e.num_microbatches * max(e.stage_time_s)
+
+    if by_slowest is not None and len(by_slowest[0]) == stages and not decided_by_trip(by_slowest):
+        return False
+    return not (by_trip is not None and len(by_trip[0]) == stages and decided_by_trip(by_trip))
 
 
 BETWEEN_ROUNDS = 2
