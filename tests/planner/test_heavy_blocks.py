@@ -156,18 +156,18 @@ def test_the_few_nodes_kept_give_the_heaviest_blocks_bound_of_every_node():
 
 
 def test_the_counts_next_to_the_least_bound_are_searched_too(monkeypatch):
-    """deepseek-v3 at 64 sequences on 16 single-GPU nodes (a LAN): the plan's search
-    finds 16 stages, and the count of least bound (11) searched held to it nothing
-    better; the next counts of least bound, searched too, give 13 stages, the pipeline
-    held to 13 finds (1.6 % faster), and the certificate within 0.2 %."""
+    """deepseek-v3 at 64 sequences on 32 single-GPU nodes (a LAN): the plan's search
+    finds 16 stages, and the count of least bound (16) searched held to it nothing
+    better; the next counts of least bound, searched too, give 22 stages, the pipeline
+    held to 22 finds (1.6 % faster), and the certificate within 0.6 %."""
     model = resolve_model("deepseek-v3")
-    nodes = single_gpu_kinds(16, 4, _KINDS)
+    nodes = single_gpu_kinds(32, 4, _KINDS)
     c = Constraints(batch=64)
-    held = plan(model, nodes, Constraints(batch=64, min_stages=13, max_stages=13))
+    held = plan(model, nodes, Constraints(batch=64, min_stages=22, max_stages=22))
     got = plan(model, nodes, c)
-    assert got.num_stages == 13
+    assert got.num_stages == 22
     assert got.rationale.prediction.tokens_per_s >= held.rationale.prediction.tokens_per_s
-    assert got.rationale.certificate is not None and got.rationale.certificate.gap < 0.002
+    assert got.rationale.certificate is not None and got.rationale.certificate.gap < 0.006
     monkeypatch.setattr(cycle, "SEARCHED_FURTHER", 0)
     before = plan(model, nodes, c)
     assert before.num_stages == 16

