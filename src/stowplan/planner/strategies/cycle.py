@@ -300,7 +300,8 @@ def resplit(problem: Problem, cm: CostModel, p: Pipeline) -> Pipeline:
     """``p``, or its nodes split again (in their order, or a subsequence of them) where
     that lowers the cycle: by the least slowest stage, by the least time per token, and
     (several sequences, up to :data:`~.cycle_split.CYCLE_SPLIT_STAGES` stages) by the
-    least cycle (:func:`~.cycle_split.least_cycle_split`).
+    least cycle (:func:`~.cycle_split.least_cycle_split`) where the order has GPU groups
+    of one node next to each other or neither other split gives it (:func:`_pull_apart`).
 
     The searches choose nodes and split them by one side of the cycle at a time, and
     :func:`swapped` moves stages without moving blocks: on the nodes chosen the other
