@@ -502,8 +502,9 @@ def _knapsack(
 
         if inner > 0:  # an interior stage
             np.minimum(fresh, take(..., inner, rate) + (hop + out), out=fresh)
-        if lead > 0:  # the first stage
-            cand = take(0, lead, rate) + (hop + out + (0.0 if light is None else light[f.node][2]))
+        other, other_last, ahead = (0.0, 0.0, 0.0) if light is None else light[f.node]
+        if lead > 0:  # the first stage, and the blocks not counted ahead of its first
+            cand = take(0, lead, rate) + (hop + out + ahead)
             np.minimum(fresh[1], cand, out=fresh[1])
         if tail > 0:  # the last stage
             before = (slice(None), 0)
@@ -521,7 +522,6 @@ def _knapsack(
             np.minimum(fresh[:, 1], cand + hop, out=fresh[:, 1])
         if empty is not None:  # a stage holding none of the blocks counted
             mid, first, last = empty[f.node]
-            other, other_last, _ = (0.0, 0.0, 0.0) if light is None else light[f.node]
             if mid:
                 np.minimum(fresh, step + (hop + out + other), out=fresh)
             if first:

@@ -176,7 +176,7 @@ class StageCapacity:
         self._headed: list[dict[tuple[object, ...], float]] = [{} for _ in self._apart]
         """Per count set apart, per kind of group: the least time of the last stage holding
         none of the blocks left (the head alone; inf where it does not fit)."""
-        self._spare: list[dict[tuple[object, ...], float]] = [{} for _ in self._apart]
+        spares: list[dict[tuple[object, ...], float]] = [{} for _ in self._apart]
         """Per count set apart, per kind of group: the least time of a stage holding one
         block set apart (before its transfer; inf where none fits)."""
         head = float(gcm.head)
@@ -199,7 +199,7 @@ class StageCapacity:
                         self._times,
                         self._last,
                         self._headed,
-                        self._spare,
+                        spares,
                         sorted_rest,
                         apart_bytes,
                         strict=True,
@@ -238,6 +238,23 @@ class StageCapacity:
                 sizes = tuple(t for t, _ in kinds)
                 nodes[sig] = _NodeKind(1, [key for _, key in kinds], sizes, gpus, nb, latency[d])
         self._nodes = list(nodes.values())
+        self._left_out = [
+            min(
+                (
+                    spare[key]
+                    + self._sends[key][1]
+                    # Its hop inside the node where another group fits beside it, else the
+                    # node's network hop: no other stage is there.
+                    + (self._inside[key] if size + min(node.sizes) <= node.gpus else node.latency)
+                    for node in self._nodes
+                    for key, size in zip(node.groups, node.sizes, strict=True)
+                ),
+                default=math.inf,
+            )
+            for spare in spares
+        ]
+        """Per count set apart, the least a stage holding only blocks set apart takes, with
+        its send and its hop (:meth:`_trip_of` counts such stages apart)."""
         self._np = np
         self._least: dict[tuple[int, int | None], tuple[float, float]] = {}
         """Per stage count and node limit, the interval holding the bound so far."""
@@ -396,7 +413,7 @@ class StageCapacity:
         With ``t`` blocks set apart, a stage holding none of the rest holds one of them:
         at most ``t`` stages do.  Those but the last stage (which may hold the head alone)
         are counted apart, ``d`` ≤ ``t`` of them each at the least time any stage holding
-        one block set apart takes with its transfer and hop inside its node; the others
+        one block set apart takes with its send and its hop (:attr:`_left_out`); the others
         hold a block of the rest each, at least ``least − d`` stages with the last.  A
         node's hops count as before over the stages kept (the node is entered over the
         network once at least, whichever stage it enters), its send over the network at
@@ -404,18 +421,7 @@ class StageCapacity:
         np = self._np
         apart = self._apart[i]
         nb = self.nb - apart
-        spare = min(
-            (
-                self._spare[i][key]
-                + self._sends[key][1]
-                # Its hop inside the node where another group fits beside it, else the
-                # node's network hop: no other stage is there.
-                + (self._inside[key] if size + min(node.sizes) <= node.gpus else node.latency)
-                for node in self._nodes
-                for key, size in zip(node.groups, node.sizes, strict=True)
-            ),
-            default=math.inf,
-        )
+        spare = self._left_out[i]
         # Per kind of group holding a block: its blocks, the least time of its first block
         # (of none, as the last stage with blocks set apart) with its hop inside the node
         # (and its send at the cheaper link, but for the last stage), and each further
