@@ -200,7 +200,8 @@ def _offers(count: int, seed: int) -> list[NodeDescriptor]:
 
 def test_a_model_needing_ten_nodes_out_of_24_offers_is_planned_or_honestly_refused():
     from stowplan import lookup
-    from stowplan.planner.cheapest import served_rate
+    from stowplan.planner.cheapest import reach_bound, served_rate
+    from stowplan.planner.problem import prepare
 
     model, nodes = lookup("llama3.1:405b-q4_0"), _offers(24, 0)
     fastest = served_rate(plan(model, nodes))
@@ -210,10 +211,22 @@ def test_a_model_needing_ten_nodes_out_of_24_offers_is_planned_or_honestly_refus
         cheap.rationale.prediction.cost_per_hour
         < plan(model, nodes).rationale.prediction.cost_per_hour
     )
+    # Below what no plan can pass, the search tries node sets and names the fastest plan.
+    with pytest.raises(Infeasible) as info:
+        plan(model, nodes, Constraints(objective=Objective.COST, target_tokens_per_s=2.5))
+    assert fastest < 2.5 < 3
+    assert info.value.reason == (
+        f"no node set reaches 2.5 tokens/s: the fastest plan on all 24 nodes gives "
+        f"{fastest:.2f} tokens/s"
+    )
+    # Beyond it (every node's reads and the cheapest hops and sends), refused at once.
     with pytest.raises(Infeasible) as info:
         plan(model, nodes, Constraints(objective=Objective.COST, target_tokens_per_s=3))
-    assert info.value.reason == (
-        f"no node set reaches 3 tokens/s: the fastest plan on all 24 nodes gives {fastest:.2f} tokens/s"
+    reach = reach_bound(prepare(model, nodes, Constraints()), nodes)
+    assert fastest < reach < 3
+    assert info.value.reason.startswith(
+        f"no node set reaches 3 tokens/s (target_tokens_per_s): no pipeline of the 24 nodes "
+        f"serves more than {reach:.2f} tokens/s to 1 sequence"
     )
 
 

@@ -238,14 +238,15 @@ def reach_bound(problem: Problem, nodes: Sequence[NodeDescriptor]) -> float:
         return 0.0
     cm = whole.cost_model()
     counts: Sequence[int] = stage_counts(whole)
-    if any(n.num_gpus > 1 for n in nodes):
+    layouts = any(n.num_gpus > 1 for n in nodes)
+    if layouts:
         if not _splits_never_faster(whole, cm):
             return math.inf
         cm = cm.relax_groups()
         gpus = sum(n.num_gpus for n in nodes)
         top = min(whole.constraints.max_stages or gpus, gpus, whole.model.num_blocks)
         counts = range(whole.min_stages, top + 1)
-    cycle = min((quick_bound(whole, cm, s) for s in counts), default=math.inf)
+    cycle = min((quick_bound(whole, cm, s, layouts=layouts) for s in counts), default=math.inf)
     return cm.batch / cycle if cycle > 0 else math.inf
 
 

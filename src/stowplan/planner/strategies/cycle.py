@@ -11,7 +11,8 @@ count S it is bounded by both: ``cycle ≥ m · (least bottleneck of ≤ S stage
 and ``cycle ≥ least Σ t + hops of ≤ S stages at b``.  So:
 
 1. :func:`quick_bound` gives every S a closed-form lower bound (the stages' bytes
-   at the S fastest rates, the hops of the S cheapest links, the S largest memories).
+   at the S fastest rates, the S largest memories, the hops and sends of the S
+   cheapest links, the fixed seconds every stage and block pays).
 2. :func:`search` plans the stage counts of a geometric :func:`ladder` (1, 2, 3, 4,
    6, 8, …, U, the most) whose quick bound is below the best cycle found so far (most
    promising first), with the bottleneck and the time-per-token searches at that
@@ -41,9 +42,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable
+import operator
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 from stowplan.cost import CostModel, microbatches
@@ -103,76 +106,195 @@ def _largest_held(usable: tuple[int, ...]) -> list[int]:
     return [0, *itertools.accumulate(sorted(usable, reverse=True))]
 
 
+def _cheapest(
+    cm: CostModel, layouts: bool
+) -> tuple[Sequence[float], Sequence[float], float, float]:
+    """Per stage a GPU group may hold, cheapest first: the least the stage pays besides
+    its reads, FLOPs and blocks (its hop and its fixed seconds), and the least it pays
+    to send (the last stage sends nothing), at the network link, or the cheaper of it and
+    the link inside the node where another group shares the node; the least fixed
+    seconds a block pays, and a stage (of one block at least, besides its reads and
+    FLOPs).  With ``layouts``, a node of several GPUs stands for every grouping of them:
+    it holds a stage per GPU, each at the cheaper link, with no fixed seconds (a
+    grouping's own figures may be less)."""
+    gpus = tuple(node.num_gpus for node in cm.nodes) if layouts else None
+    kinds = _stand_ins(cm.parent, gpus)
+    if kinds is None:  # every group alone on its node, none standing in
+        return (
+            sorted(map(operator.add, cm.latency_s, cm.stage_s)),
+            sorted(cm.xfer_s),
+            min(cm.block_s, default=0.0),
+            min(map(operator.add, cm.block_s, cm.stage_s), default=0.0),
+        )
+    inside, times = kinds
+    hops = _hops(cm.latency_s, cm.intra_latency_s, cm.stage_s, kinds)
+    pairs = zip(cm.xfer_s, cm.intra_xfer_s, inside, strict=True)
+    sends = [min(s, i) if f else s for s, i, f in pairs]
+    if times is None:
+        block = min(cm.block_s, default=0.0)
+        return hops, sorted(sends), block, min(map(operator.add, cm.block_s, cm.stage_s))
+    # A stand-in sends at the cheaper link once per GPU and pays no fixed seconds.
+    sends = [x for x, t in zip(sends, times, strict=True) for _ in range(t)]
+    fixed = [
+        (0.0, 0.0) if t > 1 else (b, b + f)
+        for b, f, t in zip(cm.block_s, cm.stage_s, times, strict=True)
+    ]
+    return hops, sorted(sends), min(f[0] for f in fixed), min(f[1] for f in fixed)
+
+
+_Kinds = tuple[tuple[bool, ...], tuple[int, ...] | None]
+"""Per GPU group, whether its hop and send may take the link inside its node, and (None
+where each counts one) how many stages it counts for."""
+
+
 @lru_cache(maxsize=256)
-def _cheapest_hops(latency: tuple[float, ...], intra: tuple[float, ...]) -> list[float]:
-    """Each node's cheaper hop (network or in-host), cheapest first."""
-    return sorted(min(a, b) for a, b in zip(latency, intra, strict=True))
+def _stand_ins(parent: tuple[str, ...], gpus: tuple[int, ...] | None) -> _Kinds | None:
+    """Per GPU group: whether its hop and send may take the link inside its node (another
+    group shares the node, or it stands in for its GPUs' groupings), and how many stages
+    it counts for (its GPUs where it stands in, else one; None where every group counts
+    one); None where no group may take that link."""
+    shared = Counter(parent)
+    counts = gpus or (1,) * len(parent)
+    inside = tuple(g > 1 or shared[p] > 1 for p, g in zip(parent, counts, strict=True))
+    if not any(inside):
+        return None
+    return inside, (counts if any(g > 1 for g in counts) else None)
 
 
-def quick_bound(problem: Problem, cm: CostModel, stages: int, most: int | None = None) -> float:
+@lru_cache(maxsize=256)
+def _hops(
+    latency: tuple[float, ...], intra: tuple[float, ...], fixed: tuple[float, ...], kinds: _Kinds
+) -> tuple[float, ...]:
+    """:func:`_cheapest`'s hops with their stages' fixed seconds, cheapest first (a stand-in
+    pays none)."""
+    inside, times = kinds
+    if times is None:
+        hops = [
+            (min(hop, inner) if f else hop) + t
+            for hop, inner, t, f in zip(latency, intra, fixed, inside, strict=True)
+        ]
+    else:
+        hops = [
+            min(hop, inner) if g > 1 else (min(hop, inner) if f else hop) + t
+            for hop, inner, t, f, g in zip(latency, intra, fixed, inside, times, strict=True)
+            for _ in range(g)
+        ]
+    return tuple(sorted(hops))
+
+
+def quick_bound(
+    problem: Problem, cm: CostModel, stages: int, most: int | None = None, *, layouts: bool = False
+) -> float:
     """A lower bound on the cycle of every pipeline of ``stages`` to ``most`` (default:
-    ``stages``) stages.
+    ``stages``) stages (with ``layouts``, on any grouping of the GPUs of ``cm``'s nodes
+    of several).
 
     Such a pipeline has at least ``m = min(U, stages)`` microbatches of at least the
     microbatch of ``most`` stages, on at most ``k = min(most, n)`` nodes (stages on GPU
     groups of one node share its bytes/s, FLOPs and memory): together they hold every
     byte (else ``inf``) and read at most at the sum of the ``k`` fastest rates, so the
     slowest stage takes at least the bytes over that sum; one trip reads every byte
-    no faster than filling the fastest nodes up to their memory, and a multi-stage
-    pipeline pays at least the ``stages`` cheapest hops.
+    no faster than filling the fastest nodes up to their memory.  Besides, every block
+    pays the least fixed seconds of a block and every stage those of a stage (the
+    slowest stage too, a stage holding one block at least), and a multi-stage pipeline
+    the ``stages`` cheapest hops and the ``stages - 1`` cheapest sends (:func:`_cheapest`).
     """
     most = stages if most is None else most
     if stages < 1 or most < stages:
         return math.inf
     k = min(most, len(cm.nodes))
     m, _ = microbatches(cm.batch, stages)
-    nb = cm.num_blocks
-    held = cm.mem_prefix[nb] + cm.embed + cm.head
-    if _quick_figures(cm).largest_held[k] < held:
+    if not _holds(cm, k):
         return math.inf
-    view = _quick_figures(cm.for_stages(most))
-    trip = view.trip
+    view = (_quick_layouts if layouts else _quick_figures)(cm.for_stages(most))
+    return max(m * view.slowest(k), view.trip + view.fixed(stages))
+
+
+def _holds(cm: CostModel, k: int) -> bool:
+    """Whether ``k`` nodes' memories together hold every byte."""
+    nb = cm.num_blocks
+    return _quick_figures(cm).largest_held[k] >= cm.mem_prefix[nb] + cm.embed + cm.head
+
+
+def _loose_bound(cm: CostModel, stages: int) -> float:
+    """:func:`quick_bound` of ``stages`` stages by their reads and FLOPs and each node's
+    cheaper hop (network or in-host) alone: no sends or fixed seconds, and a node of one
+    GPU at a link inside it it never uses."""
+    k = min(stages, len(cm.nodes))
+    if not _holds(cm, k):
+        return math.inf
+    view = _quick_figures(cm.for_stages(stages))
+    trip = view.reads
     if stages > 1:
-        trip += view.hops(stages)
-    return max(m * view.slowest(k), trip)
+        trip += _least_sum(_cheaper_hops(cm.latency_s, cm.intra_latency_s), stages)
+    return max(microbatches(cm.batch, stages)[0] * view.slowest_reads(k), trip)
+
+
+@lru_cache(maxsize=256)
+def _cheaper_hops(latency: tuple[float, ...], intra: tuple[float, ...]) -> list[float]:
+    """Each node's cheaper hop (network or in-host), cheapest first."""
+    return sorted(min(a, b) for a, b in zip(latency, intra, strict=True))
 
 
 class _QuickFigures:
     """What :func:`quick_bound` reads off one cost model, each figure computed once (the
     bounds of every stage count and range read the few models of their microbatches)."""
 
-    def __init__(self, view: CostModel) -> None:
+    def __init__(self, view: CostModel, layouts: bool = False) -> None:
         nb = view.num_blocks
         self.largest_held = _largest_held(view.usable)
         """Per k, the usable bytes of the k largest memories together."""
         self.weights = view.read_prefix[nb] + view.head
         self.read = self.weights + view.kv_prefix[nb]
         self.bw, self.fl = _rates(view.inv_bw), _rates(view.flop_s_per_byte)
-        self.trip = max(_fill(view, self.read), self.weights / self.fl[0])
+        self._hops, self._sends, block, self._stage = _cheapest(view, layouts)
+        self.reads = max(_fill(view, self.read), self.weights / self.fl[0])
         """One trip's reads at the least: the fastest nodes filled first."""
-        self._hops = _cheapest_hops(view.latency_s, view.intra_latency_s)
+        self.trip = self.reads + nb * block
+        """And its blocks' fixed seconds at the least."""
+        self._alone = 0.0 if layouts else min(view.stage_s, default=0.0)
         self._slowest: dict[int, float] = {}
-        self._hop_sums: dict[int, float] = {}
+        self._fixed: dict[int, float] = {}
 
     def slowest(self, k: int) -> float:
-        """The least slowest stage of ``k`` nodes: every byte at the ``k`` fastest rates."""
+        """The least slowest stage of ``k`` nodes: every byte at the ``k`` fastest rates,
+        and the least fixed seconds of a stage besides (a stage within ``T`` reads at
+        most ``T`` less its fixed seconds times its rate)."""
+        return self.slowest_reads(k) + self._stage
+
+    def slowest_reads(self, k: int) -> float:
+        """The least slowest stage of ``k`` nodes by its reads and FLOPs alone."""
         found = self._slowest.get(k)
         if found is None:
             bw, fl = self.bw, self.fl
             found = self._slowest[k] = max(self.read / sum(bw[:k]), self.weights / sum(fl[:k]))
         return found
 
-    def hops(self, stages: int) -> float:
-        """The ``stages`` cheapest hops (the cheapest again past the last node)."""
-        found = self._hop_sums.get(stages)
+    def fixed(self, stages: int) -> float:
+        """The least a trip of ``stages`` stages pays besides its reads and its blocks:
+        one stage's fixed seconds alone, else the ``stages`` cheapest hops with their
+        fixed seconds and the ``stages - 1`` cheapest sends (the cheapest again past the
+        last group)."""
+        found = self._fixed.get(stages)
         if found is None:
-            hops = self._hops
-            found = sum(hops[:stages]) + max(0, stages - len(hops)) * hops[0]
-            self._hop_sums[stages] = found
+            if stages == 1:
+                found = self._alone
+            else:
+                found = _least_sum(self._hops, stages) + _least_sum(self._sends, stages - 1)
+            self._fixed[stages] = found
         return found
 
 
+def _least_sum(cheapest: Sequence[float], k: int) -> float:
+    """The sum of ``k`` of ``cheapest`` (sorted), the first again past the last."""
+    if k <= 0 or not cheapest:
+        return 0.0
+    return sum(cheapest[:k]) + max(0, k - len(cheapest)) * cheapest[0]
+
+
 _quick_figures = PerModel(_QuickFigures)
+_quick_layouts = PerModel(partial(_QuickFigures, layouts=True))
+"""The figures of a model whose nodes of several GPUs stand for every grouping of them."""
 
 
 def _most_read_per_held(cm: CostModel) -> float:
@@ -252,8 +374,14 @@ def search(
     best: Pipeline | None = None
     best_key: tuple[float, float, int, tuple[int, ...]] = (math.inf, math.inf, 0, ())
     solved = 0
-    for s in sorted(bounds, key=lambda s: (bounds[s], s)):
-        if best is not None and (bounds[s] >= best_key[0] or solved >= SEARCHED_COUNTS):
+    # The counts go in the order of a looser bound, and a count is solved while that is
+    # below the best in hand: a search held to at most S stages often finds a better
+    # pipeline of fewer stages than the searches held to those (it chooses among more
+    # nodes), so the bound of exactly S stages (its sends and fixed seconds besides)
+    # does not set it aside.
+    loose = {s: _loose_bound(cm, s) for s in bounds}
+    for s in sorted(bounds, key=lambda s: (loose[s], s)):
+        if best is not None and (loose[s] >= best_key[0] or solved >= SEARCHED_COUNTS):
             break
         if not math.isfinite(bounds[s]) and best is None:
             s = problem.max_stages  # no count on the ladder holds every byte: the most may

@@ -155,7 +155,11 @@ def joint_cycle(
     top = min(problem.constraints.max_stages or total, total, problem.model.num_blocks)
     solved: dict[int, _Solved] = {}
     like: dict[tuple[int, ...] | None, GroupCosts] = {}
-    quick = {s: cycle.quick_bound(problem, cm, s) for s in range(problem.min_stages, top + 1)}
+    # The problem's nodes stand for every grouping of their GPUs.
+    quick = {
+        s: cycle.quick_bound(problem, cm, s, layouts=True)
+        for s in range(problem.min_stages, top + 1)
+    }
 
     def solve(u: int) -> _Solved:
         if u not in solved:
