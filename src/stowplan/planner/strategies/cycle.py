@@ -14,12 +14,13 @@ and ``cycle ≥ least Σ t + hops of ≤ S stages at b``.  So:
    at the S fastest rates, the S largest memories, the hops and sends of the S
    cheapest links, the fixed seconds every stage and block pays).
 2. :func:`search` plans the stage counts of a geometric :func:`ladder` (1, 2, 3, 4,
-   6, 8, …, U, the most) whose quick bound is below the best cycle found so far (most
-   promising first), with the bottleneck and the time-per-token searches at that
-   count's microbatch; every pipeline is scored by its true cycle.  A plan of its own
-   (not a candidate of a larger search) then also plans the counts between the best
-   one and the ladder's next (:func:`_between`) and, up to U stages, the counts whose
-   slowest stage by whole blocks may beat it (:func:`_whole_blocks`).
+   6, 8, …, U, the most) whose looser bound (reads and cheaper hops alone) is below the
+   best cycle found so far (most promising first), with the bottleneck and the
+   time-per-token searches at that count's microbatch; every pipeline is scored by its
+   true cycle.  A plan of its own (not a candidate of a larger search) then also plans
+   the counts between the best one and the ladder's next (:func:`_between`) and, up
+   to U stages, the counts whose slowest stage by whole blocks may beat it
+   (:func:`_whole_blocks`).
 3. :func:`optimum` bounds the cycle by the least over ranges ``[a, b]`` of the ladder
    of ``max(m_a · B(≤ b stages, u_b), L(≤ b stages, u_b))`` (any S in the range has
    at least ``m_a`` microbatches of at least ``u_b``), ``B`` and ``L`` exact (subset DP
@@ -218,8 +219,8 @@ def _holds(cm: CostModel, k: int) -> bool:
 
 def _loose_bound(cm: CostModel, stages: int) -> float:
     """:func:`quick_bound` of ``stages`` stages by their reads and FLOPs and each node's
-    cheaper hop (network or in-host) alone: no sends or fixed seconds, and a node of one
-    GPU at a link inside it it never uses."""
+    cheaper hop (network or in-host) alone: no sends or fixed seconds, and for a node of
+    one GPU a link inside the node that it never uses."""
     k = min(stages, len(cm.nodes))
     if not _holds(cm, k):
         return math.inf
@@ -370,18 +371,17 @@ def search(
                     return p
                 found.append(p)
         return min(found, key=lambda p: rank_key(cm, p)) if found else None
-    bounds = {s: quick_bound(problem, cm, s) for s in ladder(problem, cm.batch)}
+    # The counts go in the order of a looser bound than the quick bound, and a count is
+    # solved while that is below the best in hand: a search held to at most S stages
+    # often finds a better pipeline of fewer stages than the searches held to those (it
+    # chooses among more nodes), so the bound of exactly S stages (its sends and fixed
+    # seconds besides) does not set it aside.
+    bounds = {s: _loose_bound(cm, s) for s in ladder(problem, cm.batch)}
     best: Pipeline | None = None
     best_key: tuple[float, float, int, tuple[int, ...]] = (math.inf, math.inf, 0, ())
     solved = 0
-    # The counts go in the order of a looser bound, and a count is solved while that is
-    # below the best in hand: a search held to at most S stages often finds a better
-    # pipeline of fewer stages than the searches held to those (it chooses among more
-    # nodes), so the bound of exactly S stages (its sends and fixed seconds besides)
-    # does not set it aside.
-    loose = {s: _loose_bound(cm, s) for s in bounds}
-    for s in sorted(bounds, key=lambda s: (loose[s], s)):
-        if best is not None and (loose[s] >= best_key[0] or solved >= SEARCHED_COUNTS):
+    for s in sorted(bounds, key=lambda s: (bounds[s], s)):
+        if best is not None and (bounds[s] >= best_key[0] or solved >= SEARCHED_COUNTS):
             break
         if not math.isfinite(bounds[s]) and best is None:
             s = problem.max_stages  # no count on the ladder holds every byte: the most may
