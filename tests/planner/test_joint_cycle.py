@@ -152,31 +152,21 @@ def test_each_count_of_stages_and_of_nodes_is_bounded_below_its_least(first: int
     assert checked >= 100
 
 
-def test_calibrated_groups_of_few_stages_are_bounded_by_what_they_hold(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_calibrated_groups_of_few_stages_are_bounded_by_what_they_hold() -> None:
     """Mixtral on four 8 × H100 nodes, 8 sequences, the generic calibration: the joint
     solve's least slowest stage is over every stage count (many small groups), which
     bounded the plan's four stages 14.6 % below it; what four groups can hold within a
-    slowest stage brings the certificate within 5 %.  The quick bound's fixed seconds,
-    hops and sends (every stage and block pays the calibration's) prove the plan."""
+    slowest stage brings the certificate within 5 %."""
     from stowplan import plan
     from stowplan.calibration import resolve_calibration
-    from stowplan.planner.strategies import cycle
 
     nodes = h100_nodes(4)
     c = Constraints(batch=8, calibration=resolve_calibration("generic"))
-    model = resolve_model("mixtral:8x7b")
-    proven = plan(model, nodes, c).rationale.certificate
-    assert proven is not None and proven.exact, proven
-    # Without them (no hop, send or fixed second), the groups' capacity bounds it.
-    monkeypatch.setattr(cycle, "_cheapest", lambda cm, layouts: ([0.0], [0.0], 0.0, 0.0))
-    got = plan(model, nodes, c)
+    got = plan(resolve_model("mixtral:8x7b"), nodes, c)
     cert = got.rationale.certificate
     assert cert is not None
     assert cert.gap < 0.05, cert
     assert "GPU groups could hold within its slowest stage" in cert.method
-    assert got.rationale.prediction.tokens_per_s == proven.value
 
 
 def test_a_node_of_too_many_group_multisets_is_bounded_by_its_gpus() -> None:
