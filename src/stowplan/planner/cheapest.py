@@ -286,7 +286,7 @@ def _beyond_reach(problem: Problem, nodes: Sequence[NodeDescriptor], target: flo
         f"no node set reaches {target:g} tokens/s (target_tokens_per_s): no pipeline of "
         f"{fleet} serves more than {reach:.2f} tokens/s to {sequences} "
         "(a bound: every step reads the weights and KV at the fastest nodes' bandwidth, "
-        "and a token crosses the cheapest hops)",
+        "and a token crosses the cheapest hops and sends)",
     )
 
 
