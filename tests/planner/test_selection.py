@@ -81,7 +81,7 @@ def test_an_unreachable_target_says_why():
         "no node set reaches 500 tokens/s (target_tokens_per_s): no pipeline of the 2 nodes "
         "serves more than 100.00 tokens/s to 1 sequence (a bound: every step reads the "
         "weights and KV at the fastest nodes' bandwidth, and a token crosses the cheapest "
-        "hops)"
+        "hops and sends)"
     )
 
 
