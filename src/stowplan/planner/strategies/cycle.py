@@ -120,20 +120,19 @@ def _cheapest(
     grouping's own figures may be less)."""
     gpus = tuple(node.num_gpus for node in cm.nodes) if layouts else None
     kinds = _stand_ins(cm.parent, gpus)
+    times = None if kinds is None else kinds[1]
+    hops: Sequence[float]
+    sends: Sequence[float]
     if kinds is None:  # every group alone on its node, none standing in
-        return (
-            sorted(map(operator.add, cm.latency_s, cm.stage_s)),
-            sorted(cm.xfer_s),
-            min(cm.block_s, default=0.0),
-            min(map(operator.add, cm.block_s, cm.stage_s), default=0.0),
-        )
-    inside, times = kinds
-    hops = _hops(cm.latency_s, cm.intra_latency_s, cm.stage_s, kinds)
-    pairs = zip(cm.xfer_s, cm.intra_xfer_s, inside, strict=True)
-    sends = [min(s, i) if f else s for s, i, f in pairs]
+        hops, sends = sorted(map(operator.add, cm.latency_s, cm.stage_s)), cm.xfer_s
+    else:
+        hops = _hops(cm.latency_s, cm.intra_latency_s, cm.stage_s, kinds)
+        pairs = zip(cm.xfer_s, cm.intra_xfer_s, kinds[0], strict=True)
+        sends = [min(s, i) if f else s for s, i, f in pairs]
     if times is None:
         block = min(cm.block_s, default=0.0)
-        return hops, sorted(sends), block, min(map(operator.add, cm.block_s, cm.stage_s))
+        stage = min(map(operator.add, cm.block_s, cm.stage_s), default=0.0)
+        return hops, sorted(sends), block, stage
     # A stand-in sends at the cheaper link once per GPU and pays no fixed seconds.
     sends = [x for x, t in zip(sends, times, strict=True) for _ in range(t)]
     fixed = [
@@ -227,7 +226,7 @@ def _loose_bound(cm: CostModel, stages: int) -> float:
     view = _quick_figures(cm.for_stages(stages))
     trip = view.reads
     if stages > 1:
-        trip += _least_sum(_cheaper_hops(cm.latency_s, cm.intra_latency_s), stages)
+        trip += _least_sum(view.cheaper_hops, stages)
     return max(microbatches(cm.batch, stages)[0] * view.slowest_reads(k), trip)
 
 
@@ -254,6 +253,8 @@ class _QuickFigures:
         self.trip = self.reads + nb * block
         """And its blocks' fixed seconds at the least."""
         self._alone = 0.0 if layouts else min(view.stage_s, default=0.0)
+        self.cheaper_hops = _cheaper_hops(view.latency_s, view.intra_latency_s)
+        """Each node's cheaper hop, network or in-host (:func:`_loose_bound`'s)."""
         self._slowest: dict[int, float] = {}
         self._fixed: dict[int, float] = {}
 
