@@ -4,9 +4,6 @@ given and, for nodes of several GPUs, on every grouping of their GPUs."""
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,20 +16,9 @@ from stowplan.planner.problem import Problem, prepare
 from stowplan.planner.strategies import cycle
 from stowplan.planner.strategies.cycle import quick_bound
 from stowplan.planner.tensor.layouts import expand
+from tests.common.brute_force import pipelines, pipelines_of
 from tests.common.instances import instances
 from tests.common.referee_pipelines import pipelines_with_layouts, referee_cases
-
-
-def _pipelines(cm: CostModel) -> Iterator[tuple[int, float]]:
-    """(stage count, cycle) of every pipeline on ``cm``'s nodes that fits: each node at
-    most once, every contiguous split of the blocks."""
-    nb = cm.num_blocks
-    for count in range(1, min(len(cm.nodes), nb) + 1):
-        for order in itertools.permutations(range(len(cm.nodes)), count):
-            for cuts in itertools.combinations(range(1, nb), count - 1):
-                bounds = (0, *cuts, nb)
-                if cm.fits_pipeline(order, bounds):
-                    yield count, cm.evaluate(order, bounds).cycle_s
 
 
 def _below_every_pipeline(problem: Problem, cm: CostModel, **kw: bool) -> int:
@@ -40,7 +26,8 @@ def _below_every_pipeline(problem: Problem, cm: CostModel, **kw: bool) -> int:
     nodes; the count of pipelines checked."""
     checked = 0
     most = min(len(cm.nodes), cm.num_blocks)
-    for count, cycle_s in _pipelines(cm):
+    for order, bounds in pipelines(cm):
+        count, cycle_s = len(order), cm.evaluate(order, bounds).cycle_s
         for first in range(1, count + 1):
             for last in range(count, most + 1):
                 bound = quick_bound(problem, cm, first, last, **kw)
@@ -110,7 +97,7 @@ def test_hops_fixed_seconds_and_sends_bound_a_pipeline_of_slow_links_closely() -
         Constraints(batch=4, calibration=resolve_calibration("generic")),
     )
     cm = problem.cost_model()
-    best = min(c for n, c in _pipelines(cm) if n == 4)
+    best = min(cm.evaluate(*p).cycle_s for p in pipelines_of(cm, 4))
     four = quick_bound(problem, cm, 4)
     assert best * 0.98 <= four <= best
     at = cm.for_stages(4)
