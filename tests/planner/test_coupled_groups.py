@@ -25,6 +25,7 @@ from tests.common.gpu_fleets import (
     two_fast_nodes_fleet,
 )
 from tests.common.h100 import h100_nodes
+from tests.common.plans import plan_cycle
 from tests.common.referee_pipelines import pipelines_with_layouts, referee_cases
 from tests.common.tp_referee import Instance, Score, Spec
 
@@ -259,11 +260,22 @@ def test_counting_past_sixteen_stages_proves_22_of_24_nodes_best(
     """qwen3:235b-a22b at 64 sequences on 24 × 8 H100: the plan runs 22 whole nodes
     (12,174.7 tokens/s; held to 23, 24, 28, 32 or 36 stages, split nodes from 25 on, it
     plans slower).  Its counts of 17–24 stages bounded as pipelines of 16 left it 7.9 % from
-    its bound; counted with their own stages (up to 32) it is proven optimal."""
+    its bound; counted with their own stages (up to 32) it is proven optimal.  The nodes
+    are alike: the search over them (``cycle._on_alike_nodes``) finds that plan at once, and the
+    certificate of a plan found at once stops within 1 % (``joint.COUPLED_GAP``); the
+    searches that do not know the nodes alike are what this test bounds."""
+    from stowplan.planner.strategies import cycle
     from stowplan.planner.tensor import capacity, joint
 
     model, c = resolve_model("qwen3:235b-a22b"), Constraints(batch=64)
+    at_once = plan(model, h100_nodes(24), c)
+    monkeypatch.setattr(cycle, "_on_alike_nodes", lambda problem, cm: (None, False))
     got = plan(model, h100_nodes(24), c)
+    assert plan_cycle(at_once) == pytest.approx(plan_cycle(got), rel=1e-12)
+    first = at_once.rationale.certificate
+    assert first is not None and first.gap < joint.COUPLED_GAP
+    assert not any("a search held to" in n for n in at_once.rationale.notes)
+    assert any("a search held to 22 stages" in n for n in got.rationale.notes)
     pred, cert = got.rationale.prediction, got.rationale.certificate
     assert pred is not None and cert is not None
     assert len(got.assignments) == 22

@@ -52,11 +52,11 @@ from typing import Any
 
 from stowplan.cost import CostModel, microbatches
 from stowplan.errors import DependencyError
-from stowplan.model import Metric
+from stowplan.model import Metric, node_kinds
 from stowplan.planner.exact.pipelines import CYCLE_EXACT_LIMIT, Optimum, least_cycle
 from stowplan.planner.problem import Problem
 from stowplan.planner.strategies.capacity_arrays import numpy_module
-from stowplan.planner.strategies.cycle_split import least_cycle_split
+from stowplan.planner.strategies.cycle_split import CYCLE_SPLIT_STAGES, TIED, least_cycle_split
 from stowplan.planner.strategies.evaluated import evaluated
 from stowplan.planner.strategies.latency import kept_split
 from stowplan.planner.strategies.memo import PerModel
@@ -372,14 +372,25 @@ def search(
                     return p
                 found.append(p)
         return min(found, key=lambda p: rank_key(cm, p)) if found else None
+    alike, settled = (None, False) if first else _on_alike_nodes(problem, cm)
+    if settled:
+        return alike
     # The counts go in the order of a looser bound than the quick bound, and a count is
     # solved while that is below the best in hand: a search held to at most S stages
     # often finds a better pipeline of fewer stages than the searches held to those (it
     # chooses among more nodes), so the bound of exactly S stages (its sends and fixed
     # seconds besides) does not set it aside.
-    bounds = {s: _loose_bound(cm, s) for s in ladder(problem, cm.batch)}
-    best: Pipeline | None = None
-    best_key: tuple[float, float, int, tuple[int, ...]] = (math.inf, math.inf, 0, ())
+    # Nodes alike have their counts up to CYCLE_SPLIT_STAGES solved: the search plans
+    # the counts past them, from the best of those.
+    bounds = {
+        s: _loose_bound(cm, s)
+        for s in ladder(problem, cm.batch)
+        if alike is None or s > CYCLE_SPLIT_STAGES
+    }
+    best: Pipeline | None = alike
+    best_key: tuple[float, float, int, tuple[int, ...]] = (
+        (math.inf, math.inf, 0, ()) if alike is None else rank_key(cm, alike)
+    )
     solved = 0
     for s in sorted(bounds, key=lambda s: (bounds[s], s)):
         if best is not None and (bounds[s] >= best_key[0] or solved >= SEARCHED_COUNTS):
@@ -401,6 +412,47 @@ def search(
             best = _between(problem, cm, solvers, points, best, best_key)
         return _whole_blocks(problem, cm, solvers, points, best)
     return None if best is None else _handed_on(problem, cm, best)
+
+
+def _on_alike_nodes(problem: Problem, cm: CostModel) -> tuple[Pipeline | None, bool]:
+    """Where the nodes are all alike (one kind, each its own host), the pipeline of least
+    cycle over the stage counts up to :data:`~.cycle_split.CYCLE_SPLIT_STAGES` (None
+    where none fits), and whether it is the least over every count (no count past those
+    may beat it); elsewhere ``(None, False)``.
+
+    On nodes alike every order of ``S`` of them is the same, so a count's least cycle is
+    that of its first ``S`` nodes split for their least cycle
+    (:func:`~.cycle_split.least_cycle_split`, exact per order): the counts go in the
+    order of their quick bound, and the search stops at the first whose bound is no
+    less than the best cycle found (no pipeline of it or any count after is faster)."""
+    if len(cm.nodes) < 2 or not cm.own_hosts or len(node_kinds(problem.nodes)[1]) != 1:
+        return None, False
+    lo, hi = problem.min_stages, min(problem.max_stages, cm.num_blocks)
+    split = min(hi, CYCLE_SPLIT_STAGES)
+    bounds = {s: quick_bound(problem, cm, s) for s in range(lo, split + 1)}
+    best: Pipeline | None = None
+    key: tuple[float, float, float, int] = (math.inf, 0.0, math.inf, 0)
+    for s in sorted(bounds, key=lambda s: (bounds[s], s)):
+        if bounds[s] > key[0] * (1 + TIED):
+            break
+        p: Pipeline | None
+        if s == 1:
+            p = ([0], [0, cm.num_blocks])
+        else:
+            beat = key[0] * (1 + TIED)
+            p = least_cycle_split(cm.for_stages(s), list(range(s)), beat, settle=True)
+        if p is None or not cm.fits_pipeline(*p):
+            continue
+        ev = evaluated(cm, *p)
+        room = cm.kv_capacity_tokens(*p)
+        # Cycles within TIED tie: then the most KV room (tiebreak's first rule), the
+        # slowest stage and fewer stages (rank_key's).
+        here = (ev.cycle_s, -(-1 if room is None else room), ev.bottleneck_s, s)
+        if ev.cycle_s < key[0] * (1 - TIED) or (
+            ev.cycle_s <= key[0] * (1 + TIED) and here[1:] < key[1:]
+        ):
+            best, key = p, here
+    return best, hi <= split or quick_bound(problem, cm, split + 1, hi) > key[0] * (1 + TIED)
 
 
 def _at_count(
