@@ -269,7 +269,7 @@ def test_counting_past_sixteen_stages_proves_22_of_24_nodes_best(
 
     model, c = resolve_model("qwen3:235b-a22b"), Constraints(batch=64)
     at_once = plan(model, h100_nodes(24), c)
-    monkeypatch.setattr(cycle, "_on_alike_nodes", lambda problem, cm: (None, False))
+    monkeypatch.setattr(cycle, "_on_alike_nodes", lambda problem, cm: (None, 0))
     got = plan(model, h100_nodes(24), c)
     assert plan_cycle(at_once) == pytest.approx(plan_cycle(got), rel=1e-12)
     first = at_once.rationale.certificate

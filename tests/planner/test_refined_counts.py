@@ -55,7 +55,7 @@ def test_without_the_refinement_the_search_misses_that_count(monkeypatch) -> Non
     at_once = plan(lookup("llama3.1:405b"), nodes, Constraints(batch=64))
     assert len(at_once.assignments) == 8
     assert not any("a search held to" in n for n in at_once.rationale.notes)
-    monkeypatch.setattr(cycle, "_on_alike_nodes", lambda problem, cm: (None, False))
+    monkeypatch.setattr(cycle, "_on_alike_nodes", lambda problem, cm: (None, 0))
     monkeypatch.setattr(groups, "REFINED_COUNTS", 0)
     searched = plan(lookup("llama3.1:405b"), nodes, Constraints(batch=64))
     monkeypatch.undo()

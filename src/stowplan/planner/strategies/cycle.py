@@ -372,21 +372,17 @@ def search(
                     return p
                 found.append(p)
         return min(found, key=lambda p: rank_key(cm, p)) if found else None
-    alike, settled = (None, False) if first else _on_alike_nodes(problem, cm)
-    if settled:
+    alike, upto = (None, 0) if first else _on_alike_nodes(problem, cm)
+    if upto >= problem.max_stages:
         return alike
     # The counts go in the order of a looser bound than the quick bound, and a count is
     # solved while that is below the best in hand: a search held to at most S stages
     # often finds a better pipeline of fewer stages than the searches held to those (it
     # chooses among more nodes), so the bound of exactly S stages (its sends and fixed
     # seconds besides) does not set it aside.
-    # Nodes alike have their counts up to CYCLE_SPLIT_STAGES solved: the search plans
-    # the counts past them, from the best of those.
-    bounds = {
-        s: _loose_bound(cm, s)
-        for s in ladder(problem, cm.batch)
-        if alike is None or s > CYCLE_SPLIT_STAGES
-    }
+    # Nodes alike have their counts up to ``upto`` solved: the search plans the counts
+    # past them, from the best of those.
+    bounds = {s: _loose_bound(cm, s) for s in ladder(problem, cm.batch) if s > upto}
     best: Pipeline | None = alike
     best_key: tuple[float, float, int, tuple[int, ...]] = (
         (math.inf, math.inf, 0, ()) if alike is None else rank_key(cm, alike)
@@ -407,18 +403,18 @@ def search(
         if not math.isfinite(bounds[s]):
             break
     if between and best is not None:
-        points = set(bounds)
+        points = set(bounds) | set(range(problem.min_stages, upto + 1))
         if len(problem.nodes) <= COUNT_SEARCH_NODES:
             best = _between(problem, cm, solvers, points, best, best_key)
         return _whole_blocks(problem, cm, solvers, points, best)
     return None if best is None else _handed_on(problem, cm, best)
 
 
-def _on_alike_nodes(problem: Problem, cm: CostModel) -> tuple[Pipeline | None, bool]:
+def _on_alike_nodes(problem: Problem, cm: CostModel) -> tuple[Pipeline | None, int]:
     """Where the nodes are all alike (one kind, each its own host), the pipeline of least
     cycle over the stage counts up to :data:`~.cycle_split.CYCLE_SPLIT_STAGES` (None
-    where none fits), and whether it is the least over every count (no count past those
-    may beat it); elsewhere ``(None, False)``.
+    where none fits), and the most stages it is the least of: the problem's most where
+    no count past those may beat it; elsewhere ``(None, 0)``.
 
     On nodes alike every order of ``S`` of them is the same, so a count's least cycle is
     that of its first ``S`` nodes split for their least cycle
@@ -426,7 +422,7 @@ def _on_alike_nodes(problem: Problem, cm: CostModel) -> tuple[Pipeline | None, b
     order of their quick bound, and the search stops at the first whose bound is no
     less than the best cycle found (no pipeline of it or any count after is faster)."""
     if len(cm.nodes) < 2 or not cm.own_hosts or len(node_kinds(problem.nodes)[1]) != 1:
-        return None, False
+        return None, 0
     lo, hi = problem.min_stages, min(problem.max_stages, cm.num_blocks)
     split = min(hi, CYCLE_SPLIT_STAGES)
     bounds = {s: quick_bound(problem, cm, s) for s in range(lo, split + 1)}
@@ -452,7 +448,8 @@ def _on_alike_nodes(problem: Problem, cm: CostModel) -> tuple[Pipeline | None, b
             ev.cycle_s <= key[0] * (1 + TIED) and here[1:] < key[1:]
         ):
             best, key = p, here
-    return best, hi <= split or quick_bound(problem, cm, split + 1, hi) > key[0] * (1 + TIED)
+    beyond = hi > split and quick_bound(problem, cm, split + 1, hi) <= key[0] * (1 + TIED)
+    return best, split if beyond else problem.max_stages
 
 
 def _at_count(
