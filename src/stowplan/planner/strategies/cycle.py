@@ -20,7 +20,9 @@ and ``cycle ≥ least Σ t + hops of ≤ S stages at b``.  So:
    true cycle.  A plan of its own (not a candidate of a larger search) then also plans
    the counts between the best one and the ladder's next (:func:`_between`) and, up
    to U stages, the counts whose slowest stage by whole blocks may beat it
-   (:func:`_whole_blocks`).
+   (:func:`_whole_blocks`).  On nodes all alike (one kind, each its own host) every
+   count up to :data:`~.cycle_split.CYCLE_SPLIT_STAGES` is solved outright first
+   (:func:`_on_alike_nodes`), and only the counts past those are searched.
 3. :func:`optimum` bounds the cycle by the least over ranges ``[a, b]`` of the ladder
    of ``max(m_a · B(≤ b stages, u_b), L(≤ b stages, u_b))`` (any S in the range has
    at least ``m_a`` microbatches of at least ``u_b``), ``B`` and ``L`` exact (subset DP
