@@ -91,9 +91,9 @@ def least_cycle_split(
             came.append(np.full(nb + 1, j, dtype=np.int64))
         return float(sums[j]), came
 
-    def least(values: Any, holds: Any) -> Any:
-        """The first of ``values`` where ``holds``, bisected (it holds at the last, and at
-        every value after one where it holds)."""
+    def first_holding(values: Any, holds: Any) -> int:
+        """The index of the first of ``values`` where ``holds``, bisected (it holds at
+        every value after one where it holds; the last index where it holds at none)."""
         lo, hi = 0, values.size - 1
         while lo < hi:
             mid = (lo + hi) // 2
@@ -101,7 +101,11 @@ def least_cycle_split(
                 hi = mid
             else:
                 lo = mid + 1
-        return float(values[lo])
+        return lo
+
+    def least(values: Any, holds: Any) -> float:
+        """The first of ``values`` where ``holds``, which holds at the last."""
+        return float(values[first_holding(values, holds)])
 
     def settled(cycle: float, came: list[Any]) -> tuple[list[int], list[int]]:
         """The split ``came`` traces (of cycle ``cycle``), or with ``settle`` one of most
@@ -158,13 +162,7 @@ def least_cycle_split(
         t, _ = least_trip(cap, traced=False)
         return math.isfinite(t) and m * cap >= t + hops
 
-    lo, hi = 0, values.size - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if crossed(float(values[mid])):
-            hi = mid
-        else:
-            lo = mid + 1
+    lo = first_holding(values, crossed)
     best: tuple[float, list[Any]] | None = None
     for i in {lo, lo - 1} - {-1}:
         cap = float(values[i])
