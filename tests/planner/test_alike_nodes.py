@@ -16,6 +16,7 @@ from stowplan.calibration import resolve_calibration
 from stowplan.planner.problem import prepare
 from stowplan.planner.strategies import cycle
 from stowplan.planner.strategies.cycle_split import CYCLE_SPLIT_STAGES, TIED
+from stowplan.planner.tensor.layouts import expand
 from tests.common.brute_force import pipelines
 from tests.common.h100 import h100_nodes
 from tests.common.instances import instances
@@ -71,6 +72,10 @@ def test_nodes_of_several_kinds_or_on_one_host_are_not_searched_as_alike() -> No
     problem = prepare(model, nodes, Constraints(batch=8))
     found, upto = cycle._on_alike_nodes(problem, problem.cost_model())
     assert found is not None and upto == problem.max_stages == 3
+    # Each node split in two: groups alike, but two on each host (an order's hops differ).
+    halves = expand(problem, {n.id: (4, 4) for n in nodes})
+    assert len(halves.nodes) == 6
+    assert cycle._on_alike_nodes(halves, halves.cost_model()) == (None, 0)
 
 
 def test_counts_past_those_split_whole_are_searched_from_the_best_of_them(
