@@ -421,8 +421,9 @@ def _on_alike_nodes(problem: Problem, cm: CostModel) -> tuple[Pipeline | None, i
     On nodes alike every order of ``S`` of them is the same, so a count's least cycle is
     that of its first ``S`` nodes split for their least cycle
     (:func:`~.cycle_split.least_cycle_split`, exact per order): the counts go in the
-    order of their quick bound, and the search stops at the first whose bound is no
-    less than the best cycle found (no pipeline of it or any count after is faster)."""
+    order of their quick bound, and the search stops at the first whose bound is above
+    the best cycle found beyond a tie (no pipeline of it or any count after is faster,
+    nor as fast)."""
     if len(cm.nodes) < 2 or not cm.own_hosts or len(node_kinds(problem.nodes)[1]) != 1:
         return None, 0
     lo, hi = problem.min_stages, min(problem.max_stages, cm.num_blocks)

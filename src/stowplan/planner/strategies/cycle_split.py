@@ -107,6 +107,15 @@ def least_cycle_split(
         """The first of ``values`` where ``holds``, which holds at the last."""
         return float(values[first_holding(values, holds)])
 
+    sorted_times: list[Any] = []
+
+    def stage_values() -> Any:
+        """:func:`_values` of the tables, sorted once per call (the least cycle's bisection
+        and the tie rule's both read them)."""
+        if not sorted_times:
+            sorted_times.append(_values(np, built.values()))
+        return sorted_times[0]
+
     def settled(cycle: float, came: list[Any]) -> tuple[list[int], list[int]]:
         """The split ``came`` traces (of cycle ``cycle``), or with ``settle`` one of most
         KV room and then least slowest stage of those within the cycle: a split keeps
@@ -126,10 +135,10 @@ def least_cycle_split(
         room = -math.inf
         own = _along(rooms, came, nb, min)
         if math.isfinite(own):
-            values = np.unique(np.concatenate([r[np.isfinite(r)] for r in made.values()]))
+            values = _values(np, made.values())
             values = values[values >= own][::-1]
             room = least(values, lambda r: least_trip(cap, False, r, rooms)[0] + hops <= tied)
-        values = _values(np, built.values())
+        values = stage_values()
         values = values[values <= cap]
         if values.size == 0:
             return _traced(order, came, nb)
@@ -149,7 +158,7 @@ def least_cycle_split(
         if least_trip(top, traced=False)[0] + hops >= beat:
             return None
     floor = (trip + hops) / m
-    values = _values(np, built.values())
+    values = stage_values()
     values = values[values <= top]
     if values.size == 0:
         return None
@@ -180,7 +189,7 @@ TIED = 1e-12
 
 
 def _values(np: Any, tables: Any) -> Any:
-    """The finite stage times of ``tables``, each once, ascending."""
+    """The finite entries of ``tables`` (stage times, KV rooms), each once, ascending."""
     return np.unique(np.concatenate([t[np.isfinite(t)] for t in tables]))
 
 
