@@ -274,28 +274,38 @@ def test_a_search_no_ceiling_held_back_answers_for_higher_ceilings(
     assert any(reused.values())
 
 
-def test_orders_split_into_more_stages_than_a_ceiling_are_skipped_as_they_would_fail() -> None:
+def test_orders_split_within_the_ceiling_stop_where_the_stages_run_out() -> None:
     """Blocks that differ (gemma2's alternate windows) make the search split every node
-    by memory; that split takes as many stages as its fill needs whatever the ceiling, so
-    once a ceiling has split it, lower ceilings skip it: each search answers as one on a
-    cost model of its own."""
+    by memory.  Under a stage ceiling that split keeps to the ceiling: it never has more
+    stages, it is the greedy split within the ceiling at its own bottleneck, no faster
+    than the least split of the order, and where that least split keeps to the ceiling,
+    the same split.  Each search answers as one on a cost model of its own."""
     small = (("RTX 3060", 12), ("RTX 4090", 24), ("L4", 24), ("A100 80GB SXM4", 80))
     nodes = fleet_with_copies(21, 120, 0.4, gpus=small)
     problem = prepare(lookup("gemma2:27b"), nodes, Constraints(batch=4))
     cm = problem.cost_model()
     assert not cm.uniform
-    ceilings = (24, 2, 3, 5, 8, 12)
-    for hi in ceilings:
+    for hi in (24, 2, 3, 5, 8, 12):
         fresh = prepare(lookup("gemma2:27b"), nodes, Constraints(batch=4)).cost_model()
         assert throughput.search_throughput(cm, 1, hi) == throughput.search_throughput(fresh, 1, hi)
-    lengths = throughput._split_lengths(cm)
-    # Some order split into more stages than a later ceiling held: that ceiling skipped it.
-    assert any(n > min(ceilings) for n in lengths.values())
-    # At the split's own count it is kept, under any bound it passes; one below, skipped.
-    for (order, floor), n in lengths.items():
-        split = throughput.min_bottleneck_split(cm, order, floor)
-        assert split is not None and len(split[0]) == n
-        bottleneck = evaluated_here(cm, *split).bottleneck_s
-        for upper in (None, bottleneck, 2 * bottleneck):
-            assert throughput._within_stages(cm, order, floor, n, upper) == split
-            assert throughput._within_stages(cm, order, floor, n - 1, upper) is None
+    every = range(len(cm.nodes))
+    by_room = sorted(every, key=lambda d: (cm.usable[d], d))
+    kept, same, fewer = 0, 0, 0
+    for order in (by_room, by_room[::-1]):
+        free = throughput.min_bottleneck_split(cm, order)
+        assert free is not None
+        for ceiling in (2, 3, 4, 6, 8, 12, 24):
+            split = throughput.min_bottleneck_split(cm, order, 1, None, ceiling)
+            if len(free[0]) <= ceiling:
+                assert split == free
+                same += 1
+            if split is None:
+                continue
+            kept += 1
+            assert len(split[0]) <= ceiling
+            fewer += len(free[0]) > ceiling
+            bottleneck = evaluated_here(cm, *split).bottleneck_s
+            assert throughput.greedy_split(cm, order, bottleneck, 1, ceiling) == split
+            assert bottleneck >= evaluated_here(cm, *free).bottleneck_s
+    # Both kinds of case occur: splits the ceiling left alone, and splits it cut short.
+    assert same > 0 and fewer > 0 and kept > same

@@ -71,10 +71,15 @@ _ITERATIONS = 48
 
 
 def greedy_split(
-    cm: CostModel, order: Sequence[int], t_max: float, min_stages: int = 1
+    cm: CostModel,
+    order: Sequence[int],
+    t_max: float,
+    min_stages: int = 1,
+    max_stages: int | None = None,
 ) -> Pipeline | None:
-    """A split of the blocks over a subsequence of ``order`` with every stage ≤ ``t_max``."""
-    return _split_or_next(cm, order, t_max, min_stages)[0]
+    """A split of the blocks over a subsequence of ``order`` with every stage ≤ ``t_max``
+    (and at most ``max_stages`` stages, as :func:`_split_or_next` keeps to them)."""
+    return _split_or_next(cm, order, t_max, min_stages, max_stages=max_stages)[0]
 
 
 def _split_or_next(
@@ -83,6 +88,7 @@ def _split_or_next(
     t_max: float,
     min_stages: int,
     suffix: Sequence[float] | None = None,
+    max_stages: int | None = None,
 ) -> tuple[Pipeline | None, float]:
     """:func:`greedy_split`, and when it finds no split the least bottleneck above
     ``t_max`` at which any of its choices could change (infinite when none can).
@@ -92,7 +98,11 @@ def _split_or_next(
     model (once it reaches that last stage's time), a node passed over because its least
     last stage is slower.  Below the least of the times that failed, every comparison
     comes out the same, and so does the split: no bottleneck in ``[t_max, next)``
-    passes.  ``suffix``: as :func:`_ended` reads it."""
+    passes.  ``suffix``: as :func:`_ended` reads it.
+
+    ``max_stages``: once all but one of that many stages are taken, only a node that ends
+    the model may follow (the split fails where none does).  That compares no further
+    times, so the least bottleneck returned holds as it is."""
     nb = cm.num_blocks
     pos = 0
     used: list[int] = []
@@ -108,10 +118,12 @@ def _split_or_next(
     cap = nb - max(min_stages - 1, 1)
     may_end = min_stages <= 1
     reach_of, end_of = tables.reach, tables.end
+    last = len(order) if max_stages is None else max_stages - 1
     for i, d in enumerate(order):
-        if pos >= cap:
-            # No node can take a block now (the stages still owed keep the rest): only a
-            # node that ends the model can follow, the first such in the rest of the order.
+        if pos >= cap or len(used) >= last:
+            # No node can take a block now (the stages still owed keep the rest, or the
+            # next stage is the last allowed): only a node that ends the model can follow,
+            # the first such in the rest of the order.
             ended, later = _ended(cm, order, i, t_max, min_stages, used, bounds, idle, suffix)
             return ended, min(nearest, later)
         c = node_class[d]
@@ -216,7 +228,11 @@ _least_last_times = PerModel(_least_last)
 
 
 def min_bottleneck_split(
-    cm: CostModel, order: Sequence[int], min_stages: int = 1, upper: float | None = None
+    cm: CostModel,
+    order: Sequence[int],
+    min_stages: int = 1,
+    upper: float | None = None,
+    max_stages: int | None = None,
 ) -> Pipeline | None:
     """The split of ``order`` (nodes may be skipped) minimising the slowest stage.
 
@@ -228,9 +244,15 @@ def min_bottleneck_split(
     Under a bound the split within it is often already the least: where the greedy split
     fails just below its bottleneck, it fails at every bottleneck below (the split's
     feasibility is monotone in the bottleneck), the bisection could only end there, and
-    it is not run."""
+    it is not run.
+
+    With ``max_stages`` the greedy split keeps to that many stages (:func:`_split_or_next`)
+    and the same bisection runs: the split it finds is the least the greedy split reaches
+    within them, not always the least of every such split (the greedy split's feasibility
+    is no longer monotone in the bottleneck where it fills the stages).  On a long order
+    it stops where the stages run out, not at the end of the order."""
     hi = math.inf if upper is None else upper
-    best = greedy_split(cm, order, hi, min_stages)
+    best = greedy_split(cm, order, hi, min_stages, max_stages)
     if best is None:
         return None
     hi = evaluated_here(cm, *best).bottleneck_s
@@ -238,13 +260,13 @@ def min_bottleneck_split(
     suffix = _suffix_least(cm, order)
     if upper is not None and hi > 0.0:
         below = math.nextafter(hi, 0.0)
-        if _split_or_next(cm, order, below, min_stages, suffix)[0] is None:
-            return greedy_split(cm, order, hi, min_stages) or best
+        if _split_or_next(cm, order, below, min_stages, suffix, max_stages)[0] is None:
+            return greedy_split(cm, order, hi, min_stages, max_stages) or best
     for _ in range(_ITERATIONS):
         if hi - lo <= 1e-12 * hi:
             break
         mid = (lo + hi) / 2
-        found, later = _split_or_next(cm, order, mid, min_stages, suffix)
+        found, later = _split_or_next(cm, order, mid, min_stages, suffix, max_stages)
         if found is None:
             if later >= hi:
                 break
@@ -252,60 +274,35 @@ def min_bottleneck_split(
         else:
             best = found
             hi = evaluated_here(cm, *found).bottleneck_s
-    return greedy_split(cm, order, hi, min_stages) or best
+    return greedy_split(cm, order, hi, min_stages, max_stages) or best
 
 
 def _no_splits(
     cm: CostModel,
-) -> dict[tuple[tuple[int, ...], int, float | None], Pipeline | None]:
+) -> dict[tuple[tuple[int, ...], int, float | None, int | None], Pipeline | None]:
     return {}
 
 
 _splits = PerModel(_no_splits)
-"""Per cost model, :func:`min_bottleneck_split` of each order, stage floor and bound."""
+"""Per cost model, :func:`min_bottleneck_split` of each order, stage limits and bound."""
 
 
 def kept_bottleneck_split(
-    cm: CostModel, order: Sequence[int], min_stages: int = 1, upper: float | None = None
+    cm: CostModel,
+    order: Sequence[int],
+    min_stages: int = 1,
+    upper: float | None = None,
+    max_stages: int | None = None,
 ) -> Pipeline | None:
-    """:func:`min_bottleneck_split`, kept per cost model, order, ``min_stages`` and
+    """:func:`min_bottleneck_split`, kept per cost model, order, stage limits and
     ``upper`` (the stage counts that step at one microbatch search one model, and often
     split the same orders under the same bound): a copy each time."""
     kept = _splits(cm)
-    key = (tuple(order), min_stages, upper)
+    key = (tuple(order), min_stages, upper, max_stages)
     if key not in kept:
-        kept[key] = min_bottleneck_split(cm, order, min_stages, upper)
+        kept[key] = min_bottleneck_split(cm, order, min_stages, upper, max_stages)
     found = kept[key]
     return None if found is None else (list(found[0]), list(found[1]))
-
-
-def _no_lengths(cm: CostModel) -> dict[tuple[tuple[int, ...], int], int]:
-    return {}
-
-
-_split_lengths = PerModel(_no_lengths)
-"""Per cost model, order and stage floor, the stages of its least-bottleneck split."""
-
-
-def _within_stages(
-    cm: CostModel, order: Sequence[int], min_stages: int, max_stages: int, upper: float | None
-) -> Pipeline | None:
-    """:func:`kept_bottleneck_split`, or None where its split is known to have more than
-    ``max_stages`` stages.
-
-    The split of an order is the least-bottleneck one whatever the bound (a bound only
-    makes the search fail where it is below that bottleneck), so once one stage count has
-    split an order, a count with fewer stages than that split's need not split it again:
-    the split could not be kept.  (The orders of every node split into as many stages as
-    their greedy fill takes, whatever the count.)"""
-    key = (tuple(order), min_stages)
-    lengths = _split_lengths(cm)
-    if lengths.get(key, 0) > max_stages:
-        return None
-    split = kept_bottleneck_split(cm, order, min_stages, upper)
-    if split is not None:
-        lengths[key] = len(split[0])
-    return split
 
 
 def role_capacity(cm: CostModel, d: int, t_max: float, first: bool, last: bool) -> int:
@@ -1042,7 +1039,7 @@ def search_throughput(cm: CostModel, min_n: int, max_n: int) -> tuple[Pipeline |
                             ),
                             default=None,
                         )
-                        split = _within_stages(cm, o, min_n, max_n, upper)
+                        split = kept_bottleneck_split(cm, o, min_n, upper, max_n)
                         if split is not None:
                             candidates.append(split)
     candidates = [c for c in candidates if min_n <= len(c[0]) <= max_n]
