@@ -17,8 +17,8 @@ from stowplan.model import Metric
 from stowplan.models import resolve_model
 from stowplan.planner.problem import prepare
 from stowplan.planner.tensor import groups as group_search
+from stowplan.planner.tensor.every_layout import least_cycle_bound
 from stowplan.planner.tensor.exact import grouped_bound
-from stowplan.planner.tensor.groups import least_cycle_bound
 from stowplan.planner.tensor.layouts import engine_rule, expand, layout_options
 from stowplan.planner.tensor.nodes import GroupCosts
 from tests.common import tp_referee as tp

@@ -27,8 +27,10 @@ __all__ = [
     "INLINE_MILP_NODES",
     "INLINE_MILP_SECONDS",
     "SKETCHED",
+    "backbones",
     "certificate",
     "finish",
+    "is_backbone",
     "is_probing",
     "is_sketching",
     "key_of",
@@ -308,6 +310,26 @@ def prediction_note(pred: Prediction, num_stages: int) -> str:
         if pred.usd_per_million_tokens is not None:
             text += f", ${pred.usd_per_million_tokens:.2f} per million tokens"
     return text
+
+
+_BACKBONE: ContextVar[bool] = ContextVar("stowplan_planner_backbone", default=False)
+
+
+@contextmanager
+def backbones() -> Iterator[None]:
+    """Plans made inside are a MoE model's backbone, whose experts are placed after: the
+    plan with experts carries no certificate, so work spent only to certify the backbone
+    (:mod:`stowplan.planner.tensor.every_layout`) is not done."""
+    token = _BACKBONE.set(True)
+    try:
+        yield
+    finally:
+        _BACKBONE.reset(token)
+
+
+def is_backbone() -> bool:
+    """Whether plans made now are :func:`backbones`."""
+    return _BACKBONE.get()
 
 
 _SKETCH: ContextVar[bool] = ContextVar("stowplan_planner_sketch", default=False)

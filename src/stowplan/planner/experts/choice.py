@@ -29,7 +29,7 @@ from stowplan.model import (
 )
 from stowplan.moe.routing import backbone_layout
 from stowplan.plan import Plan, Topology
-from stowplan.planner.certify import figuring, is_probing, searching_in_full
+from stowplan.planner.certify import backbones, figuring, is_probing, searching_in_full
 from stowplan.planner.cheapest import served_rate
 from stowplan.planner.experts.inputs import ExpertInputs, ExpertPlacement
 from stowplan.planner.experts.placement import expert_ids, place_experts
@@ -300,9 +300,10 @@ def _expert_parallel(
     def attempt(n: int) -> Plan | InsufficientVram:
         """The backbone on at least ``n`` stages with every expert placed, or why not."""
         if n not in tried:
-            base = plan_blocks(
-                backbone, nodes, replace(constraints, min_stages=n), cost_models=shared
-            )
+            with backbones():
+                base = plan_blocks(
+                    backbone, nodes, replace(constraints, min_stages=n), cost_models=shared
+                )
             try:
                 tried[n] = place_experts(
                     base,

@@ -32,6 +32,10 @@ Steps of :func:`plan_with_groups`:
    (:func:`_resplit`, :data:`RESPLIT_GAP`); on fleets of one kind of node, the plan's
    own nodes alone, one of them split another way (:data:`OWN_NODES_GROUPS`), and as
    many stages as the plan's on whole nodes but one split (:func:`_whole_but_one`).
+   A plan still more than :data:`EVERY_LAYOUT_GAP` above its bound, on a fleet of a few
+   multi-GPU nodes, is then solved over every split of their GPUs
+   (:mod:`stowplan.planner.tensor.every_layout`): exactly where every layout's groups
+   are few enough, and that optimum's pipeline replaces the plan where it is faster.
 5. Under an engine rule the unconstrained plan is found too, and the plan says
    how far the engine's layout is from it.
 """
@@ -48,6 +52,7 @@ from stowplan.plan import Plan
 from stowplan.planner.certify import (
     SKETCHED,
     finish,
+    is_backbone,
     is_figuring,
     is_probing,
     is_sketching,
@@ -56,13 +61,14 @@ from stowplan.planner.certify import (
 )
 from stowplan.planner.exact.pipelines import ENUMERATION_LIMIT, Optimum
 from stowplan.planner.problem import Problem
-from stowplan.planner.strategies import cycle
+from stowplan.planner.strategies.throughput import Pipeline
 from stowplan.planner.tensor.engines import (
     consecutive,
     engine_accepts,
     engine_candidates,
     engine_fit,
 )
+from stowplan.planner.tensor.every_layout import EVERY_LAYOUT, every_layout, least_cycle_bound
 from stowplan.planner.tensor.exact import GROUPED_NODE_LIMIT, GroupedOptimum, node_signature
 from stowplan.planner.tensor.joint import (
     adjacency_loses_nothing,
@@ -137,23 +143,6 @@ def _cycle(plan: Plan) -> float:
     pred = plan.rationale.prediction
     assert pred is not None
     return pred.time_per_token_s
-
-
-def least_cycle_bound(problem: Problem) -> float:
-    """A lower bound on the cycle (seconds; the time per token at one sequence) of every
-    pipeline of ``problem``'s planning nodes: the least of
-    :func:`~stowplan.planner.strategies.cycle.quick_bound` over ranges of stage counts
-    that cover every count the problem allows."""
-    cm = problem.cost_model()
-    lo, hi = problem.min_stages, problem.max_stages
-    if cm.batch == 1:
-        return cycle.quick_bound(problem, cm, lo, hi)
-    starts = cycle.ladder(problem, cm.batch, fine=False)
-    ends = [b - 1 for b in starts[1:]] + [hi]
-    return min(
-        (cycle.quick_bound(problem, cm, a, b) for a, b in zip(starts, ends, strict=True)),
-        default=math.inf,
-    )
 
 
 class _Trials:
@@ -502,6 +491,24 @@ def plan_with_groups(
                             _cycle(found),
                         )
                         found = got
+    every: tuple[Problem, Pipeline] | None = None
+    """The least cycle's pipeline over every split of a small fleet, where it beats the
+    plan (:func:`every_layout`)."""
+    if (
+        found is not None
+        and certified
+        and not is_sketching()
+        and not is_backbone()
+        and ENGINE_EXPORTS.get(rule.name) is None
+        and value < _cycle(found) * (1 - EVERY_LAYOUT_GAP)
+    ):
+        solved = every_layout(problem, rule, _cycle(found))
+        if solved is not None:
+            if solved.value > value:
+                value, method = solved.value, EVERY_LAYOUT
+            exact = exact or solved.exact
+            if solved.problem is not None and solved.pipeline is not None:
+                every = solved.problem, solved.pipeline
     if found is None and (best is None or not best.stages):
         raise Infeasible(
             "no split of the nodes' GPUs into stages of tensor-parallel degrees the model "
@@ -527,6 +534,18 @@ def plan_with_groups(
                 )
             )
             vp, pipeline = bp, bpipe
+    if every is not None:
+        mine, theirs = cycle_of(vp, pipeline, objective), cycle_of(*every, objective)
+        if theirs < mine * (1 - 1e-12):
+            notes.append(
+                replaced_note(
+                    "the exact solve over every split of the nodes' GPUs",
+                    f"{strategy.value} search",
+                    theirs,
+                    mine,
+                )
+            )
+            vp, pipeline = every
     engine = ENGINE_EXPORTS.get(rule.name)
     if engine is not None:
         pipeline, changed = engine_fit(vp, pipeline, objective, engine)
@@ -555,6 +574,11 @@ def plan_with_groups(
     r = plan.rationale
     return replace(plan, rationale=replace(r, notes=(*notes, *r.notes)))
 
+
+EVERY_LAYOUT_GAP = 0.01
+"""Where the bound lies further below the plan than this share, a fleet of few
+multi-GPU nodes is solved over every split of their GPUs (:func:`every_layout`, at most
+:data:`~stowplan.planner.tensor.every_layout.EVERY_LAYOUT_LIMIT` layouts)."""
 
 IN_FULL_GAP = 0.001
 """Where the bound lies further below the plan found than this share, its GPU groups are
