@@ -144,7 +144,8 @@ def joint_cycle(
     bounds every stage count whose microbatch is larger.  Without the exact solve (no
     pipeline comes of a solve, only bounds) the smallest microbatch is solved first, the
     counts then go in the order of what it bounds them by, and a count is solved only
-    while that bound is below the least so far.
+    while that bound is below the least so far and the plan's cycle (the plan is a
+    pipeline of some count: the least bound is no more than its cycle).
 
     ``counts``, when given, receives the bound of each stage count bounded in full
     (the counts that may hold a pipeline better than the plan in hand are among them),
@@ -263,12 +264,17 @@ def joint_cycle(
                 lower = min(lower, per_count[s])
                 continue
         else:
-            if first[s] >= lower:
+            # The plan in hand is a pipeline of some count: the least bound is no more
+            # than its cycle, and a count bounded at or above it cannot lower the least.
+            cut = min(lower, plan_cycle)
+            if first[s] >= cut:
+                lower = min(lower, first[s])
                 break  # the counts go by this bound: none after can lower the least
             per_count[s] = known(s)
-            if per_count[s] >= lower:
+            if per_count[s] >= cut:
+                lower = min(lower, per_count[s])
                 continue
-        lower = min(lower, bound_in_full(s, lower))
+        lower = min(lower, bound_in_full(s, min(lower, plan_cycle)))
     held_to = in_hand()
     if couple and lower < held_to * (1 - COUPLED_GAP):
         # The least count is bounded again, cheapest first: at its own microbatch, with
