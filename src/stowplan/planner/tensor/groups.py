@@ -17,7 +17,8 @@ Steps of :func:`plan_with_groups`:
 2. Every uniform layout (each node split into groups of the same degree) is
    planned by the strategy; the best by the workload's objective is kept.
 3. Under the generic rule, nodes then change their degree one at a time while
-   that improves the plan (bounded by :data:`LOCAL_SEARCH_NODES`); a stage count
+   that improves the plan (bounded by :data:`LOCAL_SEARCH_NODES`; on one kind of node
+   only for a plan more than :data:`RESPLIT_GAP` from its bound); a stage count
    held above the groups of whole nodes is then also planned on the layout of
    fewest splits (:func:`_enough_groups`).
 4. The optimum over every grouping the rule allows and every pipeline of the
@@ -201,12 +202,12 @@ def _search(
     rule: EngineRule,
     objective: Metric,
     local: bool = True,
-    proven: Callable[[Plan], bool] | None = None,
+    settled: Callable[[Plan], bool] | None = None,
 ) -> tuple[Plan | None, Layout | None]:
     """The best plan over the uniform layouts (and, without a uniform rule, every node on
     its largest groups), then improved by :func:`_improve` when ``local`` on fleets of up
-    to :data:`LOCAL_SEARCH_NODES` multi-GPU nodes, unless ``proven`` says the plan in hand
-    is the optimum (no layout could then improve it)."""
+    to :data:`LOCAL_SEARCH_NODES` multi-GPU nodes, unless ``settled`` says the plan in
+    hand needs no local search (it is the optimum, or close enough to its bound)."""
     problem = trials.problem
     multi = [n for n in problem.nodes if n.num_gpus > 1]
     degrees = sorted(
@@ -233,7 +234,7 @@ def _search(
         and local
         and not rule.uniform
         and len(multi) <= LOCAL_SEARCH_NODES
-        and not (proven is not None and proven(best[1]))
+        and not (settled is not None and settled(best[1]))
     ):
         best = _improve(trials, rule, objective, best, multi, seen)
     # A held count's layout of fewest splits comes after the local search (which starts
@@ -385,11 +386,19 @@ def plan_with_groups(
             joint.append(solve(runs))
         return joint[0]
 
-    def proven(p: Plan) -> bool:
-        return _cycle(p) <= bound(_cycle(p))[0] * (1 + 1e-12)
+    alike = len({node_signature(n) for n in problem.nodes}) == 1
+
+    def settled(p: Plan) -> bool:
+        """Whether the local search over layouts may be left out for ``p``: it meets the
+        bound (no layout could improve it), or on one kind of node it is within
+        :data:`RESPLIT_GAP` of it (beyond, the plan's own nodes are searched again below;
+        within, the certificate keeps the gap as it keeps every other)."""
+        limit = bound(_cycle(p))[0]
+        gap = RESPLIT_GAP if alike else 0.0
+        return _cycle(p) * (1 - gap) <= limit * (1 + 1e-12)
 
     # The local search is needed where the joint solve is not the optimum.
-    found, layout = _search(trials, rule, objective, local=not (runs and adjacent), proven=proven)
+    found, layout = _search(trials, rule, objective, local=not (runs and adjacent), settled=settled)
     refined: str | None = None
     if not certified and found is not None:
         # A candidate certified elsewhere: beyond the exact solve the joint bound only
@@ -408,7 +417,6 @@ def plan_with_groups(
                     _cycle(found),
                     _cycle(before),
                 )
-        alike = len({node_signature(n) for n in problem.nodes}) == 1
 
         def searched_in_full(option: Layout, how: str) -> bool:
             """Whether ``option``'s groups searched in full (``how``, in the note) give a
