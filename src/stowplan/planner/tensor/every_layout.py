@@ -32,7 +32,7 @@ from stowplan.planner.problem import Problem
 from stowplan.planner.strategies import cycle
 from stowplan.planner.strategies.throughput import Pipeline
 from stowplan.planner.tensor.layouts import EngineRule, Layout, expand
-from stowplan.rules.tensor_parallel import legal_tensor_parallel
+from stowplan.planner.tensor.nodes import degrees
 
 __all__ = [
     "EVERY_LAYOUT",
@@ -92,10 +92,7 @@ def full_splits(
     """The splits of ``node``'s GPUs into groups of the degrees ``rule`` and the model
     allow (largest first) that leave fewer GPUs idle than the least degree; None where
     there are more than ``most`` (or a split has more groups than that)."""
-    legal = sorted(
-        (t for t in legal_tensor_parallel(problem.model, node.num_gpus) if rule.allows(t)),
-        reverse=True,
-    )
+    legal = sorted(degrees(problem, node, rule.degrees), reverse=True)
     if not legal or node.num_gpus // legal[-1] > most:
         return None
     out: list[tuple[int, ...]] = []
@@ -132,6 +129,7 @@ def every_layout(problem: Problem, rule: EngineRule, beat: float) -> EveryLayout
     unsolved = math.inf
     """The least bound of the layouts too large to solve."""
     best: tuple[Problem, Pipeline] | None = None
+    batch = problem.constraints.batch
     for combo in product(*splits):
         layout: Layout = {n.id: split for n, split in zip(multi, combo, strict=True)}
         try:
@@ -144,7 +142,6 @@ def every_layout(problem: Problem, rule: EngineRule, beat: float) -> EveryLayout
         if len(groups.nodes) > CYCLE_EXACT_LIMIT:
             unsolved = min(unsolved, bound)
             continue
-        batch = problem.constraints.batch
         top = min(len(groups.nodes), groups.max_stages)
         for stages in range(max(groups.min_stages, 1), top + 1):
             at = groups.at_microbatch(microbatches(batch, stages)[1])
