@@ -532,28 +532,18 @@ def plan_with_groups(
         searched = pipeline  # the search's plan, its ties already broken
         if rule.consecutive:
             vp, pipeline = consecutive(vp, pipeline, objective)
+    # The solves' pipelines, each replacing the plan where it is faster.
+    solves: list[tuple[str, tuple[Problem, Pipeline]]] = []
     if found is not None and best is not None and best.stages:
-        bp, bpipe = as_pipeline(problem, best.stages)
-        mine, theirs = cycle_of(vp, pipeline, objective), cycle_of(bp, bpipe, objective)
-        if theirs < mine * (1 - 1e-12):
-            notes.append(
-                replaced_note(
-                    "the joint solve over GPU groups", f"{strategy.value} search", theirs, mine
-                )
-            )
-            vp, pipeline = bp, bpipe
+        solves.append(("the joint solve over GPU groups", as_pipeline(problem, best.stages)))
     if every is not None:
-        mine, theirs = cycle_of(vp, pipeline, objective), cycle_of(*every, objective)
+        solves.append(("the exact solve over every split of the nodes' GPUs", every))
+    for how, (solved_problem, solved_pipeline) in solves:
+        mine = cycle_of(vp, pipeline, objective)
+        theirs = cycle_of(solved_problem, solved_pipeline, objective)
         if theirs < mine * (1 - 1e-12):
-            notes.append(
-                replaced_note(
-                    "the exact solve over every split of the nodes' GPUs",
-                    f"{strategy.value} search",
-                    theirs,
-                    mine,
-                )
-            )
-            vp, pipeline = every
+            notes.append(replaced_note(how, f"{strategy.value} search", theirs, mine))
+            vp, pipeline = solved_problem, solved_pipeline
     engine = ENGINE_EXPORTS.get(rule.name)
     if engine is not None:
         pipeline, changed = engine_fit(vp, pipeline, objective, engine)
