@@ -125,16 +125,26 @@ def _one_count(first: Metric) -> cycle.Searched:
     return run
 
 
+def _searched(problem: Problem, cm: CostModel, first: Metric) -> Pipeline:
+    """The plan's pipeline: :func:`_cycle_search`'s, its nodes reordered where that lowers
+    the cycle (:func:`~stowplan.planner.strategies.cycle.relocated`; not for a sketch or a
+    probe, whose pipeline a wider search compares or only needs to exist)."""
+    found = _need(_cycle_search(problem, cm, first))
+    if cm.batch == 1 or is_sketching():
+        return found
+    return cycle.relocated(problem, cm, found)
+
+
 def _latency(problem: Problem) -> Plan:
     cm = problem.cost_model()
-    found = _need(_cycle_search(problem, cm, Metric.LATENCY))
+    found = _searched(problem, cm, Metric.LATENCY)
     searched = _one_count(Metric.LATENCY)
     return finish(problem, cm, Strategy.LATENCY, found, adopt_optimum=True, searched=searched)
 
 
 def _throughput(problem: Problem) -> Plan:
     cm = problem.cost_model()
-    found = _need(_cycle_search(problem, cm, Metric.THROUGHPUT))
+    found = _searched(problem, cm, Metric.THROUGHPUT)
     searched = _one_count(Metric.THROUGHPUT)
     return finish(problem, cm, Strategy.THROUGHPUT, found, adopt_optimum=True, searched=searched)
 
