@@ -19,6 +19,7 @@ from stowplan.model import Constraints, Metric, ModelLayout, NodeDescriptor, Obj
 from stowplan.plan import Plan
 from stowplan.planner.certify import (
     finish,
+    is_backbone,
     is_probing,
     is_sketching,
     key_of,
@@ -127,10 +128,12 @@ def _one_count(first: Metric) -> cycle.Searched:
 
 def _searched(problem: Problem, cm: CostModel, first: Metric) -> Pipeline:
     """The plan's pipeline: :func:`_cycle_search`'s, its nodes reordered where that lowers
-    the cycle (:func:`~stowplan.planner.strategies.cycle.relocated`; not for a sketch or a
-    probe, whose pipeline a wider search compares or only needs to exist)."""
+    the cycle (:func:`~stowplan.planner.strategies.cycle.relocated`).  Not for a sketch or
+    a probe, whose pipeline a wider search compares or only needs to exist, nor for a MoE
+    backbone: its experts are placed after, on its nodes, and a faster backbone is not
+    always the faster plan with them."""
     found = _need(_cycle_search(problem, cm, first))
-    if cm.batch == 1 or is_sketching():
+    if is_sketching() or is_backbone():
         return found
     return cycle.relocated(problem, cm, found)
 
