@@ -65,3 +65,10 @@ def test_without_the_held_searches_the_plan_is_the_six_stage_one(
     assert got.num_stages == 6
     assert got.rationale.prediction.tokens_per_s == pytest.approx(4.6754, abs=1e-3)
     assert got.rationale.certificate.gap > 0.1
+
+
+def test_the_plan_says_which_held_search_found_it():
+    """Its notes name the range of counts the search was held to, not an exact solve."""
+    notes = " ".join(_planned().rationale.notes)
+    assert "a search held to 8–11 stages" in notes
+    assert "the exact solve" not in notes

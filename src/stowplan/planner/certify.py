@@ -157,7 +157,7 @@ def _counts_searched(
         if got is None:
             return opt  # no bound for some range: the least of the others bounds nothing
         bounds[(first, last)] = got
-    best, least = opt.pipeline, value
+    best, least, held_to = opt.pipeline, value, ""
     for first, last in sorted(bounds, key=lambda r: (bounds[r], r))[: cycle.SEARCHED_FURTHER]:
         if bounds[(first, last)] >= least:
             break
@@ -167,10 +167,12 @@ def _counts_searched(
             found = cycle.relocated(held, cm, found)  # as the plan's own search hands it on
             if (got := cm.evaluate(*found).cycle_s) < least * (1 - 1e-9):
                 best, least = found, got
+                counts = f"{first}" if first == last else f"{first}–{last}"
+                held_to = f"a search held to {counts} stages (a range of counts bounded below it)"
     lower = max(opt.value, min(bounds.values()))
     if lower > opt.value * (1 + 1e-12):
         opt = replace(opt, value=lower, method=f"bound: {KNAPSACK}, per range of stage counts")
-    return opt if best is opt.pipeline else replace(opt, pipeline=best)
+    return opt if best is opt.pipeline else replace(opt, pipeline=best, found_by=held_to)
 
 
 OUTRIGHT_MILP_NODES = 16
