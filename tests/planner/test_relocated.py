@@ -12,7 +12,6 @@ from stowplan import Constraints, plan
 from stowplan.cost import CostModel
 from stowplan.models import resolve_model
 from stowplan.planner import strategies
-from stowplan.planner.problem import prepare
 from stowplan.planner.strategies import cycle
 from stowplan.planner.strategies.cycle_split import least_cycle_split
 from tests.common.gpu_fleets import nodes_of
@@ -54,8 +53,7 @@ def test_a_small_node_moved_to_the_front_takes_the_first_block_and_the_plan_gain
     assert searched is not None
     before = 16 / cm.evaluate(*searched).cycle_s
     assert before == pytest.approx(1531.7, abs=0.1)
-    problem = prepare(model, nodes, c)
-    order, bounds = cycle.relocated(problem, CostModel(model, nodes, c), searched)
+    order, bounds = cycle.relocated(CostModel(model, nodes, c), searched)
     assert order == [5, *(d for d in _SEARCHED_ORDER if d != 5)]
     assert bounds[:2] == [0, 1]
     after = 16 / cm.evaluate(order, bounds).cycle_s
@@ -68,7 +66,7 @@ def test_a_small_node_moved_to_the_front_takes_the_first_block_and_the_plan_gain
 
 def test_without_the_reorder_the_plan_is_the_searched_order(monkeypatch: pytest.MonkeyPatch):
     """The checkout without it plans the 1,531.7 tokens/s pipeline: the gain is the reorder's."""
-    monkeypatch.setattr(strategies.cycle, "relocated", lambda problem, cm, p: p)
+    monkeypatch.setattr(strategies.cycle, "relocated", lambda cm, p: p)
     got = _planned()
     assert got.rationale.prediction is not None
     assert got.rationale.prediction.tokens_per_s == pytest.approx(1531.7, abs=0.1)
@@ -82,7 +80,6 @@ def test_a_reorder_never_raises_the_cycle_and_keeps_every_node():
     model, c = resolve_model("deepseek-v3"), Constraints(batch=16)
     cm = CostModel(model, nodes, c)
     view = cm.for_stages(8)
-    problem = prepare(model, nodes, c)
     rng = random.Random(5)
     gained = tried = 0
     for _ in range(12):
@@ -92,7 +89,7 @@ def test_a_reorder_never_raises_the_cycle_and_keeps_every_node():
         if p is None:
             continue
         tried += 1
-        got = cycle.relocated(problem, cm, p)
+        got = cycle.relocated(cm, p)
         assert sorted(got[0]) == sorted(order)
         assert got[1][0] == 0 and got[1][-1] == model.num_blocks
         assert cm.fits_pipeline(*got)
@@ -109,7 +106,7 @@ def test_blocks_alike_are_not_reordered():
     cm = CostModel(model, nodes, c)
     assert cm.uniform
     p = ([13, 1, 14], [0, 27, 54, 80])
-    assert cycle.relocated(prepare(model, nodes, c), cm, p) is p
+    assert cycle.relocated(cm, p) is p
 
 
 _A100P, _R5090, _H100 = ("A100 80GB PCIe", 80, 1), ("RTX 5090", 32, 1), ("H100 SXM5", 80, 1)
@@ -138,7 +135,7 @@ def test_a_moe_backbone_is_not_reordered(monkeypatch: pytest.MonkeyPatch):
         return got.rationale.prediction.tokens_per_s
 
     kept = tokens_per_s()
-    monkeypatch.setattr(strategies.cycle, "relocated", lambda problem, cm, p: p)
+    monkeypatch.setattr(strategies.cycle, "relocated", lambda cm, p: p)
     assert tokens_per_s() == kept
     monkeypatch.undo()
     monkeypatch.setattr("stowplan.planner.is_backbone", lambda: False)

@@ -135,7 +135,7 @@ def _searched(problem: Problem, cm: CostModel, first: Metric) -> Pipeline:
     found = _need(_cycle_search(problem, cm, first))
     if is_sketching() or is_backbone():
         return found
-    return cycle.relocated(problem, cm, found)
+    return cycle.relocated(cm, found)
 
 
 def _latency(problem: Problem) -> Plan:

@@ -164,7 +164,7 @@ def _counts_searched(
         held = replace(problem, min_stages=first, max_stages=last)
         found = searched(held, cm)
         if found is not None and cm.fits_pipeline(*found):
-            found = cycle.relocated(held, cm, found)  # as the plan's own search hands it on
+            found = cycle.relocated(cm, found)  # as the plan's own search hands it on
             if (got := cm.evaluate(*found).cycle_s) < least * (1 - 1e-9):
                 best, least = found, got
                 counts = f"{first}" if first == last else f"{first}–{last}"

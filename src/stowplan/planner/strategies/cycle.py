@@ -523,7 +523,7 @@ RELOCATED_ROUNDS = 2
 """Most rounds of :func:`relocated`."""
 
 
-def relocated(problem: Problem, cm: CostModel, p: Pipeline) -> Pipeline:
+def relocated(cm: CostModel, p: Pipeline) -> Pipeline:
     """``p``, or its nodes in another order, split for its least cycle
     (:func:`~.cycle_split.least_cycle_split`), where that lowers the cycle: each stage's
     node moved to the front of the order or to its end (the roles that differ: the first
