@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -149,20 +148,21 @@ def _counts_searched(
     differ its pipeline is not the plan's (its blocks are sized as the smallest)."""
     if len(cm.nodes) > cycle.COUNT_SEARCH_NODES:
         return opt
-    points = cycle.ladder(problem, 1)
-    ranges = [(a, b - 1) for a, b in itertools.pairwise(points)] + [(points[-1], points[-1])]
+    held = {
+        (first, last): replace(problem, min_stages=first, max_stages=last)
+        for first, last in cycle.count_ranges(cycle.ladder(problem, 1))
+    }
     bounds: dict[tuple[int, int], float] = {}
-    for first, last in ranges:
-        got = trip_bound(replace(problem, min_stages=first, max_stages=last), cm)
+    for span, within in held.items():
+        got = trip_bound(within, cm)
         if got is None:
             return opt  # no bound for some range: the least of the others bounds nothing
-        bounds[(first, last)] = got
+        bounds[span] = got
     best, least, held_to = opt.pipeline, value, ""
     for first, last in sorted(bounds, key=lambda r: (bounds[r], r))[: cycle.SEARCHED_FURTHER]:
         if bounds[(first, last)] >= least:
             break
-        held = replace(problem, min_stages=first, max_stages=last)
-        found = searched(held, cm)
+        found = searched(held[(first, last)], cm)
         if found is not None and cm.fits_pipeline(*found):
             found = cycle.relocated(cm, found)  # as the plan's own search hands it on
             if (got := cm.evaluate(*found).cycle_s) < least * (1 - 1e-9):
@@ -366,6 +366,18 @@ def prediction_note(pred: Prediction, num_stages: int) -> str:
     return text
 
 
+@contextmanager
+def _holding(*flags: tuple[ContextVar[bool], bool]) -> Iterator[None]:
+    """Each ``(flag, value)`` set for the plans made inside, and put back after (in the
+    reverse order)."""
+    tokens = [(flag, flag.set(value)) for flag, value in flags]
+    try:
+        yield
+    finally:
+        for flag, token in reversed(tokens):
+            flag.reset(token)
+
+
 _BACKBONE: ContextVar[bool] = ContextVar("stowplan_planner_backbone", default=False)
 
 
@@ -374,11 +386,8 @@ def backbones() -> Iterator[None]:
     """Plans made inside are a MoE model's backbone, whose experts are placed after: the
     plan with experts carries no certificate, so work spent only to certify the backbone
     (:mod:`stowplan.planner.tensor.every_layout`) is not done."""
-    token = _BACKBONE.set(True)
-    try:
+    with _holding((_BACKBONE, True)):
         yield
-    finally:
-        _BACKBONE.reset(token)
 
 
 def is_backbone() -> bool:
@@ -397,11 +406,8 @@ def sketching() -> Iterator[None]:
     """Plans finished inside are candidates a wider search compares and then certifies
     itself: :func:`finish` skips their own optimum solve (their certificate says it is
     not computed)."""
-    token = _SKETCH.set(True)
-    try:
+    with _holding((_SKETCH, True)):
         yield
-    finally:
-        _SKETCH.reset(token)
 
 
 def is_sketching() -> bool:
@@ -419,12 +425,8 @@ def figuring() -> Iterator[None]:
     groups runs the exact joint solve only where its work, counted once per microbatch
     it may solve, is affordable (a figure of many sequences on eight nodes of small
     blocks took seconds)."""
-    token, sketch = _FIGURE.set(True), _SKETCH.set(True)
-    try:
+    with _holding((_FIGURE, True), (_SKETCH, True)):
         yield
-    finally:
-        _SKETCH.reset(sketch)
-        _FIGURE.reset(token)
 
 
 def is_figuring() -> bool:
@@ -443,12 +445,8 @@ def probing() -> Iterator[None]:
     beyond, the swaps and splits again, the ties).  A plan is found inside exactly when
     one is found outside: a search gives up inside only where it gives up outside.
     Not for a search that ranks what it finds against a target (the cost objective)."""
-    token, sketch = _PROBE.set(True), _SKETCH.set(True)
-    try:
+    with _holding((_PROBE, True), (_SKETCH, True)):
         yield
-    finally:
-        _SKETCH.reset(sketch)
-        _PROBE.reset(token)
 
 
 def is_probing() -> bool:
@@ -461,11 +459,8 @@ def searching_in_full() -> Iterator[None]:
     """Plans made inside search in full again (sketched, inside a probe): for a step of a
     probe whose outcome depends on which pipeline is found, not only on whether one is
     (the expert-parallel backbone, whose nodes must also hold the experts)."""
-    token = _PROBE.set(False)
-    try:
+    with _holding((_PROBE, False)):
         yield
-    finally:
-        _PROBE.reset(token)
 
 
 def finish(

@@ -76,6 +76,7 @@ __all__ = [
     "SEARCHED_COUNTS",
     "SEARCHED_FURTHER",
     "Searched",
+    "count_ranges",
     "ladder",
     "optimum",
     "quick_bound",
@@ -336,6 +337,15 @@ def _fill(cm: CostModel, read: float) -> float:
 
 def _at(problem: Problem, stages: int) -> Problem:
     return replace(problem, max_stages=stages, min_stages=min(problem.min_stages, stages))
+
+
+def count_ranges(points: Sequence[int]) -> list[tuple[int, int]]:
+    """The ranges of stage counts ``[a, b]`` that ``points`` (sorted counts, the last the
+    most allowed: a :func:`ladder`) start: each up to the count before the next, the last
+    that count alone.  Together they hold every count from the first point to the last."""
+    if not points:
+        return []
+    return [(a, b - 1) for a, b in itertools.pairwise(points)] + [(points[-1], points[-1])]
 
 
 def ladder(problem: Problem, sequences: int, *, fine: bool = True) -> list[int]:
@@ -890,7 +900,7 @@ def optimum(
     points = list(stage_counts(problem)) if exact else ladder(problem, cm.batch, fine=False)
     # Stage counts [a, b] bounded together: m ≥ m_a and stage times at u_b or more, so
     # the cycle of any of them is at least max(m_a · B(≥ a, ≤ b, u_b), L(≥ a, ≤ b, u_b)).
-    ranges = [(a, b - 1) for a, b in itertools.pairwise(points)] + [(points[-1], points[-1])]
+    ranges = count_ranges(points)
     got: dict[tuple[int, int], float] = {}
     """Each range's bound."""
     pipelines: list[Pipeline] = []

@@ -78,12 +78,8 @@ def least_cycle_bound(problem: Problem) -> float:
     lo, hi = problem.min_stages, problem.max_stages
     if cm.batch == 1:
         return cycle.quick_bound(problem, cm, lo, hi)
-    starts = cycle.ladder(problem, cm.batch, fine=False)
-    ends = [b - 1 for b in starts[1:]] + [hi]
-    return min(
-        (cycle.quick_bound(problem, cm, a, b) for a, b in zip(starts, ends, strict=True)),
-        default=math.inf,
-    )
+    ranges = cycle.count_ranges(cycle.ladder(problem, cm.batch, fine=False))
+    return min((cycle.quick_bound(problem, cm, a, b) for a, b in ranges), default=math.inf)
 
 
 def full_splits(
