@@ -190,7 +190,9 @@ def coupled_cycle_bound(
     ``S`` has a cycle of at least ``m · S`` when ``S ≥ T*`` and at least ``L(S) > m · S``
     up to ``m · T*`` when ``S < T*``, so every cycle is at least ``m · T*``. A bisection
     keeps a ``T`` below ``T*`` (``m · T < L(T)``) and bounds by ``m`` times it (``floor``
-    where none is found above it); None where the knapsack is not solved."""
+    where none is found above it); where the test fails at ``T``, ``T*`` is at most
+    ``L(T) / m`` and the upper end moves down to it.  None where the knapsack is not
+    solved."""
     limits = _limits(problem, cm)
     if limits is None or m < 1 or not (0 <= floor < ceiling < math.inf):
         return None
@@ -214,23 +216,38 @@ def coupled_cycle_bound(
         and (at_end := _trip_bound(cm, limits, end, enough=m * end)) is not None
         and m * end >= at_end
     )
-    for _ in range(COUPLED_STEPS - 1):
+    # Where the test fails at ``mid``, T* is at most ``L(mid) / m`` (L there is at most
+    # L(mid), which is m times it), and the upper end moves down to it.  Where the
+    # heaviest blocks' knapsack stood for L (above m · mid) that holds of theirs alone:
+    # the layout at the upper end solves L whole, and where the test fails there after
+    # all, that end becomes the lower one and the bisection goes on above it.
+    ceiling_share, steps, laid = hi, 0, None
+    for _ in range(_COUPLED_ROUNDS):
+        while not kept and steps < COUPLED_STEPS - 1:
+            if (hi - lo) * m <= _COUPLED_PRECISION * ceiling:
+                break
+            steps += 1
+            mid = (lo + hi) / 2
+            trip = _trip_bound(cm, limits, mid, enough=m * mid)
+            if trip is None:
+                return None
+            if m * mid < trip:
+                lo, hi = mid, min(hi, trip / m)
+            else:
+                hi = mid
         if kept:
-            hi = end
+            hi, kept = end, False
+        laid = _solution(cm, *limits, hi, layout=True)
+        # (Within rounding of L(mid) / m the test holds: m times it is L(mid).)
+        if laid is None or m * hi >= laid[0] * (1 - 1e-12) or hi >= ceiling_share:
             break
-        if (hi - lo) * m <= _COUPLED_PRECISION * ceiling:
-            break
-        mid = (lo + hi) / 2
-        trip = _trip_bound(cm, limits, mid, enough=m * mid)
-        if trip is None:
-            return None
-        if m * mid < trip:
-            lo = mid
-        else:
-            hi = mid
-    laid = _solution(cm, *limits, hi, layout=True)
+        lo, hi = hi, min(ceiling_share, laid[0] / m)
     return max(floor, m * lo), None if laid is None else laid[1]
 
+
+_COUPLED_ROUNDS = 3
+"""Most layouts :func:`coupled_cycle_bound` checks its upper end by (the bisection goes on
+above an end the heaviest blocks alone passed but every block does not)."""
 
 _COUPLED_PRECISION = 1e-4
 """The bisection stops once it pins ``m · T*`` within this share of the ceiling."""
