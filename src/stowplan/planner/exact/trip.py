@@ -513,9 +513,10 @@ def _knapsack(
         step = _counted(np, g, top, open_top)
         # The sliding minima of every stage at the node's block seconds, from one table.
         most = max(inner, lead, tail)
-        own = _levels(np, step, rate, most, idx)
+        ramp = idx * rate
+        own = _levels(np, step, ramp, most)
 
-        take = partial(_take_at, np, step, own, most, rate, idx)
+        take = partial(_take_at, np, step, own, most, rate, ramp, idx)
 
         if inner > 0:  # an interior stage
             np.minimum(fresh, take(..., inner, rate) + (hop + out), out=fresh)
@@ -557,7 +558,8 @@ def _counted(np: Any, g: Any, top: int, open_top: bool) -> Any:
     stands for that many stages or more (nothing counted: ``g``)."""
     if top == 0:
         return g
-    out = np.full_like(g, math.inf)
+    out = np.empty_like(g)
+    out[:, :, 0] = math.inf
     out[:, :, 1:] = g[:, :, :-1]
     if open_top:
         np.minimum(out[:, :, top], g[:, :, top], out=out[:, :, top])
@@ -581,20 +583,32 @@ def _take(np: Any, x: Any, cap: int, rate: float, idx: Any) -> Any:
 
 
 def _take_at(
-    np: Any, x: Any, levels: Any, most: int, rate: float, idx: Any, part: Any, cap: int, r: float
+    np: Any,
+    x: Any,
+    levels: Any,
+    most: int,
+    rate: float,
+    ramp: Any,
+    idx: Any,
+    part: Any,
+    cap: int,
+    r: float,
 ) -> Any:
     """:func:`_take` of ``x[part]`` with ``cap`` at ``r`` seconds a block: from ``levels``
-    (:func:`_levels` of ``x`` at ``rate``) where ``r`` is ``rate``."""
+    (:func:`_levels` of ``x`` at ``rate``, ``ramp`` its ``i · rate``) where ``r`` is
+    ``rate``."""
     if r == rate:
-        return _window(np, levels, part, most, cap, r, idx)
+        return _window(np, levels, part, most, cap, ramp)
     return _take(np, x[part], cap, r, idx)
 
 
-def _levels(np: Any, x: Any, rate: float, most: int, idx: Any) -> Any:
-    """``x[..., i] − i · rate`` behind ``most`` infs (z), and its minima over runs of 1, 2,
-    4, … up to ``most`` entries: ``levels[k][..., i]`` the least of z[..., i : i + 2**k]."""
-    pad = np.full((*x.shape[:-1], most), math.inf)
-    z = np.concatenate([pad, x - idx * rate], axis=-1)
+def _levels(np: Any, x: Any, ramp: Any, most: int) -> Any:
+    """``x[..., i] − ramp[i]`` (``i · rate``) behind ``most`` infs (z), and its minima over
+    runs of 1, 2, 4, … up to ``most`` entries: ``levels[k][..., i]`` the least of
+    z[..., i : i + 2**k]."""
+    z = np.empty((*x.shape[:-1], most + x.shape[-1]))
+    z[..., :most] = math.inf
+    np.subtract(x, ramp, out=z[..., most:])
     levels = [z]
     width = 1
     while 2 * width <= most:
@@ -604,13 +618,14 @@ def _levels(np: Any, x: Any, rate: float, most: int, idx: Any) -> Any:
     return levels
 
 
-def _window(np: Any, levels: Any, part: Any, most: int, cap: int, rate: float, idx: Any) -> Any:
+def _window(np: Any, levels: Any, part: Any, most: int, cap: int, ramp: Any) -> Any:
     """:func:`_take` of ``x[part]`` with ``cap`` (at most ``most``) from :func:`_levels` of
     ``x``: the same entries' least, two runs covering the window, so the same figures."""
     width = 1 << (cap.bit_length() - 1)
     z = levels[width.bit_length() - 1][part]
-    n = len(idx)
+    n = len(ramp)
     window = np.minimum(
         z[..., most - cap : most - cap + n], z[..., most - width : most - width + n]
     )
-    return window + idx * rate
+    window += ramp
+    return window
