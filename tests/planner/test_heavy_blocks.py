@@ -284,3 +284,55 @@ def test_the_first_stage_pays_for_the_dense_blocks_before_the_moe_blocks(monkeyp
     loose, gap = _deepseek_on_kinds(16, 1, 16)
     assert loose.rationale.prediction.tokens_per_s == got.rationale.prediction.tokens_per_s
     assert gap.gap > 0.03
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    _small_first(),
+    st.sampled_from([1, 3, 8]),
+    st.integers(1, 5),
+    st.integers(1, 5),
+    st.floats(0.3, 1.5),
+)
+def test_stages_of_small_blocks_alone_are_the_first_and_the_capped_bound_is_never_above(
+    inst, batch, fewest, most, share
+):
+    """A model whose small blocks all come before its heaviest: a stage holding none of
+    the heaviest holds only small blocks, so it is one of the first stages, at most as
+    many as the small blocks.  The heaviest blocks' knapsack counts them so (the first
+    on a node of its own, the others at the least any nodes pay), and takes the larger
+    of that and the knapsack whose such stages may be anywhere: within every cap, never
+    above the least trip of the pipelines whose stages all run within it."""
+    model, nodes = inst
+    problem, c, lo, hi = ranged(inst, batch, fewest, most)
+    cm = CostModel(model, nodes, c).for_stages(hi)
+    assume(trip._heavy(cm) is not None and trip._suffix(cm))
+    everything = [
+        (max(ev.stage_time_s), ev.time_per_token_s)
+        for s in range(lo, hi + 1)
+        for p in pipelines_of(cm, s)
+        for ev in (cm.evaluate_here(*p),)
+    ]
+    assume(everything)
+    cap = share * max(t for t, _ in everything)
+    got = trip.capped_trip_bound(replace(problem, min_stages=lo, max_stages=hi), cm, cap)
+    assert got is not None
+    within = [tpt for t, tpt in everything if t <= cap]
+    assert got <= min(within, default=math.inf) * (1 + 1e-9)
+
+
+def test_kimi_stages_holding_no_moe_block_are_first_and_few_on_24_lan_nodes(monkeypatch):
+    """kimi-k2 (one dense block, then 60 MoE blocks) at 256 sequences on 24 single-GPU
+    LAN nodes of four kinds: 18 stages.  A stage holding no MoE block holds the dense
+    block alone, so it is the first, and only one: counted so, the certificate is within
+    0.1 %.  Where such stages may be any number anywhere, the bound's pipelines made up
+    their count with them, and the same plan is more than 3 % from its bound."""
+    nodes = single_gpu_kinds(24, 1, _KINDS)
+    model, c = resolve_model("kimi-k2"), Constraints(batch=256)
+    got = plan(model, nodes, c)
+    assert got.num_stages == 18
+    assert got.rationale.certificate is not None and got.rationale.certificate.gap < 0.001
+    monkeypatch.setattr(trip, "_suffix", lambda cm: False)
+    loose = plan(model, nodes, c)
+    assert loose.rationale.prediction.tokens_per_s == got.rationale.prediction.tokens_per_s
+    assert loose.rationale.certificate is not None and loose.rationale.certificate.gap > 0.03

@@ -35,7 +35,9 @@ is at most ``T``; bisected on ``T`` against ``m × T`` it bounds their cycle
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -322,7 +324,13 @@ def _solution(
     heavy, value, layers = _heavy(cm), 0.0, None
     if heavy is not None:
         count, figures, roles, light = heavy
-        value = _least_knapsack(np, cm, figures, count, single, *args, empty=roles, light=light)[0]
+        # Where the others all lie before the heaviest (dense blocks, then MoE ones), the
+        # stages holding none of the heaviest hold only some of those: they are the first
+        # ones, at most as many as those blocks.
+        ahead = nb - count if _suffix(cm) else 0
+        value = _least_knapsack(
+            np, cm, figures, count, single, *args, empty=roles, light=light, ahead=ahead
+        )[0]
     if layout or value <= enough:
         every, layers = _least_knapsack(np, cm, _figures(cm), nb, single, *args, layout=layout)
         value = max(value, every)
@@ -352,12 +360,20 @@ def _least_knapsack(
     layout: bool = False,
     empty: Roles | None = None,
     light: Light | None = None,
+    ahead: int = 0,
 ) -> tuple[float, tuple[list[Figures], list[Any]] | None]:
     """The least knapsack of ``nb`` blocks over ``figures``' nodes (inf: none holds them
     all), and with ``layout`` the nodes and tables of that solution; ``single`` (the
     least one-stage pipeline's seconds) where it is less.  With ``empty``, a node may
     also take each role it allows there holding none of the blocks counted, paying
-    ``light`` for the others it holds where given."""
+    ``light`` for the others it holds where given; with ``ahead`` (``ahead`` blocks not
+    counted lie before those counted, and no others) only as the first ``k`` stages, k at
+    most ``ahead`` (:func:`_knapsack`: all but the first of them without a node of their
+    own).  Where its least takes such stages without a node, the knapsack whose stages
+    holding none may be any and anywhere, each on a node of its own, bounds too, and the
+    larger is the bound; elsewhere that one is never above it (its pipelines are a part
+    of the other's)."""
+    given = figures
     if math.isfinite(cap):
         capped = (
             _capped(cm, f, cap, nb, 0.0 if light is None else light[f.node][2]) for f in figures
@@ -375,22 +391,51 @@ def _least_knapsack(
 
     solved: dict[tuple[int, ...], tuple[float, list[Figures], list[Any]]] = {}
     """Per set of nodes: its least, the nodes, and (with ``layout``) its tables."""
+    unowned: set[tuple[int, ...]] = set()
+    """The sets of nodes whose least takes stages without a node of their own."""
 
     def least(of: list[Figures]) -> float:
         nodes = tuple(f.node for f in of)
         if nodes not in solved:
             layers: list[Any] = []
-            g = _knapsack(np, cm, of, nb, top, open_top, layers if layout else None, empty, light)
-            solved[nodes] = (float(g[1, 1, counts, nb].min()), of, layers)
+            g = _knapsack(
+                np, cm, of, nb, top, open_top, layers if layout else None, empty, light, *spare
+            )
+            owned = float(g[1, 1, counts, nb].min())
+            got = float(g[2, 1, counts, nb].min()) if len(g) > 2 else math.inf
+            if got < owned:
+                unowned.add(nodes)
+            solved[nodes] = (min(owned, got), of, layers)
         return min(single, solved[nodes][0])
 
-    least(useful(figures, nb, lowest, least, empty))
+    # Stages the knapsack counts without a node of their own (all but one of the first
+    # ones holding none counted) pay no hop of a node: the nodes that may hold an optimum
+    # are sought among pipelines of as many fewer stages.
+    spare: tuple[int, tuple[float, ...]] = (0, ())
+    """With ``ahead``: the most first stages holding none counted, and per k the least
+    k others of them pay together (k nodes' hop, transfer and one other block each, the
+    least)."""
+    if ahead and empty is not None and light is not None:
+        paid = sorted(f.hop + f.out + light[f.node][0] for f in figures if empty[f.node][0])
+        spare = (ahead, (0.0, *itertools.accumulate(paid[: ahead - 1])))
+    least(useful(figures, nb, max(2, lowest - max(0, spare[0] - 1)), least, empty))
     # The least of the knapsacks solved: where the nodes kept hold an optimum, theirs;
     # where the one in hand was below every solution, it is a bound itself.
     value, of, layers = min(solved.values(), key=lambda got: got[0])
+    if value < single and tuple(f.node for f in of) in unowned:
+        anywhere = _least_knapsack(
+            np, cm, given, nb, single, top, open_top, lowest, cap, empty=empty, light=light
+        )[0]
+        value = max(value, anywhere)
     if value >= single or not math.isfinite(value):
         return single, None
     return value, (of, layers) if layout else None
+
+
+def _suffix(cm: CostModel) -> bool:
+    """Whether the heaviest blocks are the last ones, every other before them."""
+    kept = heaviest(cm)
+    return kept is not None and kept == tuple(range(cm.num_blocks - len(kept), cm.num_blocks))
 
 
 def _most_held(figures: list[Figures], most: int) -> int:
@@ -490,16 +535,23 @@ def _knapsack(
     layers: list[Any] | None = None,
     empty: Roles | None = None,
     light: Light | None = None,
+    hollow: int = 0,
+    spare: Sequence[float] = (),
 ) -> Any:
     """g[f, l, c, j]: the least cost of j of the ``nb`` blocks counted on the c nodes of
     ``figures`` taken, f: the first stage among them (blocks [0, k) beside the embed), l:
     the last (blocks [nb - k, nb) beside the head); every other node an interior stage.
     ``layers``, where given, gets the table before the first node and after each;
     ``empty``, where given, the roles each node may take holding none of them, and
-    ``light`` what such a stage pays for the other blocks it holds."""
+    ``light`` what such a stage pays for the other blocks it holds.  With ``hollow``, such
+    stages are the first ``k`` of the pipeline (1 ≤ k ≤ ``hollow``: the blocks not counted
+    lie before the others), taken as the first stage on its node and ``k − 1`` stages
+    more, counted, paying ``spare[k − 1]`` (the least any ``k − 1`` nodes pay there);
+    where ``k`` is 2 or more, f is 2 (the first taken so), so its least is read apart."""
     inf = math.inf
     idx = np.arange(nb + 1)
-    g = np.full((2, 2, top + 1, nb + 1), inf)
+    unowned = empty is not None and hollow > 1 and len(spare) > 1
+    g = np.full((3 if unowned else 2, 2, top + 1, nb + 1), inf)
     g[0, 0, 0, 0] = 0.0
     if layers is not None:
         layers.append(g)
@@ -538,7 +590,26 @@ def _knapsack(
                 for r, c in f.pieces:
                     cand = np.maximum(cand, take(before, tail, r) + c)
             np.minimum(fresh[:, 1], cand + hop, out=fresh[:, 1])
-        if empty is not None:  # a stage holding none of the blocks counted
+        if empty is not None and hollow:  # the first k stages holding none counted
+            if empty[f.node][1]:
+                alone = step[0]  # the first stage here: one stage on
+                for k in range(min(hollow, len(spare))):
+                    # k stages more: counts k on (the top standing for more, from the
+                    # counts it passes); nothing counted, no more.
+                    into, paid = fresh[2 if k else 1], hop + out + other + spare[k]
+                    if k == 0 or top == 0:
+                        np.minimum(into, alone + paid, out=into)
+                        if top == 0:
+                            break
+                        continue
+                    if k > top:
+                        break
+                    part = into[..., k:, :]
+                    np.minimum(part, alone[..., : top + 1 - k, :] + paid, out=part)
+                    if open_top:
+                        passed = alone[..., top + 1 - k :, :].min(axis=-2) + paid
+                        np.minimum(into[..., top, :], passed, out=into[..., top, :])
+        elif empty is not None:  # a stage holding none of the blocks counted
             mid, first, last = empty[f.node]
             if mid:
                 np.minimum(fresh, step + (hop + out + other), out=fresh)
@@ -554,15 +625,16 @@ def _knapsack(
 
 
 def _counted(np: Any, g: Any, top: int, open_top: bool) -> Any:
-    """``g`` one stage on: count c + 1 from c; the top count also from itself where it
-    stands for that many stages or more (nothing counted: ``g``)."""
+    """``g`` one stage on: count c + 1 from c (the count is the axis before the blocks');
+    the top count also from itself where it stands for that many stages or more
+    (nothing counted: ``g``)."""
     if top == 0:
         return g
     out = np.empty_like(g)
-    out[:, :, 0] = math.inf
-    out[:, :, 1:] = g[:, :, :-1]
+    out[..., 0, :] = math.inf
+    out[..., 1:, :] = g[..., :-1, :]
     if open_top:
-        np.minimum(out[:, :, top], g[:, :, top], out=out[:, :, top])
+        np.minimum(out[..., top, :], g[..., top, :], out=out[..., top, :])
     return out
 
 
