@@ -389,6 +389,17 @@ def _least_knapsack(
         return single, None  # no pipeline of two stages or more holds every block
     counts = _counts(top, lowest)
 
+    # Stages the knapsack counts without a node of their own (all but one of the first
+    # ones holding none counted) pay no hop of a node: the nodes that may hold an optimum
+    # are sought among pipelines of as many fewer stages.
+    spare: tuple[int, tuple[float, ...]] = (0, ())
+    """With ``ahead``: the most first stages holding none counted, and per k the least
+    k others of them pay together (k nodes' hop, transfer and one other block each, the
+    least)."""
+    if ahead and empty is not None and light is not None:
+        paid = sorted(f.hop + f.out + light[f.node][0] for f in figures if empty[f.node][0])
+        spare = (ahead, (0.0, *itertools.accumulate(paid[: ahead - 1])))
+
     solved: dict[tuple[int, ...], tuple[float, list[Figures], list[Any]]] = {}
     """Per set of nodes: its least, the nodes, and (with ``layout``) its tables."""
     unowned: set[tuple[int, ...]] = set()
@@ -408,16 +419,6 @@ def _least_knapsack(
             solved[nodes] = (min(owned, got), of, layers)
         return min(single, solved[nodes][0])
 
-    # Stages the knapsack counts without a node of their own (all but one of the first
-    # ones holding none counted) pay no hop of a node: the nodes that may hold an optimum
-    # are sought among pipelines of as many fewer stages.
-    spare: tuple[int, tuple[float, ...]] = (0, ())
-    """With ``ahead``: the most first stages holding none counted, and per k the least
-    k others of them pay together (k nodes' hop, transfer and one other block each, the
-    least)."""
-    if ahead and empty is not None and light is not None:
-        paid = sorted(f.hop + f.out + light[f.node][0] for f in figures if empty[f.node][0])
-        spare = (ahead, (0.0, *itertools.accumulate(paid[: ahead - 1])))
     least(useful(figures, nb, max(2, lowest - max(0, spare[0] - 1)), least, empty))
     # The least of the knapsacks solved: where the nodes kept hold an optimum, theirs;
     # where the one in hand was below every solution, it is a bound itself.
@@ -432,10 +433,14 @@ def _least_knapsack(
     return value, (of, layers) if layout else None
 
 
-def _suffix(cm: CostModel) -> bool:
+def _heaviest_last(cm: CostModel) -> bool:
     """Whether the heaviest blocks are the last ones, every other before them."""
     kept = heaviest(cm)
     return kept is not None and kept == tuple(range(cm.num_blocks - len(kept), cm.num_blocks))
+
+
+_suffix: PerModel[bool] = PerModel(_heaviest_last)
+"""Per cost model, :func:`_heaviest_last`."""
 
 
 def _most_held(figures: list[Figures], most: int) -> int:
@@ -550,8 +555,8 @@ def _knapsack(
     where ``k`` is 2 or more, f is 2 (the first taken so), so its least is read apart."""
     inf = math.inf
     idx = np.arange(nb + 1)
-    unowned = empty is not None and hollow > 1 and len(spare) > 1
-    g = np.full((3 if unowned else 2, 2, top + 1, nb + 1), inf)
+    apart = empty is not None and hollow > 1 and len(spare) > 1
+    g = np.full((3 if apart else 2, 2, top + 1, nb + 1), inf)
     g[0, 0, 0, 0] = 0.0
     if layers is not None:
         layers.append(g)
