@@ -224,6 +224,8 @@ def coupled_cycle_bound(
     # the layout at the upper end solves L whole, and where the test fails there after
     # all, that end becomes the lower one and the bisection goes on above it.
     ceiling_share, steps, laid = hi, 0, None
+    if kept:
+        hi = end  # the layout there passes the test: the first round ends at it
     for _ in range(_COUPLED_ROUNDS):
         while not kept and steps < COUPLED_STEPS - 1:
             if (hi - lo) * m <= _COUPLED_PRECISION * ceiling:
@@ -237,8 +239,6 @@ def coupled_cycle_bound(
                 lo, hi = mid, min(hi, trip / m)
             else:
                 hi = mid
-        if kept:
-            hi, kept = end, False
         laid = _solution(cm, *limits, hi, layout=True)
         # (Within rounding of L(mid) / m the test holds: m times it is L(mid).)
         if laid is None or m * hi >= laid[0] * (1 - 1e-12) or hi >= ceiling_share:
@@ -373,7 +373,6 @@ def _least_knapsack(
     holding none may be any and anywhere, each on a node of its own, bounds too, and the
     larger is the bound; elsewhere that one is never above it (its pipelines are a part
     of the other's)."""
-    given = figures
     if math.isfinite(cap):
         capped = (
             _capped(cm, f, cap, nb, 0.0 if light is None else light[f.node][2]) for f in figures
@@ -424,8 +423,8 @@ def _least_knapsack(
     # where the one in hand was below every solution, it is a bound itself.
     value, of, layers = min(solved.values(), key=lambda got: got[0])
     if value < single and tuple(f.node for f in of) in unowned:
-        anywhere = _least_knapsack(
-            np, cm, given, nb, single, top, open_top, lowest, cap, empty=empty, light=light
+        anywhere = _least_knapsack(  # on the nodes as held within the cap already
+            np, cm, figures, nb, single, top, open_top, lowest, math.inf, empty=empty, light=light
         )[0]
         value = max(value, anywhere)
     if value >= single or not math.isfinite(value):
@@ -598,20 +597,13 @@ def _knapsack(
         if empty is not None and hollow:  # the first k stages holding none counted
             if empty[f.node][1]:
                 alone = step[0]  # the first stage here: one stage on
-                for k in range(min(hollow, len(spare))):
-                    # k stages more: counts k on (the top standing for more, from the
-                    # counts it passes); nothing counted, no more.
+                # k stages more: counts k on (the top standing for more, from the counts
+                # it passes); with no count (top 0) none more.
+                for k in range(min(hollow, len(spare), top + 1)):
                     into, paid = fresh[2 if k else 1], hop + out + other + spare[k]
-                    if k == 0 or top == 0:
-                        np.minimum(into, alone + paid, out=into)
-                        if top == 0:
-                            break
-                        continue
-                    if k > top:
-                        break
                     part = into[..., k:, :]
                     np.minimum(part, alone[..., : top + 1 - k, :] + paid, out=part)
-                    if open_top:
+                    if k and open_top:
                         passed = alone[..., top + 1 - k :, :].min(axis=-2) + paid
                         np.minimum(into[..., top, :], passed, out=into[..., top, :])
         elif empty is not None:  # a stage holding none of the blocks counted
