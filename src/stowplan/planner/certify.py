@@ -18,6 +18,7 @@ from stowplan.planner.exact.trip import TRIP_BOUND_NODES, coupled_cycle_bound, t
 from stowplan.planner.problem import Problem, build_assignments
 from stowplan.planner.strategies import cycle
 from stowplan.planner.strategies.fractional import fractional_bound, heavy_fractional_bound
+from stowplan.planner.strategies.latency import ends_split
 from stowplan.planner.strategies.throughput import Pipeline, relaxed_bottleneck
 from stowplan.planner.tiebreak import settle
 
@@ -145,7 +146,11 @@ def _counts_searched(
     shorter links can be faster, and a search held to that count finds them
     (deepseek-r1 on 24 WAN nodes: 6 stages at 4.68 tokens/s, 8 held at 5.26).  Where
     blocks are alike the MILP hands over its optimum and this is not needed; where they
-    differ its pipeline is not the plan's (its blocks are sized as the smallest)."""
+    differ its pipeline is not the plan's (its blocks are sized as the smallest).  Where
+    blocks differ and the best in hand is still more than 1 % above the bound, the exact
+    split with each kind of node at either end
+    (:func:`~stowplan.planner.strategies.latency.ends_split`) is a candidate too (on
+    those nodes, 7 stages at 5.51)."""
     if len(cm.nodes) > cycle.COUNT_SEARCH_NODES:
         return opt
     held = {
@@ -170,6 +175,11 @@ def _counts_searched(
                 counts = f"{first}" if first == last else f"{first}–{last}"
                 held_to = f"a search held to {counts} stages (a range of counts bounded below it)"
     lower = max(opt.value, min(bounds.values()))
+    if not cm.uniform and least > lower * (1 + cycle.REFINED_GAP):
+        ends = ends_split(cm, problem.min_stages, problem.max_stages)
+        if ends is not None and (ends_s := cm.evaluate(*ends).cycle_s) < least * (1 - 1e-9):
+            best, least = ends, ends_s
+            held_to = cycle.ENDS_FOUND_BY
     if lower > opt.value * (1 + 1e-12):
         opt = replace(opt, value=lower, method=f"bound: {KNAPSACK}, per range of stage counts")
     return opt if best is opt.pipeline else replace(opt, pipeline=best, found_by=held_to)

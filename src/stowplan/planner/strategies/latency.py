@@ -36,7 +36,13 @@ from stowplan.planner.strategies.split_arrays import (
 )
 from stowplan.planner.strategies.throughput import Pipeline
 
-__all__ = ["kept_split", "latency_pipeline", "latency_split", "pipeline_of_least_latency"]
+__all__ = [
+    "ends_split",
+    "kept_split",
+    "latency_pipeline",
+    "latency_split",
+    "pipeline_of_least_latency",
+]
 
 _POOL_PER_KEY = 16
 _MAX_ROUNDS = 30
@@ -885,6 +891,51 @@ def kept_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
         kept[key] = latency_split(cm, order)
     found = kept[key]
     return None if found is None else (list(found[0]), list(found[1]))
+
+
+def ends_split(cm: CostModel, min_stages: int, max_stages: int) -> Pipeline | None:
+    """The least time per token of :func:`latency_split` over the orders that put a node
+    of each kind first and one of each kind last, the others between by their hop and
+    transfer (None where none is within the stage limits and fits).
+
+    Nodes of a kind are alike in every figure of a stage but the hop and the transfer. A
+    first stage pays its hop and transfer, as the stages between do, so the first node
+    of a kind is the one of least hop and transfer, and the last the one of least hop
+    among the others; or, the kind's node of least hop last, the first the one of least
+    hop and transfer among the others.  Where the blocks between the first and the last
+    stage are alike (a MoE model's past its dense blocks), the nodes between may come in
+    any order: the split of each order chooses them as well.  The search of node sets by
+    average blocks may miss such pipelines (deepseek-v3 on 12 WAN nodes: a node of one
+    block paid a hop of 19 ms)."""
+    kinds: dict[tuple[float | int, ...], list[int]] = {}
+    for d in range(len(cm.nodes)):
+        kinds.setdefault((*_table_key(cm, d)[:4], cm.usable[d]), []).append(d)
+    hop = [cm.latency_s[d] + cm.stage_s[d] for d in range(len(cm.nodes))]
+    between = sorted(range(len(cm.nodes)), key=lambda d: (hop[d] + cm.xfer_s[d], d))
+    rank = {d: i for i, d in enumerate(between)}
+    by_a = [sorted(ds, key=rank.__getitem__)[:2] for ds in kinds.values()]
+    by_b = [sorted(ds, key=lambda d: (hop[d], d))[:2] for ds in kinds.values()]
+    ends: list[tuple[int, int]] = []
+    for firsts in by_a:
+        for lasts in by_b:
+            for first, last in (
+                (firsts[0], next((d for d in lasts if d != firsts[0]), None)),
+                (next((d for d in firsts if d != lasts[0]), None), lasts[0]),
+            ):
+                if first is not None and last is not None and (first, last) not in ends:
+                    ends.append((first, last))
+    best: Pipeline | None = None
+    for first, last in ends:
+        order = [first, *(d for d in between if d != first and d != last), last]
+        got = latency_split(cm, order)
+        if (
+            got is not None
+            and min_stages <= len(got[0]) <= max_stages
+            and cm.fits_pipeline(*got)
+            and (best is None or _latency_key(cm, got) < _latency_key(cm, best))
+        ):
+            best = got
+    return best
 
 
 def _table_key(cm: CostModel, d: int) -> tuple[float | int, ...]:
