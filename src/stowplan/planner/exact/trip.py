@@ -199,7 +199,18 @@ def coupled_cycle_bound(
     if limits is None or m < 1 or not (0 <= floor < ceiling < math.inf):
         return None
     lo, hi = floor / m, ceiling / m
-    top = _trip_bound(cm, limits, hi, enough=ceiling)
+    # Where blocks are alike every knapsack here is that of every block, and its layout
+    # comes with it: the one at the upper end is not solved again.
+    whole = _heavy(cm) is None
+    laid_at: dict[float, tuple[float, Pipeline | None] | None] = {}
+
+    def trip_within(cap: float, enough: float) -> float | None:
+        if not whole:
+            return _trip_bound(cm, limits, cap, enough=enough)
+        got = laid_at[cap] = _solution(cm, *limits, cap, layout=True)
+        return None if got is None else got[0]
+
+    top = trip_within(hi, ceiling)
     if top is None:
         return None
     if top > ceiling:
@@ -213,11 +224,7 @@ def coupled_cycle_bound(
         if (end - lo) * m <= _COUPLED_PRECISION * ceiling:
             break
         end = (lo + end) / 2
-    kept = (
-        end < hi
-        and (at_end := _trip_bound(cm, limits, end, enough=m * end)) is not None
-        and m * end >= at_end
-    )
+    kept = end < hi and (at_end := trip_within(end, m * end)) is not None and m * end >= at_end
     # Where the test fails at ``mid``, T* is at most ``L(mid) / m`` (L there is at most
     # L(mid), which is m times it), and the upper end moves down to it.  Where the
     # heaviest blocks' knapsack stood for L (above m · mid) that holds of theirs alone:
@@ -232,14 +239,14 @@ def coupled_cycle_bound(
                 break
             steps += 1
             mid = (lo + hi) / 2
-            trip = _trip_bound(cm, limits, mid, enough=m * mid)
+            trip = trip_within(mid, m * mid)
             if trip is None:
                 return None
             if m * mid < trip:
                 lo, hi = mid, min(hi, trip / m)
             else:
                 hi = mid
-        laid = _solution(cm, *limits, hi, layout=True)
+        laid = laid_at[hi] if hi in laid_at else _solution(cm, *limits, hi, layout=True)
         # (Within rounding of L(mid) / m the test holds: m times it is L(mid).)
         if laid is None or m * hi >= laid[0] * (1 - 1e-12) or hi >= ceiling_share:
             break
