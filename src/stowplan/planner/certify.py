@@ -127,6 +127,7 @@ def inline_optimum(
         outright=trip_optimum,
         searched=searched,
         coupled=coupled_cycle_bound,
+        reshaped=not is_backbone(),  # its experts are placed after, as above
     )
 
 
