@@ -141,7 +141,7 @@ def test_without_the_ends_split_the_searches_stay_7_percent_off(
 def _lan_sixteen(monkeypatch: pytest.MonkeyPatch | None = None) -> Plan:
     nodes = single_gpu_kinds(16, 0, _LARGE)
     if monkeypatch is not None:
-        monkeypatch.setattr(cycle, "_neighbours", lambda *_: [])
+        monkeypatch.setattr(cycle, "_neighbour_splits", lambda *_: [])
     return plan(resolve_model("deepseek-v3"), nodes, Constraints(batch=16))
 
 

@@ -860,31 +860,45 @@ ENDS_FOUND_BY = "the exact split with each kind of node at either end"
 """How a plan note names a pipeline of :func:`~.latency.ends_split`."""
 
 
-def _ends_candidates(
+def _reshaped(
     problem: Problem,
     cm: CostModel,
     pipelines: list[Pipeline],
     got: dict[tuple[int, int], float],
     target: float,
+) -> tuple[list[Pipeline], list[Pipeline]]:
+    """Where the best cycle in hand (``target``, or a pipeline's of ``pipelines``) is
+    still more than :data:`REFINED_GAP` above the least of the ranges' bounds ``got``, on
+    up to :data:`COUNT_SEARCH_NODES` nodes: the pipelines the splits with each kind of
+    node at either end find (:func:`_ends_splits`, where blocks differ), then those the
+    best pipeline's neighbours find (:func:`_neighbour_splits`), each of a lower cycle
+    than the one before; they are added to ``pipelines`` and returned, the ends' first."""
+    lower = min(got.values(), default=math.inf)
+    best = min(pipelines, key=lambda p: evaluated(cm, *p).cycle_s, default=None)
+    cycle_s = target if best is None else min(target, evaluated(cm, *best).cycle_s)
+    if not cycle_s > lower * (1 + REFINED_GAP) or len(cm.nodes) > COUNT_SEARCH_NODES:
+        return [], []
+    (_, last), _ = min(got.items(), key=lambda kv: kv[1])
+    ends = [] if cm.uniform else _ends_splits(problem, cm, best, last, cycle_s, lower)
+    if ends:
+        best, cycle_s = ends[-1], evaluated(cm, *ends[-1]).cycle_s
+    moves = [] if best is None else _neighbour_splits(problem, cm, best, cycle_s, lower)
+    pipelines.extend([*ends, *moves])
+    return ends, moves
+
+
+def _ends_splits(
+    problem: Problem, cm: CostModel, best: Pipeline | None, last: int, cycle_s: float, lower: float
 ) -> list[Pipeline]:
-    """Where blocks differ and the best cycle in hand (``target``, or a pipeline's of
-    ``pipelines``) is still more than :data:`REFINED_GAP` above the least of the ranges'
-    bounds ``got``: the least time per token with each kind of node at either end
-    (:func:`~.latency.ends_split`) at the microbatches of the best pipeline's count, one
-    and two more, one fewer and the last count of the range of least bound (a split of
+    """The least time per token with each kind of node at either end
+    (:func:`~.latency.ends_split`) at the microbatches of ``best``'s count, one and two
+    more, one fewer and ``last`` (the last count of the range of least bound; a split of
     the least trip at one microbatch runs at that of its own count), until one is within
-    that gap; those that lower the cycle are added to ``pipelines`` and returned.
+    :data:`REFINED_GAP` of ``lower``: those below ``cycle_s`` and each before them.
 
     The searches choose nodes by average blocks: where the dense blocks come first, a node
     holding a MoE block or two may cost a hop the trip need not pay (kimi-k2 at 4
     sequences on 64 nodes: 9 stages, 4.9 % above an 8-stage pipeline of other ends)."""
-    for p in pipelines:
-        target = min(target, evaluated(cm, *p).cycle_s)
-    lower = min(got.values(), default=math.inf)
-    if cm.uniform or not target > lower * (1 + REFINED_GAP):
-        return []
-    best = min(pipelines, key=lambda p: evaluated(cm, *p).cycle_s, default=None)
-    (_, last), _ = min(got.items(), key=lambda kv: kv[1])
     s = last if best is None else len(best[0])
     views: dict[int, CostModel] = {}
     for stages in (s, s + 1, s + 2, s - 1, last):
@@ -894,46 +908,32 @@ def _ends_candidates(
     found = []
     for view in views.values():
         q = ends_split(view, problem.min_stages, problem.max_stages)
-        if q is not None and (cycle_s := evaluated(cm, *q).cycle_s) < target * (1 - 1e-9):
+        if q is not None and (c := evaluated(cm, *q).cycle_s) < cycle_s * (1 - 1e-9):
             found.append(q)
-            target = cycle_s
-            if target <= lower * (1 + REFINED_GAP):
+            cycle_s = c
+            if cycle_s <= lower * (1 + REFINED_GAP):
                 break  # within the gap a certificate states
-    pipelines.extend(found)
     return found
 
 
 NEIGHBOUR_SPLITS = 160
-"""Most orders :func:`_neighbours` splits for their least cycle per certificate."""
+"""Most orders :func:`_neighbour_splits` splits for their least cycle per certificate."""
 
 
-def _neighbours(
-    problem: Problem,
-    cm: CostModel,
-    pipelines: list[Pipeline],
-    got: dict[tuple[int, int], float],
-    target: float,
+def _neighbour_splits(
+    problem: Problem, cm: CostModel, best: Pipeline, cycle_s: float, lower: float
 ) -> list[Pipeline]:
-    """Where the best cycle in hand (``target``, or a pipeline's of ``pipelines``) is
-    still more than :data:`REFINED_GAP` above the least of the ranges' bounds ``got``:
-    the best pipeline's order with a stage dropped, its node replaced or a node put in
-    before it (of each kind of node unused, the one of least hop and transfer), or two
-    stages' nodes swapped, each order split for its least cycle
+    """``best``'s order (of cycle ``cycle_s``) with a stage dropped, its node replaced or
+    a node put in before it (of each kind of node unused, the one of least hop and
+    transfer), or two stages' nodes swapped, each order split for its least cycle
     (:func:`~.cycle_split.least_cycle_split`); the best move while one lowers the cycle,
-    at most :data:`NEIGHBOUR_SPLITS` splits in all, until within that gap.  The pipelines
-    found are added to ``pipelines`` and returned.
+    at most :data:`NEIGHBOUR_SPLITS` splits in all, until within :data:`REFINED_GAP` of
+    ``lower``: the pipelines of those moves.
 
     The searches fill the fastest nodes first and split by one side of the cycle at a
     time: where the slowest stage and the trip balance, another node in one place, split
     again, can lower both (deepseek-v3 at 16 sequences on 16 LAN nodes: an H200 of four
-    blocks for an H100 and two stages moved, 1.9 %)."""
-    lower = min(got.values(), default=math.inf)
-    best = min(pipelines, key=lambda p: evaluated(cm, *p).cycle_s, default=None)
-    if best is None:
-        return []
-    cycle_s = min(target, evaluated(cm, *best).cycle_s)
-    if not cycle_s > lower * (1 + REFINED_GAP) or len(cm.nodes) > COUNT_SEARCH_NODES:
-        return []
+    blocks for an H100 and two stages moved, 1.7 %)."""
     kinds: dict[tuple[object, ...], list[int]] = {}
     for d in sorted(range(len(cm.nodes)), key=lambda d: (cm.latency_s[d] + cm.xfer_s[d], d)):
         key = (cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d], cm.usable[d])
@@ -969,7 +969,6 @@ def _neighbours(
             break
         found.append(step)
         order = list(step[0])
-    pipelines.extend(found)
     return found
 
 
@@ -1008,16 +1007,15 @@ def optimum(
     plan's search tries the few stage counts of least quick bound; the count holding the
     least bound may be another.  ``coupled`` bounds the range holding the least bound
     once more, on clusters beyond :data:`CYCLE_EXACT_LIMIT` nodes, where its two parts
-    were bounded apart: the slowest stage and the trip of one pipeline together.  With
-    ``reshaped`` (not for a MoE backbone: its experts are placed after, and a faster
-    backbone is not always the faster plan with them), where ``searched`` runs and the
-    plan is still more than :data:`REFINED_GAP` above the bound, the splits with each
-    kind of node at either end (:func:`_ends_candidates`) and the best pipeline's
-    neighbours (:func:`_neighbours`) are candidates too.  On a
+    were bounded apart: the slowest stage and the trip of one pipeline together.  On a
     range of several counts it runs only while the plan is more than
     :data:`REFINED_GAP` above the least bound: within that gap the cheaper bounds of the
     range's parts narrow it to the count it is refined at, where ``coupled`` runs again
-    (its pipeline there is the one that may beat the plan).
+    (its pipeline there is the one that may beat the plan).  With ``reshaped`` (not for a
+    MoE backbone: its experts are placed after, and a faster backbone is not always the
+    faster plan with them), where ``searched`` runs and the plan is still more than
+    :data:`REFINED_GAP` above the bound, the splits with each kind of node at either end
+    and the best pipeline's neighbours (:func:`_reshaped`) are candidates too.
     """
 
     points = list(stage_counts(problem)) if exact else ladder(problem, cm.batch, fine=False)
@@ -1045,9 +1043,9 @@ def optimum(
     by_search: dict[int, int] = {}
     """The pipelines ``searched`` found (by ``id``), and their stage counts."""
     by_ends: set[int] = set()
-    """The pipelines :func:`_ends_candidates` found (by ``id``)."""
+    """The pipelines :func:`_ends_splits` found (by ``id``)."""
     by_moves: set[int] = set()
-    """The pipelines :func:`_neighbours` found (by ``id``)."""
+    """The pipelines :func:`_neighbour_splits` found (by ``id``)."""
 
     def solve_whole(stages: int, floor: float) -> float:
         """The least cycle of ``stages`` stages (``floor`` where it cannot be solved)."""
@@ -1194,8 +1192,9 @@ def optimum(
                 pipelines.append(found)
                 by_search[id(found)] = len(found[0])
         if reshaped:
-            by_ends.update(map(id, _ends_candidates(problem, cm, pipelines, got, target)))
-            by_moves.update(map(id, _neighbours(problem, cm, pipelines, got, target)))
+            ends, moves = _reshaped(problem, cm, pipelines, got, target)
+            by_ends.update(map(id, ends))
+            by_moves.update(map(id, moves))
     per_count = list(got.values())
     lower = min(per_count, default=math.inf)
     best = min(pipelines, key=lambda p: evaluated(cm, *p).cycle_s, default=None)

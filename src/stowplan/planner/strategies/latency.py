@@ -905,8 +905,8 @@ def ends_split(cm: CostModel, min_stages: int, max_stages: int) -> Pipeline | No
     hop and transfer among the others.  Where the blocks between the first and the last
     stage are alike (a MoE model's past its dense blocks), the nodes between may come in
     any order: the split of each order chooses them as well.  The search of node sets by
-    average blocks may miss such pipelines (deepseek-v3 on 12 WAN nodes: a node of one
-    block paid a hop of 19 ms)."""
+    average blocks may miss such pipelines (deepseek-r1 on 24 WAN nodes: an RTX 3090
+    holding one MoE block behind a hop of 19 ms)."""
     kinds: dict[tuple[float | int, ...], list[int]] = {}
     for d in range(len(cm.nodes)):
         kinds.setdefault((*_table_key(cm, d)[:4], cm.usable[d]), []).append(d)
