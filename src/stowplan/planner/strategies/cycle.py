@@ -60,7 +60,7 @@ from stowplan.planner.problem import Problem
 from stowplan.planner.strategies.capacity_arrays import numpy_module
 from stowplan.planner.strategies.cycle_split import CYCLE_SPLIT_STAGES, TIED, least_cycle_split
 from stowplan.planner.strategies.evaluated import evaluated
-from stowplan.planner.strategies.latency import ends_split, kept_split
+from stowplan.planner.strategies.latency import alike_by_hop, ends_split, kept_split
 from stowplan.planner.strategies.memo import PerModel
 from stowplan.planner.strategies.throughput import (
     Pipeline,
@@ -934,15 +934,12 @@ def _neighbour_splits(
     time: where the slowest stage and the trip balance, another node in one place, split
     again, can lower both (deepseek-v3 at 16 sequences on 16 LAN nodes: an H200 of four
     blocks for an H100 and two stages moved, 1.7 %)."""
-    kinds: dict[tuple[object, ...], list[int]] = {}
-    for d in sorted(range(len(cm.nodes)), key=lambda d: (cm.latency_s[d] + cm.xfer_s[d], d)):
-        key = (cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d], cm.usable[d])
-        kinds.setdefault(key, []).append(d)
+    kinds = alike_by_hop(cm)
     found: list[Pipeline] = []
     order, splits = list(best[0]), 0
     while splits < NEIGHBOUR_SPLITS and cycle_s > lower * (1 + REFINED_GAP):
         used = set(order)
-        unused = (next((d for d in ds if d not in used), None) for ds in kinds.values())
+        unused = (next((d for d in ds if d not in used), None) for ds in kinds)
         others = [d for d in unused if d is not None]
         moves = [order[:i] + order[i + 1 :] for i in range(len(order))]
         moves += [[*order[:i], e, *order[i + 1 :]] for i in range(len(order)) for e in others]

@@ -37,6 +37,7 @@ from stowplan.planner.strategies.split_arrays import (
 from stowplan.planner.strategies.throughput import Pipeline
 
 __all__ = [
+    "alike_by_hop",
     "ends_split",
     "kept_split",
     "latency_pipeline",
@@ -907,14 +908,11 @@ def ends_split(cm: CostModel, min_stages: int, max_stages: int) -> Pipeline | No
     any order: the split of each order chooses them as well.  The search of node sets by
     average blocks may miss such pipelines (deepseek-r1 on 24 WAN nodes: an RTX 3090
     holding one MoE block behind a hop of 19 ms)."""
-    kinds: dict[tuple[float | int, ...], list[int]] = {}
-    for d in range(len(cm.nodes)):
-        kinds.setdefault((*_table_key(cm, d)[:4], cm.usable[d]), []).append(d)
     hop = [cm.latency_s[d] + cm.stage_s[d] for d in range(len(cm.nodes))]
     between = sorted(range(len(cm.nodes)), key=lambda d: (hop[d] + cm.xfer_s[d], d))
-    rank = {d: i for i, d in enumerate(between)}
-    by_a = [sorted(ds, key=rank.__getitem__)[:2] for ds in kinds.values()]
-    by_b = [sorted(ds, key=lambda d: (hop[d], d))[:2] for ds in kinds.values()]
+    kinds = alike_by_hop(cm)
+    by_a = [ds[:2] for ds in kinds]
+    by_b = [sorted(ds, key=lambda d: (hop[d], d))[:2] for ds in kinds]
     ends: list[tuple[int, int]] = []
     for firsts in by_a:
         for lasts in by_b:
@@ -936,6 +934,17 @@ def ends_split(cm: CostModel, min_stages: int, max_stages: int) -> Pipeline | No
         ):
             best = got
     return best
+
+
+def alike_by_hop(cm: CostModel) -> list[list[int]]:
+    """``cm``'s nodes by kind (kinds in the order of their first node): alike in every
+    figure of a stage but the hop and the transfer out (:func:`_table_key`'s but the
+    transfer, and the room), each kind's nodes by their hop and transfer, least first."""
+    kinds: dict[tuple[float | int, ...], list[int]] = {}
+    for d in range(len(cm.nodes)):
+        kinds.setdefault((*_table_key(cm, d)[:4], cm.usable[d]), []).append(d)
+    a = [cm.latency_s[d] + cm.stage_s[d] + cm.xfer_s[d] for d in range(len(cm.nodes))]
+    return [sorted(ds, key=lambda d: (a[d], d)) for ds in kinds.values()]
 
 
 def _table_key(cm: CostModel, d: int) -> tuple[float | int, ...]:
