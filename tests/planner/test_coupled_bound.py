@@ -181,6 +181,43 @@ def test_the_bisection_from_a_floor_the_test_passes_near_is_the_plain_one(
             assert knapsacks[-1] == (2 if trip._heavy(view) is None else 3)
 
 
+@settings(max_examples=80, deadline=None)
+@given(*_COUPLED_RANGES, st.floats(1.0, 1.5), st.floats(0.5, 1.5))
+def test_a_bisection_cut_short_solves_no_more_and_bounds_no_higher(
+    inst, batch, fewest, most, over, share
+):
+    """Given ``short``, the bisection stops once ``m`` times its upper end is below it: it
+    solves no more knapsacks than the whole bisection and its bound is never above that
+    one's (nor the least cycle); where blocks are alike the upper end bounds ``T*``, so a
+    bound cut below the whole one means the whole one is below ``short`` as well (the
+    range stays below the plan either way).  ``short`` 0 is the whole bisection."""
+    case = _range_case(inst, batch, fewest, most)
+    if case is None:
+        return
+    sub, view, m, truth = case
+    ceiling = truth * over
+    solution = trip._solution
+    knapsacks: list[int] = []
+
+    def counted(*args: object, **kwargs: object) -> object:
+        knapsacks[-1] += 1
+        return solution(*args, **kwargs)  # type: ignore[arg-type]
+
+    got = {}
+    for short in (0.0, ceiling * share):
+        knapsacks.append(0)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(trip, "_solution", counted)
+            got[short] = trip.coupled_cycle_bound(sub, view, m, 0.0, ceiling, short)
+    whole, cut = got.values()
+    assert whole == trip.coupled_cycle_bound(sub, view, m, 0.0, ceiling)
+    assert whole is not None and cut is not None
+    assert knapsacks[1] <= knapsacks[0]
+    assert cut[0] <= whole[0] <= truth * (1 + 1e-9)
+    if cut[0] < whole[0] and trip._heavy(view) is None:
+        assert whole[0] < ceiling * share
+
+
 def _fleet() -> list[NodeDescriptor]:
     """Ten single-GPU nodes of six kinds on links of 1-10 Gbit/s and 2-36 ms."""
     kinds = [

@@ -207,7 +207,9 @@ def test_a_node_the_plan_uses_is_split_where_the_bound_stays_far_below(
     pred, cert = got.rationale.prediction, got.rationale.certificate
     assert pred is not None and cert is not None
     used = [(a.node_id, a.tensor_parallel) for a in got.assignments]
-    assert used == [("n01", 4), ("n01", 4), ("n02", 8), ("n04", 8)]
+    # n02 and n04 are alike but for their hop (0.5 and 0.05 ms); both stages pay theirs, so
+    # either order ties.
+    assert used[:2] == [("n01", 4), ("n01", 4)] and sorted(used[2:]) == [("n02", 8), ("n04", 8)]
     assert pred.time_per_token_s == pytest.approx(1.6942e-3, rel=1e-3)
     assert cert.gap < 0.001
     assert any("split another way" in n for n in got.rationale.notes)

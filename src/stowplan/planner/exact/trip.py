@@ -177,7 +177,7 @@ COUPLED_STEPS = 12
 
 
 def coupled_cycle_bound(
-    problem: Problem, cm: CostModel, m: int, floor: float, ceiling: float
+    problem: Problem, cm: CostModel, m: int, floor: float, ceiling: float, short: float = 0.0
 ) -> tuple[float, Pipeline | None] | None:
     """A lower bound on the cycle ``max(m · slowest, trip)`` of every pipeline ``problem``
     allows (``cm`` at a microbatch no larger than theirs), between ``floor`` (a bound in
@@ -193,8 +193,11 @@ def coupled_cycle_bound(
     up to ``m · T*`` when ``S < T*``, so every cycle is at least ``m · T*``. A bisection
     keeps a ``T`` below ``T*`` (``m · T < L(T)``) and bounds by ``m`` times it (``floor``
     where none is found above it); where the test fails at ``T``, ``T*`` is at most
-    ``L(T) / m`` and the upper end moves down to it.  None where the knapsack is not
-    solved."""
+    ``L(T) / m`` and the upper end moves down to it.  With ``short``, the bisection stops
+    once ``m`` times its upper end falls below it, with ``m`` times its lower end and no
+    pipeline: where blocks are alike the upper end bounds ``T*``, so the bound cannot
+    reach ``short`` (where they differ it is the heaviest blocks' ``T*``, and the whole
+    bisection may end above it).  None where the knapsack is not solved."""
     limits = _limits(problem, cm)
     if limits is None or m < 1 or not (0 <= floor < ceiling < math.inf):
         return None
@@ -246,6 +249,8 @@ def coupled_cycle_bound(
                 lo, hi = mid, min(hi, trip / m)
             else:
                 hi = mid
+            if m * hi < short:
+                return max(floor, m * lo), None
         laid = laid_at[hi] if hi in laid_at else _solution(cm, *limits, hi, layout=True)
         # (Within rounding of L(mid) / m the test holds: m times it is L(mid).)
         if laid is None or m * hi >= laid[0] * (1 - 1e-12) or hi >= ceiling_share:

@@ -821,10 +821,13 @@ Searched = Callable[[Problem, CostModel], "Pipeline | None"]
 """A search for a pipeline of ``problem``'s stage limits (one count) on a cost model at
 that count's microbatch: a candidate, no bound."""
 
-Coupled = Callable[[Problem, CostModel, int, float, float], "tuple[float, Pipeline | None] | None"]
+Coupled = Callable[
+    [Problem, CostModel, int, float, float, float], "tuple[float, Pipeline | None] | None"
+]
 """A lower bound on the cycle of ``problem``'s pipelines coupling their slowest stage and
-their trip (given ``m``, a bound in hand and a cycle in hand), with a candidate pipeline
-where it has one; None where not computed."""
+their trip (given ``m``, a bound in hand, a cycle in hand and a bound it need not pin
+below: it may stop once sure to stay under it), with a candidate pipeline where it has
+one; None where not computed."""
 
 Bound = Callable[[Problem, CostModel, Metric], "Optimum"]
 """The optimum (or a bound) of a solver objective (``latency`` or ``throughput``:
@@ -854,6 +857,13 @@ costs milliseconds, and closing the last fraction of a percent took a third of a
 On every fleet, the coupled bound of a range of several counts runs only while the plan
 is more than this far above the least bound (on 64 nodes, 30 ms of knapsacks to close
 0.49 % to 0.21 %, with no better pipeline found)."""
+
+COUPLED_CUT = 0.05
+"""On a range of several stage counts, :func:`optimum`'s coupled bound stops its bisection
+once it shows the range's bound stays more than this share below the plan in hand (its
+upper end falls below): the range is split next and each part bounded again, so the
+bisection's last steps would only set their floor (deepseek-v3 at 256 sequences on 64
+single-GPU nodes: 3.6 → 2.2 s, the same plan; its bound 0.005 % lower)."""
 
 
 ENDS_FOUND_BY = "the exact split with each kind of node at either end"
@@ -1008,11 +1018,13 @@ def optimum(
     range of several counts it runs only while the plan is more than
     :data:`REFINED_GAP` above the least bound: within that gap the cheaper bounds of the
     range's parts narrow it to the count it is refined at, where ``coupled`` runs again
-    (its pipeline there is the one that may beat the plan).  With ``reshaped`` (not for a
-    MoE backbone: its experts are placed after, and a faster backbone is not always the
-    faster plan with them), where ``searched`` runs and the plan is still more than
-    :data:`REFINED_GAP` above the bound, the splits with each kind of node at either end
-    and the best pipeline's neighbours (:func:`_reshaped`) are candidates too.
+    (its pipeline there is the one that may beat the plan); and it stops once sure the
+    range stays more than :data:`COUPLED_CUT` below the plan (it is split then).  With
+    ``reshaped`` (not for a MoE backbone: its experts are placed after, and a faster
+    backbone is not always the faster plan with them), where ``searched`` runs and the
+    plan is still more than :data:`REFINED_GAP` above the bound, the splits with each
+    kind of node at either end and the best pipeline's neighbours (:func:`_reshaped`) are
+    candidates too.
     """
 
     points = list(stage_counts(problem)) if exact else ladder(problem, cm.batch, fine=False)
@@ -1146,7 +1158,13 @@ def optimum(
             coupled_ranges.add((first, last))
             m, _ = microbatches(cm.batch, first)
             sub = replace(_at(problem, last), min_stages=max(problem.min_stages, first))
-            joint, candidate = coupled(sub, cm.for_stages(last), m, least, target) or (0.0, None)
+            # A range of several counts whose bound stays well below the plan is split
+            # next: its bisection may stop there (COUPLED_CUT).
+            short = target * close * (1 - COUPLED_CUT) if first < last else 0.0
+            joint, candidate = coupled(sub, cm.for_stages(last), m, least, target, short) or (
+                0.0,
+                None,
+            )
             if (
                 candidate is not None
                 and sub.min_stages <= len(candidate[0]) <= sub.max_stages
