@@ -103,7 +103,7 @@ def test_single_gpu_orders_run_their_least_cycle_too(monkeypatch) -> None:  # ty
     assert pred is not None
     assert got.num_stages == 22
     assert pred.tokens_per_s > 3480
-    monkeypatch.setattr(cycle, "least_cycle_split", lambda *args: None)
+    monkeypatch.setattr(cycle, "least_cycle_split", lambda *args, **kwargs: None)
     before = plan(model, nodes, c).rationale.prediction
     assert before is not None
     assert before.tokens_per_s < pred.tokens_per_s / 1.06

@@ -32,18 +32,23 @@ matrix of the blocks squared, and a bisection a dozen programmes)."""
 
 
 def least_cycle_split(
-    cm: CostModel, order: Sequence[int], beat: float = math.inf, *, settle: bool = False
+    cm: CostModel,
+    order: Sequence[int],
+    beat: float = math.inf,
+    *,
+    settle: bool = False,
+    most: int = CYCLE_SPLIT_STAGES,
 ) -> tuple[list[int], list[int]] | None:
     """The split of ``order`` (node indices of ``cm``, each one stage, in order) of least
     cycle on ``cm`` (whose microbatch is the stage count's), as ``(order, bounds)``; None
     where no split fits, where none has a cycle below ``beat`` (seconds; the least time
     per token and its hops tell first), or the order has fewer than two or more than
-    :data:`CYCLE_SPLIT_STAGES` stages.  With ``settle``, of the splits of that cycle
-    (within a relative :data:`TIED`) one with the most KV room in its tightest stage,
-    and of those one of least slowest stage (:mod:`~stowplan.planner.tiebreak`'s first
-    rule, then the searches' order)."""
+    ``most`` stages (:data:`CYCLE_SPLIT_STAGES` unless given).  With ``settle``, of the
+    splits of that cycle (within a relative :data:`TIED`) one with the most KV room in
+    its tightest stage, and of those one of least slowest stage
+    (:mod:`~stowplan.planner.tiebreak`'s first rule, then the searches' order)."""
     stages, nb = len(order), cm.num_blocks
-    if not 2 <= stages <= min(CYCLE_SPLIT_STAGES, nb):
+    if not 2 <= stages <= min(most, nb):
         return None
     np = numpy_module()
     m, _ = microbatches(cm.batch, stages)
