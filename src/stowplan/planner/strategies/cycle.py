@@ -1065,8 +1065,9 @@ def optimum(
     ``reshaped`` (not for a MoE backbone: its experts are placed after, and a faster
     backbone is not always the faster plan with them), where ``searched`` runs and the
     plan is still more than :data:`REFINED_GAP` above the bound, the splits with each
-    kind of node at either end and the best pipeline's neighbours (:func:`_reshaped`) are
-    candidates too.
+    kind of node at either end, the best pipeline's own order split whole (past the
+    stages the searches split so) and its neighbours (:func:`_reshaped`) are candidates
+    too.
     """
 
     points = list(stage_counts(problem)) if exact else ladder(problem, cm.batch, fine=False)
@@ -1205,10 +1206,8 @@ def optimum(
             # A range of several counts whose bound stays well below the plan is split
             # next: its bisection may stop there (COUPLED_CUT).
             short = target * close * (1 - COUPLED_CUT) if first < last else 0.0
-            joint, candidate = coupled(sub, cm.for_stages(last), m, least, target, short) or (
-                0.0,
-                None,
-            )
+            at_last = cm.for_stages(last)
+            joint, candidate = coupled(sub, at_last, m, least, target, short) or (0.0, None)
             if (
                 candidate is not None
                 and sub.min_stages <= len(candidate[0]) <= sub.max_stages
