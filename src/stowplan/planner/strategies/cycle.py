@@ -877,20 +877,20 @@ def _reshaped(
     pipelines: list[Pipeline],
     got: dict[tuple[int, int], float],
     target: float,
-) -> tuple[list[Pipeline], list[Pipeline], list[Pipeline]]:
+) -> list[tuple[Pipeline, str]]:
     """Where the best cycle in hand (``target``, or a pipeline's of ``pipelines``) is
     still more than :data:`REFINED_GAP` above the least of the ranges' bounds ``got``, on
     up to :data:`COUNT_SEARCH_NODES` nodes: the pipelines the splits with each kind of
     node at either end find (:func:`_ends_splits`, where blocks differ), the best
     pipeline's own order split for its least cycle where it has more stages than the
     searches split so (:func:`_order_split`), then those the best pipeline's neighbours
-    find (:func:`_neighbour_splits`), each of a lower cycle than the one before; they are
-    added to ``pipelines`` and returned in that order."""
+    find (:func:`_neighbour_splits`), each of a lower cycle than the one before: in that
+    order, each with how a plan note names what found it."""
     lower = min(got.values(), default=math.inf)
     best = min(pipelines, key=lambda p: evaluated(cm, *p).cycle_s, default=None)
     cycle_s = target if best is None else min(target, evaluated(cm, *best).cycle_s)
     if not cycle_s > lower * (1 + REFINED_GAP) or len(cm.nodes) > COUNT_SEARCH_NODES:
-        return [], [], []
+        return []
     (_, last), _ = min(got.items(), key=lambda kv: kv[1])
     ends = [] if cm.uniform else _ends_splits(problem, cm, best, last, cycle_s, lower)
     if ends:
@@ -899,8 +899,11 @@ def _reshaped(
     if split:
         best, cycle_s = split[-1], evaluated(cm, *split[-1]).cycle_s
     moves = [] if best is None else _neighbour_splits(problem, cm, best, cycle_s, lower)
-    pipelines.extend([*ends, *split, *moves])
-    return ends, split, moves
+    return [
+        *((p, ENDS_FOUND_BY) for p in ends),
+        *((p, ORDER_FOUND_BY) for p in split),
+        *((p, NEIGHBOURS_FOUND_BY) for p in moves),
+    ]
 
 
 ORDER_SPLIT_STAGES = 64
@@ -970,6 +973,9 @@ def _ends_splits(
 
 NEIGHBOUR_SPLITS = 160
 """Most orders :func:`_neighbour_splits` splits for their least cycle per certificate."""
+
+NEIGHBOURS_FOUND_BY = "a node dropped, replaced, put in or swapped, each order split again"
+"""How a plan note names a pipeline of :func:`_neighbour_splits`."""
 
 
 def _neighbour_splits(
@@ -1090,16 +1096,9 @@ def optimum(
     """Stage counts solved outright."""
     coupled_ranges: set[tuple[int, int]] = set()
     """Ranges ``coupled`` has bounded."""
-    by_coupled: set[int] = set()
-    """The pipelines ``coupled`` laid out (by ``id``)."""
-    by_search: dict[int, int] = {}
-    """The pipelines ``searched`` found (by ``id``), and their stage counts."""
-    by_ends: set[int] = set()
-    """The pipelines :func:`_ends_splits` found (by ``id``)."""
-    by_split: set[int] = set()
-    """The pipelines :func:`_order_split` found (by ``id``)."""
-    by_moves: set[int] = set()
-    """The pipelines :func:`_neighbour_splits` found (by ``id``)."""
+    found_by: dict[int, str] = {}
+    """Per pipeline that ``searched``, ``coupled`` or :func:`_reshaped` found (by ``id``),
+    how a plan note names what found it."""
 
     def solve_whole(stages: int, floor: float) -> float:
         """The least cycle of ``stages`` stages (``floor`` where it cannot be solved)."""
@@ -1118,7 +1117,7 @@ def optimum(
                     and (found := searched(held, view)) is not None
                 ):
                     pipelines.append(found)
-                    by_search[id(found)] = stages
+                    found_by[id(found)] = _held_to(stages)
                 return floor
             methods.add(trip.method)
             if trip.pipeline is not None:
@@ -1215,7 +1214,7 @@ def optimum(
                 and evaluated(cm, *candidate).cycle_s < target * (1 - 1e-9)
             ):
                 pipelines.append(candidate)
-                by_coupled.add(id(candidate))
+                found_by[id(candidate)] = "the coupled bound's knapsack"
             if joint > least:
                 methods.add(COUPLED)
                 got[(first, last)] = joint
@@ -1248,12 +1247,11 @@ def optimum(
             held = replace(problem, min_stages=first, max_stages=last)
             if (found := searched(held, cm.for_stages(last))) is not None:
                 pipelines.append(found)
-                by_search[id(found)] = len(found[0])
+                found_by[id(found)] = _held_to(len(found[0]))
         if reshaped:
-            ends, orders, moves = _reshaped(problem, cm, pipelines, got, target)
-            by_ends.update(map(id, ends))
-            by_split.update(map(id, orders))
-            by_moves.update(map(id, moves))
+            for p, by in _reshaped(problem, cm, pipelines, got, target):
+                pipelines.append(p)
+                found_by[id(p)] = by
     per_count = list(got.values())
     lower = min(per_count, default=math.inf)
     best = min(pipelines, key=lambda p: evaluated(cm, *p).cycle_s, default=None)
@@ -1267,24 +1265,16 @@ def optimum(
         method = f"per stage count, max(m × least slowest stage, least time per token): {kind}"
     else:
         method = f"per stage count, max(m × slowest-stage bound, time-per-token bound): {kind}"
-    count = None if best is None else by_search.get(id(best))
-    if count is not None:
-        found_by = f"a search held to {count} stages (the count of least bound)"
-    elif best is not None and id(best) in by_coupled:
-        found_by = "the coupled bound's knapsack"
-    elif best is not None and id(best) in by_ends:
-        found_by = ENDS_FOUND_BY
-    elif best is not None and id(best) in by_split:
-        found_by = ORDER_FOUND_BY
-    elif best is not None and id(best) in by_moves:
-        found_by = "a node dropped, replaced, put in or swapped, each order split again"
-    else:
-        found_by = ""
     return Optimum(
         objective=objective,
         value=min(reached, lower) if exact else lower,
         exact=exact,
         method=method,
         pipeline=best,
-        found_by=found_by,
+        found_by="" if best is None else found_by.get(id(best), ""),
     )
+
+
+def _held_to(stages: int) -> str:
+    """How a plan note names a pipeline ``optimum``'s ``searched`` found held to a count."""
+    return f"a search held to {stages} stages (the count of least bound)"
