@@ -909,7 +909,8 @@ def ends_split(cm: CostModel, min_stages: int, max_stages: int) -> Pipeline | No
     average blocks may miss such pipelines (deepseek-r1 on 24 WAN nodes: an RTX 3090
     holding one MoE block behind a hop of 19 ms)."""
     hop = [cm.latency_s[d] + cm.stage_s[d] for d in range(len(cm.nodes))]
-    between = sorted(range(len(cm.nodes)), key=lambda d: (hop[d] + cm.xfer_s[d], d))
+    sent = _hop_and_transfer(cm)
+    between = sorted(range(len(cm.nodes)), key=lambda d: (sent[d], d))
     kinds = alike_by_hop(cm)
     by_a = [ds[:2] for ds in kinds]
     by_b = [sorted(ds, key=lambda d: (hop[d], d))[:2] for ds in kinds]
@@ -943,8 +944,14 @@ def alike_by_hop(cm: CostModel) -> list[list[int]]:
     kinds: dict[tuple[float | int, ...], list[int]] = {}
     for d in range(len(cm.nodes)):
         kinds.setdefault((*_table_key(cm, d)[:4], cm.usable[d]), []).append(d)
-    a = [cm.latency_s[d] + cm.stage_s[d] + cm.xfer_s[d] for d in range(len(cm.nodes))]
-    return [sorted(ds, key=lambda d: (a[d], d)) for ds in kinds.values()]
+    sent = _hop_and_transfer(cm)
+    return [sorted(ds, key=lambda d: (sent[d], d)) for ds in kinds.values()]
+
+
+def _hop_and_transfer(cm: CostModel) -> list[float]:
+    """Each node's hop (with its fixed stage seconds) and transfer out, as a stage between
+    others pays them."""
+    return [cm.latency_s[d] + cm.stage_s[d] + cm.xfer_s[d] for d in range(len(cm.nodes))]
 
 
 def _table_key(cm: CostModel, d: int) -> tuple[float | int, ...]:
