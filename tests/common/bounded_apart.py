@@ -2,8 +2,9 @@
 bound (:data:`~stowplan.planner.strategies.cycle.COUPLED`) and the pipeline it lays out
 left out, for the tests of the searches and bounds it would otherwise stand in for; and
 certificates without the candidates that reshape the best pipeline in hand (the splits
-with each kind of node at either end, the best pipeline's neighbours split again), for
-the tests of the searches those would otherwise stand in for."""
+with each kind of node at either end, the order in hand split whole, the best pipeline's
+neighbours split again), for the tests of the searches those would otherwise stand in
+for."""
 
 from __future__ import annotations
 
