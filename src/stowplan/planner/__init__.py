@@ -31,8 +31,10 @@ from stowplan.planner.exact.pipelines import ENUMERATION_LIMIT, EXACT_NODE_LIMIT
 from stowplan.planner.exact.trip import coupled_cycle_bound
 from stowplan.planner.problem import CostModels, Problem, prepare
 from stowplan.planner.strategies import cycle
+from stowplan.planner.strategies.dominance import undominated
 from stowplan.planner.strategies.latency import latency_pipeline
 from stowplan.planner.strategies.throughput import Pipeline, throughput_search
+from stowplan.planner.strategies.upgrade import upgraded
 from stowplan.planner.strategies.vram import plan_balance_by_vram
 from stowplan.planner.tensor.groups import plan_with_groups, with_fixed_degree
 
@@ -135,7 +137,7 @@ def _searched(problem: Problem, cm: CostModel, first: Metric) -> Pipeline:
     found = _need(_cycle_search(problem, cm, first))
     if is_sketching() or is_backbone():
         return found
-    return cycle.relocated(cm, found)
+    return upgraded(cm, cycle.relocated(cm, found))
 
 
 def _latency(problem: Problem) -> Plan:
@@ -235,6 +237,32 @@ def plan(
     return plan_experts(model, nodes, constraints, experts, plan_blocks)
 
 
+def _needed(
+    model: ModelLayout,
+    nodes: Sequence[NodeDescriptor],
+    constraints: Constraints,
+    strategy: Strategy,
+) -> Sequence[NodeDescriptor]:
+    """``nodes`` less those no best plan needs (:func:`~.strategies.dominance.undominated`):
+    at least as many others as a pipeline may have stages are alike but for a network no
+    slower (and, for the cheapest set, a price no higher).  The VRAM balance keeps every node:
+    it spreads the blocks by memory, not by time."""
+    if strategy is Strategy.BALANCE_BY_VRAM or not isinstance(model, ModelLayout):
+        return nodes
+    nodes = tuple(nodes)
+    if not all(isinstance(n, NodeDescriptor) for n in nodes):
+        return nodes  # prepare names what is wrong
+    # In the order of their ids, as prepare puts them: of nodes alike, the same are kept
+    # whatever order they come in.
+    nodes = tuple(sorted(nodes, key=lambda n: n.id))
+    most = min(
+        constraints.max_stages or math.inf,
+        model.num_blocks,
+        sum(n.num_gpus for n in nodes),
+    )
+    return undominated(nodes, int(most), priced=constraints.objective is Objective.COST)
+
+
 def plan_blocks(
     model: ModelLayout,
     nodes: Sequence[NodeDescriptor],
@@ -266,8 +294,10 @@ def plan_blocks(
         InputError: malformed arguments.
     """
     constraints = Constraints() if constraints is None else constraints
-    problem = prepare(model, nodes, constraints, shared=cost_models)
     strategy = constraints.resolved_strategy()
+    problem = prepare(
+        model, _needed(model, nodes, constraints, strategy), constraints, shared=cost_models
+    )
     runner = _STRATEGIES[strategy]
     if strategy is Strategy.EXACT and len(nodes) > EXACT_NODE_LIMIT:
         raise InputError(

@@ -1,0 +1,200 @@
+"""Nodes that as many others as a pipeline has stages dominate (alike but for a network
+no slower, and a price no higher where price is weighed) are left out of the search:
+against every pair, the nodes left out are those; against every pipeline, the best over
+the nodes kept is the best over them all; and plans keep to the nodes kept."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stowplan import Constraints, NodeDescriptor
+from stowplan.calibration import resolve_calibration
+from stowplan.cost import CostModel
+from stowplan.model import Objective
+from stowplan.planner import plan_blocks
+from stowplan.planner.strategies.dominance import kind_of, network_dominates, undominated
+from stowplan.planner.strategies.upgrade import upgraded
+from tests.common.brute_force import brute_force, pipelines
+from tests.common.instances import instances
+from tests.common.toy import TOY_MODEL, toy_node
+
+LINKS = [0.0, 100.0, 1000.0, 10_000.0]
+"""Mbit/s drawn (0: unknown, counting no transfer time)."""
+
+
+@st.composite
+def fleets(draw: st.DrawFn, most_nodes: int = 9) -> list[NodeDescriptor]:
+    """Nodes of one or two kinds (GPU and memory), each with its own network and price."""
+    kinds = [("RTX 4090", 24), ("L4", 24)][: draw(st.integers(1, 2))]
+    nodes = []
+    for i in range(draw(st.integers(1, most_nodes))):
+        gpu, gb = draw(st.sampled_from(kinds))
+        nodes.append(
+            NodeDescriptor(
+                id=f"n{i:02d}",
+                gpu_name=gpu,
+                vram_bytes=gb * 10**9,
+                link_mbps=draw(st.sampled_from(LINKS)),
+                link_latency_ms=draw(st.sampled_from([0.05, 1.0, 10.0])),
+                price_per_hour=draw(st.sampled_from([None, 0.2, 0.5])),
+            )
+        )
+    return nodes
+
+
+def _dominates(d: NodeDescriptor, e: NodeDescriptor, first: bool, priced: bool) -> bool:
+    """Whether ``d`` dominates ``e`` (``first``: ``d`` comes before ``e``, which breaks
+    a tie of nodes alike in every figure compared)."""
+    if (d.gpu_name, d.vram_bytes) != (e.gpu_name, e.vram_bytes):
+        return False
+    if (d.link_mbps > 0) != (e.link_mbps > 0):
+        return False
+    if priced and (d.price_per_hour is None) != (e.price_per_hour is None):
+        return False
+
+    def figures(n: NodeDescriptor) -> tuple[float, float, float]:
+        link = math.inf if n.link_mbps <= 0 else n.link_mbps
+        price = n.price_per_hour if priced and n.price_per_hour is not None else 0.0
+        return (-link, n.link_latency_ms, price)
+
+    a, b = figures(d), figures(e)
+    if a == b:
+        return first
+    return all(x <= y for x, y in zip(a, b, strict=True))
+
+
+@settings(max_examples=150, deadline=None)
+@given(fleets(), st.integers(1, 5), st.booleans())
+def test_left_out_are_those_dominated_by_as_many_as_the_stages(nodes, most, priced) -> None:  # type: ignore[no-untyped-def]
+    kept = undominated(nodes, most, priced=priced)
+    counts = [
+        sum(_dominates(d, e, j < i, priced) for j, d in enumerate(nodes) if j != i)
+        for i, e in enumerate(nodes)
+    ]
+    expected = [n for n, c in zip(nodes, counts, strict=True) if c < most or len(nodes) <= most]
+    assert list(kept) == expected
+    # A kind that lost nodes keeps as many as the stages at least.
+    for gone in set(nodes) - set(kept):
+        alike = [n for n in kept if _dominates(n, gone, True, priced)]
+        assert len(alike) >= most
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    instances(max_nodes=1, max_blocks=3),
+    st.lists(
+        st.tuples(st.sampled_from(LINKS), st.sampled_from([0.05, 1.0, 10.0])),
+        min_size=2,
+        max_size=6,
+    ),
+    st.sampled_from([1, 4]),
+    st.sampled_from([None, "generic"]),
+)
+def test_the_nodes_kept_hold_an_optimum(inst, networks, batch, engine) -> None:  # type: ignore[no-untyped-def]
+    """Against every pipeline (order, count, split): the least cycle over the nodes kept
+    is the least over every node, first-order and calibrated."""
+    model, (node,) = inst
+    nodes = [
+        replace(node, id=f"n{i}", link_mbps=mbps, link_latency_ms=ms)
+        for i, (mbps, ms) in enumerate(networks)
+    ]
+    c = Constraints(
+        batch=batch, calibration=None if engine is None else resolve_calibration(engine)
+    )
+    kept = undominated(nodes, model.num_blocks, priced=False)
+    every = brute_force(model, nodes, c, "cycle")
+    assert brute_force(model, kept, c, "cycle") == every or math.isclose(
+        brute_force(model, kept, c, "cycle"), every, rel_tol=1e-12
+    )
+
+
+def _fleet() -> list[NodeDescriptor]:
+    """Eight alike toy nodes, each link slower and its hop longer than the one before."""
+    return [
+        toy_node(i, link_mbps=8.0 * (8 - i), link_latency_ms=1.0 + i, price_per_hour=1.0 + i / 10)
+        for i in range(8)
+    ]
+
+
+def test_a_plan_keeps_to_the_nodes_kept_in_any_order() -> None:
+    """Two stages at most: every node but the two of fastest network is dominated twice
+    over; the plan is the best of every pipeline, on those two, whatever order the nodes
+    come in."""
+    nodes = _fleet()
+    c = Constraints(batch=4, max_stages=2)
+    assert [n.id for n in undominated(nodes, 2, priced=False)] == ["n0", "n1"]
+    p = plan_blocks(TOY_MODEL, nodes, c)
+    assert {a.node_id for a in p.assignments} <= {"n0", "n1"}
+    assert p.rationale.prediction is not None
+    cycle = 1 / p.rationale.prediction.tokens_per_s * c.batch
+    assert math.isclose(cycle, brute_force(TOY_MODEL, nodes, c, "cycle"), rel_tol=1e-9)
+    shuffled = nodes[:]
+    random.Random(3).shuffle(shuffled)
+    again = plan_blocks(TOY_MODEL, shuffled, c)
+    assert again.assignments == p.assignments
+
+
+def test_the_cheapest_set_weighs_price() -> None:
+    """Dearer nodes of a faster network do not dominate a cheaper one where the cheapest
+    set is sought: the cheapest node stays."""
+    nodes = _fleet()
+    cheap = replace(nodes[7], price_per_hour=0.1)
+    nodes[7] = cheap
+    assert cheap not in undominated(nodes, 2, priced=False)
+    assert cheap in undominated(nodes, 2, priced=True)
+    c = Constraints(batch=1, max_stages=2, objective=Objective.COST, target_tokens_per_s=1e-3)
+    p = plan_blocks(TOY_MODEL, nodes, c)
+    assert [a.node_id for a in p.assignments] == ["n7"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    instances(max_nodes=1, max_blocks=4),
+    st.lists(
+        st.tuples(st.sampled_from(LINKS), st.sampled_from([0.05, 1.0, 10.0])),
+        min_size=2,
+        max_size=6,
+    ),
+    st.sampled_from([1, 4]),
+    st.data(),
+)
+def test_upgraded_moves_stages_to_better_networks(inst, networks, batch, data) -> None:  # type: ignore[no-untyped-def]
+    """Any pipeline, upgraded: the same blocks on nodes of the same kind, no slower, and
+    no idle node whose network dominates a stage's lowers the cycle in its place."""
+    model, (node,) = inst
+    nodes = [
+        replace(node, id=f"n{i}", link_mbps=mbps, link_latency_ms=ms)
+        for i, (mbps, ms) in enumerate(networks)
+    ]
+    cm = CostModel(model, nodes, Constraints(batch=batch))
+    every = list(pipelines(cm))
+    if not every:
+        return
+    order, bounds = data.draw(st.sampled_from(every))
+    got, got_bounds = upgraded(cm, (order, bounds))
+    assert got_bounds == bounds and len(got) == len(set(got)) == len(order)
+    before = cm.evaluate(order, bounds).cycle_s
+    after = cm.evaluate(got, bounds).cycle_s
+    assert after <= before
+    for k, d in enumerate(got):
+        for j in set(range(len(nodes))) - set(got):
+            if kind_of(nodes[j]) == kind_of(nodes[d]) and network_dominates(nodes[j], nodes[d]):
+                moved = [*got[:k], j, *got[k + 1 :]]
+                assert cm.evaluate(moved, bounds).cycle_s >= after * (1 - 1e-9)
+
+
+def test_upgraded_takes_the_idle_twin_of_faster_network() -> None:
+    """Two stages on the two slowest networks of eight alike nodes: the first, whose link
+    sends the activations on, moves to the fastest; the last sends nothing on, and its
+    node stays (no move lowers the cycle)."""
+    nodes = _fleet()
+    cm = CostModel(TOY_MODEL, nodes, Constraints(batch=4))
+    got = upgraded(cm, ([7, 6], [0, 2, 4]))
+    assert got == ([0, 6], [0, 2, 4])
+    assert cm.evaluate(*got).cycle_s < cm.evaluate([7, 6], [0, 2, 4]).cycle_s
+    assert cm.evaluate([0, 1], [0, 2, 4]).cycle_s == cm.evaluate(*got).cycle_s
