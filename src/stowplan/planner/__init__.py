@@ -130,14 +130,17 @@ def _one_count(first: Metric) -> cycle.Searched:
 
 def _searched(problem: Problem, cm: CostModel, first: Metric) -> Pipeline:
     """The plan's pipeline: :func:`_cycle_search`'s, its nodes reordered where that lowers
-    the cycle (:func:`~stowplan.planner.strategies.cycle.relocated`).  Not for a sketch or
-    a probe, whose pipeline a wider search compares or only needs to exist, nor for a MoE
-    backbone: its experts are placed after, on its nodes, and a faster backbone is not
-    always the faster plan with them."""
+    the cycle (:func:`~stowplan.planner.strategies.cycle.relocated`), then moved to idle
+    nodes of better network (:func:`~stowplan.planner.strategies.upgrade.upgraded`).
+    Not for a sketch or a probe, whose pipeline a wider search compares or only needs to
+    exist, nor for a MoE backbone: its experts are placed after, on its nodes, and a
+    faster backbone is not always the faster plan with them."""
     found = _need(_cycle_search(problem, cm, first))
     if is_sketching() or is_backbone():
         return found
-    return upgraded(cm, cycle.relocated(cm, found))
+    found = cycle.relocated(cm, found)
+    # A node of better network may cost more: the cheapest set's nodes stay.
+    return found if problem.constraints.objective is Objective.COST else upgraded(cm, found)
 
 
 def _latency(problem: Problem) -> Plan:

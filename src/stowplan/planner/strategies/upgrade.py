@@ -22,15 +22,17 @@ __all__ = ["upgraded"]
 
 
 def _by_kind(cm: CostModel) -> list[list[int]]:
-    """Per node, the nodes of its kind (:func:`~.dominance.kind_of`) besides it, in the
-    order of the fastest link, then the shortest hop."""
+    """Per node, the nodes of its kind (:func:`~.dominance.kind_of`), itself among them
+    (one list per kind), in the order of the fastest link, then the shortest hop."""
     kinds: dict[tuple[object, ...], list[int]] = defaultdict(list)
+    of = []
     for i, n in enumerate(cm.nodes):
-        kinds[kind_of(n)].append(i)
+        members = kinds[kind_of(n)]
+        members.append(i)
+        of.append(members)
     for members in kinds.values():
         members.sort(key=lambda i: (-cm.nodes[i].link_mbps, cm.nodes[i].link_latency_ms, i))
-    of = [kinds[kind_of(n)] for n in cm.nodes]
-    return [[j for j in members if j != i] for i, members in enumerate(of)]
+    return of
 
 
 _twins = PerModel(_by_kind)
