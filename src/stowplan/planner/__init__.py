@@ -20,11 +20,13 @@ from stowplan.plan import Plan
 from stowplan.planner.certify import (
     finish,
     is_backbone,
+    is_pricing,
     is_probing,
     is_sketching,
     key_of,
     objective_of,
     pick_best,
+    pricing,
 )
 from stowplan.planner.cheapest import plan_cheapest
 from stowplan.planner.exact.pipelines import ENUMERATION_LIMIT, EXACT_NODE_LIMIT, solve_exact
@@ -134,13 +136,13 @@ def _searched(problem: Problem, cm: CostModel, first: Metric) -> Pipeline:
     nodes of better network (:func:`~stowplan.planner.strategies.upgrade.upgraded`).
     Not for a sketch or a probe, whose pipeline a wider search compares or only needs to
     exist, nor for a MoE backbone: its experts are placed after, on its nodes, and a
-    faster backbone is not always the faster plan with them."""
+    faster backbone is not always the faster plan with them; and no move to better
+    networks for a set of the cheapest-set search (:func:`~.certify.pricing`)."""
     found = _need(_cycle_search(problem, cm, first))
     if is_sketching() or is_backbone():
         return found
     found = cycle.relocated(cm, found)
-    # A node of better network may cost more: the cheapest set's nodes stay.
-    return found if problem.constraints.objective is Objective.COST else upgraded(cm, found)
+    return found if is_pricing() else upgraded(cm, found)
 
 
 def _latency(problem: Problem) -> Plan:
@@ -314,7 +316,8 @@ def plan_blocks(
         runner = _grouped(runner, objective_of(constraints, strategy), strategy)
     try:
         if constraints.objective is Objective.COST:
-            return plan_cheapest(problem, runner)
+            with pricing():
+                return plan_cheapest(problem, runner)
         return runner(problem)
     except StowplanError:
         raise

@@ -445,6 +445,24 @@ def is_figuring() -> bool:
     return _FIGURE.get()
 
 
+_PRICED: ContextVar[bool] = ContextVar("stowplan_planner_priced", default=False)
+
+
+@contextmanager
+def pricing() -> Iterator[None]:
+    """Plans made inside are node sets of the cheapest-set search, whose plan is priced
+    by the nodes it uses: their stages keep the nodes the search gave them (a node of
+    better network, :func:`~stowplan.planner.strategies.upgrade.upgraded`, may cost
+    more)."""
+    with _holding((_PRICED, True)):
+        yield
+
+
+def is_pricing() -> bool:
+    """Whether plans made now are :func:`pricing` ones."""
+    return _PRICED.get()
+
+
 _PROBE: ContextVar[bool] = ContextVar("stowplan_planner_probe", default=False)
 
 
