@@ -15,7 +15,7 @@ from stowplan.models import resolve_model
 from stowplan.moe.routing import backbone_layout
 from stowplan.plan import plan_to_dict
 from stowplan.planner import plan, plan_blocks
-from stowplan.planner.experts import place_experts
+from stowplan.planner.experts import choice, place_experts
 from tests.common.toy import toy_node
 
 
@@ -63,3 +63,36 @@ def test_the_fewest_stages_holding_every_expert(seed: int) -> None:
     expected = _one_at_a_time(model, nodes, c)
     assert expected is not None
     assert plan_to_dict(got) == plan_to_dict(expected)
+
+
+def test_the_counts_start_from_the_fastest_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fast small nodes and slow large ones: the backbone takes the fast ones, on which
+    the count of the largest nodes falls short.  Counting from the fewest fastest nodes
+    that hold every byte gives the same plan with fewer backbones planned."""
+    model = resolve_model("qwen3:30b-a3b")
+    nodes = [
+        toy_node(
+            i,
+            vram_bytes=(12 if i < 10 else 24) * 10**9,
+            mem_bandwidth_gbps=1000.0 if i < 10 else 200.0,
+            link_mbps=10_000.0,
+        )
+        for i in range(14)
+    ]
+    c = Constraints(batch=8, context_tokens=2048)
+    forced = ExpertInputs(placement=ExpertPlacement.EXPERT_PARALLEL)
+    placed: list[int] = []
+    real = choice.place_experts
+
+    def counted(base, *args, **kwargs):  # type: ignore[no-untyped-def]
+        placed.append(base.num_stages)
+        return real(base, *args, **kwargs)
+
+    monkeypatch.setattr(choice, "place_experts", counted)
+    got = plan(model, nodes, c, experts=forced)
+    from_fastest = list(placed)
+    placed.clear()
+    monkeypatch.setattr(choice, "_fastest_holding", lambda *args: 1)
+    again = plan(model, nodes, c, experts=forced)
+    assert plan_to_dict(got) == plan_to_dict(again)
+    assert len(from_fastest) < len(placed), (from_fastest, placed)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
 
+from stowplan.cost.rates import node_rates
 from stowplan.errors import Infeasible, InputError, InsufficientVram, PlanError
 from stowplan.model import (
     Constraints,
@@ -254,6 +255,23 @@ def _figure(value: float) -> str:
     return f"{value:,.0f}" if value >= 10_000 else f"{value:.4g}"
 
 
+def _fastest_holding(
+    nodes: Sequence[NodeDescriptor], headroom: float, needed: int, most: int
+) -> int:
+    """The fewest nodes, taken fastest first (memory bandwidth, then room), whose usable
+    bytes reach ``needed`` (``most`` where none up to that many do)."""
+    rates = sorted(
+        (node_rates(n, headroom)[0] for n in nodes),
+        key=lambda r: (-r.bandwidth_bytes_per_s, -r.usable_bytes),
+    )
+    held = 0
+    for k, r in enumerate(rates[:most], 1):
+        held += r.usable_bytes
+        if held >= needed:
+            return k
+    return most
+
+
 def _expert_parallel(
     model: ModelLayout,
     nodes: tuple[NodeDescriptor, ...],
@@ -293,6 +311,15 @@ def _expert_parallel(
         )
     while first < max_n and sum(ranked[:first]) < needed:
         first += 1
+    # Where every node is one GPU the counts start from the fewest of the fastest nodes
+    # that hold it all: the backbone's search takes fast nodes, and the largest (whose
+    # count ``first`` is) are often not among them.  Below that start the counts are tried
+    # down to one that falls short, as above: where more stages hold more, the same count.
+    start = (
+        first
+        if gpus != len(nodes)
+        else max(first, _fastest_holding(nodes, headroom, needed, max_n))
+    )
     tried: dict[int, Plan | InsufficientVram] = {}
     # The backbone plans differ only in their stage limits: they share one cost model.
     shared = CostModels()
@@ -323,7 +350,7 @@ def _expert_parallel(
     # by the stages its shortfall takes at the largest node's room; from the first that
     # holds them, the counts below are tried down to one that falls short (more stages
     # hold more: the counts it jumped over fall short as well).
-    n, below = first, first - 1
+    n, below = start, first - 1
     while True:
         got = attempt(n)
         if isinstance(got, InsufficientVram):
