@@ -26,6 +26,7 @@ from bisect import bisect_right, insort
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import fields
+from operator import attrgetter
 
 from stowplan.model import NodeDescriptor
 
@@ -34,14 +35,14 @@ __all__ = ["kind_of", "network_dominates", "undominated"]
 _NETWORK = frozenset({"id", "link_mbps", "link_latency_ms", "price_per_hour"})
 """The fields dominance compares (or, the id, ignores); alike nodes agree on every other."""
 
-_KIND_FIELDS = tuple(f.name for f in fields(NodeDescriptor) if f.name not in _NETWORK)
+_KIND_FIELDS = attrgetter(*(f.name for f in fields(NodeDescriptor) if f.name not in _NETWORK))
 
 
 def kind_of(node: NodeDescriptor) -> tuple[object, ...]:
     """What nodes that may dominate one another share: every field but the id, the
     network and the price, and whether the link is known (an unknown link, 0, counts no
     transfer time: it is compared with unknown ones only)."""
-    return (*(getattr(node, f) for f in _KIND_FIELDS), node.link_mbps > 0)
+    return (_KIND_FIELDS(node), node.link_mbps > 0)
 
 
 def network_dominates(d: NodeDescriptor, e: NodeDescriptor) -> bool:
