@@ -32,6 +32,22 @@ LINKS = [0.0, 100.0, 1000.0, 10_000.0]
 """Mbit/s drawn (0: unknown, counting no transfer time)."""
 
 
+NETWORKS = st.lists(
+    st.tuples(st.sampled_from(LINKS), st.sampled_from([0.05, 1.0, 10.0])),
+    min_size=2,
+    max_size=6,
+)
+"""Each node's (link Mbit/s, hop ms)."""
+
+
+def _twins(node: NodeDescriptor, networks: list[tuple[float, float]]) -> list[NodeDescriptor]:
+    """``node`` once per network, ids ``n0``, ``n1``, …"""
+    return [
+        replace(node, id=f"n{i}", link_mbps=mbps, link_latency_ms=ms)
+        for i, (mbps, ms) in enumerate(networks)
+    ]
+
+
 @st.composite
 def fleets(draw: st.DrawFn, most_nodes: int = 9) -> list[NodeDescriptor]:
     """Nodes of one or two kinds (GPU and memory), each with its own network and price."""
@@ -92,11 +108,7 @@ def test_left_out_are_those_dominated_by_as_many_as_the_stages(nodes, most, pric
 @settings(max_examples=120, deadline=None)
 @given(
     instances(max_nodes=1, max_blocks=3),
-    st.lists(
-        st.tuples(st.sampled_from(LINKS), st.sampled_from([0.05, 1.0, 10.0])),
-        min_size=2,
-        max_size=6,
-    ),
+    NETWORKS,
     st.sampled_from([1, 4]),
     st.sampled_from([None, "generic"]),
 )
@@ -104,10 +116,7 @@ def test_the_nodes_kept_hold_an_optimum(inst, networks, batch, engine) -> None: 
     """Against every pipeline (order, count, split): the least cycle over the nodes kept
     is the least over every node, first-order and calibrated."""
     model, (node,) = inst
-    nodes = [
-        replace(node, id=f"n{i}", link_mbps=mbps, link_latency_ms=ms)
-        for i, (mbps, ms) in enumerate(networks)
-    ]
+    nodes = _twins(node, networks)
     c = Constraints(
         batch=batch, calibration=None if engine is None else resolve_calibration(engine)
     )
@@ -158,11 +167,7 @@ def test_the_cheapest_set_weighs_price() -> None:
 @settings(max_examples=100, deadline=None)
 @given(
     instances(max_nodes=1, max_blocks=4),
-    st.lists(
-        st.tuples(st.sampled_from(LINKS), st.sampled_from([0.05, 1.0, 10.0])),
-        min_size=2,
-        max_size=6,
-    ),
+    NETWORKS,
     st.sampled_from([1, 4]),
     st.data(),
 )
@@ -171,10 +176,7 @@ def test_upgraded_moves_stages_to_better_networks(inst, networks, batch, data) -
     where an idle node of better network (alike otherwise) lowers the cycle in some
     stage's place, the pipeline upgraded is faster."""
     model, (node,) = inst
-    nodes = [
-        replace(node, id=f"n{i}", link_mbps=mbps, link_latency_ms=ms)
-        for i, (mbps, ms) in enumerate(networks)
-    ]
+    nodes = _twins(node, networks)
     cm = CostModel(model, nodes, Constraints(batch=batch))
     every = list(pipelines(cm))
     if not every:
