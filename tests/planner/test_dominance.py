@@ -11,6 +11,7 @@ import math
 import random
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +19,7 @@ import stowplan.planner as planner
 from stowplan import Constraints, NodeDescriptor
 from stowplan.calibration import resolve_calibration
 from stowplan.cost import CostModel
+from stowplan.errors import Infeasible
 from stowplan.model import Metric, Objective
 from stowplan.planner import plan_blocks
 from stowplan.planner.certify import pricing
@@ -233,3 +235,11 @@ def test_upgraded_takes_an_idle_faster_kind_for_the_slowest_stage() -> None:
     one = CostModel(TOY_MODEL, nodes, Constraints(batch=1))
     assert upgraded(one, p) == p
     assert one.evaluate([2, 1], [0, 3, 4]).cycle_s < one.evaluate(*p).cycle_s
+
+
+def test_a_refusal_counts_every_node_given() -> None:
+    """More stages asked than the blocks allow: the refusal names the blocks, not the
+    nodes a search would keep."""
+    nodes = _fleet() + [toy_node(i, link_mbps=1.0) for i in range(8, 12)]
+    with pytest.raises(Infeasible, match="only 4 blocks"):
+        plan_blocks(TOY_MODEL, nodes, Constraints(min_stages=6, batch=4))

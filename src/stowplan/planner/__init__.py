@@ -265,6 +265,8 @@ def _needed(
         model.num_blocks,
         sum(n.num_gpus for n in nodes),
     )
+    if (constraints.min_stages or 1) > most:
+        return nodes  # no plan: prepare's refusal names every node given
     return undominated(nodes, int(most), priced=constraints.objective is Objective.COST)
 
 
