@@ -1,5 +1,5 @@
 """Nodes that as many others as a pipeline has stages dominate (alike but for a network
-no slower, and a price no higher where price is weighed) are left out of the search:
+no slower) are left out of the search, but for the cheapest set:
 against every pair, the nodes left out are those; against every pipeline, the best over
 the nodes kept is the best over them all; and plans keep to the nodes kept.  A plan's
 stages then move to idle nodes at least as fast (twins of better network, or a faster
@@ -52,7 +52,8 @@ def _twins(node: NodeDescriptor, networks: list[tuple[float, float]]) -> list[No
 
 @st.composite
 def fleets(draw: st.DrawFn, most_nodes: int = 9) -> list[NodeDescriptor]:
-    """Nodes of one or two kinds (GPU and memory), each with its own network and price."""
+    """Nodes of one or two kinds (GPU and memory), each with its own network and price
+    (which dominance ignores)."""
     kinds = [("RTX 4090", 24), ("L4", 24)][: draw(st.integers(1, 2))]
     nodes = []
     for i in range(draw(st.integers(1, most_nodes))):
@@ -70,20 +71,16 @@ def fleets(draw: st.DrawFn, most_nodes: int = 9) -> list[NodeDescriptor]:
     return nodes
 
 
-def _dominates(d: NodeDescriptor, e: NodeDescriptor, first: bool, priced: bool) -> bool:
+def _dominates(d: NodeDescriptor, e: NodeDescriptor, first: bool) -> bool:
     """Whether ``d`` dominates ``e`` (``first``: ``d`` comes before ``e``, which breaks
     a tie of nodes alike in every figure compared)."""
     if (d.gpu_name, d.vram_bytes) != (e.gpu_name, e.vram_bytes):
         return False
     if (d.link_mbps > 0) != (e.link_mbps > 0):
         return False
-    if priced and (d.price_per_hour is None) != (e.price_per_hour is None):
-        return False
 
-    def figures(n: NodeDescriptor) -> tuple[float, float, float]:
-        link = math.inf if n.link_mbps <= 0 else n.link_mbps
-        price = n.price_per_hour if priced and n.price_per_hour is not None else 0.0
-        return (-link, n.link_latency_ms, price)
+    def figures(n: NodeDescriptor) -> tuple[float, float]:
+        return (-(math.inf if n.link_mbps <= 0 else n.link_mbps), n.link_latency_ms)
 
     a, b = figures(d), figures(e)
     if a == b:
@@ -92,18 +89,18 @@ def _dominates(d: NodeDescriptor, e: NodeDescriptor, first: bool, priced: bool) 
 
 
 @settings(max_examples=150, deadline=None)
-@given(fleets(), st.integers(1, 5), st.booleans())
-def test_left_out_are_those_dominated_by_as_many_as_the_stages(nodes, most, priced) -> None:  # type: ignore[no-untyped-def]
-    kept = undominated(nodes, most, priced=priced)
+@given(fleets(), st.integers(1, 5))
+def test_left_out_are_those_dominated_by_as_many_as_the_stages(nodes, most) -> None:  # type: ignore[no-untyped-def]
+    kept = undominated(nodes, most)
     counts = [
-        sum(_dominates(d, e, j < i, priced) for j, d in enumerate(nodes) if j != i)
+        sum(_dominates(d, e, j < i) for j, d in enumerate(nodes) if j != i)
         for i, e in enumerate(nodes)
     ]
     expected = [n for n, c in zip(nodes, counts, strict=True) if c < most or len(nodes) <= most]
     assert list(kept) == expected
     # A kind that lost nodes keeps as many as the stages at least.
     for gone in set(nodes) - set(kept):
-        alike = [n for n in kept if _dominates(n, gone, True, priced)]
+        alike = [n for n in kept if _dominates(n, gone, True)]
         assert len(alike) >= most
 
 
@@ -122,7 +119,7 @@ def test_the_nodes_kept_hold_an_optimum(inst, networks, batch, engine) -> None: 
     c = Constraints(
         batch=batch, calibration=None if engine is None else resolve_calibration(engine)
     )
-    kept = undominated(nodes, model.num_blocks, priced=False)
+    kept = undominated(nodes, model.num_blocks)
     every, on_kept = brute_force(model, nodes, c, "cycle"), brute_force(model, kept, c, "cycle")
     assert on_kept == every or math.isclose(on_kept, every, rel_tol=1e-12)
 
@@ -141,7 +138,7 @@ def test_a_plan_keeps_to_the_nodes_kept_in_any_order() -> None:
     come in."""
     nodes = _fleet()
     c = Constraints(batch=4, max_stages=2)
-    assert [n.id for n in undominated(nodes, 2, priced=False)] == ["n0", "n1"]
+    assert [n.id for n in undominated(nodes, 2)] == ["n0", "n1"]
     p = plan_blocks(TOY_MODEL, nodes, c)
     assert {a.node_id for a in p.assignments} <= {"n0", "n1"}
     assert p.rationale.prediction is not None
@@ -153,14 +150,13 @@ def test_a_plan_keeps_to_the_nodes_kept_in_any_order() -> None:
     assert again.assignments == p.assignments
 
 
-def test_the_cheapest_set_weighs_price() -> None:
-    """Dearer nodes of a faster network do not dominate a cheaper one where the cheapest
-    set is sought: the cheapest node stays."""
+def test_the_cheapest_set_keeps_every_node() -> None:
+    """Dearer nodes of a faster network dominate a cheaper one, but the cheapest set is
+    sought over every node: the cheapest, of the slowest network, is the plan."""
     nodes = _fleet()
     cheap = replace(nodes[7], price_per_hour=0.1)
     nodes[7] = cheap
-    assert cheap not in undominated(nodes, 2, priced=False)
-    assert cheap in undominated(nodes, 2, priced=True)
+    assert cheap not in undominated(nodes, 2)
     c = Constraints(batch=1, max_stages=2, objective=Objective.COST, target_tokens_per_s=1e-3)
     p = plan_blocks(TOY_MODEL, nodes, c)
     assert [a.node_id for a in p.assignments] == ["n7"]

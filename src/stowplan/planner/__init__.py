@@ -250,9 +250,14 @@ def _needed(
 ) -> Sequence[NodeDescriptor]:
     """``nodes`` less those no best plan needs (:func:`~.strategies.dominance.undominated`):
     at least as many others as a pipeline may have stages are alike but for a network no
-    slower (and, for the cheapest set, a price no higher).  The VRAM balance keeps every node:
-    it spreads the blocks by memory, not by time."""
-    if strategy is Strategy.BALANCE_BY_VRAM or not isinstance(model, ModelLayout):
+    slower.  The VRAM balance keeps every node (it spreads the blocks by memory, not by
+    time), and so does the cheapest set (a node of better network may cost more; its
+    search weighs every offer, and its refusals count them)."""
+    if (
+        strategy is Strategy.BALANCE_BY_VRAM
+        or constraints.objective is Objective.COST
+        or not isinstance(model, ModelLayout)
+    ):
         return nodes
     nodes = tuple(nodes)
     if not all(isinstance(n, NodeDescriptor) for n in nodes):
@@ -267,7 +272,7 @@ def _needed(
     )
     if (constraints.min_stages or 1) > most:
         return nodes  # no plan: prepare's refusal names every node given
-    return undominated(nodes, int(most), priced=constraints.objective is Objective.COST)
+    return undominated(nodes, int(most))
 
 
 def plan_blocks(
