@@ -19,7 +19,7 @@ import stowplan.planner as planner
 from stowplan import Constraints, NodeDescriptor
 from stowplan.calibration import resolve_calibration
 from stowplan.cost import CostModel
-from stowplan.errors import Infeasible
+from stowplan.errors import Infeasible, InputError
 from stowplan.model import Metric, Objective
 from stowplan.planner import plan_blocks
 from stowplan.planner.certify import pricing
@@ -239,3 +239,10 @@ def test_a_refusal_counts_every_node_given() -> None:
     nodes = _fleet() + [toy_node(i, link_mbps=1.0) for i in range(8, 12)]
     with pytest.raises(Infeasible, match="only 4 blocks"):
         plan_blocks(TOY_MODEL, nodes, Constraints(min_stages=6, batch=4))
+
+
+def test_nodes_of_one_id_are_refused_before_any_is_left_out() -> None:
+    """Five copies of one node under one id, one stage at most: the ids are refused, not
+    four copies left out."""
+    with pytest.raises(InputError, match="n0"):
+        plan_blocks(TOY_MODEL, [toy_node(0)] * 5, Constraints(max_stages=1))

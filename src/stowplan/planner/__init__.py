@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING
 
 from stowplan.cost import CostModel
 from stowplan.errors import DependencyError, Infeasible, InputError, StowplanError
-from stowplan.model import Constraints, Metric, ModelLayout, NodeDescriptor, Objective, Strategy
+from stowplan.model import (
+    Constraints,
+    Metric,
+    ModelLayout,
+    NodeDescriptor,
+    Objective,
+    Strategy,
+    check_unique_ids,
+)
 from stowplan.plan import Plan
 from stowplan.planner.certify import (
     finish,
@@ -262,6 +270,7 @@ def _needed(
     nodes = tuple(nodes)
     if not all(isinstance(n, NodeDescriptor) for n in nodes):
         return nodes  # prepare names what is wrong
+    check_unique_ids(nodes)  # before a node alike to another is left out
     # In the order of their ids, as prepare puts them: of nodes alike, the same are kept
     # whatever order they come in.
     nodes = tuple(sorted(nodes, key=lambda n: n.id))
