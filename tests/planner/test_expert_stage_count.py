@@ -92,7 +92,12 @@ def test_the_counts_start_from_the_fastest_nodes(monkeypatch: pytest.MonkeyPatch
     got = plan(model, nodes, c, experts=forced)
     from_fastest = list(placed)
     placed.clear()
-    monkeypatch.setattr(choice, "_fastest_holding", lambda *args: 1)
+
+    def largest_first(ns, headroom):  # type: ignore[no-untyped-def]
+        """The counts from the largest nodes instead, as before."""
+        return sorted((usable_bytes(n, headroom) for n in ns), reverse=True)
+
+    monkeypatch.setattr(choice, "_fastest_first", largest_first)
     again = plan(model, nodes, c, experts=forced)
     assert plan_to_dict(got) == plan_to_dict(again)
     assert len(from_fastest) < len(placed), (from_fastest, placed)

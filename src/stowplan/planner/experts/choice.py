@@ -255,21 +255,24 @@ def _figure(value: float) -> str:
     return f"{value:,.0f}" if value >= 10_000 else f"{value:.4g}"
 
 
-def _fastest_holding(
-    nodes: Sequence[NodeDescriptor], headroom: float, needed: int, most: int
-) -> int:
-    """The fewest nodes, taken fastest first (memory bandwidth, then room), whose usable
-    bytes reach ``needed`` (``most`` where none up to that many do)."""
+def _fewest_holding(rooms: Sequence[int], needed: int, most: int) -> int:
+    """The fewest of ``rooms`` (bytes, taken in their order) that reach ``needed``
+    (``most`` where none up to that many do)."""
+    held = 0
+    for k, room in enumerate(rooms[:most], 1):
+        held += room
+        if held >= needed:
+            return k
+    return most
+
+
+def _fastest_first(nodes: Sequence[NodeDescriptor], headroom: float) -> list[int]:
+    """The nodes' usable bytes, fastest first (memory bandwidth, then room)."""
     rates = sorted(
         (node_rates(n, headroom)[0] for n in nodes),
         key=lambda r: (-r.bandwidth_bytes_per_s, -r.usable_bytes),
     )
-    held = 0
-    for k, r in enumerate(rates[:most], 1):
-        held += r.usable_bytes
-        if held >= needed:
-            return k
-    return most
+    return [r.usable_bytes for r in rates]
 
 
 def _expert_parallel(
@@ -309,8 +312,7 @@ def _expert_parallel(
             f"({len(nodes)} nodes{on_gpus}, {model.num_blocks} blocks, "
             f"max_stages={constraints.max_stages})"
         )
-    while first < max_n and sum(ranked[:first]) < needed:
-        first += 1
+    first = max(first, _fewest_holding(ranked, needed, max_n))
     # Where every node is one GPU the counts start from the fewest of the fastest nodes
     # that hold it all: the backbone's search takes fast nodes, and the largest (whose
     # count ``first`` is) are often not among them.  Below that start the counts are tried
@@ -318,7 +320,7 @@ def _expert_parallel(
     start = (
         first
         if gpus != len(nodes)
-        else max(first, _fastest_holding(nodes, headroom, needed, max_n))
+        else max(first, _fewest_holding(_fastest_first(nodes, headroom), needed, max_n))
     )
     tried: dict[int, Plan | InsufficientVram] = {}
     # The backbone plans differ only in their stage limits: they share one cost model.
