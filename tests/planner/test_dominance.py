@@ -24,7 +24,7 @@ from stowplan.model import Metric, Objective
 from stowplan.planner import plan_blocks
 from stowplan.planner.certify import pricing
 from stowplan.planner.problem import prepare
-from stowplan.planner.strategies.dominance import kind_of, network_dominates, undominated
+from stowplan.planner.strategies.dominance import undominated
 from stowplan.planner.strategies.upgrade import upgraded
 from tests.common.brute_force import brute_force, pipelines
 from tests.common.instances import instances
@@ -189,7 +189,7 @@ def test_upgraded_moves_stages_to_better_networks(inst, networks, batch, data) -
         cm.evaluate([*order[:k], j, *order[k + 1 :]], bounds).cycle_s
         for k, d in enumerate(order)
         for j in set(range(len(nodes))) - set(order)
-        if kind_of(nodes[j]) == kind_of(nodes[d]) and network_dominates(nodes[j], nodes[d])
+        if _dominates(nodes[j], nodes[d], True)
     ]
     if min(better, default=before) < before * (1 - 1e-9):
         assert after < before * (1 - 1e-9)

@@ -30,7 +30,7 @@ from operator import attrgetter
 
 from stowplan.model import NodeDescriptor
 
-__all__ = ["kind_of", "network_dominates", "undominated"]
+__all__ = ["kind_of", "undominated"]
 
 _NETWORK = frozenset({"id", "link_mbps", "link_latency_ms", "price_per_hour"})
 """The fields dominance compares (the link and latency) or ignores (the id and price);
@@ -44,13 +44,6 @@ def kind_of(node: NodeDescriptor) -> tuple[object, ...]:
     network and the price, and whether the link is known (an unknown link, 0, counts no
     transfer time: it is compared with unknown ones only)."""
     return (_KIND_FIELDS(node), node.link_mbps > 0)
-
-
-def network_dominates(d: NodeDescriptor, e: NodeDescriptor) -> bool:
-    """Whether ``d``'s network is as good as ``e``'s, for nodes of one :func:`kind_of` (it
-    does not compare kinds): a link at least as fast and a latency at most as long; price
-    aside."""
-    return d.link_mbps >= e.link_mbps and d.link_latency_ms <= e.link_latency_ms
 
 
 def undominated(nodes: Sequence[NodeDescriptor], most: int) -> tuple[NodeDescriptor, ...]:
