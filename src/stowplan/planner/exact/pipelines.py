@@ -3,11 +3,15 @@
 * Up to :data:`ENUMERATION_LIMIT` nodes: a dynamic programme over (set of
   nodes already used, blocks placed) with numpy, exact for any layout.  A
   stage's time on a node is a matrix over (first block, end block); the chain
-  combines stages with ``+`` (time per token) or ``max`` (bottleneck).
+  combines stages with ``+`` (time per token) or ``max`` (bottleneck).  On GPU
+  groups its state also knows the last stage's host, so a group passing on to
+  another group of its host (or hopping back to stage 0 on it) is charged the
+  host's own link.
 * Beyond: a MILP solved by HiGHS (``scipy.optimize.milp``) over per-node block
-  counts, roles (first/last) and stage times.  Exact when blocks are alike;
-  for other layouts every block is replaced by the smallest one, which gives a
-  valid bound.
+  counts, roles (first/last) and stage times.  Exact when blocks are alike and
+  every node is its own host; for other layouts every block is replaced by the
+  smallest one, and on GPU groups each is charged the cheaper of its network and
+  its host's link, which gives a valid bound.
 * :func:`fluid_bound`: a closed-form relaxation in microseconds, used to
   certify plans inline.
 
@@ -168,17 +172,22 @@ def _best_single_stage(problem: Problem, cm: CostModel) -> tuple[float, Pipeline
     return best_val, best
 
 
-StageMatrices = dict[tuple[int, bool, bool], Any]
-"""Node d's :func:`stage_matrix` as first, middle or last stage, keyed ``(d, first,
-last)``: uncapped, with no hop (what :func:`least_cycle` builds once for every cap)."""
+StageMatrices = dict[tuple[int, bool, bool, bool], Any]
+"""Node d's :func:`stage_matrix` as first, middle or last stage, sending over the
+network or (``own``) over its host's own link, keyed ``(d, first, last, own)``:
+uncapped, with no hop (what :func:`least_cycle` builds once for every cap)."""
 
 
 def _stage_matrices(cm: CostModel, stages: int) -> StageMatrices:
     roles = [(True, True)] if stages == 1 else [(True, False), (False, False), (False, True)]
+    grouped = _host_classes(cm)
     return {
-        (d, first, last): stage_matrix(cm, d, first, last, 0.0)
+        (d, first, last, own): stage_matrix(
+            cm, d, first, last, 0.0, cm.intra_xfer_s[d] if own else None
+        )
         for d in range(len(cm.nodes))
         for first, last in roles
+        for own in ((False, True) if grouped[d] >= 0 and not last else (False,))
     }
 
 
@@ -188,6 +197,16 @@ def _capped(np: Any, base: Any, cap: float, hop: float) -> Any:
     return np.where(base <= cap, base, np.inf) + hop
 
 
+def _host_classes(cm: CostModel) -> list[int]:
+    """Per node: the index of its host among the hosts split into several GPU groups, or
+    -1 where the node is its host's only one."""
+    count: dict[str, int] = {}
+    for p in cm.parent:
+        count[p] = count.get(p, 0) + 1
+    shared = {p: i for i, p in enumerate(dict.fromkeys(p for p in cm.parent if count[p] > 1))}
+    return [shared.get(p, -1) for p in cm.parent]
+
+
 def _subset_dp(
     problem: Problem,
     cm: CostModel,
@@ -195,6 +214,17 @@ def _subset_dp(
     cap: float = math.inf,
     mats: StageMatrices | None = None,
 ) -> Optimum:
+    """The optimum over pipelines of 2..``max_stages`` stages (and one node alone), every
+    stage at most ``cap``: a dynamic programme over (nodes used, blocks placed).
+
+    A stage's transfer and hop go over its node's network unless the next stage (for the
+    last, stage 0) is another GPU group of its host.  So where hosts are split into groups,
+    the state also says which host the last stage is on and whether it was charged the
+    host's own link (the next stage then must be, or must not be, a group of that host);
+    and, for the trip's hops, each host of groups takes stage 0 in a programme of its own
+    (one more for the nodes that are whole hosts).  Where every node is its own host this
+    is the plain programme over (nodes used, blocks placed).
+    """
     np = _np()
     n, nb = len(cm.nodes), cm.num_blocks
     add = objective == Metric.LATENCY
@@ -202,40 +232,18 @@ def _subset_dp(
     best_val, best = _best_single_stage(problem, cm)
     if best is not None and cm.stage_time(best[0][0], 0, nb, True, True) > cap:
         best_val, best = math.inf, None
-    best_end: tuple[int, int] | None = None
     if problem.max_stages >= 2 and n >= 2:
-        hop = [cm.latency_s[d] if add else 0.0 for d in range(n)]
-        if mats is None:
-            first = [stage_matrix(cm, d, True, False, hop[d], cap=cap)[0] for d in range(n)]
-            mid = [stage_matrix(cm, d, False, False, hop[d], cap=cap) for d in range(n)]
-            last = [stage_matrix(cm, d, False, True, hop[d], cap=cap)[:, nb] for d in range(n)]
+        host = _host_classes(cm)
+        stages = _Stages(cm, add, cap, mats, [h >= 0 for h in host])
+        shared = max(host) + 1
+        # The host of stage 0 matters only for the hop back to it.
+        heads = [-1, *range(shared)] if add and shared else [None]
+        if shared:
+            found = _chain(problem, stages, host, heads, comb, best_val)
         else:
-            first = [_capped(np, mats[d, True, False][0], cap, hop[d]) for d in range(n)]
-            mid = [_capped(np, mats[d, False, False], cap, hop[d]) for d in range(n)]
-            last = [_capped(np, mats[d, False, True][:, nb], cap, hop[d]) for d in range(n)]
-        size = 1 << n
-        g = np.full((size, nb + 1), np.inf)
-        for d in range(n):
-            g[1 << d] = first[d]
-        for mask in range(1, size):
-            row = g[mask]
-            if not np.isfinite(row).any():
-                continue
-            count = mask.bit_count()
-            if count + 1 <= problem.max_stages:
-                for e in range(n):
-                    if mask >> e & 1:
-                        continue
-                    if count + 1 >= problem.min_stages:
-                        v = float(comb(row, last[e]).min())
-                        if v < best_val:
-                            best_val, best_end = v, (mask, e)
-                    if count + 2 <= problem.max_stages:
-                        cand = comb(row[:, None], mid[e]).min(axis=0)
-                        np.minimum(g[mask | 1 << e], cand, out=g[mask | 1 << e])
-        if best_end is not None:
-            m, e = best_end
-            best = _backtrack(g, m, e, g[m], last[e], first, mid, comb, nb)
+            found = _plain_chain(problem, stages, comb, best_val)
+        if found is not None:
+            best_val, best = found
     return Optimum(
         objective=objective,
         value=best_val,
@@ -245,33 +253,252 @@ def _subset_dp(
     )
 
 
-def _backtrack(
-    g: Any, mask: int, e: int, row: Any, last: Any, first: Any, mid: Any, comb: Any, nb: int
-) -> Pipeline:
+class _Stages:
+    """Each node's stage matrices (:func:`stage_matrix`, capped, with the hop) as first,
+    middle and last stage, sending over the network; and for the GPU groups of a host
+    split into several (``grouped``), the ``_own`` ones: sending to, or for the last
+    stage hopping back to, another group of the host over its own link."""
+
+    def __init__(
+        self, cm: CostModel, add: bool, cap: float, mats: StageMatrices | None, grouped: list[bool]
+    ) -> None:
+        np = _np()
+        n, nb = len(cm.nodes), cm.num_blocks
+        self.n, self.nb = n, nb
+
+        def role(first: bool, last: bool, own: bool) -> list[Any]:
+            out: list[Any] = []
+            for d in range(n):
+                if own and not grouped[d]:
+                    out.append(None)
+                    continue
+                hop = (cm.intra_latency_s[d] if own else cm.latency_s[d]) if add else 0.0
+                sends = own and not last
+                if mats is not None:
+                    m = mats[d, first, last, sends]
+                    m = m[0] if first else m[:, nb] if last else m
+                    out.append(_capped(np, m, cap, hop))
+                    continue
+                xfer = cm.intra_xfer_s[d] if sends else None
+                m = stage_matrix(cm, d, first, last, hop, xfer, cap)
+                out.append(m[0] if first else m[:, nb] if last else m)
+            return out
+
+        self.first = role(True, False, False)
+        self.mid = role(False, False, False)
+        self.last = role(False, True, False)
+        self.first_own = role(True, False, True)
+        self.mid_own = role(False, False, True)
+        self.last_own = role(False, True, True)
+
+
+def _plain_chain(
+    problem: Problem, stages: _Stages, comb: Any, beat: float
+) -> tuple[float, Pipeline] | None:
+    """:func:`_chain` where every node is its own host: one programme, one class."""
     np = _np()
-    i = int(np.argmin(comb(row, last)))
-    order = [e]
-    bounds = [nb, i]
-    j = i
+    n, nb = stages.n, stages.nb
+    first, mid, last = stages.first, stages.mid, stages.last
+    size = 1 << n
+    g = np.full((size, nb + 1), np.inf)
+    for d in range(n):
+        g[1 << d] = first[d]
+    best_val, best_end = beat, None
+    lo, hi = problem.min_stages, problem.max_stages
+    for mask in range(1, size):
+        row = g[mask]
+        count = mask.bit_count()
+        if count + 1 > hi or not np.isfinite(row).any():
+            continue
+        for e in range(n):
+            if mask >> e & 1:
+                continue
+            if count + 1 >= lo:
+                v = float(comb(row, last[e]).min())
+                if v < best_val:
+                    best_val, best_end = v, (mask, e)
+            if count + 2 <= hi:
+                cand = comb(row[:, None], mid[e]).min(axis=0)
+                np.minimum(g[mask | 1 << e], cand, out=g[mask | 1 << e])
+    if best_end is None:
+        return None
+    mask, e = best_end
+    j = int(np.argmin(comb(g[mask], last[e])))
+    order, bounds = [e], [nb, j]
     while mask.bit_count() > 1:
-        found = False
-        for d in range(len(first)):
+        for d in range(n):
             if not mask >> d & 1:
                 continue
-            prev = g[mask ^ (1 << d)]
-            vals = comb(prev, mid[d][:, j])
+            vals = comb(g[mask ^ 1 << d], mid[d][:, j])
             k = int(np.argmin(vals))
             if np.isfinite(vals[k]) and vals[k] <= g[mask][j] * (1 + 1e-12):
                 order.append(d)
                 bounds.append(k)
                 mask ^= 1 << d
                 j = k
-                found = True
                 break
-        assert found
+        else:
+            raise AssertionError("no stage leads to the programme's value")
     order.append(mask.bit_length() - 1)
     bounds.append(0)
-    return order[::-1], bounds[::-1]
+    return best_val, (order[::-1], bounds[::-1])
+
+
+def _diagonals(np: Any, mats: Any) -> Any:
+    """Stage matrices over (first block, end block), stacked on leading axes, by
+    diagonals: ``out[..., k - 1, j] = mats[..., j - k, j]``, inf where ``j < k``, for ``k``
+    up to the most blocks any finite entry spans (None where none is finite).  A stage's
+    blocks are few where memory is short, so the chain reads that band alone."""
+    size = mats.shape[-1]
+    first, end = np.nonzero(np.isfinite(mats).reshape(-1, size, size).any(axis=0))
+    if not first.size:
+        return None
+    reach = int((end - first).max())
+    ends = np.arange(size)[None, :]
+    starts = ends - np.arange(1, reach + 1)[:, None]
+    return np.where(starts >= 0, mats[..., np.maximum(starts, 0), ends], np.inf)
+
+
+def _chain(
+    problem: Problem,
+    stages: _Stages,
+    host: list[int],
+    heads: list[int | None],
+    comb: Any,
+    beat: float,
+) -> tuple[float, Pipeline] | None:
+    """The best pipeline of two or more stages below ``beat``, and its value; None where
+    there is none.
+
+    Each programme of ``heads`` (all run at once, on a leading axis) takes stage 0 on a
+    node of one host: ``-1``, a node that is its own host; ``h``, a group of host ``h``
+    (the last stage hops back to it over the host's link when it is another group of
+    ``h``); None, any node, every hop back the network's.  Classes of the last stage
+    placed: 0, a node that is its own host; ``1 + 2h``, a group of host ``h`` sending
+    over the network (the next stage is not on ``h``); ``2 + 2h``, one sending over the
+    host's link (the next stage is another group of ``h``)."""
+    np = _np()
+    n, nb = stages.n, stages.nb
+    shared = max(host) + 1
+    # Per node e: the classes a stage on e may follow; the classes a middle stage on e
+    # may take, and their matrices; its last stage's matrix in each programme.
+    after = [
+        [0, *(1 + 2 * h for h in range(shared) if h != host[e])]
+        + ([2 + 2 * host[e]] if host[e] >= 0 else [])
+        for e in range(n)
+    ]
+    takes = [[0] if host[e] < 0 else [1 + 2 * host[e], 2 + 2 * host[e]] for e in range(n)]
+    ends = [
+        np.stack(
+            [
+                stages.last_own[e] if h is not None and h >= 0 and host[e] == h else stages.last[e]
+                for h in heads
+            ]
+        )
+        for e in range(n)
+    ]
+    # Bit masks: the nodes each programme may start on.
+    starts = [sum(1 << d for d in range(n) if h is None or host[d] == h) for h in heads]
+    size = 1 << n
+    g = np.full((len(heads), 1 + 2 * shared, size, nb + 1), np.inf)
+    for i, start in enumerate(starts):
+        for d in range(n):
+            if not start >> d & 1:
+                continue
+            if host[d] < 0:
+                g[i, 0, 1 << d] = stages.first[d]
+            else:
+                g[i, 1 + 2 * host[d], 1 << d] = stages.first[d]
+                g[i, 2 + 2 * host[d], 1 << d] = stages.first_own[d]
+    # The row k blocks back, row[:, j - k], read as a window of a buffer holding nb infs
+    # then the row.
+    buf = np.full((len(heads), 2 * nb + 1), np.inf)
+    view = np.lib.stride_tricks.sliding_window_view(buf, nb + 1, axis=1)
+    # The nodes by host (-1: their own), each kind with: the classes its stages may follow
+    # and may take (the same for every node of it), its nodes' last stages, and their
+    # middle stages by diagonals (``mids[e, o, k - 1, j]``: stage [j - k, j) with option
+    # o: passing on over the network, or to another group of the host) and the row's
+    # windows that read them.
+    kinds: list[tuple[Any, Any, list[int], Any, Any, Any]] = []
+    for q in range(-1, shared):
+        on = [e for e in range(n) if host[e] == q]
+        if not on:
+            continue
+        options = [stages.mid] if q < 0 else [stages.mid, stages.mid_own]
+        mids = _diagonals(np, np.stack([np.stack([o[e] for o in options]) for e in on]))
+        reads = None if mids is None else view[:, nb - mids.shape[2] : nb][:, ::-1]
+        kinds.append(
+            (
+                np.asarray(after[on[0]])[None, :],
+                np.asarray(takes[on[0]])[None, None, :],
+                on,
+                np.stack([ends[e] for e in on], axis=1),
+                mids,
+                reads,
+            )
+        )
+
+    best_val, best_end = beat, None
+    lo, hi = problem.min_stages, problem.max_stages
+    for mask in range(1, size):
+        count = mask.bit_count()
+        if count + 1 > hi:
+            continue
+        # The programmes whose stage 0 may be among these nodes (the others' rows are inf).
+        live = [i for i in range(len(heads)) if mask & starts[i]]
+        if not live:
+            continue
+        at = np.asarray(live)[:, None]
+        if not np.isfinite(g[at, :, mask]).any():
+            continue
+        for cls, into, on, last, mids, reads in kinds:
+            free = [k for k, e in enumerate(on) if not mask >> e & 1]
+            if not free:
+                continue
+            row = g[at, cls, mask].min(axis=1)
+            if count + 1 >= lo:
+                v = comb(row[:, None, :], last[live][:, free]).min(axis=2)
+                i, k = divmod(int(np.argmin(v)), len(free))
+                if v[i, k] < best_val:
+                    best_val, best_end = float(v[i, k]), (live[i], mask, on[free[k]])
+            if count + 2 > hi or mids is None:
+                continue
+            # A group passes on inside its host only to another group of it left free.
+            took = 2 if len(free) > 1 else 1
+            buf[: len(live), nb:] = row
+            mat = mids[:, :took] if len(free) == len(on) else mids[free, :took]
+            cand = comb(reads[: len(live), None, None], mat[None]).min(axis=3)
+            to = np.asarray([mask | 1 << on[k] for k in free])[None, :, None]
+            at_to = (at[:, :, None], into[:, :, :took], to)
+            g[at_to] = np.minimum(g[at_to], cand)
+    if best_end is None:
+        return None
+    i, mask, e = best_end
+    g = g[i]
+    row = g[after[e], mask].min(axis=0)
+    j = int(np.argmin(comb(row, ends[e][i])))
+    c = next(c for c in after[e] if g[c, mask][j] <= row[j])
+    order, bounds = [e], [nb, j]
+    while mask.bit_count() > 1:
+        for d in range(n):
+            if not mask >> d & 1 or host[d] != (c - 1) // 2:
+                continue
+            mat = stages.mid_own[d] if c and c % 2 == 0 else stages.mid[d]
+            prev = g[after[d], mask ^ 1 << d].min(axis=0)
+            vals = comb(prev, mat[:, j])
+            k = int(np.argmin(vals))
+            if np.isfinite(vals[k]) and vals[k] <= g[c, mask][j] * (1 + 1e-12):
+                c = next(c for c in after[d] if g[c, mask ^ 1 << d][k] <= prev[k])
+                order.append(d)
+                bounds.append(k)
+                mask ^= 1 << d
+                j = k
+                break
+        else:
+            raise AssertionError("no stage leads to the programme's value")
+    order.append(mask.bit_length() - 1)
+    bounds.append(0)
+    return best_val, (order[::-1], bounds[::-1])
 
 
 def _milp(problem: Problem, cm: CostModel, objective: Metric, time_limit_s: float) -> Optimum:
@@ -319,6 +546,12 @@ def _milp(problem: Problem, cm: CostModel, objective: Metric, time_limit_s: floa
         max((rd + kvr) * cm.inv_bw[d], rd * cm.flop_s_per_byte[d]) + cm.block_s[d] for d in range(n)
     )
     scale = 1.0 / slowest_block if 0 < slowest_block < math.inf else 1.0
+    # A GPU group passing to another group of its host sends over the host's own link,
+    # which the MILP (no order) cannot tell: each is charged the cheaper, a bound.
+    xfer, hop = cm.xfer_s, cm.latency_s
+    if not cm.own_hosts:
+        xfer = tuple(map(min, xfer, cm.intra_xfer_s))
+        hop = tuple(map(min, hop, cm.intra_latency_s))
     if not cm.uniform:
         # Blocks taken as small as the smallest hold little; the nodes used must still hold
         # every byte, and a node no more blocks than its widest window that fits.
@@ -342,8 +575,8 @@ def _milp(problem: Problem, cm: CostModel, objective: Metric, time_limit_s: floa
         ):
             coeffs = {
                 k(d): (per_block + cm.block_s[d]) * scale,
-                lv(d): (head_rate - cm.xfer_s[d]) * scale,
-                u(d): (cm.xfer_s[d] + cm.stage_s[d] + (cm.latency_s[d] if lat else 0.0)) * scale,
+                lv(d): (head_rate - xfer[d]) * scale,
+                u(d): (xfer[d] + cm.stage_s[d] + (hop[d] if lat else 0.0)) * scale,
             }
             coeffs[target] = coeffs.get(target, 0.0) - 1.0
             rows.append((coeffs, -np.inf, 0))
@@ -381,7 +614,7 @@ def _milp(problem: Problem, cm: CostModel, objective: Metric, time_limit_s: floa
         value = float(bound) / scale if bound is not None and math.isfinite(bound) else 0.0
     # Past the time limit the best pipeline found so far still comes back (not exact).
     pipeline = _milp_pipeline(cm, res.x) if res.x is not None and res.status in (0, 1) else None
-    exact = optimal and cm.uniform
+    exact = optimal and cm.uniform and cm.own_hosts
     if single <= value:
         return Optimum(
             objective=objective,
@@ -391,6 +624,8 @@ def _milp(problem: Problem, cm: CostModel, objective: Metric, time_limit_s: floa
             pipeline=single_p,
         )
     what = "exact" if exact else "bound (every block as small as the smallest)"
+    if optimal and cm.uniform and not cm.own_hosts:
+        what = "bound (each GPU group passing on over the cheaper of its two links)"
     if not optimal:
         what = f"bound (HiGHS dual bound after {time_limit_s:g} s)"
     return Optimum(
@@ -398,7 +633,7 @@ def _milp(problem: Problem, cm: CostModel, objective: Metric, time_limit_s: floa
         value=value,
         exact=exact,
         method=f"MILP over {n} nodes, HiGHS via scipy.optimize.milp: {what}",
-        pipeline=pipeline if exact or (not optimal and cm.uniform) else None,
+        pipeline=pipeline if cm.uniform else None,
     )
 
 
