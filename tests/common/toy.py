@@ -32,3 +32,21 @@ def toy_node(i: int, **kw: object) -> NodeDescriptor:
     )
     base.update(kw)
     return NodeDescriptor(**base)  # type: ignore[arg-type]
+
+
+def tiny_model(blocks: int) -> ModelLayout:
+    """``blocks`` blocks of 400 MiB, a 500 MiB head and embed, 128 KiB of KV per token
+    and block, 8 attention heads (2 for KV): small enough for brute force over GPU
+    groups of a few GiB."""
+    return ModelLayout(
+        name="tiny",
+        num_blocks=blocks,
+        hidden_dim=4096,
+        bytes_per_activation_elem=2,
+        block_params_bytes=400 * 2**20,
+        head_params_bytes=500 * 2**20,
+        embed_params_bytes=500 * 2**20,
+        num_attention_heads=8,
+        num_kv_heads=2,
+        kv_bytes_per_token=(2**17,) * blocks,
+    )

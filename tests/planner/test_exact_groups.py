@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Any
 
 import pytest
 from hypothesis import event, given, settings
@@ -12,26 +13,10 @@ from hypothesis import strategies as st
 
 from stowplan import Constraints, NodeDescriptor
 from stowplan.cost import CostModel
-from stowplan.model import ModelLayout
 from stowplan.planner.exact.pipelines import least_cycle, solve_exact, solve_milp
 from stowplan.planner.problem import Problem, prepare
 from stowplan.planner.tensor.layouts import expand
-
-
-def _model(blocks: int) -> ModelLayout:
-    return ModelLayout(
-        name="tiny",
-        num_blocks=blocks,
-        hidden_dim=4096,
-        bytes_per_activation_elem=2,
-        block_params_bytes=400 * 2**20,
-        head_params_bytes=500 * 2**20,
-        embed_params_bytes=500 * 2**20,
-        num_attention_heads=8,
-        num_kv_heads=2,
-        kv_bytes_per_token=(2**17,) * blocks,
-    )
-
+from tests.common.toy import tiny_model
 
 _NODE = st.tuples(
     st.sampled_from([1, 2, 3, 3]),  # GPUs
@@ -45,7 +30,7 @@ _NODE = st.tuples(
 )
 
 
-def _groups(specs: list, blocks: int, batch: int) -> tuple[Problem, CostModel] | None:  # type: ignore[type-arg]
+def _groups(specs: list[Any], blocks: int, batch: int) -> tuple[Problem, CostModel] | None:
     nodes, layout = [], {}
     for i, (gpus, gib, bw, intra, lat, mbps, sizes) in enumerate(specs):
         nodes.append(
@@ -69,10 +54,20 @@ def _groups(specs: list, blocks: int, batch: int) -> tuple[Problem, CostModel] |
         layout[f"n{i}"] = tuple(split) if split else (1,)
     c = Constraints(batch=batch, context_tokens=256)
     try:
-        problem = expand(prepare(_model(blocks), nodes, c), layout)
+        problem = expand(prepare(tiny_model(blocks), nodes, c), layout)
     except Exception:
         return None
     return problem, problem.cost_model()
+
+
+def _drawn(specs: list[Any], blocks: int, batch: int) -> tuple[Problem, CostModel] | None:
+    """:func:`_groups` of a drawn case, where it plans and has at most 6 planning nodes
+    (few enough to try every order and split)."""
+    made = _groups(specs, blocks, batch)
+    if made is None or len(made[1].nodes) > 6:
+        return None
+    event("GPU groups" if not made[1].own_hosts else "whole nodes")
+    return made
 
 
 def _every_pipeline(cm: CostModel, stages: int | None = None):  # type: ignore[no-untyped-def]
@@ -94,54 +89,46 @@ def _slowest(cm: CostModel, order, bounds) -> float:  # type: ignore[no-untyped-
     )
 
 
+def _score(cm: CostModel, objective: str, order: list[int], bounds: list[int]) -> float:
+    """What ``solve_exact`` minimises: the time per token, or the slowest stage."""
+    if objective == "latency":
+        return cm.evaluate_here(order, bounds).time_per_token_s
+    return _slowest(cm, order, bounds)
+
+
+def _least(cm: CostModel, objective: str) -> float:
+    """:func:`_score`'s least over every pipeline of ``cm``'s planning nodes."""
+    return min((_score(cm, objective, o, b) for o, b in _every_pipeline(cm)), default=math.inf)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(_NODE, min_size=1, max_size=2), st.integers(3, 5), st.sampled_from([1, 4]))
 def test_the_subset_programme_is_the_optimum_over_every_order_and_split(
-    specs: list,
-    blocks: int,
-    batch: int,  # type: ignore[type-arg]
+    specs: list[Any], blocks: int, batch: int
 ) -> None:
-    made = _groups(specs, blocks, batch)
+    made = _drawn(specs, blocks, batch)
     if made is None:
         return
     problem, cm = made
-    if len(cm.nodes) > 6:
-        return
-    event("GPU groups" if not cm.own_hosts else "whole nodes")
     for objective in ("latency", "throughput"):
         opt = solve_exact(problem, cm, objective)
-        if objective == "latency":
-            values = [cm.evaluate_here(o, b).time_per_token_s for o, b in _every_pipeline(cm)]
-        else:
-            values = [_slowest(cm, o, b) for o, b in _every_pipeline(cm)]
-        truth = min(values, default=math.inf)
+        truth = _least(cm, objective)
         assert opt.exact
         assert opt.value == pytest.approx(truth, rel=1e-9) or opt.value == truth == math.inf
         if opt.pipeline is not None:
-            order, bounds = opt.pipeline
-            got = (
-                cm.evaluate_here(order, bounds).time_per_token_s
-                if objective == "latency"
-                else _slowest(cm, order, bounds)
-            )
-            assert got == pytest.approx(opt.value, rel=1e-9)
+            assert _score(cm, objective, *opt.pipeline) == pytest.approx(opt.value, rel=1e-9)
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(_NODE, min_size=1, max_size=2), st.integers(3, 5), st.sampled_from([1, 4, 16]))
 def test_the_least_cycle_per_stage_count_is_the_optimum_over_groups(
-    specs: list,
-    blocks: int,
-    batch: int,  # type: ignore[type-arg]
+    specs: list[Any], blocks: int, batch: int
 ) -> None:
-    made = _groups(specs, blocks, batch)
+    made = _drawn(specs, blocks, batch)
     if made is None:
         return
     problem, cm = made
     n = len(cm.nodes)
-    if n > 6:
-        return
-    event("GPU groups" if not cm.own_hosts else "whole nodes")
     for stages in range(2, min(n, blocks) + 1):
         view = cm.for_stages(stages)
         got = least_cycle(problem, view, stages)
@@ -175,23 +162,15 @@ def test_the_pair_then_the_third_gpu_pass_over_the_hosts_own_link() -> None:
 @settings(max_examples=30, deadline=None)
 @given(st.lists(_NODE, min_size=1, max_size=2), st.integers(3, 5), st.sampled_from([1, 4]))
 def test_the_milp_on_groups_is_a_bound_and_says_so(
-    specs: list,  # type: ignore[type-arg]
-    blocks: int,
-    batch: int,
+    specs: list[Any], blocks: int, batch: int
 ) -> None:
-    made = _groups(specs, blocks, batch)
+    made = _drawn(specs, blocks, batch)
     if made is None:
         return
     problem, cm = made
-    if len(cm.nodes) > 6:
-        return
     for objective in ("latency", "throughput"):
         got = solve_milp(problem, cm, objective, time_limit_s=10.0)
-        if objective == "latency":
-            values = [cm.evaluate_here(o, b).time_per_token_s for o, b in _every_pipeline(cm)]
-        else:
-            values = [_slowest(cm, o, b) for o, b in _every_pipeline(cm)]
-        truth = min(values, default=math.inf)
+        truth = _least(cm, objective)
         assert got.value <= truth * (1 + 1e-7)
         if not cm.own_hosts and got.method.startswith("MILP"):
             assert not got.exact and "cheaper of its two links" in got.method

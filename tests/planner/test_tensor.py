@@ -21,6 +21,7 @@ from stowplan.planner.problem import prepare
 from stowplan.planner.tensor.exact import grouped_bound, solve_grouped
 from stowplan.planner.tiebreak import TOLERANCE
 from stowplan.rules.tensor_parallel import legal_tensor_parallel, tensor_parallel_violation
+from tests.common.toy import tiny_model
 
 GB = 10**9
 
@@ -304,21 +305,6 @@ def _links_beat_network(nodes: list[NodeDescriptor]) -> bool:
     )
 
 
-def _tiny_model(blocks: int) -> ModelLayout:
-    return ModelLayout(
-        name="tiny",
-        num_blocks=blocks,
-        hidden_dim=4096,
-        bytes_per_activation_elem=2,
-        block_params_bytes=400 * 2**20,
-        head_params_bytes=500 * 2**20,
-        embed_params_bytes=500 * 2**20,
-        num_attention_heads=8,
-        num_kv_heads=2,
-        kv_bytes_per_token=(2**17,) * blocks,
-    )
-
-
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(
@@ -353,7 +339,7 @@ def test_the_joint_solve_equals_brute_force_over_groupings_orders_and_splits(
         )
         for i, (gpus, gib, bw, intra, lat) in enumerate(specs)
     ]
-    model = _tiny_model(blocks)
+    model = tiny_model(blocks)
     c = Constraints(batch=batch, context_tokens=256)
     objective = "latency" if batch == 1 else "throughput"
     truth = _brute_force(model, nodes, c, objective)

@@ -324,24 +324,7 @@ def _plain_chain(
         return None
     mask, e = best_end
     j = int(np.argmin(comb(g[mask], last[e])))
-    order, bounds = [e], [nb, j]
-    while mask.bit_count() > 1:
-        for d in range(n):
-            if not mask >> d & 1:
-                continue
-            vals = comb(g[mask ^ 1 << d], mid[d][:, j])
-            k = int(np.argmin(vals))
-            if np.isfinite(vals[k]) and vals[k] <= g[mask][j] * (1 + 1e-12):
-                order.append(d)
-                bounds.append(k)
-                mask ^= 1 << d
-                j = k
-                break
-        else:
-            raise AssertionError("no stage leads to the programme's value")
-    order.append(mask.bit_length() - 1)
-    bounds.append(0)
-    return best_val, (order[::-1], bounds[::-1])
+    return best_val, _walked_back(g[None], mask, e, j, 0, [-1] * n, [[0]] * n, stages, comb)
 
 
 def _diagonals(np: Any, mats: Any) -> Any:
@@ -478,9 +461,27 @@ def _chain(
     row = g[after[e], mask].min(axis=0)
     j = int(np.argmin(comb(row, ends[e][i])))
     c = next(c for c in after[e] if g[c, mask][j] <= row[j])
-    order, bounds = [e], [nb, j]
+    return best_val, _walked_back(g, mask, e, j, c, host, after, stages, comb)
+
+
+def _walked_back(
+    g: Any,
+    mask: int,
+    e: int,
+    j: int,
+    c: int,
+    host: list[int],
+    after: list[list[int]],
+    stages: _Stages,
+    comb: Any,
+) -> Pipeline:
+    """The pipeline a chain programme's value ``g[c, mask][j]`` came from, its last stage
+    on node ``e`` from block ``j`` on (classes and ``after`` as in :func:`_chain`; one
+    class, 0, where every node is its own host)."""
+    np = _np()
+    order, bounds = [e], [stages.nb, j]
     while mask.bit_count() > 1:
-        for d in range(n):
+        for d in range(stages.n):
             if not mask >> d & 1 or host[d] != (c - 1) // 2:
                 continue
             mat = stages.mid_own[d] if c and c % 2 == 0 else stages.mid[d]
@@ -498,7 +499,7 @@ def _chain(
             raise AssertionError("no stage leads to the programme's value")
     order.append(mask.bit_length() - 1)
     bounds.append(0)
-    return best_val, (order[::-1], bounds[::-1])
+    return order[::-1], bounds[::-1]
 
 
 def _milp(problem: Problem, cm: CostModel, objective: Metric, time_limit_s: float) -> Optimum:
