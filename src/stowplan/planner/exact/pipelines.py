@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
@@ -200,9 +201,7 @@ def _capped(np: Any, base: Any, cap: float, hop: float) -> Any:
 def _host_classes(cm: CostModel) -> list[int]:
     """Per node: the index of its host among the hosts split into several GPU groups, or
     -1 where the node is its host's only one."""
-    count: dict[str, int] = {}
-    for p in cm.parent:
-        count[p] = count.get(p, 0) + 1
+    count = Counter(cm.parent)
     shared = {p: i for i, p in enumerate(dict.fromkeys(p for p in cm.parent if count[p] > 1))}
     return [shared.get(p, -1) for p in cm.parent]
 
@@ -236,8 +235,11 @@ def _subset_dp(
         host = _host_classes(cm)
         stages = _Stages(cm, add, cap, mats, [h >= 0 for h in host])
         shared = max(host) + 1
-        # The host of stage 0 matters only for the hop back to it.
-        heads = [-1, *range(shared)] if add and shared else [None]
+        # The host of stage 0 matters only for the hop back to it (-1: nodes that are their
+        # own host, where there are any).
+        heads: list[int | None] = [None]
+        if add and shared:
+            heads = [*([-1] if -1 in host else []), *range(shared)]
         if shared:
             found = _chain(problem, stages, host, heads, comb, best_val)
         else:
