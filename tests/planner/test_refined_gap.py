@@ -1,13 +1,15 @@
-"""Beyond the fleets whose stage counts are searched in full, a certificate's least bound
-is refined only while the plan is more than 1 % above it."""
+"""How far a certificate's least bound is refined: to the end on small fleets, within
+0.01 % up to the fleets whose stage counts are searched in full, within 1 % beyond."""
 
 from __future__ import annotations
 
 import pytest
 
 from stowplan import Constraints, Plan, lookup, plan
+from stowplan.plan import Certificate
 from stowplan.planner.strategies import cycle
 from tests.common.identical_nodes import fleet_with_copies
+from tests.common.seeded import seeded_cluster
 
 
 def _certificate(p: Plan) -> str:
@@ -42,11 +44,39 @@ def test_a_large_fleets_bound_within_one_percent_is_not_refined_further(
     assert _bound(kept) > _bound(refined)
 
 
-def test_fleets_up_to_the_full_search_are_refined_to_the_end(
+def _proof(p: Plan) -> Certificate:
+    assert p.rationale.certificate is not None
+    return p.rationale.certificate
+
+
+def test_fleets_up_to_proven_nodes_are_refined_to_the_end(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    nodes = fleet_with_copies(0, 100, 0.3)[: cycle.COUNT_SEARCH_NODES]
+    nodes = seeded_cluster(6, cycle.PROVEN_NODES)
     model, constraints = lookup("llama3.1:405b-q4_0"), Constraints(batch=16)
-    kept = plan(model, nodes, constraints)
-    monkeypatch.setattr(cycle, "REFINED_GAP", 0.0)
-    assert _certificate(plan(model, nodes, constraints)) == _certificate(kept)
+    proven = _proof(plan(model, nodes, constraints))
+    assert proven.exact and proven.gap == 0.0
+    # Held to the gap of larger fleets, the plan stops short of its proof, within it.
+    monkeypatch.setattr(cycle, "PROVEN_NODES", cycle.PROVEN_NODES - 1)
+    near = _proof(plan(model, nodes, constraints))
+    assert not near.exact
+    assert 0 < near.gap <= cycle.NEAR_GAP
+    assert proven.value * (1 - cycle.NEAR_GAP) <= near.value <= proven.value
+    assert near.bound >= proven.bound
+
+
+def test_fleets_up_to_the_full_search_stop_within_a_hundredth_of_a_percent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nodes = seeded_cluster(7, cycle.COUNT_SEARCH_NODES)
+    assert len(nodes) > cycle.PROVEN_NODES
+    model, constraints = lookup("llama3.1:70b"), Constraints(batch=16)
+    kept = _proof(plan(model, nodes, constraints))
+    assert not kept.exact
+    assert 0 < kept.gap <= cycle.NEAR_GAP
+    monkeypatch.setattr(cycle, "NEAR_GAP", 0.0)
+    refined = _proof(plan(model, nodes, constraints))
+    # Refined to the end: proven, and no faster plan than the one kept.
+    assert refined.exact and refined.gap == 0.0
+    assert refined.value == pytest.approx(kept.value, rel=1e-12)
+    assert kept.bound > refined.bound
