@@ -24,6 +24,7 @@ from stowplan.model import Metric, Objective
 from stowplan.planner import plan_blocks
 from stowplan.planner.certify import pricing
 from stowplan.planner.problem import prepare
+from stowplan.planner.strategies import upgrade
 from stowplan.planner.strategies.dominance import undominated
 from stowplan.planner.strategies.upgrade import upgraded
 from tests.common.brute_force import brute_force, pipelines
@@ -193,6 +194,83 @@ def test_upgraded_moves_stages_to_better_networks(inst, networks, batch, data) -
     ]
     if min(better, default=before) < before * (1 - 1e-9):
         assert after < before * (1 - 1e-9)
+
+
+def _upgraded_whole(cm: CostModel, p: tuple[list[int], list[int]]) -> tuple[list[int], list[int]]:
+    """:func:`upgraded` with every move evaluated whole (as a pipeline of the cost model)."""
+    order, bounds = p
+    if not cm.own_hosts or len(cm.nodes) <= len(order):
+        return p
+    nodes, view = cm.nodes, cm.for_stages(len(order))
+    kind, members = upgrade._kinds(cm)
+    best = list(order)
+    least = cm.evaluate(best, bounds).cycle_s
+    used = set(best)
+
+    def figures(i: int) -> tuple[float, ...]:
+        return (view.inv_bw[i], view.flop_s_per_byte[i], view.block_s[i], view.stage_s[i])
+
+    for k in range(len(order)):
+        ev = cm.evaluate(best, bounds)
+        slowest = ev.bottleneck_s
+        if ev.num_microbatches * slowest > sum(ev.stage_time_s) + ev.hops_s and (
+            ev.stage_time_s[k] < slowest
+        ):
+            continue
+        here, moved = best[k], None
+        for c in range(len(members)) if cm.batch > 1 else (kind[here],):
+            for j in upgrade._front(cm, members[c], used):
+                if (
+                    view.usable[j] < view.usable[here]
+                    or (
+                        nodes[j].link_mbps < nodes[here].link_mbps
+                        and nodes[j].link_latency_ms > nodes[here].link_latency_ms
+                    )
+                    or not all(a <= b for a, b in zip(figures(j), figures(here), strict=True))
+                ):
+                    continue
+                trial = [*best[:k], j, *best[k + 1 :]]
+                if not cm.fits_pipeline(trial, bounds):
+                    continue
+                cycle = cm.evaluate(trial, bounds).cycle_s
+                if cycle < least * (1 - 1e-9):
+                    moved, least = trial, cycle
+        if moved is not None:
+            used.discard(here)
+            used.add(moved[k])
+            best = moved
+    return p if best == list(order) else (best, list(bounds))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_upgraded_figures_each_move_as_the_whole_pipeline_evaluated(data) -> None:  # type: ignore[no-untyped-def]
+    """A move's cycle figured from the one stage it changes decides as the pipeline
+    evaluated whole does: on nodes of two speeds and two sizes, each of its own network,
+    any pipeline is upgraded to the same pipeline."""
+    n = data.draw(st.integers(2, 9))
+    nodes = [
+        toy_node(
+            i,
+            mem_bandwidth_gbps=data.draw(st.sampled_from([100.0, 200.0])),
+            vram_bytes=data.draw(st.sampled_from([3, 10])) * 10**9,
+            link_mbps=data.draw(st.sampled_from(LINKS)),
+            link_latency_ms=data.draw(st.sampled_from([0.05, 1.0, 10.0])),
+        )
+        for i in range(n)
+    ]
+    cm = CostModel(TOY_MODEL, nodes, Constraints(batch=data.draw(st.sampled_from([1, 4, 16]))))
+    stages = data.draw(st.integers(1, min(n, TOY_MODEL.num_blocks)))
+    order = data.draw(st.permutations(range(n)))[:stages]
+    cuts = sorted(
+        data.draw(
+            st.sets(
+                st.integers(1, TOY_MODEL.num_blocks - 1), min_size=stages - 1, max_size=stages - 1
+            )
+        )
+    )
+    p = (order, [0, *cuts, TOY_MODEL.num_blocks])
+    assert upgraded(cm, p) == _upgraded_whole(cm, p)
 
 
 def test_upgraded_takes_the_idle_twin_of_faster_network() -> None:

@@ -131,9 +131,11 @@ def _scored(scorer: latency._Scorer) -> dict[frozenset[int], float | None]:
 
 def test_local_search_on_arrays_is_the_plain_one() -> None:
     """The search with swaps timed on arrays (and sets keyed by the search's own bits)
-    ends where the plain one does, having scored the same sets the same."""
+    ends where the plain one does, having scored the sets it keeps as the plain one did;
+    the plain one keeps more only of sets a billionth slower than where both end (a swap
+    timed so on arrays is neither looked up nor kept)."""
     rng = random.Random(23)
-    searched = moved = 0
+    searched = moved = passed = 0
     for _ in range(200):
         nodes = _nodes(rng, rng.randrange(20, 60))
         k = rng.randrange(3, 14)
@@ -153,10 +155,15 @@ def test_local_search_on_arrays_is_the_plain_one() -> None:
         if got:
             searched += 1
             assert got[0] == got[2]
-            assert got[1] == got[3]
+            on_arrays, plain = got[1], got[3]
+            assert on_arrays.items() <= plain.items()
+            left = [t for key, t in plain.items() if key not in on_arrays]
+            assert all(t is not None and t >= got[0][0] * (1 + 1e-9) for t in left)
+            passed += len(left)
             moved += got[0][1] != [x.index for x in nodes[:k]]
     assert searched > 20
     assert moved > 10
+    assert passed > 0
 
 
 def test_drops_are_the_times_of_the_sets() -> None:

@@ -353,13 +353,21 @@ class _Scorer:
         ]
 
     def moves(
-        self, members: list[_Node], ys: Sequence[_Node]
-    ) -> tuple[list[float | None], list[list[float | None]]]:
-        """:meth:`drops` of ``members``, then :meth:`swaps` of ``members`` and ``ys``."""
+        self, members: list[_Node], ys: Sequence[_Node], above: float = math.inf
+    ) -> tuple[list[float | None], list[list[float | None]], list[list[int]] | None]:
+        """:meth:`drops` of ``members``, then :meth:`swaps` of ``members`` and ``ys``, and
+        where those are timed on arrays with ``above`` finite, per family the ys whose
+        sets were timed below it (the others' times are that or more: :meth:`swaps`)."""
         if not self._batched(members, ys):
-            return self.drops(members), self.swaps(members, ys)
-        times, dropped = _move_times(members, ys, self.nb)
-        return self.drops(members, dropped), self.swaps(members, ys, times)
+            return self.drops(members), self.swaps(members, ys), None
+        times, dropped, near = _moves_timed(members, ys, self.nb, above)
+        table = self.swaps(members, ys, times, near)
+        if near is None:
+            return self.drops(members, dropped), table, None
+        per: list[list[int]] = [[] for _ in table]
+        for i, j, _ in near:
+            per[i].append(j)
+        return self.drops(members, dropped), table, per
 
     def _batched(self, members: list[_Node], ys: Sequence[_Node]) -> bool:
         """Whether the swaps of ``members`` and ``ys`` are timed on arrays."""
@@ -370,10 +378,15 @@ class _Scorer:
         members: list[_Node],
         ys: Sequence[_Node],
         times: list[list[float | None]] | None = None,
+        near: list[tuple[int, int, float]] | None = None,
     ) -> list[list[float | None]]:
         """:meth:`time` of ``[*rest, y]`` for every ``rest`` (``members`` less its i-th, for
         each i; then ``members`` whole) and every ``y`` (none of them in ``members``), in
-        that order (``times``: their :func:`_swap_times`, where timed on arrays)."""
+        that order (``times``: their :func:`_swap_times`, where timed on arrays).  With
+        ``near`` (family, y and time of the sets :func:`_moves_timed` timed below its
+        ``above``) in place of ``times``, only those sets are timed, looked up and kept,
+        the others None: another's time as scored differs from its time on arrays only by
+        rounding, and the caller passes over both."""
         m = len(members)
         families = [members[:i] + members[i + 1 :] for i in range(m)] + [members]
         if ys:
@@ -383,18 +396,48 @@ class _Scorer:
             for rest in families:
                 out.append([self.time([*rest, y]) for y in ys])
             return out
-        if times is None:
-            times = _swap_times(members, ys, self.nb)
         own = self.bits_of(members)
         mask = 0
         for bit in own:
             mask |= bit
         bits = self.bits_of(ys)
+        within = [self.min_n <= len(rest) + 1 <= self.max_n for rest in families]
+        if near is not None:
+            return self._kept_near(families, own, mask, ys, bits, within, near)
+        if times is None:
+            times = _swap_times(members, ys, self.nb)
         table: list[list[float | None]] = []
         for i, rest in enumerate(families):
-            within = self.min_n <= len(rest) + 1 <= self.max_n
-            rest_mask = mask & ~own[i] if i < m else mask
-            table.append(self._keep(rest, rest_mask, ys, bits, times[i] if within else None))
+            if not within[i]:
+                table.append([None] * len(ys))  # every such set has none, as scored
+            else:
+                rest_mask = mask & ~own[i] if i < m else mask
+                table.append(self._keep(rest, rest_mask, ys, bits, times[i]))
+        return table
+
+    def _kept_near(
+        self,
+        families: list[list[_Node]],
+        own: list[int],
+        mask: int,
+        ys: Sequence[_Node],
+        bits: list[int],
+        within: list[bool],
+        near: list[tuple[int, int, float]],
+    ) -> list[list[float | None]]:
+        """:meth:`swaps` of the sets ``near`` names alone, each as scored (its first
+        time, as :meth:`_keep` reads it), the new ones kept; None elsewhere."""
+        m, seen = len(own), self.seen
+        table: list[list[float | None]] = [[None] * len(ys) for _ in families]
+        for i, j, t in near:
+            if within[i]:
+                key = (mask & ~own[i] if i < m else mask) | bits[j]
+                found = seen.get(key, _UNTIMED)
+                if found is _UNTIMED:
+                    seen[key] = (t, families[i], ys[j])
+                    table[i][j] = t
+                else:
+                    table[i][j] = None if found is None else found[0]
         return table
 
     def _keep(
@@ -403,16 +446,16 @@ class _Scorer:
         rest_mask: int,
         ys: Sequence[_Node],
         bits: list[int],
-        times: list[float | None] | None,
+        times: list[float | None],
     ) -> list[float | None]:
         """Each set ``[*rest, y]``'s time as scored (its first time, in the order it first
-        came in), keeping the new ones: ``times`` per y (None: all outside the stage
-        limits).  A set with no time is not kept: any order of it has none (the ends,
-        capacities and fill do not depend on the order), and it is None again."""
+        came in), keeping the new ones: ``times`` per y.  A set with no time is not kept:
+        any order of it has none (the ends, capacities and fill do not depend on the
+        order), and it is None again."""
         seen = self.seen
         row: list[float | None] = []
         append = row.append
-        for y, bit, t in zip(ys, bits, times or [None] * len(ys), strict=True):
+        for y, bit, t in zip(ys, bits, times, strict=True):
             key = rest_mask | bit
             if key in seen:
                 found = seen[key]
@@ -436,6 +479,17 @@ def _swap_times(members: list[_Node], ys: Sequence[_Node], nb: int) -> list[list
 def _move_times(
     members: list[_Node], ys: Sequence[_Node], nb: int
 ) -> tuple[list[list[float | None]], list[float | None]]:
+    """:func:`_moves_timed`'s swaps and drops."""
+    swaps, drops, _ = _moves_timed(members, ys, nb)
+    assert swaps is not None
+    return swaps, drops
+
+
+def _moves_timed(
+    members: list[_Node], ys: Sequence[_Node], nb: int, above: float = math.inf
+) -> tuple[
+    list[list[float | None]] | None, list[float | None], list[tuple[int, int, float]] | None
+]:
     """:func:`_arrange`'s time of ``[*rest, y]`` for every ``rest`` (``members`` less its
     i-th, for each i; then ``members`` whole) and ``y``, on arrays, the same floats: the
     ends, capacities and greedy fill as :func:`_arrange` chooses them, and the time summed
@@ -444,6 +498,9 @@ def _move_times(
     A member's role in a family (and so its capacity) depends on ``y`` only through y's
     own role (last, stage 0 or neither): the members' capacities and their prefix sums in
     fill order are figured per family and y's role, then read per ``y``.
+
+    With ``above`` finite, in place of the swaps' table, the family, y and time of each
+    swap timed below it (None where ``above`` is infinite).
 
     Also :func:`_arrange`'s time of each ``members`` less its i-th alone (a drop): the
     family with y in neither end's role, less y."""
@@ -539,7 +596,9 @@ def _move_times(
     drop_ok = has_last & has_rest_first
     drops = [t if good else None for t, good in zip(drops, drop_ok[:m, 0].tolist(), strict=True)]
     if not ok.any():
-        return [[None] * len(ys) for _ in families], drops
+        if above < math.inf:
+            return None, drops, []
+        return [[None] * len(ys) for _ in families], drops, None
     index = np.array([x.index for x in members])[None, :]
     # Per y (axis 0) and member, whether y comes before the member in fill order (its
     # slope key is less).
@@ -577,8 +636,13 @@ def _move_times(
     time = head + acc
     xfer_all = column_of([sum([x.xfer for x in f]) for f in families])
     time = np.where(y_is_last, time + xfer_all, time + (xfer_kept + y_xfer))
+    if above < math.inf:
+        below = ok & (time < above)
+        rows, columns = np.nonzero(below)
+        near = zip(rows.tolist(), columns.tolist(), time[below].tolist(), strict=True)
+        return None, drops, list(near)
     out: list[list[float | None]] = np.where(ok, time, None).tolist()
-    return out, drops
+    return out, drops, None
 
 
 def _drop_times(
@@ -1072,19 +1136,24 @@ def _improve(
         improved = best
         # The trials in turn: each member dropped, then swapped for each outside node;
         # then each outside node added.
-        drops, swaps = scorer.moves(members, outside)
+        # A trial timed a billionth above the best or more cannot improve on it, in any
+        # order its time is summed: its set needs no lookup, and where swaps are timed on
+        # arrays only the others (``near``, per family) are read.
+        drops, swaps, near = scorer.moves(members, outside, best[0] * (1 + 1e-9))
         below = improved[0] - 1e-15
         """A trial improves on the best so far when its time is below this."""
+        every = range(len(outside))
         for i, row in enumerate(swaps):
-            rest = members[:i] + members[i + 1 :] if i < len(members) else members
             if i < len(members):
                 got = drops[i]
                 if got is not None and got < below:
-                    improved = (got, rest)
+                    improved = (got, members[:i] + members[i + 1 :])
                     below = got - 1e-15
-            for y, got in zip(outside, row, strict=True):
+            for j in every if near is None else near[i]:
+                got = row[j]
                 if got is not None and got < below:
-                    improved = (got, [*rest, y])
+                    rest = members[:i] + members[i + 1 :] if i < len(members) else members
+                    improved = (got, [*rest, outside[j]])
                     below = got - 1e-15
         if improved is best:
             return best
