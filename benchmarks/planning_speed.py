@@ -6,6 +6,7 @@ python benchmarks/planning_speed.py --repeats 3 --refusals # requests that canno
 python benchmarks/planning_speed.py --repeats 3 --growth   # time against fleet size
 python benchmarks/planning_speed.py --repeats 3 --every-model  # every known model, against the goals
 python benchmarks/planning_speed.py --slow --only deepseek  # only the cases naming deepseek
+python benchmarks/planning_speed.py --every-model --only kimi  # every-model, those models only
 python benchmarks/planning_speed.py --engine generic       # calibrated as the command line plans
 
 CPU time is ``time.process_time`` around one ``plan()`` call; each case is planned once
@@ -225,9 +226,11 @@ DENSE_GOAL_MS, MOE_GOAL_MS = 50.0, 150.0
 """Goals on the 64 H100 nodes: dense models, MoE models."""
 
 
-def every_model(repeats: int, calibrated: Callable[[Constraints], Constraints]) -> None:
-    """Median CPU ms of every known model on both large fleets, each marked ``*`` above
-    its goal, and how many are."""
+def every_model(
+    repeats: int, calibrated: Callable[[Constraints], Constraints], only: str = ""
+) -> None:
+    """Median CPU ms of every known model (whose name holds ``only``) on both large
+    fleets, each marked ``*`` above its goal, and how many are."""
     single, h100 = single_gpu_nodes(1024), h100_nodes(64)
     columns = [
         (single, 1, "1,024 × 1 GPU, one stream"),
@@ -240,6 +243,8 @@ def every_model(repeats: int, calibrated: Callable[[Constraints], Constraints]) 
     print("| --- |" + " ---: |" * len(columns))
     over = total = 0
     for name in known_names():
+        if only not in name:
+            continue
         model = lookup(name)
         assert model is not None, name
         moe = model.experts is not None
@@ -292,7 +297,7 @@ def main() -> None:
         growth(args.repeats, calibrated)
         return
     if args.every_model:
-        every_model(args.repeats, calibrated)
+        every_model(args.repeats, calibrated, args.only)
         return
     print("| fleet | model | objective | CPU ms (median) | outcome |")
     print("| --- | --- | --- | ---: | --- |")
