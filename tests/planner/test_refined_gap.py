@@ -71,12 +71,18 @@ def test_fleets_up_to_the_full_search_stop_within_a_hundredth_of_a_percent(
     nodes = seeded_cluster(7, cycle.COUNT_SEARCH_NODES)
     assert len(nodes) > cycle.PROVEN_NODES
     model, constraints = lookup("llama3.1:70b"), Constraints(batch=16)
-    kept = _proof(plan(model, nodes, constraints))
+    planned = plan(model, nodes, constraints)
+    kept = _proof(planned)
     assert not kept.exact
     assert 0 < kept.gap <= cycle.NEAR_GAP
+    # A gap that rounds to 0.00 % reads as below 0.01 %, not as a proof.
+    assert kept.gap < 5e-5
+    assert "vs bound" in _certificate(planned) and "gap < 0.01%" in _certificate(planned)
     monkeypatch.setattr(cycle, "NEAR_GAP", 0.0)
-    refined = _proof(plan(model, nodes, constraints))
+    proven = plan(model, nodes, constraints)
+    refined = _proof(proven)
     # Refined to the end: proven, and no faster plan than the one kept.
     assert refined.exact and refined.gap == 0.0
+    assert "vs optimum" in _certificate(proven) and "gap 0.00%" in _certificate(proven)
     assert refined.value == pytest.approx(kept.value, rel=1e-12)
     assert kept.bound > refined.bound

@@ -331,9 +331,11 @@ def _notes(
     out.append(prediction_note(pred, n))
     out.append(kv_capacity_note(pred, problem.constraints.context_tokens))
     unit = "s/token" if cert.objective == Metric.LATENCY else "tokens/s"
+    # A gap that rounds to 0.00 % without a proof reads as what it is.
+    gap = "< 0.01%" if not cert.exact and 0 < cert.gap < 5e-5 else f"{cert.gap:.2%}"
     out.append(
         f"certificate ({cert.objective}): {cert.value:.6g} {unit} vs "
-        f"{'optimum' if cert.exact else 'bound'} {cert.bound:.6g}, gap {cert.gap:.2%} "
+        f"{'optimum' if cert.exact else 'bound'} {cert.bound:.6g}, gap {gap} "
         f"[{cert.method}]"
     )
     if pred.assumed:
