@@ -273,6 +273,69 @@ def test_upgraded_figures_each_move_as_the_whole_pipeline_evaluated(data) -> Non
     assert upgraded(cm, p) == _upgraded_whole(cm, p)
 
 
+def test_upgraded_decides_near_ties_as_the_whole_pipeline(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The last stage's node (a 50 ms hop) has three idle twins whose hops (1 ms, then two
+    a hair shorter) put their cycles within a billionth of one another, some within the
+    rounding of the bar a move must pass: those moves are evaluated whole, and every one
+    is decided as evaluating each move whole decides it."""
+    bounds = [0, 2, TOY_MODEL.num_blocks]
+
+    def fleet(hops: tuple[float, float, float]) -> CostModel:
+        nodes = [
+            toy_node(0, link_latency_ms=0.1, link_mbps=10_000.0),
+            toy_node(1, link_latency_ms=50.0),
+            *(
+                toy_node(2 + i, link_latency_ms=h, link_mbps=1000.0 / 2**i)
+                for i, h in enumerate(hops)
+            ),
+        ]
+        return CostModel(TOY_MODEL, nodes, Constraints(batch=1))
+
+    def hop_for(cycle: float, j: int) -> float:
+        """The hop (ms) of twin ``j`` that gives it ``cycle``."""
+        flat = fleet((0.0, 0.0, 0.0)).evaluate([0, j], bounds).cycle_s
+        return (cycle - flat) * 1e3
+
+    first = fleet((1.0, 0.0, 0.0)).evaluate([0, 2], bounds).cycle_s
+    whole = []
+    real = upgrade.evaluated
+
+    def counted(cm: CostModel, order: list[int], b: list[int]):  # type: ignore[no-untyped-def]
+        whole.append(list(order))
+        return real(cm, order, b)
+
+    monkeypatch.setattr(upgrade, "evaluated", counted)
+    moved = set()
+    for a in range(-6, 7):
+        second = first * (1 - 1e-9 + a * 2e-13)
+        for b in range(-6, 7):
+            third = min(first, second) * (1 - 1e-9 + b * 2e-13)
+            cm = fleet((1.0, hop_for(second, 3), hop_for(third, 4)))
+            got = upgraded(cm, ([0, 1], bounds))
+            assert got == _upgraded_whole(cm, ([0, 1], bounds))
+            moved.add(got[0][1])
+    assert moved == {3, 4}  # either near twin taken somewhere in the sweep
+    assert any(order[1] in (3, 4) for order in whole)  # near ties evaluated whole
+
+
+def test_upgraded_moves_a_stage_its_node_cannot_hold() -> None:
+    """Stage 0 does not fit its node (3 GB): a larger idle node alike but for its memory
+    and of a shorter hop takes it; then the last stage moves off its 40 ms hop to the
+    idle node left, the pipeline now fitting.  As evaluating each move whole decides."""
+    nodes = [
+        toy_node(0, vram_bytes=3 * 10**9),
+        toy_node(1, link_latency_ms=40.0),
+        toy_node(2, link_mbps=1000.0),
+        toy_node(3, link_latency_ms=1.0),
+    ]
+    cm = CostModel(TOY_MODEL, nodes, Constraints(batch=4))
+    p = ([0, 1], [0, 2, TOY_MODEL.num_blocks])
+    assert not cm.fits_pipeline(*p)
+    got = upgraded(cm, p)
+    assert got == _upgraded_whole(cm, p) == ([3, 2], p[1])
+    assert cm.fits_pipeline(*got)
+
+
 def test_upgraded_takes_the_idle_twin_of_faster_network() -> None:
     """Two stages on the two slowest networks of eight alike nodes: the first, whose link
     sends the activations on, moves to the fastest; the last sends nothing on, and its

@@ -95,10 +95,14 @@ def upgraded(cm: CostModel, p: Pipeline) -> Pipeline:
         link, hop = nodes[here].link_mbps, nodes[here].link_latency_ms
         lo, hi, first, last = bounds[k], bounds[k + 1], k == 0, k == n - 1
         others_fit = all(fit[:k]) and all(fit[k + 1 :])
-        # A move's cycle from the stage it changes alone (the others' times, sum and
-        # slowest, as they are): a move it shows cannot lower the cycle is not evaluated.
-        rest = sum(times) - times[k] + (ev.hops_s - view.latency_s[here] if n > 1 else 0.0)
-        rest_slowest = max((t for s, t in enumerate(times) if s != k), default=0.0)
+        # A move's cycle from the stage it changes alone (the others' times and hops,
+        # summed without the stage's own: no subtraction to lose the small to the large;
+        # and their slowest): a move it shows cannot lower the cycle is not evaluated.
+        others = [s for s in range(n) if s != k]
+        rest = sum(times[s] for s in others)
+        if n > 1:
+            rest += sum(view.latency_s[best[s]] for s in others)
+        rest_slowest = max((times[s] for s in others), default=0.0)
         moved: list[int] | None = None
         figured = False
         """Whether ``least`` is ``moved``'s cycle figured from its one stage."""
