@@ -361,13 +361,14 @@ class _Scorer:
         if not self._batched(members, ys):
             return self.drops(members), self.swaps(members, ys), None
         times, dropped, near = _moves_timed(members, ys, self.nb, above)
+        drops = self.drops(members, dropped)  # scored first, as the plain path scores them
         table = self.swaps(members, ys, times, near)
         if near is None:
-            return self.drops(members, dropped), table, None
+            return drops, table, None
         per: list[list[int]] = [[] for _ in table]
         for i, j, _ in near:
             per[i].append(j)
-        return self.drops(members, dropped), table, per
+        return drops, table, per
 
     def _batched(self, members: list[_Node], ys: Sequence[_Node]) -> bool:
         """Whether the swaps of ``members`` and ``ys`` are timed on arrays."""
