@@ -166,6 +166,27 @@ def test_local_search_on_arrays_is_the_plain_one() -> None:
     assert passed > 0
 
 
+def test_swaps_on_arrays_are_the_plain_ones_and_keep_the_same_sets() -> None:
+    """Every swap of a round, timed on arrays and kept (a set scored before: its first
+    time), is the plain scorer's, within the stage limits and out of them."""
+    rng = random.Random(31)
+    compared = 0
+    for _ in range(60):
+        nodes = _nodes(rng, rng.randrange(12, 40))
+        k = rng.randrange(3, 10)
+        nb = rng.randrange(k + 2, 5 * k + 10)
+        lo, hi = rng.choice(((2, 64), (2, k), (k, k + 1)))
+        members, ys = nodes[:k], nodes[k:]
+        got = []
+        for batched in (True, False):
+            scorer = _scorer(batched, nb, lo, hi)
+            scorer.time(members[1:] + ys[:1])  # a set kept before, in another order
+            got.append((scorer.swaps(members, ys), _scored(scorer)))
+        assert got[0] == got[1]
+        compared += sum(t is not None for row in got[0][0] for t in row)
+    assert compared > 100
+
+
 def test_drops_are_the_times_of_the_sets() -> None:
     rng = random.Random(29)
     for _ in range(30):

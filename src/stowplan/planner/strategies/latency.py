@@ -403,20 +403,15 @@ class _Scorer:
             mask |= bit
         bits = self.bits_of(ys)
         within = [self.min_n <= len(rest) + 1 <= self.max_n for rest in families]
-        if near is not None:
-            return self._kept_near(families, own, mask, ys, bits, within, near)
-        if times is None:
-            times = _swap_times(members, ys, self.nb)
-        table: list[list[float | None]] = []
-        for i, rest in enumerate(families):
-            if not within[i]:
-                table.append([None] * len(ys))  # every such set has none, as scored
-            else:
-                rest_mask = mask & ~own[i] if i < m else mask
-                table.append(self._keep(rest, rest_mask, ys, bits, times[i]))
-        return table
+        if near is None:
+            if times is None:
+                times = _swap_times(members, ys, self.nb)
+            near = [
+                (i, j, t) for i, row in enumerate(times) for j, t in enumerate(row) if t is not None
+            ]
+        return self._kept(families, own, mask, ys, bits, within, near)
 
-    def _kept_near(
+    def _kept(
         self,
         families: list[list[_Node]],
         own: list[int],
@@ -426,8 +421,10 @@ class _Scorer:
         within: list[bool],
         near: list[tuple[int, int, float]],
     ) -> list[list[float | None]]:
-        """:meth:`swaps` of the sets ``near`` names alone, each as scored (its first
-        time, as :meth:`_keep` reads it), the new ones kept; None elsewhere."""
+        """:meth:`swaps` of the sets ``near`` names (family, y and time on arrays), each
+        as scored (its first time, in the order it first came in), the new ones kept;
+        None elsewhere.  A set with no time is not kept: any order of it has none (the
+        ends, capacities and fill do not depend on the order), and it is None again."""
         m, seen = len(own), self.seen
         table: list[list[float | None]] = [[None] * len(ys) for _ in families]
         for i, j, t in near:
@@ -440,32 +437,6 @@ class _Scorer:
                 else:
                     table[i][j] = None if found is None else found[0]
         return table
-
-    def _keep(
-        self,
-        rest: list[_Node],
-        rest_mask: int,
-        ys: Sequence[_Node],
-        bits: list[int],
-        times: list[float | None],
-    ) -> list[float | None]:
-        """Each set ``[*rest, y]``'s time as scored (its first time, in the order it first
-        came in), keeping the new ones: ``times`` per y.  A set with no time is not kept:
-        any order of it has none (the ends, capacities and fill do not depend on the
-        order), and it is None again."""
-        seen = self.seen
-        row: list[float | None] = []
-        append = row.append
-        for y, bit, t in zip(ys, bits, times, strict=True):
-            key = rest_mask | bit
-            if key in seen:
-                found = seen[key]
-                append(None if found is None else found[0])
-            else:
-                if t is not None:
-                    seen[key] = (t, rest, y)
-                append(t)
-        return row
 
 
 _BATCH = 8
