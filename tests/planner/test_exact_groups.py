@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -101,18 +102,30 @@ def _least(cm: CostModel, objective: str) -> float:
     return min((_score(cm, objective, o, b) for o, b in _every_pipeline(cm)), default=math.inf)
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(_NODE, min_size=1, max_size=2), st.integers(3, 5), st.sampled_from([1, 4]))
-def test_the_subset_programme_is_the_optimum_over_every_order_and_split(
+_CASE = (st.lists(_NODE, min_size=1, max_size=2), st.integers(3, 5), st.sampled_from([1, 4]))
+"""A drawn case: one or two hosts' specs, the blocks and the sequences."""
+
+
+def _against_the_least(
     specs: list[Any], blocks: int, batch: int
-) -> None:
+) -> Iterator[tuple[Problem, CostModel, str, float]]:
+    """The drawn case (none where it does not fit), for both objectives, with
+    :func:`_least` of each."""
     made = _drawn(specs, blocks, batch)
     if made is None:
         return
     problem, cm = made
     for objective in ("latency", "throughput"):
+        yield problem, cm, objective, _least(cm, objective)
+
+
+@settings(max_examples=200, deadline=None)
+@given(*_CASE)
+def test_the_subset_programme_is_the_optimum_over_every_order_and_split(
+    specs: list[Any], blocks: int, batch: int
+) -> None:
+    for problem, cm, objective, truth in _against_the_least(specs, blocks, batch):
         opt = solve_exact(problem, cm, objective)
-        truth = _least(cm, objective)
         assert opt.exact
         assert opt.value == pytest.approx(truth, rel=1e-9) or opt.value == truth == math.inf
         if opt.pipeline is not None:
@@ -160,17 +173,12 @@ def test_the_pair_then_the_third_gpu_pass_over_the_hosts_own_link() -> None:
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(_NODE, min_size=1, max_size=2), st.integers(3, 5), st.sampled_from([1, 4]))
+@given(*_CASE)
 def test_the_milp_on_groups_is_a_bound_and_says_so(
     specs: list[Any], blocks: int, batch: int
 ) -> None:
-    made = _drawn(specs, blocks, batch)
-    if made is None:
-        return
-    problem, cm = made
-    for objective in ("latency", "throughput"):
+    for problem, cm, objective, truth in _against_the_least(specs, blocks, batch):
         got = solve_milp(problem, cm, objective, time_limit_s=10.0)
-        truth = _least(cm, objective)
         assert got.value <= truth * (1 + 1e-7)
         if not cm.own_hosts and got.method.startswith("MILP"):
             assert not got.exact and "cheaper of its two links" in got.method
