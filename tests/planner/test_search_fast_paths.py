@@ -94,6 +94,33 @@ def test_swaps_of_long_member_lists_timed_on_arrays_are_the_arranged_times() -> 
     assert 0 < timed < checked
 
 
+def test_family_ends_are_the_best_each_family_keeps() -> None:
+    """Each family's last stage, stage 0 beside it and stage 0 of all are the best of its
+    own members, where the best of the whole list is often the one left out (and the
+    next, the family's last)."""
+    rng = random.Random(29)
+    third = 0
+    for _ in range(400):
+        members = _nodes(rng, rng.randrange(1, 8))
+        m = len(members)
+        families = [members[:i] + members[i + 1 :] for i in range(m)] + [members]
+        lasts, rest_firsts, all_firsts = latency._family_ends(members)
+        for family, last, rest_first, all_first in zip(
+            families, lasts, rest_firsts, all_firsts, strict=True
+        ):
+            ends = [x for x in family if x.cap_last >= 1]
+            firsts = [x for x in family if x.cap_first >= 1]
+            assert last is (min(ends, key=lambda x: x.end_key) if ends else None)
+            assert all_first is (max(firsts, key=lambda x: x.first_key) if firsts else None)
+            beside = [x for x in firsts if x is not last]
+            assert rest_first is (max(beside, key=lambda x: x.first_key) if beside else None)
+            ranked = sorted(
+                (x for x in members if x.cap_first >= 1), key=lambda x: x.first_key, reverse=True
+            )
+            third += rest_first is not None and ranked.index(rest_first) == 2
+    assert third  # a family left out both of the list's first two
+
+
 def test_drops_timed_on_arrays_are_the_arranged_times() -> None:
     rng = random.Random(17)
     checked = timed = 0

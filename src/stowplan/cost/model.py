@@ -539,13 +539,45 @@ class CostModel:
         microbatch per cycle (so ``time_per_token_s`` is the trip Σ t + hops): what the
         searches that run on one microbatch size compare."""
         n = len(order)
-        times = tuple(
-            self.stage_time(
-                d, bounds[s], bounds[s + 1], s == 0, s == n - 1, order[s + 1] if s < n - 1 else None
+        if self.own_hosts:
+            # No two stages share a node: :meth:`stage_time` and :meth:`hop_s` over the
+            # network, inlined (the same operations in the same order).
+            rp, kp, head = self.read_prefix, self.kv_prefix, self.head
+            ib, fl, bs, ss, xfer = (
+                self.inv_bw,
+                self.flop_s_per_byte,
+                self.block_s,
+                self.stage_s,
+                self.xfer_s,
             )
-            for s, d in enumerate(order)
-        )
-        hops = sum(self.hop_s(d, order[(s + 1) % n]) for s, d in enumerate(order)) if n > 1 else 0.0
+            listed = []
+            for s, d in enumerate(order):
+                lo, hi = bounds[s], bounds[s + 1]
+                last = s == n - 1
+                weights = rp[hi] - rp[lo] + (head if last else 0)
+                read = weights + kp[hi] - kp[lo]
+                t = max(read * ib[d], weights * fl[d])
+                t += (hi - lo) * bs[d] + ss[d]
+                listed.append(t if last else t + xfer[d])
+            times = tuple(listed)
+            hops = sum([self.latency_s[d] for d in order]) if n > 1 else 0.0
+        else:
+            times = tuple(
+                self.stage_time(
+                    d,
+                    bounds[s],
+                    bounds[s + 1],
+                    s == 0,
+                    s == n - 1,
+                    order[s + 1] if s < n - 1 else None,
+                )
+                for s, d in enumerate(order)
+            )
+            hops = (
+                sum(self.hop_s(d, order[(s + 1) % n]) for s, d in enumerate(order))
+                if n > 1
+                else 0.0
+            )
         return Evaluation(
             stage_time_s=times, hops_s=hops, batch=self.batch, microbatch=self.microbatch
         )

@@ -181,7 +181,7 @@ def _sorted_holders(blocks: Sequence[Holders]) -> tuple[Holders, ...]:
                 out.append(done)
                 break
         else:
-            done = [sorted(hs) for hs in block]
+            done = list(map(sorted, block))
             distinct.append((block, done))
             out.append(done)
     return tuple(out)

@@ -13,6 +13,7 @@ until no move helps.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import replace
@@ -290,7 +291,7 @@ class _Scorer:
     def _timed(self, members: Sequence[_Node], given: Any = _UNTIMED) -> float | None:
         """The time of the list ``members``: ``given``, where given, is its :func:`_arrange`
         time."""
-        ordered = tuple(x.index for x in members)
+        ordered = tuple([x.index for x in members])
         timed = self.shared.timed
         if ordered not in timed:
             if given is _UNTIMED:
@@ -300,7 +301,7 @@ class _Scorer:
         return timed[ordered]
 
     def _arranged(self, members: Sequence[_Node]) -> _Arranged | None:
-        ordered = tuple(x.index for x in members)
+        ordered = tuple([x.index for x in members])
         arranged = self.shared.arranged
         if ordered not in arranged:
             arranged[ordered] = _arrange(members, self.nb)
@@ -561,9 +562,11 @@ def _moves_timed(
     slope = np.array([x.slope for x in members])[None, :]
     lat = np.array([x.lat for x in members])[None, :]
     heads = column_of([x.head if x else 0.0 for x in lasts])
-    xfer_kept = column_of(
-        [sum([x.xfer for x in f if x is not last]) for f, last in zip(families, lasts, strict=True)]
-    )
+    # Per family, its members' transfers but its last stage's, and all of them: summed
+    # in the list's order, each left out adding 0.0 (the same floats as a sum of those
+    # kept).
+    xfer = np.array([x.xfer for x in members])[None, :]
+    xfer_kept = _summed_in_order(np.where(present & ~is_last, xfer, 0.0))
     drops = _drop_times(m, nb, caps, spare, ahead, fits, present, slope, lat, heads, xfer_kept)
     drop_ok = has_last & has_rest_first
     drops = [t if good else None for t, good in zip(drops, drop_ok[:m, 0].tolist(), strict=True)]
@@ -606,7 +609,7 @@ def _moves_timed(
     acc = acc + (y_slope * y_count + y_lat)
     head = np.where(y_is_last, y_head, heads)
     time = head + acc
-    xfer_all = column_of([sum([x.xfer for x in f]) for f in families])
+    xfer_all = _summed_in_order(np.where(present, xfer, 0.0))
     time = np.where(y_is_last, time + xfer_all, time + (xfer_kept + y_xfer))
     if above < math.inf:
         below = ok & (time < above)
@@ -615,6 +618,16 @@ def _moves_timed(
         return None, drops, list(near)
     out: list[list[float | None]] = np.where(ok, time, None).tolist()
     return out, drops, None
+
+
+def _summed_in_order(terms: Any) -> Any:
+    """Each row of ``terms`` (a float array of rows by columns) summed column by column,
+    in order, as a column: the floats of Python's ``sum`` of the row (a running sum adds
+    in order; a sum of an array may add in pairs)."""
+    np = numpy_module()
+    if not terms.shape[1]:
+        return np.zeros((terms.shape[0], 1))
+    return np.cumsum(terms, axis=1)[:, -1:]
 
 
 def _drop_times(
@@ -643,9 +656,7 @@ def _drop_times(
     counts = 1 + np.minimum(np.maximum(left - ahead, 0), spare)
     terms = np.where(present, slope, 0.0) * counts + np.where(present, lat, 0.0)
     # Added member by member, in order; then the head before, the transfers after.
-    acc = terms[:, 0].copy()
-    for j in range(1, m):
-        acc += terms[:, j]
+    acc = _summed_in_order(terms)[:, 0]
     time = (heads[:m, 0] + acc) + xfer_kept[:m, 0]
     return [t if good else None for t, good in zip(time.tolist(), ok.tolist(), strict=True)]
 
@@ -657,10 +668,11 @@ def _family_ends(
     stage (least :data:`_END` of those that hold one block beside the head), stage 0
     beside that last (greatest :data:`_FIRST` of the others that hold one beside the embed)
     and stage 0 of all.  Keys are unique (they end in the node's index), so each is the
-    best of a list sorted once that is not left out of the family."""
+    best of a list sorted once that is not left out of the family (of its first three: a
+    family leaves out at most two)."""
     m = len(members)
-    lasts_by = sorted((x for x in members if x.cap_last >= 1), key=_END)
-    firsts_by = sorted((x for x in members if x.cap_first >= 1), key=_FIRST, reverse=True)
+    lasts_by = heapq.nsmallest(3, (x for x in members if x.cap_last >= 1), key=_END)
+    firsts_by = heapq.nlargest(3, (x for x in members if x.cap_first >= 1), key=_FIRST)
 
     def best(ranked: list[_Node], out: _Node | None, out2: _Node | None = None) -> _Node | None:
         for x in ranked:
@@ -885,12 +897,12 @@ def latency_split(cm: CostModel, order: Sequence[int]) -> Pipeline | None:
     small = max(cm.read_prefix[nb], cm.mem_prefix[nb]) + cm.head + cm.embed < 2**62
     np = numpy_module() if nb >= SPLIT_ARRAY_BLOCKS and small else None
     if np is not None:
-        arrays = _split_arrays(cm)
+        arrays, parts = _split_arrays(cm), _split_parts(cm)
         steps = []
         for d in order:
             key = _table_key(cm, d)
             if key not in arrays:
-                arrays[key] = node_stage_arrays(np, cm, d)
+                arrays[key] = node_stage_arrays(np, cm, d, parts)
             steps.append((cm.latency_s[d], arrays[key]))
         best, at, choices = split_steps(np, nb, steps)
     else:
@@ -1064,6 +1076,14 @@ def _no_arrays(cm: CostModel) -> dict[tuple[float | int, ...], StageArrays]:
 
 _split_arrays = PerModel(_no_arrays)
 """Per cost model, the stage tables as arrays, by the figures they depend on."""
+
+
+def _no_parts(cm: CostModel) -> dict[tuple[Any, ...], Any]:
+    return {}
+
+
+_split_parts = PerModel(_no_parts)
+"""Per cost model, the stage arrays' parts nodes share (:func:`node_stage_arrays`)."""
 
 
 def _stage_tables(cm: CostModel, d: int) -> tuple[list[float], list[list[float]]]:

@@ -29,36 +29,82 @@ from ``j`` (rows, ``0 ≤ j < nb - 1``) to ``k`` (columns, ``0 ≤ k ≤ nb``; i
 does not fit or ``k ≤ j``)."""
 
 
-def node_stage_arrays(np: Any, cm: CostModel, d: int) -> StageArrays:
+def node_stage_arrays(
+    np: Any, cm: CostModel, d: int, parts: dict[tuple[Any, ...], Any] | None = None
+) -> StageArrays:
     """Node ``d``'s stage times as :data:`StageArrays`, with the plain tables' arithmetic
     (:meth:`CostModel.stage_time`'s): byte counts stay integers until they meet a float,
-    as in Python, so every time is the same float."""
+    as in Python, so every time is the same float.
+
+    ``parts``, where given, keeps the arrays nodes share (one per cost model): the times
+    before the transfer per GPU's figures, the stages that fit per room, and the last
+    stage per both; a node of its own transfer then adds it alone."""
+    parts = {} if parts is None else parts
     nb = cm.num_blocks
-    rp = np.array(cm.read_prefix, dtype=np.int64)
-    mp = np.array(cm.mem_prefix, dtype=np.int64)
-    kp = np.array(cm.kv_prefix, dtype=np.float64)
-    ib, fl, bs, ss = cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d]
-    xfer, room = cm.xfer_s[d], cm.usable[d]
+    figures = (cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d])
+    room = cm.usable[d]
+    if ("last", figures, room) not in parts:
+        parts["last", figures, room] = _last_stage(np, cm, figures, room)
+    rows = max(nb - 1, 0)
+    runs = np.full((rows, nb + 1), math.inf)
+    if rows:
+        if ("runs", figures) not in parts:
+            parts["runs", figures] = _run_times(np, cm, figures)
+        if ("fits", room) not in parts:
+            parts["fits", room] = _run_fits(np, cm, room)
+        runs[:, 1:nb] = np.where(
+            parts["fits", room], parts["runs", figures] + cm.xfer_s[d], math.inf
+        )
+    return parts["last", figures, room], runs
+
+
+def _prefixes(np: Any, cm: CostModel) -> tuple[Any, Any, Any]:
+    """The read and memory prefixes as int64, the KV prefix as float64."""
+    return (
+        np.array(cm.read_prefix, dtype=np.int64),
+        np.array(cm.mem_prefix, dtype=np.int64),
+        np.array(cm.kv_prefix, dtype=np.float64),
+    )
+
+
+def _last_stage(np: Any, cm: CostModel, figures: tuple[float, ...], room: int) -> Any:
+    """:data:`StageArrays`' last stage of a node of GPU ``figures`` and ``room``."""
+    nb = cm.num_blocks
+    rp, mp, kp = _prefixes(np, cm)
+    ib, fl, bs, ss = figures
     last = np.full(nb + 1, math.inf)
     j = np.arange(1, nb)
     weights = rp[nb] - rp[j] + cm.head
     t = np.maximum((weights + kp[nb] - kp[j]) * ib, weights * fl)
     t = t + ((nb - j) * bs + ss)
     last[1:nb] = np.where(mp[nb] - mp[j] + cm.head <= room, t, math.inf)
-    rows = max(nb - 1, 0)
-    runs = np.full((rows, nb + 1), math.inf)
-    if rows:
-        lo = np.arange(rows)[:, None]
-        hi = np.arange(1, nb)[None, :]
-        extra = np.where(lo == 0, cm.embed, 0)
-        weights = rp[hi] - rp[lo]
-        t = np.maximum((weights + kp[hi] - kp[lo]) * ib, weights * fl)
-        t = t + ((hi - lo) * bs + ss) + xfer
-        # A stage ends at the first block it cannot hold (the plain loop breaks there).
-        ok = (hi <= lo) | (mp[hi] - mp[lo] + extra <= room)
-        fits = np.logical_and.accumulate(ok, axis=1) & (hi > lo)
-        runs[:, 1:nb] = np.where(fits, t, math.inf)
-    return last, runs
+    return last
+
+
+def _grid(np: Any, nb: int) -> tuple[Any, Any]:
+    """An earlier stage's first blocks (a column) and ends (a row), ends 1 to ``nb - 1``."""
+    return np.arange(nb - 1)[:, None], np.arange(1, nb)[None, :]
+
+
+def _run_times(np: Any, cm: CostModel, figures: tuple[float, ...]) -> Any:
+    """An earlier stage's time before its transfer on a node of GPU ``figures``, per first
+    block and end (:func:`_grid`; fitting or not)."""
+    rp, _, kp = _prefixes(np, cm)
+    ib, fl, bs, ss = figures
+    lo, hi = _grid(np, cm.num_blocks)
+    weights = rp[hi] - rp[lo]
+    t = np.maximum((weights + kp[hi] - kp[lo]) * ib, weights * fl)
+    return t + ((hi - lo) * bs + ss)
+
+
+def _run_fits(np: Any, cm: CostModel, room: int) -> Any:
+    """Whether an earlier stage fits ``room``, per first block and end (:func:`_grid`):
+    a stage ends at the first block it cannot hold (the plain loop breaks there)."""
+    _, mp, _ = _prefixes(np, cm)
+    lo, hi = _grid(np, cm.num_blocks)
+    extra = np.where(lo == 0, cm.embed, 0)
+    ok = (hi <= lo) | (mp[hi] - mp[lo] + extra <= room)
+    return np.logical_and.accumulate(ok, axis=1) & (hi > lo)
 
 
 def stage_seconds(

@@ -6,7 +6,9 @@ far it reaches many times over (once per step, at another bottleneck).  The time
 reach at a bottleneck is one :func:`bisect.bisect_right` into the row of times of
 ``[lo, lo + 1)``, ``[lo, lo + 2)``, … up to the last that fits, and the next bottleneck
 at which it reaches further is the row's next entry.  Nodes of one
-:attr:`CostModel.stage_class` share every figure these times read, so they share rows.
+:attr:`CostModel.stage_class` share every figure these times read, so they share rows;
+nodes of one GPU and room whose transfers differ (each its own link) share the times
+before the transfer, which each row then adds.
 
 Every entry is computed with :func:`reach`'s arithmetic (the same float operations in
 the same order), so the split is bit for bit the one the plain bisection gives; a row
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from typing import Any
 
 from stowplan.cost import CostModel
 from stowplan.planner.strategies.capacity_arrays import numpy_module
@@ -92,6 +95,8 @@ ROW_ARRAY = 24
 """Rows of at least this many entries are computed on arrays."""
 
 _Key = tuple[int, int, bool]
+_Shared = tuple[float | int, ...]
+"""A node's GPU figures, room, first block and whether stage 0 (:meth:`SplitTables.row`)."""
 _UNSEEN: list[float] = []
 """A row not built yet (compared by identity)."""
 
@@ -124,6 +129,8 @@ class SplitTables:
         self._asked: set[_Key] = set()
         """Rows :meth:`reach` was asked about before they were built."""
         self._ends: dict[_Key, float | None] = {}
+        self._bases: dict[_Shared, Any] = {}
+        """:meth:`row`'s times before the transfer, by GPU figures, room and first block."""
         np = numpy_module()
         # Every prefix and difference exact as a float, as Python's arithmetic makes them.
         exact = max(map(abs, (*cm.read_prefix, *cm.kv_prefix))) < 2**53
@@ -143,32 +150,45 @@ class SplitTables:
         if not self._monotone_memory:
             self._rows[key] = None
             return None
+        ib, fl, bs, ss, xfer, room = (f[d] for f in self._figures)
+        # Nodes of one GPU and room (of their own transfers) share the times before it.
+        shared = (ib, fl, bs, ss, room, lo, first)
+        base = self._bases.get(shared)
+        if base is None:
+            base = self._bases[shared] = self._base_row(d, lo, first)
+        if isinstance(base, list):
+            out = [t + xfer for t in base]
+            monotone = out == sorted(out)
+        else:
+            t = base + xfer
+            monotone = bool((t[1:] >= t[:-1]).all())
+            out = t.tolist()
+        found = self._rows[key] = out if monotone else None
+        return found
+
+    def _base_row(self, d: int, lo: int, first: bool) -> Any:
+        """:meth:`row`'s times before the transfer (those of every node of ``d``'s GPU
+        figures and room): a list, or for long rows an array (the same operations in the
+        same order; the prefixes' differences are exact as floats, as Python's
+        int-to-float conversion makes them)."""
+        ib, fl, bs, ss, _, room = (f[d] for f in self._figures)
         nb = self.num_blocks
         rp, kp, mp = self._prefixes
-        ib, fl, bs, ss, xfer, room = (f[d] for f in self._figures)
         extra = self._embed if first else 0
         # The blocks from ``lo`` that fit: a run, the memory growing with the blocks.
         m0 = mp[lo]
         cap = lo + bisect_left(range(lo + 1, nb + 1), True, key=lambda c: mp[c] - m0 + extra > room)
         r0, k0 = rp[lo], kp[lo]
         if self._arrays is not None and cap - lo >= ROW_ARRAY:
-            # The same operations in the same order on arrays (the prefixes' differences
-            # are exact as floats, as Python's int-to-float conversion makes them).
             np, rpa, kpa = self._arrays
             w = rpa[lo + 1 : cap + 1] - r0
             k = np.arange(1, cap - lo + 1, dtype=float)
-            t = np.maximum((w + kpa[lo + 1 : cap + 1] - k0) * ib, w * fl) + (k * bs + ss) + xfer
-            monotone = bool((t[1:] >= t[:-1]).all())
-            out: list[float] = t.tolist()
-        else:
-            # ``w`` is the stage's weights, as :func:`reach` names them.
-            out = [
-                max(((w := rp[hi] - r0) + kp[hi] - k0) * ib, w * fl) + ((hi - lo) * bs + ss) + xfer
-                for hi in range(lo + 1, cap + 1)
-            ]
-            monotone = out == sorted(out)
-        found = self._rows[key] = out if monotone else None
-        return found
+            return np.maximum((w + kpa[lo + 1 : cap + 1] - k0) * ib, w * fl) + (k * bs + ss)
+        # ``w`` is the stage's weights, as :func:`reach` names them.
+        return [
+            max(((w := rp[hi] - r0) + kp[hi] - k0) * ib, w * fl) + ((hi - lo) * bs + ss)
+            for hi in range(lo + 1, cap + 1)
+        ]
 
     def end(self, cm: CostModel, d: int, lo: int, first: bool) -> float | None:
         """:func:`end_time`, kept per class."""
