@@ -100,3 +100,31 @@ def test_the_rules_asked_at_many_stage_limits_answer_as_asked_afresh():
             problem = replace(base, min_stages=lo, max_stages=hi)
             assert BASELINES["v1"](problem, cm) == _direct_v1(problem, cm)
             assert peers._largest_first(cm.nodes)[:hi] == _direct_exo_order(cm, hi)
+
+
+def test_the_best_of_a_search_and_the_rules_is_asked_again_alike() -> None:
+    """The rules' plans are kept per problem and cost model: asked again (as the second
+    search of a stage count asks), the best is the same, and a caller changing the
+    pipeline it got changes nothing kept; a tie goes to the search's pipeline, and a
+    slower one loses to the rules'."""
+    from stowplan.model import Metric
+    from stowplan.planner.certify import key_of, pick_best
+
+    problem = prepare(MODEL, _nodes(4, 6, 8, 12), Constraints(batch=4))
+    cm = problem.cost_model()
+    rules = [p for rule in BASELINES.values() if (p := rule(problem, cm)) is not None]
+    assert rules
+    least = min(rules, key=lambda p: key_of(cm, Metric.THROUGHPUT, p))
+    first = pick_best(problem, cm, Metric.THROUGHPUT, None)
+    assert first == least
+    assert first is not None
+    first[0].reverse()
+    first[1].append(-1)
+    assert pick_best(problem, cm, Metric.THROUGHPUT, None) == least
+    # The search's own pipeline: the rules' best itself ties and is kept as given.
+    mine = (list(least[0]), list(least[1]))
+    assert pick_best(problem, cm, Metric.THROUGHPUT, mine) is mine
+    # The rules' slowest plan as the search's: the best rule's beats it.
+    slowest = max(rules, key=lambda p: key_of(cm, Metric.THROUGHPUT, p))
+    assert key_of(cm, Metric.THROUGHPUT, slowest) > key_of(cm, Metric.THROUGHPUT, least)
+    assert pick_best(problem, cm, Metric.THROUGHPUT, slowest) == least

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from stowplan import Constraints
 from stowplan.cost import CostModel
+from stowplan.model import NodeDescriptor
 from stowplan.models import resolve_model
 from stowplan.planner.strategies.throughput import (
     Pipeline,
@@ -49,19 +50,38 @@ def _reference(cm: CostModel, order: list[int], t_max: float, min_stages: int) -
     return None
 
 
+LINKS = (None, 8.0, 100.0, 1000.0)
+"""A node's own link (Mbit/s; None: its kind's): nodes of one GPU whose transfers differ."""
+
+
+def _nodes(kinds: list[int], links: list[int]) -> list[NodeDescriptor]:
+    """Nodes of ``kinds``, each with the link ``LINKS`` gives it (its kind's where None)."""
+    out = []
+    for i, k in enumerate(kinds):
+        figures: dict[str, object] = dict(KINDS[k])
+        link = LINKS[links[i % len(links)]] if links else None
+        if link is not None:
+            figures["link_mbps"] = link
+        out.append(toy_node(i, **figures))
+    return out
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     kinds=st.lists(st.integers(0, len(KINDS) - 1), min_size=2, max_size=14),
+    links=st.lists(st.integers(0, len(LINKS) - 1), max_size=14),
     model=st.sampled_from(["llama3.1:8b", "llama3.1:70b-q4_0", "qwen3:30b-a3b-q4_0"]),
     batch=st.sampled_from([1, 8]),
     scale=st.floats(0.05, 3.0),
     min_stages=st.integers(1, 4),
 )
 def test_greedy_split_is_the_node_by_node_rule(
-    kinds: list[int], model: str, batch: int, scale: float, min_stages: int
+    kinds: list[int], links: list[int], model: str, batch: int, scale: float, min_stages: int
 ) -> None:
+    """Nodes of one GPU skipped once one of no larger transfer took nothing (its kind's
+    link, or each its own) split as the rule does, node by node."""
     layout = resolve_model(model)
-    nodes = [toy_node(i, **KINDS[k]) for i, k in enumerate(kinds)]  # type: ignore[arg-type]
+    nodes = _nodes(kinds, links)
     cm = CostModel(layout, nodes, Constraints(batch=batch, context_tokens=2048))
     order = list(range(len(nodes)))
     # A bottleneck around one node's time for an even share of the blocks.
@@ -90,18 +110,19 @@ def _stage_times(cm: CostModel) -> list[float]:
 @settings(max_examples=40, deadline=None)
 @given(
     kinds=st.lists(st.integers(0, len(KINDS) - 1), min_size=2, max_size=7),
+    links=st.lists(st.integers(0, len(LINKS) - 1), max_size=7),
     model=st.sampled_from(["llama3.2:1b", "llama3.1:8b", "qwen3:30b-a3b-q4_0"]),
     batch=st.sampled_from([1, 8]),
     min_stages=st.integers(1, 3),
     reverse=st.booleans(),
 )
 def test_min_bottleneck_split_is_the_least_passing_stage_time(
-    kinds: list[int], model: str, batch: int, min_stages: int, reverse: bool
+    kinds: list[int], links: list[int], model: str, batch: int, min_stages: int, reverse: bool
 ) -> None:
     """The bisection that jumps to the split's next change ends on the least stage time
     at which the node-by-node rule finds a split, with the rule's split at that time."""
     layout = resolve_model(model)
-    nodes = [toy_node(i, **KINDS[k]) for i, k in enumerate(kinds)]  # type: ignore[arg-type]
+    nodes = _nodes(kinds, links)
     cm = CostModel(layout, nodes, Constraints(batch=batch, context_tokens=2048))
     order = list(range(len(nodes)))[:: -1 if reverse else 1]
     times = _stage_times(cm)

@@ -80,16 +80,41 @@ def key_of(
 def pick_best(
     problem: Problem, cm: CostModel, objective: Metric, found: Pipeline | None
 ) -> Pipeline | None:
-    """The best of ``found`` and every peer rule's plan, by ``objective`` (never worse than one)."""
+    """The best of ``found`` and every peer rule's plan, by ``objective`` (never worse than
+    one; ``found`` where they tie, then the rules in their order)."""
+    best, best_key = found, None if found is None else key_of(cm, objective, found)
+    for p, k in _peer_plans(problem, cm, objective):
+        if best_key is None or k < best_key:
+            best, best_key = (list(p[0]), list(p[1])), k
+    return best
 
-    candidates = [] if found is None else [found]
+
+_Ranked = list[tuple[Pipeline, tuple[float, float, int, tuple[int, ...]]]]
+"""Pipelines with their :func:`key_of`."""
+
+_PEERS: list[tuple[Problem, CostModel, _Ranked]] = []
+"""The last few problems' peer plans, with their keys: the searches of one stage count ask
+twice (once per search), on the same problem and cost model."""
+
+
+def _peer_plans(problem: Problem, cm: CostModel, objective: Metric) -> _Ranked:
+    """Every peer rule's plan within the stage limits, in the rules' order, with its key
+    (kept for the last few problems and cost models, by identity)."""
+    for held, view, plans in _PEERS:
+        if held is problem and view is cm:
+            return plans
+    plans = []
     for rule in BASELINES.values():
         p = rule(problem, cm)
         if p is not None and problem.min_stages <= len(p[0]) <= problem.max_stages:
-            candidates.append(p)
-    if not candidates:
-        return None
-    return min(candidates, key=lambda p: key_of(cm, objective, p))
+            plans.append((p, key_of(cm, objective, p)))
+    _PEERS.insert(0, (problem, cm, plans))
+    del _PEERS[_RECENT_PEERS:]
+    return plans
+
+
+_RECENT_PEERS = 4
+"""Problems whose peer plans :func:`_peer_plans` keeps."""
 
 
 def inline_optimum(

@@ -29,7 +29,7 @@ import heapq
 import math
 import operator
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from itertools import accumulate, compress
 from typing import Any, NamedTuple
@@ -107,12 +107,14 @@ def _split_or_next(
     pos = 0
     used: list[int] = []
     bounds = [0]
-    node_class = cm.stage_class
+    gpu_class, xfer = _gpu_classes(cm), cm.xfer_s
     tables = split_tables(cm)
     nearest = math.inf
-    # Classes of nodes that took nothing since the split last grew: a node alike, at the
-    # same point of the split, takes nothing too.
-    idle: set[int] = set()
+    # Per GPU class, the least transfer of a node that took nothing since the split last
+    # grew: a node of the class at the same point of the split whose transfer is no less
+    # takes nothing too (each of its stage times is no less, the last the same), and
+    # changes no least bottleneck above ``t_max``.
+    idle: dict[int, float] = {}
     # The last block a node may take while stages are still owed, and whether the next
     # stage may end the model: both change only when the split grows.
     cap = nb - max(min_stages - 1, 1)
@@ -126,8 +128,8 @@ def _split_or_next(
             # the first such in the rest of the order.
             ended, later = _ended(cm, order, i, t_max, min_stages, used, bounds, idle, suffix)
             return ended, min(nearest, later)
-        c = node_class[d]
-        if c in idle:
+        c = gpu_class[d]
+        if xfer[d] >= idle.get(c, math.inf):
             continue
         first = not used
         if may_end:
@@ -151,7 +153,7 @@ def _split_or_next(
             cap = nb - max(min_stages - len(used) - 1, 1)
             may_end = len(used) + 1 >= min_stages
         else:
-            idle.add(c)
+            idle[c] = xfer[d]
     return None, nearest
 
 
@@ -163,11 +165,12 @@ def _ended(
     min_stages: int,
     used: list[int],
     bounds: list[int],
-    idle: set[int],
+    idle: Mapping[int, float],
     suffix: Sequence[float] | None,
 ) -> tuple[Pipeline | None, float]:
     """:func:`greedy_split`'s end once no node can take a block: the first node of
-    ``order[start:]`` (not alike to one that took nothing here) that holds the blocks left
+    ``order[start:]`` (not of a GPU class ``idle`` holds: one of it took nothing here, nor
+    ended the model, and the last stage's time reads no transfer) that holds the blocks left
     and the head within ``t_max``; a node whose least last stage is slower is not tried.
     With no such node, the least bottleneck at which one could end it (as
     :func:`_split_or_next`).
@@ -178,7 +181,7 @@ def _ended(
     if len(used) + 1 < min_stages:
         return None, math.inf
     pos, first = bounds[-1], not used
-    least, node_class = _least_last_times(cm), cm.stage_class
+    least, gpu_class = _least_last_times(cm), _gpu_classes(cm)
     tables = split_tables(cm)
     jump = suffix is not None and not idle
     if suffix is not None and jump and suffix[start] > t_max:
@@ -186,7 +189,7 @@ def _ended(
     nearest = math.inf
     for j in range(start, len(order)):
         d = order[j]
-        if node_class[d] in idle:
+        if gpu_class[d] in idle:
             continue
         if least[d] > t_max:
             nearest = min(nearest, least[d])
@@ -199,6 +202,23 @@ def _ended(
         if suffix is not None and jump and suffix[j + 1] > t_max:
             return None, min(nearest, suffix[j + 1])
     return None, nearest
+
+
+def _by_gpu(cm: CostModel) -> list[int]:
+    """Per node, its GPU class: nodes alike in every figure a stage's time and fit read
+    but the transfer out (:attr:`CostModel.stage_class` less the transfer)."""
+    classes: dict[tuple[float | int, ...], int] = {}
+    return [
+        classes.setdefault(
+            (cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d], cm.usable[d]),
+            len(classes),
+        )
+        for d in range(len(cm.nodes))
+    ]
+
+
+_gpu_classes = PerModel(_by_gpu)
+"""Per cost model, :func:`_by_gpu`."""
 
 
 def _suffix_least(cm: CostModel, order: Sequence[int]) -> list[float]:
