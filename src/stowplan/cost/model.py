@@ -486,11 +486,16 @@ class CostModel:
         return self.stage_bytes(lo, hi, first, last) <= self.usable[d]
 
     def fits_pipeline(self, order: Sequence[int], bounds: Sequence[int]) -> bool:
-        """Every stage of nodes ``order`` with block boundaries ``bounds`` fits its node."""
-        n = len(order)
-        return all(
-            self.fits(d, bounds[s], bounds[s + 1], s == 0, s == n - 1) for s, d in enumerate(order)
-        )
+        """Every stage of nodes ``order`` with block boundaries ``bounds`` fits its node
+        (:meth:`fits` inlined: byte counts, exact)."""
+        mp, usable, embed, head = self.mem_prefix, self.usable, self.embed, self.head
+        last = len(order) - 1
+        for s, d in enumerate(order):
+            held = mp[bounds[s + 1]] - mp[bounds[s]]
+            held += (embed if s == 0 else 0) + (head if s == last else 0)
+            if held > usable[d]:
+                return False
+        return True
 
     # -- one block (for the relaxations and surrogates) --------------------------------------
     def smallest_block(self) -> tuple[int, float, int]:
@@ -562,15 +567,9 @@ class CostModel:
             times = tuple(listed)
             hops = sum([self.latency_s[d] for d in order]) if n > 1 else 0.0
         else:
+            after: list[int | None] = [*order[1:], None]
             times = tuple(
-                self.stage_time(
-                    d,
-                    bounds[s],
-                    bounds[s + 1],
-                    s == 0,
-                    s == n - 1,
-                    order[s + 1] if s < n - 1 else None,
-                )
+                self.stage_time(d, bounds[s], bounds[s + 1], s == 0, s == n - 1, after[s])
                 for s, d in enumerate(order)
             )
             hops = (
