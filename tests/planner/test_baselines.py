@@ -108,9 +108,14 @@ def test_the_best_of_a_search_and_the_rules_is_asked_again_alike() -> None:
     pipeline it got changes nothing kept; a tie goes to the search's pipeline, and a
     slower one loses to the rules'."""
     from stowplan.model import Metric
-    from stowplan.planner.certify import key_of, pick_best
+    from stowplan.models import resolve_model
+    from stowplan.planner.certify import _peer_plans, key_of, pick_best
 
-    problem = prepare(MODEL, _nodes(4, 6, 8, 12), Constraints(batch=4))
+    problem = prepare(
+        resolve_model("llama3.1:8b"),
+        _nodes(8, 12, 16, 24),
+        Constraints(batch=8, context_tokens=4096),
+    )
     cm = problem.cost_model()
     rules = [p for rule in BASELINES.values() if (p := rule(problem, cm)) is not None]
     assert rules
@@ -124,6 +129,16 @@ def test_the_best_of_a_search_and_the_rules_is_asked_again_alike() -> None:
     # The search's own pipeline: the rules' best itself ties and is kept as given.
     mine = (list(least[0]), list(least[1]))
     assert pick_best(problem, cm, Metric.THROUGHPUT, mine) is mine
+    # Another cost model (16 sequences): its own plans and ranks, not the first one's.
+    other = prepare(problem.model, problem.nodes, replace(problem.constraints, batch=16))
+    view = other.cost_model()
+    expected = [
+        (p, key_of(view, Metric.THROUGHPUT, p))
+        for rule in BASELINES.values()
+        if (p := rule(problem, view)) is not None
+    ]
+    assert _peer_plans(problem, view, Metric.THROUGHPUT) == expected
+    assert [k for _, k in expected] != [key_of(cm, Metric.THROUGHPUT, p) for p, _ in expected]
     # The rules' slowest plan as the search's: the best rule's beats it.
     slowest = max(rules, key=lambda p: key_of(cm, Metric.THROUGHPUT, p))
     assert key_of(cm, Metric.THROUGHPUT, slowest) > key_of(cm, Metric.THROUGHPUT, least)

@@ -25,6 +25,9 @@ KINDS = (
     dict(vram_bytes=24 * 10**9, mem_bandwidth_gbps=900.0, link_mbps=1000.0),
     dict(vram_bytes=48 * 10**9, mem_bandwidth_gbps=700.0, link_mbps=100.0),
     dict(vram_bytes=80 * 10**9, mem_bandwidth_gbps=2000.0, link_mbps=10_000.0),
+    # The second's GPU with other rooms: nodes alike but for their memory.
+    dict(vram_bytes=2 * 10**9, mem_bandwidth_gbps=900.0, link_mbps=1000.0),
+    dict(vram_bytes=80 * 10**9, mem_bandwidth_gbps=900.0, link_mbps=1000.0),
 )
 
 
@@ -145,3 +148,29 @@ def test_min_bottleneck_split_is_the_least_passing_stage_time(
     # bound fails just below its own bottleneck the search ends at once, with that split.
     for upper in (*[t for t in times if t > least][::7], math.inf):
         assert min_bottleneck_split(cm, order, min_stages, upper) == got
+
+
+def test_a_node_of_a_smaller_transfer_is_not_passed_over() -> None:
+    """A node whose GPU and room match one that took nothing, but whose transfer is
+    smaller, may take blocks: at a bottleneck between their one-block times the first
+    takes nothing and the second takes some, as the rule has it."""
+    layout = resolve_model("llama3.1:8b")
+    gpu = dict(vram_bytes=24 * 10**9, mem_bandwidth_gbps=900.0)
+    nodes = [
+        toy_node(0, **gpu, link_mbps=8.0),
+        toy_node(1, **gpu, link_mbps=10_000.0),
+        toy_node(2, vram_bytes=80 * 10**9, mem_bandwidth_gbps=2000.0, link_mbps=10_000.0),
+    ]
+    cm = CostModel(layout, nodes, Constraints(batch=1, context_tokens=2048))
+    slow, fast = (cm.stage_time(d, 0, 1, True, False) for d in (0, 1))
+    assert fast < slow
+    taken = 0
+    for share in (0.1, 0.5, 0.9):
+        t_max = fast + share * (slow - fast)
+        expected = _reference(cm, [0, 1, 2], t_max, 1)
+        assert greedy_split(cm, [0, 1, 2], t_max) == expected
+        taken += expected is not None and 1 in expected[0]
+    assert taken
+    got = min_bottleneck_split(cm, [0, 1, 2])
+    assert got is not None
+    assert got == _reference(cm, [0, 1, 2], cm.evaluate_here(*got).bottleneck_s, 1)

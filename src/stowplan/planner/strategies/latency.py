@@ -13,8 +13,10 @@ until no move helps.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import replace
 from operator import attrgetter
@@ -211,6 +213,12 @@ class _Ranking(Sequence[_Node]):
 _Arranged = tuple[float, list[int], list[int]]
 
 
+def _in_order(values: list[float]) -> float:
+    """``values`` added one by one, in order (from 3.12 Python's ``sum`` compensates its
+    floats; the arrays' sums, :func:`_summed_in_order`, add in order)."""
+    return functools.reduce(operator.add, values, 0)
+
+
 def _arrange(nodes: Sequence[_Node], nb: int) -> _Arranged | None:
     """Surrogate time per token, stage order and block counts of a node set (≥ 2 nodes)."""
     lasts = [x for x in nodes if x.cap_last >= 1]
@@ -236,8 +244,8 @@ def _arrange(nodes: Sequence[_Node], nb: int) -> _Arranged | None:
         take = min(left, caps[x.index] - 1)
         counts[x.index] += take
         left -= take
-    time = last.head + sum([x.slope * counts[x.index] + x.lat for x in nodes])
-    time += sum([x.xfer for x in nodes if x is not last])
+    time = last.head + _in_order([x.slope * counts[x.index] + x.lat for x in nodes])
+    time += _in_order([x.xfer for x in nodes if x is not last])
     middle = sorted(x.index for x in nodes if x is not first and x is not last)
     order = [first.index, *middle, last.index]
     return time, order, [counts[d] for d in order]
@@ -622,7 +630,7 @@ def _moves_timed(
 
 def _summed_in_order(terms: Any) -> Any:
     """Each row of ``terms`` (a float array of rows by columns) summed column by column,
-    in order, as a column: the floats of Python's ``sum`` of the row (a running sum adds
+    in order, as a column: the floats of :func:`_in_order` of the row (a running sum adds
     in order; a sum of an array may add in pairs)."""
     np = numpy_module()
     if not terms.shape[1]:

@@ -29,7 +29,7 @@ import heapq
 import math
 import operator
 from bisect import bisect_left, bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import cached_property
 from itertools import accumulate, compress
 from typing import Any, NamedTuple
@@ -126,10 +126,10 @@ def _split_or_next(
             # No node can take a block now (the stages still owed keep the rest, or the
             # next stage is the last allowed): only a node that ends the model can follow,
             # the first such in the rest of the order.
-            ended, later = _ended(cm, order, i, t_max, min_stages, used, bounds, idle, suffix)
+            ended, later = _ended(cm, order, i, t_max, min_stages, used, bounds, suffix)
             return ended, min(nearest, later)
         c = gpu_class[d]
-        if xfer[d] >= idle.get(c, math.inf):
+        if c in idle and xfer[d] >= idle[c]:
             continue
         first = not used
         if may_end:
@@ -165,13 +165,12 @@ def _ended(
     min_stages: int,
     used: list[int],
     bounds: list[int],
-    idle: Mapping[int, float],
     suffix: Sequence[float] | None,
 ) -> tuple[Pipeline | None, float]:
     """:func:`greedy_split`'s end once no node can take a block: the first node of
-    ``order[start:]`` (not of a GPU class ``idle`` holds: one of it took nothing here, nor
-    ended the model, and the last stage's time reads no transfer) that holds the blocks left
-    and the head within ``t_max``; a node whose least last stage is slower is not tried.
+    ``order[start:]`` that holds the blocks left and the head within ``t_max``; a node
+    whose least last stage is slower is not tried.  (It is reached only where the split
+    has just grown or not begun: no node has yet taken nothing at this point of it.)
     With no such node, the least bottleneck at which one could end it (as
     :func:`_split_or_next`).
 
@@ -181,16 +180,13 @@ def _ended(
     if len(used) + 1 < min_stages:
         return None, math.inf
     pos, first = bounds[-1], not used
-    least, gpu_class = _least_last_times(cm), _gpu_classes(cm)
+    least = _least_last_times(cm)
     tables = split_tables(cm)
-    jump = suffix is not None and not idle
-    if suffix is not None and jump and suffix[start] > t_max:
+    if suffix is not None and suffix[start] > t_max:
         return None, suffix[start]
     nearest = math.inf
     for j in range(start, len(order)):
         d = order[j]
-        if gpu_class[d] in idle:
-            continue
         if least[d] > t_max:
             nearest = min(nearest, least[d])
             continue
@@ -199,7 +195,7 @@ def _ended(
             if end <= t_max:
                 return ([*used, d], [*bounds, cm.num_blocks]), nearest
             nearest = min(nearest, end)
-        if suffix is not None and jump and suffix[j + 1] > t_max:
+        if suffix is not None and suffix[j + 1] > t_max:
             return None, min(nearest, suffix[j + 1])
     return None, nearest
 
