@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from stowplan import Constraints
@@ -118,6 +118,11 @@ def _stage_times(cm: CostModel) -> list[float]:
     batch=st.sampled_from([1, 8]),
     min_stages=st.integers(1, 3),
     reverse=st.booleans(),
+)
+# Two stage times a float apart: the least passing one is where the bisection's last
+# failure said the split would change next, within its rounding stop.
+@example(
+    kinds=[0, 1, 1], links=[1], model="qwen3:30b-a3b-q4_0", batch=1, min_stages=3, reverse=False
 )
 def test_min_bottleneck_split_is_the_least_passing_stage_time(
     kinds: list[int], links: list[int], model: str, batch: int, min_stages: int, reverse: bool

@@ -280,6 +280,14 @@ def min_bottleneck_split(
             return greedy_split(cm, order, hi, min_stages, max_stages) or best
     for _ in range(_ITERATIONS):
         if hi - lo <= 1e-12 * hi:
+            # Within rounding of the best: the times a choice changes at from ``lo`` up to
+            # it, in turn (none below ``lo`` passes); the first that passes is the least.
+            while 0.0 < lo < hi:
+                found, later = _split_or_next(cm, order, lo, min_stages, suffix, max_stages)
+                if found is not None:
+                    best, hi = found, evaluated_here(cm, *found).bottleneck_s
+                    break
+                lo = later
             break
         mid = (lo + hi) / 2
         found, later = _split_or_next(cm, order, mid, min_stages, suffix, max_stages)
