@@ -330,29 +330,24 @@ class CostModel:
         self._set_stage_classes()
 
     def _set_stage_classes(self) -> None:
-        """:attr:`stage_class` from the figures as they now are."""
+        """:attr:`stage_class` and :attr:`gpu_class` from the figures as they now are."""
         # The figures are the same on every node of a kind: classes are found per kind
         # (first seen first, as node by node).
         classes: dict[tuple[float | int, ...], int] = {}
-        self.stage_class = self._expand(
-            [
-                classes.setdefault(
-                    (
-                        self.inv_bw[d],
-                        self.flop_s_per_byte[d],
-                        self.block_s[d],
-                        self.stage_s[d],
-                        self.xfer_s[d],
-                        self.usable[d],
-                    ),
-                    len(classes),
-                )
-                for d in self._kind_reps
-            ]
-        )
+        gpus: dict[tuple[float | int, ...], int] = {}
+        stage, gpu = [], []
+        for d in self._kind_reps:
+            figures = (self.inv_bw[d], self.flop_s_per_byte[d], self.block_s[d], self.stage_s[d])
+            room = self.usable[d]
+            stage.append(classes.setdefault((*figures, self.xfer_s[d], room), len(classes)))
+            gpu.append(gpus.setdefault((*figures, room), len(gpus)))
+        self.stage_class = self._expand(stage)
         """Per node index, its class: nodes alike in every figure a stage's time (without
         an in-host hop) and fit read — bandwidth, compute, block and stage costs, transfer
         and usable VRAM — share one."""
+        self.gpu_class = self._expand(gpu)
+        """Per node index, its GPU class: its :attr:`stage_class` but for the transfer out
+        (nodes of one GPU and usable VRAM, each with a link of its own, share one)."""
 
     @property
     def constraints(self) -> Constraints:
@@ -486,16 +481,11 @@ class CostModel:
         return self.stage_bytes(lo, hi, first, last) <= self.usable[d]
 
     def fits_pipeline(self, order: Sequence[int], bounds: Sequence[int]) -> bool:
-        """Every stage of nodes ``order`` with block boundaries ``bounds`` fits its node
-        (:meth:`fits` inlined: byte counts, exact)."""
-        mp, usable, embed, head = self.mem_prefix, self.usable, self.embed, self.head
-        last = len(order) - 1
-        for s, d in enumerate(order):
-            held = mp[bounds[s + 1]] - mp[bounds[s]]
-            held += (embed if s == 0 else 0) + (head if s == last else 0)
-            if held > usable[d]:
-                return False
-        return True
+        """Every stage of nodes ``order`` with block boundaries ``bounds`` fits its node."""
+        n = len(order)
+        return all(
+            self.fits(d, bounds[s], bounds[s + 1], s == 0, s == n - 1) for s, d in enumerate(order)
+        )
 
     # -- one block (for the relaxations and surrogates) --------------------------------------
     def smallest_block(self) -> tuple[int, float, int]:
@@ -544,39 +534,19 @@ class CostModel:
         microbatch per cycle (so ``time_per_token_s`` is the trip Σ t + hops): what the
         searches that run on one microbatch size compare."""
         n = len(order)
-        if self.own_hosts:
-            # No two stages share a node: :meth:`stage_time` and :meth:`hop_s` over the
-            # network, inlined (the same operations in the same order).
-            rp, kp, head = self.read_prefix, self.kv_prefix, self.head
-            ib, fl, bs, ss, xfer = (
-                self.inv_bw,
-                self.flop_s_per_byte,
-                self.block_s,
-                self.stage_s,
-                self.xfer_s,
-            )
-            listed = []
-            for s, d in enumerate(order):
-                lo, hi = bounds[s], bounds[s + 1]
-                last = s == n - 1
-                weights = rp[hi] - rp[lo] + (head if last else 0)
-                read = weights + kp[hi] - kp[lo]
-                t = max(read * ib[d], weights * fl[d])
-                t += (hi - lo) * bs[d] + ss[d]
-                listed.append(t if last else t + xfer[d])
-            times = tuple(listed)
-            hops = sum([self.latency_s[d] for d in order]) if n > 1 else 0.0
+        # Where no two stages share a host every transfer and hop goes over the network:
+        # no next node to compare.
+        after: list[int | None] = [None] * n if self.own_hosts else [*order[1:], None]
+        times = tuple(
+            self.stage_time(d, bounds[s], bounds[s + 1], s == 0, s == n - 1, after[s])
+            for s, d in enumerate(order)
+        )
+        if n < 2:
+            hops = 0.0
+        elif self.own_hosts:
+            hops = sum([self.latency_s[d] for d in order])
         else:
-            after: list[int | None] = [*order[1:], None]
-            times = tuple(
-                self.stage_time(d, bounds[s], bounds[s + 1], s == 0, s == n - 1, after[s])
-                for s, d in enumerate(order)
-            )
-            hops = (
-                sum(self.hop_s(d, order[(s + 1) % n]) for s, d in enumerate(order))
-                if n > 1
-                else 0.0
-            )
+            hops = sum(self.hop_s(d, order[(s + 1) % n]) for s, d in enumerate(order))
         return Evaluation(
             stage_time_s=times, hops_s=hops, batch=self.batch, microbatch=self.microbatch
         )

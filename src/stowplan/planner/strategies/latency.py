@@ -996,10 +996,11 @@ def ends_split(cm: CostModel, min_stages: int, max_stages: int) -> Pipeline | No
 def alike_by_hop(cm: CostModel) -> list[list[int]]:
     """``cm``'s nodes by kind (kinds in the order of their first node): alike in every
     figure of a stage but the hop and the transfer out (:func:`_table_key`'s but the
-    transfer, and the room), each kind's nodes by their hop and transfer, least first."""
-    kinds: dict[tuple[float | int, ...], list[int]] = {}
-    for d in range(len(cm.nodes)):
-        kinds.setdefault((*_table_key(cm, d)[:4], cm.usable[d]), []).append(d)
+    transfer, and the room: :attr:`CostModel.gpu_class`), each kind's nodes by their hop
+    and transfer, least first."""
+    kinds: dict[int, list[int]] = {}
+    for d, c in enumerate(cm.gpu_class):
+        kinds.setdefault(c, []).append(d)
     sent = _hop_and_transfer(cm)
     return [sorted(ds, key=lambda d: (sent[d], d)) for ds in kinds.values()]
 

@@ -36,26 +36,23 @@ def node_stage_arrays(
     (:meth:`CostModel.stage_time`'s): byte counts stay integers until they meet a float,
     as in Python, so every time is the same float.
 
-    ``parts``, where given, keeps the arrays nodes share (one per cost model): the times
-    before the transfer per GPU's figures, the stages that fit per room, and the last
-    stage per both; a node of its own transfer then adds it alone."""
+    ``parts``, where given, keeps the arrays nodes share (one per cost model): the last
+    stage and the times before the transfer per :attr:`CostModel.gpu_class`, the stages
+    that fit per room; a node of its own transfer then adds it alone."""
     parts = {} if parts is None else parts
     nb = cm.num_blocks
-    figures = (cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d])
-    room = cm.usable[d]
-    if ("last", figures, room) not in parts:
-        parts["last", figures, room] = _last_stage(np, cm, figures, room)
+    gpu, room = cm.gpu_class[d], cm.usable[d]
+    if ("last", gpu) not in parts:
+        parts["last", gpu] = _last_stage(np, cm, d)
     rows = max(nb - 1, 0)
     runs = np.full((rows, nb + 1), math.inf)
     if rows:
-        if ("runs", figures) not in parts:
-            parts["runs", figures] = _run_times(np, cm, figures)
+        if ("runs", gpu) not in parts:
+            parts["runs", gpu] = _run_times(np, cm, d)
         if ("fits", room) not in parts:
             parts["fits", room] = _run_fits(np, cm, room)
-        runs[:, 1:nb] = np.where(
-            parts["fits", room], parts["runs", figures] + cm.xfer_s[d], math.inf
-        )
-    return parts["last", figures, room], runs
+        runs[:, 1:nb] = np.where(parts["fits", room], parts["runs", gpu] + cm.xfer_s[d], math.inf)
+    return parts["last", gpu], runs
 
 
 def _prefixes(np: Any, cm: CostModel) -> tuple[Any, Any, Any]:
@@ -67,11 +64,12 @@ def _prefixes(np: Any, cm: CostModel) -> tuple[Any, Any, Any]:
     )
 
 
-def _last_stage(np: Any, cm: CostModel, figures: tuple[float, ...], room: int) -> Any:
-    """:data:`StageArrays`' last stage of a node of GPU ``figures`` and ``room``."""
+def _last_stage(np: Any, cm: CostModel, d: int) -> Any:
+    """:data:`StageArrays`' last stage of node ``d`` (the same for its GPU class)."""
     nb = cm.num_blocks
     rp, mp, kp = _prefixes(np, cm)
-    ib, fl, bs, ss = figures
+    ib, fl, bs, ss = cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d]
+    room = cm.usable[d]
     last = np.full(nb + 1, math.inf)
     j = np.arange(1, nb)
     weights = rp[nb] - rp[j] + cm.head
@@ -86,11 +84,11 @@ def _grid(np: Any, nb: int) -> tuple[Any, Any]:
     return np.arange(nb - 1)[:, None], np.arange(1, nb)[None, :]
 
 
-def _run_times(np: Any, cm: CostModel, figures: tuple[float, ...]) -> Any:
-    """An earlier stage's time before its transfer on a node of GPU ``figures``, per first
-    block and end (:func:`_grid`; fitting or not)."""
+def _run_times(np: Any, cm: CostModel, d: int) -> Any:
+    """An earlier stage's time before its transfer on node ``d`` (the same for its GPU
+    class), per first block and end (:func:`_grid`; fitting or not)."""
     rp, _, kp = _prefixes(np, cm)
-    ib, fl, bs, ss = figures
+    ib, fl, bs, ss = cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d]
     lo, hi = _grid(np, cm.num_blocks)
     weights = rp[hi] - rp[lo]
     t = np.maximum((weights + kp[hi] - kp[lo]) * ib, weights * fl)

@@ -95,8 +95,6 @@ ROW_ARRAY = 24
 """Rows of at least this many entries are computed on arrays."""
 
 _Key = tuple[int, int, bool]
-_Shared = tuple[float | int, ...]
-"""A node's GPU figures, room, first block and whether stage 0 (:meth:`SplitTables.row`)."""
 _UNSEEN: list[float] = []
 """A row not built yet (compared by identity)."""
 
@@ -129,8 +127,9 @@ class SplitTables:
         self._asked: set[_Key] = set()
         """Rows :meth:`reach` was asked about before they were built."""
         self._ends: dict[_Key, float | None] = {}
-        self._bases: dict[_Shared, Any] = {}
-        """:meth:`row`'s times before the transfer, by GPU figures, room and first block."""
+        self.gpu_class = cm.gpu_class
+        self._bases: dict[_Key, Any] = {}
+        """:meth:`row`'s times before the transfer, per GPU class, first block and stage 0."""
         np = numpy_module()
         # Every prefix and difference exact as a float, as Python's arithmetic makes them.
         exact = max(map(abs, (*cm.read_prefix, *cm.kv_prefix))) < 2**53
@@ -150,9 +149,9 @@ class SplitTables:
         if not self._monotone_memory:
             self._rows[key] = None
             return None
-        ib, fl, bs, ss, xfer, room = (f[d] for f in self._figures)
+        xfer = self._figures[4][d]
         # Nodes of one GPU and room (of their own transfers) share the times before it.
-        shared = (ib, fl, bs, ss, room, lo, first)
+        shared = (self.gpu_class[d], lo, first)
         base = self._bases.get(shared)
         if base is None:
             base = self._bases[shared] = self._base_row(d, lo, first)

@@ -107,7 +107,7 @@ def _split_or_next(
     pos = 0
     used: list[int] = []
     bounds = [0]
-    gpu_class, xfer = _gpu_classes(cm), cm.xfer_s
+    gpu_class, xfer = cm.gpu_class, cm.xfer_s
     tables = split_tables(cm)
     nearest = math.inf
     # Per GPU class, the least transfer of a node that took nothing since the split last
@@ -198,23 +198,6 @@ def _ended(
         if suffix is not None and suffix[j + 1] > t_max:
             return None, min(nearest, suffix[j + 1])
     return None, nearest
-
-
-def _by_gpu(cm: CostModel) -> list[int]:
-    """Per node, its GPU class: nodes alike in every figure a stage's time and fit read
-    but the transfer out (:attr:`CostModel.stage_class` less the transfer)."""
-    classes: dict[tuple[float | int, ...], int] = {}
-    return [
-        classes.setdefault(
-            (cm.inv_bw[d], cm.flop_s_per_byte[d], cm.block_s[d], cm.stage_s[d], cm.usable[d]),
-            len(classes),
-        )
-        for d in range(len(cm.nodes))
-    ]
-
-
-_gpu_classes = PerModel(_by_gpu)
-"""Per cost model, :func:`_by_gpu`."""
 
 
 def _suffix_least(cm: CostModel, order: Sequence[int]) -> list[float]:
