@@ -32,6 +32,9 @@ def _splits(nb: int, stages: int) -> list[list[int]]:
     st.randoms(use_true_random=False),
 )
 def test_the_split_is_the_least_cycle_of_every_split(inst, batch, rng) -> None:  # type: ignore[no-untyped-def]
+    """The split is the least cycle of every split of the order, and found only below a
+    cycle to beat; orders split with the tables of the orders before them (``kept``) split
+    alike."""
     model, nodes = inst
     # Each node as two GPUs, split into two groups: orders mix siblings and others.
     doubled = [replace(n, num_gpus=2, vram_bytes=2 * n.vram_bytes) for n in nodes]
@@ -41,6 +44,8 @@ def test_the_split_is_the_least_cycle_of_every_split(inst, batch, rng) -> None: 
     cm = groups.cost_model()
     nb = model.num_blocks
     count = len(groups.nodes)
+    shared: dict[object, dict[tuple[object, ...], object]] = {}
+    """Per view, the positions' tables the orders split on it share."""
     for _ in range(4):
         stages = rng.randint(2, max(2, min(count, nb)))
         if stages > min(count, nb):
@@ -53,6 +58,8 @@ def test_the_split_is_the_least_cycle_of_every_split(inst, batch, rng) -> None: 
             if view.fits_pipeline(order, bounds)
         ]
         got = least_cycle_split(view, order)
+        # Splits sharing the positions' tables with the orders before them split alike.
+        assert least_cycle_split(view, order, kept=shared.setdefault(view, {})) == got
         if not cycles:
             assert got is None
             continue

@@ -213,11 +213,6 @@ def coupled_cycle_bound(
         got = laid_at[cap] = _solution(cm, *limits, cap, layout=True)
         return None if got is None else got[0]
 
-    top = trip_within(hi, ceiling)
-    if top is None:
-        return None
-    if top > ceiling:
-        return ceiling, None  # every stage within the ceiling's share leaves the trip above it
     # The bisection keeps its lower end wherever the test holds: where it holds at the
     # least upper end the steps reach from the floor's share, it holds at every T above
     # (L never grows with T), every step keeps the lower end, and only that end's
@@ -228,6 +223,14 @@ def coupled_cycle_bound(
             break
         end = (lo + end) / 2
     kept = end < hi and (at_end := trip_within(end, m * end)) is not None and m * end >= at_end
+    if not kept:
+        # (Where the test holds at ``end`` the trip within the ceiling's share is at most
+        # m · end, below the ceiling: that knapsack need not be solved.)
+        top = trip_within(hi, ceiling)
+        if top is None:
+            return None
+        if top > ceiling:
+            return ceiling, None  # every stage within the ceiling's share leaves the trip above it
     # Where the test fails at ``mid``, T* is at most ``L(mid) / m`` (L there is at most
     # L(mid), which is m times it), and the upper end moves down to it.  Where the
     # heaviest blocks' knapsack stood for L (above m · mid) that holds of theirs alone:

@@ -556,13 +556,15 @@ def relocated(cm: CostModel, p: Pipeline, most: int = CYCLE_SPLIT_STAGES) -> Pip
         return p
     view = cm.for_stages(stages)
     best, least = p, rank_key(cm, p)[0]
+    kept: dict[tuple[Any, ...], Any] = {}
+    """The positions' tables, shared by the moves (each changes two or three)."""
     for _ in range(RELOCATED_ROUNDS):
         order = best[0]
         moves = [[order[i], *order[:i], *order[i + 1 :]] for i in range(1, stages)]
         moves += [[*order[:i], *order[i + 1 :], order[i]] for i in range(stages - 1)]
         found = best
         for o in moves:
-            q = least_cycle_split(view, o, least * (1 - 1e-9), most=most)
+            q = least_cycle_split(view, o, least * (1 - 1e-9), most=most, kept=kept)
             if (
                 q is not None
                 and cm.fits_pipeline(*q)
@@ -1014,6 +1016,8 @@ def _neighbour_splits(
     kinds = alike_by_hop(cm)
     found: list[Pipeline] = []
     order, splits = list(best[0]), 0
+    kept: dict[CostModel, dict[tuple[Any, ...], Any]] = {}
+    """Per view (of a stage count's microbatch), the positions' tables its moves share."""
     while splits < NEIGHBOUR_SPLITS and cycle_s > lower * (1 + REFINED_GAP):
         used = set(order)
         unused = (next((d for d in ds if d not in used), None) for ds in kinds)
@@ -1032,7 +1036,8 @@ def _neighbour_splits(
             if splits >= NEIGHBOUR_SPLITS:
                 break
             splits += 1
-            q = least_cycle_split(cm.for_stages(len(o)), o, cycle_s * (1 - 1e-9))
+            view = cm.for_stages(len(o))
+            q = least_cycle_split(view, o, cycle_s * (1 - 1e-9), kept=kept.setdefault(view, {}))
             if (
                 q is not None
                 and cm.fits_pipeline(*q)

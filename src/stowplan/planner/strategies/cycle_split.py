@@ -38,6 +38,7 @@ def least_cycle_split(
     *,
     settle: bool = False,
     most: int = CYCLE_SPLIT_STAGES,
+    kept: dict[tuple[Any, ...], Any] | None = None,
 ) -> tuple[list[int], list[int]] | None:
     """The split of ``order`` (node indices of ``cm``, each one stage, in order) of least
     cycle on ``cm`` (whose microbatch is the stage count's), as ``(order, bounds)``; None
@@ -46,17 +47,21 @@ def least_cycle_split(
     ``most`` stages (:data:`CYCLE_SPLIT_STAGES` unless given).  With ``settle``, of the
     splits of that cycle (within a relative :data:`TIED`) one with the most KV room in
     its tightest stage, and of those one of least slowest stage
-    (:mod:`~stowplan.planner.tiebreak`'s first rule, then the searches' order)."""
+    (:mod:`~stowplan.planner.tiebreak`'s first rule, then the searches' order).
+    ``kept``, where given, keeps the positions' tables by what they depend on
+    (:func:`_key`) for the next call on the same ``cm``: orders that differ by a node or
+    two moved share the others'."""
     stages, nb = len(order), cm.num_blocks
     if not 2 <= stages <= min(most, nb):
         return None
     np = numpy_module()
     m, _ = microbatches(cm.batch, stages)
     keys = [_key(cm, order, p) for p in range(stages)]
-    built: dict[tuple[Any, ...], Any] = {}
+    every = {} if kept is None else kept
     for p, key in enumerate(keys):
-        if key not in built:
-            built[key] = _position(np, cm, order, p)
+        if key not in every:
+            every[key] = _position(np, cm, order, p)
+    built = {key: every[key] for key in keys}
     tables = [built[key] for key in keys]
     hops = sum(cm.hop_s(order[p], order[(p + 1) % stages]) for p in range(stages))
     ends = np.zeros(nb + 1, dtype=np.int64)
