@@ -141,7 +141,7 @@ def test_the_bisection_from_a_floor_the_test_passes_near_is_the_plain_one(
     inst, batch, fewest, most, under, over
 ):
     """Where the test holds at the least upper end the bisection reaches from the floor,
-    only that end's knapsack is solved (and laid out), not the ceiling's; from every floor (at, near and far below the
+    only that end's knapsack is solved, laid out as it is, not the ceiling's; from every floor (at, near and far below the
     coupled bound) the bound is never above the least cycle, and where blocks are alike
     the bound and the pipeline laid out are the plain bisection's (where they differ the
     heaviest blocks' knapsack may stand for every block's at a step and move the upper
@@ -175,11 +175,11 @@ def test_the_bisection_from_a_floor_the_test_passes_near_is_the_plain_one(
         at_floor = solved(view, limits, floor / m)
         wide = (ceiling - floor) > trip._COUPLED_PRECISION * ceiling
         if floor > 0 and wide and at_floor is not None and at_floor <= floor:
-            # The test holds from the floor on: the least upper end's knapsack, then its
-            # layout, solved again only where blocks differ (alike, every knapsack is
-            # every block's and is laid out as solved); the ceiling's is not solved (the
-            # trip within it is at most the upper end's, below the ceiling).
-            assert knapsacks[-1] == (1 if trip._heavy(view) is None else 2)
+            # The test holds from the floor on: only the least upper end's knapsack is
+            # solved, laid out as it is (where blocks differ, every block's is solved
+            # there: the heaviest blocks' is within it); the ceiling's is not (the trip
+            # within it is at most the upper end's, below the ceiling).
+            assert knapsacks[-1] == 1
 
 
 @settings(max_examples=80, deadline=None)

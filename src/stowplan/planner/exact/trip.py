@@ -202,15 +202,16 @@ def coupled_cycle_bound(
     if limits is None or m < 1 or not (0 <= floor < ceiling < math.inf):
         return None
     lo, hi = floor / m, ceiling / m
-    # Where blocks are alike every knapsack here is that of every block, and its layout
-    # comes with it: the one at the upper end is not solved again.
+    # Every knapsack of every block here is laid out as it is solved: the one at the upper
+    # end is not solved again.  Where blocks are alike each is every block's; where they
+    # differ, every block's is solved where the heaviest blocks' is within ``enough``.
     whole = _heavy(cm) is None
     laid_at: dict[float, tuple[float, Pipeline | None] | None] = {}
 
     def trip_within(cap: float, enough: float) -> float | None:
-        if not whole:
-            return _trip_bound(cm, limits, cap, enough=enough)
-        got = laid_at[cap] = _solution(cm, *limits, cap, layout=True)
+        got = _solution(cm, *limits, cap, layout=True, enough=math.inf if whole else enough)
+        if whole or (got is not None and got[0] <= enough):
+            laid_at[cap] = got
         return None if got is None else got[0]
 
     # The bisection keeps its lower end wherever the test holds: where it holds at the
@@ -320,7 +321,7 @@ def _solution(
     heaviest blocks alone bounds too (a stage's room holds fewer of them than its widest
     window of blocks): the larger of the two is the bound, the heaviest blocks' first;
     where that one is above ``enough`` (a caller asking only whether the bound passes
-    it), it stands for both."""
+    it), it stands for both, and nothing is laid out."""
     n, nb = len(cm.nodes), cm.num_blocks
     try:
         import numpy as np
@@ -346,7 +347,7 @@ def _solution(
         value = _least_knapsack(
             np, cm, figures, count, single, *args, empty=roles, light=light, ahead=ahead
         )[0]
-    if layout or value <= enough:
+    if value <= enough:
         every, layers = _least_knapsack(np, cm, _figures(cm), nb, single, *args, layout=layout)
         value = max(value, every)
     if value >= single or not math.isfinite(value):
