@@ -575,14 +575,23 @@ def _knapsack(
     g[0, 0, 0, 0] = 0.0
     if layers is not None:
         layers.append(g)
+    # A node adds one stage counted, or with ``hollow`` up to ``jump`` more: past the
+    # counts the nodes so far reach every entry is inf, and each node's step is figured
+    # on the counts up to those it reaches (the rest stay as they were, the same floats).
+    jump = min(hollow, len(spare), top + 1) - 1 if empty is not None and hollow else 0
+    reach = 0
+    """The most stages counted any entry of ``g`` is finite at (``top``: that many or more)."""
     for f in figures:
         inner, lead, tail, rate = f.inner, f.lead, f.tail, f.rate
         hop, out = f.hop, f.out
         ib, fl = f.inv_bw, f.flop_s
         head = cm.head * min(ib, fl)
         fresh = g.copy()
+        reach = min(top, reach + 1 + max(jump, 0))
+        now = fresh[..., : reach + 1, :]
+        """The counts this node's stage reaches, in ``fresh``."""
         # A stage taken: one more stage counted (the top count keeps what passes it).
-        step = _counted(np, g, top, open_top)
+        step = _counted(np, g[..., : reach + 1, :], reach, open_top and reach == top)
         # The sliding minima of every stage at the node's block seconds, from one table.
         most = max(inner, lead, tail)
         ramp = idx * rate
@@ -591,11 +600,11 @@ def _knapsack(
         take = partial(_take_at, np, step, own, most, rate, ramp, idx)
 
         if inner > 0:  # an interior stage
-            np.minimum(fresh, take(..., inner, rate) + (hop + out), out=fresh)
+            np.minimum(now, take(..., inner, rate) + (hop + out), out=now)
         other, other_last, ahead = (0.0, 0.0, 0.0) if light is None else light[f.node]
         if lead > 0:  # the first stage, and the blocks not counted ahead of its first
             cand = take(0, lead, rate) + (hop + out + ahead)
-            np.minimum(fresh[1], cand, out=fresh[1])
+            np.minimum(now[1], cand, out=now[1])
         if tail > 0:  # the last stage
             before = (slice(None), 0)
             # By its reads and by its FLOPs: where one is the larger at one block and at
@@ -609,28 +618,28 @@ def _knapsack(
                 cand = take(before, tail, rate) + head
                 for r, c in f.pieces:
                     cand = np.maximum(cand, take(before, tail, r) + c)
-            np.minimum(fresh[:, 1], cand + hop, out=fresh[:, 1])
+            np.minimum(now[:, 1], cand + hop, out=now[:, 1])
         if empty is not None and hollow:  # the first k stages holding none counted
             if empty[f.node][1]:
                 alone = step[0]  # the first stage here: one stage on
                 # k stages more: counts k on (the top standing for more, from the counts
                 # it passes); with no count (top 0) none more.
                 for k in range(min(hollow, len(spare), top + 1)):
-                    into, paid = fresh[2 if k else 1], hop + out + other + spare[k]
+                    into, paid = now[2 if k else 1], hop + out + other + spare[k]
                     part = into[..., k:, :]
-                    np.minimum(part, alone[..., : top + 1 - k, :] + paid, out=part)
-                    if k and open_top:
+                    np.minimum(part, alone[..., : reach + 1 - k, :] + paid, out=part)
+                    if k and open_top and reach == top:
                         passed = alone[..., top + 1 - k :, :].min(axis=-2) + paid
                         np.minimum(into[..., top, :], passed, out=into[..., top, :])
         elif empty is not None:  # a stage holding none of the blocks counted
             mid, first, last = empty[f.node]
             if mid:
-                np.minimum(fresh, step + (hop + out + other), out=fresh)
+                np.minimum(now, step + (hop + out + other), out=now)
             if first:
-                np.minimum(fresh[1], step[0] + (hop + out + other), out=fresh[1])
+                np.minimum(now[1], step[0] + (hop + out + other), out=now[1])
             if last:  # the head and the others it holds, and its hop
                 headed = max(_stage_cost(cm, f, "last", 0), other_last) + hop
-                np.minimum(fresh[:, 1], step[:, 0] + headed, out=fresh[:, 1])
+                np.minimum(now[:, 1], step[:, 0] + headed, out=now[:, 1])
         g = fresh
         if layers is not None:
             layers.append(g)
@@ -655,16 +664,8 @@ def _take(np: Any, x: Any, cap: int, rate: float, idx: Any) -> Any:
     """y[..., j] = min over 1 ≤ k ≤ cap of x[..., j − k] + k · rate (inf where none): a
     sliding minimum of ``x[i] − i · rate`` over the window ``[j − cap, j − 1]``, by
     doubling, along the last axis."""
-    pad = np.full((*x.shape[:-1], cap), math.inf)
-    z = np.concatenate([pad, x - idx * rate], axis=-1)
-    width = 1
-    while 2 * width <= cap:
-        z = np.minimum(z[..., :-width], z[..., width:])
-        width *= 2
-    # z[..., i] is now the least of ``width`` entries from i; two windows cover ``cap``.
-    n = len(idx)
-    window = np.minimum(z[..., :n], z[..., cap - width : cap - width + n])
-    return window + idx * rate
+    ramp = idx * rate
+    return _window(np, _levels(np, x, ramp, cap), ..., cap, cap, ramp)
 
 
 def _take_at(
@@ -690,16 +691,22 @@ def _take_at(
 def _levels(np: Any, x: Any, ramp: Any, most: int) -> Any:
     """``x[..., i] − ramp[i]`` (``i · rate``) behind ``most`` infs (z), and its minima over
     runs of 1, 2, 4, … up to ``most`` entries: ``levels[k][..., i]`` the least of
-    z[..., i : i + 2**k]."""
-    z = np.empty((*x.shape[:-1], most + x.shape[-1]))
+    z[..., i : i + 2**k] wherever that run lies within its row, as every window of
+    :func:`_window` does (each level is figured over the rows laid end to end, one pass
+    over contiguous memory: an entry whose run passes a row's end mixes in the next row's
+    first entries, and none is read)."""
+    shape = (*x.shape[:-1], most + x.shape[-1])
+    z = np.empty(shape)
     z[..., :most] = math.inf
     np.subtract(x, ramp, out=z[..., most:])
     levels = [z]
-    width = 1
+    flat, width = z.reshape(-1), 1
     while 2 * width <= most:
-        z = np.minimum(z[..., :-width], z[..., width:])
-        levels.append(z)
-        width *= 2
+        run = np.empty_like(flat)
+        np.minimum(flat[:-width], flat[width:], out=run[:-width])
+        run[-width:] = math.inf
+        levels.append(run.reshape(shape))
+        flat, width = run, 2 * width
     return levels
 
 
