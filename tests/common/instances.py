@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import strategies as st
 
 from stowplan.constraints import Constraints
 from stowplan.model import ModelLayout, NodeDescriptor
+from stowplan.models import resolve_model
 from stowplan.planner.problem import Problem, prepare
+from tests.common.gpu_fleets import nodes_of
 from tests.common.refusals import rejected_if_refused
 
 GPUS = [("RTX 3090", 24), ("RTX 4090", 24), ("RTX 5090", 32), ("L4", 24), ("H100", 80)]
@@ -80,3 +84,37 @@ def ranged(
         problem = prepare(model, nodes, c)
     lo = min(fewest, problem.max_stages)
     return problem, c, lo, max(lo, min(most, problem.max_stages))
+
+
+@st.composite
+def small_first(draw: st.DrawFn) -> tuple:
+    """A model of 3–7 blocks whose first one to three are small (0.1–0.6 GB each) and
+    the rest heavy (4–12 GB, all alike; MoE-like reads or not), on 2–5 single-GPU nodes
+    of 24–80 GB."""
+    nb = draw(st.integers(3, 7))
+    small = draw(st.integers(1, min(3, nb - 2)))
+    heavy = draw(st.integers(4, 12)) * 10**9
+    sizes = [draw(st.integers(1, 6)) * 10**8 if b < small else heavy for b in range(nb)]
+    ratio = draw(st.sampled_from([1, 4, 8]))
+    reads = [s if b < small else s // ratio for b, s in enumerate(sizes)]
+    model = replace(
+        resolve_model("llama3.1:8b"),
+        name="small-first",
+        num_blocks=nb,
+        block_bytes=tuple(sizes),
+        block_read_bytes=tuple(reads),
+        block_params_bytes=round(sum(sizes) / nb),
+        kv_bytes_per_token=(4096,) * nb,
+        head_params_bytes=draw(st.integers(0, 2)) * 10**9,
+        embed_params_bytes=draw(st.integers(0, 2)) * 10**9,
+        total_params=sum(sizes) // 2,
+        active_params=sum(reads) // 2,
+    )
+    kinds = [("RTX 4090", 24), ("L40S", 48), ("H100 SXM5", 80), ("A100 40GB SXM4", 40)]
+    nodes = nodes_of(
+        [
+            (*draw(st.sampled_from(kinds)), 1, draw(st.sampled_from([1000.0, 100000.0])), ms)
+            for ms in draw(st.lists(st.sampled_from([0.05, 5.0, 40.0]), min_size=2, max_size=5))
+        ]
+    )
+    return model, nodes

@@ -26,7 +26,7 @@ from stowplan.planner.strategies import cycle
 from stowplan.planner.strategies.fractional import fractional_bound, heavy_fractional_bound
 from tests.common.brute_force import pipelines_of
 from tests.common.gpu_fleets import nodes_of, single_gpu_kinds
-from tests.common.instances import instances, ranged
+from tests.common.instances import instances, ranged, small_first
 from tests.common.refusals import rejected_if_refused
 
 _KINDS = (("H100 SXM5", 80), ("A100 80GB SXM4", 80), ("MI300X", 192), ("L40S", 48))
@@ -174,42 +174,8 @@ def test_the_counts_next_to_the_least_bound_are_searched_too(monkeypatch):
     assert before.rationale.prediction.tokens_per_s < 0.99 * held.rationale.prediction.tokens_per_s
 
 
-@st.composite
-def _small_first(draw: st.DrawFn) -> tuple:
-    """A model of 3–7 blocks whose first one to three are small (0.1–0.6 GB each) and
-    the rest heavy (4–12 GB, all alike; MoE-like reads or not), on 2–5 single-GPU nodes
-    of 24–80 GB."""
-    nb = draw(st.integers(3, 7))
-    small = draw(st.integers(1, min(3, nb - 2)))
-    heavy = draw(st.integers(4, 12)) * 10**9
-    sizes = [draw(st.integers(1, 6)) * 10**8 if b < small else heavy for b in range(nb)]
-    ratio = draw(st.sampled_from([1, 4, 8]))
-    reads = [s if b < small else s // ratio for b, s in enumerate(sizes)]
-    model = replace(
-        resolve_model("llama3.1:8b"),
-        name="small-first",
-        num_blocks=nb,
-        block_bytes=tuple(sizes),
-        block_read_bytes=tuple(reads),
-        block_params_bytes=round(sum(sizes) / nb),
-        kv_bytes_per_token=(4096,) * nb,
-        head_params_bytes=draw(st.integers(0, 2)) * 10**9,
-        embed_params_bytes=draw(st.integers(0, 2)) * 10**9,
-        total_params=sum(sizes) // 2,
-        active_params=sum(reads) // 2,
-    )
-    kinds = [("RTX 4090", 24), ("L40S", 48), ("H100 SXM5", 80), ("A100 40GB SXM4", 40)]
-    nodes = nodes_of(
-        [
-            (*draw(st.sampled_from(kinds)), 1, draw(st.sampled_from([1000.0, 100000.0])), ms)
-            for ms in draw(st.lists(st.sampled_from([0.05, 5.0, 40.0]), min_size=2, max_size=5))
-        ]
-    )
-    return model, nodes
-
-
 @settings(max_examples=150, deadline=None)
-@given(_small_first(), st.sampled_from([1, 3, 8]), st.integers(1, 5), st.integers(1, 5))
+@given(small_first(), st.sampled_from([1, 3, 8]), st.integers(1, 5), st.integers(1, 5))
 def test_a_stage_holding_none_of_the_heaviest_pays_for_a_small_block_and_is_never_above(
     inst, batch, fewest, most
 ):
@@ -288,7 +254,7 @@ def test_the_first_stage_pays_for_the_dense_blocks_before_the_moe_blocks(monkeyp
 
 @settings(max_examples=150, deadline=None)
 @given(
-    _small_first(),
+    small_first(),
     st.sampled_from([1, 3, 8]),
     st.integers(1, 5),
     st.integers(1, 5),

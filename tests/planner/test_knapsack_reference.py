@@ -20,9 +20,8 @@ from stowplan.models import resolve_model
 from stowplan.planner.exact import trip
 from stowplan.planner.problem import prepare
 from tests.common.gpu_fleets import nodes_of
-from tests.common.instances import RANGED, ranged
+from tests.common.instances import RANGED, ranged, small_first
 from tests.common.refusals import rejected_if_refused
-from tests.planner.test_heavy_blocks import _small_first
 
 
 def _plain_take(x: Any, cap: int, rate: float) -> Any:
@@ -126,7 +125,7 @@ def _each_knapsack_as_the_plain_one(cm: CostModel, asked: Any) -> int:
 
 
 @settings(max_examples=60, deadline=None)
-@given(_small_first(), st.sampled_from([1, 3, 8]), st.integers(1, 5), st.integers(1, 5))
+@given(small_first(), st.sampled_from([1, 3, 8]), st.integers(1, 5), st.integers(1, 5))
 def test_the_heaviest_blocks_knapsack_is_the_plain_one(inst, batch, fewest, most):
     """Small blocks before the heaviest (dense blocks, then MoE ones): the heaviest
     blocks' knapsack counts the first stages holding none of them, several on one node's
