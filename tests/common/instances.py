@@ -97,18 +97,12 @@ def small_first(draw: st.DrawFn) -> tuple:
     sizes = [draw(st.integers(1, 6)) * 10**8 if b < small else heavy for b in range(nb)]
     ratio = draw(st.sampled_from([1, 4, 8]))
     reads = [s if b < small else s // ratio for b, s in enumerate(sizes)]
-    model = replace(
-        resolve_model("llama3.1:8b"),
-        name="small-first",
-        num_blocks=nb,
-        block_bytes=tuple(sizes),
-        block_read_bytes=tuple(reads),
-        block_params_bytes=round(sum(sizes) / nb),
-        kv_bytes_per_token=(4096,) * nb,
-        head_params_bytes=draw(st.integers(0, 2)) * 10**9,
-        embed_params_bytes=draw(st.integers(0, 2)) * 10**9,
-        total_params=sum(sizes) // 2,
-        active_params=sum(reads) // 2,
+    model = sized_model(
+        "small-first",
+        sizes,
+        reads,
+        head=draw(st.integers(0, 2)) * 10**9,
+        embed=draw(st.integers(0, 2)) * 10**9,
     )
     kinds = [("RTX 4090", 24), ("L40S", 48), ("H100 SXM5", 80), ("A100 40GB SXM4", 40)]
     nodes = nodes_of(
@@ -118,3 +112,24 @@ def small_first(draw: st.DrawFn) -> tuple:
         ]
     )
     return model, nodes
+
+
+def sized_model(
+    name: str, sizes: list[int], reads: list[int], head: int = 0, embed: int = 0
+) -> ModelLayout:
+    """llama3.1:8b's figures with blocks of ``sizes`` bytes (each read ``reads`` bytes a
+    token) and a head and embedding of ``head`` and ``embed`` bytes."""
+    nb = len(sizes)
+    return replace(
+        resolve_model("llama3.1:8b"),
+        name=name,
+        num_blocks=nb,
+        block_bytes=tuple(sizes),
+        block_read_bytes=tuple(reads),
+        block_params_bytes=round(sum(sizes) / nb),
+        kv_bytes_per_token=(4096,) * nb,
+        head_params_bytes=head,
+        embed_params_bytes=embed,
+        total_params=sum(sizes) // 2,
+        active_params=sum(reads) // 2,
+    )

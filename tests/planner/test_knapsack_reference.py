@@ -16,11 +16,10 @@ from hypothesis import strategies as st
 
 from stowplan import Constraints
 from stowplan.cost import CostModel
-from stowplan.models import resolve_model
 from stowplan.planner.exact import trip
 from stowplan.planner.problem import prepare
 from tests.common.gpu_fleets import nodes_of
-from tests.common.instances import RANGED, ranged, small_first
+from tests.common.instances import RANGED, ranged, sized_model, small_first
 from tests.common.refusals import rejected_if_refused
 
 
@@ -158,17 +157,7 @@ def _many_stages(draw: st.DrawFn) -> tuple:
     small = draw(st.integers(1, 3))
     heavy = draw(st.integers(2, 6)) * 10**9
     sizes = [draw(st.integers(1, 6)) * 10**8 if b < small else heavy for b in range(nb)]
-    model = replace(
-        resolve_model("llama3.1:8b"),
-        name="many-stages",
-        num_blocks=nb,
-        block_bytes=tuple(sizes),
-        block_read_bytes=tuple(sizes),
-        block_params_bytes=round(sum(sizes) / nb),
-        kv_bytes_per_token=(4096,) * nb,
-        total_params=sum(sizes) // 2,
-        active_params=sum(sizes) // 2,
-    )
+    model = sized_model("many-stages", sizes, sizes)
     kinds = [("RTX 4090", 24), ("L40S", 48), ("H100 SXM5", 80)]
     n = draw(st.integers(13, 15))
     nodes = nodes_of(

@@ -578,7 +578,7 @@ def _knapsack(
     # A node adds one stage counted, or with ``hollow`` up to ``jump`` more: past the
     # counts the nodes so far reach every entry is inf, and each node's step is figured
     # on the counts up to those it reaches (the rest stay as they were, the same floats).
-    jump = min(hollow, len(spare), top + 1) - 1 if empty is not None and hollow else 0
+    jump = max(0, min(hollow, len(spare), top + 1) - 1) if empty is not None and hollow else 0
     reach = 0
     """The most stages counted any entry of ``g`` is finite at (``top``: that many or more)."""
     for f in figures:
@@ -587,7 +587,7 @@ def _knapsack(
         ib, fl = f.inv_bw, f.flop_s
         head = cm.head * min(ib, fl)
         fresh = g.copy()
-        reach = min(top, reach + 1 + max(jump, 0))
+        reach = min(top, reach + 1 + jump)
         now = fresh[..., : reach + 1, :]
         """The counts this node's stage reaches, in ``fresh``."""
         # A stage taken: one more stage counted (the top count keeps what passes it).
