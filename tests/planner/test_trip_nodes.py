@@ -117,3 +117,23 @@ def test_on_a_fleet_of_few_kinds_few_nodes_are_solved_for_the_same_bound():
         trip.trip_bound(problem, CostModel(model, nodes, c))
     assert kept
     assert 0 < max(kept) <= len(nodes) // 5
+
+
+def test_where_the_few_nodes_are_half_or_more_every_node_is_solved_unasked():
+    """llama3.1:70b at 16 sequences over 16 nodes of four kinds: pipelines of 12 stages or
+    more need most of the nodes, and the few asked first would be half of them or more:
+    every node is returned without asking (solving the few first costs more than it
+    could leave out).  Of two stages or more, the few are asked first."""
+    model = resolve_model("llama3.1:70b")
+    cm = CostModel(model, single_gpu_kinds(16, 7), Constraints(batch=16))
+    figures = trip._figures(cm)
+    asked: list[int] = []
+
+    def least(of: list[trip.Figures]) -> float:
+        asked.append(len(of))
+        return 1.0
+
+    assert useful(figures, cm.num_blocks, 12, least) == figures
+    assert asked == []
+    useful(figures, cm.num_blocks, 2, least)
+    assert asked and 2 * asked[0] < len(figures)

@@ -148,7 +148,9 @@ def useful(
     few nodes asked first is below every solution: the bound is the least of every
     ``least`` asked, that one and the nodes returned.  ``empty``, where given, says per
     node which roles (interior, first, last) it may take holding none of the blocks
-    counted: such a node is counted as holding none and, last, as adding its hop alone."""
+    counted: such a node is counted as holding none and, last, as adding its hop alone.
+    Where the few nodes are half of them or more (pipelines of many stages), every node
+    is returned unasked: solving the few first would cost more than it could leave out."""
     if any(f.hop < 0 or f.out < 0 or f.least_block < 0 for f in figures):
         return figures  # the bounds below need costs of no sign
 
@@ -162,6 +164,8 @@ def useful(
         return figures
     fewest = max(2, fewest)
     quick = _quick_pick(figures, num_blocks, fewest)
+    if 2 * len(quick) >= len(figures):
+        return figures  # every node costs no more than the few and the nodes kept after
     upper = least(quick)
     if not math.isfinite(upper):
         return figures
