@@ -12,7 +12,7 @@ from stowplan.cost import CostModel, microbatches
 from stowplan.errors import DependencyError
 from stowplan.model import Constraints, Metric, Strategy
 from stowplan.plan import Certificate, Plan, PlanRationale, Prediction, Topology
-from stowplan.planner.baselines.peers import BASELINES
+from stowplan.planner.baselines.peers import BASELINES, RECENT
 from stowplan.planner.exact.pipelines import Optimum, solve_exact, solve_milp
 from stowplan.planner.exact.trip import TRIP_BOUND_NODES, coupled_cycle_bound, trip_bound
 from stowplan.planner.problem import Problem, build_assignments
@@ -93,8 +93,9 @@ _Ranked = list[tuple[Pipeline, tuple[float, float, int, tuple[int, ...]]]]
 """Pipelines with their :func:`key_of`."""
 
 _PEERS: list[tuple[Problem, CostModel, _Ranked]] = []
-"""The last few problems' peer plans, with their keys: the searches of one stage count ask
-twice (once per search), on the same problem and cost model."""
+"""The last :data:`~stowplan.planner.baselines.peers.RECENT` problems' peer plans, with
+their keys: the searches of one stage count ask twice (once per search), on the same
+problem and cost model."""
 
 
 def _peer_plans(problem: Problem, cm: CostModel, objective: Metric) -> _Ranked:
@@ -109,12 +110,8 @@ def _peer_plans(problem: Problem, cm: CostModel, objective: Metric) -> _Ranked:
         if p is not None and problem.min_stages <= len(p[0]) <= problem.max_stages:
             plans.append((p, key_of(cm, objective, p)))
     _PEERS.insert(0, (problem, cm, plans))
-    del _PEERS[_RECENT_PEERS:]
+    del _PEERS[RECENT:]
     return plans
-
-
-_RECENT_PEERS = 4
-"""Problems whose peer plans :func:`_peer_plans` keeps."""
 
 
 def inline_optimum(

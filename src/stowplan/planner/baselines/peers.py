@@ -38,9 +38,9 @@ def _fits(cm: CostModel, p: Pipeline) -> bool:
     return all(lo < hi for lo, hi in pairwise(bounds)) and cm.fits_pipeline(order, bounds)
 
 
-_RECENT = 4
+RECENT = 4
 """Node tuples (and problems) whose rule answers are kept: the cost models of one plan's
-microbatches share their nodes."""
+microbatches share their nodes (the certificate keeps the rules' plans as long)."""
 
 _BY_VRAM: list[tuple[tuple[NodeDescriptor, ...], list[int]]] = []
 
@@ -53,7 +53,7 @@ def _largest_first(nodes: tuple[NodeDescriptor, ...]) -> list[int]:
             return order
     order = sorted(range(len(nodes)), key=lambda d: (-nodes[d].vram_bytes, nodes[d].id))
     _BY_VRAM.insert(0, (nodes, order))
-    del _BY_VRAM[_RECENT:]
+    del _BY_VRAM[RECENT:]
     return order
 
 
@@ -145,7 +145,7 @@ def _v1(problem: Problem, cm: CostModel) -> Pipeline | None:
             return known.at(problem)
     known = _Fewest(problem, cm)
     _FEWEST.insert(0, known)
-    del _FEWEST[_RECENT:]
+    del _FEWEST[RECENT:]
     return known.at(problem)
 
 

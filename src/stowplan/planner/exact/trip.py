@@ -209,7 +209,7 @@ def coupled_cycle_bound(
     laid_at: dict[float, tuple[float, Pipeline | None] | None] = {}
 
     def trip_within(cap: float, enough: float) -> float | None:
-        got = _solution(cm, *limits, cap, layout=True, enough=math.inf if whole else enough)
+        got = _solution(cm, *limits, cap, layout=True, enough=enough)
         if whole or (got is not None and got[0] <= enough):
             laid_at[cap] = got
         return None if got is None else got[0]

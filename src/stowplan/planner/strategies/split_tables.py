@@ -109,7 +109,7 @@ class SplitTables:
 
     def __init__(self, cm: CostModel) -> None:
         self.num_blocks = cm.num_blocks
-        self.stage_class = cm.stage_class
+        self.stage_class, self.gpu_class = cm.stage_class, cm.gpu_class
         self._prefixes = (cm.read_prefix, cm.kv_prefix, cm.mem_prefix)
         self._embed, self._head = cm.embed, cm.head
         self._figures = (
@@ -127,7 +127,6 @@ class SplitTables:
         self._asked: set[_Key] = set()
         """Rows :meth:`reach` was asked about before they were built."""
         self._ends: dict[_Key, float | None] = {}
-        self.gpu_class = cm.gpu_class
         self._bases: dict[_Key, Any] = {}
         """:meth:`row`'s times before the transfer, per GPU class, first block and stage 0."""
         np = numpy_module()
