@@ -410,10 +410,15 @@ def _least_knapsack(
     spare: tuple[int, tuple[float, ...]] = (0, ())
     """With ``ahead``: the most first stages holding none counted, and per k the least
     k others of them pay together (k nodes' hop, transfer and one other block each, the
-    least)."""
+    least), with the blocks ahead past one a stage."""
     if ahead and empty is not None and light is not None:
         paid = sorted(f.hop + f.out + light[f.node][0] for f in figures if empty[f.node][0])
-        spare = (ahead, (0.0, *itertools.accumulate(paid[: ahead - 1])))
+        # The k + 1 first stages hold one of the blocks ahead each at the least; the
+        # others ahead lie on them or on the stage after, each adding to its stage at
+        # least what one more block adds on the node of the least (:func:`_one_more`).
+        more = min(_one_more(cm, f, ahead) for f in figures)
+        costs = (0.0, *itertools.accumulate(paid[: ahead - 1]))
+        spare = (ahead, tuple(c + (ahead - 1 - k) * more for k, c in enumerate(costs)))
 
     solved: dict[tuple[int, ...], tuple[float, list[Figures], list[Any]]] = {}
     """Per set of nodes: its least, the nodes, and (with ``layout``) its tables."""
@@ -446,6 +451,21 @@ def _least_knapsack(
     if value >= single or not math.isfinite(value):
         return single, None
     return value, (of, layers) if layout else None
+
+
+def _one_more(cm: CostModel, f: Figures, ahead: int) -> float:
+    """The least seconds one of the first ``ahead`` blocks adds to a stage on ``f``'s node
+    beside others: a stage takes the larger of its reads and its FLOPs, so its reads
+    where no block's FLOPs there take longer than its reads (the reads then decide every
+    stage), else the lesser of its reads and its FLOPs (the larger of two sums grows by
+    at least the lesser of what each gains); its block cost besides."""
+    rp, kp = cm.read_prefix, cm.kv_prefix
+    read = min(rp[i + 1] - rp[i] + kp[i + 1] - kp[i] for i in range(ahead))
+    weights = min(rp[i + 1] - rp[i] for i in range(ahead))
+    added = read * f.inv_bw
+    if f.flop_s > f.inv_bw:
+        added = min(added, weights * f.flop_s)
+    return added + f.block_s
 
 
 def _heaviest_last(cm: CostModel) -> bool:
