@@ -418,7 +418,12 @@ def _least_knapsack(
         # least what one more block adds on the node of the least (:func:`_one_more`).
         more = min(_one_more(cm, f, ahead) for f in figures)
         costs = (0.0, *itertools.accumulate(paid[: ahead - 1]))
-        spare = (ahead, tuple(c + (ahead - 1 - k) * more for k, c in enumerate(costs)))
+        spare = (
+            ahead,
+            tuple(
+                c + ((ahead - 1 - k) * more if k < ahead - 1 else 0.0) for k, c in enumerate(costs)
+            ),
+        )
 
     solved: dict[tuple[int, ...], tuple[float, list[Figures], list[Any]]] = {}
     """Per set of nodes: its least, the nodes, and (with ``layout``) its tables."""
