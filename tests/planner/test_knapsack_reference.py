@@ -4,7 +4,6 @@ its window of blocks by trying every block count in turn."""
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import replace
 from typing import Any
@@ -198,9 +197,7 @@ def test_knapsacks_whose_top_count_stands_for_more_are_the_plain_ones(inst, batc
     if heavy is not None:
         assert trip._suffix(cm)
         count, figures, roles, light = heavy
-        ahead = nb - count
-        paid = sorted(f.hop + f.out + light[f.node][0] for f in figures if roles[f.node][0])
-        spare = (0.0, *itertools.accumulate(paid[: ahead - 1]))
+        ahead, spare = trip._spare(cm, figures, roles, light, nb - count)
     for open_top in (False, True):
         pairs = [
             (

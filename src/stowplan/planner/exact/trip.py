@@ -118,20 +118,14 @@ def _heavy_figures(cm: CostModel) -> tuple[int, list[Figures], Roles, Light] | N
     roles = {f.node: (f.inner > 0, f.lead > 0, f.tail > 0) for f in every}
     # A stage holding none of the heaviest holds another block: one at the least, at the
     # least seconds of any block (the knapsack of every block charges as much).  A first
-    # stage holding some holds the blocks before the first of them too: their reads add
-    # to the stage's where no block's FLOPs take longer than its reads (a stage's time is
-    # the larger of the two), else the lesser of their reads and their FLOPs.
+    # stage holding some holds the blocks before the first of them too (:func:`_added`).
     first = kept[0]
     read = cm.read_prefix[first] + cm.kv_prefix[first]
     weights = cm.read_prefix[first]
-
-    def before(f: Figures) -> float:
-        by_read = read * f.inv_bw
-        if f.flop_s > f.inv_bw:
-            by_read = min(by_read, weights * f.flop_s)
-        return by_read + first * f.block_s
-
-    light = {f.node: (f.rate, _stage_cost(cm, f, "last", 1), before(f)) for f in every}
+    light = {
+        f.node: (f.rate, _stage_cost(cm, f, "last", 1), _added(f, read, weights, first))
+        for f in every
+    }
     return len(kept), heavy, roles, light
 
 
@@ -408,22 +402,9 @@ def _least_knapsack(
     # ones holding none counted) pay no hop of a node: the nodes that may hold an optimum
     # are sought among pipelines of as many fewer stages.
     spare: tuple[int, tuple[float, ...]] = (0, ())
-    """With ``ahead``: the most first stages holding none counted, and per k the least
-    k others of them pay together (k nodes' hop, transfer and one other block each, the
-    least), with the blocks ahead past one a stage."""
+    """With ``ahead``: :func:`_spare`."""
     if ahead and empty is not None and light is not None:
-        paid = sorted(f.hop + f.out + light[f.node][0] for f in figures if empty[f.node][0])
-        # The k + 1 first stages hold one of the blocks ahead each at the least; the
-        # others ahead lie on them or on the stage after, each adding to its stage at
-        # least what one more block adds on the node of the least (:func:`_one_more`).
-        more = min(_one_more(cm, f, ahead) for f in figures)
-        costs = (0.0, *itertools.accumulate(paid[: ahead - 1]))
-        spare = (
-            ahead,
-            tuple(
-                c + ((ahead - 1 - k) * more if k < ahead - 1 else 0.0) for k, c in enumerate(costs)
-            ),
-        )
+        spare = _spare(cm, figures, empty, light, ahead)
 
     solved: dict[tuple[int, ...], tuple[float, list[Figures], list[Any]]] = {}
     """Per set of nodes: its least, the nodes, and (with ``layout``) its tables."""
@@ -458,19 +439,43 @@ def _least_knapsack(
     return value, (of, layers) if layout else None
 
 
-def _one_more(cm: CostModel, f: Figures, ahead: int) -> float:
-    """The least seconds one of the first ``ahead`` blocks adds to a stage on ``f``'s node
-    beside others: a stage takes the larger of its reads and its FLOPs, so its reads
-    where no block's FLOPs there take longer than its reads (the reads then decide every
-    stage), else the lesser of its reads and its FLOPs (the larger of two sums grows by
-    at least the lesser of what each gains); its block cost besides."""
+def _spare(
+    cm: CostModel, figures: list[Figures], empty: Roles, light: Light, ahead: int
+) -> tuple[int, tuple[float, ...]]:
+    """The most first stages holding none counted (``ahead``, the blocks not counted
+    before those counted), and per k the least k others of them pay together: k nodes'
+    hop, transfer and one other block each, the least; and the blocks ahead past one a
+    stage (the k + 1 first stages hold one each at the least; the others lie on them or
+    on the stage after, each adding to its stage at least :func:`_one_more`)."""
+    paid = sorted(f.hop + f.out + light[f.node][0] for f in figures if empty[f.node][0])
+    more = _one_more(cm, figures, ahead)
+    costs = (0.0, *itertools.accumulate(paid[: ahead - 1]))
+    return ahead, tuple(
+        c + ((ahead - 1 - k) * more if k < ahead - 1 else 0.0) for k, c in enumerate(costs)
+    )
+
+
+def _one_more(cm: CostModel, figures: list[Figures], ahead: int) -> float:
+    """The least seconds one of the first ``ahead`` blocks adds to a stage beside others
+    on any node of ``figures`` (:func:`_added`, at the least reads and weights of any of
+    them)."""
     rp, kp = cm.read_prefix, cm.kv_prefix
     read = min(rp[i + 1] - rp[i] + kp[i + 1] - kp[i] for i in range(ahead))
     weights = min(rp[i + 1] - rp[i] for i in range(ahead))
+    return min(_added(f, read, weights, 1) for f in figures)
+
+
+def _added(f: Figures, read: float, weights: float, blocks: int) -> float:
+    """The least seconds ``blocks`` blocks reading ``read`` bytes (``weights`` of them
+    weights) add to a stage on ``f``'s node beside others.  A stage takes the larger of
+    its reads and its FLOPs: their reads where no block's FLOPs there take longer than
+    its reads (the reads then decide every stage there, and add up), else the lesser of
+    their reads and their FLOPs (the larger of two sums grows by at least the lesser of
+    what each gains); their block costs besides."""
     added = read * f.inv_bw
     if f.flop_s > f.inv_bw:
         added = min(added, weights * f.flop_s)
-    return added + f.block_s
+    return added + blocks * f.block_s
 
 
 def _heaviest_last(cm: CostModel) -> bool:
