@@ -11,10 +11,11 @@ import math
 from dataclasses import replace
 from unittest.mock import patch
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from stowplan import Constraints, NodeDescriptor, Plan, plan
+from stowplan import Constraints, ModelLayout, NodeDescriptor, Plan, plan
 from stowplan.cost import CostModel
 from stowplan.models import resolve_model
 from stowplan.plan import Certificate, Metric
@@ -26,7 +27,7 @@ from stowplan.planner.strategies import cycle
 from stowplan.planner.strategies.fractional import fractional_bound, heavy_fractional_bound
 from tests.common.brute_force import pipelines_of
 from tests.common.gpu_fleets import nodes_of, single_gpu_kinds
-from tests.common.instances import instances, ranged, small_first
+from tests.common.instances import instances, ranged, sized_model, small_first
 from tests.common.refusals import rejected_if_refused
 
 _KINDS = (("H100 SXM5", 80), ("A100 80GB SXM4", 80), ("MI300X", 192), ("L40S", 48))
@@ -265,10 +266,9 @@ def test_stages_of_small_blocks_alone_are_the_first_and_the_capped_bound_is_neve
 ):
     """A model whose small blocks all come before its heaviest: a stage holding none of
     the heaviest holds only small blocks, so it is one of the first stages, at most as
-    many as the small blocks.  The heaviest blocks' knapsack counts them so (the first
-    on a node of its own, the others at the least any nodes pay), and takes the larger
-    of that and the knapsack whose such stages may be anywhere: within every cap, never
-    above the least trip of the pipelines whose stages all run within it."""
+    many as the small blocks.  The heaviest blocks' knapsack counts them so, each on a
+    node of its own: within every cap, never above the least trip of the pipelines whose
+    stages all run within it."""
     model, nodes = inst
     problem, c, lo, hi = ranged(inst, batch, fewest, most)
     cm = CostModel(model, nodes, c).for_stages(hi)
@@ -324,3 +324,40 @@ def test_the_dense_blocks_past_one_a_stage_are_paid_for_at_one_stream(monkeypatc
     loose = plan(model, nodes, c)
     assert loose.rationale.prediction == got.rationale.prediction
     assert loose.rationale.certificate is not None and loose.rationale.certificate.gap > 0.012
+
+
+def _hollow_fleet(embed_gb: int, tiny_first: bool) -> tuple[ModelLayout, list[NodeDescriptor]]:
+    """Three blocks of 0.5 GB, then four of 10 GB (read a quarter each), and a head of
+    1 GB and an embedding of ``embed_gb``; on three H100s and two RTX 3060s (12 GB: no
+    heavy block fits beside their headroom), listed tiny first or last."""
+    sizes = [5 * 10**8] * 3 + [10 * 10**9] * 4
+    reads = sizes[:3] + [s // 4 for s in sizes[3:]]
+    model = sized_model("hollow", sizes, reads, head=10**9, embed=embed_gb * 10**9)
+    h100 = [("H100 SXM5", 80, 1, 100_000.0, ms) for ms in (0.3, 0.5, 0.4)]
+    tiny = [("RTX 3060", 12, 1, 100_000.0, ms) for ms in (0.05, 0.06)]
+    return model, nodes_of(tiny + h100 if tiny_first else h100 + tiny)
+
+
+@pytest.mark.parametrize("embed_gb", [1, 10])
+@pytest.mark.parametrize("tiny_first", [True, False])
+@pytest.mark.parametrize("batch", [1, 8])
+def test_every_first_stage_holding_no_heavy_block_takes_a_node_of_its_own(
+    embed_gb, tiny_first, batch
+):
+    """Five stages on five nodes, two of them too small for a heavy block: the least
+    trip's pipelines begin with three stages of one small block each (the tiny nodes and
+    an H100).  The heaviest blocks' knapsack, each such stage on a node of its own, is
+    that least trip (to rounding), whichever node the DP meets first and whether or not
+    the tiny nodes may hold the embedding (where they may not, the stages beside the
+    first are taken before it or after, by the node order).  Charged at the least any
+    nodes pay beside the first, without nodes of their own, the bound was 2 % below it
+    with the small embedding."""
+    model, nodes = _hollow_fleet(embed_gb, tiny_first)
+    c = Constraints(batch=batch)
+    problem = replace(prepare(model, nodes, c), min_stages=5, max_stages=5)
+    cm = CostModel(model, nodes, c).for_stages(5)
+    assert trip._heavy(cm) is not None and trip._suffix(cm)
+    least = min(cm.evaluate_here(*p).time_per_token_s for p in pipelines_of(cm, 5))
+    got = trip.trip_bound(problem, cm)
+    assert got == pytest.approx(least, rel=1e-9)
+    assert got <= least * (1 + 1e-12)

@@ -40,13 +40,14 @@ def _plain_knapsack(
     empty: trip.Roles | None = None,
     light: trip.Light | None = None,
     hollow: int = 0,
-    spare: tuple[float, ...] = (),
 ) -> Any:
     """What :func:`trip._knapsack` figures, as its docstring states it, every count of
-    stages each node's stage may reach (and the rest) figured in full."""
+    stages each node's stage may reach (and the rest) figured in full: with ``hollow``
+    (h), f = e for none first yet and e of the first stages holding none taken beside
+    it, f = h + e for the first taken and e beside it."""
     inf = math.inf
-    apart = empty is not None and hollow > 1 and len(spare) > 1
-    g = np.full((3 if apart else 2, 2, top + 1, nb + 1), inf)
+    half = hollow if empty is not None and hollow else 1
+    g = np.full((2 * half, 2, top + 1, nb + 1), inf)
     g[0, 0, 0, 0] = 0.0
     for f in figures:
         fresh = g.copy()
@@ -62,7 +63,7 @@ def _plain_knapsack(
         other, other_last, ahead = (0.0, 0.0, 0.0) if light is None else light[f.node]
         if f.lead > 0:
             first = _plain_take(step[0], f.lead, f.rate) + (f.hop + f.out + ahead)
-            fresh[1] = np.minimum(fresh[1], first)
+            fresh[-1] = np.minimum(fresh[-1], first)
         if f.tail > 0:
             before = step[:, 0]
             leading = trip._leading_piece(f)
@@ -74,17 +75,14 @@ def _plain_knapsack(
                     last = np.maximum(last, _plain_take(before, f.tail, r) + c)
             fresh[:, 1] = np.minimum(fresh[:, 1], last + f.hop)
         if empty is not None and hollow:
-            if empty[f.node][1]:
-                alone = step[0]
-                for k in range(min(hollow, len(spare), top + 1)):
-                    into, paid = fresh[2 if k else 1], f.hop + f.out + other + spare[k]
-                    for c in range(k, top + 1):
-                        into[..., c, :] = np.minimum(into[..., c, :], alone[..., c - k, :] + paid)
-                    if k and open_top:
-                        for c in range(top + 1 - k, top + 1):
-                            into[..., top, :] = np.minimum(
-                                into[..., top, :], alone[..., c, :] + paid
-                            )
+            mid, first_role = empty[f.node][:2]
+            paid = f.hop + f.out + other
+            for e in range(half):
+                if first_role:  # the first, beside e taken
+                    fresh[half + e] = np.minimum(fresh[half + e], step[e] + paid)
+                if mid and e + 1 < half:  # one more beside it, the first taken or not
+                    fresh[e + 1] = np.minimum(fresh[e + 1], step[e] + paid)
+                    fresh[half + e + 1] = np.minimum(fresh[half + e + 1], step[half + e] + paid)
         elif empty is not None:
             mid, first_role, last_role = empty[f.node]
             if mid:
@@ -125,8 +123,8 @@ def _each_knapsack_as_the_plain_one(cm: CostModel, asked: Any) -> None:
 @given(small_first(), st.sampled_from([1, 3, 8]), st.integers(1, 5), st.integers(1, 5))
 def test_the_heaviest_blocks_knapsack_is_the_plain_one(inst, batch, fewest, most):
     """Small blocks before the heaviest (dense blocks, then MoE ones): the heaviest
-    blocks' knapsack counts the first stages holding none of them, several on one node's
-    step, and the knapsack of every block; each table is the plain reference's."""
+    blocks' knapsack counts the first stages holding none of them, each on a node of its
+    own, and the knapsack of every block; each table is the plain reference's."""
     problem, c, lo, hi = ranged(inst, batch, fewest, most)
     cm = CostModel(*inst, c).for_stages(hi)
     held = replace(problem, min_stages=lo, max_stages=hi)
@@ -185,7 +183,7 @@ def test_knapsacks_whose_top_count_stands_for_more_are_the_plain_ones(inst, batc
     that many or more or not: the knapsack of every block and, where it is sought (some
     node's widest window holds small blocks beside the heavy: nearly every draw, and the
     examples always), the heaviest blocks' (the first stages holding none of them
-    counted, several on one node's step) are the plain reference's."""
+    counted, each on a node of its own) are the plain reference's."""
     model, nodes = inst
     c = Constraints(batch=batch)
     with rejected_if_refused():
@@ -197,7 +195,7 @@ def test_knapsacks_whose_top_count_stands_for_more_are_the_plain_ones(inst, batc
     if heavy is not None:
         assert trip._suffix(cm)
         count, figures, roles, light = heavy
-        ahead, spare = trip._spare(cm, figures, roles, light, nb - count)
+        ahead = trip._hollow(cm, figures, nb - count)[0]
     for open_top in (False, True):
         pairs = [
             (
@@ -209,9 +207,9 @@ def test_knapsacks_whose_top_count_stands_for_more_are_the_plain_ones(inst, batc
             pairs.append(
                 (
                     trip._knapsack(
-                        np, cm, figures, count, top, open_top, None, roles, light, ahead, spare
+                        np, cm, figures, count, top, open_top, None, roles, light, ahead
                     ),
-                    _plain_knapsack(cm, figures, count, top, open_top, roles, light, ahead, spare),
+                    _plain_knapsack(cm, figures, count, top, open_top, roles, light, ahead),
                 )
             )
         for got, want in pairs:

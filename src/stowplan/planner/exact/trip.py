@@ -35,9 +35,7 @@ is at most ``T``; bisected on ``T`` against ``m × T`` it bounds their cycle
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -377,12 +375,9 @@ def _least_knapsack(
     least one-stage pipeline's seconds) where it is less.  With ``empty``, a node may
     also take each role it allows there holding none of the blocks counted, paying
     ``light`` for the others it holds where given; with ``ahead`` (``ahead`` blocks not
-    counted lie before those counted, and no others) only as the first ``k`` stages, k at
-    most ``ahead`` (:func:`_knapsack`: all but the first of them without a node of their
-    own).  Where its least takes such stages without a node, the knapsack whose stages
-    holding none may be any and anywhere, each on a node of its own, bounds too, and the
-    larger is the bound; elsewhere that one is never above it (its pipelines are a part
-    of the other's)."""
+    counted lie before those counted, and no others) only as one of the first ``k``
+    stages, k at most ``ahead``, each on a node of its own, the blocks ahead past one a
+    stage paid for besides (:func:`_knapsack`, :func:`_hollow`)."""
     if math.isfinite(cap):
         capped = (
             _capped(cm, f, cap, nb, 0.0 if light is None else light[f.node][2]) for f in figures
@@ -397,62 +392,54 @@ def _least_knapsack(
     if _most_held(figures, top if top and not open_top else len(figures)) < nb:
         return single, None  # no pipeline of two stages or more holds every block
     counts = _counts(top, lowest)
-
-    # Stages the knapsack counts without a node of their own (all but one of the first
-    # ones holding none counted) pay no hop of a node: the nodes that may hold an optimum
-    # are sought among pipelines of as many fewer stages.
-    spare: tuple[int, tuple[float, ...]] = (0, ())
-    """With ``ahead``: :func:`_spare`."""
+    hollow: tuple[int, float] = (0, 0.0)
+    """With ``ahead``: :func:`_hollow`."""
     if ahead and empty is not None and light is not None:
-        spare = _spare(cm, figures, empty, light, ahead)
+        hollow = _hollow(cm, figures, ahead)
 
     solved: dict[tuple[int, ...], tuple[float, list[Figures], list[Any]]] = {}
     """Per set of nodes: its least, the nodes, and (with ``layout``) its tables."""
-    unowned: set[tuple[int, ...]] = set()
-    """The sets of nodes whose least takes stages without a node of their own."""
 
     def least(of: list[Figures]) -> float:
         nodes = tuple(f.node for f in of)
         if nodes not in solved:
             layers: list[Any] = []
             g = _knapsack(
-                np, cm, of, nb, top, open_top, layers if layout else None, empty, light, *spare
+                np, cm, of, nb, top, open_top, layers if layout else None, empty, light, hollow[0]
             )
-            owned = float(g[1, 1, counts, nb].min())
-            got = float(g[2, 1, counts, nb].min()) if len(g) > 2 else math.inf
-            if got < owned:
-                unowned.add(nodes)
-            solved[nodes] = (min(owned, got), of, layers)
+            solved[nodes] = (_least_read(g, counts, nb, hollow[1]), of, layers)
         return min(single, solved[nodes][0])
 
-    least(useful(figures, nb, max(2, lowest - max(0, spare[0] - 1)), least, empty))
+    least(useful(figures, nb, max(2, lowest), least, empty))
     # The least of the knapsacks solved: where the nodes kept hold an optimum, theirs;
     # where the one in hand was below every solution, it is a bound itself.
     value, of, layers = min(solved.values(), key=lambda got: got[0])
-    if value < single and tuple(f.node for f in of) in unowned:
-        anywhere = _least_knapsack(  # on the nodes as held within the cap already
-            np, cm, figures, nb, single, top, open_top, lowest, math.inf, empty=empty, light=light
-        )[0]
-        value = max(value, anywhere)
     if value >= single or not math.isfinite(value):
         return single, None
     return value, (of, layers) if layout else None
 
 
-def _spare(
-    cm: CostModel, figures: list[Figures], empty: Roles, light: Light, ahead: int
-) -> tuple[int, tuple[float, ...]]:
-    """The most first stages holding none counted (``ahead``, the blocks not counted
-    before those counted), and per k the least k others of them pay together: k nodes'
-    hop, transfer and one other block each, the least; and the blocks ahead past one a
-    stage (the k + 1 first stages hold one each at the least; the others lie on them or
-    on the stage after, each adding to its stage at least :func:`_one_more`)."""
-    paid = sorted(f.hop + f.out + light[f.node][0] for f in figures if empty[f.node][0])
-    more = _one_more(cm, figures, ahead)
-    costs = (0.0, *itertools.accumulate(paid[: ahead - 1]))
-    return ahead, tuple(
-        c + ((ahead - 1 - k) * more if k < ahead - 1 else 0.0) for k, c in enumerate(costs)
-    )
+def _least_read(g: Any, counts: list[int], nb: int, more: float) -> float:
+    """The least of a :func:`_knapsack` table over whole pipelines of ``counts`` stages,
+    every block counted held: the first stage and the last taken (the second half of its
+    rows of f, the last where no first stages holding none are counted), with ``more``
+    for each of the h blocks ahead past one a stage where e + 1 < h of those stages hold
+    them (row h + e)."""
+    half = len(g) // 2
+    values = []
+    for e in range(half):
+        value = float(g[half + e, 1, counts, nb].min())
+        past = half - 1 - e
+        values.append(value + past * more if past else value)
+    return min(values)
+
+
+def _hollow(cm: CostModel, figures: list[Figures], ahead: int) -> tuple[int, float]:
+    """The most first stages holding none of the blocks counted (``ahead``, the blocks
+    not counted before those counted), and what each of those blocks past one a stage
+    adds at the least (:func:`_one_more`; the k first stages hold one each at the least,
+    the others lie on them or on the stage after)."""
+    return ahead, (_one_more(cm, figures, ahead) if ahead > 1 else 0.0)
 
 
 def _one_more(cm: CostModel, figures: list[Figures], ahead: int) -> float:
@@ -586,29 +573,29 @@ def _knapsack(
     empty: Roles | None = None,
     light: Light | None = None,
     hollow: int = 0,
-    spare: Sequence[float] = (),
 ) -> Any:
     """g[f, l, c, j]: the least cost of j of the ``nb`` blocks counted on the c nodes of
     ``figures`` taken, f: the first stage among them (blocks [0, k) beside the embed), l:
     the last (blocks [nb - k, nb) beside the head); every other node an interior stage.
     ``layers``, where given, gets the table before the first node and after each;
     ``empty``, where given, the roles each node may take holding none of them, and
-    ``light`` what such a stage pays for the other blocks it holds.  With ``hollow``, such
-    stages are the first ``k`` of the pipeline (1 ≤ k ≤ ``hollow``: the blocks not counted
-    lie before the others), taken as the first stage on its node and ``k − 1`` stages
-    more, counted, paying ``spare[k − 1]`` (the least any ``k − 1`` nodes pay there);
-    where ``k`` is 2 or more, f is 2 (the first taken so), so its least is read apart."""
+    ``light`` what such a stage pays for the other blocks it holds.  With ``hollow`` (h),
+    such stages are the first ``k`` of the pipeline (1 ≤ k ≤ h: the blocks not counted
+    lie before the others), each on a node of its own: f then counts h − 1 more (the
+    table has 2h rows of f): f = e (e < h) none first yet and e of those stages taken
+    beside the first, f = h + e the first taken (holding none) and e beside it; the last
+    row, h − 1 beside the first, also holds a first stage holding some (what the blocks
+    ahead past one a stage add is :func:`_least_read`'s)."""
     inf = math.inf
     idx = np.arange(nb + 1)
-    apart = empty is not None and hollow > 1 and len(spare) > 1
-    g = np.full((3 if apart else 2, 2, top + 1, nb + 1), inf)
+    half = hollow if empty is not None and hollow else 1
+    g = np.full((2 * half, 2, top + 1, nb + 1), inf)
     g[0, 0, 0, 0] = 0.0
     if layers is not None:
         layers.append(g)
-    # A node adds one stage counted, or with ``hollow`` up to ``jump`` more: past the
-    # counts the nodes so far reach every entry is inf, and each node's step is figured
-    # on the counts up to those it reaches (the rest stay as they were, the same floats).
-    jump = max(0, min(hollow, len(spare), top + 1) - 1) if empty is not None and hollow else 0
+    # A node adds one stage counted: past the counts the nodes so far reach every entry is
+    # inf, and each node's step is figured on the counts up to those it reaches (the rest
+    # stay as they were, the same floats).
     reach = 0
     """The most stages counted any entry of ``g`` is finite at (``top``: that many or more)."""
     for f in figures:
@@ -617,7 +604,7 @@ def _knapsack(
         ib, fl = f.inv_bw, f.flop_s
         head = cm.head * min(ib, fl)
         fresh = g.copy()
-        reach = min(top, reach + 1 + jump)
+        reach = min(top, reach + 1)
         now = fresh[..., : reach + 1, :]
         """The counts this node's stage reaches, in ``fresh``."""
         # A stage taken: one more stage counted (the top count keeps what passes it).
@@ -634,7 +621,7 @@ def _knapsack(
         other, other_last, ahead = (0.0, 0.0, 0.0) if light is None else light[f.node]
         if lead > 0:  # the first stage, and the blocks not counted ahead of its first
             cand = take(0, lead, rate) + (hop + out + ahead)
-            np.minimum(now[1], cand, out=now[1])
+            np.minimum(now[-1], cand, out=now[-1])
         if tail > 0:  # the last stage
             before = (slice(None), 0)
             # By its reads and by its FLOPs: where one is the larger at one block and at
@@ -650,17 +637,13 @@ def _knapsack(
                     cand = np.maximum(cand, take(before, tail, r) + c)
             np.minimum(now[:, 1], cand + hop, out=now[:, 1])
         if empty is not None and hollow:  # the first k stages holding none counted
-            if empty[f.node][1]:
-                alone = step[0]  # the first stage here: one stage on
-                # k stages more: counts k on (the top standing for more, from the counts
-                # it passes); with no count (top 0) none more.
-                for k in range(min(hollow, len(spare), top + 1)):
-                    into, paid = now[2 if k else 1], hop + out + other + spare[k]
-                    part = into[..., k:, :]
-                    np.minimum(part, alone[..., : reach + 1 - k, :] + paid, out=part)
-                    if k and open_top and reach == top:
-                        passed = alone[..., top + 1 - k :, :].min(axis=-2) + paid
-                        np.minimum(into[..., top, :], passed, out=into[..., top, :])
+            mid, first = empty[f.node][:2]
+            paid = hop + out + other
+            if first:  # the first stage, beside the e taken so far
+                np.minimum(now[half:], step[:half] + paid, out=now[half:])
+            if mid and half > 1:  # one more beside the first, taken or not yet
+                np.minimum(now[1:half], step[: half - 1] + paid, out=now[1:half])
+                np.minimum(now[half + 1 :], step[half:-1] + paid, out=now[half + 1 :])
         elif empty is not None:  # a stage holding none of the blocks counted
             mid, first, last = empty[f.node]
             if mid:
