@@ -40,14 +40,21 @@ def _plain_knapsack(
     empty: trip.Roles | None = None,
     light: trip.Light | None = None,
     hollow: int = 0,
+    dense: trip.Dense | None = None,
 ) -> Any:
     """What :func:`trip._knapsack` figures, as its docstring states it, every count of
     stages each node's stage may reach (and the rest) figured in full: with ``hollow``
-    (h), f = e for none first yet and e of the first stages holding none taken beside
-    it, f = h + e for the first taken and e beside it."""
+    (h), row d for d of the h blocks before those counted placed and no first stage yet
+    (d < h), row h − 1 + d for the first taken (d ≥ 1)."""
     inf = math.inf
-    half = hollow if empty is not None and hollow else 1
-    g = np.full((2 * half, 2, top + 1, nb + 1), inf)
+    size = hollow if empty is not None and hollow else 1
+
+    def row(first: int, d: int) -> int | None:
+        if first:
+            return size - 1 + d if 1 <= d <= size else None
+        return d if d < size else None
+
+    g = np.full((2 * size, 2, top + 1, nb + 1), inf)
     g[0, 0, 0, 0] = 0.0
     for f in figures:
         fresh = g.copy()
@@ -65,24 +72,35 @@ def _plain_knapsack(
             first = _plain_take(step[0], f.lead, f.rate) + (f.hop + f.out + ahead)
             fresh[-1] = np.minimum(fresh[-1], first)
         if f.tail > 0:
-            before = step[:, 0]
-            leading = trip._leading_piece(f)
-            if leading is not None:
-                last = _plain_take(before, f.tail, leading[0]) + leading[1]
-            else:
-                last = _plain_take(before, f.tail, f.rate) + cm.head * min(f.inv_bw, f.flop_s)
-                for r, c in f.pieces:
-                    last = np.maximum(last, _plain_take(before, f.tail, r) + c)
-            fresh[:, 1] = np.minimum(fresh[:, 1], last + f.hop)
+            fresh[:, 1] = np.minimum(fresh[:, 1], _plain_last(cm, f, step[:, 0], f.tail) + f.hop)
         if empty is not None and hollow:
             mid, first_role = empty[f.node][:2]
-            paid = f.hop + f.out + other
-            for e in range(half):
-                if first_role:  # the first, beside e taken
-                    fresh[half + e] = np.minimum(fresh[half + e], step[e] + paid)
-                if mid and e + 1 < half:  # one more beside it, the first taken or not
-                    fresh[e + 1] = np.minimum(fresh[e + 1], step[e] + paid)
-                    fresh[half + e + 1] = np.minimum(fresh[half + e + 1], step[half + e] + paid)
+            moves = []
+            """(rows before, rows after, the stage's cost from before)"""
+            for d in range(size + 1):
+                for z in range(1, size + 1):  # a stage of z of the blocks before
+                    paid = f.hop + f.out + z * other
+                    if first_role and row(0, d) is not None and row(1, d + z) is not None:
+                        moves.append((row(0, d), row(1, d + z), step[row(0, d)] + paid))
+                    for first in (0, 1):
+                        if mid and row(first, d) is not None and row(first, d + z) is not None:
+                            was = step[row(first, d)]
+                            moves.append((row(first, d), row(first, d + z), was + paid))
+                for x, (added, held, ends) in enumerate(() if dense is None else dense[f.node], 1):
+                    for first in (0, 1):
+                        src, dst = row(first, d), row(first, d + x)
+                        if src is None or dst is None:
+                            continue
+                        was = step[src]
+                        if f.inner > 0 and held > 0:
+                            stage = _plain_take(was, held, f.rate) + (f.hop + f.out + added)
+                            moves.append((src, dst, stage))
+                        if f.tail > 0 and ends > 0:
+                            stage = np.full_like(was, inf)
+                            stage[1] = _plain_last(cm, f, was[0], ends) + (f.hop + added)
+                            moves.append((src, dst, stage))
+            for _, dst, stage in moves:
+                fresh[dst] = np.minimum(fresh[dst], stage)
         elif empty is not None:
             mid, first_role, last_role = empty[f.node]
             if mid:
@@ -94,6 +112,17 @@ def _plain_knapsack(
                 fresh[:, 1] = np.minimum(fresh[:, 1], step[:, 0] + headed)
         g = fresh
     return g
+
+
+def _plain_last(cm: CostModel, f: trip.Figures, before: Any, most: int) -> Any:
+    """A last stage of 1 to ``most`` blocks after each entry of ``before``, its hop apart."""
+    leading = trip._leading_piece(f)
+    if leading is not None:
+        return _plain_take(before, most, leading[0]) + leading[1]
+    last = _plain_take(before, most, f.rate) + cm.head * min(f.inv_bw, f.flop_s)
+    for r, c in f.pieces:
+        last = np.maximum(last, _plain_take(before, most, r) + c)
+    return last
 
 
 def _each_knapsack_as_the_plain_one(cm: CostModel, asked: Any) -> None:
@@ -195,7 +224,8 @@ def test_knapsacks_whose_top_count_stands_for_more_are_the_plain_ones(inst, batc
     if heavy is not None:
         assert trip._suffix(cm)
         count, figures, roles, light = heavy
-        ahead = trip._hollow(cm, figures, nb - count)[0]
+        ahead = nb - count
+        dense = trip._dense(cm, figures, ahead, math.inf) if ahead > 1 else None
     for open_top in (False, True):
         pairs = [
             (
@@ -207,9 +237,9 @@ def test_knapsacks_whose_top_count_stands_for_more_are_the_plain_ones(inst, batc
             pairs.append(
                 (
                     trip._knapsack(
-                        np, cm, figures, count, top, open_top, None, roles, light, ahead
+                        np, cm, figures, count, top, open_top, None, roles, light, ahead, dense
                     ),
-                    _plain_knapsack(cm, figures, count, top, open_top, roles, light, ahead),
+                    _plain_knapsack(cm, figures, count, top, open_top, roles, light, ahead, dense),
                 )
             )
         for got, want in pairs:

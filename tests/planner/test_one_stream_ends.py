@@ -151,15 +151,16 @@ def test_a_balanced_cycle_takes_the_best_neighbour_split_again(
     # deepseek-v3 at 16 sequences on 16 LAN nodes: the slowest stage and the trip
     # balance (8 stages, m = 8); the searches' 1,390.7 tokens/s were 3.9 % below the
     # bound.  An H200 of four blocks replaced by an H100, then stages swapped, each
-    # order split for its least cycle: 1.7 % more.
+    # order split for its least cycle: 1.4 % more, within 0.9 % of the bound (where
+    # the moves stop).
     got = _lan_sixteen()
     before = _lan_sixteen(monkeypatch)  # the neighbours left out
     a, b = got.rationale.prediction, before.rationale.prediction
     assert a is not None and b is not None
     assert b.tokens_per_s == pytest.approx(1390.65, abs=0.05)
-    assert a.tokens_per_s > b.tokens_per_s * 1.015
+    assert a.tokens_per_s > b.tokens_per_s * 1.014
     cert = got.rationale.certificate
-    assert cert is not None and cert.gap < 0.025
+    assert cert is not None and cert.gap < 0.01
     assert any("each order split again found a better" in n for n in got.rationale.notes)
 
 

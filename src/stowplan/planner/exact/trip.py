@@ -96,7 +96,7 @@ Roles = dict[int, tuple[bool, bool, bool]]
 blocks a knapsack counts."""
 
 Light = dict[int, tuple[float, float, float]]
-"""Per node, the least seconds such a stage pays for the other blocks it holds (one at
+"""Per node, the least seconds such a stage pays for each other block it holds (one at
 the least) as an interior or first stage, and as the last stage with the head; and what
 a first stage holding some of the blocks counted pays at the least for the others before
 the first of them (it holds them all)."""
@@ -265,23 +265,25 @@ _COUPLED_PRECISION = 1e-4
 
 def _capped(cm: CostModel, f: Figures, cap: float, nb: int, lead: float = 0.0) -> Figures:
     """``f`` with each role holding at most the blocks (of ``nb`` counted) a stage of at
-    most ``cap`` seconds holds on its node (a whole number, rounded up past float error:
-    never fewer), the first stage paying ``lead`` seconds besides."""
+    most ``cap`` seconds holds on its node (:func:`_within`), the first stage paying
+    ``lead`` seconds besides."""
     fixed = cm.stage_s[f.node]
-
-    def within(spare: float) -> int:
-        if spare < 0:
-            return 0
-        if f.rate <= 0:
-            return nb
-        return math.floor(spare / f.rate * (1 + 1e-9) + 1e-9)
-
-    inner = within(cap - fixed - f.out)
+    inner = _within(f, cap - fixed - f.out, nb)
     return f._replace(
         inner=min(f.inner, inner),
-        lead=min(f.lead, inner if lead == 0 else within(cap - fixed - f.out - lead)),
-        tail=min(f.tail, within(cap - fixed - f.least_head)),
+        lead=min(f.lead, inner if lead == 0 else _within(f, cap - fixed - f.out - lead, nb)),
+        tail=min(f.tail, _within(f, cap - fixed - f.least_head, nb)),
     )
+
+
+def _within(f: Figures, spare: float, nb: int) -> int:
+    """The most blocks (of ``nb`` counted) at ``f``'s block seconds within ``spare``
+    seconds: a whole number, rounded up past float error (never fewer)."""
+    if spare < 0:
+        return 0
+    if f.rate <= 0:
+        return nb
+    return math.floor(spare / f.rate * (1 + 1e-9) + 1e-9)
 
 
 def _trip_bound(
@@ -376,8 +378,9 @@ def _least_knapsack(
     also take each role it allows there holding none of the blocks counted, paying
     ``light`` for the others it holds where given; with ``ahead`` (``ahead`` blocks not
     counted lie before those counted, and no others) only as one of the first ``k``
-    stages, k at most ``ahead``, each on a node of its own, the blocks ahead past one a
-    stage paid for besides (:func:`_knapsack`, :func:`_hollow`)."""
+    stages, k at most ``ahead``, each on a node of its own, and each of those blocks on
+    a node: on those stages, or beside the blocks counted on the stage after them
+    (:func:`_knapsack`, :func:`_dense`)."""
     if math.isfinite(cap):
         capped = (
             _capped(cm, f, cap, nb, 0.0 if light is None else light[f.node][2]) for f in figures
@@ -392,10 +395,8 @@ def _least_knapsack(
     if _most_held(figures, top if top and not open_top else len(figures)) < nb:
         return single, None  # no pipeline of two stages or more holds every block
     counts = _counts(top, lowest)
-    hollow: tuple[int, float] = (0, 0.0)
-    """With ``ahead``: :func:`_hollow`."""
-    if ahead and empty is not None and light is not None:
-        hollow = _hollow(cm, figures, ahead)
+    hollow = ahead if empty is not None and light is not None else 0
+    dense = _dense(cm, figures, hollow, cap) if hollow > 1 else None
 
     solved: dict[tuple[int, ...], tuple[float, list[Figures], list[Any]]] = {}
     """Per set of nodes: its least, the nodes, and (with ``layout``) its tables."""
@@ -405,9 +406,19 @@ def _least_knapsack(
         if nodes not in solved:
             layers: list[Any] = []
             g = _knapsack(
-                np, cm, of, nb, top, open_top, layers if layout else None, empty, light, hollow[0]
+                np,
+                cm,
+                of,
+                nb,
+                top,
+                open_top,
+                layers if layout else None,
+                empty,
+                light,
+                hollow,
+                dense,
             )
-            solved[nodes] = (_least_read(g, counts, nb, hollow[1]), of, layers)
+            solved[nodes] = (float(g[-1, 1, counts, nb].min()), of, layers)
         return min(single, solved[nodes][0])
 
     least(useful(figures, nb, max(2, lowest), least, empty))
@@ -419,37 +430,33 @@ def _least_knapsack(
     return value, (of, layers) if layout else None
 
 
-def _least_read(g: Any, counts: list[int], nb: int, more: float) -> float:
-    """The least of a :func:`_knapsack` table over whole pipelines of ``counts`` stages,
-    every block counted held: the first stage and the last taken (the second half of its
-    rows of f, the last where no first stages holding none are counted), with ``more``
-    for each of the h blocks ahead past one a stage where e + 1 < h of those stages hold
-    them (row h + e)."""
-    half = len(g) // 2
-    values = []
-    for e in range(half):
-        value = float(g[half + e, 1, counts, nb].min())
-        past = half - 1 - e
-        values.append(value + past * more if past else value)
-    return min(values)
+Dense = dict[int, tuple[tuple[float, int, int], ...]]
+"""Per node, for x = 1, 2, … up to one fewer than the blocks before those counted: the
+least seconds x of them add to a stage there beside blocks counted, and the most blocks
+counted such a stage holds beside them (within the cap) as an interior and as the last
+stage."""
 
 
-def _hollow(cm: CostModel, figures: list[Figures], ahead: int) -> tuple[int, float]:
-    """The most first stages holding none of the blocks counted (``ahead``, the blocks
-    not counted before those counted), and what each of those blocks past one a stage
-    adds at the least (:func:`_one_more`; the k first stages hold one each at the least,
-    the others lie on them or on the stage after)."""
-    return ahead, (_one_more(cm, figures, ahead) if ahead > 1 else 0.0)
-
-
-def _one_more(cm: CostModel, figures: list[Figures], ahead: int) -> float:
-    """The least seconds one of the first ``ahead`` blocks adds to a stage beside others
-    on any node of ``figures`` (:func:`_added`, at the least reads and weights of any of
-    them)."""
-    rp, kp = cm.read_prefix, cm.kv_prefix
+def _dense(cm: CostModel, figures: list[Figures], ahead: int, cap: float) -> Dense:
+    """:data:`Dense` of ``figures``' nodes, the first ``ahead`` blocks not counted: x of
+    them add at least :func:`_added` of x times their least reads and weights, and a
+    stage within ``cap`` holding them holds as many blocks counted as the time left
+    allows (:func:`_within`; its figures' interior and last counts at most)."""
+    rp, kp, nb = cm.read_prefix, cm.kv_prefix, cm.num_blocks
     read = min(rp[i + 1] - rp[i] + kp[i + 1] - kp[i] for i in range(ahead))
     weights = min(rp[i + 1] - rp[i] for i in range(ahead))
-    return min(_added(f, read, weights, 1) for f in figures)
+    out: Dense = {}
+    for f in figures:
+        fixed, row = cm.stage_s[f.node], []
+        for x in range(1, ahead):
+            added = _added(f, x * read, x * weights, x)
+            inner, tail = f.inner, f.tail
+            if math.isfinite(cap):
+                inner = min(inner, _within(f, cap - fixed - f.out - added, nb))
+                tail = min(tail, _within(f, cap - fixed - f.least_head - added, nb))
+            row.append((added, inner, tail))
+        out[f.node] = tuple(row)
+    return out
 
 
 def _added(f: Figures, read: float, weights: float, blocks: int) -> float:
@@ -573,6 +580,7 @@ def _knapsack(
     empty: Roles | None = None,
     light: Light | None = None,
     hollow: int = 0,
+    dense: Dense | None = None,
 ) -> Any:
     """g[f, l, c, j]: the least cost of j of the ``nb`` blocks counted on the c nodes of
     ``figures`` taken, f: the first stage among them (blocks [0, k) beside the embed), l:
@@ -580,16 +588,20 @@ def _knapsack(
     ``layers``, where given, gets the table before the first node and after each;
     ``empty``, where given, the roles each node may take holding none of them, and
     ``light`` what such a stage pays for the other blocks it holds.  With ``hollow`` (h),
-    such stages are the first ``k`` of the pipeline (1 ≤ k ≤ h: the blocks not counted
-    lie before the others), each on a node of its own: f then counts h − 1 more (the
-    table has 2h rows of f): f = e (e < h) none first yet and e of those stages taken
-    beside the first, f = h + e the first taken (holding none) and e beside it; the last
-    row, h − 1 beside the first, also holds a first stage holding some (what the blocks
-    ahead past one a stage add is :func:`_least_read`'s)."""
+    such stages are the first ``k`` of the pipeline (1 ≤ k ≤ h: the h blocks not counted
+    lie before the others), each on a node of its own, and f also counts how many of
+    those h blocks stand on nodes taken, d: row d with none first yet (d < h), row h − 1 +
+    d with the first taken (d ≥ 1; its last row, every one of them placed, is the whole
+    pipeline's).  z ≥ 1 of them on each such stage (at ``light``'s least seconds of a
+    block each), the rest beside the blocks counted on the stage after them (an interior
+    or last stage, x of them at ``dense``'s seconds, holding as many counted as ``dense``
+    says); a stage holding some beside the first of those counted as stage 0 holds them
+    all."""
     inf = math.inf
     idx = np.arange(nb + 1)
-    half = hollow if empty is not None and hollow else 1
-    g = np.full((2 * half, 2, top + 1, nb + 1), inf)
+    size = hollow if empty is not None and hollow else 1
+    """Rows of f per first stage taken or not."""
+    g = np.full((2 * size, 2, top + 1, nb + 1), inf)
     g[0, 0, 0, 0] = 0.0
     if layers is not None:
         layers.append(g)
@@ -601,8 +613,6 @@ def _knapsack(
     for f in figures:
         inner, lead, tail, rate = f.inner, f.lead, f.tail, f.rate
         hop, out = f.hop, f.out
-        ib, fl = f.inv_bw, f.flop_s
-        head = cm.head * min(ib, fl)
         fresh = g.copy()
         reach = min(top, reach + 1)
         now = fresh[..., : reach + 1, :]
@@ -616,34 +626,44 @@ def _knapsack(
 
         take = partial(_take_at, np, step, own, most, rate, ramp, idx)
 
+        inners: dict[int, Any] = {}
+        """An interior stage's least cost here by its most blocks, every row."""
         if inner > 0:  # an interior stage
-            np.minimum(now, take(..., inner, rate) + (hop + out), out=now)
+            inners[inner] = take(..., inner, rate)
+            np.minimum(now, inners[inner] + (hop + out), out=now)
         other, other_last, ahead = (0.0, 0.0, 0.0) if light is None else light[f.node]
         if lead > 0:  # the first stage, and the blocks not counted ahead of its first
             cand = take(0, lead, rate) + (hop + out + ahead)
             np.minimum(now[-1], cand, out=now[-1])
+        ending = partial(_last_stage, np, cm, f, take, (slice(None), 0))
+        lasts: dict[int, Any] = {}
+        """The last stage's least cost here by its most blocks, every row (l: 0 before)."""
         if tail > 0:  # the last stage
-            before = (slice(None), 0)
-            # By its reads and by its FLOPs: where one is the larger at one block and at
-            # ``tail`` it is at every count between (both are linear), and it is the cost;
-            # else the largest of the three least costs.
-            leading = _leading_piece(f)
-            if leading is not None:
-                r, c = leading
-                cand = take(before, tail, r) + c
-            else:
-                cand = take(before, tail, rate) + head
-                for r, c in f.pieces:
-                    cand = np.maximum(cand, take(before, tail, r) + c)
-            np.minimum(now[:, 1], cand + hop, out=now[:, 1])
+            lasts[tail] = ending(tail)
+            np.minimum(now[:, 1], lasts[tail] + hop, out=now[:, 1])
         if empty is not None and hollow:  # the first k stages holding none counted
             mid, first = empty[f.node][:2]
-            paid = hop + out + other
-            if first:  # the first stage, beside the e taken so far
-                np.minimum(now[half:], step[:half] + paid, out=now[half:])
-            if mid and half > 1:  # one more beside the first, taken or not yet
-                np.minimum(now[1:half], step[: half - 1] + paid, out=now[1:half])
-                np.minimum(now[half + 1 :], step[half:-1] + paid, out=now[half + 1 :])
+            for z in range(1, size + 1):  # such a stage holding z of the blocks not counted
+                paid = hop + out + z * other
+                if first:  # stage 0: to the first taken
+                    into = now[size - 1 + z :]
+                    np.minimum(into, step[: size + 1 - z] + paid, out=into)
+                if mid:  # one after it, the first taken or not yet
+                    for was, into in _placed(now, step, size, z):
+                        np.minimum(into, was + paid, out=into)
+            for x, (added, held, ends) in enumerate(() if dense is None else dense[f.node], 1):
+                # The stage after them holding x of them beside blocks counted: an interior
+                # one (``held`` blocks counted at most) or the last (``ends``).
+                if inner > 0 and held > 0:
+                    if held not in inners:
+                        inners[held] = take(..., held, rate)
+                    for was, into in _placed(now, inners[held], size, x):
+                        np.minimum(into, was + (hop + out + added), out=into)
+                if tail > 0 and ends > 0:
+                    if ends not in lasts:
+                        lasts[ends] = ending(ends)
+                    for was, into in _placed(now[:, 1], lasts[ends], size, x):
+                        np.minimum(into, was + (hop + added), out=into)
         elif empty is not None:  # a stage holding none of the blocks counted
             mid, first, last = empty[f.node]
             if mid:
@@ -657,6 +677,34 @@ def _knapsack(
         if layers is not None:
             layers.append(g)
     return g
+
+
+def _placed(now: Any, was: Any, size: int, k: int) -> list[tuple[Any, Any]]:
+    """The rows of ``was`` and of ``now`` k more blocks before those counted placed, the
+    first stage taken or not (:func:`_knapsack`'s rows of f, ``size`` per half; none
+    where k is ``size`` or more)."""
+    if k >= size:
+        return []
+    return [
+        (was[: size - k], now[k:size]),
+        (was[size : 2 * size - k], now[size + k :]),
+    ]
+
+
+def _last_stage(np: Any, cm: CostModel, f: Figures, take: Any, part: Any, most: int) -> Any:
+    """The least cost of a last stage on ``f``'s node, its hop apart, holding 1 to
+    ``most`` blocks counted after each entry of the table's ``part`` (``take``: the
+    node's sliding minima).  By its reads and by its FLOPs: where one is the larger at
+    one block and at the node's most it is at every count between (both are linear), and
+    it is the cost; else the largest of the three least costs."""
+    leading = _leading_piece(f)
+    if leading is not None:
+        r, c = leading
+        return take(part, most, r) + c
+    last = take(part, most, f.rate) + cm.head * min(f.inv_bw, f.flop_s)
+    for r, c in f.pieces:
+        last = np.maximum(last, take(part, most, r) + c)
+    return last
 
 
 def _counted(np: Any, g: Any, top: int, open_top: bool) -> Any:
