@@ -405,19 +405,8 @@ def _least_knapsack(
         nodes = tuple(f.node for f in of)
         if nodes not in solved:
             layers: list[Any] = []
-            g = _knapsack(
-                np,
-                cm,
-                of,
-                nb,
-                top,
-                open_top,
-                layers if layout else None,
-                empty,
-                light,
-                hollow,
-                dense,
-            )
+            kept = layers if layout else None
+            g = _knapsack(np, cm, of, nb, top, open_top, kept, empty, light, hollow, dense)
             solved[nodes] = (float(g[-1, 1, counts, nb].min()), of, layers)
         return min(single, solved[nodes][0])
 
