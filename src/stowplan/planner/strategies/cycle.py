@@ -1030,25 +1030,53 @@ def _neighbour_splits(
             swap[i], swap[j] = swap[j], swap[i]
             moves.append(swap)
         step: Pipeline | None = None
-        for o in moves:
-            if not problem.min_stages <= len(o) <= problem.max_stages or len(o) < 2:
-                continue
-            if splits >= NEIGHBOUR_SPLITS:
-                break
-            splits += 1
-            view = cm.for_stages(len(o))
-            q = least_cycle_split(view, o, cycle_s * (1 - 1e-9), kept=kept.setdefault(view, {}))
-            if (
-                q is not None
-                and cm.fits_pipeline(*q)
-                and (c := evaluated(cm, *q).cycle_s) < cycle_s * (1 - 1e-9)
-            ):
-                step, cycle_s = q, c
+        for group in (moves, _pair_moves(order, kinds)):
+            for o in group:
+                if not problem.min_stages <= len(o) <= problem.max_stages or len(o) < 2:
+                    continue
+                if splits >= NEIGHBOUR_SPLITS:
+                    break
+                splits += 1
+                view = cm.for_stages(len(o))
+                q = least_cycle_split(view, o, cycle_s * (1 - 1e-9), kept=kept.setdefault(view, {}))
+                if (
+                    q is not None
+                    and cm.fits_pipeline(*q)
+                    and (c := evaluated(cm, *q).cycle_s) < cycle_s * (1 - 1e-9)
+                ):
+                    step, cycle_s = q, c
+            if step is not None:
+                break  # a move of one node lowers the cycle: no pairs this round
         if step is None:
             break
         found.append(step)
         order = list(step[0])
     return found
+
+
+def _pair_moves(order: list[int], kinds: list[list[int]]) -> list[list[int]]:
+    """``order`` with two of its stages' nodes replaced by the first two unused nodes of
+    one kind, then with one stage's node replaced by two unused nodes (the first unused
+    of one kind, then the first unused of another or the second of the same; kinds of
+    :func:`~.latency.alike_by_hop`).  Tried only where no move of one node lowers the
+    cycle: where two stages of a slower kind beat one of a faster, the move of the first
+    of them alone may lower neither side of the cycle (deepseek-r1 at 16 sequences on 64
+    WAN nodes: an A100 and five B200s, where four B200s and two H100s run 1.5 % faster,
+    and neither H100 alone, in place of the A100 or of a B200, does)."""
+    used = set(order)
+    free = [[d for d in ds if d not in used][:2] for ds in kinds]
+    two = [ds for ds in free if len(ds) == 2]
+    moves = []
+    for i, j in itertools.combinations(range(len(order)), 2):
+        for e, f in two:
+            o = list(order)
+            o[i], o[j] = e, f
+            moves.append(o)
+    firsts = [ds[0] for ds in free if ds]
+    pairs = [(e, f) for e in firsts for f in firsts if e != f]
+    pairs += [(ds[0], ds[1]) for ds in two]
+    moves += [[*order[:i], e, f, *order[i + 1 :]] for i in range(len(order)) for e, f in pairs]
+    return moves
 
 
 def optimum(
