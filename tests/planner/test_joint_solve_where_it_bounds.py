@@ -52,7 +52,7 @@ def test_where_blocks_differ_the_plan_needs_no_joint_solve(
     monkeypatch: pytest.MonkeyPatch, model: str, calibrated: bool
 ) -> None:
     # Four 8 x H100 nodes at 16 sequences: the bounds leave the plan unproven (0.72 %
-    # and 1.43 %), where the solve ran when affordable.
+    # and 0.16 %), where the solve ran when affordable.
     stages, rate, gap, calls = _planned(monkeypatch, model, 4, 16, calibrated)
     assert not any(c is False for c in calls)  # only the expert-parallel backbone's
     monkeypatch.setattr(
@@ -65,7 +65,7 @@ def test_where_blocks_differ_the_plan_needs_no_joint_solve(
     )
     assert any(c is False for c in calls_before)
     assert stages == before and rate == rate_before  # the same plan without it
-    assert 0.005 < gap <= 0.015 and gap == pytest.approx(gap_before, abs=1e-12)
+    assert 0 < gap <= 0.01 and gap == pytest.approx(gap_before, abs=1e-12)
 
 
 def test_where_blocks_are_alike_the_joint_solve_runs(monkeypatch: pytest.MonkeyPatch) -> None:

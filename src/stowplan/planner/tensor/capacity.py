@@ -153,6 +153,8 @@ class StageCapacity:
             for t in excluded_counts(figure[order].tolist())[1:]:
                 apart_sets.setdefault(tuple(sorted(order[:t].tolist())), None)
         self._apart = [len(apart) for apart in apart_sets]
+        self._first = [len(apart) > 0 and apart == tuple(range(len(apart))) for apart in apart_sets]
+        """Per set apart, whether it is the model's first blocks."""
         sorted_rest = []
         apart_bytes = []
         for apart in apart_sets:
@@ -176,6 +178,12 @@ class StageCapacity:
         self._headed: list[dict[tuple[object, ...], float]] = [{} for _ in self._apart]
         """Per count set apart, per kind of group: the least time of the last stage holding
         none of the blocks left (the head alone; inf where it does not fit)."""
+        self._adds: list[dict[tuple[object, ...], list[list[list[float]]]]] = [
+            {} for _ in self._apart
+        ]
+        """Per count set apart, per kind of group, as a stage that sends and as the last:
+        per j = 1, 2, … blocks set apart (up to :data:`APART_PARTS`), the least time of
+        a stage holding them and k = 0, 1, … of the rest (before its transfer)."""
         spares: list[dict[tuple[object, ...], float]] = [{} for _ in self._apart]
         """Per count set apart, per kind of group: the least time of a stage holding one
         block set apart (before its transfer; inf where none fits)."""
@@ -191,15 +199,16 @@ class StageCapacity:
             for t, v in sorted(per_node.items()):
                 key = (gcm.stage_class[v], gcm.intra_xfer_s[v])
                 if key not in self._sends:
-                    for times, last, headed, spare, (least_read, least_weights, least_mem), (
-                        apart_read,
-                        apart_weights,
-                        apart_mem,
-                    ) in zip(
+                    for times, last, headed, spare, adds, (
+                        least_read,
+                        least_weights,
+                        least_mem,
+                    ), (apart_read, apart_weights, apart_mem) in zip(
                         self._times,
                         self._last,
                         self._headed,
                         spares,
+                        self._adds,
                         sorted_rest,
                         apart_bytes,
                         strict=True,
@@ -214,6 +223,10 @@ class StageCapacity:
                         alone = head * max(gcm.inv_bw[v], gcm.flop_s_per_byte[v])
                         fits = gcm.usable[v] >= head
                         headed[key] = float(alone + gcm.stage_s[v]) if fits else math.inf
+                        parts = min(len(apart_read), APART_PARTS)
+                        apart_r = np.cumsum(np.sort(apart_read))[:parts]
+                        apart_w = np.cumsum(np.sort(apart_weights))[:parts]
+                        beside: list[list[list[float]]] = []
                         for out, extra in ((times, 0.0), (last, head)):
                             room = gcm.usable[v] - extra
                             fit = int(np.searchsorted(least_mem, room, side="right"))
@@ -224,6 +237,25 @@ class StageCapacity:
                                 v
                             ] + fixed
                             out[key] = np.maximum(by_read, by_weights).tolist()
+                            # With j = 1, 2, … of the blocks set apart beside k = 0, 1, … of
+                            # the rest: the j least of them by reads and by weights.
+                            r0 = np.concatenate(([0.0], least_read[:held])) + extra
+                            w0 = np.concatenate(([0.0], least_weights[:held])) + extra
+                            k0 = np.arange(held + 1)
+                            beside.append(
+                                [
+                                    (
+                                        np.maximum(
+                                            (r0 + apart_r[j]) * gcm.inv_bw[v],
+                                            (w0 + apart_w[j]) * gcm.flop_s_per_byte[v],
+                                        )
+                                        + (k0 + j + 1) * gcm.block_s[v]
+                                        + gcm.stage_s[v]
+                                    ).tolist()
+                                    for j in range(parts)
+                                ]
+                            )
+                        adds[key] = beside
                     net = gcm.xfer_s[v]
                     self._sends[key] = (net, min(net, gcm.intra_xfer_s[v]))
                 # The least hop a stage of this kind pays inside its node.
@@ -293,10 +325,13 @@ class StageCapacity:
         # Only the latencies present matter: a limit is keyed by the largest within it.
         limit = max((x for x in self._latencies if x <= latest), default=-1.0)
         least = math.inf
-        for apart, times_of, last_of in zip(self._apart, self._times, self._last, strict=True):
+        for apart, first, times_of, last_of, adds in zip(
+            self._apart, self._first, self._times, self._last, self._adds, strict=True
+        ):
             # A stage of k blocks, j of them among those set apart, holds k − j of the
             # rest: it holds at most the rest's count plus j, and the j add up to
-            # ``apart`` at most over the pipeline.
+            # ``apart`` at most over the pipeline.  Where they are the model's first
+            # blocks, the time they take is counted too (:meth:`_first_held`).
             caps: dict[tuple[object, ...], tuple[int, int]] = {}
             gain, last, loss = -math.inf, 0, 0
             for key, times in times_of.items():
@@ -320,8 +355,65 @@ class StageCapacity:
             # holds in place of a count charged the network (the group that gains most),
             # or it is a group of its own beside one group fewer, its node's others
             # at the cheaper link at most one network charge (``loss``) more than counted.
-            least = min(least, min(total + gain, last + before + loss) + apart)
+            plain = min(total + gain, last + before + loss) + apart
+            if first:
+                # What the stages after the one holding the last of them hold of the
+                # rest, the last stage among them: one stage fewer, or two.
+                after = [
+                    0.0
+                    if c < 1
+                    else min(
+                        _best_steps(steps, c, nodes) + gain,
+                        last + _best_steps(steps, c - 1, nodes) + loss,
+                    )
+                    for c in (stages - 1, stages - 2)
+                ]
+                plain = min(plain, self._first_held(apart, after, adds, bottleneck, stages))
+            least = min(least, plain)
         return least
+
+    def _first_held(
+        self,
+        apart: int,
+        after: list[float],
+        adds: dict[tuple[object, ...], list[list[list[float]]]],
+        bottleneck: float,
+        stages: int,
+    ) -> float:
+        """The most blocks ``stages`` stages hold within ``bottleneck`` where the
+        ``apart`` blocks set apart are the model's first (its dense blocks before its MoE
+        blocks): a stage holds consecutive blocks, so one stage at most holds some of them
+        beside others (the stage holding the last of them), and any other stage holding
+        some holds those alone.  That stage holds ``j`` of them and as many of the rest
+        as their least time beside them allows (``adds``); the stages before it hold the
+        others (one stage at least, if any); the stages after it hold at most ``after``
+        (of the rest, with one stage fewer and two fewer than ``stages``; none where it is
+        the last stage).  The most over ``j`` and those three ways."""
+
+        def mixed(j: int, as_last: bool = False) -> float:
+            """The most a stage holding ``j`` ≥ 1 blocks set apart and others holds: one
+            that sends, or the last stage (past :data:`APART_PARTS` of them, counted with
+            the time of that many)."""
+            best = -math.inf
+            for key, (sent, last) in adds.items():
+                tables = last if as_last else sent
+                if not tables:
+                    continue
+                budget = bottleneck if as_last else bottleneck - self._sends[key][1]
+                fit = bisect_right(tables[min(j, len(tables)) - 1], budget)
+                if fit:
+                    best = max(best, fit - 1 + j)
+            return best
+
+        # The stage holding the last of them is the last stage: it holds every other block.
+        found = max(mixed(j, as_last=True) + (apart - j) for j in range(1, apart + 1))
+        if stages >= 2:
+            one_fewer, two_fewer = after
+            found = max(found, one_fewer + mixed(apart))  # it holds them all
+            found = max(found, one_fewer + apart)  # a stage of them alone, then the rest
+            for j in range(1, apart):  # some alone before it, the others beside the rest
+                found = max(found, two_fewer + mixed(j) + (apart - j))
+        return found
 
     def _node_steps(
         self, caps: dict[tuple[object, ...], tuple[int, int]], latest: float
@@ -713,6 +805,10 @@ APART_STEP = 0.1
 
 APART_COUNTS = 2
 """Most counts of smallest blocks set apart (besides none)."""
+
+APART_PARTS = 8
+"""Most blocks set apart whose least added time is tabled (:attr:`StageCapacity._adds`): a
+stage holding more is counted at that many's."""
 
 
 def excluded_counts(weights: list[float]) -> list[int]:

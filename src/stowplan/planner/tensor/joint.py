@@ -542,7 +542,7 @@ HELD = (
 )
 """How :mod:`~stowplan.planner.tensor.capacity`'s bound is named in a certificate."""
 
-HELD_COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+HELD_COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 16, 20, 24, 32, 48, 64, 96, 128, 192, 256)
 """The stage counts whose slowest stage the groups' capacities bound (a count between
 two takes the larger's: at most as many stages can only be slower)."""
 
