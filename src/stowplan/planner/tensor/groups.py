@@ -25,11 +25,10 @@ Steps of :func:`plan_with_groups`:
    groups (:mod:`stowplan.planner.tensor.exact`: exact on small fleets where some
    optimal pipeline keeps each node's stages together, a bound elsewhere:
    :func:`_solve_runs`) certifies the plan, and replaces it when its pipeline is
-   faster.  The
-   bounds come first (:data:`BOUNDS_FIRST`): the exact solve runs only when they
-   leave the plan unproven.  For concurrent sequences, the stage counts whose bound
-   lies below the plan (the least first, :data:`REFINED_COUNTS` of them) are then
-   planned on the plan's layout (:func:`_refined`).  On fleets of several kinds of node,
+   faster.  The bounds come first (:data:`BOUNDS_FIRST`): the exact solve runs only
+   when they leave the plan unproven.  For concurrent sequences, the stage counts
+   whose bound lies below the plan (the least first, :data:`REFINED_COUNTS` of them)
+   are then planned on the plan's layout (:func:`_refined`).  On fleets of several kinds of node,
    a plan far from its bound has its layout and the local search's start searched in
    full (:data:`IN_FULL_GAP`), then layouts of its nodes split another way
    (:func:`_resplit`, :data:`RESPLIT_GAP`); on fleets of one kind of node, the plan's
@@ -336,8 +335,9 @@ def _solve_runs(problem: Problem, rule: EngineRule, exact_strategy: bool, adjace
     optimal pipeline keeps each node's stages together, or one node), under the exact
     strategy, or for a MoE backbone.  Elsewhere (blocks differ, or a GPU link is dearer
     than the network) the solve's value bounds nothing and its pipelines are candidates
-    only: the search and the bounds without it find the same plans in a third of the
-    time (deepseek-v3 at 64 sequences on 4 x 8 H100: 460 -> 190 ms).  A backbone's
+    only: without it, the plans of the regression suites are the same but one, 0.006 %
+    slower, in a third of the time (deepseek-v3 at 64 sequences on 4 x 8 H100: 460 ->
+    190 ms).  A backbone's
     experts are placed after, on its stages: the solve's pipeline has given the better
     expert-parallel plan there (qwen3:30b-a3b on two 8 x H100 nodes, 1 % more tokens/s)."""
     if not joint_runs(problem, rule, exact_strategy, every_microbatch=is_figuring()):
