@@ -32,7 +32,11 @@ smallest generous: every stage counts the few small blocks as its own.  So the c
 also taken with the ``t`` smallest blocks (by weight, or by memory) set apart: a stage holding ``j``
 of them holds at most ``cap_t + j`` blocks, ``cap_t`` its count over the others alone,
 and the ``j`` of all stages add up to at most ``t``; the least of these counts bounds
-the blocks held (:func:`excluded_counts` says which ``t`` are tried).
+the blocks held (:func:`excluded_counts` says which ``t`` are tried).  Where the ``t``
+are the model's first blocks, stages of consecutive blocks hold them: one stage at most
+holds some of them beside others, as many of the others as the least time of both
+leaves, and any other stage holding some holds those alone
+(:meth:`StageCapacity._first_held`).
 
 The bisection runs to a relative :data:`COARSE` of 1e-6; where it ends near the
 slowest stage of the plan in hand, the point :data:`PRECISION` (1e-13) below it is
