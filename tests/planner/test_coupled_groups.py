@@ -356,3 +356,22 @@ def test_kimi_k2s_dense_block_set_apart_certifies_its_plans_within_one_percent(
     assert before is not None and gap is not None
     assert before.tokens_per_s == pred.tokens_per_s
     assert gap.gap > 0.04
+
+
+def test_a_count_bounded_below_another_counts_least_is_bounded_again_up_to_the_plan() -> None:
+    # gpt-oss:120b at 64 sequences on 24 nodes of 1-8 GPUs, calibrated, each sequence's
+    # KV for 8,192 tokens: four 8-GPU stages.  The counts are first bounded up to the
+    # least bound so far; three stages stopped there, below the four's coupled bound,
+    # and were not bounded again: 4.43 % from the plan, now 3.49 % (three stages
+    # bounded up to the plan rise above four's).
+    from stowplan import load_nodes
+    from stowplan.calibration import resolve_calibration
+    from tests.common.paths import FIXTURES
+
+    nodes = load_nodes(FIXTURES / "planner" / "counts_sought_again.yaml")
+    c = Constraints(batch=64, calibration=resolve_calibration("generic"), context_tokens=8192)
+    got = plan(resolve_model("gpt-oss:120b"), nodes, c)
+    cert, pred = got.rationale.certificate, got.rationale.prediction
+    assert cert is not None and pred is not None
+    assert pred.tokens_per_s == pytest.approx(8011.63, abs=0.01)
+    assert 0.03 < cert.gap < 0.036

@@ -232,12 +232,13 @@ def joint_cycle(
         first = {s: known(s) for s in quick}
     per_count = dict(first)
     """Per stage count, its bound so far."""
-    full: set[int] = set()
-    """The counts bounded in full (their microbatch solved, what their groups hold)."""
+    full: dict[int, float] = {}
+    """The counts bounded in full (their microbatch solved, what their groups hold), each
+    with the cycle its bound was sought up to."""
 
     def bound_in_full(s: int, held: float) -> float:
         """Count ``s`` bounded in full, sought up to ``held``."""
-        full.add(s)
+        full[s] = max(full.get(s, 0.0), held)
         if solvable(s):
             solve(microbatches(cm.batch, s)[1])
         here = known(s)
@@ -313,7 +314,9 @@ def joint_cycle(
                     if coupled_counts is not None:
                         coupled_counts[s] = raised
                 continue
-            if s not in full:
+            if full.get(s, 0.0) < held_to:
+                # Not bounded in full, or sought only up to the least bound of the counts
+                # before it (where its bound may have stopped): sought up to the plan.
                 bound_in_full(s, held_to)
                 continue
             if s == 2 and not two_tried:
