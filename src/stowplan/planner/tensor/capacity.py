@@ -88,6 +88,7 @@ from functools import lru_cache
 from itertools import pairwise, product
 from typing import Any
 
+from stowplan.cost import CostModel
 from stowplan.planner.problem import Problem
 from stowplan.planner.tensor.nodes import GroupCosts, block_byte_arrays, numpy_module
 
@@ -124,6 +125,14 @@ counts more)."""
 STAGES_COUNTED_FAR = 32
 """The most stages it counts when asked for more: where a count past
 :data:`STAGES_COUNTED` still holds the least bound, far from the plan in hand."""
+
+
+def _seconds(np: Any, gcm: CostModel, v: int, read: Any, weights: Any, blocks: Any) -> Any:
+    """The least seconds of stages on group ``v`` reading ``read`` bytes, computing
+    ``weights`` bytes and holding ``blocks`` blocks (arrays alike): the larger of its reads'
+    and its FLOPs' time, each with its blocks' and its fixed costs."""
+    fixed = blocks * gcm.block_s[v] + gcm.stage_s[v]
+    return np.maximum(read * gcm.inv_bw[v] + fixed, weights * gcm.flop_s_per_byte[v] + fixed)
 
 
 def counted_stages(stages: int, most: int | None = None) -> int:
@@ -235,12 +244,14 @@ class StageCapacity:
                             room = gcm.usable[v] - extra
                             fit = int(np.searchsorted(least_mem, room, side="right"))
                             held = min(fit, window[v], len(least_mem)) if room >= 0 else 0
-                            fixed = ks[:held] * gcm.block_s[v] + gcm.stage_s[v]
-                            by_read = (least_read[:held] + extra) * gcm.inv_bw[v] + fixed
-                            by_weights = (least_weights[:held] + extra) * gcm.flop_s_per_byte[
-                                v
-                            ] + fixed
-                            out[key] = np.maximum(by_read, by_weights).tolist()
+                            out[key] = _seconds(
+                                np,
+                                gcm,
+                                v,
+                                least_read[:held] + extra,
+                                least_weights[:held] + extra,
+                                ks[:held],
+                            ).tolist()
                             # With j = 1, 2, … of the blocks set apart beside k = 0, 1, … of
                             # the rest: the j least of them by reads and by weights.
                             r0 = np.concatenate(([0.0], least_read[:held])) + extra
@@ -248,13 +259,8 @@ class StageCapacity:
                             k0 = np.arange(held + 1)
                             beside.append(
                                 [
-                                    (
-                                        np.maximum(
-                                            (r0 + apart_r[j]) * gcm.inv_bw[v],
-                                            (w0 + apart_w[j]) * gcm.flop_s_per_byte[v],
-                                        )
-                                        + (k0 + j + 1) * gcm.block_s[v]
-                                        + gcm.stage_s[v]
+                                    _seconds(
+                                        np, gcm, v, r0 + apart_r[j], w0 + apart_w[j], k0 + j + 1
                                     ).tolist()
                                     for j in range(parts)
                                 ]
