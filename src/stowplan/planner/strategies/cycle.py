@@ -1030,8 +1030,11 @@ def _neighbour_splits(
             swap[i], swap[j] = swap[j], swap[i]
             moves.append(swap)
         step: Pipeline | None = None
-        for group in (moves, _pair_moves(order, kinds)):
-            for o in group:
+        for pairs in (False, True):
+            if splits >= NEIGHBOUR_SPLITS:
+                break
+            # The pairs are built only where no move of one node lowered the cycle.
+            for o in _pair_moves(order, kinds) if pairs else moves:
                 if not problem.min_stages <= len(o) <= problem.max_stages or len(o) < 2:
                     continue
                 if splits >= NEIGHBOUR_SPLITS:
